@@ -1,0 +1,61 @@
+// Command cohort is the command-line front end: `cohort run` launches
+// workers (torchrun-compatible), `cohort bench …` measures kernels,
+// collectives and training throughput.
+package main
+
+import (
+	"fmt"
+	"os"
+	"sort"
+)
+
+// command is one subcommand: it gets the arguments after its name and
+// returns the process exit code.
+type command struct {
+	summary string
+	run     func(args []string) int
+}
+
+func commands() map[string]command {
+	return map[string]command{
+		"bench": {"measure kernels, collectives and training throughput", runBench},
+	}
+}
+
+// benchCommands lists `cohort bench` targets.
+func benchCommands() map[string]command {
+	return map[string]command{}
+}
+
+func main() { os.Exit(dispatch("cohort", os.Args[1:], commands())) }
+
+func dispatch(prog string, args []string, cmds map[string]command) int {
+	if len(args) == 0 || args[0] == "-h" || args[0] == "--help" || args[0] == "help" {
+		usage(prog, cmds)
+		if len(args) == 0 {
+			return 2
+		}
+		return 0
+	}
+	c, ok := cmds[args[0]]
+	if !ok {
+		fmt.Fprintf(os.Stderr, "%s: unknown command %q\n", prog, args[0])
+		usage(prog, cmds)
+		return 2
+	}
+	return c.run(args[1:])
+}
+
+func usage(prog string, cmds map[string]command) {
+	names := make([]string, 0, len(cmds))
+	for n := range cmds {
+		names = append(names, n)
+	}
+	sort.Strings(names)
+	fmt.Fprintf(os.Stderr, "usage: %s COMMAND [ARGS]\n\ncommands:\n", prog)
+	for _, n := range names {
+		fmt.Fprintf(os.Stderr, "  %-14s %s\n", n, cmds[n].summary)
+	}
+}
+
+func runBench(args []string) int { return dispatch("cohort bench", args, benchCommands()) }
