@@ -18,13 +18,21 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
+		"run":   {"launch workers with torchrun's environment contract", runRun},
 		"bench": {"measure kernels, collectives and training throughput", runBench},
 	}
 }
 
 // benchCommands lists `cohort bench` targets.
 func benchCommands() map[string]command {
-	return map[string]command{}
+	return map[string]command{
+		"gemm":          {"GFLOP/s of cohort's sgemm (and OpenBLAS when present)", benchGemm},
+		"train":         {"training samples/s of the anchor workloads", benchTrain},
+		"allreduce":     {"all-reduce latency and bandwidth across local processes", benchAllReduce},
+		"broadcast":     {"broadcast latency and bandwidth across local processes", benchBroadcast},
+		"allgather":     {"all-gather latency and bandwidth across local processes", benchAllGather},
+		"reducescatter": {"reduce-scatter latency and bandwidth across local processes", benchReduceScatter},
+	}
 }
 
 func main() { os.Exit(dispatch("cohort", os.Args[1:], commands())) }
