@@ -1,0 +1,57 @@
+// Package transport moves tagged, ordered byte messages between the ranks of
+// a group. Implementations: inproc (channels, for tests), tcp (sockets,
+// any hosts) and shm (shared-memory rings between ranks on one host);
+// transporttest is their shared conformance suite.
+//
+// Transports know nothing of the store: peer addresses are exchanged by the
+// caller (package dist) and handed to the constructors.
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+)
+
+// ErrClosed is returned by calls on a closed transport.
+var ErrClosed = errors.New("transport: closed")
+
+// Tag identifies one message stream between a pair of ranks so concurrent
+// ops never mix: the group, the op's sequence number in that group, and the
+// step of the algorithm within the op.
+type Tag struct {
+	Group uint32
+	Seq   uint64
+	Step  uint32
+}
+
+func (t Tag) String() string { return fmt.Sprintf("group %d seq %d step %d", t.Group, t.Seq, t.Step) }
+
+// Transport sends and receives whole messages. Messages between one pair of
+// ranks with the same Tag arrive in the order sent; messages with different
+// tags may be received in any order (a receiver waiting on one tag is not
+// blocked by messages queued under another).
+//
+// Send and Recv are safe for concurrent use. Send may return before the
+// peer has received the message, but p may be reused once Send returns.
+// Recv blocks until a message with the tag arrives from the peer and its
+// length equals len(p); a length mismatch is an error naming both lengths.
+//
+// A peer that dies or disconnects makes pending and later calls involving
+// it fail with an error wrapping *PeerError, promptly (not at ctx's deadline).
+type Transport interface {
+	Rank() int
+	Size() int
+	Send(ctx context.Context, to int, tag Tag, p []byte) error
+	Recv(ctx context.Context, from int, tag Tag, p []byte) error
+	Close() error
+}
+
+// PeerError reports a failure of the link to one peer.
+type PeerError struct {
+	Peer int
+	Err  error
+}
+
+func (e *PeerError) Error() string { return fmt.Sprintf("transport: peer %d: %v", e.Peer, e.Err) }
+func (e *PeerError) Unwrap() error { return e.Err }
