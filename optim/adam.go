@@ -1,0 +1,235 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+)
+
+// AdamOptions are Adam's and AdamW's hyperparameters other than the
+// per-group learning rate and weight decay. Every field is taken
+// literally (Beta1 = 0 is a real setting), so start from AdamDefaults.
+type AdamOptions struct {
+	Beta1, Beta2 float64 // each in [0, 1)
+	Eps          float64 // >= 0, added to the denominator
+	AMSGrad      bool    // use the running maximum of the second moment
+	Maximize     bool    // ascend instead of descend
+}
+
+// AdamDefaults returns PyTorch's defaults: betas (0.9, 0.999), eps 1e-8.
+func AdamDefaults() AdamOptions { return AdamOptions{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8} }
+
+func (o AdamOptions) validate(op string) error {
+	if err := checkBeta(op, "beta1", o.Beta1); err != nil {
+		return err
+	}
+	if err := checkBeta(op, "beta2", o.Beta2); err != nil {
+		return err
+	}
+	return checkHyper(op, "eps", o.Eps)
+}
+
+// AdamHyper is everything one Adam or AdamW update needs besides the data.
+type AdamHyper struct {
+	LR, WeightDecay, Beta1, Beta2, Eps float64
+	// Decoupled selects AdamW's weight decay (param scaled by 1 − lr·wd)
+	// over Adam's L2 term added to the gradient.
+	Decoupled, AMSGrad, Maximize bool
+}
+
+// AdamState is the state of Adam for one parameter or one contiguous shard
+// of a flat buffer: each moment is its own slice of the data's length
+// (MaxExpAvgSq only with AMSGrad). Slice returns the state of a sub-range.
+type AdamState struct {
+	ExpAvg, ExpAvgSq, MaxExpAvgSq []float32
+}
+
+// NewAdamState allocates zeroed state for n elements.
+func NewAdamState(n int, amsgrad bool) AdamState {
+	s := AdamState{ExpAvg: make([]float32, n), ExpAvgSq: make([]float32, n)}
+	if amsgrad {
+		s.MaxExpAvgSq = make([]float32, n)
+	}
+	return s
+}
+
+// Slice returns the state of elements [lo, hi), aliasing s.
+func (s AdamState) Slice(lo, hi int) AdamState {
+	r := AdamState{ExpAvg: s.ExpAvg[lo:hi], ExpAvgSq: s.ExpAvgSq[lo:hi]}
+	if s.MaxExpAvgSq != nil {
+		r.MaxExpAvgSq = s.MaxExpAvgSq[lo:hi]
+	}
+	return r
+}
+
+// AdamUpdate applies update number step (1-based) of Adam or AdamW to
+// param in place, exactly as PyTorch 1.13's torch.optim.Adam / AdamW do per
+// element (t = step):
+//
+//	g = ±grad                                     (− when Maximize)
+//	param = (1 − lr·wd)·param                     AdamW (Decoupled)
+//	g = g + wd·param                              Adam, when wd != 0
+//	m = β1·m + (1 − β1)·g
+//	v = β2·v + (1 − β2)·g²
+//	vmax = max(vmax, v); use vmax for v below     AMSGrad
+//	param = param − lr/(1 − β1^t) · m / (√v / √(1 − β2^t) + eps)
+//
+// The update is elementwise: splitting the slices anywhere and updating
+// the pieces with the same step gives bit-for-bit the same result. It
+// panics when the slices' lengths differ or step < 1.
+func AdamUpdate(param, grad []float32, s AdamState, h AdamHyper, step int64) {
+	n := len(param)
+	if len(grad) != n || len(s.ExpAvg) != n || len(s.ExpAvgSq) != n ||
+		(h.AMSGrad && len(s.MaxExpAvgSq) != n) || step < 1 {
+		panic(fmt.Sprintf("optim: AdamUpdate: len(param) = %d, len(grad) = %d, len(ExpAvg) = %d, len(ExpAvgSq) = %d, len(MaxExpAvgSq) = %d (amsgrad %v), step %d",
+			n, len(grad), len(s.ExpAvg), len(s.ExpAvgSq), len(s.MaxExpAvgSq), h.AMSGrad, step))
+	}
+	grad, m, v := grad[:n], s.ExpAvg[:n], s.ExpAvgSq[:n]
+	t := float64(step)
+	stepSize := float32(-h.LR / (1 - math.Pow(h.Beta1, t)))
+	bc2Sqrt := float32(math.Sqrt(1 - math.Pow(h.Beta2, t)))
+	b1, b2 := float32(h.Beta1), float32(h.Beta2)
+	c1, c2 := float32(1-h.Beta1), float32(1-h.Beta2)
+	eps := float32(h.Eps)
+	sign := float32(1)
+	if h.Maximize {
+		sign = -1
+	}
+	var l2, decay float32 // the L2 coefficient, or AdamW's parameter scale
+	decoupled := h.Decoupled && h.WeightDecay != 0
+	if decoupled {
+		decay = float32(1 - h.LR*h.WeightDecay)
+	} else {
+		l2 = float32(h.WeightDecay)
+	}
+	var vmax []float32
+	if h.AMSGrad {
+		vmax = s.MaxExpAvgSq[:n]
+	}
+	for i, p := range param {
+		g := sign * grad[i]
+		if decoupled {
+			p *= decay
+		} else if l2 != 0 {
+			g += l2 * p
+		}
+		mi := b1*m[i] + c1*g
+		vi := b2*v[i] + c2*g*g
+		m[i], v[i] = mi, vi
+		if vmax != nil {
+			vi = max(vmax[i], vi)
+			vmax[i] = vi
+		}
+		denom := float32(math.Sqrt(float64(vi)))/bc2Sqrt + eps
+		param[i] = p + stepSize*mi/denom
+	}
+}
+
+// Adam is Adam with L2 weight decay (torch.optim.Adam) or, built by
+// NewAdamW, Adam with decoupled weight decay (torch.optim.AdamW).
+type Adam struct {
+	base
+	opts      AdamOptions
+	decoupled bool
+	state     []AdamState // per parameter
+}
+
+var _ Optimizer = (*Adam)(nil)
+
+// NewAdam returns Adam over groups; a group's WeightDecay adds wd·param to
+// the gradient (L2). State is allocated here.
+func NewAdam(groups []Group, o AdamOptions) (*Adam, error) { return newAdam("Adam", groups, o, false) }
+
+// NewAdamW returns AdamW over groups; a group's WeightDecay scales the
+// parameter by 1 − lr·wd before the Adam update. (PyTorch's AdamW defaults
+// to weight decay 0.01; here each group states its own.)
+func NewAdamW(groups []Group, o AdamOptions) (*Adam, error) { return newAdam("AdamW", groups, o, true) }
+
+func newAdam(name string, groups []Group, o AdamOptions, decoupled bool) (*Adam, error) {
+	if err := o.validate("New" + name); err != nil {
+		return nil, err
+	}
+	b, err := newBase(name, groups)
+	if err != nil {
+		return nil, err
+	}
+	a := &Adam{base: b, opts: o, decoupled: decoupled, state: make([]AdamState, len(b.params))}
+	for i, p := range b.params {
+		a.state[i] = NewAdamState(p.Value.Len(), o.AMSGrad)
+	}
+	return a, nil
+}
+
+// Hyper returns the update hyperparameters of group g.
+func (a *Adam) Hyper(g int) AdamHyper {
+	gr := a.groups[a.checkGroup("Hyper", g)]
+	return AdamHyper{LR: gr.LR, WeightDecay: gr.WeightDecay, Beta1: a.opts.Beta1, Beta2: a.opts.Beta2,
+		Eps: a.opts.Eps, Decoupled: a.decoupled, AMSGrad: a.opts.AMSGrad, Maximize: a.opts.Maximize}
+}
+
+// Step applies one update to every parameter that has a gradient.
+func (a *Adam) Step() {
+	for i := range a.params {
+		value, grad, ok := a.grad(i)
+		if !ok {
+			continue
+		}
+		a.steps[i]++
+		AdamUpdate(value, grad, a.state[i], a.Hyper(a.group[i]), a.steps[i])
+	}
+}
+
+func (a *Adam) kind() string {
+	if a.decoupled {
+		return "adamw"
+	}
+	return "adam"
+}
+
+// StateDict returns the state: kind "adam" or "adamw", per-parameter
+// exp_avg, exp_avg_sq, max_exp_avg_sq (AMSGrad) and step, group and option
+// scalars.
+func (a *Adam) StateDict() *StateDict {
+	sd := newStateDict(a.kind())
+	a.putCommon(sd)
+	for i, s := range a.state {
+		a.putTensor(sd, i, "exp_avg", s.ExpAvg)
+		a.putTensor(sd, i, "exp_avg_sq", s.ExpAvgSq)
+		if s.MaxExpAvgSq != nil {
+			a.putTensor(sd, i, "max_exp_avg_sq", s.MaxExpAvgSq)
+		}
+	}
+	sd.Scalars["beta1"] = a.opts.Beta1
+	sd.Scalars["beta2"] = a.opts.Beta2
+	sd.Scalars["eps"] = a.opts.Eps
+	sd.Scalars["amsgrad"] = boolScalar(a.opts.AMSGrad)
+	sd.Scalars["maximize"] = boolScalar(a.opts.Maximize)
+	return sd
+}
+
+// LoadStateDict restores a state saved by StateDict from an optimizer of
+// the same kind, parameter layout and AMSGrad setting.
+func (a *Adam) LoadStateDict(sd *StateDict) error {
+	op := a.name + ".LoadStateDict"
+	own := a.StateDict()
+	if err := a.checkLoad(own, sd); err != nil {
+		return err
+	}
+	o := AdamOptions{Beta1: sd.Scalars["beta1"], Beta2: sd.Scalars["beta2"], Eps: sd.Scalars["eps"]}
+	var err error
+	if o.AMSGrad, err = scalarBool(op, sd, "amsgrad"); err != nil {
+		return err
+	}
+	if o.Maximize, err = scalarBool(op, sd, "maximize"); err != nil {
+		return err
+	}
+	if err := o.validate(op); err != nil {
+		return err
+	}
+	if o.AMSGrad != a.opts.AMSGrad {
+		return invalid(op, "key \"amsgrad\" = %v, but this optimizer was built with amsgrad %v (buffers differ)",
+			sd.Scalars["amsgrad"], a.opts.AMSGrad)
+	}
+	a.applyLoad(own, sd)
+	a.opts = o
+	return nil
+}

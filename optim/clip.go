@@ -1,0 +1,96 @@
+package optim
+
+import (
+	"errors"
+	"fmt"
+	"math"
+
+	"cohort/autograd"
+)
+
+// ErrNonFiniteNorm is returned (wrapped) by ClipGradNorm when the total
+// gradient norm is NaN or infinite; the gradients are then left unchanged
+// so the caller can skip the step.
+var ErrNonFiniteNorm = errors.New("optim: gradient norm is not finite")
+
+// ClipGradNorm scales the gradients of params in place so that their joint
+// norm is at most maxNorm, and returns the joint norm before scaling
+// (PyTorch's torch.nn.utils.clip_grad_norm_). normType is p > 0 for the
+// p-norm (2 is the usual choice) or math.Inf(1) for the largest absolute
+// value. Parameters whose Grad is nil are ignored; with none, the norm is 0.
+//
+// The scale is maxNorm/(norm + 1e-6) clamped to at most 1, applied only
+// when below 1. Norms are accumulated in float64.
+//
+// It returns an error wrapping ErrInvalid for a bad maxNorm or normType,
+// and one wrapping ErrNonFiniteNorm (with the norm) when the norm is NaN
+// or infinite, in which case no gradient is changed. (PyTorch by default
+// scales by the non-finite coefficient, turning every gradient into NaN.)
+func ClipGradNorm(params []*autograd.Var, maxNorm, normType float64) (float64, error) {
+	const op = "ClipGradNorm"
+	if math.IsNaN(maxNorm) || maxNorm < 0 {
+		return 0, invalid(op, "maxNorm = %v, want >= 0", maxNorm)
+	}
+	if !(normType > 0) {
+		return 0, invalid(op, "normType = %v, want p > 0 or +Inf", normType)
+	}
+	var acc float64 // sum of |g|^p, or the max |g| for p = +Inf
+	for i, p := range params {
+		if p == nil || p.Grad == nil {
+			continue
+		}
+		if !p.Grad.IsContiguous() {
+			panic(fmt.Sprintf("optim: ClipGradNorm: parameter %d: grad is a non-contiguous view (shape %v)", i, p.Grad.Shape()))
+		}
+		acc = accumulateNorm(acc, p.Grad.Data(), normType)
+	}
+	total := acc
+	switch normType {
+	case math.Inf(1):
+	case 1:
+	case 2:
+		total = math.Sqrt(acc)
+	default:
+		total = math.Pow(acc, 1/normType)
+	}
+	if math.IsNaN(total) || math.IsInf(total, 0) {
+		return total, fmt.Errorf("optim: ClipGradNorm: total %v-norm is %v: %w", normType, total, ErrNonFiniteNorm)
+	}
+	coef := maxNorm / (total + 1e-6)
+	if coef < 1 {
+		c := float32(coef)
+		for _, p := range params {
+			if p == nil || p.Grad == nil {
+				continue
+			}
+			d := p.Grad.Data()
+			for i := range d {
+				d[i] *= c
+			}
+		}
+	}
+	return total, nil
+}
+
+// accumulateNorm folds the elements of g into acc (see ClipGradNorm).
+func accumulateNorm(acc float64, g []float32, p float64) float64 {
+	switch p {
+	case math.Inf(1):
+		for _, x := range g {
+			acc = max(acc, math.Abs(float64(x)))
+		}
+	case 1:
+		for _, x := range g {
+			acc += math.Abs(float64(x))
+		}
+	case 2:
+		for _, x := range g {
+			acc += float64(x) * float64(x)
+		}
+	default:
+		for _, x := range g {
+			acc += math.Pow(math.Abs(float64(x)), p)
+		}
+	}
+	return acc
+}

@@ -1,0 +1,195 @@
+package optim
+
+import "fmt"
+
+// SGDOptions are SGD's hyperparameters other than the per-group learning
+// rate and weight decay. The zero value is plain SGD, PyTorch's default.
+type SGDOptions struct {
+	Momentum  float64 // >= 0; 0 disables the momentum buffer
+	Dampening float64 // >= 0; must be 0 with Nesterov
+	Nesterov  bool    // needs Momentum > 0
+	Maximize  bool    // ascend instead of descend
+}
+
+func (o SGDOptions) validate(op string) error {
+	if err := checkHyper(op, "momentum", o.Momentum); err != nil {
+		return err
+	}
+	if err := checkHyper(op, "dampening", o.Dampening); err != nil {
+		return err
+	}
+	if o.Nesterov && (o.Momentum <= 0 || o.Dampening != 0) {
+		return invalid(op, "nesterov needs momentum > 0 and dampening = 0 (got momentum %v, dampening %v)",
+			o.Momentum, o.Dampening)
+	}
+	return nil
+}
+
+// SGDHyper is everything one SGD update needs besides the data.
+type SGDHyper struct {
+	LR, WeightDecay, Momentum, Dampening float64
+	Nesterov, Maximize                   bool
+}
+
+// SGDUpdate applies update number step (1-based) of SGD to param in place,
+// exactly as PyTorch 1.13's torch.optim.SGD does per element:
+//
+//	g = ±grad + weightDecay·param            (− when Maximize)
+//	buf = g                                  on step 1
+//	buf = momentum·buf + (1 − dampening)·g   afterwards
+//	g = g + momentum·buf if Nesterov, else buf
+//	param = param − lr·g
+//
+// The momentum lines apply only when Momentum != 0; buf may then be nil.
+// The update is elementwise: splitting the slices anywhere and updating
+// the pieces gives bit-for-bit the same result. It panics when the slices'
+// lengths differ or step < 1.
+func SGDUpdate(param, grad, buf []float32, h SGDHyper, step int64) {
+	n := len(param)
+	if len(grad) != n || (h.Momentum != 0 && len(buf) != n) || step < 1 {
+		panic(fmt.Sprintf("optim: SGDUpdate: len(param) = %d, len(grad) = %d, len(buf) = %d (momentum %v), step %d",
+			n, len(grad), len(buf), h.Momentum, step))
+	}
+	grad = grad[:n]
+	lr, wd, mom := float32(h.LR), float32(h.WeightDecay), float32(h.Momentum)
+	damp := float32(1 - h.Dampening)
+	sign := float32(1)
+	if h.Maximize {
+		sign = -1
+	}
+	switch {
+	case h.Momentum == 0:
+		for i, p := range param {
+			g := sign * grad[i]
+			if wd != 0 {
+				g += wd * p
+			}
+			param[i] = p - lr*g
+		}
+	case step == 1:
+		buf = buf[:n]
+		for i, p := range param {
+			g := sign * grad[i]
+			if wd != 0 {
+				g += wd * p
+			}
+			buf[i] = g
+			if h.Nesterov {
+				g += mom * g
+			}
+			param[i] = p - lr*g
+		}
+	default:
+		buf = buf[:n]
+		for i, p := range param {
+			g := sign * grad[i]
+			if wd != 0 {
+				g += wd * p
+			}
+			b := mom*buf[i] + damp*g
+			buf[i] = b
+			if h.Nesterov {
+				g += mom * b
+			} else {
+				g = b
+			}
+			param[i] = p - lr*g
+		}
+	}
+}
+
+// SGD is stochastic gradient descent with optional momentum, dampening,
+// Nesterov momentum and weight decay (PyTorch's torch.optim.SGD).
+type SGD struct {
+	base
+	opts     SGDOptions
+	momentum [][]float32 // per parameter; nil when Momentum == 0
+}
+
+var _ Optimizer = (*SGD)(nil)
+
+// NewSGD returns an SGD optimizer over groups. Momentum buffers (when
+// Momentum > 0) are allocated here, one []float32 per parameter.
+func NewSGD(groups []Group, o SGDOptions) (*SGD, error) {
+	if err := o.validate("NewSGD"); err != nil {
+		return nil, err
+	}
+	b, err := newBase("SGD", groups)
+	if err != nil {
+		return nil, err
+	}
+	s := &SGD{base: b, opts: o}
+	if o.Momentum != 0 {
+		s.momentum = make([][]float32, len(b.params))
+		for i, p := range b.params {
+			s.momentum[i] = make([]float32, p.Value.Len())
+		}
+	}
+	return s, nil
+}
+
+// Hyper returns the update hyperparameters of group g.
+func (s *SGD) Hyper(g int) SGDHyper {
+	gr := s.groups[s.checkGroup("Hyper", g)]
+	return SGDHyper{LR: gr.LR, WeightDecay: gr.WeightDecay, Momentum: s.opts.Momentum,
+		Dampening: s.opts.Dampening, Nesterov: s.opts.Nesterov, Maximize: s.opts.Maximize}
+}
+
+// Step applies one update to every parameter that has a gradient.
+func (s *SGD) Step() {
+	for i := range s.params {
+		value, grad, ok := s.grad(i)
+		if !ok {
+			continue
+		}
+		var buf []float32
+		if s.momentum != nil {
+			buf = s.momentum[i]
+		}
+		s.steps[i]++
+		SGDUpdate(value, grad, buf, s.Hyper(s.group[i]), s.steps[i])
+	}
+}
+
+// StateDict returns the state: kind "sgd", per-parameter momentum_buffer
+// (when Momentum > 0) and step, group and option scalars.
+func (s *SGD) StateDict() *StateDict {
+	sd := newStateDict("sgd")
+	s.putCommon(sd)
+	for i, buf := range s.momentum {
+		s.putTensor(sd, i, "momentum_buffer", buf)
+	}
+	sd.Scalars["momentum"] = s.opts.Momentum
+	sd.Scalars["dampening"] = s.opts.Dampening
+	sd.Scalars["nesterov"] = boolScalar(s.opts.Nesterov)
+	sd.Scalars["maximize"] = boolScalar(s.opts.Maximize)
+	return sd
+}
+
+// LoadStateDict restores a state saved by StateDict from an SGD with the
+// same parameter layout and the same Momentum being zero or not.
+func (s *SGD) LoadStateDict(sd *StateDict) error {
+	const op = "SGD.LoadStateDict"
+	own := s.StateDict()
+	if err := s.checkLoad(own, sd); err != nil {
+		return err
+	}
+	o := SGDOptions{Momentum: sd.Scalars["momentum"], Dampening: sd.Scalars["dampening"]}
+	var err error
+	if o.Nesterov, err = scalarBool(op, sd, "nesterov"); err != nil {
+		return err
+	}
+	if o.Maximize, err = scalarBool(op, sd, "maximize"); err != nil {
+		return err
+	}
+	if err := o.validate(op); err != nil {
+		return err
+	}
+	if (o.Momentum == 0) != (s.opts.Momentum == 0) {
+		return invalid(op, "key \"momentum\" = %v, but this optimizer was built with momentum %v (buffers differ)",
+			o.Momentum, s.opts.Momentum)
+	}
+	s.applyLoad(own, sd)
+	s.opts = o
+	return nil
+}

@@ -1,0 +1,168 @@
+package optim
+
+import (
+	"fmt"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"cohort/tensor"
+)
+
+// StateDict is the serialisable state of an optimizer or a Scheduler:
+// named tensors and named scalars. Names depend only on the parameter
+// layout (the groups and their order), never on memory addresses:
+//
+//	state.<i>.<buffer>   tensor: per-parameter state (momentum_buffer,
+//	                     exp_avg, exp_avg_sq, max_exp_avg_sq); i counts
+//	                     parameters across groups in order, like PyTorch
+//	state.<i>.step       scalar: updates applied to parameter i
+//	group.<g>.lr         scalar: learning rate of group g
+//	group.<g>.weight_decay, group.<g>.params (its parameter count)
+//	<option>             scalar: momentum, beta1, … (booleans as 0 or 1)
+type StateDict struct {
+	Kind    string // "sgd", "adam", "adamw" or "scheduler"
+	Tensors map[string]*tensor.Tensor
+	Scalars map[string]float64
+}
+
+func newStateDict(kind string) *StateDict {
+	return &StateDict{Kind: kind, Tensors: map[string]*tensor.Tensor{}, Scalars: map[string]float64{}}
+}
+
+func stateKey(i int, name string) string { return "state." + strconv.Itoa(i) + "." + name }
+
+// putCommon adds the group and step scalars.
+func (b *base) putCommon(sd *StateDict) {
+	for g, gr := range b.groups {
+		pre := "group." + strconv.Itoa(g) + "."
+		sd.Scalars[pre+"lr"] = gr.LR
+		sd.Scalars[pre+"weight_decay"] = gr.WeightDecay
+		sd.Scalars[pre+"params"] = float64(len(gr.Params))
+	}
+	for i, s := range b.steps {
+		sd.Scalars[stateKey(i, "step")] = float64(s)
+	}
+}
+
+// putTensor adds per-parameter buffer data of parameter i, aliased and
+// shaped like the parameter.
+func (b *base) putTensor(sd *StateDict, i int, name string, data []float32) {
+	sd.Tensors[stateKey(i, name)] = tensor.FromSlice(data, b.params[i].Value.Shape()...)
+}
+
+// checkLoad validates sd against own (the optimizer's live state dict):
+// same kind, same keys, same tensor shapes, valid common scalars. Errors
+// name the first bad key in sorted order.
+func (b *base) checkLoad(own, sd *StateDict) error {
+	op := b.name + ".LoadStateDict"
+	if sd == nil {
+		return invalid(op, "nil state dict")
+	}
+	if sd.Kind != own.Kind {
+		return invalid(op, "state dict is of kind %q, want %q", sd.Kind, own.Kind)
+	}
+	if err := sameKeys(op, "tensor", own.Tensors, sd.Tensors); err != nil {
+		return err
+	}
+	if err := sameKeys(op, "scalar", own.Scalars, sd.Scalars); err != nil {
+		return err
+	}
+	for _, k := range sortedKeys(sd.Tensors) {
+		t, want := sd.Tensors[k], own.Tensors[k]
+		if t == nil || !t.SameShape(want) {
+			var shape []int
+			if t != nil {
+				shape = t.Shape()
+			}
+			return invalid(op, "key %q: shape %v, want %v", k, shape, want.Shape())
+		}
+	}
+	for _, k := range sortedKeys(sd.Scalars) {
+		v := sd.Scalars[k]
+		switch {
+		case strings.HasSuffix(k, ".step"):
+			if !(v >= 0 && v <= 1<<53 && v == math.Trunc(v)) {
+				return invalid(op, "key %q = %v, want a whole number >= 0", k, v)
+			}
+		case strings.HasSuffix(k, ".params"):
+			if v != own.Scalars[k] {
+				return invalid(op, "key %q = %v, but the group has %v parameters", k, v, own.Scalars[k])
+			}
+		case strings.HasPrefix(k, "group."):
+			if err := checkHyper(op, "key "+strconv.Quote(k), v); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// applyLoad copies a checked sd into the live state: tensors into the
+// buffers own aliases, then the common scalars.
+func (b *base) applyLoad(own, sd *StateDict) {
+	for k, t := range sd.Tensors {
+		dst := own.Tensors[k].Data()
+		if t.IsContiguous() {
+			copy(dst, t.Data())
+		} else {
+			copy(dst, t.Contiguous().Data())
+		}
+	}
+	for g := range b.groups {
+		pre := "group." + strconv.Itoa(g) + "."
+		b.groups[g].LR = sd.Scalars[pre+"lr"]
+		b.groups[g].WeightDecay = sd.Scalars[pre+"weight_decay"]
+	}
+	for i := range b.steps {
+		b.steps[i] = int64(sd.Scalars[stateKey(i, "step")])
+	}
+}
+
+// sameKeys reports the first key (sorted) present in one map but not the other.
+func sameKeys[V any](op, what string, own, got map[string]V) error {
+	for _, k := range sortedKeys(got) {
+		if _, ok := own[k]; !ok {
+			return invalid(op, "unknown %s key %q", what, k)
+		}
+	}
+	for _, k := range sortedKeys(own) {
+		if _, ok := got[k]; !ok {
+			return invalid(op, "missing %s key %q", what, k)
+		}
+	}
+	return nil
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	ks := make([]string, 0, len(m))
+	for k := range m {
+		ks = append(ks, k)
+	}
+	slices.Sort(ks)
+	return ks
+}
+
+// boolScalar encodes a flag as 0 or 1.
+func boolScalar(v bool) float64 {
+	if v {
+		return 1
+	}
+	return 0
+}
+
+// scalarBool decodes a flag, rejecting anything but 0 and 1.
+func scalarBool(op string, sd *StateDict, key string) (bool, error) {
+	switch v := sd.Scalars[key]; v {
+	case 0, 1:
+		return v == 1, nil
+	default:
+		return false, invalid(op, "key %q = %v, want 0 or 1", key, v)
+	}
+}
+
+// String summarises the dict for debugging: kind and key counts.
+func (sd *StateDict) String() string {
+	return fmt.Sprintf("optim.StateDict{%s: %d tensors, %d scalars}", sd.Kind, len(sd.Tensors), len(sd.Scalars))
+}
