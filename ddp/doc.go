@@ -1,0 +1,83 @@
+// Package ddp is distributed data parallel training: every rank holds a
+// replica of the model, trains it on its own share of the data, and the
+// replicas stay identical because their gradients are averaged across the
+// process group after every backward pass.
+//
+// # Usage
+//
+//	m, err := ddp.Wrap(ctx, model, pg, ddp.Options{})
+//	...
+//	for each batch {
+//		out, err := m.Forward(ctx, x)
+//		loss := lossFn(out, y)
+//		err = m.Backward(ctx, loss) // gradients are now the group average
+//		opt.Step()
+//		opt.ZeroGrad()
+//	}
+//
+// Wrap checks that every rank has the same parameters and buffers (names,
+// shapes, dtypes; a mismatch is an error naming the rank and the
+// parameter) and copies rank 0's values to every rank.
+//
+// # Buckets and overlap
+//
+// Gradients are reduced in buckets: parameters are grouped, in the order
+// their gradients are expected to become ready, into flat contiguous
+// float32 buffers, the first capped at Options.FirstBucketCapBytes (1 MiB)
+// and the others at Options.BucketCapBytes (25 MiB); a bucket closes with
+// the parameter that makes it reach its cap. The assignment is the pure
+// function PlanBuckets. Before the first step the expected order is the
+// reverse of the parameter order; after the first synchronised step the
+// buckets are rebuilt in the order the gradients actually became ready on
+// the lowest active rank (broadcast, so every rank uses the same plan).
+//
+// Autograd's per-parameter gradient-ready hooks mark parameters ready
+// during backward. When every parameter of a bucket is ready, and every
+// earlier bucket has been started, the bucket's reduction starts
+// asynchronously through the communication hook while backward continues
+// with the remaining layers. Buckets start strictly in plan order on every
+// rank, so the collectives are issued in the same order everywhere. After
+// autograd's backward returns, Backward waits for the outstanding
+// reductions and leaves the averaged gradient in each parameter's Grad.
+//
+// With Options.GradientAsBucketView each parameter's Grad is a view into
+// its bucket, so autograd accumulates straight into the buffer that is
+// reduced (no copy in, no copy out). Optimizers must then zero gradients in
+// place rather than replace the Grad tensor; a replaced Grad is detected
+// and copied back into the bucket, which keeps results correct at the cost
+// of the copy. Without the option, gradients are copied into the bucket
+// when ready and the average is copied back.
+//
+// # Communication hooks
+//
+// Options.Hook chooses how a bucket is reduced: AllReduceHook (the
+// default, an exact float32 sum divided by the number of contributing
+// ranks), FP16CompressHook and BF16CompressHook (halve the bytes on the
+// wire at the cost of half-precision rounding), and PowerSGD (low-rank
+// compression with error feedback and warm start).
+//
+// # Gradient accumulation, unused parameters, buffers, uneven inputs
+//
+// NoSync runs forward and backward passes without communication;
+// gradients accumulate locally and the next synchronised Backward reduces
+// the sum. A parameter that takes no part in a synchronised backward is an
+// error naming it unless Options.FindUnusedParameters is set, in which case
+// it contributes a zero gradient. Buffers (BatchNorm running statistics)
+// are broadcast from rank 0 before every synchronised forward unless
+// Options.NoBroadcastBuffers is set; the statistics a forward pass computes
+// stay per-rank, as in PyTorch. Join lets ranks with fewer batches finish
+// early: they shadow the collectives of the ranks still training, with
+// zero gradients, until every rank has joined.
+//
+// # Statistics
+//
+// Stats reports the time spent in forward and backward, the time the
+// gradient communication took, and how much of it was hidden behind
+// backward.
+//
+// # Concurrency
+//
+// A Model is driven by one goroutine. The process group runs the
+// reductions in the background; ddp starts no goroutine that outlives a
+// call except those the process group owns.
+package ddp

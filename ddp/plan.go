@@ -1,0 +1,137 @@
+package ddp
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Default bucket caps, as in PyTorch: a small first bucket so that the
+// first reduction starts early in backward, larger ones after it.
+const (
+	DefaultFirstBucketCapBytes int64 = 1 << 20
+	DefaultBucketCapBytes      int64 = 25 << 20
+)
+
+// gradElemBytes is the size of one gradient element (float32).
+const gradElemBytes = 4
+
+// Plan assigns parameters to gradient buckets and lays the buckets out in
+// one flat gradient buffer.
+//
+// Invariants: Buckets are in launch order; the parameters of bucket i
+// occupy elements [Buckets[i].Start, Buckets[i].End) of the flat buffer,
+// contiguously, in the bucket's order; Buckets[i].End == Buckets[i+1].Start;
+// Offset[p] is parameter p's first element, or -1 for a parameter in no
+// bucket.
+type Plan struct {
+	Buckets []BucketPlan
+	Offset  []int
+}
+
+// BucketPlan is one bucket of a Plan.
+type BucketPlan struct {
+	Params     []int // parameter indices in expected ready order
+	Start, End int   // element range in the flat buffer
+	CapBytes   int64 // the cap this bucket was filled against
+}
+
+// Bytes returns the bucket's size in bytes.
+func (b BucketPlan) Bytes() int64 { return int64(b.End-b.Start) * gradElemBytes }
+
+// Len returns the total number of elements in all buckets.
+func (p Plan) Len() int {
+	if len(p.Buckets) == 0 {
+		return 0
+	}
+	return p.Buckets[len(p.Buckets)-1].End
+}
+
+// String renders the plan one bucket per line, e.g.
+// "bucket 0 cap=1048576 bytes=4194344 params=[5 4 3 2]".
+func (p Plan) String() string {
+	var b strings.Builder
+	for i, bk := range p.Buckets {
+		fmt.Fprintf(&b, "bucket %d cap=%d bytes=%d params=%v\n", i, bk.CapBytes, bk.Bytes(), bk.Params)
+	}
+	return b.String()
+}
+
+// PlanBuckets assigns the parameters listed in order to buckets. numel[i]
+// is parameter i's element count (float32 gradients); order lists the
+// parameter indices in the order their gradients are expected to become
+// ready, each at most once (parameters not listed, e.g. frozen ones, get no
+// bucket). Buckets are filled in that order; a bucket closes as soon as its
+// size reaches its cap, firstCapBytes for the first bucket and capBytes for
+// every later one, so a bucket exceeds its cap by at most its last
+// parameter. Zero-element parameters are placed like any other.
+//
+// PlanBuckets is a pure function; it returns an error for an index out of
+// range, a repeated index, or a cap that is not positive.
+func PlanBuckets(numel []int, order []int, firstCapBytes, capBytes int64) (Plan, error) {
+	if firstCapBytes <= 0 || capBytes <= 0 {
+		return Plan{}, fmt.Errorf("ddp: bucket caps must be positive (first %d bytes, others %d bytes)", firstCapBytes, capBytes)
+	}
+	p := Plan{Offset: make([]int, len(numel))}
+	for i := range p.Offset {
+		p.Offset[i] = -1
+	}
+	for _, idx := range order {
+		if idx < 0 || idx >= len(numel) {
+			return Plan{}, fmt.Errorf("ddp: bucket order names parameter %d of %d", idx, len(numel))
+		}
+		if numel[idx] < 0 {
+			return Plan{}, fmt.Errorf("ddp: parameter %d has negative size %d", idx, numel[idx])
+		}
+		if p.Offset[idx] >= 0 {
+			return Plan{}, fmt.Errorf("ddp: bucket order lists parameter %d twice", idx)
+		}
+		// Invariant: the last bucket is open when its size is below its cap.
+		if n := len(p.Buckets); n == 0 || p.Buckets[n-1].Bytes() >= p.Buckets[n-1].CapBytes {
+			bcap := capBytes
+			if n == 0 {
+				bcap = firstCapBytes
+			}
+			start := 0
+			if n > 0 {
+				start = p.Buckets[n-1].End
+			}
+			p.Buckets = append(p.Buckets, BucketPlan{Start: start, End: start, CapBytes: bcap})
+		}
+		b := &p.Buckets[len(p.Buckets)-1]
+		p.Offset[idx] = b.End
+		b.Params = append(b.Params, idx)
+		b.End += numel[idx]
+	}
+	return p, nil
+}
+
+// reverseOrder returns the indices of the parameters for which include is
+// true, last first: the expected gradient-ready order of a network whose
+// parameters are registered in the order they are used.
+func reverseOrder(n int, include func(int) bool) []int {
+	var order []int
+	for i := n - 1; i >= 0; i-- {
+		if include(i) {
+			order = append(order, i)
+		}
+	}
+	return order
+}
+
+// completeOrder returns observed followed by the indices of want that
+// observed lacks, in want's order: the rebuilt order when some parameters
+// never became ready (unused parameters go last).
+func completeOrder(observed, want []int) []int {
+	seen := make(map[int]bool, len(observed))
+	out := make([]int, 0, len(want))
+	for _, i := range observed {
+		seen[i] = true
+		out = append(out, i)
+	}
+	for _, i := range want {
+		if !seen[i] {
+			out = append(out, i)
+		}
+	}
+	return out
+}

@@ -1,0 +1,208 @@
+package ddp
+
+import (
+	"bufio"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite testdata goldens")
+
+// TestPlanBucketsGolden replays testdata/plan.txt: each case gives the
+// parameter sizes, the ready order and the caps; the expected plan follows
+// "----". Run with -update to rewrite the expectations (review the diff).
+func TestPlanBucketsGolden(t *testing.T) {
+	path := filepath.Join("testdata", "plan.txt")
+	cases := readPlanCases(t, path)
+	if len(cases) < 5 {
+		t.Fatalf("%s: %d cases, want ≥ 5", path, len(cases))
+	}
+	var out strings.Builder
+	for _, c := range cases {
+		got := c.run()
+		t.Run(c.name, func(t *testing.T) {
+			if !*update && got != c.want {
+				t.Errorf("plan:\n%s\nwant:\n%s", got, c.want)
+			}
+		})
+		fmt.Fprintf(&out, "# %s\nnumel:%s\norder:%s\ncaps:%s\n----\n%s\n", c.name, pad(c.numel), pad(c.order), pad(c.caps), got)
+	}
+	if *update {
+		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+type planCase struct {
+	name, numel, order, caps, want string
+}
+
+func (c planCase) run() string {
+	numel, err1 := parseInts(c.numel)
+	caps, err3 := parseInts(c.caps)
+	var order []int
+	var err2 error
+	if c.order == "reverse" {
+		order = reverseOrder(len(numel), func(int) bool { return true })
+	} else {
+		order, err2 = parseInts(c.order)
+	}
+	for _, err := range []error{err1, err2, err3} {
+		if err != nil {
+			return "parse error: " + err.Error() + "\n"
+		}
+	}
+	if len(caps) != 2 {
+		return "parse error: caps needs 2 values\n"
+	}
+	p, err := PlanBuckets(numel, order, int64(caps[0]), int64(caps[1]))
+	if err != nil {
+		return "error: " + err.Error() + "\n"
+	}
+	if err := p.check(numel); err != nil {
+		return "invariant broken: " + err.Error() + "\n"
+	}
+	return p.String() + fmt.Sprintf("offsets %v\n", p.Offset)
+}
+
+func pad(s string) string {
+	if s == "" {
+		return ""
+	}
+	return " " + s
+}
+
+func parseInts(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Fields(s) {
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, err
+		}
+		out = append(out, v)
+	}
+	return out, nil
+}
+
+func readPlanCases(t *testing.T, path string) []planCase {
+	t.Helper()
+	f, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer f.Close()
+	var cases []planCase
+	var cur *planCase
+	inWant := false
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		line := sc.Text()
+		switch {
+		case strings.HasPrefix(line, "# "):
+			cases = append(cases, planCase{name: strings.TrimPrefix(line, "# ")})
+			cur = &cases[len(cases)-1]
+			inWant = false
+		case cur == nil || line == "" && !inWant:
+		case inWant:
+			if line != "" {
+				cur.want += line + "\n"
+			}
+		case line == "----":
+			inWant = true
+		case strings.HasPrefix(line, "numel:"):
+			cur.numel = strings.TrimSpace(strings.TrimPrefix(line, "numel:"))
+		case strings.HasPrefix(line, "order:"):
+			cur.order = strings.TrimSpace(strings.TrimPrefix(line, "order:"))
+		case strings.HasPrefix(line, "caps:"):
+			cur.caps = strings.TrimSpace(strings.TrimPrefix(line, "caps:"))
+		default:
+			t.Fatalf("%s: unexpected line %q", path, line)
+		}
+	}
+	if err := sc.Err(); err != nil {
+		t.Fatal(err)
+	}
+	return cases
+}
+
+// check verifies the Plan invariants against the parameter sizes.
+func (p Plan) check(numel []int) error {
+	next := 0
+	for i, b := range p.Buckets {
+		if b.Start != next {
+			return fmt.Errorf("bucket %d starts at %d, want %d", i, b.Start, next)
+		}
+		for _, idx := range b.Params {
+			if p.Offset[idx] != next {
+				return fmt.Errorf("parameter %d at %d, want %d", idx, p.Offset[idx], next)
+			}
+			next += numel[idx]
+		}
+		if b.End != next {
+			return fmt.Errorf("bucket %d ends at %d, want %d", i, b.End, next)
+		}
+		// Only the last parameter may take a bucket to or past its cap.
+		if len(b.Params) > 1 {
+			last := b.Params[len(b.Params)-1]
+			if int64(b.End-b.Start-numel[last])*gradElemBytes >= b.CapBytes {
+				return fmt.Errorf("bucket %d reached its cap before its last parameter", i)
+			}
+		}
+		if i < len(p.Buckets)-1 && b.Bytes() < b.CapBytes {
+			return fmt.Errorf("bucket %d closed below its cap", i)
+		}
+	}
+	return nil
+}
+
+func TestPlanBucketsErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		numel []int
+		order []int
+		first int64
+		cap   int64
+		want  string
+	}{
+		{"index out of range", []int{1, 2}, []int{2}, 4, 4, "names parameter 2 of 2"},
+		{"negative index", []int{1, 2}, []int{-1}, 4, 4, "names parameter -1 of 2"},
+		{"repeated index", []int{1, 2}, []int{1, 0, 1}, 4, 4, "lists parameter 1 twice"},
+		{"zero first cap", []int{1}, []int{0}, 0, 4, "caps must be positive"},
+		{"negative cap", []int{1}, []int{0}, 4, -1, "caps must be positive"},
+		{"negative size", []int{-3}, []int{0}, 4, 4, "negative size"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			_, err := PlanBuckets(tt.numel, tt.order, tt.first, tt.cap)
+			if err == nil || !strings.Contains(err.Error(), tt.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tt.want)
+			}
+		})
+	}
+}
+
+func TestCompleteOrder(t *testing.T) {
+	tests := []struct {
+		name           string
+		observed, want []int
+		out            []int
+	}{
+		{"all observed", []int{2, 0, 1}, []int{2, 1, 0}, []int{2, 0, 1}},
+		{"unused go last", []int{3, 1}, []int{3, 2, 1, 0}, []int{3, 1, 2, 0}},
+		{"none observed", nil, []int{1, 0}, []int{1, 0}},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			got := completeOrder(tt.observed, tt.want)
+			if fmt.Sprint(got) != fmt.Sprint(tt.out) {
+				t.Fatalf("completeOrder = %v, want %v", got, tt.out)
+			}
+		})
+	}
+}
