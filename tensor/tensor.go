@@ -130,33 +130,8 @@ func (t *Tensor) Contiguous() *Tensor {
 		return t
 	}
 	out := New(t.shape...)
-	dst := out.storage
-	i := 0
-	t.each(func(src int) { dst[i] = t.storage[src]; i++ })
+	out.CopyFrom(t)
 	return out
-}
-
-// each calls f with the storage index of every element in row-major order.
-func (t *Tensor) each(f func(int)) {
-	n := t.Len()
-	if n == 0 {
-		return
-	}
-	nd := len(t.shape)
-	idx := make([]int, nd)
-	pos := t.offset
-	for k := 0; k < n; k++ {
-		f(pos)
-		for d := nd - 1; d >= 0; d-- {
-			idx[d]++
-			pos += t.strides[d]
-			if idx[d] < t.shape[d] {
-				break
-			}
-			pos -= t.strides[d] * t.shape[d]
-			idx[d] = 0
-		}
-	}
 }
 
 func checkShape(op string, shape []int) int {

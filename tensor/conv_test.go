@@ -1,0 +1,133 @@
+package tensor
+
+import (
+	"fmt"
+	"math"
+	"testing"
+)
+
+// naiveConv computes the convolution and, given dy, its three gradients by
+// direct loops over the definition.
+func naiveConv(x, w, b, dy *Tensor, s, p int) (y, dx, dw, db []float32) {
+	N, C, H, W := x.Dim(0), x.Dim(1), x.Dim(2), x.Dim(3)
+	O, KH, KW := w.Dim(0), w.Dim(2), w.Dim(3)
+	OH, OW := (H+2*p-KH)/s+1, (W+2*p-KW)/s+1
+	y = make([]float32, N*O*OH*OW)
+	dx, dw, db = make([]float32, x.Len()), make([]float32, w.Len()), make([]float32, O)
+	for n := 0; n < N; n++ {
+		for o := 0; o < O; o++ {
+			for oh := 0; oh < OH; oh++ {
+				for ow := 0; ow < OW; ow++ {
+					acc := float64(b.At(o))
+					g := dy.At(n, o, oh, ow)
+					db[o] += g
+					for c := 0; c < C; c++ {
+						for i := 0; i < KH; i++ {
+							for j := 0; j < KW; j++ {
+								ih, iw := oh*s-p+i, ow*s-p+j
+								if ih < 0 || ih >= H || iw < 0 || iw >= W {
+									continue
+								}
+								acc += float64(x.At(n, c, ih, iw)) * float64(w.At(o, c, i, j))
+								dx[((n*C+c)*H+ih)*W+iw] += g * w.At(o, c, i, j)
+								dw[((o*C+c)*KH+i)*KW+j] += g * x.At(n, c, ih, iw)
+							}
+						}
+					}
+					y[((n*O+o)*OH+oh)*OW+ow] = float32(acc)
+				}
+			}
+		}
+	}
+	return y, dx, dw, db
+}
+
+func TestConv2d(t *testing.T) {
+	rng := newRNG(6)
+	cases := []struct{ N, C, H, W, O, K, S, P int }{
+		{2, 1, 6, 6, 3, 3, 1, 0},
+		{1, 2, 7, 5, 4, 3, 2, 1},
+		{2, 3, 8, 8, 2, 5, 1, 2},
+		{1, 4, 5, 5, 2, 1, 1, 0},
+		{2, 2, 9, 7, 3, 3, 3, 2},
+		{1, 1, 2, 2, 1, 3, 1, 1},
+	}
+	for _, c := range cases {
+		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
+			x := randT(rng, c.N, c.C, c.H, c.W)
+			w := randT(rng, c.O, c.C, c.K, c.K)
+			b := randT(rng, c.O)
+			y, col := Conv2dForward(x, w, b, c.S, c.P)
+			dy := randT(rng, y.Shape()...)
+			wy, wdx, wdw, wdb := naiveConv(x, w, b, dy, c.S, c.P)
+			assertClose(t, "y", y.Data(), wy, 1e-5)
+			dx, dw, db := Conv2dBackward(dy, w, col, x.Shape(), c.S, c.P, true)
+			assertClose(t, "dx", dx.Data(), wdx, 1e-5)
+			assertClose(t, "dw", dw.Data(), wdw, 1e-5)
+			assertClose(t, "db", db.Data(), wdb, 1e-5)
+			if dx2, _, _ := Conv2dBackward(dy, w, col, x.Shape(), c.S, c.P, false); dx2 != nil {
+				t.Errorf("dx computed without needInput")
+			}
+		})
+	}
+	t.Run("strided_input", func(t *testing.T) {
+		x := randT(rng, 2, 5, 5, 3).Permute(0, 3, 1, 2) // NHWC storage viewed as NCHW
+		w, b := randT(rng, 2, 3, 3, 3), randT(rng, 2)
+		y := Conv2d(x, w, b, 1, 1)
+		wy, _, _, _ := naiveConv(x, w, b, New(y.Shape()...), 1, 1)
+		assertClose(t, "y", y.Data(), wy, 1e-5)
+	})
+	mustPanic(t, func() { Conv2d(New(1, 2, 5, 5), New(3, 4, 3, 3), nil, 1, 0) }, "tensor: Conv2d", "[1 2 5 5]", "[3 4 3 3]")
+	mustPanic(t, func() { Conv2d(New(1, 2, 2, 2), New(3, 2, 5, 5), nil, 1, 0) }, "Conv2d", "larger")
+	mustPanic(t, func() { Conv2d(New(2, 5, 5), New(3, 2, 3, 3), nil, 1, 0) }, "Conv2d", "[2 5 5]")
+}
+
+func TestPool(t *testing.T) {
+	rng := newRNG(7)
+	for _, c := range []struct{ K, S, P int }{{2, 2, 0}, {3, 1, 0}, {3, 2, 0}, {3, 2, 1}, {2, 1, 1}} {
+		t.Run(fmt.Sprintf("k%ds%dp%d", c.K, c.S, c.P), func(t *testing.T) {
+			x := randT(rng, 2, 2, 7, 6)
+			g := NewConvGeom("test", x.Shape(), c.K, c.K, c.S, c.P)
+			ymax, arg := MaxPool2d(x, c.K, c.S, c.P)
+			yavg := AvgPool2d(x, c.K, c.S, c.P)
+			dy := randT(rng, ymax.Shape()...)
+			var wmax, wavg []float32
+			wdmax, wdavg := make([]float32, x.Len()), make([]float32, x.Len())
+			forIndex(ymax.Shape(), func(idx []int) {
+				n, ch, oh, ow := idx[0], idx[1], idx[2], idx[3]
+				best, bi := math.Inf(-1), -1
+				var sum float64
+				for i := 0; i < c.K; i++ {
+					for j := 0; j < c.K; j++ {
+						h, w := oh*c.S-c.P+i, ow*c.S-c.P+j
+						if h < 0 || h >= g.H || w < 0 || w >= g.W {
+							continue
+						}
+						v := float64(x.At(n, ch, h, w))
+						sum += v
+						if v > best {
+							best, bi = v, ((n*g.C+ch)*g.H+h)*g.W+w
+						}
+					}
+				}
+				wmax = append(wmax, float32(best))
+				wavg = append(wavg, float32(sum/float64(c.K*c.K)))
+				gv := dy.At(idx...)
+				wdmax[bi] += gv
+				for i := 0; i < c.K; i++ {
+					for j := 0; j < c.K; j++ {
+						h, w := oh*c.S-c.P+i, ow*c.S-c.P+j
+						if h >= 0 && h < g.H && w >= 0 && w < g.W {
+							wdavg[((n*g.C+ch)*g.H+h)*g.W+w] += gv / float32(c.K*c.K)
+						}
+					}
+				}
+			})
+			assertClose(t, "max", ymax.Data(), wmax, 0)
+			assertClose(t, "avg", yavg.Data(), wavg, 1e-6)
+			assertClose(t, "dmax", MaxPool2dBackward(dy, arg, x.Shape()).Data(), wdmax, 1e-6)
+			assertClose(t, "davg", AvgPool2dBackward(dy, x.Shape(), c.K, c.S, c.P).Data(), wdavg, 1e-6)
+		})
+	}
+	mustPanic(t, func() { MaxPool2d(New(1, 1, 4, 4), 2, 0, 0) }, "MaxPool2d", "stride 0")
+}

@@ -1,0 +1,129 @@
+package tensor
+
+import "math"
+
+// 2-D pooling over [N, C, H, W] inputs with a square kernel, equal stride
+// and zero padding on both axes (floor mode, as PyTorch's defaults).
+
+// MaxPool2d returns the window maxima of x, [N, C, OH, OW], and for each
+// output element the index (h·W + w) within its input plane of the element
+// chosen (the first maximum in row-major window order). Padding counts as
+// −∞. Pass the indices to MaxPool2dBackward.
+func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
+	g := NewConvGeom("MaxPool2d", x.shape, kernel, kernel, stride, padding)
+	if padding > kernel/2 {
+		panicf("MaxPool2d: padding %d exceeds half the kernel %d", padding, kernel)
+	}
+	xd := x.Contiguous().Data()
+	y := New(g.N, g.C, g.OH, g.OW)
+	yd := y.Data()
+	arg := make([]int32, len(yd))
+	HW, L := g.H*g.W, g.OH*g.OW
+	for pl := 0; pl < g.N*g.C; pl++ {
+		in := xd[pl*HW:][:HW]
+		out := yd[pl*L:][:L]
+		am := arg[pl*L:][:L]
+		for oh := 0; oh < g.OH; oh++ {
+			h0 := oh*stride - padding
+			for ow := 0; ow < g.OW; ow++ {
+				w0 := ow*stride - padding
+				best, bi := float32(math.Inf(-1)), -1
+				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
+					row := in[i*g.W:][:g.W]
+					for j := max(w0, 0); j < min(w0+kernel, g.W); j++ {
+						if v := row[j]; v > best || bi < 0 || v != v {
+							best, bi = v, i*g.W+j
+							if v != v {
+								break
+							}
+						}
+					}
+				}
+				out[oh*g.OW+ow], am[oh*g.OW+ow] = best, int32(bi)
+			}
+		}
+	}
+	return y, arg
+}
+
+// MaxPool2dBackward routes dy [N, C, OH, OW] to the input positions
+// MaxPool2d chose, returning dx of shape xShape.
+func MaxPool2dBackward(dy *Tensor, argmax []int32, xShape []int) *Tensor {
+	if len(xShape) != 4 || len(dy.shape) != 4 || dy.shape[0] != xShape[0] || dy.shape[1] != xShape[1] || len(argmax) != dy.Len() {
+		panicf("MaxPool2dBackward: gradient shape %v with %d indices does not match input shape %v", dy.shape, len(argmax), xShape)
+	}
+	dx := New(xShape...)
+	dxd := dx.Data()
+	dyd := dy.Contiguous().Data()
+	HW := xShape[2] * xShape[3]
+	L := dy.shape[2] * dy.shape[3]
+	for pl := 0; pl < xShape[0]*xShape[1]; pl++ {
+		in := dxd[pl*HW:][:HW]
+		g := dyd[pl*L:][:L]
+		for i, a := range argmax[pl*L : (pl+1)*L] {
+			in[a] += g[i]
+		}
+	}
+	return dx
+}
+
+// AvgPool2d returns the window means of x, [N, C, OH, OW]. Padding counts
+// as zeros in the mean (PyTorch's count_include_pad).
+func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
+	g := NewConvGeom("AvgPool2d", x.shape, kernel, kernel, stride, padding)
+	xd := x.Contiguous().Data()
+	y := New(g.N, g.C, g.OH, g.OW)
+	yd := y.Data()
+	inv := 1 / float32(kernel*kernel)
+	HW, L := g.H*g.W, g.OH*g.OW
+	for pl := 0; pl < g.N*g.C; pl++ {
+		in := xd[pl*HW:][:HW]
+		out := yd[pl*L:][:L]
+		for oh := 0; oh < g.OH; oh++ {
+			h0 := oh*stride - padding
+			for ow := 0; ow < g.OW; ow++ {
+				w0 := ow*stride - padding
+				var acc float32
+				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
+					for _, v := range in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)] {
+						acc += v
+					}
+				}
+				out[oh*g.OW+ow] = acc * inv
+			}
+		}
+	}
+	return y
+}
+
+// AvgPool2dBackward spreads dy evenly over each window, returning dx of
+// shape xShape.
+func AvgPool2dBackward(dy *Tensor, xShape []int, kernel, stride, padding int) *Tensor {
+	g := NewConvGeom("AvgPool2dBackward", xShape, kernel, kernel, stride, padding)
+	if want := []int{g.N, g.C, g.OH, g.OW}; !equalInts(dy.shape, want) {
+		panicf("AvgPool2dBackward: gradient shape %v, want %v for input shape %v", dy.shape, want, xShape)
+	}
+	dx := New(xShape...)
+	dxd := dx.Data()
+	dyd := dy.Contiguous().Data()
+	inv := 1 / float32(kernel*kernel)
+	HW, L := g.H*g.W, g.OH*g.OW
+	for pl := 0; pl < g.N*g.C; pl++ {
+		in := dxd[pl*HW:][:HW]
+		gd := dyd[pl*L:][:L]
+		for oh := 0; oh < g.OH; oh++ {
+			h0 := oh*stride - padding
+			for ow := 0; ow < g.OW; ow++ {
+				w0 := ow*stride - padding
+				v := gd[oh*g.OW+ow] * inv
+				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
+					row := in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)]
+					for j := range row {
+						row[j] += v
+					}
+				}
+			}
+		}
+	}
+	return dx
+}
