@@ -55,3 +55,8 @@ type PeerError struct {
 
 func (e *PeerError) Error() string { return fmt.Sprintf("transport: peer %d: %v", e.Peer, e.Err) }
 func (e *PeerError) Unwrap() error { return e.Err }
+
+// ErrLength is wrapped by the error of a Recv whose buffer length differs
+// from the length of the message waiting under its tag. The message stays
+// queued.
+var ErrLength = errors.New("transport: message length differs from buffer length")

@@ -1,0 +1,408 @@
+// Package demux matches the messages arriving from one peer to the
+// receivers waiting for them, by tag. It is the receive half shared by the
+// inproc, tcp and shm transports.
+//
+// A Box belongs to one (receiver, peer) pair. Its source (the goroutine that
+// reads the peer's link) announces each message with Begin, fills it with
+// Write and finishes it with Done or Abort. Receivers call Recv. When a
+// receiver is already waiting for the tag, the payload is written straight
+// into the receiver's buffer (no intermediate copy); otherwise the payload
+// goes to a freshly allocated buffer that a later Recv copies from. A Recv
+// that arrives while such a message is still being written takes the bytes
+// written so far and has the rest written directly into its own buffer.
+//
+// Invariants:
+//   - per tag, messages are handed to receivers in the order Begin saw them;
+//   - a message is matched to at most one receiver at a time (Msg.w);
+//   - a receiver whose Recv has returned is never written to again: a
+//     cancelled receiver detaches under Msg.mu, after which Write targets a
+//     private copy;
+//   - lock order is Box.mu before Msg.mu; Write takes only Msg.mu.
+package demux
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"cohort/dist/transport"
+)
+
+// discardBytes bounds the scratch buffer used to drain messages nobody will
+// receive (after Close).
+const discardBytes = 64 << 10
+
+// Box holds the messages from one peer, queued by tag, and the receivers
+// waiting for them. All methods are safe for concurrent use; Begin, Write,
+// Done and Abort are meant for a single source goroutine at a time per
+// message.
+type Box struct {
+	mu       sync.Mutex
+	streams  map[transport.Tag]*stream
+	inflight map[*Msg]struct{} // begun, neither done nor aborted
+	failed   error             // the source is gone: Recvs that find nothing queued fail with it
+	closed   error             // the receiver is gone: everything fails with it
+}
+
+// stream is the per-tag state. At most one of msgs and waiters is non-empty
+// at any time, except transiently inside Box methods.
+type stream struct {
+	msgs    []*Msg    // unclaimed messages, oldest first (complete or being written)
+	waiters []*waiter // receivers with no message yet, oldest first
+}
+
+// Msg is one incoming message.
+type Msg struct {
+	box *Box
+	tag transport.Tag
+	n   int
+
+	mu       sync.Mutex
+	dst      []byte  // n bytes: the matched receiver's buffer or a private one; nil once discarded
+	off      int     // bytes written so far
+	w        *waiter // matched receiver, nil if unclaimed
+	complete bool
+	dropped  bool   // aborted or discarded: Write throws bytes away
+	scratch  []byte // sink for dropped bytes
+}
+
+type waiter struct {
+	p    []byte
+	done chan struct{} // closed when err is final
+	err  error
+	m    *Msg // matched message, set under Box.mu
+	fin  bool // err is final; guarded by the matched Msg.mu or Box.mu when unmatched
+}
+
+// New returns an empty box. Its errors carry no coordinates: callers wrap
+// them with rank, peer and tag.
+func New() *Box {
+	return &Box{
+		streams:  make(map[transport.Tag]*stream),
+		inflight: make(map[*Msg]struct{}),
+	}
+}
+
+func (b *Box) stream(tag transport.Tag) *stream {
+	s := b.streams[tag]
+	if s == nil {
+		s = &stream{}
+		b.streams[tag] = s
+	}
+	return s
+}
+
+// gc drops the stream of tag if it holds nothing. Caller holds b.mu.
+func (b *Box) gc(tag transport.Tag, s *stream) {
+	if len(s.msgs) == 0 && len(s.waiters) == 0 {
+		delete(b.streams, tag)
+	}
+}
+
+// lengthError reports a Recv whose buffer does not fit the message.
+type lengthError struct{ msg, buf int }
+
+func (e *lengthError) Error() string {
+	return fmt.Sprintf("message is %d bytes, buffer is %d bytes", e.msg, e.buf)
+}
+func (e *lengthError) Unwrap() error { return transport.ErrLength }
+
+func (b *Box) lengthError(have, want int) error { return &lengthError{msg: have, buf: want} }
+
+// finish completes w with err. Caller holds the lock that guards w.fin.
+func (w *waiter) finish(err error) {
+	if w.fin {
+		return
+	}
+	w.err = err
+	w.fin = true
+	close(w.done)
+}
+
+// Begin announces a message of n bytes under tag and returns it for the
+// source to fill. If the receiver side is closed the message is accepted and
+// silently discarded.
+func (b *Box) Begin(tag transport.Tag, n int) *Msg {
+	m := &Msg{box: b, tag: tag, n: n}
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed != nil {
+		m.dropped = true
+		return m
+	}
+	b.inflight[m] = struct{}{}
+	s := b.stream(tag)
+	if len(s.msgs) == 0 {
+		for len(s.waiters) > 0 {
+			w := s.waiters[0]
+			s.waiters[0] = nil
+			s.waiters = s.waiters[1:]
+			if len(w.p) != n {
+				// The message stays queued for a Recv of the right size.
+				w.finish(b.lengthError(n, len(w.p)))
+				continue
+			}
+			m.w = w
+			w.m = m
+			m.dst = w.p
+			b.gc(tag, s)
+			return m
+		}
+	}
+	m.dst = make([]byte, n)
+	s.msgs = append(s.msgs, m)
+	return m
+}
+
+// Write lets fill write the next bytes of the message into dst, the part
+// of the destination not yet written (never empty unless the message is
+// complete), and records how many it wrote. fill runs with the message
+// locked and must not block for long (a non-blocking read or a copy): a
+// cancelled receiver waits for it. Write returns fill's results.
+func (m *Msg) Write(fill func(dst []byte) (int, error)) (int, error) {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	var dst []byte
+	if m.dropped || m.dst == nil {
+		if m.scratch == nil {
+			m.scratch = make([]byte, min(m.n, discardBytes))
+		}
+		dst = m.scratch[:min(m.n-m.off, len(m.scratch))]
+	} else {
+		dst = m.dst[m.off:]
+	}
+	k, err := fill(dst)
+	m.off += k
+	return k, err
+}
+
+// Remaining returns the number of bytes still to be written.
+func (m *Msg) Remaining() int {
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	return m.n - m.off
+}
+
+// Len returns the message length.
+func (m *Msg) Len() int { return m.n }
+
+// Done marks the message complete: its receiver, if any, returns; else it
+// waits in the queue for one.
+func (m *Msg) Done() {
+	b := m.box
+	b.mu.Lock()
+	delete(b.inflight, m)
+	b.mu.Unlock()
+	m.mu.Lock()
+	m.complete = true
+	if m.w != nil {
+		m.w.finish(nil)
+		m.w = nil
+		m.dst = nil
+	}
+	m.mu.Unlock()
+}
+
+// Abort gives up on the message: its receiver, if any, fails with err; an
+// unclaimed message is removed from the queue.
+func (m *Msg) Abort(err error) {
+	b := m.box
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	delete(b.inflight, m)
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	m.dropped = true
+	if m.w != nil {
+		m.w.finish(err)
+		m.w = nil
+		m.dst = nil
+		return
+	}
+	m.dst = nil
+	if s := b.streams[m.tag]; s != nil {
+		for i, q := range s.msgs {
+			if q == m {
+				s.msgs = append(s.msgs[:i], s.msgs[i+1:]...)
+				break
+			}
+		}
+		b.gc(m.tag, s)
+	}
+}
+
+// Recv receives the next message under tag into p, blocking until one
+// arrives, ctx ends, or the box fails or closes. A message whose length
+// differs from len(p) is an error and stays queued. A Recv cancelled by
+// ctx does not consume a message.
+func (b *Box) Recv(ctx context.Context, tag transport.Tag, p []byte) error {
+	b.mu.Lock()
+	if b.closed != nil {
+		b.mu.Unlock()
+		return b.closed
+	}
+	s := b.streams[tag]
+	if s != nil && len(s.msgs) > 0 {
+		m := s.msgs[0]
+		if m.n != len(p) {
+			b.mu.Unlock()
+			return b.lengthError(m.n, len(p))
+		}
+		s.msgs[0] = nil
+		s.msgs = s.msgs[1:]
+		b.gc(tag, s)
+		m.mu.Lock()
+		copy(p, m.dst[:m.off])
+		if m.complete {
+			m.dst = nil
+			m.mu.Unlock()
+			b.mu.Unlock()
+			return nil
+		}
+		// Still arriving: the rest goes straight into p.
+		w := &waiter{p: p, done: make(chan struct{}), m: m}
+		m.w = w
+		m.dst = p
+		m.mu.Unlock()
+		b.mu.Unlock()
+		return b.wait(ctx, tag, w)
+	}
+	if b.failed != nil {
+		b.mu.Unlock()
+		return b.failed
+	}
+	w := &waiter{p: p, done: make(chan struct{})}
+	if s == nil {
+		s = b.stream(tag)
+	}
+	s.waiters = append(s.waiters, w)
+	b.mu.Unlock()
+	return b.wait(ctx, tag, w)
+}
+
+func (b *Box) wait(ctx context.Context, tag transport.Tag, w *waiter) error {
+	select {
+	case <-w.done:
+		return w.err
+	case <-ctx.Done():
+	}
+	if b.detach(tag, w, nil) {
+		return ctx.Err()
+	}
+	<-w.done // finished concurrently: its result stands
+	return w.err
+}
+
+// detach withdraws w. It reports false if w had already finished. With
+// failErr nil a partly written message is put back, with what it holds so
+// far, at the head of its tag's queue; otherwise it is dropped and w fails
+// with failErr.
+func (b *Box) detach(tag transport.Tag, w *waiter, failErr error) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	m := w.m
+	if m == nil {
+		if w.fin {
+			return false
+		}
+		s := b.streams[tag]
+		if s != nil {
+			for i, q := range s.waiters {
+				if q == w {
+					s.waiters = append(s.waiters[:i], s.waiters[i+1:]...)
+					break
+				}
+			}
+			b.gc(tag, s)
+		}
+		if failErr != nil {
+			w.finish(failErr)
+		} else {
+			w.fin = true
+		}
+		return true
+	}
+	m.mu.Lock()
+	defer m.mu.Unlock()
+	if w.fin {
+		return false
+	}
+	m.w = nil
+	if failErr != nil {
+		m.dropped = true
+		m.dst = nil
+		w.finish(failErr)
+		return true
+	}
+	w.fin = true
+	priv := make([]byte, m.n)
+	copy(priv, w.p[:m.off])
+	m.dst = priv
+	s := b.stream(tag)
+	s.msgs = append([]*Msg{m}, s.msgs...)
+	return true
+}
+
+// Fail records that the source is gone with err: receivers waiting on an
+// empty queue fail with it now, later ones as soon as their tag's queue is
+// empty. Messages already complete stay receivable. The source must not
+// call Begin afterwards; it aborts its in-flight messages itself.
+func (b *Box) Fail(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed != nil || b.closed != nil {
+		return
+	}
+	b.failed = err
+	for tag, s := range b.streams {
+		if len(s.msgs) > 0 {
+			continue
+		}
+		for _, w := range s.waiters {
+			w.finish(err)
+		}
+		s.waiters = nil
+		b.gc(tag, s)
+	}
+}
+
+// Close fails every receiver, waiting or matched, with err and drops all
+// queued messages; later Recvs fail with err and later messages are
+// discarded. The source may keep calling Write on its in-flight messages:
+// their bytes are thrown away.
+func (b *Box) Close(err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.closed != nil {
+		return
+	}
+	b.closed = err
+	for m := range b.inflight {
+		m.mu.Lock()
+		m.dropped = true
+		m.dst = nil
+		if m.w != nil {
+			m.w.finish(err)
+			m.w = nil
+		}
+		m.mu.Unlock()
+	}
+	for _, s := range b.streams {
+		for _, w := range s.waiters {
+			w.finish(err)
+		}
+	}
+	clear(b.streams)
+}
+
+// Pending reports how many messages are queued unclaimed and how many
+// receivers are waiting; for tests and diagnostics.
+func (b *Box) Pending() (msgs, waiters int) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	for _, s := range b.streams {
+		msgs += len(s.msgs)
+		waiters += len(s.waiters)
+	}
+	return msgs, waiters
+}

@@ -1,0 +1,131 @@
+package transporttest
+
+import (
+	"context"
+	"testing"
+
+	"cohort/dist/transport"
+)
+
+// The benchmarks below use b.N rather than b.Loop: the peer goroutine has
+// to know in advance how many messages to expect.
+
+// PingPong measures the round trip of a size-byte message between ranks 0
+// and 1 of w: rank 0 sends, rank 1 echoes. It reports µs/roundtrip.
+func PingPong(b *testing.B, w World, size int) {
+	ctx := context.Background()
+	t0, t1 := w.Transports[0], w.Transports[1]
+	tag := transport.Tag{Group: 100}
+	n := b.N
+	echoed := make(chan error, 1)
+	go func() {
+		p := make([]byte, size)
+		for range n {
+			if err := t1.Recv(ctx, 0, tag, p); err != nil {
+				echoed <- err
+				return
+			}
+			if err := t1.Send(ctx, 0, tag, p); err != nil {
+				echoed <- err
+				return
+			}
+		}
+		echoed <- nil
+	}()
+	out, in := make([]byte, size), make([]byte, size)
+	b.SetBytes(int64(2 * size))
+	b.ResetTimer()
+	for range n {
+		if err := t0.Send(ctx, 1, tag, out); err != nil {
+			b.Fatal(err)
+		}
+		if err := t0.Recv(ctx, 1, tag, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := <-echoed; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/roundtrip")
+}
+
+// Throughput measures a one-way stream of size-byte messages from rank 0
+// to rank 1 of w, the receiver posting each receive as soon as the last
+// one completes, and the clock stopping when the receiver acknowledges
+// the last. Bytes per second go through b.SetBytes.
+func Throughput(b *testing.B, w World, size int) {
+	ctx := context.Background()
+	t0, t1 := w.Transports[0], w.Transports[1]
+	tag := transport.Tag{Group: 102}
+	ack := transport.Tag{Group: 103}
+	n := b.N
+	done := make(chan error, 1)
+	go func() {
+		p := make([]byte, size)
+		for range n {
+			if err := t1.Recv(ctx, 0, tag, p); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- t1.Send(ctx, 0, ack, nil)
+	}()
+	out := Pattern(size, 1)
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range n {
+		if err := t0.Send(ctx, 1, tag, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := t0.Recv(ctx, 1, ack, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// Exchange measures ranks 0 and 1 each sending a size-byte message to the
+// other and then receiving the other's, as one step of a two-rank
+// all-reduce does. It reports µs/exchange.
+func Exchange(b *testing.B, w World, size int) {
+	ctx := context.Background()
+	tag := transport.Tag{Group: 104}
+	n := b.N
+	done := make(chan error, 1)
+	go func() {
+		t1 := w.Transports[1]
+		out, in := make([]byte, size), make([]byte, size)
+		for range n {
+			if err := t1.Send(ctx, 0, tag, out); err != nil {
+				done <- err
+				return
+			}
+			if err := t1.Recv(ctx, 0, tag, in); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	t0 := w.Transports[0]
+	out, in := make([]byte, size), make([]byte, size)
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range n {
+		if err := t0.Send(ctx, 1, tag, out); err != nil {
+			b.Fatal(err)
+		}
+		if err := t0.Recv(ctx, 1, tag, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/exchange")
+}

@@ -1,0 +1,8 @@
+// Package transporttest is the conformance suite every transport.Transport
+// implementation runs: ordered delivery per tag, tags that do not block
+// each other, concurrent senders, zero-length and large messages, length
+// mismatches, Close, cancellation and the death of a peer. It also holds
+// the shared ping-pong and throughput benchmarks.
+//
+// Import it only from _test.go files.
+package transporttest
