@@ -1,0 +1,238 @@
+package demux
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"testing"
+	"time"
+
+	"cohort/dist/transport"
+)
+
+var tagA = transport.Tag{Group: 1, Seq: 1}
+
+func write(t *testing.T, m *Msg, p []byte) {
+	t.Helper()
+	n, err := m.Write(func(dst []byte) (int, error) { return copy(dst, p), nil })
+	if err != nil || n != len(p) {
+		t.Fatalf("Write: %d, %v", n, err)
+	}
+}
+
+// recvAsync starts a Recv and returns its result channel once the
+// receiver is registered.
+func recvAsync(t *testing.T, b *Box, ctx context.Context, p []byte) <-chan error {
+	t.Helper()
+	_, w0 := b.Pending()
+	done := make(chan error, 1)
+	go func() { done <- b.Recv(ctx, tagA, p) }()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		if _, w := b.Pending(); w > w0 {
+			return done
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("receiver never registered")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDirectDelivery(t *testing.T) {
+	b := New()
+	p := make([]byte, 6)
+	done := recvAsync(t, b, context.Background(), p)
+	m := b.Begin(tagA, 6)
+	if &m.dst[0] != &p[0] {
+		t.Fatal("message matched to a waiting receiver does not target its buffer")
+	}
+	write(t, m, []byte("abc"))
+	write(t, m, []byte("def"))
+	m.Done()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if string(p) != "abcdef" {
+		t.Fatalf("got %q", p)
+	}
+	if msgs, ws := b.Pending(); msgs != 0 || ws != 0 || len(b.streams) != 0 {
+		t.Fatalf("box not empty: %d msgs %d waiters %d streams", msgs, ws, len(b.streams))
+	}
+}
+
+func TestClaimInProgress(t *testing.T) {
+	b := New()
+	m := b.Begin(tagA, 6)
+	write(t, m, []byte("abc"))
+	p := make([]byte, 6)
+	done := make(chan error, 1)
+	go func() { done <- b.Recv(context.Background(), tagA, p) }()
+	// Wait until the receiver has taken the message over.
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		m.mu.Lock()
+		claimed := m.w != nil
+		m.mu.Unlock()
+		if claimed {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("receiver never claimed the message")
+		}
+		time.Sleep(time.Millisecond)
+	}
+	write(t, m, []byte("def"))
+	m.Done()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if string(p) != "abcdef" {
+		t.Fatalf("got %q", p)
+	}
+}
+
+func TestCancelMidMessageKeepsMessage(t *testing.T) {
+	b := New()
+	ctx, cancel := context.WithCancel(context.Background())
+	p := make([]byte, 6)
+	done := recvAsync(t, b, ctx, p)
+	m := b.Begin(tagA, 6)
+	write(t, m, []byte("abc"))
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled Recv: %v", err)
+	}
+	// The receiver is detached: further writes must not touch p.
+	copy(p, "XXXXXX")
+	write(t, m, []byte("def"))
+	m.Done()
+	if string(p) != "XXXXXX" {
+		t.Fatalf("detached buffer written: %q", p)
+	}
+	q := make([]byte, 6)
+	if err := b.Recv(context.Background(), tagA, q); err != nil {
+		t.Fatal(err)
+	}
+	if string(q) != "abcdef" {
+		t.Fatalf("message after cancellation: got %q", q)
+	}
+}
+
+func TestOrderPerTag(t *testing.T) {
+	b := New()
+	for i := range 5 {
+		m := b.Begin(tagA, 1)
+		write(t, m, []byte{byte(i)})
+		m.Done()
+	}
+	for i := range 5 {
+		p := make([]byte, 1)
+		if err := b.Recv(context.Background(), tagA, p); err != nil {
+			t.Fatal(err)
+		}
+		if p[0] != byte(i) {
+			t.Fatalf("message %d: got %d", i, p[0])
+		}
+	}
+}
+
+func TestLengthMismatch(t *testing.T) {
+	t.Run("waiting", func(t *testing.T) {
+		b := New()
+		done := recvAsync(t, b, context.Background(), make([]byte, 3))
+		m := b.Begin(tagA, 4)
+		write(t, m, []byte("abcd"))
+		m.Done()
+		err := <-done
+		if !errors.Is(err, transport.ErrLength) || err.Error() != "message is 4 bytes, buffer is 3 bytes" {
+			t.Fatalf("got %v", err)
+		}
+		p := make([]byte, 4)
+		if err := b.Recv(context.Background(), tagA, p); err != nil || string(p) != "abcd" {
+			t.Fatalf("message not kept: %q, %v", p, err)
+		}
+	})
+	t.Run("queued", func(t *testing.T) {
+		b := New()
+		m := b.Begin(tagA, 4)
+		write(t, m, []byte("abcd"))
+		m.Done()
+		if err := b.Recv(context.Background(), tagA, make([]byte, 5)); !errors.Is(err, transport.ErrLength) {
+			t.Fatalf("got %v", err)
+		}
+	})
+}
+
+func TestFailKeepsCompleteMessages(t *testing.T) {
+	b := New()
+	m := b.Begin(tagA, 2)
+	write(t, m, []byte("ok"))
+	m.Done()
+	other := transport.Tag{Group: 9}
+	done := make(chan error, 1)
+	go func() { done <- b.Recv(context.Background(), other, make([]byte, 1)) }()
+	for {
+		if _, w := b.Pending(); w == 1 {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	peerErr := &transport.PeerError{Peer: 3, Err: errors.New("gone")}
+	b.Fail(peerErr)
+	if err := <-done; !errors.Is(err, peerErr) {
+		t.Fatalf("waiting receiver: %v", err)
+	}
+	p := make([]byte, 2)
+	if err := b.Recv(context.Background(), tagA, p); err != nil || string(p) != "ok" {
+		t.Fatalf("complete message lost after Fail: %q %v", p, err)
+	}
+	if err := b.Recv(context.Background(), tagA, p); !errors.Is(err, peerErr) {
+		t.Fatalf("Recv after the queue drained: %v", err)
+	}
+}
+
+func TestAbort(t *testing.T) {
+	t.Run("matched", func(t *testing.T) {
+		b := New()
+		done := recvAsync(t, b, context.Background(), make([]byte, 4))
+		m := b.Begin(tagA, 4)
+		write(t, m, []byte("ab"))
+		cause := errors.New("link broke")
+		m.Abort(cause)
+		if err := <-done; !errors.Is(err, cause) {
+			t.Fatalf("got %v", err)
+		}
+	})
+	t.Run("unclaimed", func(t *testing.T) {
+		b := New()
+		m := b.Begin(tagA, 4)
+		write(t, m, []byte("ab"))
+		m.Abort(errors.New("link broke"))
+		if msgs, _ := b.Pending(); msgs != 0 {
+			t.Fatalf("aborted message still queued")
+		}
+	})
+}
+
+func TestCloseDetachesMatchedReceiver(t *testing.T) {
+	b := New()
+	p := make([]byte, 4)
+	done := recvAsync(t, b, context.Background(), p)
+	m := b.Begin(tagA, 4)
+	write(t, m, []byte("ab"))
+	b.Close(transport.ErrClosed)
+	if err := <-done; !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("got %v", err)
+	}
+	copy(p, "ZZZZ")
+	write(t, m, []byte("cd")) // discarded
+	m.Done()
+	if !bytes.Equal(p, []byte("ZZZZ")) {
+		t.Fatalf("buffer written after Close: %q", p)
+	}
+	if err := b.Recv(context.Background(), tagA, p); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("Recv after Close: %v", err)
+	}
+	m2 := b.Begin(tagA, 3) // discarded silently
+	write(t, m2, []byte("xyz"))
+	m2.Done()
+}
