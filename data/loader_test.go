@@ -323,7 +323,7 @@ func TestLoaderErrors(t *testing.T) {
 // fixedPlan is a BatchSampler with a fixed plan.
 type fixedPlan [][]int
 
-func (p fixedPlan) NumBatches() int       { return len(p) }
+func (p fixedPlan) NumBatches() int     { return len(p) }
 func (p fixedPlan) Batches(int) [][]int { return slices.Clone([][]int(p)) }
 
 // TestLoaderShutdown: breaking out early or cancelling the context stops
