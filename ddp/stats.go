@@ -1,0 +1,85 @@
+package ddp
+
+import "time"
+
+// Stats accumulates where the time of the Model's steps went, on this
+// rank. Durations are wall-clock totals over the steps counted.
+type Stats struct {
+	Steps      int64 // synchronised steps
+	LocalSteps int64 // steps under NoSync (forward and backward only)
+
+	Forward    time.Duration // in the module's forward pass
+	Backward   time.Duration // in autograd's backward pass, hooks included
+	BufferSync time.Duration // broadcasting buffers before forward
+
+	// Comm is the gradient communication time: per step, from the start of
+	// the first bucket's reduction to the completion of the last one.
+	Comm time.Duration
+	// Hidden is the part of Comm that overlapped the backward pass.
+	Hidden time.Duration
+	// Exposed is the time Backward spent after autograd returned: waiting
+	// for reductions that outlasted the backward pass, finishing them
+	// (decompression, averaging) and copying gradients back.
+	Exposed time.Duration
+
+	// Bytes counts the float32 gradient bytes reduced (before compression).
+	Bytes int64
+}
+
+// Compute returns the forward plus backward time.
+func (s Stats) Compute() time.Duration { return s.Forward + s.Backward }
+
+// HiddenFraction returns Hidden/Comm: 1 when all communication ran behind
+// backward, 0 when none did (or there was none).
+func (s Stats) HiddenFraction() float64 {
+	if s.Comm <= 0 {
+		return 0
+	}
+	return float64(s.Hidden) / float64(s.Comm)
+}
+
+// stepTimes are the timings of the current step.
+type stepTimes struct {
+	forward, backward, buffers time.Duration
+	backwardEnd                time.Time
+}
+
+// Stats returns the statistics accumulated since Wrap or ResetStats.
+func (m *Model) Stats() Stats { return m.stats }
+
+// ResetStats clears the statistics (e.g. after warm-up steps).
+func (m *Model) ResetStats() { m.stats = Stats{} }
+
+// recordStep adds a finished synchronised step to the statistics; end is
+// when its last reduction finished. Bucket completion stamps come from
+// polls during backward, so Comm may overstate a reduction that finished
+// inside backward by up to one parameter's backward computation.
+func (m *Model) recordStep(end time.Time) {
+	s := &m.stats
+	s.Steps++
+	s.Forward += m.cur.forward
+	s.Backward += m.cur.backward
+	s.BufferSync += m.cur.buffers
+	s.Exposed += end.Sub(m.cur.backwardEnd)
+	if len(m.buckets) == 0 {
+		return
+	}
+	first, last := m.buckets[0].launched, m.buckets[0].done
+	for _, bs := range m.buckets {
+		if bs.launched.Before(first) {
+			first = bs.launched
+		}
+		if bs.done.After(last) {
+			last = bs.done
+		}
+		s.Bytes += int64(len(bs.b.Grad)) * gradElemBytes
+	}
+	s.Comm += last.Sub(first)
+	hiddenEnd := last
+	if m.cur.backwardEnd.Before(hiddenEnd) {
+		hiddenEnd = m.cur.backwardEnd
+	}
+	if h := hiddenEnd.Sub(first); h > 0 {
+		s.Hidden += h
+	}
+}
