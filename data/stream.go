@@ -139,6 +139,10 @@ func (l *StreamLoader) runAsync(ctx context.Context, yield func(*Batch, error) b
 	}()
 	var prev *Batch
 	for {
+		if err := ctx.Err(); err != nil { // cancellation wins over a ready batch
+			yield(nil, fmt.Errorf("data: stream loader: epoch %d step %d: %w", l.epoch, l.pos, context.Cause(ctx)))
+			return false
+		}
 		var r result
 		var ok bool
 		select {
