@@ -24,11 +24,12 @@ type hookEntry struct {
 	fn func(*Var)
 }
 
-// node is filled in by the op implementations.
-type node struct{}
 
 // NewVar returns a leaf holding value.
 func NewVar(value *tensor.Tensor, requiresGrad bool) *Var {
+	if value == nil {
+		panic("autograd: NewVar: nil value")
+	}
 	return &Var{Value: value, requiresGrad: requiresGrad}
 }
 
@@ -54,5 +55,63 @@ func (v *Var) OnGradReady(fn func(*Var)) (remove func()) {
 				return
 			}
 		}
+	}
+}
+
+// SetRequiresGrad turns gradient tracking on or off for a leaf. It panics
+// for a non-leaf, whose tracking follows from its inputs.
+func (v *Var) SetRequiresGrad(on bool) {
+	if !v.IsLeaf() {
+		panic("autograd: SetRequiresGrad on a non-leaf (output of " + v.node.op + ")")
+	}
+	v.requiresGrad = on
+}
+
+// Detach returns a new leaf sharing v's Value (no copy) that does not
+// require grad: operations on it are not recorded.
+func (v *Var) Detach() *Var { return &Var{Value: v.Value} }
+
+// ZeroGrad sets v.Grad to zero in place, keeping the tensor (and any flat
+// buffer it is a view into); it does nothing when Grad is nil.
+func (v *Var) ZeroGrad() {
+	if v.Grad != nil {
+		v.Grad.Zero()
+	}
+}
+
+// Op names the operation that produced v ("" for a leaf).
+func (v *Var) Op() string {
+	if v.node == nil {
+		return ""
+	}
+	return v.node.op
+}
+
+// Shape returns v.Value's shape.
+func (v *Var) Shape() []int { return v.Value.Shape() }
+
+// NoGrad switches gradient tracking off for every given leaf that has it
+// on, and returns a function that switches it back on. While off, ops whose
+// inputs all lack gradient tracking record nothing (no graph, no saved
+// tensors), which is how evaluation runs without autograd overhead:
+//
+//	defer autograd.NoGrad(params...)()
+//
+// There is no global no-grad switch: the state lives on the leaves, so
+// other models (and other goroutines using them) are unaffected. Calling
+// restore more than once is harmless.
+func NoGrad(vars ...*Var) (restore func()) {
+	var off []*Var
+	for _, v := range vars {
+		if v.IsLeaf() && v.requiresGrad {
+			v.requiresGrad = false
+			off = append(off, v)
+		}
+	}
+	return func() {
+		for _, v := range off {
+			v.requiresGrad = true
+		}
+		off = nil
 	}
 }

@@ -1,0 +1,53 @@
+// Package autograd is cohort's reverse-mode automatic differentiation:
+// eager, define-by-run, in the style of PyTorch.
+//
+// # Graph
+//
+// Every op in this package computes its result immediately and, when at
+// least one input requires grad, records a node on the result: the inputs
+// and a backward function holding whatever the backward pass needs (saved
+// inputs, softmax probabilities, im2col buffers). There is no separate
+// tape object; the graph is reachable from the output Var. Vars whose
+// inputs all lack gradient tracking are plain leaves and record nothing.
+//
+// # Backward
+//
+// Backward (or BackwardGrad, which starts from a given output gradient,
+// e.g. one received from another pipeline stage) first counts, for every
+// node and leaf below the output, how many consumers will deliver a
+// gradient to it. It then runs nodes whose gradients are complete, deepest
+// first, adding each leaf's contributions into its Grad in place. The
+// moment a leaf's count reaches zero its gradient is final for the pass and
+// its OnGradReady hooks run, on the goroutine calling Backward, before the
+// rest of the graph is differentiated. Distributed data parallelism relies
+// on this to start all-reducing a bucket of gradients while backward
+// continues: a hook may start asynchronous communication that reads
+// v.Grad, which the engine does not touch again during the pass.
+//
+// Gradients accumulate: a Grad that exists is added into, never replaced,
+// so it may be a view into a flat buffer (a DDP bucket); built-in ops such
+// as Linear and Embedding write their weight gradients straight into such a
+// Grad. Zero gradients in place (Var.ZeroGrad) between steps. Backward
+// releases the saved tensors of the graph it ran through; a second Backward
+// through the same graph panics.
+//
+// # No-grad mode
+//
+// There is no global switch. Ops record only when an input requires grad,
+// so evaluation that should not build a graph turns tracking off on the
+// model's parameters for its duration, `defer autograd.NoGrad(params...)()`
+// (package nn offers nn.NoGrad for a whole module), and Detach gives a
+// non-tracking alias of one Var.
+//
+// # Custom ops
+//
+// Record wraps a value computed outside this package with a BackwardFunc,
+// which is how tensor-parallel layers or pipeline boundaries become
+// differentiable.
+//
+// # Errors
+//
+// Misuse is a programmer error and panics with a message prefixed
+// "autograd:" naming the op and shapes (or comes from package tensor,
+// prefixed "tensor:"). Vars are not safe for concurrent use.
+package autograd

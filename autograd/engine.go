@@ -1,0 +1,285 @@
+package autograd
+
+import (
+	"container/heap"
+	"fmt"
+
+	"cohort/tensor"
+)
+
+// node records how a non-leaf Var was computed: its inputs and the
+// function that turns the Var's gradient into its inputs' gradients.
+//
+// Invariant: depth = 1 + max(depth of inputs that have nodes), leaves
+// counting 0, so every input's node is strictly shallower than its
+// consumer's.
+type node struct {
+	op       string
+	inputs   []*Var
+	backward func(g *tensor.Tensor, s *sink)
+	depth    int
+	released bool // Backward ran through it and dropped its saved state
+
+	// Per-pass state, reset when a Backward first reaches the node.
+	pending int            // consumers that have not yet delivered
+	grad    *tensor.Tensor // accumulated gradient of the output
+	owned   bool           // grad is private to this node (safe to add into)
+}
+
+// BackwardFunc turns the gradient of an op's output into the gradients of
+// its inputs: one entry per input, nil where an input needs none (see
+// Var.RequiresGrad). It must not modify grad. The returned tensors may
+// alias grad or each other; the engine never writes into them.
+type BackwardFunc func(grad *tensor.Tensor) []*tensor.Tensor
+
+// Record returns the output Var of a custom operation: value computed from
+// inputs, with backward to differentiate it. When no input requires grad
+// nothing is recorded and the result is a plain leaf without gradient
+// tracking. This is how packages outside autograd (tensor-parallel layers,
+// pipeline stages) add differentiable operations.
+func Record(op string, value *tensor.Tensor, inputs []*Var, backward BackwardFunc) *Var {
+	return record(op, value, inputs, func(g *tensor.Tensor, s *sink) {
+		gs := backward(g)
+		if len(gs) != len(inputs) {
+			panic(fmt.Sprintf("autograd: %s backward returned %d gradients for %d inputs", op, len(gs), len(inputs)))
+		}
+		for i, gi := range gs {
+			if gi != nil {
+				s.add(i, gi, false)
+			}
+		}
+	})
+}
+
+// record is Record for the built-in ops, whose backward functions deliver
+// into a sink (which lets them write straight into a leaf's Grad).
+func record(op string, value *tensor.Tensor, inputs []*Var, backward func(g *tensor.Tensor, s *sink)) *Var {
+	if value == nil {
+		panic("autograd: " + op + ": nil value")
+	}
+	need := false
+	depth := 0
+	for _, in := range inputs {
+		if in.requiresGrad {
+			need = true
+		}
+		if in.node != nil {
+			depth = max(depth, in.node.depth)
+		}
+	}
+	if !need {
+		return &Var{Value: value}
+	}
+	v := &Var{Value: value, requiresGrad: true}
+	v.node = &node{op: op, inputs: inputs, backward: backward, depth: depth + 1}
+	return v
+}
+
+// sink collects the input gradients of one node during Backward.
+type sink struct {
+	e *engine
+	n *node
+}
+
+// need reports whether input i requires a gradient.
+func (s *sink) need(i int) bool { return s.n.inputs[i].requiresGrad }
+
+// into returns the tensor to accumulate input i's gradient into directly
+// (dst += contribution), or nil when the op must deliver through add. It
+// is non-nil only for a leaf whose Grad already exists, is contiguous and
+// has the leaf's shape. An op that receives a tensor from into must add its
+// whole contribution to it before returning.
+func (s *sink) into(i int) *tensor.Tensor {
+	in := s.n.inputs[i]
+	if !in.requiresGrad || in.node != nil || in.Grad == nil {
+		return nil
+	}
+	if !in.Grad.IsContiguous() || !in.Grad.SameShape(in.Value) {
+		return nil
+	}
+	return in.Grad
+}
+
+// add delivers g as (a contribution to) input i's gradient. owned says g is
+// a fresh tensor nothing else references, so the engine may keep it instead
+// of copying.
+func (s *sink) add(i int, g *tensor.Tensor, owned bool) {
+	in := s.n.inputs[i]
+	if !in.requiresGrad {
+		return
+	}
+	if !g.SameShape(in.Value) {
+		panic(fmt.Sprintf("autograd: %s backward: gradient of shape %v for input %d of shape %v", s.n.op, g.Shape(), i, in.Value.Shape()))
+	}
+	if in.node == nil {
+		accumulateLeaf(in, g, owned)
+		return
+	}
+	n := in.node
+	switch {
+	case n.grad == nil:
+		n.grad, n.owned = g, owned
+	case n.owned:
+		tensor.AddScaled(n.grad, 1, g)
+	default:
+		n.grad, n.owned = tensor.Add(n.grad, g), true
+	}
+}
+
+// accumulateLeaf adds g into the leaf's Grad in place, allocating Grad on
+// first use.
+func accumulateLeaf(v *Var, g *tensor.Tensor, owned bool) {
+	switch {
+	case v.Grad != nil:
+		if !v.Grad.SameShape(v.Value) {
+			panic(fmt.Sprintf("autograd: leaf Grad has shape %v, value has shape %v", v.Grad.Shape(), v.Value.Shape()))
+		}
+		tensor.AddScaled(v.Grad, 1, g)
+	case owned && g.IsContiguous():
+		v.Grad = g
+	default:
+		v.Grad = g.Clone()
+	}
+}
+
+// engine is the state of one Backward pass.
+type engine struct {
+	leafPending map[*Var]int
+	ready       nodeHeap
+}
+
+// Backward computes the gradient of the scalar (one-element) v with
+// respect to every leaf that requires grad and that v depends on, adding it
+// into each leaf's Grad in place (see Var).
+//
+// Ordering and hooks: nodes run in reverse topological order, deepest
+// first. Each leaf's OnGradReady hooks run, on the calling goroutine, as
+// soon as the last contribution to its gradient has been added, while the
+// rest of the graph is still being differentiated; for a feed-forward
+// network the last layer's parameters become ready first. Every leaf
+// reached gets a Grad, zero if no contribution arrived.
+//
+// Backward releases the graph's saved tensors as it goes: running Backward
+// again through the same graph panics. It panics when v does not require
+// grad or has more than one element. Concurrent Backward calls must not
+// share leaves or graph nodes.
+func Backward(v *Var) {
+	if v.Value.Len() != 1 {
+		panic(fmt.Sprintf("autograd: Backward of a non-scalar of shape %v; use BackwardGrad", v.Value.Shape()))
+	}
+	BackwardGrad(v, tensor.Full(1, v.Value.Shape()...))
+}
+
+// BackwardGrad is Backward starting from a given gradient of v (same
+// shape as v.Value), e.g. one received from the next pipeline stage.
+func BackwardGrad(v *Var, grad *tensor.Tensor) {
+	if !v.requiresGrad {
+		panic("autograd: Backward of a Var that does not require grad")
+	}
+	if !grad.SameShape(v.Value) {
+		panic(fmt.Sprintf("autograd: BackwardGrad: gradient shape %v, value shape %v", grad.Shape(), v.Value.Shape()))
+	}
+	if v.node == nil {
+		accumulateLeaf(v, grad, false)
+		fireHooks(v)
+		return
+	}
+	e := &engine{leafPending: map[*Var]int{}}
+	e.count(v.node)
+	v.node.grad, v.node.owned = grad, false
+	heap.Push(&e.ready, v.node)
+	for e.ready.Len() > 0 {
+		n := heap.Pop(&e.ready).(*node)
+		e.run(n)
+	}
+}
+
+// count walks the graph below root, setting every node's pending count to
+// its number of consumers in the graph and every leaf's to its number of
+// uses.
+func (e *engine) count(root *node) {
+	root.pending, root.grad, root.owned = 0, nil, false
+	if root.released {
+		panic("autograd: Backward through a graph that was already differentiated (" + root.op + ")")
+	}
+	seen := map[*node]bool{root: true}
+	stack := []*node{root}
+	for len(stack) > 0 {
+		n := stack[len(stack)-1]
+		stack = stack[:len(stack)-1]
+		for _, in := range n.inputs {
+			if !in.requiresGrad {
+				continue
+			}
+			if in.node == nil {
+				e.leafPending[in]++
+				continue
+			}
+			c := in.node
+			if !seen[c] {
+				if c.released {
+					panic("autograd: Backward through a graph that was already differentiated (" + c.op + ")")
+				}
+				seen[c] = true
+				c.pending, c.grad, c.owned = 0, nil, false
+				stack = append(stack, c)
+			}
+			c.pending++
+		}
+	}
+}
+
+// run differentiates one node whose gradient is complete and settles its
+// inputs' dependency counts.
+func (e *engine) run(n *node) {
+	g := n.grad
+	n.grad = nil
+	if g != nil {
+		n.backward(g, &sink{e: e, n: n})
+	}
+	for _, in := range n.inputs {
+		if !in.requiresGrad {
+			continue
+		}
+		if in.node == nil {
+			e.leafPending[in]--
+			if e.leafPending[in] == 0 {
+				if in.Grad == nil {
+					in.Grad = tensor.New(in.Value.Shape()...)
+				}
+				fireHooks(in)
+			}
+			continue
+		}
+		c := in.node
+		c.pending--
+		if c.pending == 0 {
+			heap.Push(&e.ready, c)
+		}
+	}
+	n.backward, n.inputs, n.released = nil, nil, true
+}
+
+func fireHooks(v *Var) {
+	if len(v.hooks) == 0 {
+		return
+	}
+	hs := append([]hookEntry(nil), v.hooks...)
+	for _, h := range hs {
+		h.fn(v)
+	}
+}
+
+// nodeHeap orders ready nodes deepest first.
+type nodeHeap []*node
+
+func (h nodeHeap) Len() int           { return len(h) }
+func (h nodeHeap) Less(i, j int) bool { return h[i].depth > h[j].depth }
+func (h nodeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
+func (h *nodeHeap) Push(x any)        { *h = append(*h, x.(*node)) }
+func (h *nodeHeap) Pop() any {
+	old := *h
+	x := old[len(old)-1]
+	*h = old[:len(old)-1]
+	return x
+}

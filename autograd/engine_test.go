@@ -1,0 +1,251 @@
+package autograd
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+
+	"cohort/tensor"
+)
+
+func mustPanic(t *testing.T, f func(), fragments ...string) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		r := recover()
+		if r == nil {
+			t.Fatalf("no panic, want one mentioning %q", fragments)
+		}
+		msg := fmt.Sprint(r)
+		for _, f := range fragments {
+			if !strings.Contains(msg, f) {
+				t.Errorf("panic %q does not mention %q", msg, f)
+			}
+		}
+	}()
+	f()
+}
+
+// mlp builds a 3-layer MLP whose layers log when their backward runs, and
+// registers a hook on every parameter that logs when it fires.
+type mlp struct {
+	params []*Var
+	names  []string
+	log    *[]string
+}
+
+func newMLP(rng interface {
+	NormFloat64() float64
+}, log *[]string) *mlp {
+	m := &mlp{log: log}
+	dims := []int{6, 5, 4, 3}
+	for l := 0; l < 3; l++ {
+		w := tensor.New(dims[l+1], dims[l])
+		for i := range w.Data() {
+			w.Data()[i] = float32(rng.NormFloat64()) * 0.5
+		}
+		m.params = append(m.params, NewVar(w, true), NewVar(tensor.New(dims[l+1]), true))
+		m.names = append(m.names, fmt.Sprintf("w%d", l+1), fmt.Sprintf("b%d", l+1))
+	}
+	for i, p := range m.params {
+		name := m.names[i]
+		p.OnGradReady(func(v *Var) { *log = append(*log, "hook "+name) })
+	}
+	return m
+}
+
+// marker passes x through, logging when its backward runs.
+func marker(x *Var, name string, log *[]string) *Var {
+	return Record("marker", x.Value, []*Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
+		*log = append(*log, "backward "+name)
+		return []*tensor.Tensor{g}
+	})
+}
+
+func (m *mlp) loss(x *tensor.Tensor, target []int64) *Var {
+	h := NewVar(x, false)
+	for l := 0; l < 3; l++ {
+		h = marker(Linear(h, m.params[2*l], m.params[2*l+1]), fmt.Sprintf("layer%d", l+1), m.log)
+		if l < 2 {
+			h = ReLU(h)
+		}
+	}
+	return CrossEntropy(h, target, CrossEntropyOptions{})
+}
+
+func TestHookOrder(t *testing.T) {
+	var log []string
+	rng := newRNG(1)
+	m := newMLP(rng, &log)
+	x := randn(rng, 4, 6)
+	Backward(m.loss(x, []int64{0, 1, 2, 1}))
+	want := []string{
+		"backward layer3", "hook w3", "hook b3",
+		"backward layer2", "hook w2", "hook b2",
+		"backward layer1", "hook w1", "hook b1",
+	}
+	if !slices.Equal(log, want) {
+		t.Fatalf("event order\n got %q\nwant %q", log, want)
+	}
+}
+
+func TestGradIntoBucketView(t *testing.T) {
+	var log []string
+	rng := newRNG(2)
+	m := newMLP(rng, &log)
+	x := randn(rng, 4, 6)
+	target := []int64{2, 0, 1, 1}
+
+	// Reference gradients with freshly allocated Grad tensors.
+	Backward(m.loss(x, target))
+	var ref []*tensor.Tensor
+	total := 0
+	for _, p := range m.params {
+		ref = append(ref, p.Grad.Clone())
+		total += p.Value.Len()
+	}
+
+	// Now point every Grad into one flat bucket, in reverse order with gaps.
+	bucket := make([]float32, total+len(m.params))
+	off := 0
+	for i := len(m.params) - 1; i >= 0; i-- {
+		p := m.params[i]
+		n := p.Value.Len()
+		p.Grad = tensor.FromSlice(bucket[off:off+n], p.Value.Shape()...)
+		off += n + 1
+	}
+	for pass := 1; pass <= 2; pass++ {
+		Backward(m.loss(x, target))
+		off = 0
+		for i := len(m.params) - 1; i >= 0; i-- {
+			n := m.params[i].Value.Len()
+			got := bucket[off : off+n]
+			for j, w := range ref[i].Data() {
+				if d := got[j] - float32(pass)*w; d > 1e-5 || d < -1e-5 {
+					t.Fatalf("pass %d: %s[%d] in bucket = %g, want %g", pass, m.names[i], j, got[j], float32(pass)*w)
+				}
+			}
+			if bucket[off+n] != 0 {
+				t.Fatalf("pass %d: gap after %s written", pass, m.names[i])
+			}
+			off += n + 1
+		}
+	}
+	// Zeroing in place keeps the views.
+	for _, p := range m.params {
+		p.ZeroGrad()
+	}
+	for i, v := range bucket {
+		if v != 0 {
+			t.Fatalf("bucket[%d] = %g after ZeroGrad", i, v)
+		}
+	}
+}
+
+func TestSharedLeafHookFiresOnceAfterAllUses(t *testing.T) {
+	w := NewVar(tensor.FromSlice([]float32{2}, 1), true)
+	var seen []float32
+	w.OnGradReady(func(v *Var) { seen = append(seen, v.Grad.Data()[0]) })
+	x := NewVar(tensor.FromSlice([]float32{3}, 1), true)
+	// y = w·x + w·w·x: dy/dw = x + 2·w·x = 3 + 12 = 15
+	y := Sum(Add(Mul(w, x), Mul(Mul(w, w), x)))
+	Backward(y)
+	if len(seen) != 1 || seen[0] != 15 {
+		t.Fatalf("hook saw %v, want one call with grad 15", seen)
+	}
+	if x.Grad.Data()[0] != 2+4 {
+		t.Errorf("dx = %g, want 6", x.Grad.Data()[0])
+	}
+}
+
+func TestRemoveHook(t *testing.T) {
+	w := NewVar(tensor.Full(1, 2), true)
+	calls := 0
+	remove := w.OnGradReady(func(*Var) { calls++ })
+	w.OnGradReady(func(*Var) { calls += 10 })
+	Backward(Sum(w))
+	remove()
+	Backward(Sum(w))
+	if calls != 21 {
+		t.Fatalf("calls = %d, want 11 then +10", calls)
+	}
+}
+
+func TestNoGradAndDetach(t *testing.T) {
+	w := NewVar(tensor.Full(2, 3), true)
+	b := NewVar(tensor.Full(1, 3), true)
+	restore := NoGrad(w, b)
+	y := Add(Mul(w, w), b)
+	if y.RequiresGrad() || !y.IsLeaf() || y.Op() != "" {
+		t.Fatalf("op under NoGrad recorded: requiresGrad=%v leaf=%v op=%q", y.RequiresGrad(), y.IsLeaf(), y.Op())
+	}
+	restore()
+	restore()
+	if !w.RequiresGrad() || !b.RequiresGrad() {
+		t.Fatalf("restore did not switch tracking back on")
+	}
+	y = Add(Mul(w, w.Detach()), b)
+	if y.IsLeaf() || y.Op() != "Add" {
+		t.Fatalf("tracked op not recorded")
+	}
+	Backward(Sum(y))
+	if got := w.Grad.Data()[0]; got != 2 {
+		t.Errorf("gradient through a detached factor: %g, want 2 (w·detach(w))", got)
+	}
+	mustPanic(t, func() { y.SetRequiresGrad(false) }, "autograd", "non-leaf")
+}
+
+func TestUnusedLeafGetsZeroGrad(t *testing.T) {
+	a := NewVar(tensor.Full(1, 2), true)
+	b := NewVar(tensor.Full(1, 2), true)
+	fired := false
+	b.OnGradReady(func(*Var) { fired = true })
+	// b reaches the graph only through a op whose backward returns nil.
+	y := Record("first", a.Value.Clone(), []*Var{a, b}, func(g *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{g, nil}
+	})
+	Backward(Sum(y))
+	if b.Grad == nil || b.Grad.Data()[0] != 0 || !fired {
+		t.Fatalf("unused leaf: grad %v, hook fired %v; want zero grad and a hook", b.Grad, fired)
+	}
+}
+
+func TestBackwardMisuse(t *testing.T) {
+	w := NewVar(tensor.Full(1, 2), true)
+	mustPanic(t, func() { Backward(Mul(w, w)) }, "autograd", "non-scalar", "[2]")
+	mustPanic(t, func() { Backward(NewVar(tensor.Scalar(1), false)) }, "does not require grad")
+	y := Sum(Mul(w, w))
+	Backward(y)
+	mustPanic(t, func() { Backward(y) }, "already differentiated")
+	bad := Record("bad", tensor.New(2), []*Var{w}, func(g *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{tensor.New(3)}
+	})
+	mustPanic(t, func() { Backward(Sum(bad)) }, "bad backward", "[3]", "[2]")
+	mustPanic(t, func() { Linear(NewVar(tensor.New(2, 3), false), w, nil) }, "autograd: Linear", "[2 3]", "[2]")
+	mustPanic(t, func() { CrossEntropy(NewVar(tensor.New(2, 3), true), []int64{0, 3}, CrossEntropyOptions{}) }, "CrossEntropy", "target 3", "position 1")
+}
+
+func TestCrossEntropyAllIgnoredIsNaN(t *testing.T) {
+	l := CrossEntropy(NewVar(tensor.New(2, 3), true), []int64{-100, -100}, CrossEntropyOptions{Ignore: true, IgnoreIndex: -100})
+	if v := l.Value.Item(); v == v {
+		t.Fatalf("mean over no samples = %g, want NaN", v)
+	}
+}
+
+func TestBatchNormRunningStats(t *testing.T) {
+	x := tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6, 7, 8}, 2, 2, 2) // channel 0: 1,2,5,6; channel 1: 3,4,7,8
+	rm, rv := tensor.New(2), tensor.Full(1, 2)
+	BatchNorm(NewVar(x, false), nil, nil, rm, rv, BatchNormOptions{Training: true, Momentum: 0.1, Eps: 1e-5})
+	// means 3.5 and 5.5; unbiased variance of {1,2,5,6} = 17/3
+	want := []float32{0.35, 0.55}
+	wantV := []float32{0.9 + 0.1*17.0/3, 0.9 + 0.1*17.0/3}
+	for c := 0; c < 2; c++ {
+		if d := rm.Data()[c] - want[c]; d > 1e-6 || d < -1e-6 {
+			t.Errorf("running mean[%d] = %g, want %g", c, rm.Data()[c], want[c])
+		}
+		if d := rv.Data()[c] - wantV[c]; d > 1e-6 || d < -1e-6 {
+			t.Errorf("running var[%d] = %g, want %g", c, rv.Data()[c], wantV[c])
+		}
+	}
+}

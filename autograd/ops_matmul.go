@@ -1,0 +1,95 @@
+package autograd
+
+import (
+	"fmt"
+
+	"cohort/tensor"
+)
+
+// MatMul returns the matrix product of a [..., m, k] and b [..., k, n]
+// (batch dimensions broadcast, as tensor.MatMul). Gradients are computed
+// with transposed views, never materialised transposes.
+func MatMul(a, b *Var) *Var {
+	av, bv := a.Value, b.Value
+	return record("MatMul", tensor.MatMul(av, bv), []*Var{a, b}, func(g *tensor.Tensor, s *sink) {
+		if s.need(0) {
+			// da = g @ bᵀ, summed over batch dimensions a was broadcast along.
+			da := tensor.MatMul(g, bv.Transpose(-1, -2))
+			r, _ := reduceTo(da, av.Shape())
+			s.add(0, r, true)
+		}
+		if s.need(1) {
+			if bv.Dims() == 2 && av.Dims() > 2 {
+				// One product over the folded batch: db = a2ᵀ @ g2.
+				k, n := bv.Dim(0), bv.Dim(1)
+				gemmInto(s, 1, av.Reshape(-1, k).T(), g.Reshape(-1, n))
+				return
+			}
+			db := tensor.MatMul(av.Transpose(-1, -2), g)
+			r, _ := reduceTo(db, bv.Shape())
+			s.add(1, r, true)
+		}
+	})
+}
+
+// gemmInto delivers a @ b as input i's gradient, accumulating straight
+// into the leaf's Grad when the sink allows it.
+func gemmInto(s *sink, i int, a, b *tensor.Tensor) {
+	if dst := s.into(i); dst != nil {
+		tensor.Gemm(dst, a, b, 1, 1)
+		return
+	}
+	s.add(i, tensor.MatMul(a, b), true)
+}
+
+// Linear returns x @ wᵀ + b for x [..., in], weight w [out, in] (PyTorch's
+// layout) and bias b [out] (nil for none): one GEMM with the bias folded
+// in, over all leading dimensions of x at once.
+func Linear(x, w, b *Var) *Var {
+	xv, wv := x.Value, w.Value
+	if wv.Dims() != 2 || xv.Dims() == 0 || xv.Dim(-1) != wv.Dim(1) {
+		panic(fmt.Sprintf("autograd: Linear: input shape %v, weight shape %v (want [..., %d] and [out, in])", xv.Shape(), wv.Shape(), lastDim(xv)))
+	}
+	out, in := wv.Dim(0), wv.Dim(1)
+	if b != nil && (b.Value.Dims() != 1 || b.Value.Dim(0) != out) {
+		panic(fmt.Sprintf("autograd: Linear: bias shape %v, want [%d]", b.Value.Shape(), out))
+	}
+	x2 := xv.Reshape(-1, in)
+	rows := x2.Dim(0)
+	y2 := tensor.New(rows, out)
+	beta := float32(0)
+	if b != nil {
+		y2.CopyFrom(b.Value) // broadcast the bias over the rows
+		beta = 1
+	}
+	tensor.Gemm(y2, x2, wv.T(), 1, beta)
+	yShape := append(append([]int(nil), xv.Shape()[:xv.Dims()-1]...), out)
+	inputs := []*Var{x, w}
+	if b != nil {
+		inputs = append(inputs, b)
+	}
+	return record("Linear", y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
+		g2 := g.Reshape(-1, out)
+		if s.need(1) {
+			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
+		}
+		if b != nil && s.need(2) {
+			if dst := s.into(2); dst != nil {
+				tensor.SumInto(dst, g2)
+			} else {
+				s.add(2, tensor.SumInto(tensor.New(out), g2), true)
+			}
+		}
+		if s.need(0) {
+			dx := tensor.MatMul(g2, wv) // dx = g @ w
+			s.add(0, dx.Reshape(xv.Shape()...), true)
+		}
+	})
+}
+
+func lastDim(t *tensor.Tensor) int {
+	if t.Dims() == 0 {
+		return 0
+	}
+	return t.Dim(-1)
+}
