@@ -24,7 +24,6 @@ type hookEntry struct {
 	fn func(*Var)
 }
 
-
 // NewVar returns a leaf holding value.
 func NewVar(value *tensor.Tensor, requiresGrad bool) *Var {
 	if value == nil {
