@@ -60,3 +60,7 @@ func (e *PeerError) Unwrap() error { return e.Err }
 // from the length of the message waiting under its tag. The message stays
 // queued.
 var ErrLength = errors.New("transport: message length differs from buffer length")
+
+// ErrAuth is wrapped by the error of a connection refused because one side
+// could not prove it holds the job's token (or only one side has one).
+var ErrAuth = errors.New("transport: authentication failed")
