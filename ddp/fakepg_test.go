@@ -1,0 +1,244 @@
+package ddp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"testing"
+	"time"
+
+	"cohort/dist"
+)
+
+// fakeHub is a minimal in-memory process group for the reducer's unit
+// tests: the n-th collective of every rank meets the n-th of the others;
+// the last rank to arrive computes the result (float32 sums in rank
+// order, fp16/bf16 sums widened to float32 and rounded once) and releases
+// all. A rank whose n-th op differs fails the op on every rank. failAt
+// makes the given op (by sequence number) fail everywhere.
+type fakeHub struct {
+	world  int
+	mu     sync.Mutex
+	ops    map[int64]*fakeOp
+	failAt int64
+	log    []string // kinds of completed ops, in order (rank 0's view)
+}
+
+type fakeOp struct {
+	kind    string
+	root    int
+	ins     []dist.Buffer
+	outs    []dist.Buffer
+	arrived int
+	done    chan struct{}
+	err     error
+}
+
+type fakePG struct {
+	h    *fakeHub
+	rank int
+	seq  int64
+}
+
+type fakeWork struct {
+	op *fakeOp
+}
+
+func (w fakeWork) Wait() error           { <-w.op.done; return w.op.err }
+func (w fakeWork) Done() <-chan struct{} { return w.op.done }
+
+func newFakeHub(world int) *fakeHub {
+	return &fakeHub{world: world, ops: map[int64]*fakeOp{}, failAt: -1}
+}
+
+func (g *fakePG) Rank() int { return g.rank }
+func (g *fakePG) Size() int { return g.h.world }
+
+func (g *fakePG) submit(kind string, root int, in, out dist.Buffer) dist.Work {
+	h := g.h
+	seq := g.seq
+	g.seq++
+	h.mu.Lock()
+	op := h.ops[seq]
+	if op == nil {
+		op = &fakeOp{kind: kind, root: root, ins: make([]dist.Buffer, h.world), outs: make([]dist.Buffer, h.world), done: make(chan struct{})}
+		h.ops[seq] = op
+	}
+	if op.kind != kind || op.root != root {
+		op.err = fmt.Errorf("fake: op %d: rank %d issued %s(root %d), another rank %s(root %d)", seq, g.rank, kind, root, op.kind, op.root)
+	}
+	op.ins[g.rank], op.outs[g.rank] = in, out
+	op.arrived++
+	last := op.arrived == h.world
+	if last {
+		delete(h.ops, seq)
+		if seq == h.failAt {
+			op.err = fmt.Errorf("fake: op %d failed: %w", seq, dist.ErrAborted)
+		}
+		h.log = append(h.log, kind)
+	}
+	h.mu.Unlock()
+	if last {
+		if op.err == nil {
+			op.err = op.run()
+		}
+		close(op.done)
+	}
+	return fakeWork{op}
+}
+
+func (op *fakeOp) run() error {
+	n := op.ins[0].Len()
+	for r, b := range op.ins {
+		if b.DType != op.ins[0].DType || b.Len() != n {
+			return fmt.Errorf("fake: %s: rank %d buffer %v×%d, rank 0 %v×%d", op.kind, r, b.DType, b.Len(), op.ins[0].DType, n)
+		}
+	}
+	switch op.kind {
+	case "allreduce":
+		switch op.ins[0].DType {
+		case dist.Float32:
+			sum := make([]float32, n)
+			for _, b := range op.ins {
+				for i, v := range b.Float32s() {
+					sum[i] += v
+				}
+			}
+			for _, b := range op.ins {
+				copy(b.Float32s(), sum)
+			}
+		case dist.Int64:
+			sum := make([]int64, n)
+			for _, b := range op.ins {
+				for i, v := range b.Int64s() {
+					sum[i] += v
+				}
+			}
+			for _, b := range op.ins {
+				copy(b.Int64s(), sum)
+			}
+		case dist.Float16, dist.BFloat16:
+			enc, dec := toFP16, fromFP16
+			if op.ins[0].DType == dist.BFloat16 {
+				enc, dec = toBF16, fromBF16
+			}
+			sum := make([]float32, n)
+			for _, b := range op.ins {
+				for i, v := range b.Uint16s() {
+					sum[i] += dec(v)
+				}
+			}
+			for _, b := range op.ins {
+				for i := range sum {
+					b.Uint16s()[i] = enc(sum[i])
+				}
+			}
+		default:
+			return fmt.Errorf("fake: allreduce of %v", op.ins[0].DType)
+		}
+	case "broadcast":
+		src := op.ins[op.root]
+		for _, b := range op.ins {
+			switch src.DType {
+			case dist.Float32:
+				copy(b.Float32s(), src.Float32s())
+			case dist.Int64:
+				copy(b.Int64s(), src.Int64s())
+			default:
+				return fmt.Errorf("fake: broadcast of %v", src.DType)
+			}
+		}
+	case "allgather":
+		for _, out := range op.outs {
+			if out.Len() != n*len(op.ins) {
+				return fmt.Errorf("fake: allgather: out has %d elements, want %d", out.Len(), n*len(op.ins))
+			}
+			for r, in := range op.ins {
+				switch in.DType {
+				case dist.Int64:
+					copy(out.Int64s()[r*n:], in.Int64s())
+				case dist.Float32:
+					copy(out.Float32s()[r*n:], in.Float32s())
+				default:
+					copy(out.Uint16s()[r*n:], in.Uint16s())
+				}
+			}
+		}
+	}
+	return nil
+}
+
+func (g *fakePG) AllReduce(ctx context.Context, buf dist.Buffer, op dist.ReduceOp) dist.Work {
+	if op != dist.Sum {
+		return g.submit("allreduce-unsupported-op", 0, buf, buf)
+	}
+	return g.submit("allreduce", 0, buf, buf)
+}
+func (g *fakePG) Broadcast(ctx context.Context, buf dist.Buffer, root int) dist.Work {
+	return g.submit("broadcast", root, buf, buf)
+}
+func (g *fakePG) AllGather(ctx context.Context, out, in dist.Buffer) dist.Work {
+	return g.submit("allgather", 0, in, out)
+}
+func (g *fakePG) unsupported(name string) dist.Work {
+	op := &fakeOp{done: make(chan struct{}), err: errors.New("fake: " + name + " not implemented")}
+	close(op.done)
+	return fakeWork{op}
+}
+func (g *fakePG) Reduce(context.Context, dist.Buffer, int, dist.ReduceOp) dist.Work {
+	return g.unsupported("Reduce")
+}
+func (g *fakePG) ReduceScatter(context.Context, dist.Buffer, dist.Buffer, dist.ReduceOp) dist.Work {
+	return g.unsupported("ReduceScatter")
+}
+func (g *fakePG) AllToAll(context.Context, dist.Buffer, dist.Buffer) dist.Work {
+	return g.unsupported("AllToAll")
+}
+func (g *fakePG) Gather(context.Context, dist.Buffer, dist.Buffer, int) dist.Work {
+	return g.unsupported("Gather")
+}
+func (g *fakePG) Scatter(context.Context, dist.Buffer, dist.Buffer, int) dist.Work {
+	return g.unsupported("Scatter")
+}
+func (g *fakePG) Send(context.Context, dist.Buffer, int, int) dist.Work { return g.unsupported("Send") }
+func (g *fakePG) Recv(context.Context, dist.Buffer, int, int) dist.Work { return g.unsupported("Recv") }
+func (g *fakePG) Barrier(context.Context) dist.Work                    { return g.unsupported("Barrier") }
+func (g *fakePG) Close() error                                         { return nil }
+
+var _ dist.ProcessGroup = (*fakePG)(nil)
+
+// runFake runs fn on world ranks over a fake group, one goroutine each,
+// and returns every rank's error. A run longer than a minute fails the
+// test instead of hanging it.
+func runFake(t *testing.T, world int, fn func(pg dist.ProcessGroup) error) []error {
+	t.Helper()
+	h := newFakeHub(world)
+	return runHub(t, h, fn)
+}
+
+func runHub(t *testing.T, h *fakeHub, fn func(pg dist.ProcessGroup) error) []error {
+	t.Helper()
+	errs := make([]error, h.world)
+	var wg sync.WaitGroup
+	for r := 0; r < h.world; r++ {
+		wg.Add(1)
+		go func(r int) {
+			defer wg.Done()
+			defer func() {
+				if p := recover(); p != nil {
+					errs[r] = fmt.Errorf("rank %d panicked: %v", r, p)
+				}
+			}()
+			errs[r] = fn(&fakePG{h: h, rank: r})
+		}(r)
+	}
+	done := make(chan struct{})
+	go func() { wg.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(time.Minute):
+		t.Fatalf("ranks still running after a minute (hang)")
+	}
+	return errs
+}
