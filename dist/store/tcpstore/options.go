@@ -72,4 +72,3 @@ func (o Options) validate() error {
 	}
 	return nil
 }
-
