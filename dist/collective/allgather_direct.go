@@ -1,0 +1,19 @@
+package collective
+
+// Direct all-gather: every rank sends its input to every other rank at
+// once and receives theirs straight into the output — one round, the least
+// latency for small messages. Rank r sends to r+1, r+2, … in turn so that
+// no rank is everybody's first destination.
+func allGatherDirect(b *builder) {
+	c := b.call()
+	n, r, count := b.n, b.r, c.Count
+	src := all(In, count)
+	b.copy(Region{Out, r * count, count}, src)
+	for k := 1; k < n; k++ {
+		b.send(mod(r+k, n), 0, src)
+	}
+	for k := 1; k < n; k++ {
+		from := mod(r-k, n)
+		b.recv(from, 0, Region{Out, from * count, count})
+	}
+}

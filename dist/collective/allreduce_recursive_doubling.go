@@ -1,0 +1,83 @@
+package collective
+
+// Recursive-doubling all-reduce: in round i every rank exchanges its whole
+// partial result with the rank whose (virtual) number differs in bit i and
+// combines the two, so log2(size) rounds leave the full reduction
+// everywhere. Latency-optimal: it is the choice for small messages, where
+// per-message cost dominates. A group that is not a power of two, p ≤ size
+// < 2p, first folds: of the first 2·(size−p) ranks each even one hands its
+// buffer to the odd one above it and sits out, receiving the result at the
+// end (Thakur, Rabenseifner and Gropp, "Optimization of collective
+// communication operations in MPICH", IJHPCA 2005). Partners combine
+// operands in the same order (lower virtual rank first), so every rank ends
+// with bitwise-identical values.
+func allReduceRecursiveDoubling(b *builder) {
+	c := b.call()
+	n, r, count := b.n, b.r, c.Count
+	if n == 1 {
+		return
+	}
+	buf := all(Out, count)
+	in := b.tmp(count)
+	v, ok := foldIn(b, buf, in)
+	if !ok {
+		return
+	}
+	p := floorPow2(n)
+	round := 1
+	for mask := 1; mask < p; mask <<= 1 {
+		pv := v ^ mask
+		peer := unfoldRank(pv, n-p)
+		b.send(peer, round, buf)
+		b.recv(peer, round, in)
+		if pv < v {
+			b.reduce(buf, in, buf)
+		} else {
+			b.reduce(buf, buf, in)
+		}
+		round++
+	}
+	b.avg(buf)
+	foldOut(b, buf, r, n-p)
+}
+
+// foldIn reduces a group of size n to p = floorPow2(n) virtual ranks: each
+// even rank below 2·(n−p) sends buf (message 0) to the odd rank above it
+// and waits for the result (message final, see foldOut). It returns the
+// caller's virtual rank, or ok false if the rank sits out (its plan is then
+// complete up to the final receive, which foldIn has already appended).
+func foldIn(b *builder, buf, in Region) (v int, ok bool) {
+	n, r := b.n, b.r
+	rem := n - floorPow2(n)
+	switch {
+	case r >= 2*rem:
+		return r - rem, true
+	case r%2 == 0:
+		b.send(r+1, 0, buf)
+		b.recv(r+1, foldFinalMsg, buf)
+		return 0, false
+	default:
+		b.recv(r-1, 0, in)
+		b.reduce(buf, in, buf)
+		return r / 2, true
+	}
+}
+
+// foldFinalMsg numbers the message that returns the result to a rank that
+// sat out; it is above any round number a plan uses.
+const foldFinalMsg = 1 << 30
+
+// foldOut sends the result back to the rank that sat out, if any.
+func foldOut(b *builder, buf Region, r, rem int) {
+	if r < 2*rem && r%2 == 1 {
+		b.send(r-1, foldFinalMsg, buf)
+	}
+}
+
+// unfoldRank maps virtual rank v back to a real rank when rem ranks sat out.
+func unfoldRank(v, rem int) int {
+	if v < rem {
+		return 2*v + 1
+	}
+	return v + rem
+}

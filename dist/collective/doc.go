@@ -1,0 +1,38 @@
+// Package collective implements cohort's collective algorithms as pure
+// plans plus one executor.
+//
+// A Plan is the list of steps one rank performs for one call — send a
+// region of a buffer to a peer, receive a message into a region, reduce two
+// regions into a third, copy, average — computed by NewPlan from the call,
+// the group size, the rank and a Tuning, with no I/O. Each algorithm lives
+// in its own file (allreduce_ring.go, allreduce_recursive_doubling.go, …),
+// opening with a prose description and a reference. Plans are tested as
+// data: a symbolic simulator runs every rank's plan and checks that each
+// output element holds exactly the right contributions, and text goldens in
+// testdata/ pin them down (go test -update rewrites them).
+//
+// An Executor runs plans over a transport.Transport. Steps run in plan
+// order, except that sends and receives are handed to one goroutine per
+// peer and direction and a step waits only for the earlier transfers whose
+// memory it touches: receiving segment k+1 overlaps with reducing segment
+// k. Every op starts with a fingerprint exchange (kind, dtype, op, count,
+// root, seq) between each rank and the peers it talks to plus its ring
+// neighbours, so ranks that issued different calls at the same sequence
+// number fail with a *DesyncError naming both ranks and both calls instead
+// of hanging or exchanging garbage.
+//
+// Algorithms: all-reduce by ring (bandwidth-optimal), recursive doubling
+// (latency-optimal) and recursive halving-doubling (medium sizes), with
+// non-power-of-two groups folded; broadcast and reduce by binomial tree and
+// pipelined chain; all-gather and reduce-scatter by ring and direct
+// exchange; pairwise all-to-all; direct gather and scatter; dissemination
+// barrier; point-to-point send and receive. Choose picks by payload size
+// and group size. Reductions support Sum, Avg, Max, Min and Prod on
+// float32, float64, int64, bfloat16 and float16 (the 16-bit types reduce
+// through float32, rounding to nearest even at each step). Results are
+// bitwise identical on every rank.
+//
+// The package imports only package transport: buffers are raw bytes of the
+// call's dtype, and ranks in a plan are group ranks, mapped to transport
+// ranks by the Executor.
+package collective

@@ -1,0 +1,222 @@
+package collective
+
+import (
+	"math"
+	"unsafe"
+)
+
+// reduceBytes sets dst = a ⊕ b element-wise for the dtype and op (Avg
+// reduces as Sum). The three slices have the same length; dst may alias a
+// or b exactly.
+func reduceBytes(dt DType, op Op, dst, a, b []byte) {
+	switch dt {
+	case Float32:
+		reduceNum(op, view[float32](dst), view[float32](a), view[float32](b))
+	case Float64:
+		reduceNum(op, view[float64](dst), view[float64](a), view[float64](b))
+	case Int64:
+		reduceNum(op, view[int64](dst), view[int64](a), view[int64](b))
+	case BFloat16:
+		reduceHalf(op, view[uint16](dst), view[uint16](a), view[uint16](b), bf16ToF32, f32ToBF16)
+	case Float16:
+		reduceHalf(op, view[uint16](dst), view[uint16](a), view[uint16](b), f16ToF32, f32ToF16)
+	}
+}
+
+// scaleBytes divides dst by n (the final step of Avg).
+func scaleBytes(dt DType, dst []byte, n int) {
+	switch dt {
+	case Float32:
+		s := view[float32](dst)
+		inv := float32(n)
+		for i := range s {
+			s[i] /= inv
+		}
+	case Float64:
+		s := view[float64](dst)
+		inv := float64(n)
+		for i := range s {
+			s[i] /= inv
+		}
+	case Int64:
+		s := view[int64](dst)
+		for i := range s {
+			s[i] /= int64(n)
+		}
+	case BFloat16:
+		s := view[uint16](dst)
+		for i := range s {
+			s[i] = f32ToBF16(bf16ToF32(s[i]) / float32(n))
+		}
+	case Float16:
+		s := view[uint16](dst)
+		for i := range s {
+			s[i] = f32ToF16(f16ToF32(s[i]) / float32(n))
+		}
+	}
+}
+
+// view reinterprets a byte slice as elements of T. Buffers come from typed
+// Go slices or from the executor's 8-byte-aligned scratch, so they are
+// aligned for T.
+func view[T any](p []byte) []T {
+	if len(p) == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*T)(unsafe.Pointer(unsafe.SliceData(p))), len(p)/int(unsafe.Sizeof(z)))
+}
+
+type number interface{ ~float32 | ~float64 | ~int64 }
+
+func reduceNum[T number](op Op, dst, a, b []T) {
+	switch op {
+	case Sum, Avg:
+		sumInto(dst, a, b)
+	case Prod:
+		a, b = a[:len(dst)], b[:len(dst)]
+		for i := range dst {
+			dst[i] = a[i] * b[i]
+		}
+	case Max:
+		a, b = a[:len(dst)], b[:len(dst)]
+		for i := range dst {
+			x, y := a[i], b[i]
+			if y > x || y != y { // NaN propagates
+				x = y
+			}
+			dst[i] = x
+		}
+	case Min:
+		a, b = a[:len(dst)], b[:len(dst)]
+		for i := range dst {
+			x, y := a[i], b[i]
+			if y < x || y != y {
+				x = y
+			}
+			dst[i] = x
+		}
+	}
+}
+
+// sumInto is the hot loop of every all-reduce, unrolled by eight.
+func sumInto[T number](dst, a, b []T) {
+	n := len(dst)
+	a, b = a[:n], b[:n]
+	i := 0
+	for ; i+8 <= n; i += 8 {
+		d, x, y := dst[i:i+8:i+8], a[i:i+8:i+8], b[i:i+8:i+8]
+		d[0] = x[0] + y[0]
+		d[1] = x[1] + y[1]
+		d[2] = x[2] + y[2]
+		d[3] = x[3] + y[3]
+		d[4] = x[4] + y[4]
+		d[5] = x[5] + y[5]
+		d[6] = x[6] + y[6]
+		d[7] = x[7] + y[7]
+	}
+	for ; i < n; i++ {
+		dst[i] = a[i] + b[i]
+	}
+}
+
+// reduceHalf reduces 16-bit floats through float32, rounding each result
+// to nearest even.
+func reduceHalf(op Op, dst, a, b []uint16, load func(uint16) float32, store func(float32) uint16) {
+	a, b = a[:len(dst)], b[:len(dst)]
+	for i := range dst {
+		x, y := load(a[i]), load(b[i])
+		var z float32
+		switch op {
+		case Sum, Avg:
+			z = x + y
+		case Prod:
+			z = x * y
+		case Max:
+			z = x
+			if y > x || y != y {
+				z = y
+			}
+		case Min:
+			z = x
+			if y < x || y != y {
+				z = y
+			}
+		}
+		dst[i] = store(z)
+	}
+}
+
+// bf16ToF32 widens a bfloat16 (the top half of a float32).
+func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
+
+// f32ToBF16 rounds a float32 to bfloat16, to nearest even, keeping NaNs
+// NaN.
+func f32ToBF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	if u&0x7fffffff > 0x7f800000 { // NaN: keep it quiet and non-zero
+		return uint16(u>>16) | 0x40
+	}
+	u += 0x7fff + (u>>16)&1
+	return uint16(u >> 16)
+}
+
+// f16ToF32 widens an IEEE 754 binary16.
+func f16ToF32(h uint16) float32 {
+	sign := uint32(h>>15) << 31
+	exp := uint32(h>>10) & 0x1f
+	man := uint32(h) & 0x3ff
+	switch {
+	case exp == 0x1f: // Inf or NaN
+		return math.Float32frombits(sign | 0x7f800000 | man<<13)
+	case exp != 0: // normal
+		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
+	case man == 0:
+		return math.Float32frombits(sign)
+	}
+	// Subnormal: value = man · 2^-24.
+	f := float32(man) * (1.0 / (1 << 24))
+	if sign != 0 {
+		f = -f
+	}
+	return f
+}
+
+// f32ToF16 rounds a float32 to IEEE 754 binary16, to nearest even, with
+// overflow to infinity, gradual underflow and NaNs kept NaN.
+func f32ToF16(f float32) uint16 {
+	u := math.Float32bits(f)
+	sign := uint16(u>>16) & 0x8000
+	exp := int32(u>>23) & 0xff
+	man := u & 0x7fffff
+	if exp == 0xff {
+		if man != 0 {
+			return sign | 0x7e00
+		}
+		return sign | 0x7c00
+	}
+	e := exp - 127 + 15
+	switch {
+	case e >= 0x1f:
+		return sign | 0x7c00
+	case e <= 0:
+		if e < -10 {
+			return sign // rounds to zero
+		}
+		m := man | 0x800000 // implicit bit
+		shift := uint32(14 - e)
+		half := uint32(1) << (shift - 1)
+		rest := m & (1<<shift - 1)
+		q := m >> shift
+		if rest > half || (rest == half && q&1 == 1) {
+			q++
+		}
+		return sign | uint16(q) // q may carry into the smallest normal: still correct
+	}
+	q := uint32(e)<<10 | man>>13
+	rest := man & 0x1fff
+	if rest > 0x1000 || (rest == 0x1000 && q&1 == 1) {
+		q++ // may carry into the exponent, up to infinity: correct
+	}
+	return sign | uint16(q)
+}

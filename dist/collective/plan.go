@@ -1,0 +1,304 @@
+package collective
+
+import (
+	"fmt"
+	"strings"
+)
+
+// Tuning sets the knobs plans depend on. The zero value selects defaults.
+type Tuning struct {
+	// SegmentBytes is the size of the pieces large transfers are cut into
+	// so that receiving one piece overlaps with reducing or forwarding the
+	// previous one (default 256 KiB).
+	SegmentBytes int64
+	// Depth is the number of segments a rank receives ahead of the one it
+	// is working on; scratch memory holds Depth+1 segments (default 2).
+	Depth int
+	// SmallBytes: all-reduce, broadcast, reduce, all-gather and
+	// reduce-scatter of at most this many bytes use latency-optimal
+	// algorithms (default 64 KiB).
+	SmallBytes int64
+	// MediumBytes: all-reduces above SmallBytes and at most this many bytes
+	// use recursive halving-doubling when the group has more than two
+	// ranks; larger ones use the ring (default 1 MiB).
+	MediumBytes int64
+}
+
+const (
+	defaultSegmentBytes = 256 << 10
+	defaultDepth        = 2
+	defaultSmallBytes   = 64 << 10
+	defaultMediumBytes  = 1 << 20
+)
+
+func (t Tuning) withDefaults() Tuning {
+	if t.SegmentBytes <= 0 {
+		t.SegmentBytes = defaultSegmentBytes
+	}
+	if t.Depth <= 0 {
+		t.Depth = defaultDepth
+	}
+	if t.SmallBytes <= 0 {
+		t.SmallBytes = defaultSmallBytes
+	}
+	if t.MediumBytes <= 0 {
+		t.MediumBytes = defaultMediumBytes
+	}
+	return t
+}
+
+// algorithm is one entry of the plan registry.
+type algorithm struct {
+	kind  Kind
+	name  string
+	build func(b *builder)
+}
+
+// algorithms lists every plan builder; the first entry of a kind is its
+// default when Choose has no better rule. The table is read-only.
+var algorithms = []algorithm{
+	{AllReduce, "ring", allReduceRing},
+	{AllReduce, "recursive_doubling", allReduceRecursiveDoubling},
+	{AllReduce, "halving_doubling", allReduceHalvingDoubling},
+	{Broadcast, "chain", broadcastChain},
+	{Broadcast, "tree", broadcastTree},
+	{Reduce, "chain", reduceChain},
+	{Reduce, "tree", reduceTree},
+	{AllGather, "ring", allGatherRing},
+	{AllGather, "direct", allGatherDirect},
+	{ReduceScatter, "ring", reduceScatterRing},
+	{ReduceScatter, "direct", reduceScatterDirect},
+	{AllToAll, "pairwise", allToAllPairwise},
+	{Gather, "direct", gatherDirect},
+	{Scatter, "direct", scatterDirect},
+	{Barrier, "dissemination", barrierDissemination},
+	{Agree, "dissemination", barrierDissemination},
+	{Send, "direct", sendDirect},
+	{Recv, "direct", recvDirect},
+}
+
+// Algorithms returns the names of the algorithms available for a kind.
+func Algorithms(k Kind) []string {
+	var names []string
+	for _, a := range algorithms {
+		if a.kind == k {
+			names = append(names, a.name)
+		}
+	}
+	return names
+}
+
+// Choose picks the algorithm for a call on a group of size ranks: the
+// latency-optimal one for small payloads, the bandwidth-optimal one for
+// large ones. Every rank makes the same choice from the same inputs.
+func Choose(c Call, size int, t Tuning) string {
+	t = t.withDefaults()
+	bytes := int64(c.Count) * int64(c.DType.Size())
+	switch c.Kind {
+	case AllReduce:
+		switch {
+		case bytes <= t.SmallBytes:
+			return "recursive_doubling"
+		case bytes <= t.MediumBytes && size > 2:
+			return "halving_doubling"
+		}
+		return "ring"
+	case Broadcast, Reduce:
+		if bytes <= t.SmallBytes || size == 2 {
+			return "tree"
+		}
+		return "chain"
+	case AllGather, ReduceScatter:
+		if bytes*int64(size) <= t.SmallBytes {
+			return "direct"
+		}
+		return "ring"
+	}
+	return Algorithms(c.Kind)[0]
+}
+
+// NewPlan builds rank's plan for call c on a group of size ranks with the
+// named algorithm ("" lets Choose pick). It is a pure function: every rank
+// calling it with the same call, size, algorithm and tuning gets plans that
+// fit together.
+func NewPlan(c Call, size, rank int, algo string, t Tuning) (*Plan, error) {
+	if size < 1 {
+		return nil, fmt.Errorf("collective: group size %d < 1", size)
+	}
+	if rank < 0 || rank >= size {
+		return nil, fmt.Errorf("collective: rank %d out of range [0, %d)", rank, size)
+	}
+	if c.Kind == Barrier || c.Kind == Agree {
+		c.DType, c.Op = Float32, Sum
+	}
+	if err := c.validate(size); err != nil {
+		return nil, err
+	}
+	if algo == "" {
+		algo = Choose(c, size, t)
+	}
+	for _, a := range algorithms {
+		if a.kind == c.Kind && a.name == algo {
+			t = t.withDefaults()
+			seg := int(t.SegmentBytes / int64(c.DType.Size()))
+			b := &builder{
+				p:     &Plan{Algo: algo, Call: c, Size: size, Rank: rank},
+				n:     size,
+				r:     rank,
+				seg:   max(seg, 1),
+				depth: t.Depth,
+			}
+			a.build(b)
+			return b.p, nil
+		}
+	}
+	return nil, fmt.Errorf("collective: no %v algorithm %q (have %s)", c.Kind, algo, strings.Join(Algorithms(c.Kind), ", "))
+}
+
+// builder accumulates one rank's steps. Helpers drop empty transfers and
+// computations; both sides of a message compute the same length, so they
+// drop it together.
+type builder struct {
+	p     *Plan
+	n, r  int
+	seg   int // elements per pipeline segment
+	depth int // segments received ahead
+}
+
+func (b *builder) call() Call { return b.p.Call }
+
+func (b *builder) add(s Step) { b.p.Steps = append(b.p.Steps, s) }
+
+func (b *builder) send(peer int, msg int, src Region) {
+	if src.Len > 0 {
+		b.add(Step{Kind: StepSend, Peer: peer, Msg: uint32(msg), Src: src})
+	}
+}
+
+func (b *builder) recv(peer int, msg int, dst Region) {
+	if dst.Len > 0 {
+		b.add(Step{Kind: StepRecv, Peer: peer, Msg: uint32(msg), Dst: dst})
+	}
+}
+
+func (b *builder) reduce(dst, a, c Region) {
+	if dst.Len > 0 {
+		b.add(Step{Kind: StepReduce, Dst: dst, Src: a, Src2: c})
+	}
+}
+
+func (b *builder) copy(dst, src Region) {
+	if dst.Len > 0 && dst != src {
+		b.add(Step{Kind: StepCopy, Dst: dst, Src: src})
+	}
+}
+
+// avg appends the division of Avg when the call's op is Avg.
+func (b *builder) avg(dst Region) {
+	if dst.Len > 0 && b.call().Op == Avg && b.n > 1 {
+		b.add(Step{Kind: StepAvg, Dst: dst})
+	}
+}
+
+// tmp reserves n more elements of scratch memory and returns them.
+func (b *builder) tmp(n int) Region {
+	r := Region{Tmp, b.p.TmpLen, n}
+	b.p.TmpLen += n
+	return r
+}
+
+// task is one unit of a software pipeline: a receive into dst, then the
+// work that consumes it, which touches the region uses.
+type task struct {
+	recv func()
+	dst  Region
+	rest func()
+	uses Region
+}
+
+// pipeline emits tasks so that the receives of the next ahead tasks are
+// issued before the work of task i: the executor then receives ahead while
+// it reduces or forwards. Receives stay in task order, and one is issued
+// early only if its destination is not touched by the tasks it overtakes
+// (receives into a ring of ahead+1 scratch slots always qualify: task
+// i+ahead reuses the slot of task i−1, whose work comes earlier).
+func pipeline(tasks []task, ahead int) {
+	next := 0 // first task whose receive is not issued yet
+	emit := func() {
+		if tasks[next].recv != nil {
+			tasks[next].recv()
+		}
+		next++
+	}
+	// clear reports whether task j's receive may overtake the work of
+	// tasks i…j−1.
+	clear := func(j, i int) bool {
+		for m := i; m < j; m++ {
+			if tasks[m].uses.overlaps(tasks[j].dst) || tasks[m].dst.overlaps(tasks[j].dst) {
+				return false
+			}
+		}
+		return true
+	}
+	for i := range tasks {
+		for next <= i {
+			emit()
+		}
+		for next <= i+ahead && next < len(tasks) && clear(next, i) {
+			emit()
+		}
+		if tasks[i].rest != nil {
+			tasks[i].rest()
+		}
+	}
+}
+
+// split returns the offset and length of part i when n elements are cut
+// into parts nearly equal parts (the first n%parts one longer).
+func split(n, parts, i int) (off, length int) {
+	base, rem := n/parts, n%parts
+	return i*base + min(i, rem), base + b2i(i < rem)
+}
+
+func b2i(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+func ceilDiv(a, b int) int {
+	if a <= 0 {
+		return 0
+	}
+	return (a + b - 1) / b
+}
+
+// segment returns segment k (of length seg) of r; past the end it is empty.
+func segment(r Region, seg, k int) Region {
+	off := k * seg
+	if off >= r.Len {
+		return Region{r.Buf, r.end(), 0}
+	}
+	return r.sub(off, min(seg, r.Len-off))
+}
+
+// all returns the whole of buffer buf, n elements.
+func all(buf Buf, n int) Region { return Region{buf, 0, n} }
+
+// chunk returns part i of n elements cut into parts parts.
+func chunk(buf Buf, n, parts, i int) Region {
+	off, l := split(n, parts, i)
+	return Region{buf, off, l}
+}
+
+// floorPow2 returns the largest power of two <= n (n >= 1).
+func floorPow2(n int) int {
+	p := 1
+	for p*2 <= n {
+		p *= 2
+	}
+	return p
+}
