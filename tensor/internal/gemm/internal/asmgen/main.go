@@ -688,14 +688,20 @@ func genPackT8(e *emitter) {
 	e.i("RET")
 }
 
-// genPackCopy16 emits the AVX2 strided copy of up to 16 values per step,
-// with the contract of packCopy32; the masks are 16-word lane masks.
+// genPackCopy16 emits the AVX2 strided copy of up to 16 values per step:
 //
-// func packCopy16(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask, storeMask *int32)
+//	dst[q*dstStride + i] = src[q*srcStride + i]   for i < n, q < cols
+//	dst[q*dstStride + i] = 0                      for n <= i < 16
+//
+// loadMask points at 16 lane-mask words selecting the first n lanes. It
+// always stores 16 values per step, so with dstStride < 16 the last step
+// spills zeros past the block (see packT8).
+//
+// func packCopy16(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask *int32)
 func genPackCopy16(e *emitter) {
 	const name = "packCopy16"
-	e.c("func packCopy16(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask, storeMask *int32)")
-	e.buf.WriteString("TEXT ·packCopy16(SB), NOSPLIT, $0-56\n")
+	e.c("func packCopy16(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask *int32)")
+	e.buf.WriteString("TEXT ·packCopy16(SB), NOSPLIT, $0-48\n")
 	e.i("MOVQ dst+0(FP), DI")
 	e.i("MOVQ dstStride+8(FP), R13")
 	e.i("SHLQ $2, R13")
@@ -706,9 +712,6 @@ func genPackCopy16(e *emitter) {
 	e.i("MOVQ loadMask+40(FP), AX")
 	e.i("VMOVDQU (AX), Y12")
 	e.i("VMOVDQU 32(AX), Y13")
-	e.i("MOVQ storeMask+48(FP), AX")
-	e.i("VMOVDQU (AX), Y14")
-	e.i("VMOVDQU 32(AX), Y15")
 	e.i("MOVQ CX, DX")
 	e.i("SHRQ $2, DX")
 	e.i("ANDQ $3, CX")
@@ -721,8 +724,8 @@ func genPackCopy16(e *emitter) {
 		e.i("ADDQ R9, SI")
 	}
 	for u := 0; u < 4; u++ {
-		e.i("VMASKMOVPS %s, Y14, (DI)", y(2*u))
-		e.i("VMASKMOVPS %s, Y15, 32(DI)", y(2*u+1))
+		e.i("VMOVUPS %s, (DI)", y(2*u))
+		e.i("VMOVUPS %s, 32(DI)", y(2*u+1))
 		e.i("ADDQ R13, DI")
 	}
 	e.i("DECQ DX")
@@ -733,8 +736,8 @@ func genPackCopy16(e *emitter) {
 	e.l(name + "_tailloop")
 	e.i("VMASKMOVPS (SI), Y12, Y0")
 	e.i("VMASKMOVPS 32(SI), Y13, Y1")
-	e.i("VMASKMOVPS Y0, Y14, (DI)")
-	e.i("VMASKMOVPS Y1, Y15, 32(DI)")
+	e.i("VMOVUPS Y0, (DI)")
+	e.i("VMOVUPS Y1, 32(DI)")
 	e.i("ADDQ R9, SI")
 	e.i("ADDQ R13, DI")
 	e.i("DECQ CX")

@@ -1,0 +1,139 @@
+package gemm
+
+import (
+	"unsafe"
+
+	"golang.org/x/sys/cpu"
+)
+
+// Implemented in kernel_avx512_amd64.s and kernel_avx2_amd64.s (generated
+// by internal/asmgen, which documents each contract).
+
+//go:noescape
+func kernelAVX512x14x32(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+
+//go:noescape
+func packT16(dst *float32, dstStride int, src *float32, srcStride int, rows, cols, width int)
+
+//go:noescape
+func packCopy32(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask, storeMask uint32)
+
+//go:noescape
+func kernelAVX2x6x16(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)
+
+//go:noescape
+func packT8(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, masks *int32)
+
+//go:noescape
+func packCopy16(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask *int32)
+
+//go:noescape
+func packCopyFull16(dst *float32, dstStride int, src *float32, srcStride int, cols int)
+
+func hasAVX512() bool { return cpu.X86.HasAVX512F }
+func hasAVX2() bool   { return cpu.X86.HasAVX2 && cpu.X86.HasFMA }
+
+// laneMasks is the AVX2 lane-mask table: &laneMasks[16-n] starts n words of
+// all ones followed by zeros (0 <= n <= 16). Read-only.
+var laneMasks = [32]int32{-1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1, -1}
+
+func laneMask(n int) *int32 { return &laneMasks[16-n] }
+
+// bits returns a mask with the low n bits set (0 <= n <= 64).
+func bits(n int) uint64 {
+	if n >= 64 {
+		return ^uint64(0)
+	}
+	return 1<<uint(n) - 1
+}
+
+// at returns &s[i], or &s[0] when the routine will read nothing through it
+// (i may then be out of range).
+func at(s []float32, i int, reads bool) *float32 {
+	if !reads {
+		return unsafe.SliceData(s)
+	}
+	return &s[i]
+}
+
+// avx512Arch is the AVX-512F kernel family: a 14×32 micro-kernel (28 zmm
+// accumulators, two B vectors, two broadcast registers) fed by 16×16
+// in-register transposes and masked copies.
+func avx512Arch() *arch {
+	const mr, nr = 14, 32
+	return &arch{
+		name: KernelAVX512, mr: mr, nr: nr,
+		mc: 14 * 24, kc: 256, nc: 4096,
+		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+			kernelAVX512x14x32(k, a, b, c, ldc, alpha, beta, rows, bits(cols))
+		},
+		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
+			for s := 0; s*mr < mc; s++ {
+				rows := min(mr, mc-s*mr)
+				out := &dst[s*mr*kc]
+				if trans {
+					packCopy32(out, mr, &src[s*mr], ld, kc, uint32(bits(rows)), uint32(bits(mr)))
+				} else {
+					packT16(out, mr, &src[s*mr*ld], ld, rows, kc, mr)
+				}
+			}
+		},
+		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
+			for s := 0; s*nr < nc; s++ {
+				cols := min(nr, nc-s*nr)
+				out := dst[s*nr*kc:]
+				if !trans {
+					packCopy32(&out[0], nr, &src[s*nr], ld, kc, uint32(bits(cols)), uint32(bits(nr)))
+					continue
+				}
+				for g := 0; g < nr; g += 16 {
+					rows := max(0, min(16, cols-g))
+					packT16(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, 16)
+				}
+			}
+		},
+	}
+}
+
+// avx2Arch is the AVX2+FMA kernel family: a 6×16 micro-kernel (12 ymm
+// accumulators) fed by 8×8 in-register transposes and copies. Its packers
+// store whole vectors and spill zeros past a block, hence the slack.
+func avx2Arch() *arch {
+	const mr, nr = 6, 16
+	return &arch{
+		name: KernelAVX2, mr: mr, nr: nr,
+		mc: 6 * 24, kc: 256, nc: 4096,
+		slack: 16,
+		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+			kernelAVX2x6x16(k, a, b, c, ldc, alpha, beta, rows, cols, laneMask(cols))
+		},
+		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
+			for s := 0; s*mr < mc; s++ {
+				rows := min(mr, mc-s*mr)
+				out := &dst[s*mr*kc]
+				if trans {
+					packCopy16(out, mr, &src[s*mr], ld, kc, laneMask(rows))
+				} else {
+					packT8(out, mr, &src[s*mr*ld], ld, rows, kc, &laneMasks[0])
+				}
+			}
+		},
+		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
+			for s := 0; s*nr < nc; s++ {
+				cols := min(nr, nc-s*nr)
+				out := dst[s*nr*kc:]
+				switch {
+				case !trans && cols == nr:
+					packCopyFull16(&out[0], nr, &src[s*nr], ld, kc)
+				case !trans:
+					packCopy16(&out[0], nr, &src[s*nr], ld, kc, laneMask(cols))
+				default:
+					for g := 0; g < nr; g += 8 {
+						rows := max(0, min(8, cols-g))
+						packT8(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, &laneMasks[0])
+					}
+				}
+			}
+		},
+	}
+}

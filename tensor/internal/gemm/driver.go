@@ -1,0 +1,167 @@
+package gemm
+
+import (
+	"fmt"
+	"sync"
+)
+
+// packBuf holds one goroutine's packing buffers, reused across calls.
+type packBuf struct{ a, b []float32 }
+
+// grow returns s with length at least n, reallocating when needed.
+func grow(s []float32, n int) []float32 {
+	if cap(s) < n {
+		return make([]float32, n)
+	}
+	return s[:n]
+}
+
+// split returns the start of part i of n items cut into parts pieces whose
+// sizes are multiples of unit (except the last) and as even as possible.
+func split(n, unit, parts, i int) int {
+	units := (n + unit - 1) / unit
+	return min(n, units*i/parts*unit)
+}
+
+// blockSize returns the block length for n items blocked by at most max
+// (a multiple of unit): the fewest blocks, with sizes balanced and rounded
+// up to a multiple of unit, so no block is a sliver.
+func blockSize(n, max, unit int) int {
+	if n <= max {
+		return n
+	}
+	blocks := (n + max - 1) / max
+	b := (n + blocks - 1) / blocks
+	return (b + unit - 1) / unit * unit
+}
+
+// minFlopsPerThread is the work below which another goroutine costs more
+// (start, join, its own packing) than it saves.
+const minFlopsPerThread = 2 << 20
+
+// partition chooses the tm×tn grid of C blocks the threads work on: at
+// most threads blocks, at most one per minFlopsPerThread of work and per
+// tile, and among those shapes the one packing the least (every block
+// packs its rows of A and its columns of B: tn·m·k + tm·k·n).
+func partition(m, n, k, threads, mr, nr int) (tm, tn int) {
+	work := 2 * m * n * k
+	t := min(threads, max(1, work/minFlopsPerThread))
+	best := -1
+	tm, tn = 1, 1
+	for cm := 1; cm <= t; cm++ {
+		cn := t / cm
+		if cm*cn != t {
+			continue
+		}
+		if cm > (m+mr-1)/mr || cn > (n+nr-1)/nr {
+			continue
+		}
+		cost := cn*m + cm*n
+		if best < 0 || cost < best {
+			best, tm, tn = cost, cm, cn
+		}
+	}
+	return tm, tn
+}
+
+// run is cohort's blocked, parallel sgemm. Arguments are checked, m, n,
+// k > 0 and alpha != 0.
+func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	ar := g.arch
+	tm, tn := partition(m, n, k, g.threads, ar.mr, ar.nr)
+	if tm*tn == 1 {
+		buf := g.bufs.Get().(*packBuf)
+		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		g.bufs.Put(buf)
+		return
+	}
+	var (
+		wg       sync.WaitGroup
+		mu       sync.Mutex
+		panicked any
+	)
+	work := func(ti, tj int) {
+		defer func() {
+			if r := recover(); r != nil {
+				mu.Lock()
+				panicked = r
+				mu.Unlock()
+			}
+		}()
+		i0, i1 := split(m, ar.mr, tm, ti), split(m, ar.mr, tm, ti+1)
+		j0, j1 := split(n, ar.nr, tn, tj), split(n, ar.nr, tn, tj+1)
+		if i0 == i1 || j0 == j1 {
+			return
+		}
+		as, bs := a[i0*lda:], b[j0:]
+		if transA {
+			as = a[i0:]
+		}
+		if transB {
+			bs = b[j0*ldb:]
+		}
+		buf := g.bufs.Get().(*packBuf)
+		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc)
+		g.bufs.Put(buf)
+	}
+	for t := 1; t < tm*tn; t++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			work(t/tn, t%tn)
+		}()
+	}
+	work(0, 0)
+	wg.Wait()
+	if panicked != nil {
+		panic(fmt.Sprintf("gemm: worker: %v", panicked))
+	}
+}
+
+// block runs the BLIS loop nest on one m×n block of C in the calling
+// goroutine:
+//
+//	for each nc-wide panel of B and C            (jc)
+//	  for each kc-deep slab of k                 (pc)  pack B panel: kc×nc
+//	    for each mc-tall block of A and C        (ic)  pack A block: mc×kc
+//	      for each nr-wide sliver of the panel   (jr)  B sliver stays in L1
+//	        for each mr-tall sliver of the block (ir)  micro-kernel
+//
+// beta applies on the first slab only; later slabs accumulate.
+func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	kcMax := blockSize(k, ar.kc, 4)
+	mcMax := blockSize(m, ar.mc, ar.mr)
+	ncMax := blockSize(n, ar.nc, ar.nr)
+	buf.a = grow(buf.a, (mcMax+ar.mr-1)/ar.mr*ar.mr*kcMax+ar.slack)
+	buf.b = grow(buf.b, (ncMax+ar.nr-1)/ar.nr*ar.nr*kcMax+ar.slack)
+	for jc := 0; jc < n; jc += ncMax {
+		nc := min(ncMax, n-jc)
+		for pc := 0; pc < k; pc += kcMax {
+			kc := min(kcMax, k-pc)
+			if transB {
+				ar.packB(buf.b, b[jc*ldb+pc:], ldb, true, kc, nc)
+			} else {
+				ar.packB(buf.b, b[pc*ldb+jc:], ldb, false, kc, nc)
+			}
+			bet := beta
+			if pc > 0 {
+				bet = 1
+			}
+			for ic := 0; ic < m; ic += mcMax {
+				mc := min(mcMax, m-ic)
+				if transA {
+					ar.packA(buf.a, a[pc*lda+ic:], lda, true, mc, kc)
+				} else {
+					ar.packA(buf.a, a[ic*lda+pc:], lda, false, mc, kc)
+				}
+				for jr := 0; jr < nc; jr += ar.nr {
+					cols := min(ar.nr, nc-jr)
+					bp := &buf.b[jr*kc]
+					for ir := 0; ir < mc; ir += ar.mr {
+						ar.kernel(kc, &buf.a[ir*kc], bp, &c[(ic+ir)*ldc+jc+jr], ldc, alpha, bet, min(ar.mr, mc-ir), cols)
+					}
+				}
+			}
+		}
+	}
+}

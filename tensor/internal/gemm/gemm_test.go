@@ -1,0 +1,190 @@
+package gemm_test
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"runtime"
+	"strings"
+	"testing"
+
+	. "cohort/tensor/internal/gemm"
+	"cohort/tensor/internal/gemm/gemmtest"
+)
+
+// kernels returns the cohort kernels this CPU can run.
+func kernels() []string { return Kernels() }
+
+func TestConformance(t *testing.T) {
+	for _, kern := range kernels() {
+		for _, threads := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("kernel=%s/threads=%d", kern, threads), func(t *testing.T) {
+				g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if g.Kernel() != kern || g.Backend() != BLASGo || g.Threads() != threads {
+					t.Fatalf("New built %v, want kernel %s with %d threads", g, kern, threads)
+				}
+				gemmtest.Run(t, g.Sgemm)
+			})
+		}
+	}
+}
+
+// TestParallelLarge checks shapes big enough to split over threads in both
+// directions.
+func TestParallelLarge(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, kern := range kernels() {
+		for _, threads := range []int{2, 4, 7} {
+			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []gemmtest.Case{
+				{M: 301, N: 97, K: 200, Alpha: 1, Beta: 0.5},
+				{M: 40, N: 700, K: 150, Alpha: 1, TransB: true},
+				{M: 150, N: 150, K: 150, Alpha: -1, Beta: 1, TransA: true, PadC: 3},
+			} {
+				t.Run(fmt.Sprintf("kernel=%s/threads=%d/%v", kern, threads, c), func(t *testing.T) {
+					gemmtest.Check(t, g.Sgemm, c, rng)
+				})
+			}
+		}
+	}
+}
+
+func TestConformanceOpenBLAS(t *testing.T) {
+	for _, threads := range []int{1, 2} {
+		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
+			g, err := New(Options{BLAS: BLASOpenBLAS, Threads: threads})
+			if err != nil {
+				t.Skipf("OpenBLAS not available, skipping: %v", err)
+			}
+			if g.Backend() != BLASOpenBLAS {
+				t.Fatalf("New(openblas) built %v", g)
+			}
+			gemmtest.Run(t, g.Sgemm)
+		})
+	}
+}
+
+func TestOptionsFromEnv(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		want    Options
+		wantErr string
+	}{
+		{name: "empty", env: nil, want: Options{}},
+		{name: "all set", env: map[string]string{EnvThreads: " 3 ", EnvBLAS: "OpenBLAS", EnvKernel: "avx2", EnvOpenBLASLib: "/opt/lib/libopenblas.so"},
+			want: Options{Threads: 3, BLAS: BLASOpenBLAS, Kernel: KernelAVX2, OpenBLASLib: "/opt/lib/libopenblas.so"}},
+		{name: "zero threads", env: map[string]string{EnvThreads: "0"}, wantErr: "COHORT_NUM_THREADS=\"0\""},
+		{name: "junk threads", env: map[string]string{EnvThreads: "two"}, wantErr: "COHORT_NUM_THREADS=\"two\""},
+		{name: "unknown blas", env: map[string]string{EnvBLAS: "mkl"}, wantErr: "COHORT_BLAS=\"mkl\""},
+		{name: "unknown kernel", env: map[string]string{EnvKernel: "sse"}, wantErr: "COHORT_GEMM_KERNEL=\"sse\""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := OptionsFromEnv(func(k string) string { return tc.env[k] })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) || !strings.HasPrefix(err.Error(), "gemm: ") {
+					t.Fatalf("OptionsFromEnv = %v, %v; want error mentioning %s", got, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("OptionsFromEnv = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
+	}
+}
+
+func TestNew(t *testing.T) {
+	t.Run("zero value", func(t *testing.T) {
+		g, err := New(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Threads() != runtime.NumCPU() {
+			t.Errorf("threads = %d, want NumCPU %d", g.Threads(), runtime.NumCPU())
+		}
+		t.Logf("default: %v", g)
+	})
+	t.Run("explicit kernel wins over auto BLAS", func(t *testing.T) {
+		g, err := New(Options{Kernel: KernelGo})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if g.Backend() != BLASGo || g.Kernel() != KernelGo {
+			t.Errorf("built %v, want cohort go kernel", g)
+		}
+	})
+	t.Run("openblas with a kernel contradicts", func(t *testing.T) {
+		if _, err := New(Options{BLAS: BLASOpenBLAS, Kernel: KernelGo}); err == nil {
+			t.Error("New accepted BLAS=openblas with Kernel=go")
+		}
+	})
+	t.Run("missing library", func(t *testing.T) {
+		_, err := New(Options{BLAS: BLASOpenBLAS, OpenBLASLib: "libcohort-no-such-library.so"})
+		if err == nil || !strings.Contains(err.Error(), "libcohort-no-such-library.so") {
+			t.Errorf("New with a missing library: %v, want an error naming it", err)
+		}
+		g, err := New(Options{OpenBLASLib: "libcohort-no-such-library.so", Kernel: KernelAuto})
+		if err != nil || g.Backend() != BLASGo {
+			t.Errorf("auto with a missing library: %v, %v; want cohort's kernel", g, err)
+		}
+	})
+	t.Run("bad threads", func(t *testing.T) {
+		if _, err := New(Options{Threads: -1}); err == nil {
+			t.Error("New accepted Threads=-1")
+		}
+	})
+}
+
+func TestArgumentPanics(t *testing.T) {
+	g, err := New(Options{BLAS: BLASGo, Threads: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := func(n int) []float32 { return make([]float32, n) }
+	for _, tc := range []struct {
+		name string
+		call func()
+		want string
+	}{
+		{"negative m", func() { g.Sgemm(false, false, -1, 2, 2, 1, s(4), 2, s(4), 2, 0, s(4), 2) }, "negative dimension"},
+		{"short lda", func() { g.Sgemm(false, false, 2, 2, 3, 1, s(6), 2, s(6), 2, 0, s(4), 2) }, "lda=2 shorter than a row of A"},
+		{"short ldb transposed", func() { g.Sgemm(false, true, 2, 2, 3, 1, s(6), 3, s(6), 2, 0, s(4), 2) }, "ldb=2 shorter than a row of B"},
+		{"short a", func() { g.Sgemm(false, false, 2, 2, 3, 1, s(5), 3, s(6), 2, 0, s(4), 2) }, "len(a)=5 too short"},
+		{"short c", func() { g.Sgemm(false, false, 2, 2, 3, 1, s(6), 3, s(6), 2, 0, s(3), 2) }, "len(c)=3 too short"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			defer func() {
+				r := recover()
+				msg, _ := r.(string)
+				if !strings.HasPrefix(msg, "gemm: ") || !strings.Contains(msg, tc.want) {
+					t.Errorf("panic %v, want a gemm: message containing %q", r, tc.want)
+				}
+			}()
+			tc.call()
+		})
+	}
+}
+
+func TestSgemmAllocs(t *testing.T) {
+	for _, kern := range kernels() {
+		t.Run("kernel="+kern, func(t *testing.T) {
+			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			a, b, c := make([]float32, 100*100), make([]float32, 100*100), make([]float32, 100*100)
+			g.Sgemm(false, true, 100, 100, 100, 1, a, 100, b, 100, 0, c, 100) // warm the buffer pool
+			if n := testing.AllocsPerRun(50, func() {
+				g.Sgemm(false, true, 100, 100, 100, 1, a, 100, b, 100, 0, c, 100)
+			}); n > 0 {
+				t.Errorf("Sgemm allocates %v times per call, want 0", n)
+			}
+		})
+	}
+}

@@ -1,0 +1,153 @@
+package gemm
+
+import (
+	"fmt"
+	"sync"
+
+	"cohort/tensor/internal/blas"
+)
+
+// Impl is one configured sgemm: a backend, a kernel and a thread count,
+// fixed at construction. It is safe for concurrent use; calls writing
+// disjoint parts of C may overlap.
+type Impl struct {
+	arch    *arch          // cohort's kernel; nil when lib is set
+	lib     *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
+	threads int
+	bufs    sync.Pool // *packBuf, one per running goroutine
+}
+
+// New builds an Impl from o. It fails on invalid options, on a kernel the
+// CPU lacks, and when BLAS is "openblas" and the library cannot be loaded.
+func New(o Options) (*Impl, error) {
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	g := &Impl{threads: o.threads()}
+	g.bufs.New = func() any { return new(packBuf) }
+
+	kernel := o.Kernel
+	explicit := kernel != "" && kernel != KernelAuto
+	switch kernel {
+	case "", KernelAuto:
+		switch {
+		case hasAVX512():
+			kernel = KernelAVX512
+		case hasAVX2():
+			kernel = KernelAVX2
+		default:
+			kernel = KernelGo
+		}
+	case KernelAVX512:
+		if !hasAVX512() {
+			return nil, fmt.Errorf("gemm: kernel %s requested but the CPU lacks AVX-512F", kernel)
+		}
+	case KernelAVX2:
+		if !hasAVX2() {
+			return nil, fmt.Errorf("gemm: kernel %s requested but the CPU lacks AVX2 and FMA", kernel)
+		}
+	}
+
+	lib := o.OpenBLASLib
+	if lib == "" {
+		lib = DefaultOpenBLASLib
+	}
+	switch o.BLAS {
+	case BLASOpenBLAS:
+		if explicit {
+			return nil, fmt.Errorf("gemm: BLAS %s and kernel %s contradict: the kernel applies to BLAS %s only", BLASOpenBLAS, kernel, BLASGo)
+		}
+		l, err := blas.Load(lib)
+		if err != nil {
+			return nil, fmt.Errorf("gemm: BLAS %s requested: %w", BLASOpenBLAS, err)
+		}
+		g.lib = l
+	case "", BLASAuto:
+		if !explicit && kernel != KernelAVX512 {
+			if l, err := blas.Load(lib); err == nil {
+				g.lib = l
+			}
+		}
+	}
+	if g.lib != nil {
+		g.lib.SetThreads(g.threads)
+		return g, nil
+	}
+	switch kernel {
+	case KernelAVX512:
+		g.arch = avx512Arch()
+	case KernelAVX2:
+		g.arch = avx2Arch()
+	default:
+		g.arch = goArch()
+	}
+	return g, nil
+}
+
+// Backend returns "go" for cohort's kernels or "openblas".
+func (g *Impl) Backend() string {
+	if g.lib != nil {
+		return BLASOpenBLAS
+	}
+	return BLASGo
+}
+
+// Kernel returns cohort's kernel name ("avx512", "avx2", "go"), or "" when
+// the backend is OpenBLAS.
+func (g *Impl) Kernel() string {
+	if g.arch == nil {
+		return ""
+	}
+	return g.arch.name
+}
+
+// Threads returns the number of threads one call may use.
+func (g *Impl) Threads() int { return g.threads }
+
+// String describes the implementation, e.g. "cohort avx512 14×32, 1 thread".
+func (g *Impl) String() string {
+	th := fmt.Sprintf("%d threads", g.threads)
+	if g.threads == 1 {
+		th = "1 thread"
+	}
+	if g.lib != nil {
+		cfg := g.lib.Config()
+		if cfg == "" {
+			cfg = "version unknown"
+		}
+		return fmt.Sprintf("openblas %s (%s), %s", g.lib.Name(), cfg, th)
+	}
+	return fmt.Sprintf("cohort %s %d×%d, %s", g.arch.name, g.arch.mr, g.arch.nr, th)
+}
+
+// Sgemm computes C = alpha·op(A)·op(B) + beta·C with the contract of the
+// package-level [Sgemm].
+func (g *Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	if k == 0 || alpha == 0 {
+		scaleC(m, n, beta, c, ldc)
+		return
+	}
+	if g.lib != nil {
+		g.lib.SetThreads(g.threads)
+		g.lib.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// Kernels returns the names of cohort's kernels this CPU can run, slowest
+// first.
+func Kernels() []string {
+	ks := []string{KernelGo}
+	if hasAVX2() {
+		ks = append(ks, KernelAVX2)
+	}
+	if hasAVX512() {
+		ks = append(ks, KernelAVX512)
+	}
+	return ks
+}
