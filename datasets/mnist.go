@@ -3,18 +3,12 @@ package datasets
 import (
 	"bufio"
 	"compress/gzip"
-	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
-	"runtime/debug"
-	"sort"
-	"strings"
-	"time"
 
 	"cohort/data"
 )
@@ -259,83 +253,4 @@ func readIDXLabels(path string) ([]int64, error) {
 		labels[i] = int64(b)
 	}
 	return labels, nil
-}
-
-// defaultMNISTDir resolves the directory used when LoadMNIST gets "".
-// It is the only place the package reads the environment for MNIST.
-func defaultMNISTDir() (string, error) {
-	if d := os.Getenv("COHORT_MNIST_DIR"); d != "" {
-		return d, nil
-	}
-	var tried []string
-	for _, c := range mnistModuleDirs() {
-		d := filepath.Join(c, "data")
-		if _, err := os.Stat(filepath.Join(d, mnistFiles[0]+".gz")); err == nil {
-			return d, nil
-		}
-		tried = append(tried, d)
-	}
-	return "", fmt.Errorf("datasets: mnist: no data found (looked in %s); set COHORT_MNIST_DIR or pass a directory holding %s.gz etc.",
-		strings.Join(tried, ", "), mnistFiles[0])
-}
-
-// mnistModuleDirs lists candidate directories of the GoMNIST module, most
-// specific first: what the go command reports, then the module cache path
-// for the version this binary was built with, then any cached version.
-func mnistModuleDirs() []string {
-	var dirs []string
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	if out, err := exec.CommandContext(ctx, "go", "list", "-m", "-f", "{{.Dir}}", mnistModule).Output(); err == nil {
-		if d := strings.TrimSpace(string(out)); d != "" {
-			dirs = append(dirs, d)
-		}
-	}
-	cache := os.Getenv("GOMODCACHE")
-	if cache == "" {
-		if out, err := exec.CommandContext(ctx, "go", "env", "GOMODCACHE").Output(); err == nil {
-			cache = strings.TrimSpace(string(out))
-		}
-	}
-	if cache == "" {
-		gopath := os.Getenv("GOPATH")
-		if gopath == "" {
-			if home, err := os.UserHomeDir(); err == nil {
-				gopath = filepath.Join(home, "go")
-			}
-		}
-		if gopath != "" {
-			cache = filepath.Join(filepath.SplitList(gopath)[0], "pkg", "mod")
-		}
-	}
-	if cache == "" {
-		return dirs
-	}
-	escaped := filepath.Join(cache, filepath.FromSlash(escapeModulePath(mnistModule)))
-	if bi, ok := debug.ReadBuildInfo(); ok {
-		for _, dep := range bi.Deps {
-			if dep.Path == mnistModule {
-				dirs = append(dirs, escaped+"@"+dep.Version)
-			}
-		}
-	}
-	if matches, _ := filepath.Glob(escaped + "@*"); len(matches) > 0 {
-		sort.Sort(sort.Reverse(sort.StringSlice(matches)))
-		dirs = append(dirs, matches...)
-	}
-	return dirs
-}
-
-// escapeModulePath applies the module cache's case encoding: each upper
-// case letter becomes '!' followed by its lower case form.
-func escapeModulePath(p string) string {
-	var b strings.Builder
-	for _, r := range p {
-		if 'A' <= r && r <= 'Z' {
-			b.WriteByte('!')
-			r += 'a' - 'A'
-		}
-		b.WriteRune(r)
-	}
-	return b.String()
 }
