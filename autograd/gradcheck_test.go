@@ -224,6 +224,7 @@ func gradCases() []gradCase {
 		{"reshape_transpose_permute", shapes([]int{2, 3, 4}), func(v []*Var) *Var {
 			return Mul(Permute(Transpose(Reshape(v[0], 4, 3, 2), 0, 2), 1, 0, 2), Reshape(v[0], 3, 2, 4))
 		}},
+		{"select", shapes([]int{3, 3, 4}), func(v []*Var) *Var { return Mul(Select(v[0], 1, 1), Select(v[0], 0, 2)) }},
 		{"narrow_slice_unsqueeze_squeeze", shapes([]int{4, 5}), func(v []*Var) *Var {
 			return Squeeze(Unsqueeze(Add(Narrow(v[0], 1, 1, 3), Slice(v[0], 1, 2, 5)), 0), 0)
 		}},

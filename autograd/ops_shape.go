@@ -221,3 +221,14 @@ func Concat(dim int, xs ...*Var) *Var {
 		}
 	})
 }
+
+// Select returns the view at index i of dimension dim, with that dimension
+// removed.
+func Select(x *Var, dim, i int) *Var {
+	shape := x.Value.Shape()
+	return record("Select", x.Value.Select(dim, i), []*Var{x}, func(g *tensor.Tensor, s *sink) {
+		dx := tensor.New(shape...)
+		dx.Select(dim, i).CopyFrom(g)
+		s.add(0, dx, true)
+	})
+}

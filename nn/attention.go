@@ -1,0 +1,110 @@
+package nn
+
+import (
+	"fmt"
+	"math/rand/v2"
+
+	"cohort/autograd"
+)
+
+// CausalSelfAttention is multi-head causal self-attention with one fused
+// input projection: qkv = x·QKVᵀ + b splits into q | k | v along the
+// features, head h uses features h·hd:(h+1)·hd of each, scores are scaled
+// by 1/√hd and masked so position i sees positions j ≤ i, and the heads'
+// outputs are concatenated in order before Proj. Parameters:
+// "qkv.weight" [3d, d], "qkv.bias", "proj.weight" [d, d], "proj.bias".
+type CausalSelfAttention struct {
+	QKV, Proj *Linear
+	NHead     int
+}
+
+// NewCausalSelfAttention returns attention over d features in nHead heads
+// (nHead must divide d), with PyTorch's default Linear initialisation.
+func NewCausalSelfAttention(rng *rand.Rand, d, nHead int) *CausalSelfAttention {
+	checkPositive("NewCausalSelfAttention", d, nHead)
+	if d%nHead != 0 {
+		panic(fmt.Sprintf("nn: NewCausalSelfAttention: %d heads do not divide %d features", nHead, d))
+	}
+	return &CausalSelfAttention{QKV: NewLinear(rng, d, 3*d, true), Proj: NewLinear(rng, d, d, true), NHead: nHead}
+}
+
+// Forward applies attention to x [B, T, d].
+func (a *CausalSelfAttention) Forward(x *autograd.Var) *autograd.Var {
+	s := x.Value.Shape()
+	if len(s) != 3 {
+		panic(fmt.Sprintf("nn: CausalSelfAttention: input shape %v, want [B, T, d]", s))
+	}
+	B, T, d := s[0], s[1], s[2]
+	H := a.NHead
+	hd := d / H
+	qkv := a.QKV.Forward(x)                                                         // [B, T, 3d]
+	heads := autograd.Permute(autograd.Reshape(qkv, B, T, 3, H, hd), 2, 0, 3, 1, 4) // [3, B, H, T, hd], a view
+	q, k, v := autograd.Select(heads, 0, 0), autograd.Select(heads, 0, 1), autograd.Select(heads, 0, 2)
+	y := autograd.Attention(q, k, v, true)                         // [B, H, T, hd]
+	y = autograd.Reshape(autograd.Permute(y, 0, 2, 1, 3), B, T, d) // heads concatenated
+	return a.Proj.Forward(y)
+}
+
+func (a *CausalSelfAttention) children() []Child {
+	return []Child{{"qkv", a.QKV}, {"proj", a.Proj}}
+}
+func (a *CausalSelfAttention) NamedParameters() []NamedParameter {
+	return ChildParameters(a.children()...)
+}
+func (a *CausalSelfAttention) NamedBuffers() []NamedBuffer { return nil }
+func (a *CausalSelfAttention) SetTraining(bool)            {}
+
+// MLP is the transformer feed-forward block: Proj(GELU_tanh(FC(x))) with
+// FC d→hidden and Proj hidden→d. Parameters: "fc.*", "proj.*".
+type MLP struct {
+	FC, Proj *Linear
+}
+
+// NewMLP returns a feed-forward block d→hidden→d.
+func NewMLP(rng *rand.Rand, d, hidden int) *MLP {
+	return &MLP{FC: NewLinear(rng, d, hidden, true), Proj: NewLinear(rng, hidden, d, true)}
+}
+
+func (m *MLP) Forward(x *autograd.Var) *autograd.Var {
+	return m.Proj.Forward(autograd.GELUTanh(m.FC.Forward(x)))
+}
+func (m *MLP) NamedParameters() []NamedParameter {
+	return ChildParameters(Child{"fc", m.FC}, Child{"proj", m.Proj})
+}
+func (m *MLP) NamedBuffers() []NamedBuffer { return nil }
+func (m *MLP) SetTraining(bool)            {}
+
+// Block is a pre-LayerNorm transformer block:
+//
+//	x = x + Attn(LN1(x))
+//	x = x + MLP(LN2(x))
+//
+// Parameters, in order: "ln1.*", "attn.qkv.*", "attn.proj.*", "ln2.*",
+// "mlp.fc.*", "mlp.proj.*" (the GPT-2 layout).
+type Block struct {
+	LN1  *LayerNorm
+	Attn *CausalSelfAttention
+	LN2  *LayerNorm
+	MLP  *MLP
+}
+
+// NewBlock returns a block over d features with nHead heads and a 4·d MLP.
+func NewBlock(rng *rand.Rand, d, nHead int) *Block {
+	return &Block{
+		LN1: NewLayerNorm(d), Attn: NewCausalSelfAttention(rng, d, nHead),
+		LN2: NewLayerNorm(d), MLP: NewMLP(rng, d, 4*d),
+	}
+}
+
+// Forward applies the block to x [B, T, d].
+func (b *Block) Forward(x *autograd.Var) *autograd.Var {
+	x = autograd.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
+	return autograd.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+}
+
+func (b *Block) children() []Child {
+	return []Child{{"ln1", b.LN1}, {"attn", b.Attn}, {"ln2", b.LN2}, {"mlp", b.MLP}}
+}
+func (b *Block) NamedParameters() []NamedParameter { return ChildParameters(b.children()...) }
+func (b *Block) NamedBuffers() []NamedBuffer       { return nil }
+func (b *Block) SetTraining(bool)                  {}
