@@ -189,7 +189,7 @@ func mlpCfg() trainCfg {
 	return trainCfg{
 		net:   func(seed uint64) *testNet { return newMLP(seed, 12, 16, 16, 5) },
 		data:  newDataset(1, 400, 5, 12),
-		batch: 3, steps: 4,
+		batch: 3, steps: 4, accum: 1,
 	}
 }
 
@@ -197,7 +197,7 @@ func cnnCfg() trainCfg {
 	return trainCfg{
 		net:   func(seed uint64) *testNet { return newCNN(seed, 4) },
 		data:  newDataset(2, 400, 4, 1, 8, 8),
-		batch: 2, steps: 3,
+		batch: 2, steps: 3, accum: 1,
 	}
 }
 

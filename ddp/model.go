@@ -168,14 +168,14 @@ func (m *Model) checkSpecs(ctx context.Context, specs []tensorSpec) error {
 		return nil
 	}
 	rootLen := int(all[2])
-	words := make([]int64, (rootLen+7)/8)
+	rootWords := make([]int64, (rootLen+7)/8)
 	if m.rank == 0 {
-		copy(words, packBytes(enc))
+		copy(rootWords, packBytes(enc))
 	}
-	if err := m.pg.Broadcast(ctx, dist.I64(words), 0).Wait(); err != nil {
+	if err := m.pg.Broadcast(ctx, dist.I64(rootWords), 0).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; broadcasting rank 0's description: %w", err)
 	}
-	root, err := decodeSpecs(unpackBytes(words, rootLen))
+	root, err := decodeSpecs(unpackBytes(rootWords, rootLen))
 	if err != nil {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; rank 0's description: %w", err)
 	}
@@ -184,20 +184,37 @@ func (m *Model) checkSpecs(ctx context.Context, specs []tensorSpec) error {
 	if err := m.pg.AllGather(ctx, dist.I64(ats), dist.I64(at)).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; exchanging where: %w", err)
 	}
-	var bad []string
+	bad, at0 := -1, -1
+	var ranks []string
 	for r, i := range ats {
 		if i >= 0 {
-			bad = append(bad, fmt.Sprintf("rank %d at entry %d (rank 0 has %s)", r, i, describeAt(root, int(i))))
+			if bad < 0 {
+				bad, at0 = r, int(i)
+			}
+			ranks = append(ranks, fmt.Sprintf("rank %d at entry %d", r, i))
 		}
 	}
-	if i := int(ats[m.rank]); i >= 0 {
-		return fmt.Errorf("ddp: Wrap: model differs across ranks: rank %d has %s where rank 0 has %s; all differences: %s",
-			m.rank, describeAt(specs, i), describeAt(root, i), strings.Join(bad, "; "))
-	}
-	if len(bad) == 0 { // hashes differ but the descriptions match: cannot happen
+	if bad < 0 { // hashes differ but the descriptions match: cannot happen
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ across ranks %v but the descriptions match", all)
 	}
-	return fmt.Errorf("ddp: Wrap: model differs across ranks: %s", strings.Join(bad, "; "))
+	// The first differing rank tells everyone what it has there.
+	var desc []byte
+	if m.rank == bad {
+		desc = []byte(describeAt(specs, at0))
+	}
+	n := []int64{int64(len(desc))}
+	if err := m.pg.Broadcast(ctx, dist.I64(n), bad).Wait(); err != nil {
+		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
+	}
+	words := make([]int64, (n[0]+7)/8)
+	if m.rank == bad {
+		copy(words, packBytes(desc))
+	}
+	if err := m.pg.Broadcast(ctx, dist.I64(words), bad).Wait(); err != nil {
+		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
+	}
+	return fmt.Errorf("ddp: Wrap: model differs across ranks: rank %d has %s where rank 0 has %s (differences: %s)",
+		bad, unpackBytes(words, int(n[0])), describeAt(root, at0), strings.Join(ranks, "; "))
 }
 
 // broadcastState copies root's buffers (and, with params, parameters) to

@@ -161,3 +161,5 @@ func (d dataset) batch(lo, hi int) (*autograd.Var, []int64) {
 	shape := append([]int{hi - lo}, d.shape...)
 	return autograd.NewVar(tensor.FromSlice(x, shape...), false), append([]int64(nil), d.y[lo:hi]...)
 }
+
+func rngFor(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 9)) }
