@@ -1,0 +1,68 @@
+package models
+
+import (
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	"cohort/autograd"
+	"cohort/nn"
+	"cohort/tensor"
+)
+
+func TestParameterCounts(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	gpt, err := NewGPT(rng, GPTMini())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name    string
+		m       nn.Module
+		params  int
+		tensors int
+	}{
+		{"mlp", MLP(rng), 1863690, 6},
+		{"lenet", LeNet(rng), 61706, 10},
+		{"gpt_mini", gpt, 834304, 52},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			if n := nn.NumParameters(tc.m); n != tc.params {
+				t.Errorf("%d parameters, want %d (the PyTorch anchor)", n, tc.params)
+			}
+			if n := len(tc.m.NamedParameters()); n != tc.tensors {
+				t.Errorf("%d parameter tensors, want %d", n, tc.tensors)
+			}
+		})
+	}
+}
+
+func TestForwardShapes(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	x := tensor.New(2, 1, 28, 28)
+	x.FillNormal(rng, 0, 1)
+	if s := LeNet(rng).Forward(autograd.NewVar(x, false)).Value.Shape(); s[0] != 2 || s[1] != 10 {
+		t.Errorf("LeNet output shape %v, want [2 10]", s)
+	}
+	if s := MLP(rng).Forward(autograd.NewVar(x.Reshape(2, 784), false)).Value.Shape(); s[0] != 2 || s[1] != 10 {
+		t.Errorf("MLP output shape %v, want [2 10]", s)
+	}
+	cfg := GPTConfig{Vocab: 11, Ctx: 6, NLayer: 2, D: 8, NHead: 2}
+	g, err := NewGPT(rng, cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx := []int64{1, 2, 3, 4, 5, 6, 7, 8}
+	logits := g.Forward(idx, 2, 4)
+	if s := logits.Value.Shape(); s[0] != 2 || s[1] != 4 || s[2] != 11 {
+		t.Fatalf("GPT logits shape %v, want [2 4 11]", s)
+	}
+	// An untrained model with small weights predicts nearly uniformly.
+	loss := g.Loss(logits, idx).Value.Item()
+	if math.Abs(float64(loss)-math.Log(11)) > 0.2 {
+		t.Errorf("initial loss %g, want about ln 11 = %g", loss, math.Log(11))
+	}
+	if _, err := NewGPT(rng, GPTConfig{Vocab: 11, Ctx: 6, NLayer: 1, D: 9, NHead: 2}); err == nil {
+		t.Errorf("width 9 with 2 heads accepted")
+	}
+}
