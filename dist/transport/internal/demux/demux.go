@@ -28,6 +28,12 @@ import (
 	"cohort/dist/transport"
 )
 
+// eagerBytes bounds the buffer allocated up front for a message no receiver
+// is waiting for; a longer one grows as its bytes arrive, so a header that
+// overstates a length costs memory only in proportion to the bytes that
+// really come.
+const eagerBytes = 64 << 20
+
 // discardBytes bounds the scratch buffer used to drain messages nobody will
 // receive (after Close).
 const discardBytes = 64 << 10
@@ -149,14 +155,14 @@ func (b *Box) Begin(tag transport.Tag, n int) *Msg {
 			return m
 		}
 	}
-	m.dst = make([]byte, n)
+	m.dst = make([]byte, min(n, eagerBytes))
 	s.msgs = append(s.msgs, m)
 	return m
 }
 
-// Write lets fill write the next bytes of the message into dst, the part
-// of the destination not yet written (never empty unless the message is
-// complete), and records how many it wrote. fill runs with the message
+// Write lets fill write the next bytes of the message into dst, a part of
+// the destination not yet written (never empty unless the message is
+// complete; possibly shorter than what remains), and records how many it wrote. fill runs with the message
 // locked and must not block for long (a non-blocking read or a copy): a
 // cancelled receiver waits for it. Write returns fill's results.
 func (m *Msg) Write(fill func(dst []byte) (int, error)) (int, error) {
@@ -169,6 +175,12 @@ func (m *Msg) Write(fill func(dst []byte) (int, error)) (int, error) {
 		}
 		dst = m.scratch[:min(m.n-m.off, len(m.scratch))]
 	} else {
+		if m.off == len(m.dst) && m.off < m.n {
+			// A private buffer allocated short (see eagerBytes).
+			grown := make([]byte, min(m.n, 2*len(m.dst)))
+			copy(grown, m.dst)
+			m.dst = grown
+		}
 		dst = m.dst[m.off:]
 	}
 	k, err := fill(dst)
@@ -335,7 +347,7 @@ func (b *Box) detach(tag transport.Tag, w *waiter, failErr error) bool {
 		return true
 	}
 	w.fin = true
-	priv := make([]byte, m.n)
+	priv := make([]byte, max(m.off, min(m.n, eagerBytes)))
 	copy(priv, w.p[:m.off])
 	m.dst = priv
 	s := b.stream(tag)

@@ -236,3 +236,35 @@ func TestCloseDetachesMatchedReceiver(t *testing.T) {
 	write(t, m2, []byte("xyz"))
 	m2.Done()
 }
+
+func TestLyingLengthAllocatesLazily(t *testing.T) {
+	b := New()
+	const claimed = 1 << 40
+	m := b.Begin(tagA, claimed)
+	if len(m.dst) != eagerBytes {
+		t.Fatalf("allocated %d bytes up front for a %d-byte message", len(m.dst), claimed)
+	}
+	m.Abort(errors.New("link broke"))
+}
+
+func TestGrowingBuffer(t *testing.T) {
+	b := New()
+	const n = eagerBytes + 5
+	m := b.Begin(tagA, n)
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i % 251)
+	}
+	for off := 0; off < n; {
+		k, _ := m.Write(func(dst []byte) (int, error) { return copy(dst, src[off:]), nil })
+		off += k
+	}
+	m.Done()
+	p := make([]byte, n)
+	if err := b.Recv(context.Background(), tagA, p); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p, src) {
+		t.Fatal("grown message corrupted")
+	}
+}

@@ -1,0 +1,23 @@
+// Package tcp is a transport over TCP connections, for ranks on any
+// hosts.
+//
+// Setup is two-phase so that addresses can travel through a store: every
+// rank calls Listen, publishes Listener.Addr, collects everyone's address
+// and calls Listener.Connect. Each pair of ranks shares one connection,
+// dialed by the higher rank and authenticated by a mutual HMAC-SHA256
+// challenge–response over the job's token (see Options.Token). Sockets use
+// TCP_NODELAY and keepalive probes.
+//
+// Frames are those of package wire. One reader goroutine per connection
+// demultiplexes arriving messages by tag: a message whose receiver is
+// already waiting is read from the socket straight into the receiver's
+// buffer; others are queued in memory until received, so a Send never
+// waits for the matching Recv (only for socket buffer space). Messages
+// larger than Options.ChunkBytes are sent as several frames, and frames of
+// small messages to the same peer may travel between them.
+//
+// A peer whose process dies closes its connections (the kernel does it),
+// which fails pending and later calls involving it at once with a
+// *transport.PeerError; a peer host that vanishes is detected by keepalive
+// after about Options.Liveness.
+package tcp

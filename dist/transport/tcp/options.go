@@ -1,0 +1,83 @@
+package tcp
+
+import (
+	"fmt"
+	"log/slog"
+	"time"
+
+	"cohort/dist/wire"
+)
+
+// Options configures a transport; the zero value works.
+type Options struct {
+	// Token is the job's shared secret. When set, a connection is accepted
+	// only from a peer that proves it holds the same token, and this end
+	// proves it too; the token never travels. Empty means no
+	// authentication (any process that reaches the listener during setup
+	// may join as a rank).
+	Token []byte
+	// ChunkBytes is the largest frame payload: longer messages are split.
+	// 0 means 1 MiB; at most wire.DefaultMaxLength.
+	ChunkBytes int64
+	// MaxMessageBytes is the longest message accepted from a peer; a
+	// longer one is a protocol error that breaks the link. 0 means 64 GiB.
+	MaxMessageBytes int64
+	// HandshakeTimeout bounds the handshake of one connection. 0 means 30 s.
+	HandshakeTimeout time.Duration
+	// CloseTimeout bounds how long Close waits for each peer to confirm
+	// it received everything sent. 0 means 5 s.
+	CloseTimeout time.Duration
+	// Liveness is roughly how long a silent peer host is given before its
+	// link fails (TCP keepalive). 0 means 15 s.
+	Liveness time.Duration
+	// Logger receives refused connections and link failures; nil discards
+	// them.
+	Logger *slog.Logger
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.ChunkBytes < 0 || o.ChunkBytes > wire.DefaultMaxLength:
+		return fmt.Errorf("tcp: Options.ChunkBytes %d out of range [0, %d]", o.ChunkBytes, wire.DefaultMaxLength)
+	case o.MaxMessageBytes < 0:
+		return fmt.Errorf("tcp: Options.MaxMessageBytes %d is negative", o.MaxMessageBytes)
+	case o.HandshakeTimeout < 0:
+		return fmt.Errorf("tcp: Options.HandshakeTimeout %v is negative", o.HandshakeTimeout)
+	case o.CloseTimeout < 0:
+		return fmt.Errorf("tcp: Options.CloseTimeout %v is negative", o.CloseTimeout)
+	case o.Liveness < 0:
+		return fmt.Errorf("tcp: Options.Liveness %v is negative", o.Liveness)
+	}
+	return nil
+}
+
+// withDefaults returns o with zero fields replaced by their defaults.
+func (o Options) withDefaults() Options {
+	if o.ChunkBytes == 0 {
+		o.ChunkBytes = 1 << 20
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 64 << 30
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 30 * time.Second
+	}
+	if o.CloseTimeout == 0 {
+		o.CloseTimeout = 5 * time.Second
+	}
+	if o.Liveness == 0 {
+		o.Liveness = 15 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}
+
+// keepAlive derives probe timings from Liveness: idle for half of it,
+// then five probes over the other half.
+func (o *Options) keepAlive() (idle, interval time.Duration, count int) {
+	idle = max(o.Liveness/2, time.Second)
+	interval = max(o.Liveness/10, time.Second)
+	return idle, interval, 5
+}

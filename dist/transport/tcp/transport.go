@@ -1,0 +1,119 @@
+package tcp
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"cohort/dist/transport"
+	"cohort/dist/transport/internal/demux"
+)
+
+// Transport is one rank's set of links to its peers. It is safe for
+// concurrent use.
+type Transport struct {
+	rank, size int
+	opts       Options
+	links      []*link    // by peer rank; nil at this rank
+	self       *demux.Box // messages to itself
+	closed     atomic.Bool
+	closeOnce  sync.Once
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// Rank returns this transport's rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size returns the world size.
+func (t *Transport) Size() int { return len(t.links) }
+
+func (t *Transport) check(op string, r int) error {
+	if r < 0 || r >= len(t.links) {
+		return fmt.Errorf("tcp: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, len(t.links))
+	}
+	return nil
+}
+
+// Send sends p to rank to under tag. It returns once p is handed to the
+// kernel (p may then be reused), without waiting for the matching Recv. If
+// ctx ends while Send is blocked on a full socket the link to the peer is
+// broken, as the peer has seen part of a frame; between the frames of a
+// long message it is merely abandoned.
+func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byte) error {
+	if err := t.check("send to", to); err != nil {
+		return err
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("tcp: rank %d: send to rank %d (%v): %w", t.rank, to, tag, transport.ErrClosed)
+	}
+	if to == t.rank {
+		m := t.self.Begin(tag, len(p))
+		_, _ = m.Write(func(b []byte) (int, error) { return copy(b, p), nil })
+		m.Done()
+		return nil
+	}
+	if err := t.links[to].send(ctx, tag, p); err != nil {
+		if t.closed.Load() {
+			err = transport.ErrClosed
+		}
+		return fmt.Errorf("tcp: rank %d: send to rank %d (%v): %w", t.rank, to, tag, err)
+	}
+	return nil
+}
+
+// Recv receives the next message from rank from under tag into p; see
+// transport.Transport. A Recv cancelled by ctx consumes no message.
+func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []byte) error {
+	if err := t.check("recv from", from); err != nil {
+		return err
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("tcp: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, transport.ErrClosed)
+	}
+	box := t.self
+	if from != t.rank {
+		box = t.links[from].box
+	}
+	if err := box.Recv(ctx, tag, p); err != nil {
+		return fmt.Errorf("tcp: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, err)
+	}
+	return nil
+}
+
+// Close fails pending calls with transport.ErrClosed, tells every peer it
+// is leaving, waits (at most Options.CloseTimeout) until each confirms it
+// has read everything sent, and closes the connections. Peers then see a
+// *transport.PeerError for calls involving this rank. Close is idempotent.
+func (t *Transport) Close() error {
+	t.closeOnce.Do(func() {
+		t.closed.Store(true)
+		t.self.Close(transport.ErrClosed)
+		var wg sync.WaitGroup
+		for _, l := range t.links {
+			if l == nil {
+				continue
+			}
+			l.box.Close(transport.ErrClosed)
+			wg.Go(func() { l.shutdown(t.opts.CloseTimeout) })
+		}
+		wg.Wait()
+	})
+	return nil
+}
+
+// kill drops every connection without a goodbye, as the crash of the
+// process would; for tests.
+func (t *Transport) kill() {
+	t.closeOnce.Do(func() {
+		t.closed.Store(true)
+		t.self.Close(transport.ErrClosed)
+		for _, l := range t.links {
+			if l != nil {
+				l.box.Close(transport.ErrClosed)
+				l.kill()
+			}
+		}
+	})
+}
