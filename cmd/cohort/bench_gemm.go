@@ -1,11 +1,65 @@
 package main
 
 import (
+	"context"
+	"flag"
 	"fmt"
 	"os"
+	"os/signal"
+	"strconv"
+	"strings"
+	"time"
+
+	"cohort/tensor/gemmbench"
 )
 
+// benchGemm runs `cohort bench gemm`: cohort's sgemm against OpenBLAS,
+// alternating, over the shapes of gemmbench.Shapes.
 func benchGemm(args []string) int {
-	fmt.Fprintln(os.Stderr, "cohort: benchGemm: not built yet")
-	return 1
+	fs := flag.NewFlagSet("cohort bench gemm", flag.ContinueOnError)
+	threads := fs.String("threads", "1,2", "comma-separated thread counts")
+	rounds := fs.Int("rounds", 7, "alternating rounds per row (the median is reported)")
+	minTime := fs.Duration("min-time", 40*time.Millisecond, "minimum timed duration per round and implementation")
+	kernel := fs.String("kernel", "", "cohort kernel: avx512, avx2 or go (default: the best the CPU has)")
+	lib := fs.String("openblas", "", "OpenBLAS library to compare with (default libopenblas.so.0)")
+	only := fs.String("shapes", "", "comma-separated shape names to run (default: all)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(os.Stderr, "cohort bench gemm: unexpected argument %q\n", fs.Arg(0))
+		return 2
+	}
+	o := gemmbench.Options{Rounds: *rounds, MinTime: *minTime, Kernel: *kernel, OpenBLASLib: *lib}
+	for _, f := range strings.Split(*threads, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			fmt.Fprintf(os.Stderr, "cohort bench gemm: --threads %q: want positive integers separated by commas\n", *threads)
+			return 2
+		}
+		o.Threads = append(o.Threads, n)
+	}
+	if *only != "" {
+		want := map[string]bool{}
+		for _, s := range strings.Split(*only, ",") {
+			want[strings.TrimSpace(s)] = true
+		}
+		for _, s := range gemmbench.Shapes() {
+			if want[s.Name] {
+				o.Shapes = append(o.Shapes, s)
+				delete(want, s.Name)
+			}
+		}
+		for name := range want {
+			fmt.Fprintf(os.Stderr, "cohort bench gemm: unknown shape %q\n", name)
+			return 2
+		}
+	}
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	defer stop()
+	if _, err := gemmbench.Run(ctx, os.Stdout, o); err != nil {
+		fmt.Fprintf(os.Stderr, "cohort bench gemm: %v\n", err)
+		return 1
+	}
+	return 0
 }

@@ -93,12 +93,16 @@ func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		if i0 == i1 || j0 == j1 {
 			return
 		}
-		as, bs := a[i0*lda:], b[j0:]
+		var as, bs []float32
 		if transA {
 			as = a[i0:]
+		} else {
+			as = a[i0*lda:]
 		}
 		if transB {
 			bs = b[j0*ldb:]
+		} else {
+			bs = b[j0:]
 		}
 		buf := g.bufs.Get().(*packBuf)
 		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc)

@@ -45,6 +45,8 @@ func TestParallelLarge(t *testing.T) {
 				{M: 301, N: 97, K: 200, Alpha: 1, Beta: 0.5},
 				{M: 40, N: 700, K: 150, Alpha: 1, TransB: true},
 				{M: 150, N: 150, K: 150, Alpha: -1, Beta: 1, TransA: true, PadC: 3},
+				{M: 600, N: 40, K: 64, Alpha: 1, TransA: true}, // row blocks start past row k of A
+				{M: 30, N: 900, K: 50, Alpha: 1, TransA: true, TransB: true, PadB: 1},
 			} {
 				t.Run(fmt.Sprintf("kernel=%s/threads=%d/%v", kern, threads, c), func(t *testing.T) {
 					gemmtest.Check(t, g.Sgemm, c, rng)

@@ -1,0 +1,288 @@
+// Package gemmbench measures cohort's sgemm against OpenBLAS on the same
+// machine in the same process: the shapes that matter for training (square
+// sizes and the anchor MLP's forward and backward products), each at
+// several thread counts, the two implementations alternating round by
+// round so that load from other processes hits both alike.
+//
+// It backs `cohort bench gemm`; the kernels themselves live in
+// tensor/internal/gemm.
+package gemmbench
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"slices"
+	"strings"
+	"time"
+
+	"cohort/tensor/internal/gemm"
+)
+
+// Shape is one sgemm problem: C[m×n] = op(A)[m×k]·op(B)[k×n].
+type Shape struct {
+	Name           string
+	TransA, TransB bool
+	M, N, K        int
+}
+
+// Flops is the floating-point operation count, 2·m·n·k.
+func (s Shape) Flops() float64 { return 2 * float64(s.M) * float64(s.N) * float64(s.K) }
+
+// Shapes returns the benchmark table: square sizes, the two shapes the
+// issue names, and the products of one training step of the anchor MLP
+// (batch 64, 784-1024-1024-10; PyTorch's Linear stores W as out×in, so the
+// forward is x·Wᵀ (NT), the input gradient dy·W (NN) and the weight
+// gradient dyᵀ·x (TN)).
+func Shapes() []Shape {
+	return []Shape{
+		{Name: "128^3", M: 128, N: 128, K: 128},
+		{Name: "512^3", M: 512, N: 512, K: 512},
+		{Name: "1024^3", M: 1024, N: 1024, K: 1024},
+		{Name: "2048^3", M: 2048, N: 2048, K: 2048},
+		{Name: "64x784*784x1024", M: 64, N: 1024, K: 784},
+		{Name: "1024x1024*1024x64", M: 1024, N: 64, K: 1024},
+		{Name: "mlp fc1 fwd NT", TransB: true, M: 64, N: 1024, K: 784},
+		{Name: "mlp fc2 fwd NT", TransB: true, M: 64, N: 1024, K: 1024},
+		{Name: "mlp fc3 fwd NT", TransB: true, M: 64, N: 10, K: 1024},
+		{Name: "mlp fc3 dx NN", M: 64, N: 1024, K: 10},
+		{Name: "mlp fc2 dx NN", M: 64, N: 1024, K: 1024},
+		{Name: "mlp fc3 dW TN", TransA: true, M: 10, N: 1024, K: 64},
+		{Name: "mlp fc2 dW TN", TransA: true, M: 1024, N: 1024, K: 64},
+		{Name: "mlp fc1 dW TN", TransA: true, M: 1024, N: 784, K: 64},
+	}
+}
+
+// Options configures Run. The zero value runs the full table at 1 and 2
+// threads with 7 rounds of at least 40 ms per implementation.
+type Options struct {
+	Shapes  []Shape       // nil: Shapes()
+	Threads []int         // nil: 1 and 2
+	Rounds  int           // alternating rounds per row; 0: 7
+	MinTime time.Duration // minimum timed duration per round and implementation; 0: 40ms
+	// Kernel is cohort's kernel ("" = the best the CPU has); OpenBLASLib
+	// the library to compare with ("" = libopenblas.so.0).
+	Kernel      string
+	OpenBLASLib string
+}
+
+// Result is one row: median GFLOP/s of each implementation and their
+// ratio. OpenBLAS is 0 and Ratio NaN-free 0 when OpenBLAS was not found.
+type Result struct {
+	Shape    Shape
+	Threads  int
+	Cohort   float64 // GFLOP/s, median over rounds
+	OpenBLAS float64 // GFLOP/s, median over rounds; 0 without OpenBLAS
+	Ratio    float64 // Cohort / OpenBLAS; 0 without OpenBLAS
+}
+
+// Run measures every shape at every thread count, writes a table to w as
+// rows complete, and ends with the line
+//
+//	gemm: cohort/openblas median ratio R
+//
+// (R is the median of the rows' ratios, or "n/a" with the reason when
+// OpenBLAS is not available). It checks each implementation's output
+// against the naive reference on the first shape before timing. It stops
+// early, returning ctx.Err(), when ctx is done.
+func Run(ctx context.Context, w io.Writer, o Options) ([]Result, error) {
+	if o.Shapes == nil {
+		o.Shapes = Shapes()
+	}
+	if o.Threads == nil {
+		o.Threads = []int{1, 2}
+	}
+	if o.Rounds == 0 {
+		o.Rounds = 7
+	}
+	if o.MinTime == 0 {
+		o.MinTime = 40 * time.Millisecond
+	}
+	if o.Rounds < 1 || o.MinTime < 0 {
+		return nil, fmt.Errorf("gemmbench: rounds %d, min time %v: want positive", o.Rounds, o.MinTime)
+	}
+	for _, t := range o.Threads {
+		if t < 1 {
+			return nil, fmt.Errorf("gemmbench: threads %d: want at least 1", t)
+		}
+	}
+
+	var results []Result
+	var noBLAS error
+	header := false
+	for _, threads := range o.Threads {
+		cohort, err := gemm.New(gemm.Options{BLAS: gemm.BLASGo, Kernel: o.Kernel, Threads: threads})
+		if err != nil {
+			return nil, err
+		}
+		blas, err := gemm.New(gemm.Options{BLAS: gemm.BLASOpenBLAS, OpenBLASLib: o.OpenBLASLib, Threads: threads})
+		if err != nil {
+			noBLAS = err
+			blas = nil
+		}
+		if !header {
+			fmt.Fprintf(w, "cohort:   %v\n", cohort)
+			if blas != nil {
+				fmt.Fprintf(w, "openblas: %v\n", blas)
+			} else {
+				fmt.Fprintf(w, "openblas: not available: %v\n", noBLAS)
+			}
+			fmt.Fprintf(w, "%-20s %4s %5s %5s %5s %7s %10s %10s %6s\n", "shape", "op", "m", "n", "k", "threads", "cohort", "openblas", "ratio")
+			header = true
+		}
+		for i, s := range o.Shapes {
+			if err := ctx.Err(); err != nil {
+				return results, err
+			}
+			p := newProblem(s, uint64(i))
+			if err := p.verify(cohort); err != nil {
+				return results, err
+			}
+			if blas != nil {
+				if err := p.verify(blas); err != nil {
+					return results, err
+				}
+			}
+			var rc, rb []float64
+			for r := 0; r < o.Rounds; r++ {
+				if err := ctx.Err(); err != nil {
+					return results, err
+				}
+				rc = append(rc, p.time(cohort, o.MinTime))
+				if blas != nil {
+					rb = append(rb, p.time(blas, o.MinTime))
+				}
+			}
+			res := Result{Shape: s, Threads: threads, Cohort: median(rc)}
+			bs, ratio := "-", "-"
+			if blas != nil {
+				res.OpenBLAS = median(rb)
+				res.Ratio = res.Cohort / res.OpenBLAS
+				bs, ratio = fmt.Sprintf("%10.1f", res.OpenBLAS), fmt.Sprintf("%6.2f", res.Ratio)
+			}
+			results = append(results, res)
+			fmt.Fprintf(w, "%-20s %4s %5d %5d %5d %7d %10.1f %10s %6s\n", s.Name, ops(s), s.M, s.N, s.K, threads, res.Cohort, bs, ratio)
+		}
+	}
+	fmt.Fprintln(w, "(GFLOP/s, median of", o.Rounds, "alternating rounds; ratio = cohort/openblas)")
+	if noBLAS != nil {
+		fmt.Fprintf(w, "gemm: cohort/openblas median ratio n/a (%v)\n", noBLAS)
+		return results, nil
+	}
+	for _, threads := range o.Threads {
+		var rs []float64
+		for _, r := range results {
+			if r.Threads == threads {
+				rs = append(rs, r.Ratio)
+			}
+		}
+		fmt.Fprintf(w, "gemm: threads=%d median ratio %.2f\n", threads, median(rs))
+	}
+	fmt.Fprintf(w, "gemm: cohort/openblas median ratio %.2f\n", MedianRatio(results))
+	return results, nil
+}
+
+// MedianRatio returns the median of the rows' cohort/openblas ratios (0
+// when there are none).
+func MedianRatio(results []Result) float64 {
+	var rs []float64
+	for _, r := range results {
+		if r.Ratio > 0 {
+			rs = append(rs, r.Ratio)
+		}
+	}
+	return median(rs)
+}
+
+func ops(s Shape) string {
+	t := func(b bool) string {
+		if b {
+			return "T"
+		}
+		return "N"
+	}
+	return t(s.TransA) + t(s.TransB)
+}
+
+func median(v []float64) float64 {
+	if len(v) == 0 {
+		return 0
+	}
+	s := slices.Clone(v)
+	slices.Sort(s)
+	if len(s)%2 == 1 {
+		return s[len(s)/2]
+	}
+	return (s[len(s)/2-1] + s[len(s)/2]) / 2
+}
+
+// problem holds one shape's operands.
+type problem struct {
+	s             Shape
+	a, b, c       []float32
+	lda, ldb, ldc int
+}
+
+func newProblem(s Shape, seed uint64) *problem {
+	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
+	p := &problem{s: s, lda: s.K, ldb: s.N, ldc: s.N}
+	if s.TransA {
+		p.lda = s.M
+	}
+	if s.TransB {
+		p.ldb = s.K
+	}
+	fill := func(n int) []float32 {
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = 2*rng.Float32() - 1
+		}
+		return v
+	}
+	p.a, p.b, p.c = fill(s.M*s.K), fill(s.K*s.N), make([]float32, s.M*s.N)
+	return p
+}
+
+func (p *problem) run(g *gemm.Impl) {
+	s := p.s
+	g.Sgemm(s.TransA, s.TransB, s.M, s.N, s.K, 1, p.a, p.lda, p.b, p.ldb, 0, p.c, p.ldc)
+}
+
+// verify checks g's result on a few rows against the reference.
+func (p *problem) verify(g *gemm.Impl) error {
+	p.run(g)
+	s := p.s
+	rows := min(s.M, 3)
+	want := make([]float32, rows*s.N)
+	a := p.a
+	if !s.TransA {
+		a = p.a[:rows*p.lda]
+	}
+	gemm.Naive(s.TransA, s.TransB, rows, s.N, s.K, 1, a, p.lda, p.b, p.ldb, 0, want, s.N)
+	for i := range rows {
+		for j := range s.N {
+			got, w := p.c[i*p.ldc+j], want[i*s.N+j]
+			if d := got - w; d > 1e-3*float32(s.K) || d < -1e-3*float32(s.K) || got != got {
+				return errors.New(strings.TrimSpace(fmt.Sprintf("gemmbench: %v gives C[%d][%d] = %v on %s, want %v", g, i, j, got, s.Name, w)))
+			}
+		}
+	}
+	return nil
+}
+
+// time returns g's GFLOP/s over at least minTime of back-to-back calls
+// (after one untimed call).
+func (p *problem) time(g *gemm.Impl, minTime time.Duration) float64 {
+	p.run(g)
+	n := 0
+	start := time.Now()
+	for {
+		p.run(g)
+		n++
+		if el := time.Since(start); el >= minTime {
+			return p.s.Flops() * float64(n) / el.Seconds() / 1e9
+		}
+	}
+}
