@@ -2,6 +2,7 @@ package datasets
 
 import (
 	"bufio"
+	"bytes"
 	"compress/gzip"
 	"encoding/binary"
 	"errors"
@@ -26,7 +27,7 @@ const (
 const (
 	maxIDXCount = 10_000_000
 	maxIDXSide  = 4096
-	maxIDXBytes = 1 << 31
+	maxIDXBytes = 1 << 30
 )
 
 // mnistFiles names the four files of the MNIST distribution, without the
@@ -193,6 +194,12 @@ func readIDXImages(path string) (pix []float32, n, rows, cols int, err error) {
 		return nil, 0, 0, 0, err
 	}
 	defer closeFn()
+	return decodeIDXImages(r, path)
+}
+
+// decodeIDXImages decodes an uncompressed IDX image file from r; path
+// names it in errors.
+func decodeIDXImages(r io.Reader, path string) (pix []float32, n, rows, cols int, err error) {
 	dims, err := readHeader(r, path, idxImagesMagic, 3)
 	if err != nil {
 		return nil, 0, 0, 0, err
@@ -202,21 +209,25 @@ func readIDXImages(path string) (pix []float32, n, rows, cols int, err error) {
 		return nil, 0, 0, 0, fmt.Errorf("datasets: mnist: %s: implausible dimensions %d×%d×%d (limits: %d images, sides 1..%d, %d bytes)",
 			path, n, rows, cols, maxIDXCount, maxIDXSide, int64(maxIDXBytes))
 	}
+	// Grow the pixels as bytes arrive rather than trusting the header: a
+	// truncated or lying file fails before anything large is allocated.
 	total := n * rows * cols
-	pix = make([]float32, total)
+	pix = make([]float32, 0, min(total, 1<<20))
 	chunk := make([]byte, 1<<16)
 	const scale = 1.0 / 255
-	for done := 0; done < total; {
-		c := chunk[:min(len(chunk), total-done)]
+	for len(pix) < total {
+		c := chunk[:min(len(chunk), total-len(pix))]
 		got, err := io.ReadFull(r, c)
 		if err != nil {
 			return nil, 0, 0, 0, fmt.Errorf("datasets: mnist: %s: truncated: %d of %d pixel bytes (%d images of %d×%d): %w",
-				path, done+got, total, n, rows, cols, ioErr(err))
+				path, len(pix)+got, total, n, rows, cols, ioErr(err))
 		}
+		base := len(pix)
+		pix = append(pix, make([]float32, len(c))...)
+		dst := pix[base:]
 		for i, b := range c {
-			pix[done+i] = float32(b) * scale
+			dst[i] = float32(b) * scale
 		}
-		done += len(c)
 	}
 	if err := expectEOF(r, path); err != nil {
 		return nil, 0, 0, 0, err
@@ -230,6 +241,12 @@ func readIDXLabels(path string) ([]int64, error) {
 		return nil, err
 	}
 	defer closeFn()
+	return decodeIDXLabels(r, path)
+}
+
+// decodeIDXLabels decodes an uncompressed IDX label file from r; path names
+// it in errors.
+func decodeIDXLabels(r io.Reader, path string) ([]int64, error) {
 	dims, err := readHeader(r, path, idxLabelsMagic, 1)
 	if err != nil {
 		return nil, err
@@ -238,15 +255,15 @@ func readIDXLabels(path string) ([]int64, error) {
 	if n > maxIDXCount {
 		return nil, fmt.Errorf("datasets: mnist: %s: implausible label count %d (limit %d)", path, n, maxIDXCount)
 	}
-	raw := make([]byte, n)
-	if got, err := io.ReadFull(r, raw); err != nil {
+	var raw bytes.Buffer
+	if got, err := io.CopyN(&raw, r, int64(n)); err != nil {
 		return nil, fmt.Errorf("datasets: mnist: %s: truncated: %d of %d labels: %w", path, got, n, ioErr(err))
 	}
 	if err := expectEOF(r, path); err != nil {
 		return nil, err
 	}
 	labels := make([]int64, n)
-	for i, b := range raw {
+	for i, b := range raw.Bytes() {
 		if b > 9 {
 			return nil, fmt.Errorf("datasets: mnist: %s: label %d of record %d is outside 0..9", path, b, i)
 		}
