@@ -5,6 +5,7 @@ import (
 	"math/rand/v2"
 
 	"cohort/autograd"
+	"cohort/tensor"
 )
 
 // CausalSelfAttention is multi-head causal self-attention with one fused
@@ -13,6 +14,12 @@ import (
 // by 1/√hd and masked so position i sees positions j ≤ i, and the heads'
 // outputs are concatenated in order before Proj. Parameters:
 // "qkv.weight" [3d, d], "qkv.bias", "proj.weight" [d, d], "proj.bias".
+//
+// The key part of the qkv bias (entries d..2d) shifts every score of a
+// query row by the same amount, which softmax ignores: its exact gradient
+// is zero. Backward reports exactly zero for it rather than float32
+// round-off (about 1e-9), which Adam's normalisation would otherwise blow
+// up into steps of the order of the learning rate.
 type CausalSelfAttention struct {
 	QKV, Proj *Linear
 	NHead     int
@@ -37,12 +44,25 @@ func (a *CausalSelfAttention) Forward(x *autograd.Var) *autograd.Var {
 	B, T, d := s[0], s[1], s[2]
 	H := a.NHead
 	hd := d / H
-	qkv := a.QKV.Forward(x)                                                         // [B, T, 3d]
+	qkv := autograd.Linear(x, a.QKV.Weight, nil) // [B, T, 3d]
+	if a.QKV.Bias != nil {
+		qkv = autograd.Add(qkv, keyBiasZeroGrad(a.QKV.Bias, d))
+	}
 	heads := autograd.Permute(autograd.Reshape(qkv, B, T, 3, H, hd), 2, 0, 3, 1, 4) // [3, B, H, T, hd], a view
 	q, k, v := autograd.Select(heads, 0, 0), autograd.Select(heads, 0, 1), autograd.Select(heads, 0, 2)
 	y := autograd.Attention(q, k, v, true)                         // [B, H, T, hd]
 	y = autograd.Reshape(autograd.Permute(y, 0, 2, 1, 3), B, T, d) // heads concatenated
 	return a.Proj.Forward(y)
+}
+
+// keyBiasZeroGrad passes the qkv bias through unchanged and zeroes the
+// key entries [d, 2d) of its gradient, whose exact value is 0.
+func keyBiasZeroGrad(b *autograd.Var, d int) *autograd.Var {
+	return autograd.Record("KeyBiasZeroGrad", b.Value, []*autograd.Var{b}, func(g *tensor.Tensor) []*tensor.Tensor {
+		g = g.Clone()
+		g.Narrow(0, d, d).Zero()
+		return []*tensor.Tensor{g}
+	})
 }
 
 func (a *CausalSelfAttention) children() []Child {
