@@ -46,7 +46,7 @@ func Connect(ctx context.Context, info Info, opts Options) (store.Store, error) 
 	}
 	topts := tcpstore.Options{Token: info.Token, MaxFrameBytes: opts.MaxFrameBytes, Logger: log}
 	if info.StoreAddr != "" {
-		return dialRetry(ctx, info, info.StoreAddr, topts, log)
+		return dialRank(ctx, info, info.StoreAddr, topts, log)
 	}
 	if info.WorldSize <= 1 {
 		return memstore.New(), nil
@@ -56,7 +56,7 @@ func Connect(ctx context.Context, info Info, opts Options) (store.Store, error) 
 	}
 	addr := net.JoinHostPort(info.MasterAddr, strconv.Itoa(info.MasterPort))
 	if info.Rank != 0 {
-		return dialRetry(ctx, info, addr, topts, log)
+		return dialRank(ctx, info, addr, topts, log)
 	}
 	listen := opts.ListenAddr
 	if listen == "" {
@@ -66,7 +66,7 @@ func Connect(ctx context.Context, info Info, opts Options) (store.Store, error) 
 	if err != nil {
 		return nil, fmt.Errorf("rendezvous: rank 0 cannot serve the store (another job on this host using MASTER_PORT=%d?): %w", info.MasterPort, err)
 	}
-	c, err := dialRetry(ctx, info, addr, topts, log)
+	c, err := dialRank(ctx, info, addr, topts, log)
 	if err != nil {
 		srv.Close()
 		return nil, err
@@ -88,8 +88,40 @@ func (h *hosted) Close() error {
 	return err
 }
 
+// Dial connects to the store served at addr ("host:port"), retrying with
+// backoff until it succeeds, the server refuses token (an error wrapping
+// tcpstore.ErrAuth, not retried) or ctx ends (an error wrapping ctx.Err()
+// with the last dial error). Launchers use it to reach node 0's store.
+func Dial(ctx context.Context, addr, token string, opts Options) (store.Store, error) {
+	log := opts.Logger
+	if log == nil {
+		log = slog.Default()
+	}
+	c, err := dialRetry(ctx, addr, tcpstore.Options{Token: token, MaxFrameBytes: opts.MaxFrameBytes, Logger: log}, log)
+	if err != nil {
+		return nil, err
+	}
+	return c, nil
+}
+
+// dialRank is dialRetry with errors naming the rank.
+func dialRank(ctx context.Context, info Info, addr string, opts tcpstore.Options, log *slog.Logger) (*tcpstore.Client, error) {
+	c, err := dialRetry(ctx, addr, opts, log.With("rank", info.Rank))
+	if err != nil {
+		hint := ""
+		if !errors.Is(err, tcpstore.ErrAuth) {
+			hint = " (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?)"
+			if info.StoreAddr != "" {
+				hint = " (is the launcher serving COHORT_STORE_ADDR still running?)"
+			}
+		}
+		return nil, fmt.Errorf("rendezvous: rank %d of %d%s: %w", info.Rank, info.WorldSize, hint, err)
+	}
+	return c, nil
+}
+
 // dialRetry dials addr until it succeeds, authentication fails or ctx ends.
-func dialRetry(ctx context.Context, info Info, addr string, opts tcpstore.Options, log *slog.Logger) (*tcpstore.Client, error) {
+func dialRetry(ctx context.Context, addr string, opts tcpstore.Options, log *slog.Logger) (*tcpstore.Client, error) {
 	const (
 		firstBackoff = 10 * time.Millisecond
 		maxBackoff   = time.Second
@@ -101,18 +133,18 @@ func dialRetry(ctx context.Context, info Info, addr string, opts tcpstore.Option
 	for attempt := 1; ; attempt++ {
 		c, err := tcpstore.Dial(ctx, addr, opts)
 		if err == nil {
-			log.Debug("rendezvous: connected to store", "addr", addr, "rank", info.Rank, "attempts", attempt)
+			log.Debug("rendezvous: connected to store", "addr", addr, "attempts", attempt)
 			return c, nil
 		}
 		if errors.Is(err, tcpstore.ErrAuth) {
-			return nil, fmt.Errorf("rendezvous: rank %d: %w", info.Rank, err)
+			return nil, err
 		}
 		if ctx.Err() != nil {
-			return nil, fmt.Errorf("rendezvous: rank %d of %d: no store at %s after %v and %d attempts (is rank 0 running, and are MASTER_ADDR/MASTER_PORT right?): %w; last error: %v",
-				info.Rank, info.WorldSize, addr, time.Since(start).Round(time.Millisecond), attempt, ctx.Err(), err)
+			return nil, fmt.Errorf("no store at %s after %v and %d attempts: %w; last error: %v",
+				addr, time.Since(start).Round(time.Millisecond), attempt, ctx.Err(), err)
 		}
 		if time.Since(lastNotice) >= notice {
-			log.Info("rendezvous: still waiting for the store", "addr", addr, "rank", info.Rank, "waited", time.Since(start).Round(time.Second), "err", err)
+			log.Info("rendezvous: still waiting for the store", "addr", addr, "waited", time.Since(start).Round(time.Second), "err", err)
 			lastNotice = time.Now()
 		}
 		t := time.NewTimer(backoff)
