@@ -2,6 +2,7 @@ package data
 
 import (
 	"fmt"
+	"math"
 	"slices"
 
 	"cohort/tensor"
@@ -65,9 +66,10 @@ func cloneTensor(t *tensor.Tensor) *tensor.Tensor {
 	return tensor.FromSlice(slices.Clone(c.Data()), t.Shape()...)
 }
 
-// Collate turns the samples of one batch into dst. Implementations write
-// into dst's reusable buffers (see SetX and friends) so that steady-state
-// collation allocates nothing, and must be safe for concurrent use on
+// Collate turns the samples of one batch into dst. dst holds the batch
+// previously collated into it (or is empty): implementations should reuse
+// its memory — Stack and Pad allocate nothing once the buffers have grown
+// to the largest batch. Collate must be safe for concurrent use on
 // different dst values.
 //
 // indices[j] is the dataset index of samples[j]; errors name it.
@@ -109,6 +111,9 @@ func sampleElems(s Sample) (int, []int, error) {
 	for _, d := range shape {
 		if d < 0 {
 			return 0, shape, fmt.Errorf("negative dimension in shape %v", shape)
+		}
+		if d > 0 && n > math.MaxInt/d {
+			return 0, shape, fmt.Errorf("shape %v overflows", shape)
 		}
 		n *= d
 	}

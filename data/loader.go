@@ -17,8 +17,10 @@ type Options struct {
 	// Workers is the number of goroutines that fetch and collate batches.
 	// Zero collates on the goroutine that ranges over Batches.
 	Workers int
-	// Prefetch bounds the batches prepared ahead of the consumer (and so
-	// the batch buffers the loader owns). Zero means 2·Workers.
+	// Prefetch bounds the batches prepared ahead of the one the consumer
+	// holds; the loader owns Prefetch+1 batch buffers. Zero means
+	// 2·Workers; it is raised to at least Workers. Without workers nothing
+	// is prepared ahead.
 	Prefetch int
 	// Collate builds a batch from its samples; nil means Stack{}.
 	Collate Collate
@@ -74,7 +76,7 @@ type Loader struct {
 	epoch int
 	pos   int
 	busy  bool
-	bufs  []*Batch // reused across epochs; len = max(Prefetch, 1)
+	bufs  []*Batch // reused across epochs; Prefetch+1 with workers, else 1
 
 	fpOK    bool // fp holds the plan fingerprint of fpEpoch
 	fpEpoch int
@@ -204,7 +206,10 @@ func newWorker() *worker {
 }
 
 func (l *Loader) buffers() []*Batch {
-	n := max(l.opts.Prefetch, 1)
+	n := 1
+	if l.opts.Workers > 0 {
+		n = l.opts.Prefetch + 1
+	}
 	for len(l.bufs) < n {
 		l.bufs = append(l.bufs, &Batch{})
 	}
