@@ -163,17 +163,21 @@ func (s *DistributedSampler) Global(epoch int) []int {
 
 // Indices returns this rank's indices for epoch.
 func (s *DistributedSampler) Indices(epoch int) []int {
-	g := s.Global(epoch)
+	return s.rankIndices(s.Global(epoch), s.rank, epoch)
+}
+
+// rankIndices returns rank's share of the global list g of epoch.
+func (s *DistributedSampler) rankIndices(g []int, rank, epoch int) []int {
 	n := s.Len()
 	out := make([]int, 0, n)
 	if s.strategy == Contiguous {
-		out = append(out, g[s.rank*n:(s.rank+1)*n]...)
+		out = append(out, g[rank*n:(rank+1)*n]...)
 		if s.shuffle {
 			permute(out, NewMT19937(s.seed+uint64(epoch)))
 		}
 		return out
 	}
-	for i := s.rank; i < len(g); i += s.numReplicas {
+	for i := rank; i < len(g); i += s.numReplicas {
 		out = append(out, g[i])
 	}
 	return out
