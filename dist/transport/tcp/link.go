@@ -158,7 +158,7 @@ func (l *link) write(ctx context.Context, h wire.Header, p []byte) error {
 	if l.t.closed.Load() {
 		return transport.ErrClosed
 	}
-	l.fail(fmt.Errorf("write: %w", err))
+	l.fail(fmt.Errorf("write: %w", describe(err)))
 	return l.down()
 }
 
@@ -234,20 +234,25 @@ func (l *link) kill() {
 func (l *link) readLoop() {
 	defer close(l.readerDone)
 	r := reader{l: l, buf: make([]byte, readBufBytes)}
-	err := r.run()
+	err := describe(r.run())
 	if r.cur != nil {
 		r.cur.Abort(&transport.PeerError{Peer: l.peer, Err: err})
 	}
 	if l.t.closed.Load() || l.down() != nil {
 		return
 	}
+	l.fail(err)
+}
+
+// describe turns the errors of a vanished peer into plain words.
+func describe(err error) error {
 	switch {
 	case errors.Is(err, io.EOF), errors.Is(err, io.ErrUnexpectedEOF):
-		err = errors.New("connection closed without a goodbye (process exited?)")
+		return fmt.Errorf("connection closed without a goodbye (process exited?): %w", err)
 	case errors.Is(err, syscall.ECONNRESET):
-		err = errors.New("connection reset (process killed?)")
+		return fmt.Errorf("connection reset (process killed?): %w", err)
 	}
-	l.fail(err)
+	return err
 }
 
 // reader parses the frames of one connection.
@@ -313,7 +318,7 @@ func (r *reader) run() error {
 			}
 			m := l.box.Begin(tag, int(h.Aux))
 			if err := r.payload(m, int(h.Length)); err != nil {
-				m.Abort(&transport.PeerError{Peer: l.peer, Err: err})
+				m.Abort(&transport.PeerError{Peer: l.peer, Err: describe(err)})
 				return err
 			}
 			if uint64(h.Length) == h.Aux {

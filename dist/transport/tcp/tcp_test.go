@@ -52,3 +52,19 @@ func newWorld(tb testing.TB, n int) transporttest.World {
 func TestConformance(t *testing.T) {
 	transporttest.Run(t, newWorld, transporttest.Config{})
 }
+
+func BenchmarkPingPong4KiB(b *testing.B) {
+	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
+}
+
+func BenchmarkExchange4KiB(b *testing.B) {
+	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
+}
+
+func BenchmarkThroughput16MiB(b *testing.B) {
+	transporttest.Throughput(b, newWorld(b, 2), 16<<20)
+}
+
+func BenchmarkExchange16MiB(b *testing.B) {
+	transporttest.Exchange(b, newWorld(b, 2), 16<<20)
+}

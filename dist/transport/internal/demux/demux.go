@@ -28,11 +28,14 @@ import (
 	"cohort/dist/transport"
 )
 
-// eagerBytes bounds the buffer allocated up front for a message no receiver
-// is waiting for; a longer one grows as its bytes arrive, so a header that
-// overstates a length costs memory only in proportion to the bytes that
-// really come.
-const eagerBytes = 64 << 20
+// chunkBytes is the unit of private storage for a long message no receiver
+// is waiting for: such a message is stored in pooled chunks taken as its
+// bytes arrive. So a receiver that shows up soon after the message started
+// copies only what arrived before it (the rest goes straight into its
+// buffer), fresh memory is rarely touched, and a header that overstates a
+// length costs memory only in proportion to the bytes that really come.
+// Shorter messages get one exact-size buffer.
+const chunkBytes = 1 << 20
 
 // discardBytes bounds the scratch buffer used to drain messages nobody will
 // receive (after Close).
@@ -48,6 +51,7 @@ type Box struct {
 	inflight map[*Msg]struct{} // begun, neither done nor aborted
 	failed   error             // the source is gone: Recvs that find nothing queued fail with it
 	closed   error             // the receiver is gone: everything fails with it
+	pool     sync.Pool         // of *[]byte chunks of chunkBytes
 }
 
 // stream is the per-tag state. At most one of msgs and waiters is non-empty
@@ -64,9 +68,10 @@ type Msg struct {
 	n   int
 
 	mu       sync.Mutex
-	dst      []byte  // n bytes: the matched receiver's buffer or a private one; nil once discarded
-	off      int     // bytes written so far
-	w        *waiter // matched receiver, nil if unclaimed
+	dst      []byte    // the matched receiver's buffer, or a private one for a short message
+	chunks   []*[]byte // private storage of a long unclaimed message (when dst is nil)
+	off      int       // bytes written so far
+	w        *waiter   // matched receiver, nil if unclaimed
 	complete bool
 	dropped  bool   // aborted or discarded: Write throws bytes away
 	scratch  []byte // sink for dropped bytes
@@ -155,7 +160,9 @@ func (b *Box) Begin(tag transport.Tag, n int) *Msg {
 			return m
 		}
 	}
-	m.dst = make([]byte, min(n, eagerBytes))
+	if n <= chunkBytes {
+		m.dst = make([]byte, n)
+	}
 	s.msgs = append(s.msgs, m)
 	return m
 }
@@ -169,23 +176,34 @@ func (m *Msg) Write(fill func(dst []byte) (int, error)) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	var dst []byte
-	if m.dropped || m.dst == nil {
+	switch {
+	case m.dropped:
 		if m.scratch == nil {
 			m.scratch = make([]byte, min(m.n, discardBytes))
 		}
 		dst = m.scratch[:min(m.n-m.off, len(m.scratch))]
-	} else {
-		if m.off == len(m.dst) && m.off < m.n {
-			// A private buffer allocated short (see eagerBytes).
-			grown := make([]byte, min(m.n, 2*len(m.dst)))
-			copy(grown, m.dst)
-			m.dst = grown
-		}
+	case m.dst != nil:
 		dst = m.dst[m.off:]
+	default:
+		i, at := m.off/chunkBytes, m.off%chunkBytes
+		if i == len(m.chunks) {
+			m.chunks = append(m.chunks, m.box.getChunk())
+		}
+		dst = (*m.chunks[i])[at:min(chunkBytes, m.n-i*chunkBytes)]
 	}
 	k, err := fill(dst)
 	m.off += k
 	return k, err
+}
+
+// Deliver writes all of p (len(p) must be the message length) and
+// completes the message: a whole in-memory message in one call.
+func (m *Msg) Deliver(p []byte) {
+	for off := 0; off < len(p); {
+		k, _ := m.Write(func(dst []byte) (int, error) { return copy(dst, p[off:]), nil })
+		off += k
+	}
+	m.Done()
 }
 
 // Remaining returns the number of bytes still to be written.
@@ -197,6 +215,52 @@ func (m *Msg) Remaining() int {
 
 // Len returns the message length.
 func (m *Msg) Len() int { return m.n }
+
+func (b *Box) getChunk() *[]byte {
+	if c, ok := b.pool.Get().(*[]byte); ok {
+		return c
+	}
+	c := make([]byte, chunkBytes)
+	return &c
+}
+
+// release drops m's private storage, returning chunks to the pool. Caller
+// holds m.mu.
+func (m *Msg) release() {
+	for _, c := range m.chunks {
+		m.box.pool.Put(c)
+	}
+	m.chunks = nil
+	m.dst = nil
+}
+
+// copyOut copies the bytes written so far from m's private storage into p.
+// Caller holds m.mu.
+func (m *Msg) copyOut(p []byte) {
+	if m.dst != nil {
+		copy(p, m.dst[:m.off])
+		return
+	}
+	for i, c := range m.chunks {
+		lo := i * chunkBytes
+		copy(p[lo:min(m.off, lo+chunkBytes)], *c)
+	}
+}
+
+// storePrivate gives m private storage holding p[:m.off]. Caller holds m.mu.
+func (m *Msg) storePrivate(p []byte) {
+	if m.n <= chunkBytes {
+		m.dst = make([]byte, m.n)
+		copy(m.dst, p[:m.off])
+		return
+	}
+	m.dst = nil
+	for lo := 0; lo < m.off; lo += chunkBytes {
+		c := m.box.getChunk()
+		copy(*c, p[lo:min(m.off, lo+chunkBytes)])
+		m.chunks = append(m.chunks, c)
+	}
+}
 
 // Done marks the message complete: its receiver, if any, returns; else it
 // waits in the queue for one.
@@ -231,7 +295,7 @@ func (m *Msg) Abort(err error) {
 		m.dst = nil
 		return
 	}
-	m.dst = nil
+	m.release()
 	if s := b.streams[m.tag]; s != nil {
 		for i, q := range s.msgs {
 			if q == m {
@@ -264,9 +328,9 @@ func (b *Box) Recv(ctx context.Context, tag transport.Tag, p []byte) error {
 		s.msgs = s.msgs[1:]
 		b.gc(tag, s)
 		m.mu.Lock()
-		copy(p, m.dst[:m.off])
+		m.copyOut(p)
+		m.release()
 		if m.complete {
-			m.dst = nil
 			m.mu.Unlock()
 			b.mu.Unlock()
 			return nil
@@ -347,9 +411,7 @@ func (b *Box) detach(tag transport.Tag, w *waiter, failErr error) bool {
 		return true
 	}
 	w.fin = true
-	priv := make([]byte, max(m.off, min(m.n, eagerBytes)))
-	copy(priv, w.p[:m.off])
-	m.dst = priv
+	m.storePrivate(w.p)
 	s := b.stream(tag)
 	s.msgs = append([]*Msg{m}, s.msgs...)
 	return true
@@ -392,7 +454,7 @@ func (b *Box) Close(err error) {
 	for m := range b.inflight {
 		m.mu.Lock()
 		m.dropped = true
-		m.dst = nil
+		m.release()
 		if m.w != nil {
 			m.w.finish(err)
 			m.w = nil

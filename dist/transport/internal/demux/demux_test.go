@@ -241,15 +241,19 @@ func TestLyingLengthAllocatesLazily(t *testing.T) {
 	b := New()
 	const claimed = 1 << 40
 	m := b.Begin(tagA, claimed)
-	if len(m.dst) != eagerBytes {
-		t.Fatalf("allocated %d bytes up front for a %d-byte message", len(m.dst), claimed)
+	if m.dst != nil || len(m.chunks) != 0 {
+		t.Fatalf("allocated %d bytes up front for a %d-byte message", len(m.dst)+len(m.chunks)*chunkBytes, claimed)
+	}
+	write(t, m, []byte("abc"))
+	if len(m.chunks) != 1 {
+		t.Fatalf("%d chunks after 3 bytes", len(m.chunks))
 	}
 	m.Abort(errors.New("link broke"))
 }
 
 func TestGrowingBuffer(t *testing.T) {
 	b := New()
-	const n = eagerBytes + 5
+	const n = 3*chunkBytes + 5
 	m := b.Begin(tagA, n)
 	src := make([]byte, n)
 	for i := range src {
@@ -266,5 +270,61 @@ func TestGrowingBuffer(t *testing.T) {
 	}
 	if !bytes.Equal(p, src) {
 		t.Fatal("grown message corrupted")
+	}
+}
+
+// TestChunkedPaths drives a long message through every hand-over: queued
+// then claimed mid-way, detached by cancellation, claimed again, finished.
+func TestChunkedPaths(t *testing.T) {
+	b := New()
+	const n = 2*chunkBytes + 1000
+	src := make([]byte, n)
+	for i := range src {
+		src[i] = byte(i*7 + i>>11)
+	}
+	m := b.Begin(tagA, n)
+	feed := func(upto int) {
+		for m.off < upto {
+			_, _ = m.Write(func(dst []byte) (int, error) { return copy(dst, src[m.off:upto]), nil })
+		}
+	}
+	feed(chunkBytes + 10) // unclaimed: stored in two chunks
+	ctx, cancel := context.WithCancel(context.Background())
+	p1 := make([]byte, n)
+	done := make(chan error, 1)
+	go func() { done <- b.Recv(ctx, tagA, p1) }()
+	for {
+		m.mu.Lock()
+		claimed := m.w != nil
+		m.mu.Unlock()
+		if claimed {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	feed(chunkBytes + 5000) // straight into p1
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatal(err)
+	}
+	feed(2*chunkBytes + 7) // back into private chunks
+	p2 := make([]byte, n)
+	go func() { done <- b.Recv(context.Background(), tagA, p2) }()
+	for {
+		m.mu.Lock()
+		claimed := m.w != nil
+		m.mu.Unlock()
+		if claimed {
+			break
+		}
+		time.Sleep(time.Millisecond)
+	}
+	feed(n)
+	m.Done()
+	if err := <-done; err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(p2, src) {
+		t.Fatal("message corrupted across hand-overs")
 	}
 }
