@@ -502,3 +502,56 @@ func TestTensorDataset(t *testing.T) {
 		t.Fatalf("loader over a TensorDataset: %v batches, err %v", len(got), err)
 	}
 }
+
+// varDataset holds sequences of the given lengths: sample i is [len, 1]
+// filled with i, with one label per position.
+type varDataset struct{ lengths []int }
+
+func (d varDataset) Len() int { return len(d.lengths) }
+func (d varDataset) Get(i int) (Sample, error) {
+	if err := ErrIndex(i, len(d.lengths)); err != nil {
+		return Sample{}, err
+	}
+	n := d.lengths[i]
+	x, y := make([]float32, n), make([]int64, n)
+	for j := range x {
+		x[j], y[j] = float32(i), int64(i)
+	}
+	return Sample{X: x, Shape: []int{n, 1}, Labels: y}, nil
+}
+
+// TestLoaderBucketPad runs the bucketing strategy end to end: a loader
+// over variable-length sequences with the Pad collate; the padding it
+// produces equals what Padding predicts for the plan.
+func TestLoaderBucketPad(t *testing.T) {
+	lengths := logNormalLengths(500, 8)
+	ds := varDataset{lengths}
+	for rank := range 2 {
+		bs, err := NewBucketSampler(lengths, 16, 2, rank, 1, BucketOptions{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		l := mustLoader(t, ds, bs, Options{Workers: 2, Collate: Pad{LabelValue: -100, SequenceLabels: true}})
+		var real, pad int
+		for b, err := range l.Batches(t.Context()) {
+			if err != nil {
+				t.Fatal(err)
+			}
+			longest := b.X.Dim(1)
+			for j, i := range b.Indices {
+				if b.Lengths[j] != lengths[i] {
+					t.Fatalf("row %d: length %d, sample %d has %d", j, b.Lengths[j], i, lengths[i])
+				}
+				real += lengths[i]
+				pad += longest - lengths[i]
+				if lengths[i] < longest && b.Labels[j*longest+lengths[i]] != -100 {
+					t.Fatalf("row %d: padding label %d", j, b.Labels[j*longest+lengths[i]])
+				}
+			}
+		}
+		wr, wp := Padding(lengths, bs.Batches(0))
+		if real != wr || pad != wp {
+			t.Fatalf("rank %d: %d real + %d pad positions, Padding says %d + %d", rank, real, pad, wr, wp)
+		}
+	}
+}
