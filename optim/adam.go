@@ -83,45 +83,19 @@ func AdamUpdate(param, grad []float32, s AdamState, h AdamHyper, step int64) {
 		panic(fmt.Sprintf("optim: AdamUpdate: len(param) = %d, len(grad) = %d, len(ExpAvg) = %d, len(ExpAvgSq) = %d, len(MaxExpAvgSq) = %d (amsgrad %v), step %d",
 			n, len(grad), len(s.ExpAvg), len(s.ExpAvgSq), len(s.MaxExpAvgSq), h.AMSGrad, step))
 	}
-	grad, m, v := grad[:n], s.ExpAvg[:n], s.ExpAvgSq[:n]
 	t := float64(step)
-	stepSize := float32(-h.LR / (1 - math.Pow(h.Beta1, t)))
-	bc2Sqrt := float32(math.Sqrt(1 - math.Pow(h.Beta2, t)))
-	b1, b2 := float32(h.Beta1), float32(h.Beta2)
-	c1, c2 := float32(1-h.Beta1), float32(1-h.Beta2)
-	eps := float32(h.Eps)
-	sign := float32(1)
+	c := adamConsts{sign: 1, decay: 1, l2: float32(h.WeightDecay),
+		b1: float32(h.Beta1), c1: float32(1 - h.Beta1), b2: float32(h.Beta2), c2: float32(1 - h.Beta2),
+		bc2Sqrt: float32(math.Sqrt(1 - math.Pow(h.Beta2, t))), eps: float32(h.Eps),
+		stepSize: float32(-h.LR / (1 - math.Pow(h.Beta1, t))),
+		hasL2:    flag(!h.Decoupled && h.WeightDecay != 0), amsgrad: flag(h.AMSGrad)}
 	if h.Maximize {
-		sign = -1
+		c.sign = -1
 	}
-	var l2, decay float32 // the L2 coefficient, or AdamW's parameter scale
-	decoupled := h.Decoupled && h.WeightDecay != 0
-	if decoupled {
-		decay = float32(1 - h.LR*h.WeightDecay)
-	} else {
-		l2 = float32(h.WeightDecay)
+	if h.Decoupled {
+		c.decay = float32(1 - h.LR*h.WeightDecay)
 	}
-	var vmax []float32
-	if h.AMSGrad {
-		vmax = s.MaxExpAvgSq[:n]
-	}
-	for i, p := range param {
-		g := sign * grad[i]
-		if decoupled {
-			p *= decay
-		} else if l2 != 0 {
-			g += l2 * p
-		}
-		mi := b1*m[i] + c1*g
-		vi := b2*v[i] + c2*g*g
-		m[i], v[i] = mi, vi
-		if vmax != nil {
-			vi = max(vmax[i], vi)
-			vmax[i] = vi
-		}
-		denom := float32(math.Sqrt(float64(vi)))/bc2Sqrt + eps
-		param[i] = p + stepSize*mi/denom
-	}
+	adamKernel(param, grad, s.ExpAvg, s.ExpAvgSq, s.MaxExpAvgSq, &c)
 }
 
 // Adam is Adam with L2 weight decay (torch.optim.Adam) or, built by

@@ -73,24 +73,38 @@ func ClipGradNorm(params []*autograd.Var, maxNorm, normType float64) (float64, e
 }
 
 // accumulateNorm folds the elements of g into acc (see ClipGradNorm).
+// Sums run in four independent float64 lanes so the additions overlap.
 func accumulateNorm(acc float64, g []float32, p float64) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
 	switch p {
 	case math.Inf(1):
 		for _, x := range g {
 			acc = max(acc, math.Abs(float64(x)))
 		}
-	case 1:
-		for _, x := range g {
-			acc += math.Abs(float64(x))
-		}
+		return acc
 	case 2:
-		for _, x := range g {
-			acc += float64(x) * float64(x)
+		for ; i+4 <= len(g); i += 4 {
+			x0, x1, x2, x3 := float64(g[i]), float64(g[i+1]), float64(g[i+2]), float64(g[i+3])
+			s0, s1, s2, s3 = s0+x0*x0, s1+x1*x1, s2+x2*x2, s3+x3*x3
+		}
+		for ; i < len(g); i++ {
+			s0 += float64(g[i]) * float64(g[i])
+		}
+	case 1:
+		for ; i+4 <= len(g); i += 4 {
+			s0 += math.Abs(float64(g[i]))
+			s1 += math.Abs(float64(g[i+1]))
+			s2 += math.Abs(float64(g[i+2]))
+			s3 += math.Abs(float64(g[i+3]))
+		}
+		for ; i < len(g); i++ {
+			s0 += math.Abs(float64(g[i]))
 		}
 	default:
 		for _, x := range g {
-			acc += math.Pow(math.Abs(float64(x)), p)
+			s0 += math.Pow(math.Abs(float64(x)), p)
 		}
 	}
-	return acc
+	return acc + (s0 + s1) + (s2 + s3)
 }

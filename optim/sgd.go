@@ -50,52 +50,12 @@ func SGDUpdate(param, grad, buf []float32, h SGDHyper, step int64) {
 		panic(fmt.Sprintf("optim: SGDUpdate: len(param) = %d, len(grad) = %d, len(buf) = %d (momentum %v), step %d",
 			n, len(grad), len(buf), h.Momentum, step))
 	}
-	grad = grad[:n]
-	lr, wd, mom := float32(h.LR), float32(h.WeightDecay), float32(h.Momentum)
-	damp := float32(1 - h.Dampening)
-	sign := float32(1)
+	c := sgdConsts{sign: 1, wd: float32(h.WeightDecay), mom: float32(h.Momentum), damp: float32(1 - h.Dampening),
+		lr: float32(h.LR), hasWD: flag(h.WeightDecay != 0), momentum: flag(h.Momentum != 0), nesterov: flag(h.Nesterov)}
 	if h.Maximize {
-		sign = -1
+		c.sign = -1
 	}
-	switch {
-	case h.Momentum == 0:
-		for i, p := range param {
-			g := sign * grad[i]
-			if wd != 0 {
-				g += wd * p
-			}
-			param[i] = p - lr*g
-		}
-	case step == 1:
-		buf = buf[:n]
-		for i, p := range param {
-			g := sign * grad[i]
-			if wd != 0 {
-				g += wd * p
-			}
-			buf[i] = g
-			if h.Nesterov {
-				g += mom * g
-			}
-			param[i] = p - lr*g
-		}
-	default:
-		buf = buf[:n]
-		for i, p := range param {
-			g := sign * grad[i]
-			if wd != 0 {
-				g += wd * p
-			}
-			b := mom*buf[i] + damp*g
-			buf[i] = b
-			if h.Nesterov {
-				g += mom * b
-			} else {
-				g = b
-			}
-			param[i] = p - lr*g
-		}
-	}
+	sgdKernel(param, grad, buf, &c, step == 1)
 }
 
 // SGD is stochastic gradient descent with optional momentum, dampening,
