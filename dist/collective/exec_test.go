@@ -37,12 +37,12 @@ func encode(dt DType, v vals) []byte {
 	case BFloat16:
 		s := view[uint16](p)
 		for i, x := range v {
-			s[i] = f32ToBF16(float32(x))
+			s[i] = BF16FromFloat32(float32(x))
 		}
 	case Float16:
 		s := view[uint16](p)
 		for i, x := range v {
-			s[i] = f32ToF16(float32(x))
+			s[i] = FP16FromFloat32(float32(x))
 		}
 	}
 	return p
@@ -63,11 +63,11 @@ func decode(dt DType, p []byte) vals {
 		}
 	case BFloat16:
 		for i, x := range view[uint16](p) {
-			v[i] = float64(bf16ToF32(x))
+			v[i] = float64(BF16ToFloat32(x))
 		}
 	case Float16:
 		for i, x := range view[uint16](p) {
-			v[i] = float64(f16ToF32(x))
+			v[i] = float64(FP16ToFloat32(x))
 		}
 	}
 	return v
@@ -103,9 +103,9 @@ func combine(dt DType, op Op, xs []float64) float64 {
 		case Float32:
 			acc = float64(float32(acc) / float32(n))
 		case BFloat16:
-			acc = float64(bf16ToF32(f32ToBF16(float32(acc) / float32(n))))
+			acc = float64(BF16ToFloat32(BF16FromFloat32(float32(acc) / float32(n))))
 		case Float16:
-			acc = float64(f16ToF32(f32ToF16(float32(acc) / float32(n))))
+			acc = float64(FP16ToFloat32(FP16FromFloat32(float32(acc) / float32(n))))
 		}
 	}
 	return acc

@@ -1,7 +1,6 @@
 package collective
 
 import (
-	"math"
 	"unsafe"
 )
 
@@ -17,9 +16,9 @@ func reduceBytes(dt DType, op Op, dst, a, b []byte) {
 	case Int64:
 		reduceNum(op, view[int64](dst), view[int64](a), view[int64](b))
 	case BFloat16:
-		reduceHalf(op, view[uint16](dst), view[uint16](a), view[uint16](b), bf16ToF32, f32ToBF16)
+		reduceHalf(op, view[uint16](dst), view[uint16](a), view[uint16](b), BF16ToFloat32, BF16FromFloat32)
 	case Float16:
-		reduceHalf(op, view[uint16](dst), view[uint16](a), view[uint16](b), f16ToF32, f32ToF16)
+		reduceHalf(op, view[uint16](dst), view[uint16](a), view[uint16](b), FP16ToFloat32, FP16FromFloat32)
 	}
 }
 
@@ -46,12 +45,12 @@ func scaleBytes(dt DType, dst []byte, n int) {
 	case BFloat16:
 		s := view[uint16](dst)
 		for i := range s {
-			s[i] = f32ToBF16(bf16ToF32(s[i]) / float32(n))
+			s[i] = BF16FromFloat32(BF16ToFloat32(s[i]) / float32(n))
 		}
 	case Float16:
 		s := view[uint16](dst)
 		for i := range s {
-			s[i] = f32ToF16(f16ToF32(s[i]) / float32(n))
+			s[i] = FP16FromFloat32(FP16ToFloat32(s[i]) / float32(n))
 		}
 	}
 }
@@ -145,78 +144,4 @@ func reduceHalf(op Op, dst, a, b []uint16, load func(uint16) float32, store func
 		}
 		dst[i] = store(z)
 	}
-}
-
-// bf16ToF32 widens a bfloat16 (the top half of a float32).
-func bf16ToF32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
-
-// f32ToBF16 rounds a float32 to bfloat16, to nearest even, keeping NaNs
-// NaN.
-func f32ToBF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	if u&0x7fffffff > 0x7f800000 { // NaN: keep it quiet and non-zero
-		return uint16(u>>16) | 0x40
-	}
-	u += 0x7fff + (u>>16)&1
-	return uint16(u >> 16)
-}
-
-// f16ToF32 widens an IEEE 754 binary16.
-func f16ToF32(h uint16) float32 {
-	sign := uint32(h>>15) << 31
-	exp := uint32(h>>10) & 0x1f
-	man := uint32(h) & 0x3ff
-	switch {
-	case exp == 0x1f: // Inf or NaN
-		return math.Float32frombits(sign | 0x7f800000 | man<<13)
-	case exp != 0: // normal
-		return math.Float32frombits(sign | (exp+112)<<23 | man<<13)
-	case man == 0:
-		return math.Float32frombits(sign)
-	}
-	// Subnormal: value = man · 2^-24.
-	f := float32(man) * (1.0 / (1 << 24))
-	if sign != 0 {
-		f = -f
-	}
-	return f
-}
-
-// f32ToF16 rounds a float32 to IEEE 754 binary16, to nearest even, with
-// overflow to infinity, gradual underflow and NaNs kept NaN.
-func f32ToF16(f float32) uint16 {
-	u := math.Float32bits(f)
-	sign := uint16(u>>16) & 0x8000
-	exp := int32(u>>23) & 0xff
-	man := u & 0x7fffff
-	if exp == 0xff {
-		if man != 0 {
-			return sign | 0x7e00
-		}
-		return sign | 0x7c00
-	}
-	e := exp - 127 + 15
-	switch {
-	case e >= 0x1f:
-		return sign | 0x7c00
-	case e <= 0:
-		if e < -10 {
-			return sign // rounds to zero
-		}
-		m := man | 0x800000 // implicit bit
-		shift := uint32(14 - e)
-		half := uint32(1) << (shift - 1)
-		rest := m & (1<<shift - 1)
-		q := m >> shift
-		if rest > half || (rest == half && q&1 == 1) {
-			q++
-		}
-		return sign | uint16(q) // q may carry into the smallest normal: still correct
-	}
-	q := uint32(e)<<10 | man>>13
-	rest := man & 0x1fff
-	if rest > 0x1000 || (rest == 0x1000 && q&1 == 1) {
-		q++ // may carry into the exponent, up to infinity: correct
-	}
-	return sign | uint16(q)
 }

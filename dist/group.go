@@ -1,0 +1,522 @@
+package dist
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"sync"
+	"time"
+	"unsafe"
+
+	"cohort/dist/collective"
+	"cohort/dist/transport"
+)
+
+// DefaultTimeout bounds an op that GroupOptions.Timeout leaves unbounded,
+// from the moment it starts running. It matches torch.distributed's.
+const DefaultTimeout = 30 * time.Minute
+
+// GroupOptions configures a group; the zero value works.
+type GroupOptions struct {
+	// Timeout bounds every op from the moment it starts running (ops queue
+	// behind earlier ones first); an op's own ctx may end it sooner. 0
+	// means DefaultTimeout.
+	Timeout time.Duration
+	// Tuning sets the segment size and the size thresholds of the
+	// automatic algorithm choice (see collective.Tuning).
+	Tuning collective.Tuning
+	// Algorithms forces an algorithm for some kinds, overriding the
+	// automatic choice (names from collective.Algorithms); for tests and
+	// benchmarks. Every rank must use the same choice.
+	Algorithms map[collective.Kind]string
+	// KeepTransport leaves the transport open when the group is closed
+	// (by default the group owns it).
+	KeepTransport bool
+}
+
+func (o GroupOptions) validate() error {
+	if o.Timeout < 0 {
+		return fmt.Errorf("dist: GroupOptions.Timeout %v is negative", o.Timeout)
+	}
+	for k, name := range o.Algorithms {
+		found := false
+		for _, a := range collective.Algorithms(k) {
+			found = found || a == name
+		}
+		if !found {
+			return fmt.Errorf("dist: GroupOptions.Algorithms: no %v algorithm %q (have %v)", k, name, collective.Algorithms(k))
+		}
+	}
+	return nil
+}
+
+// New returns the group of all ranks of transport t, which the group owns
+// (see GroupOptions.KeepTransport). Every rank calls New with its own
+// endpoint of the same transport. Init and InitFromEnv build the transport
+// from a store or the environment and call New.
+func New(t transport.Transport, opts GroupOptions) (ProcessGroup, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	ranks := make([]int, t.Size())
+	for i := range ranks {
+		ranks[i] = i
+	}
+	return newGroup(t, !opts.KeepTransport, 0, ranks, opts)
+}
+
+// NewGroup forms a subgroup of pg from the listed ranks of pg (in that
+// order: ranks[i] becomes rank i of the subgroup). It is a collective op
+// of pg: every rank of pg must call it, with the same list, in the same
+// order relative to pg's other ops. Ranks not in the list get a nil group
+// and a nil error. The subgroup shares pg's transport, runs its ops
+// independently of pg's (on its own goroutine, in its own sequence) and is
+// closed with pg.
+func NewGroup(ctx context.Context, pg ProcessGroup, ranks []int) (ProcessGroup, error) {
+	s, ok := pg.(interface {
+		NewGroup(context.Context, []int) (ProcessGroup, error)
+	})
+	if !ok {
+		return nil, fmt.Errorf("dist: NewGroup: %T does not support subgroups", pg)
+	}
+	return s.NewGroup(ctx, ranks)
+}
+
+// group is cohort's ProcessGroup over a transport.
+//
+// Ops are queued by the calling goroutine and run one at a time, in issue
+// order, by the group's op goroutine, which owns the executor and the plan
+// cache. A failed op breaks the group: the op goroutine records the first
+// failure, cancels the running op, fails every queued and later op with an
+// *OpError wrapping ErrAborted, and sends an abort notice to every peer;
+// one listener goroutine per peer waits for the peers' notices. Close
+// stops all of them.
+type group struct {
+	t     transport.Transport
+	owns  bool
+	id    uint32
+	ranks []int // global rank of each group rank
+	rank  int   // this process's group rank
+	me    int   // this process's global rank
+	opts  GroupOptions
+	exec  *collective.Executor
+	plans map[planKey]*collective.Plan // op goroutine only
+
+	ctx    context.Context // ends when the group breaks or closes
+	cancel context.CancelFunc
+	kick   chan struct{}
+	wg     sync.WaitGroup
+
+	mu       sync.Mutex
+	queue    []*op
+	running  *op
+	seq      uint64
+	p2p      map[p2pKey]uint32
+	broken   *OpError
+	closed   bool
+	children []*group
+	nchild   uint32
+}
+
+var _ ProcessGroup = (*group)(nil)
+
+type planKey struct {
+	call collective.Call
+	algo string
+}
+
+type p2pKey struct {
+	peer, tag int
+	send      bool
+}
+
+// op is one queued call.
+type op struct {
+	call    collective.Call
+	in, out []byte
+	ctx     context.Context
+	seq     uint64
+	err     error // invalid arguments, reported when the op's turn comes
+	w       *work
+}
+
+func newGroup(t transport.Transport, owns bool, id uint32, ranks []int, opts GroupOptions) (*group, error) {
+	exec, err := collective.NewExecutor(t, id, ranks)
+	if err != nil {
+		return nil, fmt.Errorf("dist: %w", err)
+	}
+	g := &group{
+		t:     t,
+		owns:  owns,
+		id:    id,
+		ranks: ranks,
+		rank:  exec.Rank(),
+		me:    t.Rank(),
+		opts:  opts,
+		exec:  exec,
+		plans: make(map[planKey]*collective.Plan),
+		kick:  make(chan struct{}, 1),
+		p2p:   make(map[p2pKey]uint32),
+	}
+	g.ctx, g.cancel = context.WithCancel(context.Background())
+	g.wg.Go(g.loop)
+	for p := range ranks {
+		if p != g.rank {
+			g.wg.Go(func() { g.listen(p) })
+		}
+	}
+	return g, nil
+}
+
+func (g *group) Rank() int { return g.rank }
+func (g *group) Size() int { return len(g.ranks) }
+
+// work is the Work of one op.
+type work struct {
+	done chan struct{}
+	err  error
+}
+
+func (w *work) Wait() error           { <-w.done; return w.err }
+func (w *work) Done() <-chan struct{} { return w.done }
+
+func (w *work) finish(err error) {
+	w.err = err
+	close(w.done)
+}
+
+// submit queues an op and returns its Work.
+func (g *group) submit(ctx context.Context, c collective.Call, in, out []byte, err error) Work {
+	if ctx == nil {
+		ctx = context.Background()
+	}
+	o := &op{call: c, in: in, out: out, ctx: ctx, err: err, w: &work{done: make(chan struct{})}}
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		o.w.finish(&OpError{Op: c.Kind.String(), Rank: g.me, Peer: -1, Err: ErrClosed})
+		return o.w
+	}
+	if c.Kind == collective.Send || c.Kind == collective.Recv {
+		k := p2pKey{peer: c.Peer, tag: c.Tag, send: c.Kind == collective.Send}
+		g.p2p[k]++
+		o.seq = 1<<63 | uint64(uint32(c.Tag))<<32 | uint64(g.p2p[k])
+	} else {
+		g.seq++
+		o.seq = g.seq
+	}
+	g.queue = append(g.queue, o)
+	g.mu.Unlock()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+	return o.w
+}
+
+// loop is the op goroutine.
+func (g *group) loop() {
+	for {
+		o := g.next()
+		if o == nil {
+			return
+		}
+		err := g.execute(o)
+		g.mu.Lock()
+		g.running = nil
+		g.mu.Unlock()
+		o.w.finish(err)
+	}
+}
+
+// next returns the next queued op, or nil once the group is closed.
+func (g *group) next() *op {
+	for {
+		g.mu.Lock()
+		if g.closed {
+			g.mu.Unlock()
+			return nil
+		}
+		if len(g.queue) > 0 {
+			o := g.queue[0]
+			g.queue[0] = nil
+			g.queue = g.queue[1:]
+			g.running = o
+			g.mu.Unlock()
+			return o
+		}
+		g.mu.Unlock()
+		<-g.kick
+	}
+}
+
+func (g *group) opError(o *op, peer int, err error) *OpError {
+	return &OpError{Op: o.call.Kind.String(), Seq: o.seq, Rank: g.me, Peer: peer, Err: err}
+}
+
+// brokenErr returns the error for an op that cannot run because the group
+// is broken or closed, or nil.
+func (g *group) brokenErr(o *op) error {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	switch {
+	case g.broken != nil:
+		return g.opError(o, g.broken.Peer, g.broken)
+	case g.closed:
+		return g.opError(o, -1, ErrClosed)
+	}
+	return nil
+}
+
+func (g *group) execute(o *op) (err error) {
+	if err := g.brokenErr(o); err != nil {
+		return err
+	}
+	defer func() {
+		// Never let a panic escape the op goroutine: it breaks the group.
+		if p := recover(); p != nil {
+			oe := g.opError(o, -1, fmt.Errorf("dist: panic: %v", p))
+			g.abort(oe, true)
+			err = oe
+		}
+	}()
+	if o.err != nil {
+		oe := g.opError(o, -1, o.err)
+		g.abort(oe, true)
+		return oe
+	}
+	p, err := g.plan(o.call)
+	if err != nil {
+		oe := g.opError(o, -1, err)
+		g.abort(oe, true)
+		return oe
+	}
+	ctx, cancel := context.WithTimeout(o.ctx, g.opts.Timeout)
+	stop := context.AfterFunc(g.ctx, cancel)
+	err = g.exec.Run(ctx, o.seq, p, o.in, o.out)
+	stop()
+	cancel()
+	if err == nil {
+		return nil
+	}
+	if e := g.brokenErr(o); e != nil {
+		return e // aborted or closed while running
+	}
+	oe := g.opError(o, peerOf(err), err)
+	g.abort(oe, true)
+	return oe
+}
+
+// plan returns the (cached) plan for a call.
+func (g *group) plan(c collective.Call) (*collective.Plan, error) {
+	k := planKey{call: c, algo: g.opts.Algorithms[c.Kind]}
+	if p, ok := g.plans[k]; ok {
+		return p, nil
+	}
+	p, err := collective.NewPlan(c, len(g.ranks), g.rank, k.algo, g.opts.Tuning)
+	if err != nil {
+		return nil, err
+	}
+	if len(g.plans) >= 256 {
+		clear(g.plans)
+	}
+	g.plans[k] = p
+	return p, nil
+}
+
+// abort breaks the group with cause (the first caller wins) and, if
+// notify, tells every peer.
+func (g *group) abort(cause *OpError, notify bool) {
+	g.mu.Lock()
+	if g.broken != nil || g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.broken = cause
+	g.mu.Unlock()
+	g.cancel()
+	if notify {
+		g.notify(cause)
+	}
+}
+
+// Abort notices travel under a tag no op uses: seq 2^64−1 of the group.
+const (
+	noticeLen   = 512
+	noticeMagic = 0x61686f63 // "coha"
+	noticeSeq   = ^uint64(0)
+)
+
+func (g *group) noticeTag() transport.Tag { return transport.Tag{Group: g.id, Seq: noticeSeq} }
+
+// notify sends cause to every peer, each send bounded by a short timeout.
+func (g *group) notify(cause *OpError) {
+	msg := make([]byte, noticeLen)
+	le := binary.LittleEndian
+	le.PutUint32(msg[0:], noticeMagic)
+	le.PutUint32(msg[4:], uint32(int32(cause.Peer)))
+	le.PutUint64(msg[8:], cause.Seq)
+	name := cause.Op
+	if len(name) > 15 {
+		name = name[:15]
+	}
+	msg[16] = byte(len(name))
+	copy(msg[17:32], name)
+	text := cause.Err.Error()
+	n := copy(msg[34:], text)
+	le.PutUint16(msg[32:], uint16(n))
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for p, tr := range g.ranks {
+		if p != g.rank {
+			_ = g.t.Send(ctx, tr, g.noticeTag(), msg) // best effort: the peer may be dead
+		}
+	}
+}
+
+// listen waits for an abort notice from group rank p.
+func (g *group) listen(p int) {
+	msg := make([]byte, noticeLen)
+	if err := g.t.Recv(g.ctx, g.ranks[p], g.noticeTag(), msg); err != nil {
+		return // closed, broken, or the peer went away (its ops report that)
+	}
+	le := binary.LittleEndian
+	if le.Uint32(msg) != noticeMagic {
+		g.abort(&OpError{Op: "abort notice", Rank: g.me, Peer: g.ranks[p],
+			Err: fmt.Errorf("dist: malformed abort notice from rank %d", g.ranks[p])}, false)
+		return
+	}
+	culprit := int(int32(le.Uint32(msg[4:])))
+	seq := le.Uint64(msg[8:])
+	name := string(msg[17 : 17+min(int(msg[16]), 15)])
+	text := string(msg[34 : 34+min(int(le.Uint16(msg[32:])), noticeLen-34)])
+	g.abort(&OpError{Op: name, Seq: seq, Rank: g.ranks[p], Peer: culprit,
+		Err: &RemoteAbortError{From: g.ranks[p], Msg: text}}, false)
+}
+
+// Close fails every queued op, stops the running one (telling the peers,
+// which may be waiting for it), waits for the group's goroutines, closes
+// its subgroups and, if the group owns it, the transport.
+func (g *group) Close() error {
+	g.mu.Lock()
+	if g.closed {
+		g.mu.Unlock()
+		return nil
+	}
+	g.closed = true
+	pending := g.queue
+	g.queue = nil
+	running := g.running
+	broken := g.broken
+	children := g.children
+	g.mu.Unlock()
+
+	if broken == nil && (running != nil || len(pending) > 0) {
+		o := running
+		if o == nil {
+			o = pending[0]
+		}
+		g.notify(g.opError(o, -1, ErrClosed))
+	}
+	for _, o := range pending {
+		o.w.finish(g.opError(o, -1, ErrClosed))
+	}
+	g.cancel()
+	select {
+	case g.kick <- struct{}{}:
+	default:
+	}
+	g.wg.Wait()
+	var errs []error
+	for _, c := range children {
+		errs = append(errs, c.Close())
+	}
+	if g.owns {
+		errs = append(errs, g.t.Close())
+	}
+	return errors.Join(errs...)
+}
+
+// NewGroup implements the package-level NewGroup.
+func (g *group) NewGroup(ctx context.Context, ranks []int) (ProcessGroup, error) {
+	if len(ranks) == 0 {
+		return nil, fmt.Errorf("dist: NewGroup: empty rank list")
+	}
+	seen := make(map[int]bool, len(ranks))
+	h := fnv.New32a()
+	for _, r := range ranks {
+		if r < 0 || r >= len(g.ranks) {
+			return nil, fmt.Errorf("dist: NewGroup: rank %d out of range [0, %d)", r, len(g.ranks))
+		}
+		if seen[r] {
+			return nil, fmt.Errorf("dist: NewGroup: rank %d listed twice", r)
+		}
+		seen[r] = true
+		_ = binary.Write(h, binary.LittleEndian, int32(r))
+	}
+	g.mu.Lock()
+	g.nchild++
+	idx := g.nchild
+	g.mu.Unlock()
+	c := collective.Call{Kind: collective.Agree, Count: len(ranks), Root: int(int32(h.Sum32()))}
+	if err := g.submit(ctx, c, nil, nil, nil).Wait(); err != nil {
+		return nil, err
+	}
+	member := -1
+	global := make([]int, len(ranks))
+	for i, r := range ranks {
+		global[i] = g.ranks[r]
+		if r == g.rank {
+			member = i
+		}
+	}
+	if member < 0 {
+		return nil, nil
+	}
+	id := fnv.New32a()
+	_ = binary.Write(id, binary.LittleEndian, [2]uint32{g.id, idx})
+	cid := id.Sum32()
+	if cid == 0 {
+		cid = 1
+	}
+	child, err := newGroup(g.t, false, cid, global, g.opts)
+	if err != nil {
+		return nil, err
+	}
+	g.mu.Lock()
+	closed := g.closed
+	if !closed {
+		g.children = append(g.children, child)
+	}
+	g.mu.Unlock()
+	if closed {
+		child.Close()
+		return nil, fmt.Errorf("dist: NewGroup: %w", ErrClosed)
+	}
+	return child, nil
+}
+
+// bytesOf views a buffer's elements as raw bytes (no copy).
+func bytesOf(b Buffer) []byte {
+	var p unsafe.Pointer
+	var n int
+	switch b.DType {
+	case Float32:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.f32)), 4*len(b.f32)
+	case Float64:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.f64)), 8*len(b.f64)
+	case Int64:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.i64)), 8*len(b.i64)
+	default:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.u16)), 2*len(b.u16)
+	}
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), n)
+}
