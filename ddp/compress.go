@@ -32,7 +32,9 @@ func (f HalfFormat) String() string {
 // ties to even) and the group sums the 16-bit values; the sum is widened
 // back into the bucket. The average therefore carries the format's
 // rounding: a relative error of about 2⁻¹¹ (fp16) or 2⁻⁸ (bf16) per
-// element, plus the reduction's own rounding. FP16 also flushes
+// element, plus the reduction's own: the process group reduces 16-bit
+// payloads by widening to float32, combining and rounding back at each
+// step of its algorithm. FP16 also flushes
 // magnitudes below about 6e-8 to zero and overflows above 65504; BF16 has
 // float32's range. Rounding happens even in a group of one, so results do
 // not depend on the world size.

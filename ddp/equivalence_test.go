@@ -153,7 +153,7 @@ func (c trainCfg) run(t *testing.T) []*Model {
 	want := c.reference(t)
 	got := make([][][]float32, c.world)
 	models := make([]*Model, c.world)
-	errs := runFake(t, c.world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, c.world, func(pg dist.ProcessGroup) error {
 		var err error
 		got[pg.Rank()], models[pg.Rank()], err = c.rank(pg)
 		return err

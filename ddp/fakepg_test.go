@@ -9,6 +9,7 @@ import (
 	"time"
 
 	"cohort/dist"
+	"cohort/dist/disttest"
 )
 
 // fakeHub is a minimal in-memory process group for the reducer's unit
@@ -240,5 +241,16 @@ func runHub(t *testing.T, h *fakeHub, fn func(pg dist.ProcessGroup) error) []err
 	case <-time.After(time.Minute):
 		t.Fatalf("ranks still running after a minute (hang)")
 	}
+	return errs
+}
+
+// runDist runs fn on world ranks over the real process group on the
+// in-process transport (disttest) and returns every rank's error.
+func runDist(t *testing.T, world int, fn func(pg dist.ProcessGroup) error) []error {
+	t.Helper()
+	errs := make([]error, world)
+	disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+		errs[pg.Rank()] = fn(pg)
+	})
 	return errs
 }

@@ -31,7 +31,7 @@ func TestBroadcastBuffers(t *testing.T) {
 					seen[s] = make([][][]float32, world)
 				}
 				after := make([][][]float32, world) // after an eval forward
-				errs := runFake(t, world, func(pg dist.ProcessGroup) error {
+				errs := runDist(t, world, func(pg dist.ProcessGroup) error {
 					ctx := context.Background()
 					r := pg.Rank()
 					net := newBNNet(uint64(10+r), 6, 8, 3)
@@ -105,7 +105,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 	const world = 3
 	data := newDataset(4, 300, 3, 6)
 	got := make([][][]float32, world)
-	errs := runFake(t, world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, world, func(pg dist.ProcessGroup) error {
 		ctx := context.Background()
 		net := newBNNet(uint64(20+pg.Rank()), 6, 8, 3)
 		m, err := Wrap(ctx, net, pg, smallBuckets)
@@ -149,7 +149,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 func TestUnusedParameters(t *testing.T) {
 	t.Run("error names the parameter", func(t *testing.T) {
 		for _, view := range []bool{false, true} {
-			errs := runFake(t, 2, func(pg dist.ProcessGroup) error {
+			errs := runDist(t, 2, func(pg dist.ProcessGroup) error {
 				ctx := context.Background()
 				net := withUnused(newMLP(uint64(pg.Rank()), 4, 5, 3), 1)
 				m, err := Wrap(ctx, net, pg, Options{GradientAsBucketView: view, FirstBucketCapBytes: 16, BucketCapBytes: 16})
@@ -186,7 +186,7 @@ func TestUnusedParameters(t *testing.T) {
 		// ranks must still agree and not hang.
 		const world = 3
 		got := make([][][]float32, world)
-		errs := runFake(t, world, func(pg dist.ProcessGroup) error {
+		errs := runDist(t, world, func(pg dist.ProcessGroup) error {
 			ctx := context.Background()
 			r := pg.Rank()
 			net := newMLP(uint64(r), 4, 5, 3)
@@ -276,7 +276,7 @@ func TestWrapMismatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			errs := runFake(t, tt.world, func(pg dist.ProcessGroup) error {
+			errs := runDist(t, tt.world, func(pg dist.ProcessGroup) error {
 				_, err := Wrap(context.Background(), tt.build(pg.Rank(), tt.bad), pg, Options{})
 				return err
 			})
@@ -300,7 +300,7 @@ func TestWrapBroadcasts(t *testing.T) {
 	var mu sync.Mutex
 	params := map[int][][]float32{}
 	bufs := map[int][][]float32{}
-	errs := runFake(t, world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, world, func(pg dist.ProcessGroup) error {
 		net := newBNNet(uint64(pg.Rank()), 4, 5, 3)
 		if _, err := Wrap(context.Background(), net, pg, Options{BucketCapBytes: 40}); err != nil {
 			return err
@@ -410,7 +410,7 @@ func TestMisuse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			errs := runFake(t, 1, func(pg dist.ProcessGroup) error {
+			errs := runDist(t, 1, func(pg dist.ProcessGroup) error {
 				net := newMLP(1, 4, 5, 3)
 				m, err := Wrap(context.Background(), net, pg, Options{})
 				if err != nil {
@@ -433,7 +433,7 @@ func TestGradReplaced(t *testing.T) {
 	c.opts = Options{GradientAsBucketView: true}
 	want := c.reference(t)
 	got := make([][][]float32, c.world)
-	errs := runFake(t, c.world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, c.world, func(pg dist.ProcessGroup) error {
 		ctx := context.Background()
 		r := pg.Rank()
 		net := c.net(uint64(100 + r))
