@@ -204,8 +204,8 @@ func (g *fakePG) Scatter(context.Context, dist.Buffer, dist.Buffer, int) dist.Wo
 }
 func (g *fakePG) Send(context.Context, dist.Buffer, int, int) dist.Work { return g.unsupported("Send") }
 func (g *fakePG) Recv(context.Context, dist.Buffer, int, int) dist.Work { return g.unsupported("Recv") }
-func (g *fakePG) Barrier(context.Context) dist.Work                    { return g.unsupported("Barrier") }
-func (g *fakePG) Close() error                                         { return nil }
+func (g *fakePG) Barrier(context.Context) dist.Work                     { return g.unsupported("Barrier") }
+func (g *fakePG) Close() error                                          { return nil }
 
 var _ dist.ProcessGroup = (*fakePG)(nil)
 
