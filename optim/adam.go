@@ -62,15 +62,16 @@ func (s AdamState) Slice(lo, hi int) AdamState {
 }
 
 // AdamUpdate applies update number step (1-based) of Adam or AdamW to
-// param in place, exactly as PyTorch 1.13's torch.optim.Adam / AdamW do per
-// element (t = step):
+// param in place with the formulas and operation order of PyTorch 1.13's
+// torch.optim.Adam / AdamW, in float32 (the hyperparameters and bias
+// corrections rounded to float32), per element (t = step):
 //
 //	g = ±grad                                     (− when Maximize)
 //	param = (1 − lr·wd)·param                     AdamW (Decoupled)
 //	g = g + wd·param                              Adam, when wd != 0
 //	m = β1·m + (1 − β1)·g
 //	v = β2·v + (1 − β2)·g²
-//	vmax = max(vmax, v); use vmax for v below     AMSGrad
+//	vmax = max(vmax, v); use vmax for v below     AMSGrad (a NaN v wins)
 //	param = param − lr/(1 − β1^t) · m / (√v / √(1 − β2^t) + eps)
 //
 // The update is elementwise: splitting the slices anywhere and updating

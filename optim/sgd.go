@@ -31,8 +31,9 @@ type SGDHyper struct {
 	Nesterov, Maximize                   bool
 }
 
-// SGDUpdate applies update number step (1-based) of SGD to param in place,
-// exactly as PyTorch 1.13's torch.optim.SGD does per element:
+// SGDUpdate applies update number step (1-based) of SGD to param in place
+// with the formula and operation order of PyTorch 1.13's torch.optim.SGD,
+// in float32 (the hyperparameters rounded to float32), per element:
 //
 //	g = ±grad + weightDecay·param            (− when Maximize)
 //	buf = g                                  on step 1
@@ -40,7 +41,8 @@ type SGDHyper struct {
 //	g = g + momentum·buf if Nesterov, else buf
 //	param = param − lr·g
 //
-// The momentum lines apply only when Momentum != 0; buf may then be nil.
+// The weight-decay term is skipped when WeightDecay is 0 and the momentum
+// lines when Momentum is 0 (buf may then be nil), as in PyTorch.
 // The update is elementwise: splitting the slices anywhere and updating
 // the pieces gives bit-for-bit the same result. It panics when the slices'
 // lengths differ or step < 1.
