@@ -18,14 +18,23 @@
 // for index (PyTorch 1.13): MT19937 seeded with init_genrand(seed+epoch),
 // PyTorch's CPU randperm, head padding (or a cut with drop-last) to a
 // multiple of the world size, and a rank-strided split. It also offers a
-// contiguous-block strategy and a length-bucketing batch strategy.
+// contiguous-block strategy and a length-bucketing batch strategy
+// (BucketSampler) that cuts padding for variable-length sequences.
 //
 // # Loader
 //
 // Loader runs a batch plan (lists of indices) through Workers goroutines
-// and yields batches in plan order, whatever the number of workers. Batch
-// memory is recycled: a batch is valid until the next call to Next. The
-// loader's State (seed, epoch, position) can be saved and restored so a
-// resumed run yields exactly the batches an uninterrupted run would have
-// yielded next.
+// and yields batches in plan order, whatever the number of workers:
+//
+//	for b, err := range loader.Batches(ctx) { … }
+//
+// Batch memory is recycled: a batch is valid until the loop body returns,
+// and steady-state collation allocates nothing. Breaking out of the loop
+// or cancelling ctx stops the workers before Batches returns. The loader's
+// State (seed, epoch, position, plan fingerprint) can be saved and
+// restored so a resumed run yields exactly the batches an uninterrupted
+// run would have yielded next; DistributedSampler.Unseen and ListSampler
+// re-split an interrupted epoch for a different world size.
+//
+// StreamLoader does the same for an IterableDataset.
 package data
