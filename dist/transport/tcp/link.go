@@ -39,8 +39,13 @@ var (
 	errCancelledMid = errors.New("a send was cancelled in the middle of a frame; the link cannot be resynchronised")
 )
 
-// aLongTimeAgo is a deadline in the past, to unblock a pending write.
+// aLongTimeAgo is a deadline in the past, to unblock a pending call.
 var aLongTimeAgo = time.Unix(1, 0)
+
+// cancelGrace is how long a write whose context ended may still take to
+// finish its frame. A frame cut short leaves the peer with half a frame
+// and forces the link down; one that completes keeps the link usable.
+const cancelGrace = 500 * time.Millisecond
 
 // link is the connection to one peer. Frames are written whole under wmu;
 // at most one multi-frame message is in flight per direction (bigmu), so
@@ -106,8 +111,10 @@ func (l *link) fail(cause error) bool {
 }
 
 // write sends one frame. It blocks until the frame is in the socket
-// buffer; if ctx ends first, the write is interrupted and, since the peer
-// would then see half a frame, the link is taken down.
+// buffer. If ctx ends first, the frame is given cancelGrace more to go
+// out; if it does, write succeeds, and if it cannot even start, write
+// returns ctx's error with the link intact; a frame cut in the middle
+// takes the link down, as the peer would see half a frame.
 func (l *link) write(ctx context.Context, h wire.Header, p []byte) error {
 	h.Length = uint32(len(p))
 	l.wmu.Lock()
@@ -120,7 +127,7 @@ func (l *link) write(ctx context.Context, h wire.Header, p []byte) error {
 	if ctx.Done() != nil {
 		fired = make(chan struct{})
 		stop = context.AfterFunc(ctx, func() {
-			l.conn.SetWriteDeadline(aLongTimeAgo)
+			l.conn.SetWriteDeadline(time.Now().Add(cancelGrace))
 			close(fired)
 		})
 	}

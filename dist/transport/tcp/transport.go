@@ -37,10 +37,11 @@ func (t *Transport) check(op string, r int) error {
 }
 
 // Send sends p to rank to under tag. It returns once p is handed to the
-// kernel (p may then be reused), without waiting for the matching Recv. If
-// ctx ends while Send is blocked on a full socket the link to the peer is
-// broken, as the peer has seen part of a frame; between the frames of a
-// long message it is merely abandoned.
+// kernel (p may then be reused), without waiting for the matching Recv.
+// If ctx ends while Send is blocked on a full socket, the frame being
+// written gets half a second more; a long message is then abandoned
+// between frames (the peer's matching Recv fails), or, if the frame
+// could not complete, the link to the peer is broken.
 func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byte) error {
 	if err := t.check("send to", to); err != nil {
 		return err
