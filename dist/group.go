@@ -104,8 +104,11 @@ type group struct {
 	rank  int   // this process's group rank
 	me    int   // this process's global rank
 	opts  GroupOptions
-	exec  *collective.Executor
-	plans map[planKey]*collective.Plan // op goroutine only
+	// closeLast releases what the group owns besides the transport (the
+	// store of InitFromEnv), after the transport.
+	closeLast func() error
+	exec      *collective.Executor
+	plans     map[planKey]*collective.Plan // op goroutine only
 
 	ctx    context.Context // ends when the group breaks or closes
 	cancel context.CancelFunc
@@ -438,6 +441,9 @@ func (g *group) Close() error {
 	}
 	if g.owns {
 		errs = append(errs, g.t.Close())
+	}
+	if g.closeLast != nil {
+		errs = append(errs, g.closeLast())
 	}
 	return errors.Join(errs...)
 }

@@ -1,0 +1,283 @@
+package dist
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"strconv"
+	"strings"
+
+	"cohort/dist/rendezvous"
+	"cohort/dist/store"
+	"cohort/dist/transport"
+	"cohort/dist/transport/inproc"
+	"cohort/dist/transport/tcp"
+)
+
+// Options configures Init. Store, Rank and WorldSize are required (Store
+// only for WorldSize > 1); the zero value of every other field works.
+type Options struct {
+	// Store carries the ranks' transport addresses. The caller owns it.
+	Store store.Store
+	// Rank and WorldSize place this process in the job.
+	Rank, WorldSize int
+	// Transport is "auto" (or ""), "tcp", "shm" or "inproc". Auto picks
+	// shm when every rank is on this host and the shm transport is built
+	// in, else tcp. inproc only serves a world of one process; for several
+	// ranks in one process build an inproc mesh and call New.
+	Transport string
+	// Host is the address other hosts reach this rank at (an IP or a
+	// name); empty means the host name. Ranks on one host connect over
+	// loopback whatever it says.
+	Host string
+	// Token authenticates transport connections (see tcp.Options.Token).
+	Token []byte
+	// Prefix namespaces the store keys, so that several groups (or
+	// restarts) can share one store; default "cohort/dist".
+	Prefix string
+	// Group configures the returned group (timeout, tuning).
+	Group GroupOptions
+}
+
+func (o *Options) validate() error {
+	switch {
+	case o.WorldSize < 1:
+		return fmt.Errorf("dist: Init: WorldSize %d < 1", o.WorldSize)
+	case o.Rank < 0 || o.Rank >= o.WorldSize:
+		return fmt.Errorf("dist: Init: Rank %d out of range [0, %d)", o.Rank, o.WorldSize)
+	case o.WorldSize > 1 && o.Store == nil:
+		return fmt.Errorf("dist: Init: rank %d of %d: no Store to exchange addresses through", o.Rank, o.WorldSize)
+	}
+	switch o.Transport {
+	case "", "auto", "tcp", "shm":
+	case "inproc":
+		if o.WorldSize > 1 {
+			return fmt.Errorf("dist: Init: transport inproc connects goroutines of one process; for %d ranks build inproc.NewMesh(%d) and call dist.New", o.WorldSize, o.WorldSize)
+		}
+	default:
+		return fmt.Errorf("dist: Init: unknown transport %q (want auto, tcp, shm or inproc)", o.Transport)
+	}
+	return o.Group.validate()
+}
+
+// Init joins the job's world group: every rank calls it with the same
+// store and world size and its own rank. It publishes where this rank can
+// be reached, reads every other rank's address from the store, connects
+// the transport and returns the group, which owns the transport. It
+// blocks until every rank has arrived or ctx ends (the error then names
+// the missing ranks).
+func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "cohort/dist"
+	}
+	if opts.Group.Timeout == 0 {
+		opts.Group.Timeout = DefaultTimeout
+	}
+	t, err := connect(ctx, &opts)
+	if err != nil {
+		return nil, err
+	}
+	g, err := newGroup(t, !opts.Group.KeepTransport, 0, ranksOf(t.Size()), opts.Group)
+	if err != nil {
+		t.Close()
+		return nil, err
+	}
+	return g, nil
+}
+
+func ranksOf(n int) []int {
+	r := make([]int, n)
+	for i := range r {
+		r[i] = i
+	}
+	return r
+}
+
+// storeKey names one rank's entry of kind what.
+func (o *Options) storeKey(what string, rank int) string {
+	return fmt.Sprintf("%s/%s/%d", o.Prefix, what, rank)
+}
+
+// gather publishes this rank's value under what and returns every rank's.
+func (o *Options) gather(ctx context.Context, what, value string) ([]string, error) {
+	if err := o.Store.Set(ctx, o.storeKey(what, o.Rank), []byte(value)); err != nil {
+		return nil, fmt.Errorf("dist: Init: rank %d: publish %s: %w", o.Rank, what, err)
+	}
+	vals := make([]string, o.WorldSize)
+	for r := range o.WorldSize {
+		v, err := o.Store.Get(ctx, o.storeKey(what, r))
+		if err != nil {
+			return nil, fmt.Errorf("dist: Init: rank %d: waiting for rank %d's %s: %w", o.Rank, r, what, err)
+		}
+		vals[r] = string(v)
+	}
+	return vals, nil
+}
+
+// connect builds the transport: first the ranks learn which of them share
+// a host, then each listens where its peers can reach it and publishes
+// the address.
+func connect(ctx context.Context, o *Options) (transport.Transport, error) {
+	if o.WorldSize == 1 {
+		return inproc.NewMesh(1)[0], nil
+	}
+	me := hostIdentity()
+	hosts, err := o.gather(ctx, "host", me)
+	if err != nil {
+		return nil, err
+	}
+	oneHost := true
+	for _, h := range hosts {
+		oneHost = oneHost && h == me
+	}
+	kind := o.Transport
+	switch kind {
+	case "", "auto":
+		kind = "tcp"
+		if oneHost && shmAvailable {
+			kind = "shm"
+		}
+	case "shm":
+		if !oneHost {
+			for r, h := range hosts {
+				if h != me {
+					return nil, fmt.Errorf("dist: Init: transport shm needs every rank on one host, but rank %d is on %s and rank %d on %s",
+						o.Rank, hostName(me), r, hostName(h))
+				}
+			}
+		}
+		if !shmAvailable {
+			return nil, fmt.Errorf("dist: Init: transport shm is not built into this binary")
+		}
+	}
+	if kind == "shm" {
+		return connectShm(ctx, o)
+	}
+	return connectTCP(ctx, o, oneHost)
+}
+
+func connectTCP(ctx context.Context, o *Options, oneHost bool) (transport.Transport, error) {
+	bind, advertise := "127.0.0.1:0", "127.0.0.1"
+	if !oneHost {
+		bind, advertise = ":0", o.Host
+		if advertise == "" {
+			h, err := os.Hostname()
+			if err != nil {
+				return nil, fmt.Errorf("dist: Init: rank %d: no Options.Host and no host name: %w", o.Rank, err)
+			}
+			advertise = h
+		}
+	}
+	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, tcp.Options{Token: o.Token})
+	if err != nil {
+		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
+	}
+	_, port, err := net.SplitHostPort(ln.Addr())
+	if err != nil {
+		ln.Close()
+		return nil, fmt.Errorf("dist: Init: rank %d: listener address %q: %w", o.Rank, ln.Addr(), err)
+	}
+	addrs, err := o.gather(ctx, "tcp", net.JoinHostPort(advertise, port))
+	if err != nil {
+		ln.Close()
+		return nil, err
+	}
+	t, err := ln.Connect(ctx, addrs)
+	if err != nil {
+		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
+	}
+	return t, nil
+}
+
+// hostIdentity names this host and the namespaces that decide whether
+// loopback and shared memory reach another process: the host name, the
+// boot id and the network and mount namespaces (where /proc has them).
+func hostIdentity() string {
+	h, _ := os.Hostname()
+	parts := []string{h}
+	if b, err := os.ReadFile("/proc/sys/kernel/random/boot_id"); err == nil {
+		parts = append(parts, strings.TrimSpace(string(b)))
+	}
+	for _, ns := range []string{"net", "mnt"} {
+		if l, err := os.Readlink("/proc/self/ns/" + ns); err == nil {
+			parts = append(parts, l)
+		}
+	}
+	return strings.Join(parts, "|")
+}
+
+func hostName(identity string) string {
+	name, _, _ := strings.Cut(identity, "|")
+	return strconv.Quote(name)
+}
+
+// InitFromEnv joins the job described by the environment (torchrun's
+// contract, Slurm, OpenMPI, …; see rendezvous.FromEnv) with default
+// options: it connects to the job's store, then calls Init. The returned
+// group also owns the store (on rank 0, the store's server) and closes it
+// last.
+func InitFromEnv(ctx context.Context) (ProcessGroup, error) {
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)
+	}
+	return InitFromInfo(ctx, info, Options{})
+}
+
+// InitFromInfo is InitFromEnv for a rendezvous.Info already read, with
+// options: Store, Rank, WorldSize and (unless set) Token and Host come
+// from info, and Prefix is suffixed with the run id and restart count.
+func InitFromInfo(ctx context.Context, info rendezvous.Info, opts Options) (ProcessGroup, error) {
+	st, err := rendezvous.Connect(ctx, info, rendezvous.Options{})
+	if err != nil {
+		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)
+	}
+	opts.Store, opts.Rank, opts.WorldSize = st, info.Rank, info.WorldSize
+	if opts.Token == nil && info.Token != "" {
+		opts.Token = []byte(info.Token)
+	}
+	if opts.Host == "" && info.MasterAddr != "" {
+		opts.Host = routeTo(info.MasterAddr, info.MasterPort)
+	}
+	if opts.Prefix == "" {
+		opts.Prefix = "cohort/dist"
+	}
+	if info.RunID != "" || info.RestartCount > 0 {
+		opts.Prefix += fmt.Sprintf("/%s/%d", info.RunID, info.RestartCount)
+	}
+	pg, err := Init(ctx, opts)
+	if err != nil {
+		st.Close()
+		return nil, err
+	}
+	g := pg.(*group)
+	g.closeLast = st.Close
+	return g, nil
+}
+
+// routeTo returns this host's address on the route to host:port (no
+// packet is sent), or "" if there is none.
+func routeTo(host string, port int) string {
+	c, err := net.Dial("udp", net.JoinHostPort(host, strconv.Itoa(port)))
+	if err != nil {
+		return ""
+	}
+	defer c.Close()
+	a, ok := c.LocalAddr().(*net.UDPAddr)
+	if !ok {
+		return ""
+	}
+	return a.IP.String()
+}
+
+// shmAvailable reports whether the shm transport is built in.
+const shmAvailable = false
+
+func connectShm(ctx context.Context, o *Options) (transport.Transport, error) {
+	return nil, errors.New("dist: Init: transport shm is not built into this binary")
+}

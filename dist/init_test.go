@@ -1,0 +1,118 @@
+package dist_test
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cohort/dist"
+	"cohort/dist/disttest"
+	"cohort/dist/store/memstore"
+)
+
+// initWorld runs Init for every rank of a world on goroutines sharing one
+// memstore, then fn per rank, then closes the groups.
+func initWorld(t *testing.T, world int, opts dist.Options, fn func(t *testing.T, pg dist.ProcessGroup)) {
+	t.Helper()
+	st := memstore.New()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	pgs := make([]dist.ProcessGroup, world)
+	errs := make([]error, world)
+	var wg sync.WaitGroup
+	for r := range world {
+		wg.Go(func() {
+			o := opts
+			o.Store, o.Rank, o.WorldSize = st, r, world
+			pgs[r], errs[r] = dist.Init(ctx, o)
+		})
+	}
+	wg.Wait()
+	defer func() {
+		for _, pg := range pgs {
+			if pg != nil {
+				pg.Close()
+			}
+		}
+	}()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, pg := range pgs {
+		wg.Go(func() { fn(t, pg) })
+	}
+	wg.Wait()
+}
+
+func TestInitTCP(t *testing.T) {
+	defer disttest.CheckLeaks(t)()
+	for _, world := range []int{1, 2, 3} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			initWorld(t, world, dist.Options{Transport: "tcp", Token: []byte("secret")}, func(t *testing.T, pg dist.ProcessGroup) {
+				buf := []float32{float32(pg.Rank()), 1}
+				if wait(t, "allreduce", pg.AllReduce(context.Background(), dist.F32(buf), dist.Sum)) {
+					if want := float32(world * (world - 1) / 2); buf[0] != want || buf[1] != float32(world) {
+						t.Errorf("rank %d: %v, want [%v %d]", pg.Rank(), buf, want, world)
+					}
+				}
+			})
+		})
+	}
+}
+
+func TestInitOptionErrors(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	cases := []struct {
+		name string
+		opts dist.Options
+		want string
+	}{
+		{"world", dist.Options{Store: st, WorldSize: 0}, "WorldSize 0"},
+		{"rank", dist.Options{Store: st, Rank: 3, WorldSize: 2}, "Rank 3 out of range"},
+		{"store", dist.Options{Rank: 0, WorldSize: 2}, "no Store"},
+		{"transport", dist.Options{Store: st, WorldSize: 2, Transport: "udp"}, `unknown transport "udp"`},
+		{"inproc", dist.Options{Store: st, WorldSize: 2, Transport: "inproc"}, "inproc.NewMesh(2)"},
+		{"timeout", dist.Options{Store: st, WorldSize: 1, Group: dist.GroupOptions{Timeout: -1}}, "Timeout -1ns is negative"},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := dist.Init(context.Background(), tc.opts)
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("got %v, want an error containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestInitMissingRank: Init of a world of 3 where rank 2 never comes fails
+// when ctx ends, naming rank 2.
+func TestInitMissingRank(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			pg, err := dist.Init(ctx, dist.Options{Store: st, Rank: r, WorldSize: 3, Transport: "tcp"})
+			if pg != nil {
+				pg.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), "rank 2") {
+			t.Errorf("rank %d: %v, want an error naming rank 2", r, err)
+		}
+		t.Logf("rank %d: %v", r, err)
+	}
+}
