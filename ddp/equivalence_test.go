@@ -4,10 +4,12 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 
 	"cohort/autograd"
 	"cohort/dist"
+	"cohort/models"
 	"cohort/nn"
 	"cohort/optim"
 )
@@ -19,7 +21,7 @@ import (
 // trainCfg describes a training run shared by the DDP ranks and the
 // single-process reference.
 type trainCfg struct {
-	net     func(seed uint64) *testNet
+	net     func(seed uint64) nn.Layer
 	data    dataset
 	world   int
 	batch   int // per rank
@@ -187,7 +189,7 @@ func (c trainCfg) run(t *testing.T) []*Model {
 
 func mlpCfg() trainCfg {
 	return trainCfg{
-		net:   func(seed uint64) *testNet { return newMLP(seed, 12, 16, 16, 5) },
+		net:   func(seed uint64) nn.Layer { return newMLP(seed, 12, 16, 16, 5) },
 		data:  newDataset(1, 400, 5, 12),
 		batch: 3, steps: 4, accum: 1,
 	}
@@ -195,7 +197,7 @@ func mlpCfg() trainCfg {
 
 func cnnCfg() trainCfg {
 	return trainCfg{
-		net:   func(seed uint64) *testNet { return newCNN(seed, 4) },
+		net:   func(seed uint64) nn.Layer { return newCNN(seed, 4) },
 		data:  newDataset(2, 400, 4, 1, 8, 8),
 		batch: 2, steps: 3, accum: 1,
 	}
@@ -278,6 +280,30 @@ func TestEquivalenceJoin(t *testing.T) {
 						c.steps = max(c.steps, n)
 					}
 					c.rankLen = func(r int) int { return tt.rankLen[r] }
+					c.run(t)
+				})
+			}
+		}
+	}
+}
+
+// TestEquivalenceAnchorModels runs the benchmark models themselves (the
+// 1.9M-parameter MLP, in two default buckets, and LeNet) for two steps.
+func TestEquivalenceAnchorModels(t *testing.T) {
+	tests := []struct {
+		name  string
+		net   func(seed uint64) nn.Layer
+		shape []int
+	}{
+		{"mlp", func(seed uint64) nn.Layer { return models.MLP(rand.New(rand.NewPCG(seed, 0))) }, []int{784}},
+		{"lenet", func(seed uint64) nn.Layer { return models.LeNet(rand.New(rand.NewPCG(seed, 0))) }, []int{1, 28, 28}},
+	}
+	for _, tt := range tests {
+		for _, world := range []int{1, 2, 4} {
+			for _, view := range []bool{false, true} {
+				t.Run(fmt.Sprintf("%s/world=%d/view=%v", tt.name, world, view), func(t *testing.T) {
+					c := trainCfg{net: tt.net, data: newDataset(7, 64, 10, tt.shape...), world: world,
+						batch: 2, steps: 2, accum: 1, opt: "sgd", opts: Options{GradientAsBucketView: view}}
 					c.run(t)
 				})
 			}

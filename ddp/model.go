@@ -37,6 +37,9 @@ type Model struct {
 	views    []*tensor.Tensor
 	rebuilt  bool
 	step     int64 // synchronised steps finished, equal on every rank
+	// identity is set when reducing is the identity (one rank, exact
+	// all-reduce): gradients then stay where autograd put them.
+	identity bool
 
 	// The current step. armed is set by Forward and cleared by Backward.
 	noSync   bool
@@ -81,6 +84,10 @@ func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) 
 		return nil, err
 	}
 	m := &Model{module: model, pg: pg, o: o, rank: pg.Rank(), world: pg.Size()}
+	switch o.Hook.(type) {
+	case AllReduceHook, *AllReduceHook:
+		m.identity = m.world == 1
+	}
 	m.params = model.NamedParameters()
 	m.buffers = model.NamedBuffers()
 	specs, err := m.describe()
@@ -437,12 +444,7 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	autograd.Backward(loss)
 	m.cur.backward = time.Since(t0)
 	m.cur.backwardEnd = time.Now()
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		m.drain()
-		return err
-	}
-	return m.finishStep(ctx)
+	return m.finishStep(ctx) // issues the step's collectives even after a hook error
 }
 
 // onReady runs from autograd when parameter i's gradient is final.
@@ -495,6 +497,9 @@ func (m *Model) gradIn(i int) error {
 		p.Grad = v
 		return nil
 	}
+	if m.identity {
+		return nil // copyOut leaves Grad as it is
+	}
 	switch {
 	case p.Grad == nil:
 		clear(slot)
@@ -534,17 +539,6 @@ func (m *Model) pollDone(now time.Time) {
 		default:
 		}
 	}
-}
-
-// drain finishes the reductions already started, after an error, so that
-// none is left running on this step's buffers.
-func (m *Model) drain() {
-	for _, bs := range m.buckets[:m.next] {
-		if bs.red != nil {
-			_ = bs.red.Finish()
-		}
-	}
-	m.armed = false
 }
 
 // finishStep completes a step after autograd's backward returned: it
@@ -612,6 +606,12 @@ func (m *Model) finishStep(ctx context.Context) error {
 func (m *Model) copyOut() {
 	for _, i := range m.tracked {
 		p := m.params[i].Param
+		if m.identity {
+			if p.Grad == nil { // an unused parameter: its average is zero
+				p.Grad = tensor.New(p.Value.Shape()...)
+			}
+			continue
+		}
 		off := m.plan.Offset[i]
 		slot := m.flat[off : off+p.Value.Len()]
 		if p.Grad == nil || !p.Grad.IsContiguous() || p.Grad.Len() != len(slot) {

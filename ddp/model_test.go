@@ -11,6 +11,7 @@ import (
 
 	"cohort/autograd"
 	"cohort/dist"
+	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
 )
@@ -174,7 +175,7 @@ func TestUnusedParameters(t *testing.T) {
 	t.Run("FindUnusedParameters matches single process", func(t *testing.T) {
 		for _, view := range []bool{false, true} {
 			c := mlpCfg()
-			c.net = func(seed uint64) *testNet { return withUnused(newMLP(seed, 12, 16, 16, 5), seed) }
+			c.net = func(seed uint64) nn.Layer { return withUnused(newMLP(seed, 12, 16, 16, 5), seed) }
 			c.world, c.opt = 3, "sgd"
 			c.opts = Options{FindUnusedParameters: true, GradientAsBucketView: view, FirstBucketCapBytes: 64, BucketCapBytes: 600}
 			c.run(t)
