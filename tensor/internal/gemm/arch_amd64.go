@@ -13,6 +13,9 @@ import (
 func kernelAVX512x14x32(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
+func kernelAVX512x6x64(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+
+//go:noescape
 func packT16(dst *float32, dstStride int, src *float32, srcStride int, rows, cols, width int)
 
 //go:noescape
@@ -132,6 +135,48 @@ func avx2Arch() *arch {
 						rows := max(0, min(8, cols-g))
 						packT8(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, &laneMasks[0])
 					}
+				}
+			}
+		},
+	}
+}
+
+// avx512WideArch is the AVX-512F family for short, wide products (few rows
+// of C, many columns): a 6×64 micro-kernel (24 zmm accumulators, four B
+// vectors), which wastes less on m = 6 or 16 than 14×32 does.
+func avx512WideArch() *arch {
+	const mr, nr = 6, 64
+	return &arch{
+		name: KernelAVX512, mr: mr, nr: nr,
+		mc: 6 * 40, kc: 128, nc: 4096,
+		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+			kernelAVX512x6x64(k, a, b, c, ldc, alpha, beta, rows, bits(cols))
+		},
+		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
+			for s := 0; s*mr < mc; s++ {
+				rows := min(mr, mc-s*mr)
+				out := &dst[s*mr*kc]
+				if trans {
+					packCopy32(out, mr, &src[s*mr], ld, kc, uint32(bits(rows)), uint32(bits(mr)))
+				} else {
+					packT16(out, mr, &src[s*mr*ld], ld, rows, kc, mr)
+				}
+			}
+		},
+		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
+			for s := 0; s*nr < nc; s++ {
+				cols := min(nr, nc-s*nr)
+				out := dst[s*nr*kc:]
+				if !trans {
+					for h := 0; h < nr; h += 32 {
+						n := max(0, min(32, cols-h))
+						packCopy32(&out[h], nr, at(src, s*nr+h, n > 0), ld, kc, uint32(bits(n)), uint32(bits(32)))
+					}
+					continue
+				}
+				for g := 0; g < nr; g += 16 {
+					rows := max(0, min(16, cols-g))
+					packT16(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, 16)
 				}
 			}
 		},

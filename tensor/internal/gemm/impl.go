@@ -11,7 +11,8 @@ import (
 // fixed at construction. It is safe for concurrent use; calls writing
 // disjoint parts of C may overlap.
 type Impl struct {
-	arch    *arch          // cohort's kernel; nil when lib is set
+	arch    *arch          // cohort's kernel family; nil when lib is set
+	wide    *arch          // optional second family for short, wide products
 	lib     *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
 	threads int
 	bufs    sync.Pool // *packBuf, one per running goroutine
@@ -76,6 +77,7 @@ func New(o Options) (*Impl, error) {
 	switch kernel {
 	case KernelAVX512:
 		g.arch = avx512Arch()
+		g.wide = avx512WideArch()
 	case KernelAVX2:
 		g.arch = avx2Arch()
 	default:
@@ -117,7 +119,11 @@ func (g *Impl) String() string {
 		}
 		return fmt.Sprintf("openblas %s (%s), %s", g.lib.Name(), cfg, th)
 	}
-	return fmt.Sprintf("cohort %s %d×%d, %s", g.arch.name, g.arch.mr, g.arch.nr, th)
+	tiles := fmt.Sprintf("%d×%d", g.arch.mr, g.arch.nr)
+	if g.wide != nil {
+		tiles += fmt.Sprintf("+%d×%d", g.wide.mr, g.wide.nr)
+	}
+	return fmt.Sprintf("cohort %s %s, %s", g.arch.name, tiles, th)
 }
 
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C with the contract of the

@@ -68,6 +68,7 @@ func y(n int) string { return fmt.Sprintf("Y%d", n) }
 
 func genAVX512(e *emitter) {
 	genKernel512(e, 14, 2)
+	genKernel512(e, 6, 4)
 	genPackT16(e)
 	genPackCopy32(e)
 }
