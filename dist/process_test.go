@@ -1,0 +1,337 @@
+package dist_test
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"cohort/dist"
+	"cohort/dist/rendezvous"
+)
+
+// Real-process tests re-execute this test binary once per rank with
+// torchrun's environment plus COHORT_DIST_TEST_CHILD naming the scenario;
+// TestMain then runs the scenario instead of the tests. Children print
+// "ready" once their group is up and "ok" when the scenario passed, and
+// report failures on stderr with exit status 1.
+
+const childEnv = "COHORT_DIST_TEST_CHILD"
+
+func TestMain(m *testing.M) {
+	if scenario := os.Getenv(childEnv); scenario != "" {
+		os.Exit(runChild(scenario))
+	}
+	os.Exit(m.Run())
+}
+
+func runChild(scenario string) int {
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	pg, err := dist.InitFromInfo(ctx, info, dist.Options{
+		Transport: os.Getenv("COHORT_DIST_TEST_TRANSPORT"),
+		Group:     dist.GroupOptions{Timeout: 30 * time.Second},
+	})
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer pg.Close()
+	fmt.Println("ready")
+	if err := childScenarios[scenario](ctx, pg); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Println("ok")
+	return 0
+}
+
+var childScenarios = map[string]func(ctx context.Context, pg dist.ProcessGroup) error{
+	"collectives": childCollectives,
+	"loop":        childLoop,
+	"desync":      childDesync,
+}
+
+// childCollectives runs a subset of the grid: every kind on float32 and
+// int64, counts 0, 1, 1000 and 2^20+3 for the bandwidth paths.
+func childCollectives(ctx context.Context, pg dist.ProcessGroup) error {
+	r, world := pg.Rank(), pg.Size()
+	check := func(what string, b dist.Buffer, want func(int) float64) error {
+		for i := range b.Len() {
+			if g, w := at(b, i), want(i); g != w {
+				return fmt.Errorf("rank %d %s: element %d = %v, want %v", r, what, i, g, w)
+			}
+		}
+		return nil
+	}
+	for _, n := range []int{0, 1, 1000, 1<<20 + 3} {
+		for _, dt := range []dist.DType{dist.Float32, dist.Int64} {
+			if n > 1000 && dt != dist.Float32 {
+				continue
+			}
+			ops := reduceOps
+			if n > 1000 {
+				ops = []dist.ReduceOp{dist.Sum}
+			}
+			for _, op := range ops {
+				what := fmt.Sprintf("allreduce n=%d %s %s", n, dtName(dt), opName(op))
+				buf := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+				if err := pg.AllReduce(ctx, buf, op).Wait(); err != nil {
+					return err
+				}
+				if err := check(what, buf, func(i int) float64 { return reduced(dt, op, world, i) }); err != nil {
+					return err
+				}
+			}
+			buf := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+			if err := pg.Broadcast(ctx, buf, world-1).Wait(); err != nil {
+				return err
+			}
+			if err := check("broadcast", buf, func(i int) float64 { return value(world-1, i) }); err != nil {
+				return err
+			}
+			in := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+			out := makeBuf(dt, n*world, func(int) float64 { return 99 })
+			if err := pg.AllGather(ctx, out, in).Wait(); err != nil {
+				return err
+			}
+			if err := check("allgather", out, func(i int) float64 { return value(i/n, i%n) }); err != nil {
+				return err
+			}
+			out = makeBuf(dt, n, func(int) float64 { return 99 })
+			in = makeBuf(dt, n*world, func(i int) float64 { return value(r, i) })
+			if err := pg.ReduceScatter(ctx, out, in, dist.Sum).Wait(); err != nil {
+				return err
+			}
+			if err := check("reducescatter", out, func(i int) float64 { return reduced(dt, dist.Sum, world, r*n+i) }); err != nil {
+				return err
+			}
+		}
+	}
+	return pg.Barrier(ctx).Wait()
+}
+
+// childLoop all-reduces 1 MiB until the group fails, then reports the
+// error (the kill test expects one).
+func childLoop(ctx context.Context, pg dist.ProcessGroup) error {
+	buf := dist.F32(make([]float32, 1<<18))
+	for k := 0; ; k++ {
+		if k == 10 {
+			fmt.Println("looping")
+		}
+		if err := pg.AllReduce(context.Background(), buf, dist.Sum).Wait(); err != nil {
+			return err
+		}
+	}
+}
+
+// childDesync: rank 1 broadcasts while the others all-reduce.
+func childDesync(ctx context.Context, pg dist.ProcessGroup) error {
+	buf := dist.F32(make([]float32, 100))
+	var err error
+	if pg.Rank() == 1 {
+		err = pg.Broadcast(ctx, buf, 0).Wait()
+	} else {
+		err = pg.AllReduce(ctx, buf, dist.Sum).Wait()
+	}
+	if err == nil {
+		err = pg.Barrier(ctx).Wait()
+	}
+	if err == nil {
+		return nil
+	}
+	return err
+}
+
+// child is one spawned rank.
+type child struct {
+	cmd    *exec.Cmd
+	stdout *bufio.Scanner
+	stderr bytes.Buffer
+	lines  chan string
+	exited chan struct{}
+	err    error
+}
+
+func freePort(t *testing.T) int {
+	t.Helper()
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// spawn starts world children running scenario over transport.
+func spawn(t *testing.T, world int, transport, scenario string) []*child {
+	t.Helper()
+	port := freePort(t)
+	children := make([]*child, world)
+	for r := range world {
+		cmd := exec.Command(os.Args[0], "-test.run=^$")
+		cmd.Env = append(os.Environ(),
+			childEnv+"="+scenario,
+			"COHORT_DIST_TEST_TRANSPORT="+transport,
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
+			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(world),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"COHORT_TOKEN=test-token",
+		)
+		c := &child{cmd: cmd, lines: make(chan string, 16), exited: make(chan struct{})}
+		cmd.Stderr = &c.stderr
+		out, err := cmd.StdoutPipe()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		go func() { // owned by the child: ends when its stdout closes
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				c.lines <- sc.Text()
+			}
+			io.Copy(io.Discard, out)
+			close(c.lines)
+			c.err = cmd.Wait()
+			close(c.exited)
+		}()
+		children[r] = c
+	}
+	t.Cleanup(func() {
+		for _, c := range children {
+			c.cmd.Process.Kill()
+			<-c.exited
+		}
+	})
+	return children
+}
+
+// await waits for a child to print line (or exit).
+func (c *child) await(line string, d time.Duration) bool {
+	timeout := time.After(d)
+	for {
+		select {
+		case l, ok := <-c.lines:
+			if !ok {
+				return false
+			}
+			if l == line {
+				return true
+			}
+		case <-timeout:
+			return false
+		}
+	}
+}
+
+func (c *child) wait(d time.Duration) (exited bool) {
+	select {
+	case <-c.exited:
+		return true
+	case <-time.After(d):
+		return false
+	}
+}
+
+func TestRealProcessesCollectives(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process tests skipped in -short mode")
+	}
+	for _, tc := range []struct {
+		transport string
+		world     int
+	}{{"tcp", 2}, {"tcp", 3}} {
+		t.Run(fmt.Sprintf("%s/world=%d", tc.transport, tc.world), func(t *testing.T) {
+			children := spawn(t, tc.world, tc.transport, "collectives")
+			for r, c := range children {
+				if !c.wait(90 * time.Second) {
+					t.Fatalf("rank %d still running after 90 s", r)
+				}
+				if c.err != nil {
+					t.Errorf("rank %d: %v\n%s", r, c.err, c.stderr.String())
+				}
+			}
+		})
+	}
+}
+
+// TestRealProcessesKill: kill -9 one rank mid all-reduce; every survivor
+// exits within 5 s with an error naming it.
+func TestRealProcessesKill(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process tests skipped in -short mode")
+	}
+	const world, victim = 3, 1
+	children := spawn(t, world, "tcp", "loop")
+	for r, c := range children {
+		if !c.await("looping", 60*time.Second) {
+			t.Fatalf("rank %d never reached the loop: %s", r, c.stderr.String())
+		}
+	}
+	killed := time.Now()
+	if err := children[victim].cmd.Process.Signal(syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	for r, c := range children {
+		if r == victim {
+			continue
+		}
+		wg.Go(func() {
+			if !c.wait(5*time.Second - time.Since(killed)) {
+				t.Errorf("rank %d still running 5 s after the kill", r)
+				return
+			}
+			msg := c.stderr.String()
+			t.Logf("rank %d exited after %v: %s", r, time.Since(killed).Round(time.Millisecond), strings.TrimSpace(msg))
+			if c.err == nil || !strings.Contains(msg, fmt.Sprintf("peer %d", victim)) || !strings.Contains(msg, "process group aborted") && !strings.Contains(msg, "allreduce") {
+				t.Errorf("rank %d: exit %v, stderr does not name rank %d: %s", r, c.err, victim, msg)
+			}
+		})
+	}
+	wg.Wait()
+}
+
+// TestRealProcessesDesync: mismatched collectives across processes fail on
+// every rank, and the error names both ranks and both calls.
+func TestRealProcessesDesync(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process tests skipped in -short mode")
+	}
+	children := spawn(t, 3, "tcp", "desync")
+	both := 0
+	for r, c := range children {
+		if !c.wait(30 * time.Second) {
+			t.Fatalf("rank %d still running after 30 s", r)
+		}
+		msg := c.stderr.String()
+		if c.err == nil {
+			t.Errorf("rank %d succeeded", r)
+		}
+		if strings.Contains(msg, "broadcast(float32×100, root 0)") && strings.Contains(msg, "allreduce(float32×100, sum)") &&
+			strings.Contains(msg, "rank 1") {
+			both++
+		}
+		t.Logf("rank %d: %s", r, strings.TrimSpace(msg))
+	}
+	if both == 0 {
+		t.Error("no rank named both calls")
+	}
+}
