@@ -23,27 +23,35 @@ type sgdConsts struct {
 func sgdGo(param, grad, buf []float32, c *sgdConsts, first bool) {
 	n := len(param)
 	grad = grad[:n]
-	if c.momentum != 0 {
-		buf = buf[:n]
+	sign, wd, mom, damp, lr := c.sign, c.wd, c.mom, c.damp, c.lr // locals: stores to param cannot alias them
+	hasWD, nesterov := c.hasWD != 0, c.nesterov != 0
+	if c.momentum == 0 {
+		for i, p := range param {
+			g := float32(sign * grad[i])
+			if hasWD {
+				g += float32(wd * p)
+			}
+			param[i] = p - float32(lr*g)
+		}
+		return
 	}
+	buf = buf[:n]
 	for i, p := range param {
-		g := float32(c.sign * grad[i])
-		if c.hasWD != 0 {
-			g += float32(c.wd * p)
+		g := float32(sign * grad[i])
+		if hasWD {
+			g += float32(wd * p)
 		}
-		if c.momentum != 0 {
-			b := g
-			if !first {
-				b = float32(c.mom*buf[i]) + float32(c.damp*g)
-			}
-			buf[i] = b
-			if c.nesterov != 0 {
-				g += float32(c.mom * b)
-			} else {
-				g = b
-			}
+		b := g
+		if !first {
+			b = float32(mom*buf[i]) + float32(damp*g)
 		}
-		param[i] = p - float32(c.lr*g)
+		buf[i] = b
+		if nesterov {
+			g += float32(mom * b)
+		} else {
+			g = b
+		}
+		param[i] = p - float32(lr*g)
 	}
 }
 
@@ -61,26 +69,28 @@ type adamConsts struct {
 func adamGo(param, grad, m, v, vmax []float32, c *adamConsts) {
 	n := len(param)
 	grad, m, v = grad[:n], m[:n], v[:n]
-	if c.amsgrad != 0 {
+	k := *c // a local copy: stores to the slices cannot alias it
+	hasL2, amsgrad := k.hasL2 != 0, k.amsgrad != 0
+	if amsgrad {
 		vmax = vmax[:n]
 	}
 	for i := range param {
-		g := float32(c.sign * grad[i])
-		p := float32(param[i] * c.decay)
-		if c.hasL2 != 0 {
-			g += float32(c.l2 * p)
+		g := float32(k.sign * grad[i])
+		p := float32(param[i] * k.decay)
+		if hasL2 {
+			g += float32(k.l2 * p)
 		}
-		mi := float32(c.b1*m[i]) + float32(c.c1*g)
-		vi := float32(c.b2*v[i]) + float32(float32(c.c2*g)*g)
+		mi := float32(k.b1*m[i]) + float32(k.c1*g)
+		vi := float32(k.b2*v[i]) + float32(float32(k.c2*g)*g)
 		m[i], v[i] = mi, vi
-		if c.amsgrad != 0 {
+		if amsgrad {
 			if vmax[i] > vi { // VMAXPS semantics: NaN in either yields vi
 				vi = vmax[i]
 			}
 			vmax[i] = vi
 		}
-		denom := sqrt32(vi)/c.bc2Sqrt + c.eps
-		param[i] = p + float32(c.stepSize*mi)/denom
+		denom := sqrt32(vi)/k.bc2Sqrt + k.eps
+		param[i] = p + float32(k.stepSize*mi)/denom
 	}
 }
 

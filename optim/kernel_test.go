@@ -81,3 +81,32 @@ func TestKernelsMatchGo(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkKernels compares the dispatching kernels with the portable Go
+// loops on 1M elements (momentum SGD after its first step, AdamW).
+func BenchmarkKernels(b *testing.B) {
+	const n = 1 << 20
+	rng := rand.New(rand.NewPCG(1, 1))
+	p, g, buf, m, v := make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n), make([]float32, n)
+	for i := range p {
+		p[i], g[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64()*1e-2)
+	}
+	sgd := sgdConsts{sign: 1, wd: 0.01, mom: 0.9, damp: 1, lr: 1e-3, hasWD: 1, momentum: 1}
+	adam := adamConsts{sign: 1, decay: 1 - 1e-5, b1: 0.9, c1: 0.1, b2: 0.999, c2: 1 - 0.999, bc2Sqrt: 0.5, eps: 1e-8, stepSize: -1e-3}
+	for _, bc := range []struct {
+		name string
+		f    func()
+	}{
+		{"sgd_momentum/go", func() { sgdGo(p, g, buf, &sgd, false) }},
+		{"sgd_momentum/dispatch", func() { sgdKernel(p, g, buf, &sgd, false) }},
+		{"adamw/go", func() { adamGo(p, g, m, v, nil, &adam) }},
+		{"adamw/dispatch", func() { adamKernel(p, g, m, v, nil, &adam) }},
+	} {
+		b.Run(bc.name, func(b *testing.B) {
+			for b.Loop() {
+				bc.f()
+			}
+			b.ReportMetric(float64(n)*float64(b.N)/float64(b.Elapsed().Nanoseconds()), "elems/ns")
+		})
+	}
+}
