@@ -89,7 +89,11 @@ func (c trainCfg) reference(t *testing.T) [][]float32 {
 			}
 			d := dataset{x: xs, y: ys, shape: c.data.shape, stride: c.data.stride}
 			x, y := d.batch(0, len(ys))
-			autograd.Backward(loss(net.Forward(x), y))
+			l := loss(net.Forward(x), y)
+			if c.opts.JoinDivideByWorldSize { // the sum over n ranks is divided by all of them
+				l = autograd.Scale(l, float32(n)/float32(c.world))
+			}
+			autograd.Backward(l)
 		}
 		opt.Step()
 		opt.ZeroGrad()
@@ -285,6 +289,14 @@ func TestEquivalenceJoin(t *testing.T) {
 			}
 		}
 	}
+	t.Run("divide-by-world-size", func(t *testing.T) {
+		c := mlpCfg()
+		c.world, c.opt, c.steps = 3, "sgd", 4
+		c.opts = smallBuckets
+		c.opts.JoinDivideByWorldSize = true
+		c.rankLen = func(r int) int { return []int{4, 1, 3}[r] }
+		c.run(t)
+	})
 }
 
 // TestEquivalenceAnchorModels runs the benchmark models themselves (the

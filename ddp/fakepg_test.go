@@ -15,7 +15,8 @@ import (
 // fakeHub is a minimal in-memory process group for the reducer's unit
 // tests: the n-th collective of every rank meets the n-th of the others;
 // the last rank to arrive computes the result (float32 sums in rank
-// order, fp16/bf16 sums widened to float32 and rounded once) and releases
+// order, divided for Avg; fp16/bf16 sums widened to float32 and rounded
+// once) and releases
 // all. A rank whose n-th op differs fails the op on every rank. failAt
 // makes the given op (by sequence number) fail everywhere.
 type fakeHub struct {
@@ -28,6 +29,7 @@ type fakeHub struct {
 
 type fakeOp struct {
 	kind    string
+	avg     bool
 	root    int
 	ins     []dist.Buffer
 	outs    []dist.Buffer
@@ -97,13 +99,19 @@ func (op *fakeOp) run() error {
 		}
 	}
 	switch op.kind {
-	case "allreduce":
+	case "allreduce", "allreduce-avg":
+		op.avg = op.kind == "allreduce-avg"
 		switch op.ins[0].DType {
 		case dist.Float32:
 			sum := make([]float32, n)
 			for _, b := range op.ins {
 				for i, v := range b.Float32s() {
 					sum[i] += v
+				}
+			}
+			if op.avg {
+				for i := range sum {
+					sum[i] /= float32(len(op.ins))
 				}
 			}
 			for _, b := range op.ins {
@@ -171,10 +179,13 @@ func (op *fakeOp) run() error {
 }
 
 func (g *fakePG) AllReduce(ctx context.Context, buf dist.Buffer, op dist.ReduceOp) dist.Work {
-	if op != dist.Sum {
-		return g.submit("allreduce-unsupported-op", 0, buf, buf)
+	switch {
+	case op == dist.Sum:
+		return g.submit("allreduce", 0, buf, buf)
+	case op == dist.Avg && buf.DType == dist.Float32:
+		return g.submit("allreduce-avg", 0, buf, buf)
 	}
-	return g.submit("allreduce", 0, buf, buf)
+	return g.unsupported(fmt.Sprintf("AllReduce op %d on %v", op, buf.DType))
 }
 func (g *fakePG) Broadcast(ctx context.Context, buf dist.Buffer, root int) dist.Work {
 	return g.submit("broadcast", root, buf, buf)

@@ -56,8 +56,10 @@ type Reduction interface {
 	Finish() error
 }
 
-// AllReduceHook sums each bucket with an exact float32 all-reduce and
-// divides by Bucket.Divisor. It is the default hook.
+// AllReduceHook averages each bucket with an exact float32 all-reduce: an
+// Avg reduction when the divisor is the group size (the group divides
+// each chunk once, in the background), otherwise a sum divided by
+// Bucket.Divisor. It is the default hook.
 type AllReduceHook struct{}
 
 // Start implements CommHook.
@@ -70,12 +72,16 @@ func startAllReduce(ctx context.Context, pg dist.ProcessGroup, index int, grad [
 	if pg.Size() == 1 && divisor == 1 {
 		return newDoneReduction()
 	}
-	w := pg.AllReduce(ctx, dist.F32(grad), dist.Sum)
+	op, post := dist.Sum, divisor
+	if divisor == pg.Size() {
+		op, post = dist.Avg, 1
+	}
+	w := pg.AllReduce(ctx, dist.F32(grad), op)
 	return &workReduction{work: w, finish: func() error {
 		if err := w.Wait(); err != nil {
 			return fmt.Errorf("ddp: bucket %d: all-reduce of %d gradients: %w", index, len(grad), err)
 		}
-		scale(grad, divisor)
+		scale(grad, post)
 		return nil
 	}}
 }
