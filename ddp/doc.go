@@ -51,10 +51,11 @@
 // # Communication hooks
 //
 // Options.Hook chooses how a bucket is reduced: AllReduceHook (the
-// default, an exact float32 sum divided by the number of contributing
-// ranks), FP16CompressHook and BF16CompressHook (halve the bytes on the
-// wire at the cost of half-precision rounding), and PowerSGD (low-rank
-// compression with error feedback and warm start).
+// default, an exact float32 average), CompressHook from NewFP16Hook and
+// NewBF16Hook (half the bytes on the wire at the cost of half-precision
+// rounding), and PowerSGD from NewPowerSGD (low-rank compression with
+// error feedback and warm start). A hook sees each bucket as a Bucket and
+// may issue any collectives, in an order every rank shares.
 //
 // # Gradient accumulation, unused parameters, buffers, uneven inputs
 //
@@ -74,6 +75,25 @@
 // Stats reports the time spent in forward and backward, the time the
 // gradient communication took, and how much of it was hidden behind
 // backward.
+//
+// # Differences from PyTorch 1.13
+//
+//   - PyTorch reduces everything in one bucket during the first iteration
+//     (unless find_unused_parameters is set); here the first iteration
+//     already uses capped buckets in reverse parameter order.
+//   - FindUnusedParameters does not walk the autograd graph after forward:
+//     parameters whose gradient hook did not fire are found when autograd's
+//     backward returns, and their buckets are reduced then (less overlap
+//     in that step). A parameter unused on every rank gets a zero Grad
+//     rather than none.
+//   - Under Join, gradients are divided by the number of ranks still
+//     training (Options.JoinDivideByWorldSize restores PyTorch's division
+//     by the world size), and buffers come from the lowest training rank
+//     rather than the highest.
+//   - The fp16/bf16 hooks divide in float32 before rounding once; PyTorch
+//     rounds, then divides in half precision.
+//   - PowerSGD keeps error feedback for the compressed matrices only; the
+//     exactly reduced vectors have no error to remember.
 //
 // # Concurrency
 //
