@@ -1,0 +1,528 @@
+package collbench
+
+import (
+	"bufio"
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"cohort/dist"
+	"cohort/dist/rendezvous"
+)
+
+// Ops lists the collectives the benchmark measures.
+var Ops = []string{"allreduce", "broadcast", "allgather", "reducescatter"}
+
+// DefaultSizes are the anchor's message sizes: 4 KiB to 64 MiB.
+var DefaultSizes = []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
+
+// Config is one benchmark run.
+type Config struct {
+	Op        string        // one of Ops
+	World     int           // processes to spawn
+	Transport string        // "auto", "tcp", "shm"
+	Sizes     []int64       // message sizes in bytes (all-gather: the gathered output)
+	Budget    time.Duration // target duration of the timed loop per size
+	Repeats   int           // fresh process groups, one after the other
+	Timeout   time.Duration // bound on the whole run
+}
+
+// Result is one size's measurement, as rank 0 reports it.
+type Result struct {
+	Op        string  `json:"op"`
+	Bytes     int64   `json:"bytes"`
+	World     int     `json:"world"`
+	Transport string  `json:"transport"`
+	Iters     int     `json:"iters"`
+	Warmup    int     `json:"warmup"`
+	TimeS     float64 `json:"time_s"` // median over iterations of the max over ranks
+	MeanS     float64 `json:"mean_s"`
+	MinS      float64 `json:"min_s"`
+	MaxS      float64 `json:"max_s"`
+	AlgBW     float64 `json:"algbw_GBps"`
+	BusBW     float64 `json:"busbw_GBps"`
+	OK        bool    `json:"ok"`
+}
+
+// busFactor converts algorithm bandwidth to bus bandwidth (nccl-tests).
+func busFactor(op string, n int) float64 {
+	switch op {
+	case "allreduce":
+		return 2 * float64(n-1) / float64(n)
+	case "allgather", "reducescatter":
+		return float64(n-1) / float64(n)
+	}
+	return 1
+}
+
+// Main runs `cohort bench <op>`: parses args, then either spawns the
+// workers and prints the table (the parent) or, with --worker, measures as
+// one rank. self is the command line that re-runs this subcommand (the
+// executable and the words before the flags). It returns the exit code.
+func Main(op string, self []string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cohort bench "+op, flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	world := fs.Int("world", 2, "number of local processes")
+	transport := fs.String("transport", "auto", "transport: tcp, shm or auto")
+	sizes := fs.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated message sizes")
+	budget := fs.Duration("budget", time.Second, "target duration of the timed loop per size")
+	repeats := fs.Int("repeats", 1, "fresh process groups, one after the other (all rows are printed)")
+	jsonOut := fs.String("json", "", "also append the results as JSON lines to this file")
+	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	worker := fs.Bool("worker", false, "internal: run as one rank (set by the parent)")
+	if err := fs.Parse(args); err != nil {
+		return 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "cohort bench %s: unexpected argument %q\n", op, fs.Arg(0))
+		return 2
+	}
+	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout}
+	var err error
+	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
+		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
+		return 2
+	}
+	if err := cfg.validate(); err != nil {
+		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
+		return 2
+	}
+	if *worker {
+		if err := Worker(context.Background(), cfg, stdout); err != nil {
+			fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
+			return 1
+		}
+		return 0
+	}
+	var all []Result
+	for rep := range cfg.Repeats {
+		res, err := Spawn(context.Background(), cfg, self, stderr)
+		if err != nil {
+			fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
+			return 1
+		}
+		if cfg.Repeats > 1 {
+			fmt.Fprintf(stdout, "# repeat %d\n", rep+1)
+		}
+		PrintTable(stdout, cfg, res)
+		all = append(all, res...)
+	}
+	if *jsonOut != "" {
+		if err := appendJSON(*jsonOut, all); err != nil {
+			fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
+			return 1
+		}
+	}
+	fmt.Fprintln(stdout, Summary(cfg, all))
+	return 0
+}
+
+func (c Config) validate() error {
+	if !slices.Contains(Ops, c.Op) {
+		return fmt.Errorf("unknown collective %q (want one of %v)", c.Op, Ops)
+	}
+	switch {
+	case c.World < 1:
+		return fmt.Errorf("--world %d < 1", c.World)
+	case c.World > 64:
+		return fmt.Errorf("--world %d: at most 64 local processes", c.World)
+	case c.Budget <= 0:
+		return fmt.Errorf("--budget %v must be positive", c.Budget)
+	case c.Repeats < 1:
+		return fmt.Errorf("--repeats %d < 1", c.Repeats)
+	case len(c.Sizes) == 0:
+		return errors.New("no sizes")
+	}
+	switch c.Transport {
+	case "auto", "tcp", "shm":
+	default:
+		return fmt.Errorf("--transport %q: want tcp, shm or auto", c.Transport)
+	}
+	return nil
+}
+
+// ParseSizes parses "4KiB,1MiB,16MiB,100" (suffixes KiB, MiB, GiB, K, M, G
+// are powers of two; no suffix means bytes).
+func ParseSizes(s string) ([]int64, error) {
+	var out []int64
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		mult := int64(1)
+		for _, u := range []struct {
+			suffix string
+			m      int64
+		}{{"KiB", 1 << 10}, {"MiB", 1 << 20}, {"GiB", 1 << 30}, {"K", 1 << 10}, {"M", 1 << 20}, {"G", 1 << 30}, {"B", 1}} {
+			if num, ok := strings.CutSuffix(f, u.suffix); ok {
+				f, mult = num, u.m
+				break
+			}
+		}
+		n, err := strconv.ParseInt(f, 10, 64)
+		if err != nil || n <= 0 || n > (1<<40)/mult {
+			return nil, fmt.Errorf("bad size %q", f)
+		}
+		if n*mult%4 != 0 {
+			return nil, fmt.Errorf("size %d is not a whole number of float32s", n*mult)
+		}
+		out = append(out, n*mult)
+	}
+	if len(out) == 0 {
+		return nil, errors.New("no sizes")
+	}
+	return out, nil
+}
+
+// FormatSize renders a byte count the way the table and summary do.
+func FormatSize(b int64) string {
+	switch {
+	case b >= 1<<30 && b%(1<<30) == 0:
+		return fmt.Sprintf("%dGiB", b>>30)
+	case b >= 1<<20 && b%(1<<20) == 0:
+		return fmt.Sprintf("%dMiB", b>>20)
+	case b >= 1<<10 && b%(1<<10) == 0:
+		return fmt.Sprintf("%dKiB", b>>10)
+	}
+	return fmt.Sprintf("%dB", b)
+}
+
+func (c Config) flags() []string {
+	sizes := make([]string, len(c.Sizes))
+	for i, s := range c.Sizes {
+		sizes[i] = strconv.FormatInt(s, 10)
+	}
+	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport,
+		"--sizes", strings.Join(sizes, ","), "--budget", c.Budget.String(), "--timeout", c.Timeout.String(), "--worker"}
+}
+
+// torchrunVars are the variables the parent sets for each worker; any
+// inherited value is dropped first.
+var torchrunVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
+	"COHORT_TOKEN", "COHORT_STORE_ADDR", "COHORT_RENDEZVOUS", "GROUP_RANK", "NODE_RANK"}
+
+// Spawn starts cfg.World workers (self plus the worker flags) on
+// loopback, waits for them and returns rank 0's results. A failing worker
+// stops the others; its stderr is copied to stderr.
+func Spawn(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]Result, error) {
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	port, err := freePort()
+	if err != nil {
+		return nil, err
+	}
+	token := make([]byte, 16)
+	rand.Read(token)
+	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
+		name, _, _ := strings.Cut(kv, "=")
+		return slices.Contains(torchrunVars, name)
+	})
+	type out struct {
+		res []Result
+		err error
+	}
+	outs := make([]out, cfg.World)
+	var wg sync.WaitGroup
+	var stderrMu sync.Mutex
+	for r := range cfg.World {
+		cmd := exec.CommandContext(ctx, self[0], append(slices.Clone(self[1:]), cfg.flags()...)...)
+		cmd.Env = append(slices.Clone(base),
+			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(cfg.World),
+			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.World),
+			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
+			"COHORT_TOKEN="+hex.EncodeToString(token))
+		var errBuf strings.Builder
+		cmd.Stderr = &errBuf
+		stdout, err := cmd.StdoutPipe()
+		if err != nil {
+			return nil, err
+		}
+		if err := cmd.Start(); err != nil {
+			return nil, fmt.Errorf("start rank %d: %w", r, err)
+		}
+		wg.Go(func() {
+			res, perr := readResults(stdout)
+			werr := cmd.Wait()
+			if werr != nil {
+				cancel() // one rank failed: stop the others
+				stderrMu.Lock()
+				fmt.Fprintf(stderr, "rank %d: %v\n%s", r, werr, errBuf.String())
+				stderrMu.Unlock()
+				outs[r] = out{err: fmt.Errorf("rank %d: %w", r, werr)}
+				return
+			}
+			outs[r] = out{res: res, err: perr}
+		})
+	}
+	wg.Wait()
+	for _, o := range outs {
+		if o.err != nil {
+			return nil, o.err
+		}
+	}
+	if len(outs[0].res) != len(cfg.Sizes) {
+		return nil, fmt.Errorf("rank 0 reported %d results for %d sizes", len(outs[0].res), len(cfg.Sizes))
+	}
+	return outs[0].res, nil
+}
+
+const resultPrefix = "result "
+
+func readResults(r io.Reader) ([]Result, error) {
+	var res []Result
+	sc := bufio.NewScanner(r)
+	for sc.Scan() {
+		line, ok := strings.CutPrefix(sc.Text(), resultPrefix)
+		if !ok {
+			continue
+		}
+		var x Result
+		if err := json.Unmarshal([]byte(line), &x); err != nil {
+			return nil, fmt.Errorf("bad result line %q: %w", line, err)
+		}
+		res = append(res, x)
+	}
+	return res, sc.Err()
+}
+
+func freePort() (int, error) {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Worker measures as one rank of a job described by the environment
+// (torchrun's contract) and, on rank 0, writes one "result {json}" line
+// per size to w.
+func Worker(ctx context.Context, cfg Config, w io.Writer) error {
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
+	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: cfg.Transport, Group: dist.GroupOptions{Timeout: 2 * time.Minute}})
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	for _, size := range cfg.Sizes {
+		res, err := measure(ctx, pg, cfg, size)
+		if err != nil {
+			return fmt.Errorf("%s %s: %w", cfg.Op, FormatSize(size), err)
+		}
+		if pg.Rank() == 0 {
+			b, _ := json.Marshal(res)
+			fmt.Fprintf(w, "%s%s\n", resultPrefix, b)
+		}
+	}
+	return pg.Barrier(ctx).Wait()
+}
+
+// measure follows the anchor's method: warm-up (20 iterations, 5 from
+// 16 MiB), iterations chosen so the timed loop takes about cfg.Budget
+// (from the warm-up mean, max over ranks, clamped to [10, 1000]), each
+// iteration timed on its own, element-wise max over ranks, median.
+func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) (Result, error) {
+	n := pg.Size()
+	numel := int(size / 4)
+	var fn func() error
+	var check func() (bool, error)
+	switch cfg.Op {
+	case "allreduce":
+		buf := make([]float32, numel)
+		fn = func() error { return pg.AllReduce(ctx, dist.F32(buf), dist.Sum).Wait() }
+		check = func() (bool, error) {
+			c := make([]float32, numel)
+			for i := range c {
+				c[i] = 1
+			}
+			if err := pg.AllReduce(ctx, dist.F32(c), dist.Sum).Wait(); err != nil {
+				return false, err
+			}
+			return allEqual(c, float32(n)), nil
+		}
+	case "broadcast":
+		buf := make([]float32, numel)
+		fn = func() error { return pg.Broadcast(ctx, dist.F32(buf), 0).Wait() }
+		check = func() (bool, error) {
+			c := make([]float32, numel)
+			for i := range c {
+				c[i] = float32(pg.Rank())
+			}
+			if err := pg.Broadcast(ctx, dist.F32(c), 0).Wait(); err != nil {
+				return false, err
+			}
+			return allEqual(c, 0), nil
+		}
+	case "allgather":
+		per := numel / n
+		in, out := make([]float32, per), make([]float32, per*n)
+		fn = func() error { return pg.AllGather(ctx, dist.F32(out), dist.F32(in)).Wait() }
+		check = func() (bool, error) {
+			for i := range in {
+				in[i] = float32(pg.Rank())
+			}
+			if err := pg.AllGather(ctx, dist.F32(out), dist.F32(in)).Wait(); err != nil {
+				return false, err
+			}
+			for r := range n {
+				if !allEqual(out[r*per:(r+1)*per], float32(r)) {
+					return false, nil
+				}
+			}
+			return true, nil
+		}
+	case "reducescatter":
+		per := numel / n
+		in, out := make([]float32, per*n), make([]float32, per)
+		fn = func() error { return pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Sum).Wait() }
+		check = func() (bool, error) {
+			for i := range in {
+				in[i] = 1
+			}
+			if err := pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Sum).Wait(); err != nil {
+				return false, err
+			}
+			return allEqual(out, float32(n)), nil
+		}
+	}
+	warmup := 20
+	if size >= 16<<20 {
+		warmup = 5
+	}
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		return Result{}, err
+	}
+	t0 := time.Now()
+	for range warmup {
+		if err := fn(); err != nil {
+			return Result{}, err
+		}
+	}
+	wm := []float64{time.Since(t0).Seconds() / float64(warmup)}
+	if err := pg.AllReduce(ctx, dist.F64(wm), dist.Max).Wait(); err != nil {
+		return Result{}, err
+	}
+	iters := int(max(10, min(1000, math.Round(cfg.Budget.Seconds()/max(wm[0], 1e-9)))))
+	ts := make([]float64, iters)
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		return Result{}, err
+	}
+	for i := range ts {
+		t := time.Now()
+		if err := fn(); err != nil {
+			return Result{}, err
+		}
+		ts[i] = time.Since(t).Seconds()
+	}
+	if err := pg.AllReduce(ctx, dist.F64(ts), dist.Max).Wait(); err != nil {
+		return Result{}, err
+	}
+	ok, err := check()
+	if err != nil {
+		return Result{}, err
+	}
+	sorted := slices.Sorted(slices.Values(ts))
+	med := median(sorted)
+	sum := 0.0
+	for _, t := range ts {
+		sum += t
+	}
+	algbw := float64(size) / med / 1e9
+	return Result{
+		Op: cfg.Op, Bytes: size, World: n, Transport: cfg.Transport, Iters: iters, Warmup: warmup,
+		TimeS: med, MeanS: sum / float64(len(ts)), MinS: sorted[0], MaxS: sorted[len(sorted)-1],
+		AlgBW: algbw, BusBW: algbw * busFactor(cfg.Op, n), OK: ok,
+	}, nil
+}
+
+func median(sorted []float64) float64 {
+	k := len(sorted)
+	if k%2 == 1 {
+		return sorted[k/2]
+	}
+	return (sorted[k/2-1] + sorted[k/2]) / 2
+}
+
+func allEqual(s []float32, v float32) bool {
+	for _, x := range s {
+		if x != v {
+			return false
+		}
+	}
+	return true
+}
+
+// PrintTable writes the results in the style of nccl-tests.
+func PrintTable(w io.Writer, cfg Config, res []Result) {
+	fmt.Fprintf(w, "# cohort bench %s: world %d, transport %s, float32", cfg.Op, cfg.World, cfg.Transport)
+	if cfg.Op == "allreduce" || cfg.Op == "reducescatter" {
+		fmt.Fprint(w, " sum")
+	}
+	fmt.Fprintf(w, ", busbw factor %.3g\n", busFactor(cfg.Op, cfg.World))
+	fmt.Fprintf(w, "# %10s %10s %12s %12s %12s %12s %6s %4s\n", "size", "count", "time(us)", "mean(us)", "algbw(GB/s)", "busbw(GB/s)", "iters", "ok")
+	for _, r := range res {
+		fmt.Fprintf(w, "  %10d %10d %12.1f %12.1f %12.3f %12.3f %6d %4s\n",
+			r.Bytes, r.Bytes/4, r.TimeS*1e6, r.MeanS*1e6, r.AlgBW, r.BusBW, r.Iters, map[bool]string{true: "ok", false: "FAIL"}[r.OK])
+	}
+}
+
+// Summary is the last line: the median over repeats of the 4 KiB time and
+// the 16 MiB bus bandwidth (or of the smallest and largest sizes measured
+// when those are absent).
+func Summary(cfg Config, res []Result) string {
+	small, large := cfg.Sizes[0], cfg.Sizes[len(cfg.Sizes)-1]
+	if slices.Contains(cfg.Sizes, 4<<10) {
+		small = 4 << 10
+	}
+	if slices.Contains(cfg.Sizes, 16<<20) {
+		large = 16 << 20
+	}
+	var ts, bws []float64
+	for _, r := range res {
+		if r.Bytes == small {
+			ts = append(ts, r.TimeS)
+		}
+		if r.Bytes == large {
+			bws = append(bws, r.BusBW)
+		}
+	}
+	slices.Sort(ts)
+	slices.Sort(bws)
+	return fmt.Sprintf("%s: world %d %s %.1f us, %s %.2f GB/s busbw",
+		cfg.Op, cfg.World, FormatSize(small), median(ts)*1e6, FormatSize(large), median(bws))
+}
+
+func appendJSON(path string, res []Result) error {
+	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(f)
+	for _, r := range res {
+		if err := enc.Encode(r); err != nil {
+			f.Close()
+			return err
+		}
+	}
+	return f.Close()
+}
