@@ -286,3 +286,15 @@ func (p *problem) time(g *gemm.Impl, minTime time.Duration) float64 {
 		}
 	}
 }
+
+// Describe returns what the process-wide sgemm (gemm.Default, configured
+// from COHORT_NUM_THREADS, COHORT_BLAS, COHORT_GEMM_KERNEL and
+// COHORT_OPENBLAS_LIB at first use) runs, e.g. "cohort avx512 14×32+6×64,
+// 1 thread", or the configuration error.
+func Describe() (string, error) {
+	g, err := gemm.Default()
+	if err != nil {
+		return "", err
+	}
+	return g.String(), nil
+}
