@@ -118,3 +118,106 @@ func BenchmarkOverhead(b *testing.B) {
 		}
 	}
 }
+
+// BenchmarkWorld2 trains the anchor models on two ranks in this process
+// (in-process transport; both ranks share the machine's cores as two
+// processes would) and reports samples/s over both ranks and the share of
+// gradient communication hidden behind backward.
+func BenchmarkWorld2(b *testing.B) {
+	nets := []struct {
+		name  string
+		build func(*rand.Rand) nn.Layer
+		shape []int
+	}{
+		{"mlp", func(r *rand.Rand) nn.Layer { return models.MLP(r) }, []int{784}},
+		{"lenet", func(r *rand.Rand) nn.Layer { return models.LeNet(r) }, []int{1, 28, 28}},
+	}
+	const world, batch = 2, 64
+	for _, nt := range nets {
+		for _, view := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/view=%v", nt.name, view), func(b *testing.B) {
+				ctx := context.Background()
+				mesh := inproc.NewMesh(world)
+				type rankState struct {
+					m    *Model
+					opt  optim.Optimizer
+					x    *tensor.Tensor
+					y    []int64
+					errc chan error
+				}
+				ranks := make([]*rankState, world)
+				for r := range ranks {
+					pg, err := dist.New(mesh[r], dist.GroupOptions{})
+					if err != nil {
+						b.Fatal(err)
+					}
+					defer pg.Close()
+					ranks[r] = &rankState{errc: make(chan error, 1)}
+					rs := ranks[r]
+					go func() {
+						net := nt.build(rand.New(rand.NewPCG(uint64(r), 0)))
+						m, err := Wrap(ctx, net, pg, Options{GradientAsBucketView: view})
+						rs.m = m
+						rs.errc <- err
+					}()
+				}
+				for r, rs := range ranks {
+					if err := <-rs.errc; err != nil {
+						b.Fatalf("rank %d: %v", r, err)
+					}
+					opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(rs.m), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+					if err != nil {
+						b.Fatal(err)
+					}
+					rs.opt = opt
+					rng := rand.New(rand.NewPCG(2, uint64(r)))
+					rs.x = tensor.New(append([]int{batch}, nt.shape...)...)
+					rs.x.FillNormal(rng, 0, 1)
+					rs.y = make([]int64, batch)
+					for j := range rs.y {
+						rs.y[j] = int64(rng.IntN(10))
+					}
+				}
+				steps := func(n int) {
+					for _, rs := range ranks {
+						go func() {
+							for range n {
+								out, err := rs.m.Forward(ctx, autograd.NewVar(rs.x, false))
+								if err == nil {
+									err = rs.m.Backward(ctx, loss(out, rs.y))
+								}
+								if err != nil {
+									rs.errc <- err
+									return
+								}
+								rs.opt.Step()
+								rs.opt.ZeroGrad()
+							}
+							rs.errc <- nil
+						}()
+					}
+					for r, rs := range ranks {
+						if err := <-rs.errc; err != nil {
+							b.Fatalf("rank %d: %v", r, err)
+						}
+					}
+				}
+				steps(5) // warm-up and the bucket rebuild
+				for _, rs := range ranks {
+					rs.m.ResetStats()
+				}
+				n := 0
+				start := time.Now()
+				for b.Loop() {
+					steps(1)
+					n++
+				}
+				b.ReportMetric(float64(world*batch*n)/time.Since(start).Seconds(), "samples/s")
+				st := ranks[0].m.Stats()
+				b.ReportMetric(st.HiddenFraction(), "hidden-frac")
+				b.ReportMetric(float64(st.Comm.Microseconds())/float64(max(st.Steps, 1)), "comm-µs/step")
+				b.ReportMetric(float64(st.Exposed.Microseconds())/float64(max(st.Steps, 1)), "exposed-µs/step")
+			})
+		}
+	}
+}

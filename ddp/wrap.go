@@ -1,0 +1,167 @@
+package ddp
+
+import (
+	"context"
+	"fmt"
+	"strings"
+
+	"cohort/autograd"
+	"cohort/dist"
+	"cohort/tensor"
+)
+
+// describe lists the parameters and buffers for the cross-rank check and
+// rejects what the collectives cannot carry.
+func (m *Model) describe() ([]tensorSpec, error) {
+	specs := make([]tensorSpec, 0, len(m.params)+len(m.buffers))
+	seen := map[*autograd.Var]string{}
+	for _, np := range m.params {
+		p := np.Param
+		switch {
+		case p == nil || p.Value == nil:
+			return nil, fmt.Errorf("ddp: Wrap: parameter %q is nil", np.Name)
+		case !p.IsLeaf():
+			return nil, fmt.Errorf("ddp: Wrap: parameter %q is not a leaf", np.Name)
+		case !p.Value.IsContiguous():
+			return nil, fmt.Errorf("ddp: Wrap: parameter %q is a non-contiguous view (shape %v)", np.Name, p.Value.Shape())
+		}
+		if prev, dup := seen[p]; dup {
+			return nil, fmt.Errorf("ddp: Wrap: parameters %q and %q are the same variable (shared parameters must be listed once)", prev, np.Name)
+		}
+		seen[p] = np.Name
+		specs = append(specs, tensorSpec{Kind: "parameter", Name: np.Name, Shape: p.Value.Shape(), DType: "float32", Grad: p.RequiresGrad()})
+	}
+	for _, nb := range m.buffers {
+		switch {
+		case nb.Buffer == nil:
+			return nil, fmt.Errorf("ddp: Wrap: buffer %q is nil", nb.Name)
+		case !nb.Buffer.IsContiguous():
+			return nil, fmt.Errorf("ddp: Wrap: buffer %q is a non-contiguous view (shape %v)", nb.Name, nb.Buffer.Shape())
+		}
+		specs = append(specs, tensorSpec{Kind: "buffer", Name: nb.Name, Shape: nb.Buffer.Shape(), DType: "float32"})
+	}
+	return specs, nil
+}
+
+// checkSpecs compares every rank's description with rank 0's. The common
+// case costs one small all-gather; on a mismatch rank 0's full description
+// is broadcast so that every rank can name the culprit.
+func (m *Model) checkSpecs(ctx context.Context, specs []tensorSpec) error {
+	if m.world == 1 {
+		return nil
+	}
+	enc := encodeSpecs(specs)
+	mine := []int64{int64(len(specs)), specHash(enc), int64(len(enc))}
+	all := make([]int64, 3*m.world)
+	if err := m.pg.AllGather(ctx, dist.I64(all), dist.I64(mine)).Wait(); err != nil {
+		return fmt.Errorf("ddp: Wrap: exchanging model fingerprints: %w", err)
+	}
+	same := true
+	for r := 1; r < m.world; r++ {
+		if all[3*r] != all[0] || all[3*r+1] != all[1] || all[3*r+2] != all[2] {
+			same = false
+		}
+	}
+	if same {
+		return nil
+	}
+	rootLen := int(all[2])
+	rootWords := make([]int64, (rootLen+7)/8)
+	if m.rank == 0 {
+		copy(rootWords, packBytes(enc))
+	}
+	if err := m.pg.Broadcast(ctx, dist.I64(rootWords), 0).Wait(); err != nil {
+		return fmt.Errorf("ddp: Wrap: model fingerprints differ; broadcasting rank 0's description: %w", err)
+	}
+	root, err := decodeSpecs(unpackBytes(rootWords, rootLen))
+	if err != nil {
+		return fmt.Errorf("ddp: Wrap: model fingerprints differ; rank 0's description: %w", err)
+	}
+	at := []int64{int64(firstSpecMismatch(specs, root))}
+	ats := make([]int64, m.world)
+	if err := m.pg.AllGather(ctx, dist.I64(ats), dist.I64(at)).Wait(); err != nil {
+		return fmt.Errorf("ddp: Wrap: model fingerprints differ; exchanging where: %w", err)
+	}
+	bad, at0 := -1, -1
+	var ranks []string
+	for r, i := range ats {
+		if i >= 0 {
+			if bad < 0 {
+				bad, at0 = r, int(i)
+			}
+			ranks = append(ranks, fmt.Sprintf("rank %d at entry %d", r, i))
+		}
+	}
+	if bad < 0 { // hashes differ but the descriptions match: cannot happen
+		return fmt.Errorf("ddp: Wrap: model fingerprints differ across ranks %v but the descriptions match", all)
+	}
+	// The first differing rank tells everyone what it has there.
+	var desc []byte
+	if m.rank == bad {
+		desc = []byte(describeAt(specs, at0))
+	}
+	n := []int64{int64(len(desc))}
+	if err := m.pg.Broadcast(ctx, dist.I64(n), bad).Wait(); err != nil {
+		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
+	}
+	words := make([]int64, (n[0]+7)/8)
+	if m.rank == bad {
+		copy(words, packBytes(desc))
+	}
+	if err := m.pg.Broadcast(ctx, dist.I64(words), bad).Wait(); err != nil {
+		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
+	}
+	return fmt.Errorf("ddp: Wrap: model differs across ranks: rank %d has %s where rank 0 has %s (differences: %s)",
+		bad, unpackBytes(words, int(n[0])), describeAt(root, at0), strings.Join(ranks, "; "))
+}
+
+// broadcastState copies root's buffers (and, with params, parameters) to
+// every rank, coalesced into messages of at most BucketCapBytes.
+func (m *Model) broadcastState(ctx context.Context, root int, params bool) error {
+	if m.world == 1 {
+		return nil
+	}
+	var ts []*tensor.Tensor
+	if params {
+		for _, np := range m.params {
+			ts = append(ts, np.Param.Value)
+		}
+	}
+	for _, nb := range m.buffers {
+		ts = append(ts, nb.Buffer)
+	}
+	if len(ts) == 0 {
+		return nil
+	}
+	limit := int(m.o.BucketCapBytes / gradElemBytes)
+	for len(ts) > 0 {
+		// Take tensors until the chunk is full (at least one).
+		n, total := 0, 0
+		for n < len(ts) && (n == 0 || total+ts[n].Len() <= limit) {
+			total += ts[n].Len()
+			n++
+		}
+		if cap(m.bufFlat) < total {
+			m.bufFlat = make([]float32, total)
+		}
+		buf := m.bufFlat[:total]
+		if m.rank == root {
+			k := 0
+			for _, t := range ts[:n] {
+				k += copy(buf[k:], t.Data())
+			}
+		}
+		if err := m.pg.Broadcast(ctx, dist.F32(buf), root).Wait(); err != nil {
+			return err
+		}
+		if m.rank != root {
+			k := 0
+			for _, t := range ts[:n] {
+				k += copy(t.Data(), buf[k:])
+			}
+		}
+		ts = ts[n:]
+	}
+	return nil
+}
+
