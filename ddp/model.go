@@ -247,4 +247,3 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	m.cur.backwardEnd = time.Now()
 	return m.finishStep(ctx) // issues the step's collectives even after a hook error
 }
-

@@ -261,4 +261,3 @@ func (m *Model) rebuild(ctx context.Context) error {
 	m.rebuilt, m.observed = true, nil
 	return nil
 }
-

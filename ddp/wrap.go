@@ -164,4 +164,3 @@ func (m *Model) broadcastState(ctx context.Context, root int, params bool) error
 	}
 	return nil
 }
-
