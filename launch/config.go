@@ -1,0 +1,180 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"io"
+	"log/slog"
+	"os"
+	"runtime"
+	"time"
+)
+
+// Config describes one node's part of a job. The zero value of every
+// optional field works; Program and NProcPerNode are required.
+type Config struct {
+	// NProcPerNode is the number of workers on this node (>= 1).
+	NProcPerNode int
+	// NNodes is the number of nodes (0 means 1); NodeRank is this node's
+	// index. Ranks are assigned node by node: rank = NodeRank·NProcPerNode
+	// + local rank, as torchrun does. Every node must use the same
+	// NProcPerNode (checked when the nodes join).
+	NNodes, NodeRank int
+	// MasterAddr and MasterPort locate node 0, whose launcher serves the
+	// job's store there. On a single node MasterAddr defaults to 127.0.0.1
+	// and a MasterPort of 0 picks a free port; with several nodes both are
+	// required.
+	MasterAddr string
+	MasterPort int
+
+	// Program is an executable or a Go package (see Run); Args are passed
+	// to it unchanged.
+	Program string
+	Args    []string
+	// Dir is the working directory of the build and of the workers;
+	// "" means the launcher's.
+	Dir string
+	// Env is the workers' base environment, usually os.Environ(); the
+	// launcher's variables replace entries of the same name.
+	Env []string
+
+	// Token is the store's shared secret, passed to the workers as
+	// COHORT_TOKEN. Empty on a single node: a random one per job. With
+	// several nodes it is required and must be the same on every node.
+	Token string
+	// RunID names the job (COHORT_RUN_ID). Empty: node 0 makes a random
+	// one and the other nodes adopt it.
+	RunID string
+
+	// NumCPU is the cores available to this node's workers; 0 means
+	// runtime.NumCPU(). Each worker gets COHORT_NUM_THREADS =
+	// max(1, NumCPU / NProcPerNode).
+	NumCPU int
+	// GracePeriod is how long workers may take to exit after SIGTERM (or a
+	// forwarded signal) before they are killed; 0 means 5 s.
+	GracePeriod time.Duration
+	// JoinTimeout bounds the wait for every node's launcher to join;
+	// 0 means 5 min.
+	JoinTimeout time.Duration
+	// ExitBarrierTimeout bounds how long a launcher whose workers are done
+	// waits for the other nodes' launchers (node 0 keeps serving the store
+	// meanwhile); 0 means 5 min.
+	ExitBarrierTimeout time.Duration
+	// Restart decides whether a failure restarts the workers; nil never
+	// restarts. Restarts are supported on a single node only for now.
+	Restart RestartPolicy
+
+	// Stdout and Stderr receive the workers' output, line by line, each
+	// line prefixed with "[rank N] "; nil discards.
+	Stdout, Stderr io.Writer
+	// TailLines is how many of a failed worker's last stderr lines
+	// WorkerError keeps; 0 means 20.
+	TailLines int
+	// Signals, if not nil, delivers signals received by the launcher; each
+	// is forwarded to every worker's process group, the first one starts
+	// the grace period and a second one kills the workers.
+	Signals <-chan os.Signal
+	// Logger receives the launcher's progress and the store server's
+	// log; nil discards.
+	Logger *slog.Logger
+	// GoCommand is the go tool used to build a package; "" means "go".
+	GoCommand string
+}
+
+// RestartPolicy decides, after a worker failure, whether to restart every
+// worker of the node. restarts is how many restarts happened already.
+type RestartPolicy func(failure *WorkerError, restarts int) bool
+
+// MaxRestarts restarts the workers after each failure, at most n times.
+func MaxRestarts(n int) RestartPolicy {
+	return func(_ *WorkerError, restarts int) bool { return restarts < n }
+}
+
+func (c *Config) validate() error {
+	var errs []error
+	bad := func(format string, args ...any) { errs = append(errs, fmt.Errorf(format, args...)) }
+	if c.Program == "" {
+		bad("no program to run")
+	}
+	if c.NProcPerNode < 1 {
+		bad("--nproc-per-node %d: want >= 1", c.NProcPerNode)
+	}
+	if c.NNodes < 0 {
+		bad("--nnodes %d: want >= 1", c.NNodes)
+	}
+	nnodes := max(c.NNodes, 1)
+	if c.NodeRank < 0 || c.NodeRank >= nnodes {
+		bad("--node-rank %d with %d nodes: want 0..%d", c.NodeRank, nnodes, nnodes-1)
+	}
+	if c.MasterPort < 0 || c.MasterPort > 65535 {
+		bad("--master-port %d: want a TCP port, 1..65535 (or 0 for a free one on a single node)", c.MasterPort)
+	}
+	if nnodes > 1 {
+		if c.MasterAddr == "" {
+			bad("--master-addr is required with %d nodes: every node must reach node 0", nnodes)
+		}
+		if c.MasterPort == 0 {
+			bad("--master-port is required with %d nodes: every node must use the same port", nnodes)
+		}
+		if c.Token == "" {
+			bad("COHORT_TOKEN must be set, to the same secret on every node, with %d nodes", nnodes)
+		}
+		if c.Restart != nil {
+			bad("restarts are supported on a single node only, not with %d nodes", nnodes)
+		}
+	}
+	for _, d := range []struct {
+		name string
+		v    time.Duration
+	}{{"GracePeriod", c.GracePeriod}, {"JoinTimeout", c.JoinTimeout}, {"ExitBarrierTimeout", c.ExitBarrierTimeout}} {
+		if d.v < 0 {
+			bad("%s %v: want >= 0", d.name, d.v)
+		}
+	}
+	if c.NumCPU < 0 || c.TailLines < 0 {
+		bad("NumCPU %d, TailLines %d: want >= 0", c.NumCPU, c.TailLines)
+	}
+	if len(errs) > 0 {
+		return fmt.Errorf("launch: %w", errors.Join(errs...))
+	}
+	return nil
+}
+
+// withDefaults returns a copy with every zero optional field filled in.
+func (c Config) withDefaults() Config {
+	c.NNodes = max(c.NNodes, 1)
+	if c.MasterAddr == "" {
+		c.MasterAddr = "127.0.0.1"
+	}
+	if c.NumCPU == 0 {
+		c.NumCPU = runtime.NumCPU()
+	}
+	if c.GracePeriod == 0 {
+		c.GracePeriod = 5 * time.Second
+	}
+	if c.JoinTimeout == 0 {
+		c.JoinTimeout = 5 * time.Minute
+	}
+	if c.ExitBarrierTimeout == 0 {
+		c.ExitBarrierTimeout = 5 * time.Minute
+	}
+	if c.Stdout == nil {
+		c.Stdout = io.Discard
+	}
+	if c.Stderr == nil {
+		c.Stderr = io.Discard
+	}
+	if c.TailLines == 0 {
+		c.TailLines = 20
+	}
+	if c.Logger == nil {
+		c.Logger = slog.New(slog.DiscardHandler)
+	}
+	if c.GoCommand == "" {
+		c.GoCommand = "go"
+	}
+	return c
+}
+
+// WorldSize is the number of workers in the job.
+func (c *Config) WorldSize() int { return max(c.NNodes, 1) * c.NProcPerNode }

@@ -1,0 +1,96 @@
+// Package launch is cohort's agent: it starts a job's worker processes on
+// one node, gives them torchrun's environment, streams their output and
+// supervises them. `cohort run` is a thin front end to Run.
+//
+//	cohort run --nproc-per-node N [--nnodes M --node-rank R --master-addr A --master-port P] [--] PROGRAM|GO-PACKAGE ARGS…
+//
+// # Program
+//
+// PROGRAM is an executable (a path, or a name found in PATH) or a Go
+// package: a directory holding .go files ("./examples/mnist", ".") or a
+// package path ("cohort/examples/mnist"). A package is built once with
+// `go build -o` into a temporary directory, removed when the job ends, and
+// the binary is started N times.
+//
+// # Environment
+//
+// Worker r of node R (local rank l, rank = R·N + l) gets the variables
+// torchrun sets — RANK, LOCAL_RANK, WORLD_SIZE, LOCAL_WORLD_SIZE,
+// GROUP_RANK (and NODE_RANK), GROUP_WORLD_SIZE, ROLE_RANK,
+// ROLE_WORLD_SIZE, MASTER_ADDR, MASTER_PORT — plus:
+//
+//	COHORT_STORE_ADDR     the store served by node 0's launcher (= MASTER_ADDR:MASTER_PORT)
+//	COHORT_TOKEN          the store's shared secret (random per job on one node)
+//	COHORT_RUN_ID         the job's id (random unless given; the same on every node)
+//	COHORT_RESTART_COUNT  0, then 1, 2, … after restarts
+//	COHORT_NUM_THREADS    max(1, cores / N); OMP_NUM_THREADS too unless already set
+//	COHORT_RENDEZVOUS     "torchrun", so these variables win over inherited Slurm/MPI ones
+//
+// The rest of the environment is inherited. rendezvous.FromEnv reads all
+// of this on the worker side.
+//
+// # The store
+//
+// Node 0's launcher serves the job's store (tcpstore, authenticated with
+// COHORT_TOKEN) at MASTER_ADDR:MASTER_PORT, as torchrun's agent does, and
+// tells the workers with COHORT_STORE_ADDR, so rank 0 dials it like every
+// other rank instead of serving its own. On a single node the store
+// listens on 127.0.0.1 (or --master-addr) and --master-port 0 (the
+// default) picks a free port; with several nodes it listens on every
+// interface at --master-port. Programs that open their own server on
+// MASTER_PORT (PyTorch's TCPStore, for example) therefore cannot run
+// under cohort run; cohort programs use rendezvous.Connect.
+//
+// The launchers of a multi-node job coordinate through the same store:
+// each claims its node rank (two launchers with one --node-rank are an
+// error), all check they run the same --nproc-per-node, the first
+// failure anywhere is published so every node stops its workers, and an
+// exit barrier keeps node 0's store up until every node is done (bounded
+// by Config.ExitBarrierTimeout). Multi-node jobs need COHORT_TOKEN set to
+// the same secret on every node.
+//
+// # Supervision
+//
+// Each worker runs in its own process group. Its stdout and stderr are
+// streamed line by line to the launcher's stdout and stderr (kept apart),
+// each line prefixed "[rank N] ". When a worker exits non-zero or is
+// killed by a signal, the other workers get SIGTERM, then SIGKILL after
+// the grace period, and Run returns a *WorkerError naming the rank, its
+// exit code or signal and the last lines of its stderr. Signals given to
+// the launcher (Config.Signals; cohort run passes SIGINT and SIGTERM) are
+// forwarded to every worker; a second signal kills them. Before Run
+// returns every worker's process group is killed, so no process the
+// workers started is left behind; on Linux the workers also get SIGKILL
+// if the launcher itself dies (parent-death signal).
+//
+// The supervision logic is a small state machine without I/O (monitor.go)
+// with a restart-policy hook: Config.Restart may restart the workers of a
+// single node after a failure (each generation gets a fresh store and
+// COHORT_RESTART_COUNT+1). Elastic membership — nodes joining or leaving
+// and re-rendezvous at a new world size — is future work that extends
+// that state machine.
+//
+// # Clusters
+//
+//   - torchrun users: `cohort run` takes the same core flags
+//     (--nproc-per-node, --nnodes, --node-rank, --master-addr,
+//     --master-port; underscores accepted) and sets the same variables.
+//   - Slurm: `srun --ntasks-per-node=1 cohort run --nproc-per-node N PROG`
+//     runs one launcher per node; cohort run takes --nnodes, --node-rank,
+//     --master-addr (first host of the step's node list) and --master-port
+//     (derived from the job id) from Slurm's variables
+//     (rendezvous.NodeFromEnv). A program started directly by
+//     `srun --ntasks-per-node=N PROG` needs no launcher at all:
+//     rendezvous.FromEnv maps SLURM_PROCID, SLURM_NTASKS, SLURM_LOCALID
+//     and the node list onto the same contract.
+//   - OpenMPI: `mpirun -np N -x MASTER_ADDR -x MASTER_PORT PROG` likewise
+//     needs no launcher (OMPI_COMM_WORLD_* are read by FromEnv).
+//   - Kubernetes: a Kubeflow PyTorchJob's pods either run the program
+//     directly (it sets RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT) or run
+//     cohort run, which reads PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR
+//     and PET_MASTER_PORT; an Indexed Job's JOB_COMPLETION_INDEX serves as
+//     the rank (program run directly) or the node rank (cohort run).
+//
+// launch depends on the rendezvous and store packages only, never on
+// tensors or process groups.
+package launch

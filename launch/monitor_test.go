@@ -1,0 +1,192 @@
+package launch
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"strings"
+	"syscall"
+	"testing"
+)
+
+// TestMonitor walks the state machine through event sequences and checks
+// the actions and the outcome, as a transcript.
+func TestMonitor(t *testing.T) {
+	exit := func(local, code int) event { return event{kind: evExit, local: local, status: ExitStatus{Code: code}} }
+	killed := func(local int, sig syscall.Signal) event {
+		return event{kind: evExit, local: local, status: ExitStatus{Code: -1, Signal: sig}}
+	}
+	tests := []struct {
+		name    string
+		workers int
+		policy  RestartPolicy
+		events  []event
+		want    []string // actions per event, "" for none
+		outcome string   // substring of the outcome error; "" for nil
+		phase   phase
+	}{
+		{
+			name: "all-succeed", workers: 2,
+			events: []event{exit(1, 0), exit(0, 0)},
+			want:   []string{"", "finish"},
+			phase:  phaseDone,
+		},
+		{
+			name: "failure-stops-the-others", workers: 3,
+			events:  []event{exit(1, 3), killed(0, syscall.SIGTERM), killed(2, syscall.SIGTERM)},
+			want:    []string{"publish signal(terminated) arm", "", "finish"},
+			outcome: "rank 1 (local rank 1 on node 0, pid 101) exited with code 3",
+			phase:   phaseDone,
+		},
+		{
+			name: "grace-expires-then-kill", workers: 2,
+			events:  []event{exit(0, 3), {kind: evGrace}, {kind: evGrace}, killed(1, syscall.SIGKILL)},
+			want:    []string{"publish signal(terminated) arm", "kill", "", "finish"},
+			outcome: "rank 0",
+			phase:   phaseDone,
+		},
+		{
+			name: "killed-by-signal-is-a-failure", workers: 2,
+			events:  []event{killed(1, syscall.SIGKILL), exit(0, 143)},
+			want:    []string{"publish signal(terminated) arm", "finish"},
+			outcome: "killed by signal 9",
+			phase:   phaseDone,
+		},
+		{
+			name: "later-failures-do-not-replace-the-first", workers: 3,
+			events:  []event{exit(2, 7), exit(0, 1), exit(1, 1)},
+			want:    []string{"publish signal(terminated) arm", "", "finish"},
+			outcome: "rank 2 (local rank 2 on node 0, pid 102) exited with code 7",
+			phase:   phaseDone,
+		},
+		{
+			name: "success-then-failure", workers: 2,
+			events:  []event{exit(0, 0), exit(1, 2)},
+			want:    []string{"", "publish finish"},
+			outcome: "rank 1",
+			phase:   phaseDone,
+		},
+		{
+			name: "signal-forwarded-then-second-kills", workers: 2,
+			events:  []event{{kind: evSignal, sig: syscall.SIGINT}, {kind: evSignal, sig: syscall.SIGINT}, exit(0, 130), exit(1, 130)},
+			want:    []string{"signal(interrupt) arm", "kill", "", "finish"},
+			outcome: "stopped by signal interrupt",
+			phase:   phaseDone,
+		},
+		{
+			name: "cancel", workers: 1,
+			events:  []event{{kind: evCancel}, exit(0, 0)},
+			want:    []string{"signal(terminated) arm", "finish"},
+			outcome: "canceled",
+			phase:   phaseDone,
+		},
+		{
+			name: "remote-failure", workers: 2,
+			events:  []event{{kind: evRemote, msg: "node 1: rank 3 exited with code 3"}, exit(0, 143), exit(1, 143)},
+			want:    []string{"signal(terminated) arm", "", "finish"},
+			outcome: "stopped: node 1: rank 3 exited with code 3",
+			phase:   phaseDone,
+		},
+		{
+			name: "remote-after-own-failure-ignored", workers: 2,
+			events:  []event{exit(0, 3), {kind: evRemote, msg: "node 0: rank 0"}, exit(1, 143)},
+			want:    []string{"publish signal(terminated) arm", "", "finish"},
+			outcome: "rank 0",
+			phase:   phaseDone,
+		},
+		{
+			name: "duplicate-and-bogus-exits-ignored", workers: 2,
+			events: []event{exit(0, 0), exit(0, 0), exit(5, 0), exit(1, 0)},
+			want:   []string{"", "", "", "finish"},
+			phase:  phaseDone,
+		},
+		{
+			name: "restart-then-succeed", workers: 2, policy: MaxRestarts(1),
+			events: []event{exit(1, 3), exit(0, 143), exit(0, 0), exit(1, 0)},
+			want:   []string{"signal(terminated) arm", "restart", "", "finish"},
+			phase:  phaseDone,
+		},
+		{
+			name: "restarts-exhausted", workers: 1, policy: MaxRestarts(1),
+			events:  []event{exit(0, 3), exit(0, 3)},
+			want:    []string{"restart", "publish finish"},
+			outcome: "rank 0",
+			phase:   phaseDone,
+		},
+		{
+			name: "signal-while-restarting-cancels-restart", workers: 2, policy: MaxRestarts(5),
+			events:  []event{exit(0, 3), {kind: evSignal, sig: syscall.SIGTERM}, exit(1, 143)},
+			want:    []string{"signal(terminated) arm", "kill", "finish"},
+			outcome: "stopped by signal terminated",
+			phase:   phaseDone,
+		},
+		{
+			name: "events-after-done-ignored", workers: 1,
+			events: []event{exit(0, 0), {kind: evSignal, sig: syscall.SIGINT}, {kind: evGrace}},
+			want:   []string{"finish", "", ""},
+			phase:  phaseDone,
+		},
+		{
+			name: "still-running", workers: 2,
+			events: []event{exit(0, 0)},
+			want:   []string{""},
+			phase:  phaseRunning,
+		},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			m := newMonitor(tc.workers, tc.policy, func(local int, st ExitStatus) *WorkerError {
+				return &WorkerError{Rank: local, LocalRank: local, PID: 100 + local, Status: st}
+			})
+			if len(tc.want) != len(tc.events) {
+				t.Fatalf("bad test: %d events, %d expectations", len(tc.events), len(tc.want))
+			}
+			for i, ev := range tc.events {
+				if got := formatActions(m.handle(ev)); got != tc.want[i] {
+					t.Fatalf("event %d (%+v): actions %q; want %q", i, ev, got, tc.want[i])
+				}
+			}
+			if m.phase != tc.phase {
+				t.Fatalf("phase %v; want %v", m.phase, tc.phase)
+			}
+			err := m.outcome()
+			switch {
+			case tc.outcome == "" && err != nil:
+				t.Fatalf("outcome %v; want nil", err)
+			case tc.outcome != "" && (err == nil || !strings.Contains(err.Error(), tc.outcome)):
+				t.Fatalf("outcome %v; want an error containing %q", err, tc.outcome)
+			}
+		})
+	}
+}
+
+func formatActions(acts []action) string {
+	var parts []string
+	for _, a := range acts {
+		switch a.kind {
+		case actSignal:
+			parts = append(parts, fmt.Sprintf("signal(%v)", a.sig))
+		case actKill:
+			parts = append(parts, "kill")
+		case actArm:
+			parts = append(parts, "arm")
+		case actPublish:
+			parts = append(parts, "publish")
+		case actRestart:
+			parts = append(parts, "restart")
+		case actFinish:
+			parts = append(parts, "finish")
+		}
+	}
+	return strings.Join(parts, " ")
+}
+
+func TestOutcomeTypes(t *testing.T) {
+	m := newMonitor(1, nil, func(local int, st ExitStatus) *WorkerError { return &WorkerError{Status: st} })
+	m.handle(event{kind: evSignal, sig: os.Interrupt})
+	m.handle(event{kind: evExit, local: 0, status: ExitStatus{Code: 130}})
+	var se *SignalError
+	if err := m.outcome(); !errors.As(err, &se) || se.ExitCode() != 130 {
+		t.Fatalf("outcome %v; want a *SignalError with exit code 130", err)
+	}
+}

@@ -1,0 +1,392 @@
+package launch
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"log/slog"
+	"net"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+
+	"cohort/dist/rendezvous"
+	"cohort/dist/store"
+	"cohort/dist/store/tcpstore"
+)
+
+// Run runs one node's part of a job: it resolves (and if needed builds)
+// the program, serves the job's store on node 0, joins the other nodes'
+// launchers, starts Config.NProcPerNode workers with torchrun's
+// environment, streams their output, and supervises them until they all
+// exit.
+//
+// It returns nil when every worker exited 0; a *WorkerError naming the
+// first worker that failed (after stopping the others: SIGTERM, then
+// SIGKILL after the grace period); a *RemoteError when a failure on
+// another node stopped this one; a *SignalError when a signal from
+// Config.Signals stopped the job; an error wrapping ctx's error when ctx
+// ended; or a configuration, build or rendezvous error. Every worker
+// process group is killed before Run returns, whatever happened.
+func Run(ctx context.Context, cfg Config) error {
+	if err := cfg.validate(); err != nil {
+		return err
+	}
+	c := cfg.withDefaults()
+	a := &agent{cfg: c, log: c.Logger, out: &lineWriter{w: c.Stdout}, errOut: &lineWriter{w: c.Stderr}}
+	defer a.cleanup()
+	if err := a.prepare(ctx); err != nil {
+		return err
+	}
+	return a.supervise(ctx)
+}
+
+// agent is the state of one Run.
+type agent struct {
+	cfg         Config
+	log         *slog.Logger
+	out, errOut *lineWriter
+
+	bin    string // the program to start
+	tmpDir string // holds a built binary; removed by cleanup
+
+	token, runID string
+	port         int    // the store's port (MASTER_PORT)
+	storeAddr    string // host:port workers and launchers dial
+	srv          *tcpstore.Server
+	st           store.Store
+
+	workers []*worker
+	events  chan event    // worker exits and remote failures
+	waiters chan struct{} // one send per finished worker waiter goroutine
+	pending int           // worker waiter goroutines not yet finished
+
+	watchCancel context.CancelFunc
+	watchDone   chan struct{}
+}
+
+// prepare resolves the program, sets up the store and joins the job.
+func (a *agent) prepare(ctx context.Context) error {
+	c := &a.cfg
+	res, err := resolveProgram(c.Program, c.Dir, exec.LookPath)
+	if err != nil {
+		return err
+	}
+	a.bin = res.path
+	if res.kind == kindPackage {
+		a.log.Info("launch: building Go package", "package", res.path)
+		start := time.Now()
+		bin, tmp, err := buildPackage(ctx, c.GoCommand, res.path, c.Dir, c.Env)
+		if err != nil {
+			return err
+		}
+		a.bin, a.tmpDir = bin, tmp
+		a.log.Info("launch: built", "package", res.path, "took", time.Since(start).Round(time.Millisecond))
+	}
+
+	a.token = c.Token
+	if a.token == "" {
+		if a.token, err = randomHex(32); err != nil {
+			return err
+		}
+	}
+	a.runID = c.RunID
+	if a.runID == "" && c.NodeRank == 0 {
+		if a.runID, err = randomHex(8); err != nil {
+			return err
+		}
+	}
+	a.port = c.MasterPort
+	if err := a.openStore(ctx); err != nil {
+		return err
+	}
+	if a.runID, err = join(ctx, a.st, c, a.runID); err != nil {
+		return err
+	}
+	return nil
+}
+
+// openStore serves the store (node 0) and connects this launcher to it.
+func (a *agent) openStore(ctx context.Context) error {
+	c := &a.cfg
+	if c.NodeRank == 0 {
+		listen := net.JoinHostPort(c.MasterAddr, strconv.Itoa(a.port))
+		if c.NNodes > 1 {
+			listen = ":" + strconv.Itoa(a.port) // other hosts must reach it
+		}
+		srv, err := tcpstore.Listen(listen, tcpstore.Options{Token: a.token, Logger: a.log})
+		if err != nil {
+			return fmt.Errorf("launch: serving the job's store (is --master-port %d in use?): %w", a.port, err)
+		}
+		a.srv = srv
+		a.port = srv.Addr().(*net.TCPAddr).Port
+	}
+	a.storeAddr = net.JoinHostPort(c.MasterAddr, strconv.Itoa(a.port))
+	dctx, cancel := context.WithTimeout(ctx, c.JoinTimeout)
+	defer cancel()
+	st, err := rendezvous.Dial(dctx, a.storeAddr, a.token, rendezvous.Options{Logger: a.log})
+	if err != nil {
+		return fmt.Errorf("launch: node %d: connecting to the job's store on node 0: %w", c.NodeRank, err)
+	}
+	a.st = st
+	return nil
+}
+
+// closeStore disconnects and, on node 0, stops serving.
+func (a *agent) closeStore() {
+	if a.st != nil {
+		a.st.Close()
+		a.st = nil
+	}
+	if a.srv != nil {
+		a.srv.Close()
+		a.srv = nil
+	}
+}
+
+// cleanup kills every worker group, waits for the agent's goroutines and
+// releases the store and the build directory. It runs on every return.
+func (a *agent) cleanup() {
+	a.killAll()
+	a.waitWorkers()
+	a.stopWatch()
+	a.closeStore()
+	if a.tmpDir != "" {
+		os.RemoveAll(a.tmpDir)
+	}
+}
+
+func (a *agent) killAll() {
+	for _, w := range a.workers {
+		if err := w.signalGroup(syscall.SIGKILL); err != nil {
+			a.log.Warn("launch: kill", "err", err)
+		}
+	}
+}
+
+func (a *agent) signalAll(sig os.Signal) {
+	s, ok := sig.(syscall.Signal)
+	if !ok {
+		s = syscall.SIGTERM
+	}
+	for _, w := range a.workers {
+		if err := w.signalGroup(s); err != nil {
+			a.log.Warn("launch: signal", "err", err)
+		}
+	}
+}
+
+// waitWorkers waits until every worker waiter goroutine has finished.
+// Workers exit (they were killed at the latest by killAll), so this ends.
+func (a *agent) waitWorkers() {
+	for ; a.pending > 0; a.pending-- {
+		<-a.waiters
+	}
+}
+
+func (a *agent) startWatch() {
+	ctx, cancel := context.WithCancel(context.Background())
+	a.watchCancel, a.watchDone = cancel, make(chan struct{})
+	st, events := a.st, a.events
+	go func() {
+		defer close(a.watchDone)
+		if msg := watchFailure(ctx, st); msg != "" {
+			events <- event{kind: evRemote, msg: msg}
+		}
+	}()
+}
+
+func (a *agent) stopWatch() {
+	if a.watchCancel != nil {
+		a.watchCancel()
+		<-a.watchDone
+		a.watchCancel = nil
+	}
+}
+
+// spawn starts generation restarts of the workers.
+func (a *agent) spawn(restarts int) error {
+	c := &a.cfg
+	// Room for every exit plus one remote failure, so senders never block.
+	a.events = make(chan event, c.NProcPerNode+1)
+	if a.waiters == nil {
+		a.waiters = make(chan struct{}, c.NProcPerNode)
+	}
+	a.workers = a.workers[:0]
+	a.startWatch()
+	threads := max(1, c.NumCPU/c.NProcPerNode)
+	for local := range c.NProcPerNode {
+		rank := c.NodeRank*c.NProcPerNode + local
+		env := a.workerEnv(local, rank, threads, restarts)
+		w, err := startWorker(a.bin, c.Args, env, c.Dir, local, rank, a.out, a.errOut, c.TailLines, a.events, a.waiters)
+		if err != nil {
+			return err
+		}
+		a.pending++
+		a.workers = append(a.workers, w)
+	}
+	a.log.Info("launch: started workers", "node", c.NodeRank, "nodes", c.NNodes, "workers", c.NProcPerNode,
+		"world", c.WorldSize(), "store", a.storeAddr, "run_id", a.runID, "restart", restarts, "threads", threads)
+	return nil
+}
+
+// workerEnv is the base environment with the launcher's variables
+// replacing any of the same name.
+func (a *agent) workerEnv(local, rank, threads, restarts int) []string {
+	c := &a.cfg
+	vars := []struct{ k, v string }{
+		{"RANK", strconv.Itoa(rank)},
+		{"LOCAL_RANK", strconv.Itoa(local)},
+		{"WORLD_SIZE", strconv.Itoa(c.WorldSize())},
+		{"LOCAL_WORLD_SIZE", strconv.Itoa(c.NProcPerNode)},
+		{"GROUP_RANK", strconv.Itoa(c.NodeRank)},
+		{"NODE_RANK", strconv.Itoa(c.NodeRank)},
+		{"GROUP_WORLD_SIZE", strconv.Itoa(c.NNodes)},
+		{"ROLE_RANK", strconv.Itoa(rank)},
+		{"ROLE_WORLD_SIZE", strconv.Itoa(c.WorldSize())},
+		{"MASTER_ADDR", c.MasterAddr},
+		{"MASTER_PORT", strconv.Itoa(a.port)},
+		{"COHORT_RENDEZVOUS", string(rendezvous.Torchrun)},
+		{"COHORT_STORE_ADDR", a.storeAddr},
+		{"COHORT_TOKEN", a.token},
+		{"COHORT_RUN_ID", a.runID},
+		{"COHORT_RESTART_COUNT", strconv.Itoa(restarts)},
+		{"COHORT_NUM_THREADS", strconv.Itoa(threads)},
+	}
+	names := make(map[string]bool, len(vars))
+	for _, kv := range vars {
+		names[kv.k] = true
+	}
+	env := make([]string, 0, len(c.Env)+len(vars)+1)
+	hasOMP := false
+	for _, e := range c.Env {
+		k, _, _ := strings.Cut(e, "=")
+		if names[k] {
+			continue
+		}
+		hasOMP = hasOMP || k == "OMP_NUM_THREADS"
+		env = append(env, e)
+	}
+	for _, kv := range vars {
+		env = append(env, kv.k+"="+kv.v)
+	}
+	if !hasOMP {
+		env = append(env, "OMP_NUM_THREADS="+strconv.Itoa(threads))
+	}
+	return env
+}
+
+// supervise runs the monitor loop until the workers are gone.
+func (a *agent) supervise(ctx context.Context) error {
+	c := &a.cfg
+	m := newMonitor(c.NProcPerNode, c.Restart, a.describe)
+	if err := a.spawn(0); err != nil {
+		return err
+	}
+	var grace *time.Timer
+	var graceC <-chan time.Time
+	stopGrace := func() {
+		if grace != nil {
+			grace.Stop()
+			grace, graceC = nil, nil
+		}
+	}
+	defer stopGrace()
+	ctxDone := ctx.Done()
+	for {
+		var ev event
+		select {
+		case ev = <-a.events:
+		case sig := <-c.Signals:
+			a.log.Info("launch: forwarding signal to workers", "signal", sig)
+			ev = event{kind: evSignal, sig: sig}
+		case <-ctxDone:
+			ctxDone = nil
+			ev = event{kind: evCancel}
+		case <-graceC:
+			grace, graceC = nil, nil
+			a.log.Warn("launch: workers did not exit within the grace period; killing them", "grace", c.GracePeriod)
+			ev = event{kind: evGrace}
+		}
+		if ev.kind == evExit {
+			w := a.workers[ev.local]
+			a.log.Info("launch: worker exited", "rank", w.rank, "pid", w.pid, "status", ev.status.String())
+		}
+		for _, act := range m.handle(ev) {
+			switch act.kind {
+			case actSignal:
+				a.signalAll(act.sig)
+			case actKill:
+				a.killAll()
+			case actArm:
+				stopGrace()
+				grace = time.NewTimer(c.GracePeriod)
+				graceC = grace.C
+			case actPublish:
+				if err := publishFailure(a.st, c.NodeRank, m.failure.summary(), 5*time.Second); err != nil {
+					a.log.Warn("launch: could not tell the other nodes about the failure", "err", err)
+				}
+			case actRestart:
+				stopGrace()
+				if err := a.restart(ctx, m.restarts); err != nil {
+					return err
+				}
+			case actFinish:
+				return a.finish(ctx, m)
+			}
+		}
+	}
+}
+
+// restart tears the generation down and starts the next one with a fresh
+// store (single node only), so no key of the failed generation survives.
+func (a *agent) restart(ctx context.Context, restarts int) error {
+	a.log.Warn("launch: restarting workers", "restart", restarts)
+	a.killAll()
+	a.waitWorkers()
+	a.stopWatch()
+	a.closeStore()
+	if err := a.openStore(ctx); err != nil {
+		return err
+	}
+	if _, err := join(ctx, a.st, &a.cfg, a.runID); err != nil {
+		return err
+	}
+	return a.spawn(restarts)
+}
+
+// finish ends the job on this node: no process left, the exit barrier
+// with the other nodes, and the outcome.
+func (a *agent) finish(ctx context.Context, m *monitor) error {
+	a.killAll() // descendants of workers that exited
+	a.waitWorkers()
+	a.stopWatch()
+	outcome := m.outcome()
+	if errors.Is(outcome, errCanceled) {
+		outcome = fmt.Errorf("launch: %w", context.Cause(ctx))
+	}
+	if a.cfg.NNodes > 1 {
+		others, err := exitBarrier(a.st, &a.cfg, outcome)
+		if err != nil {
+			a.log.Warn("launch: exit barrier: not every node reported", "err", err)
+		}
+		if outcome == nil && len(others) > 0 {
+			slices.Sort(others)
+			outcome = &RemoteError{Msg: strings.Join(others, "; ")}
+		}
+	}
+	return outcome
+}
+
+// describe builds the WorkerError for a failed worker.
+func (a *agent) describe(local int, st ExitStatus) *WorkerError {
+	w := a.workers[local]
+	return &WorkerError{
+		Rank: w.rank, LocalRank: local, NodeRank: a.cfg.NodeRank, PID: w.pid,
+		Status: st, StderrTail: w.stderrTail.snapshot(),
+	}
+}

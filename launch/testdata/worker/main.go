@@ -1,0 +1,140 @@
+// Command worker is the program the launch tests start. Its first argument
+// picks a behaviour; every mode first prints "pid N" and, except "env",
+// joins the job's store and waits for every rank (a barrier), so the
+// tests know all workers are up before anything fails.
+//
+//	env                 print the launcher's variables and exit 0
+//	exit RANK CODE      RANK writes 25 stderr lines and exits CODE; others sleep
+//	selfkill RANK       RANK kills itself with SIGKILL; others sleep
+//	ignoreterm RANK     like exit RANK 3, but the others ignore SIGTERM
+//	signal              wait for a signal, print it, exit 0
+//	restart             rank 1 exits 3 on the first run, all exit 0 afterwards
+//	streams             write one line to stdout and one to stderr, exit 0
+//
+// Modes that sleep start a grandchild ("sleep 300", printed as "child N")
+// in their process group, so the tests can check it is killed too.
+package main
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"os/signal"
+	"strconv"
+	"syscall"
+	"time"
+
+	"cohort/dist/rendezvous"
+)
+
+func main() {
+	fmt.Printf("pid %d\n", os.Getpid())
+	if len(os.Args) < 2 {
+		fatal("usage: worker MODE [ARGS]")
+	}
+	mode := os.Args[1]
+	if mode == "env" {
+		for _, k := range []string{"RANK", "LOCAL_RANK", "WORLD_SIZE", "LOCAL_WORLD_SIZE", "GROUP_RANK", "NODE_RANK",
+			"GROUP_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT", "COHORT_STORE_ADDR", "COHORT_TOKEN", "COHORT_RUN_ID",
+			"COHORT_RESTART_COUNT", "COHORT_NUM_THREADS", "OMP_NUM_THREADS", "EXTRA"} {
+			fmt.Printf("%s=%s\n", k, os.Getenv(k))
+		}
+	}
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		fatal(err.Error())
+	}
+	fmt.Printf("info %s\n", info)
+	if mode == "env" {
+		return
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	defer cancel()
+	st, err := rendezvous.Connect(ctx, info, rendezvous.Options{})
+	if err != nil {
+		fatal(err.Error())
+	}
+	switch mode {
+	case "exit", "selfkill", "ignoreterm":
+		startChild()
+	}
+	if mode == "ignoreterm" {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	// Barrier: every rank sets its key and waits for all.
+	prefix := "test/" + strconv.Itoa(info.RestartCount) + "/"
+	if err := st.Set(ctx, prefix+strconv.Itoa(info.Rank), []byte("up")); err != nil {
+		fatal(err.Error())
+	}
+	keys := make([]string, info.WorldSize)
+	for r := range keys {
+		keys[r] = prefix + strconv.Itoa(r)
+	}
+	if err := st.Wait(ctx, keys...); err != nil {
+		fatal(err.Error())
+	}
+	fmt.Println("ready")
+
+	arg := func(i int) int {
+		if len(os.Args) <= i {
+			fatal("missing argument")
+		}
+		n, err := strconv.Atoi(os.Args[i])
+		if err != nil {
+			fatal(err.Error())
+		}
+		return n
+	}
+	switch mode {
+	case "exit", "ignoreterm":
+		target, code := arg(2), 3
+		if mode == "exit" {
+			code = arg(3)
+		}
+		if info.Rank == target {
+			for i := 1; i <= 25; i++ {
+				fmt.Fprintf(os.Stderr, "line %d\n", i)
+			}
+			os.Exit(code)
+		}
+		time.Sleep(5 * time.Minute)
+	case "selfkill":
+		if info.Rank == arg(2) {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		time.Sleep(5 * time.Minute)
+	case "signal":
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		fmt.Println("waiting")
+		sig := <-ch
+		fmt.Printf("got %v\n", sig)
+	case "restart":
+		fmt.Printf("restart %d\n", info.RestartCount)
+		if info.Rank == 1 && info.RestartCount == 0 {
+			os.Exit(3)
+		}
+	case "streams":
+		fmt.Println("to stdout")
+		fmt.Fprintln(os.Stderr, "to stderr")
+	default:
+		fatal("unknown mode " + mode)
+	}
+	// Rank 0 may serve nothing (the launcher does) but wait so no rank
+	// closes the store under another's feet.
+	st.Close()
+}
+
+func startChild() {
+	cmd := exec.Command("sleep", "300")
+	if err := cmd.Start(); err != nil {
+		fatal(err.Error())
+	}
+	fmt.Printf("child %d\n", cmd.Process.Pid)
+}
+
+func fatal(msg string) {
+	fmt.Fprintln(os.Stderr, "worker:", msg)
+	os.Exit(2)
+}
