@@ -480,3 +480,38 @@ func TestGradReplaced(t *testing.T) {
 		}
 	}
 }
+
+func TestVerifyReplicas(t *testing.T) {
+	const world = 3
+	for _, perturb := range []int{-1, 1, 2} {
+		t.Run(fmt.Sprintf("perturbed-rank=%d", perturb), func(t *testing.T) {
+			errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+				ctx := context.Background()
+				net := newMLP(uint64(pg.Rank()), 4, 5, 3)
+				m, err := Wrap(ctx, net, pg, Options{})
+				if err != nil {
+					return err
+				}
+				if err := m.VerifyReplicas(ctx); err != nil {
+					return fmt.Errorf("right after Wrap: %w", err)
+				}
+				if pg.Rank() == perturb {
+					net.params[2].Param.Value.Data()[3] += 1e-7
+				}
+				return m.VerifyReplicas(ctx)
+			})
+			for r, err := range errs {
+				if perturb < 0 {
+					if err != nil {
+						t.Fatalf("rank %d: %v", r, err)
+					}
+					continue
+				}
+				want := fmt.Sprintf("rank %d (first differing parameter %q)", perturb, "2.weight")
+				if err == nil || !strings.Contains(err.Error(), want) {
+					t.Fatalf("rank %d: err = %v, want one containing %q", r, err, want)
+				}
+			}
+		})
+	}
+}
