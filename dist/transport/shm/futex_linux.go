@@ -1,0 +1,28 @@
+package shm
+
+import (
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Futex operations on words in shared mappings: not FUTEX_PRIVATE_FLAG,
+// so waiters and wakers may be different processes.
+const (
+	futexWait = 0
+	futexWake = 1
+)
+
+// futexSleep blocks while *addr == val, at most d, or until woken. Spurious
+// returns are allowed; callers re-check their condition.
+func futexSleep(addr *uint32, val uint32, d time.Duration) {
+	ts := unix.NsecToTimespec(int64(d))
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+}
+
+// futexWakeAll wakes every waiter on addr.
+func futexWakeAll(addr *uint32) {
+	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(1<<31-1), 0, 0, 0)
+}

@@ -1,0 +1,163 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"net"
+	"sync"
+
+	"cohort/dist/transport/internal/demux"
+	"cohort/dist/transport/internal/handshake"
+	"cohort/dist/transport/internal/mesh"
+)
+
+const protocolLabel = "cohort-shm/1"
+
+// Listener is the first half of setting up a transport: this rank's
+// segment and setup socket, whose address the caller publishes.
+type Listener struct {
+	rank, worldSize int
+	opts            Options
+	seg             *segment
+	ln              *net.UnixListener
+	mu              sync.Mutex
+	used            bool
+}
+
+// Listen validates the arguments, creates this rank's segment in
+// Options.Dir and starts listening on a Unix-domain socket beside it.
+func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, error) {
+	if worldSize < 1 {
+		return nil, fmt.Errorf("shm: world size %d, want >= 1", worldSize)
+	}
+	if rank < 0 || rank >= worldSize {
+		return nil, fmt.Errorf("shm: rank %d out of range [0, %d)", rank, worldSize)
+	}
+	if err := opts.validate(); err != nil {
+		return nil, err
+	}
+	opts = opts.withDefaults()
+	seg, err := createSegment(opts.Dir, opts.Prefix, rank, worldSize, int(opts.RingBytes))
+	if err != nil {
+		return nil, err
+	}
+	var lc net.ListenConfig
+	ln, err := lc.Listen(ctx, "unix", seg.path+".sock")
+	if err != nil {
+		seg.unlink()
+		seg.unmap()
+		return nil, fmt.Errorf("shm: rank %d: listen: %w", rank, err)
+	}
+	return &Listener{rank: rank, worldSize: worldSize, opts: opts, seg: seg, ln: ln.(*net.UnixListener)}, nil
+}
+
+// Addr returns the address to publish to the other ranks: the segment's
+// path.
+func (l *Listener) Addr() string { return l.seg.path }
+
+// Close removes the segment and socket; needed only if Connect is never
+// called.
+func (l *Listener) Close() error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.used {
+		return nil
+	}
+	l.used = true
+	l.ln.Close()
+	err := l.seg.unlink()
+	l.seg.unmap()
+	return err
+}
+
+// Connect maps every peer's segment, given every rank's published address
+// (peerAddrs[r] is rank r's; this rank's own entry is ignored), connects
+// the liveness sockets (dialling the lower ranks, accepting the higher
+// ones, authenticating each) and returns the transport. It fails, naming
+// the missing ranks, if ctx ends first or a peer's segment or socket is
+// unusable. The segment and socket files are removed when Connect
+// returns, whether it succeeds or not.
+func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport, error) {
+	l.mu.Lock()
+	used := l.used
+	l.used = true
+	l.mu.Unlock()
+	if used {
+		return nil, fmt.Errorf("shm: rank %d: Connect called on a used or closed listener", l.rank)
+	}
+	ok := false
+	segs := make([]*segment, l.worldSize)
+	defer func() {
+		l.ln.Close()
+		l.seg.unlink()
+		if !ok {
+			l.seg.unmap()
+			for _, s := range segs {
+				if s != nil {
+					s.unmap()
+				}
+			}
+		}
+	}()
+	if len(peerAddrs) != l.worldSize {
+		return nil, fmt.Errorf("shm: rank %d: %d peer addresses for world size %d", l.rank, len(peerAddrs), l.worldSize)
+	}
+	// Map every peer's segment before any handshake: once all handshakes
+	// are done, every peer has mapped this rank's segment, and its file
+	// can go.
+	for r, addr := range peerAddrs {
+		if r == l.rank {
+			continue
+		}
+		if addr == "" {
+			return nil, fmt.Errorf("shm: rank %d: no address for rank %d", l.rank, r)
+		}
+		s, err := openSegment(addr, r, l.worldSize)
+		if err != nil {
+			return nil, fmt.Errorf("shm: rank %d: %w", l.rank, err)
+		}
+		segs[r] = s
+	}
+	conns, err := mesh.Connect(ctx, mesh.Config{
+		Handshake: handshake.Config{Label: protocolLabel, Token: l.opts.Token, Rank: l.rank, WorldSize: l.worldSize},
+		Listener:  l.ln,
+		Dial: func(ctx context.Context, peer int) (net.Conn, error) {
+			var d net.Dialer
+			return d.DialContext(ctx, "unix", peerAddrs[peer]+".sock")
+		},
+		HandshakeTimeout: l.opts.HandshakeTimeout,
+		Logger:           l.opts.Logger,
+		Name:             "shm",
+	})
+	if err != nil {
+		return nil, err
+	}
+	t := &Transport{
+		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg,
+		peers: make([]*peer, l.worldSize), self: demux.New(), pollerDone: make(chan struct{}),
+	}
+	for r, c := range conns {
+		if c == nil {
+			continue
+		}
+		s := segs[r]
+		t.peers[r] = &peer{
+			t: t, rank: r, seg: s,
+			out:          s.slot(l.rank),
+			peerDoorbell: s.doorbell(),
+			peerSleeping: s.sleeping(),
+			in:           l.seg.slot(r),
+			box:          demux.New(),
+			conn:         c,
+			readerDone:   make(chan struct{}),
+		}
+	}
+	ok = true
+	for _, p := range t.peers {
+		if p != nil {
+			go p.readLoop()
+		}
+	}
+	go t.poll()
+	return t, nil
+}

@@ -1,0 +1,77 @@
+package shm
+
+import (
+	"fmt"
+	"log/slog"
+	"regexp"
+	"time"
+)
+
+// Options configures a transport; the zero value works.
+type Options struct {
+	// Token is the job's shared secret, checked as in package tcp when
+	// the ranks connect. Empty means no authentication beyond file
+	// permissions (segments are created mode 0600).
+	Token []byte
+	// Dir is where segments and setup sockets are created; it should be a
+	// tmpfs. "" means /dev/shm.
+	Dir string
+	// Prefix starts the names of this job's files: letters, digits, '.',
+	// '_' and '-'. "" means "cohort".
+	Prefix string
+	// RingBytes is the capacity of each ring, a power of two from 64 KiB
+	// to 1 GiB. 0 means 4 MiB. Each rank's segment holds worldSize−1 rings.
+	RingBytes int64
+	// MaxMessageBytes is the longest message accepted from a peer; a
+	// longer one is a protocol error. 0 means 64 GiB.
+	MaxMessageBytes int64
+	// Spin is how long a waiting side polls before sleeping on a futex.
+	// 0 means 50 µs; negative means never spin.
+	Spin time.Duration
+	// HandshakeTimeout bounds the setup handshake with one peer. 0 means 30 s.
+	HandshakeTimeout time.Duration
+	// Logger receives refused connections and link failures; nil discards
+	// them.
+	Logger *slog.Logger
+}
+
+var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
+
+func (o *Options) validate() error {
+	switch {
+	case o.Prefix != "" && !prefixRE.MatchString(o.Prefix):
+		return fmt.Errorf("shm: Options.Prefix %q: want 1 to 64 letters, digits, '.', '_' or '-'", o.Prefix)
+	case o.RingBytes != 0 && (o.RingBytes < minRing || o.RingBytes > maxRing || o.RingBytes&(o.RingBytes-1) != 0):
+		return fmt.Errorf("shm: Options.RingBytes %d: want a power of two in [%d, %d]", o.RingBytes, minRing, maxRing)
+	case o.MaxMessageBytes < 0:
+		return fmt.Errorf("shm: Options.MaxMessageBytes %d is negative", o.MaxMessageBytes)
+	case o.HandshakeTimeout < 0:
+		return fmt.Errorf("shm: Options.HandshakeTimeout %v is negative", o.HandshakeTimeout)
+	}
+	return nil
+}
+
+func (o Options) withDefaults() Options {
+	if o.Dir == "" {
+		o.Dir = "/dev/shm"
+	}
+	if o.Prefix == "" {
+		o.Prefix = "cohort"
+	}
+	if o.RingBytes == 0 {
+		o.RingBytes = 4 << 20
+	}
+	if o.MaxMessageBytes == 0 {
+		o.MaxMessageBytes = 64 << 30
+	}
+	if o.Spin == 0 {
+		o.Spin = 50 * time.Microsecond
+	}
+	if o.HandshakeTimeout == 0 {
+		o.HandshakeTimeout = 30 * time.Second
+	}
+	if o.Logger == nil {
+		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	return o
+}

@@ -1,0 +1,192 @@
+package shm
+
+import (
+	"crypto/rand"
+	"encoding/binary"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync/atomic"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+)
+
+// Segment layout. A segment belongs to one receiving rank: a control page,
+// then one slot per rank of the world (the owner's own slot is unused),
+// each a header page and a ring of ringBytes.
+//
+//	control page: magic u64 | version u32 | worldSize u32 | rank u32 | pid u32 | ringBytes u64
+//	              doorbell u32 at +128 (futex word the owner sleeps on)
+//	              sleeping u32 at +256 (1 while the owner is, or is about to be, asleep)
+//	slot header:  head u64 at +0   (bytes ever published by the producer)
+//	              tail u64 at +128 (bytes ever consumed by the owner)
+//	              space u32 at +256 (futex word a producer waiting for space sleeps on)
+//	              waiting u32 at +384 (1 while the producer is, or is about to be, asleep)
+//
+// head and tail only grow; the ring position of byte i is i mod ringBytes.
+// Invariant: tail <= head <= tail + ringBytes. Fields sit 128 bytes apart so
+// the two sides never share a cache line (nor an adjacent-line prefetch).
+const (
+	pageBytes = 4096
+	minRing   = 64 << 10
+	maxRing   = 1 << 30
+
+	segMagic   = 0x6d68732d74726f63 // "cort-shm", little-endian
+	segVersion = 1
+
+	offMagic     = 0
+	offVersion   = 8
+	offWorld     = 12
+	offRank      = 16
+	offPid       = 20
+	offRingBytes = 24
+	offDoorbell  = 128
+	offSleeping  = 256
+
+	offHead    = 0
+	offTail    = 128
+	offSpace   = 256
+	offWaiting = 384
+)
+
+// segment is a mapped segment file.
+type segment struct {
+	path      string
+	mem       []byte
+	worldSize int
+	rank      int
+	ringBytes int
+}
+
+// ring is one slot of a segment, seen from either side.
+type ring struct {
+	head, tail     *uint64
+	space, waiting *uint32
+	data           []byte
+	mask           uint64
+}
+
+func segmentBytes(worldSize, ringBytes int) int {
+	return pageBytes + worldSize*(pageBytes+ringBytes)
+}
+
+func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
+func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[off])) }
+
+func (s *segment) doorbell() *uint32 { return s.u32(offDoorbell) }
+func (s *segment) sleeping() *uint32 { return s.u32(offSleeping) }
+
+// slot returns the ring that rank sender fills.
+func (s *segment) slot(sender int) ring {
+	base := pageBytes + sender*(pageBytes+s.ringBytes)
+	return ring{
+		head:    s.u64(base + offHead),
+		tail:    s.u64(base + offTail),
+		space:   s.u32(base + offSpace),
+		waiting: s.u32(base + offWaiting),
+		data:    s.mem[base+pageBytes : base+pageBytes+s.ringBytes : base+pageBytes+s.ringBytes],
+		mask:    uint64(s.ringBytes - 1),
+	}
+}
+
+// createSegment creates and maps a fresh segment for rank in dir.
+func createSegment(dir, prefix string, rank, worldSize, ringBytes int) (*segment, error) {
+	var id [8]byte
+	if _, err := rand.Read(id[:]); err != nil {
+		return nil, fmt.Errorf("shm: random name: %w", err)
+	}
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d-%s", prefix, rank, hex.EncodeToString(id[:])))
+	size := segmentBytes(worldSize, ringBytes)
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
+	if err != nil {
+		return nil, fmt.Errorf("shm: create segment %s: %w", path, err)
+	}
+	defer unix.Close(fd)
+	fail := func(what string, err error) (*segment, error) {
+		unix.Unlink(path)
+		return nil, fmt.Errorf("shm: %s segment %s (%d bytes): %w", what, path, size, err)
+	}
+	if err := unix.Ftruncate(fd, int64(size)); err != nil {
+		return fail("size", err)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return fail("map", err)
+	}
+	s := &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes}
+	binary.LittleEndian.PutUint32(mem[offVersion:], segVersion)
+	binary.LittleEndian.PutUint32(mem[offWorld:], uint32(worldSize))
+	binary.LittleEndian.PutUint32(mem[offRank:], uint32(rank))
+	binary.LittleEndian.PutUint32(mem[offPid:], uint32(os.Getpid()))
+	binary.LittleEndian.PutUint64(mem[offRingBytes:], uint64(ringBytes))
+	atomic.StoreUint64(s.u64(offMagic), segMagic) // last: the header is complete
+	return s, nil
+}
+
+// openSegment maps the segment at path, which must belong to rank of a
+// world of worldSize.
+func openSegment(path string, rank, worldSize int) (*segment, error) {
+	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
+	if err != nil {
+		return nil, fmt.Errorf("shm: open segment of rank %d: %w", rank, err)
+	}
+	defer unix.Close(fd)
+	var st unix.Stat_t
+	if err := unix.Fstat(fd, &st); err != nil {
+		return nil, fmt.Errorf("shm: stat segment of rank %d: %w", rank, err)
+	}
+	if st.Size < pageBytes {
+		return nil, fmt.Errorf("shm: segment %s of rank %d is %d bytes, not a segment", path, rank, st.Size)
+	}
+	hdr, err := unix.Mmap(fd, 0, pageBytes, unix.PROT_READ, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: map segment header of rank %d: %w", rank, err)
+	}
+	magic := atomic.LoadUint64((*uint64)(unsafe.Pointer(&hdr[offMagic])))
+	version := binary.LittleEndian.Uint32(hdr[offVersion:])
+	world := int(binary.LittleEndian.Uint32(hdr[offWorld:]))
+	owner := int(binary.LittleEndian.Uint32(hdr[offRank:]))
+	ringBytes64 := binary.LittleEndian.Uint64(hdr[offRingBytes:])
+	unix.Munmap(hdr)
+	switch {
+	case magic != segMagic:
+		return nil, fmt.Errorf("shm: %s (rank %d's address) is not a segment", path, rank)
+	case version != segVersion:
+		return nil, fmt.Errorf("shm: segment of rank %d has version %d, this end speaks %d", rank, version, segVersion)
+	case world != worldSize:
+		return nil, fmt.Errorf("shm: segment of rank %d is for world size %d, this rank's is %d", rank, world, worldSize)
+	case owner != rank:
+		return nil, fmt.Errorf("shm: the address given for rank %d is rank %d's segment", rank, owner)
+	case ringBytes64 < minRing || ringBytes64 > maxRing || ringBytes64&(ringBytes64-1) != 0:
+		return nil, fmt.Errorf("shm: segment of rank %d has ring size %d", rank, ringBytes64)
+	}
+	ringBytes := int(ringBytes64)
+	size := segmentBytes(worldSize, ringBytes)
+	if st.Size != int64(size) {
+		return nil, fmt.Errorf("shm: segment of rank %d is %d bytes, want %d", rank, st.Size, size)
+	}
+	mem, err := unix.Mmap(fd, 0, size, unix.PROT_READ|unix.PROT_WRITE, unix.MAP_SHARED)
+	if err != nil {
+		return nil, fmt.Errorf("shm: map segment of rank %d (%d bytes): %w", rank, size, err)
+	}
+	return &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes}, nil
+}
+
+// unlink removes the segment's file; the mappings stay valid.
+func (s *segment) unlink() error {
+	if err := unix.Unlink(s.path); err != nil && !errors.Is(err, unix.ENOENT) {
+		return fmt.Errorf("shm: remove segment %s: %w", s.path, err)
+	}
+	return nil
+}
+
+// unmap releases the mapping; s must not be used afterwards.
+func (s *segment) unmap() {
+	if s.mem != nil {
+		unix.Munmap(s.mem)
+		s.mem = nil
+	}
+}

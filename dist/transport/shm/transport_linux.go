@@ -1,0 +1,498 @@
+package shm
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"cohort/dist/transport"
+	"cohort/dist/transport/internal/demux"
+	"cohort/dist/wire"
+)
+
+const (
+	// recordAlign aligns every record in a ring, so a header never wraps.
+	recordAlign = wire.HeaderBytes
+	// publishBytes is how much of a long message a sender copies before
+	// publishing it, so the receiver copies out while the sender copies in.
+	publishBytes = 64 << 10
+	// sleepMax bounds every futex sleep, a backstop for missed wake-ups;
+	// state changes (close, death) wake sleepers explicitly.
+	sleepMax = 50 * time.Millisecond
+)
+
+var (
+	errPeerClosed   = errors.New("closed its transport")
+	errPeerVanished = errors.New("connection closed without a goodbye (process exited?)")
+	errCancelledMid = errors.New("a send was cancelled in the middle of a message; the link cannot be resynchronised")
+	errLocalClose   = errors.New("link closed by this rank")
+)
+
+// Transport is one rank's view of the shared-memory rings. It is safe for
+// concurrent use.
+type Transport struct {
+	rank, size int
+	opts       Options
+	own        *segment   // this rank's segment: its inbound rings
+	peers      []*peer    // by rank; nil at this rank
+	self       *demux.Box // messages to itself
+	closed     atomic.Bool
+	closeOnce  sync.Once
+	pollerDone chan struct{}
+}
+
+var _ transport.Transport = (*Transport)(nil)
+
+// peer is everything about one other rank.
+type peer struct {
+	t    *Transport
+	rank int
+
+	// Outbound: this rank produces into its slot of the peer's segment.
+	seg          *segment
+	out          ring
+	peerDoorbell *uint32
+	peerSleeping *uint32
+	mu           sync.Mutex // one sender at a time; guards outHead
+	outHead      uint64
+	sendErr      atomic.Pointer[transport.PeerError] // outbound side down
+
+	// Inbound: the poller consumes the peer's slot of this rank's segment.
+	in      ring
+	box     *demux.Box
+	inTail  uint64     // poller only
+	cur     *demux.Msg // message being copied out; poller only
+	curRem  uint64     // its payload bytes still to copy
+	curPad  uint64     // its padding after the payload
+	gone    atomic.Pointer[error]
+	settled bool // poller only: the box has been failed after gone
+
+	// Liveness channel.
+	conn       net.Conn
+	wmu        sync.Mutex
+	readerDone chan struct{}
+}
+
+// Rank returns this transport's rank.
+func (t *Transport) Rank() int { return t.rank }
+
+// Size returns the world size.
+func (t *Transport) Size() int { return t.size }
+
+func (t *Transport) check(op string, r int) error {
+	if r < 0 || r >= t.size {
+		return fmt.Errorf("shm: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, t.size)
+	}
+	return nil
+}
+
+// Send copies p into the ring to rank to under tag. It returns once the
+// whole message is in the ring (p may then be reused), without waiting for
+// the matching Recv; it waits only for ring space, which the peer's
+// progress goroutine frees continually. If ctx ends while a message is
+// half written, the link to the peer is broken.
+func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byte) error {
+	if err := t.check("send to", to); err != nil {
+		return err
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("shm: rank %d: send to rank %d (%v): %w", t.rank, to, tag, transport.ErrClosed)
+	}
+	if to == t.rank {
+		t.self.Begin(tag, len(p)).Deliver(p)
+		return nil
+	}
+	if err := t.peers[to].send(ctx, tag, p); err != nil {
+		return fmt.Errorf("shm: rank %d: send to rank %d (%v): %w", t.rank, to, tag, err)
+	}
+	return nil
+}
+
+// Recv receives the next message from rank from under tag into p; see
+// transport.Transport. A Recv cancelled by ctx consumes no message.
+func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []byte) error {
+	if err := t.check("recv from", from); err != nil {
+		return err
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, transport.ErrClosed)
+	}
+	box := t.self
+	if from != t.rank {
+		box = t.peers[from].box
+	}
+	if err := box.Recv(ctx, tag, p); err != nil {
+		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, err)
+	}
+	return nil
+}
+
+// send writes one record: header, payload, padding.
+func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte) error {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.t.closed.Load() {
+		return transport.ErrClosed
+	}
+	if pe := p.sendErr.Load(); pe != nil {
+		return pe
+	}
+	r := &p.out
+	capacity := uint64(len(r.data))
+	n := uint64(len(msg))
+	pad := (recordAlign - n%recordAlign) % recordAlign
+	head := p.outHead
+	if err := p.waitSpace(ctx, head, recordAlign, false); err != nil {
+		return err
+	}
+	h := wire.Header{Kind: wire.KindData, Group: tag.Group, Step: tag.Step, Seq: tag.Seq, Aux: n}
+	h.Put(r.data[head&r.mask:])
+	head += recordAlign
+	published := head - recordAlign
+	for off := uint64(0); off < n; {
+		free := capacity - (head - atomic.LoadUint64(r.tail))
+		if free == 0 {
+			p.publish(head)
+			published = head
+			if err := p.waitSpace(ctx, head, 1, true); err != nil {
+				return err
+			}
+			continue
+		}
+		k := min(free, n-off, publishBytes)
+		at := head & r.mask
+		c := copy(r.data[at:], msg[off:off+k])
+		copy(r.data, msg[off+uint64(c):off+k])
+		head += k
+		off += k
+		if off < n && head-published >= publishBytes {
+			p.publish(head)
+			published = head
+		}
+	}
+	if pad > 0 {
+		if capacity-(head-atomic.LoadUint64(r.tail)) < pad {
+			// The receiver waits for the padding only after the payload.
+			p.publish(head)
+			if err := p.waitSpace(ctx, head, pad, true); err != nil {
+				return err
+			}
+		}
+		head += pad
+	}
+	p.publish(head)
+	p.outHead = head
+	return nil
+}
+
+// publish makes the ring's bytes up to head visible and rings the peer's
+// doorbell if its poller sleeps.
+func (p *peer) publish(head uint64) {
+	atomic.StoreUint64(p.out.head, head)
+	if atomic.LoadUint32(p.peerSleeping) != 0 {
+		atomic.AddUint32(p.peerDoorbell, 1)
+		futexWakeAll(p.peerDoorbell)
+	}
+}
+
+// waitSpace waits until need bytes are free after head. started says the
+// record is partly published: giving up then breaks the link.
+func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) error {
+	r := &p.out
+	capacity := uint64(len(r.data))
+	free := func() uint64 { return capacity - (head - atomic.LoadUint64(r.tail)) }
+	if free() >= need {
+		return nil
+	}
+	spinUntil := time.Now().Add(p.t.opts.Spin)
+	for i := 0; ; i++ {
+		if free() >= need {
+			return nil
+		}
+		if p.t.closed.Load() {
+			return transport.ErrClosed
+		}
+		if pe := p.sendErr.Load(); pe != nil {
+			return pe
+		}
+		if err := ctx.Err(); err != nil {
+			if started {
+				p.breakLink(errCancelledMid)
+			}
+			return err
+		}
+		if i%64 != 0 || time.Now().Before(spinUntil) {
+			if i%64 == 0 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		atomic.StoreUint32(r.waiting, 1)
+		v := atomic.LoadUint32(r.space)
+		if free() >= need {
+			return nil
+		}
+		futexSleep(r.space, v, sleepMax)
+	}
+}
+
+// breakLink marks the outbound side down and tells the peer, whose poller
+// would otherwise wait for the rest of a half-written message.
+func (p *peer) breakLink(cause error) {
+	if !p.sendErr.CompareAndSwap(nil, &transport.PeerError{Peer: p.rank, Err: cause}) {
+		return
+	}
+	p.writeFrame(wire.KindCancel)
+}
+
+func (p *peer) writeFrame(kind wire.Kind) error {
+	p.wmu.Lock()
+	defer p.wmu.Unlock()
+	p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+	return wire.WriteFrame(p.conn, wire.Header{Kind: kind}, nil)
+}
+
+// poll is the progress goroutine: it copies records out of the inbound
+// rings into the boxes, spinning while traffic flows and sleeping on the
+// doorbell when it stops.
+func (t *Transport) poll() {
+	defer close(t.pollerDone)
+	doorbell, sleeping := t.own.doorbell(), t.own.sleeping()
+	idleSince := time.Now()
+	for i := 0; ; i++ {
+		progress := false
+		for _, p := range t.peers {
+			if p != nil && p.service() {
+				progress = true
+			}
+		}
+		if t.closed.Load() {
+			return
+		}
+		if progress {
+			// Let a receiver just readied run on this P at once.
+			runtime.Gosched()
+			idleSince = time.Now()
+			continue
+		}
+		if i%64 != 0 || time.Since(idleSince) < t.opts.Spin {
+			if i%64 == 0 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		v := atomic.LoadUint32(doorbell)
+		atomic.StoreUint32(sleeping, 1)
+		if !t.idle() {
+			atomic.StoreUint32(sleeping, 0)
+			continue
+		}
+		futexSleep(doorbell, v, sleepMax)
+		atomic.StoreUint32(sleeping, 0)
+		idleSince = time.Now()
+	}
+}
+
+// idle reports whether no ring has unread bytes and no peer awaits
+// settling; for the poller before it sleeps.
+func (t *Transport) idle() bool {
+	if t.closed.Load() {
+		return false
+	}
+	for _, p := range t.peers {
+		if p == nil || p.settled {
+			continue
+		}
+		if atomic.LoadUint64(p.in.head) != p.inTail || p.gone.Load() != nil {
+			return false
+		}
+	}
+	return true
+}
+
+// wake rouses this rank's poller.
+func (t *Transport) wake() {
+	atomic.AddUint32(t.own.doorbell(), 1)
+	futexWakeAll(t.own.doorbell())
+}
+
+// service copies what the peer has published into its box and reports
+// whether it made progress. Poller only.
+func (p *peer) service() bool {
+	if p.settled {
+		return false
+	}
+	gone := p.gone.Load() // before head: everything sent before the goodbye is then visible
+	head := atomic.LoadUint64(p.in.head)
+	tail := p.inTail
+	if head == tail {
+		if gone != nil {
+			p.settle(*gone)
+		}
+		return false
+	}
+	r := &p.in
+	for tail < head {
+		if p.cur == nil {
+			if head-tail < recordAlign {
+				p.settle(fmt.Errorf("protocol error: %d bytes published inside a record header", head-tail))
+				return true
+			}
+			at := tail & r.mask
+			h, err := wire.DecodeHeader(r.data[at:at+recordAlign], 0)
+			if err == nil && h.Kind != wire.KindData {
+				err = fmt.Errorf("unexpected %v record", h.Kind)
+			}
+			if err == nil && h.Aux > uint64(p.t.opts.MaxMessageBytes) {
+				err = &wire.LengthError{What: "message", Length: h.Aux, Limit: uint64(p.t.opts.MaxMessageBytes)}
+			}
+			if err != nil {
+				p.settle(fmt.Errorf("protocol error: %w", err))
+				return true
+			}
+			tail += recordAlign
+			p.cur = p.box.Begin(transport.Tag{Group: h.Group, Seq: h.Seq, Step: h.Step}, int(h.Aux))
+			p.curRem = h.Aux
+			p.curPad = (recordAlign - h.Aux%recordAlign) % recordAlign
+		}
+		for p.curRem > 0 && tail < head {
+			k := min(p.curRem, head-tail)
+			at := tail & r.mask
+			first := min(k, uint64(len(r.data))-at)
+			var got uint64
+			_, _ = p.cur.Write(func(dst []byte) (int, error) {
+				c := copy(dst, r.data[at:at+first])
+				if c == int(first) && uint64(c) < k {
+					c += copy(dst[c:], r.data[:k-first])
+				}
+				got = uint64(c)
+				return c, nil
+			})
+			tail += got
+			p.curRem -= got
+		}
+		if p.curRem > 0 {
+			break
+		}
+		if head-tail < p.curPad {
+			break // the padding is published with the record's last bytes; not yet
+		}
+		tail += p.curPad
+		p.cur.Done()
+		p.cur = nil
+	}
+	p.inTail = tail
+	atomic.StoreUint64(r.tail, tail)
+	if atomic.LoadUint32(r.waiting) != 0 {
+		atomic.StoreUint32(r.waiting, 0)
+		atomic.AddUint32(r.space, 1)
+		futexWakeAll(r.space)
+	}
+	return true
+}
+
+// settle fails the peer's box once nothing more can come from it.
+// Poller only.
+func (p *peer) settle(cause error) {
+	p.settled = true
+	pe := &transport.PeerError{Peer: p.rank, Err: cause}
+	if p.cur != nil {
+		p.cur.Abort(pe)
+		p.cur = nil
+	}
+	p.box.Fail(pe)
+	p.sendErr.CompareAndSwap(nil, pe)
+	if cause != errPeerClosed && !p.t.closed.Load() {
+		p.t.opts.Logger.Warn("shm: link down", "rank", p.t.rank, "peer", p.rank, "err", cause)
+	}
+}
+
+// markGone records why the peer can send no more and rouses whoever
+// waits on it.
+func (p *peer) markGone(cause error) {
+	p.gone.CompareAndSwap(nil, &cause)
+	p.sendErr.CompareAndSwap(nil, &transport.PeerError{Peer: p.rank, Err: cause})
+	p.t.wake()
+	futexWakeAll(p.out.space)
+}
+
+// readLoop watches the liveness channel: a goodbye, a cancelled send, or
+// the connection's end.
+func (p *peer) readLoop() {
+	defer close(p.readerDone)
+	for {
+		h, _, err := wire.ReadFrame(p.conn, 0)
+		if err != nil {
+			if !p.t.closed.Load() {
+				p.markGone(errPeerVanished)
+			}
+			return
+		}
+		switch h.Kind {
+		case wire.KindClose:
+			p.markGone(errPeerClosed)
+		case wire.KindCancel:
+			p.markGone(errCancelledMid)
+		default:
+			p.markGone(fmt.Errorf("protocol error: unexpected %v frame", h.Kind))
+		}
+	}
+}
+
+// Close fails pending calls with transport.ErrClosed, says goodbye to
+// every peer and releases the mappings. Messages already in peers' rings
+// stay receivable by them. Close is idempotent.
+func (t *Transport) Close() error {
+	t.shutdown(true)
+	return nil
+}
+
+// kill stops this rank without goodbyes, as the crash of its process would;
+// for tests.
+func (t *Transport) kill() { t.shutdown(false) }
+
+func (t *Transport) shutdown(goodbye bool) {
+	t.closeOnce.Do(func() {
+		t.closed.Store(true)
+		t.self.Close(transport.ErrClosed)
+		for _, p := range t.peers {
+			if p != nil {
+				p.box.Close(transport.ErrClosed)
+			}
+		}
+		// Stop the poller and the senders; no goroutine touches the
+		// mappings after this.
+		t.wake()
+		for _, p := range t.peers {
+			if p != nil {
+				futexWakeAll(p.out.space)
+			}
+		}
+		<-t.pollerDone
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			p.mu.Lock() // waits for a sender to notice the close
+			if goodbye && p.sendErr.Load() == nil {
+				p.writeFrame(wire.KindClose)
+			}
+			p.sendErr.CompareAndSwap(nil, &transport.PeerError{Peer: p.rank, Err: errLocalClose})
+			p.mu.Unlock()
+			p.conn.Close()
+		}
+		for _, p := range t.peers {
+			if p != nil {
+				<-p.readerDone
+				p.seg.unmap()
+			}
+		}
+		t.own.unlink()
+		t.own.unmap()
+	})
+}
