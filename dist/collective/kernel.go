@@ -98,8 +98,16 @@ func reduceNum[T number](op Op, dst, a, b []T) {
 	}
 }
 
-// sumInto is the hot loop of every all-reduce, unrolled by eight.
+// sumInto is the hot loop of every all-reduce: vectorised where the CPU
+// allows, else unrolled by eight.
 func sumInto[T number](dst, a, b []T) {
+	if addVec(dst, a, b) {
+		return
+	}
+	sumScalar(dst, a, b)
+}
+
+func sumScalar[T number](dst, a, b []T) {
 	n := len(dst)
 	a, b = a[:n], b[:n]
 	i := 0
