@@ -1,0 +1,116 @@
+package main
+
+import (
+	"errors"
+	"flag"
+	"io"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseRunArgs(t *testing.T) {
+	slurm := map[string]string{
+		"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_LOCALID": "0", "SLURM_NODEID": "1", "SLURM_NNODES": "2",
+		"SLURM_TASKS_PER_NODE": "1(x2)", "SLURM_JOB_NODELIST": "cn[3-4]", "SLURM_JOB_ID": "5", "COHORT_TOKEN": "tok",
+	}
+	tests := []struct {
+		name    string
+		args    []string
+		env     map[string]string
+		check   func(t *testing.T, rf runFlags)
+		wantErr string
+	}{
+		{
+			name: "torchrun-style",
+			args: []string{"--nproc-per-node", "2", "--nnodes=2", "--node_rank", "1", "--master-addr", "h0", "--master_port", "29500", "./examples/mnist", "-epochs", "1"},
+			check: func(t *testing.T, rf runFlags) {
+				c := rf.cfg
+				if c.NProcPerNode != 2 || c.NNodes != 2 || c.NodeRank != 1 || c.MasterAddr != "h0" || c.MasterPort != 29500 {
+					t.Fatalf("config %+v", c)
+				}
+				if c.Program != "./examples/mnist" || !slices.Equal(c.Args, []string{"-epochs", "1"}) {
+					t.Fatalf("program %q args %q; want the program's flags passed through", c.Program, c.Args)
+				}
+			},
+		},
+		{
+			name: "double-dash",
+			args: []string{"--nproc-per-node", "3", "--", "python3", "--nproc-per-node", "x"},
+			check: func(t *testing.T, rf runFlags) {
+				if rf.cfg.NProcPerNode != 3 || rf.cfg.Program != "python3" || !slices.Equal(rf.cfg.Args, []string{"--nproc-per-node", "x"}) {
+					t.Fatalf("config %+v", rf.cfg)
+				}
+			},
+		},
+		{
+			name: "defaults",
+			args: []string{"prog"},
+			check: func(t *testing.T, rf runFlags) {
+				c := rf.cfg
+				if c.NProcPerNode != 1 || c.NNodes != 1 || c.NodeRank != 0 || c.MasterPort != 0 || c.GracePeriod != 5*time.Second || c.Restart != nil {
+					t.Fatalf("config %+v", c)
+				}
+			},
+		},
+		{
+			name: "srun-defaults",
+			args: []string{"--nproc-per-node", "4", "prog"},
+			env:  slurm,
+			check: func(t *testing.T, rf runFlags) {
+				c := rf.cfg
+				if c.NNodes != 2 || c.NodeRank != 1 || c.MasterAddr != "cn3" || c.MasterPort != 10040 || c.Token != "tok" {
+					t.Fatalf("config from Slurm %+v", c)
+				}
+			},
+		},
+		{
+			name: "flags-override-slurm",
+			args: []string{"--nnodes", "1", "--node-rank", "0", "--master-addr", "127.0.0.1", "prog"},
+			env:  slurm,
+			check: func(t *testing.T, rf runFlags) {
+				if c := rf.cfg; c.NNodes != 1 || c.NodeRank != 0 || c.MasterAddr != "127.0.0.1" {
+					t.Fatalf("config %+v", c)
+				}
+			},
+		},
+		{
+			name: "standalone",
+			args: []string{"--standalone", "--max-restarts", "2", "prog"},
+			env:  map[string]string{"MASTER_ADDR": "h", "MASTER_PORT": "1234"},
+			check: func(t *testing.T, rf runFlags) {
+				if c := rf.cfg; c.NNodes != 1 || c.MasterPort != 0 || c.MasterAddr != "" || c.Restart == nil {
+					t.Fatalf("config %+v", c)
+				}
+			},
+		},
+		{name: "no-program", args: []string{"--nproc-per-node", "2"}, wantErr: "no program"},
+		{name: "bad-flag", args: []string{"--nproc-per-node", "two", "prog"}, wantErr: "invalid value"},
+		{name: "bad-env", args: []string{"prog"}, env: map[string]string{"PET_NNODES": "1:2", "PET_NODE_RANK": "0"}, wantErr: "elastic"},
+		{name: "negative-restarts", args: []string{"--max-restarts", "-1", "prog"}, wantErr: "--max-restarts -1"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			rf, err := parseRunArgs(tc.args, func(k string) string { return tc.env[k] }, io.Discard)
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("parseRunArgs = %+v, %v; want an error containing %q", rf, err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil {
+				t.Fatalf("parseRunArgs: %v", err)
+			}
+			tc.check(t, rf)
+		})
+	}
+}
+
+func TestParseRunArgsHelp(t *testing.T) {
+	var out strings.Builder
+	_, err := parseRunArgs([]string{"--help"}, func(string) string { return "" }, &out)
+	if !errors.Is(err, flag.ErrHelp) || !strings.Contains(out.String(), "usage: cohort run") || !strings.Contains(out.String(), "-nproc-per-node") {
+		t.Fatalf("--help: err %v, output %q", err, out.String())
+	}
+}
