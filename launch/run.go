@@ -39,10 +39,34 @@ func Run(ctx context.Context, cfg Config) error {
 	c := cfg.withDefaults()
 	a := &agent{cfg: c, log: c.Logger, out: &lineWriter{w: c.Stdout}, errOut: &lineWriter{w: c.Stderr}}
 	defer a.cleanup()
-	if err := a.prepare(ctx); err != nil {
+	if err := a.prepareInterruptibly(ctx); err != nil {
 		return err
 	}
 	return a.supervise(ctx)
+}
+
+// prepareInterruptibly runs prepare (a build, a join that may wait for
+// other nodes) so that a signal from Config.Signals aborts it.
+func (a *agent) prepareInterruptibly(ctx context.Context) error {
+	pctx, cancel := context.WithCancel(ctx)
+	defer cancel()
+	var sig os.Signal
+	done, stopped := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(stopped)
+		select {
+		case sig = <-a.cfg.Signals:
+			cancel()
+		case <-done:
+		}
+	}()
+	err := a.prepare(pctx)
+	close(done)
+	<-stopped
+	if sig != nil {
+		return &SignalError{Signal: sig}
+	}
+	return err
 }
 
 // agent is the state of one Run.

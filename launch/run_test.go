@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -227,6 +228,7 @@ func TestRunStreams(t *testing.T) {
 // fails within 10 s naming the rank, with the tail of its stderr, and no
 // worker or grandchild survives.
 func TestRunWorkerExits3(t *testing.T) {
+	before := runtime.NumGoroutine()
 	cfg := testConfig(3, "exit", "1", "3")
 	err, took := run(t, cfg)
 	out := cfg.Stdout.(*capture).String()
@@ -254,6 +256,14 @@ func TestRunWorkerExits3(t *testing.T) {
 		t.Errorf("Run took %v; want under 10 s", took)
 	}
 	assertNoneAlive(t, out, 6) // 3 workers, 3 grandchildren
+	// Run owns its goroutines: none survives it.
+	deadline := time.Now().Add(2 * time.Second)
+	for runtime.NumGoroutine() > before {
+		if time.Now().After(deadline) {
+			t.Fatalf("%d goroutines after Run, %d before", runtime.NumGoroutine(), before)
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 func TestRunWorkerKilled(t *testing.T) {
@@ -580,5 +590,23 @@ func TestPumpLongAndUnterminatedLines(t *testing.T) {
 	want := "[rank 0] a\n[rank 0] \n[rank 0] " + long[:maxLineBytes] + "\n[rank 0] " + long[maxLineBytes:] + "\n[rank 0] last\n"
 	if got := out.String(); got != want {
 		t.Fatalf("pump output (%d bytes) differs from the expected %d bytes", len(got), len(want))
+	}
+}
+
+// TestRunSignalDuringJoin: a signal while the launcher waits for another
+// node stops it promptly.
+func TestRunSignalDuringJoin(t *testing.T) {
+	cfg := testConfig(1, "streams")
+	cfg.NNodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort, cfg.Token = 2, 0, "127.0.0.1", freePort(t), "t"
+	sigs := make(chan os.Signal, 1)
+	cfg.Signals = sigs
+	sigs <- syscall.SIGTERM
+	err, took := run(t, cfg)
+	var se *SignalError
+	if !errors.As(err, &se) || se.Signal != syscall.SIGTERM {
+		t.Fatalf("Run = %v; want a *SignalError", err)
+	}
+	if took > 5*time.Second {
+		t.Fatalf("Run took %v to honour the signal", took)
 	}
 }

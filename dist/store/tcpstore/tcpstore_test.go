@@ -6,6 +6,8 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -354,4 +356,46 @@ func TestOptionsValidate(t *testing.T) {
 			}
 		})
 	}
+}
+
+// TestNoGoroutineLeaks: after clients with parked, cancelled and
+// completed calls and the server are closed, every goroutine they
+// started has ended.
+func TestNoGoroutineLeaks(t *testing.T) {
+	before := runtime.NumGoroutine()
+	srv, err := tcpstore.Listen("127.0.0.1:0", tcpstore.Options{Logger: quietLogger()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx := context.Background()
+	var clients []*tcpstore.Client
+	var wg sync.WaitGroup
+	for i := range 4 {
+		c, err := tcpstore.Dial(ctx, srv.Addr().String(), tcpstore.Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		clients = append(clients, c)
+		c.Set(ctx, "k", []byte("v"))
+		short, cancel := context.WithTimeout(ctx, time.Millisecond)
+		c.Get(short, "never")
+		cancel()
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c.Wait(ctx, "never", strconv.Itoa(i)) // parked until Close
+		}()
+	}
+	waitFor(t, func() bool { return tcpstore.ServerWaiters(srv) == 4 }, "four parked waits")
+	for i, c := range clients {
+		if i%2 == 0 {
+			c.Close() // half closed by the client, half by the server going away
+		}
+	}
+	srv.Close()
+	for _, c := range clients {
+		c.Close()
+	}
+	wg.Wait()
+	waitFor(t, func() bool { return runtime.NumGoroutine() <= before }, "goroutines to return to the baseline")
 }
