@@ -84,13 +84,7 @@ func accumulateNorm(acc float64, g []float32, p float64) float64 {
 		}
 		return acc
 	case 2:
-		for ; i+4 <= len(g); i += 4 {
-			x0, x1, x2, x3 := float64(g[i]), float64(g[i+1]), float64(g[i+2]), float64(g[i+3])
-			s0, s1, s2, s3 = s0+x0*x0, s1+x1*x1, s2+x2*x2, s3+x3*x3
-		}
-		for ; i < len(g); i++ {
-			s0 += float64(g[i]) * float64(g[i])
-		}
+		return acc + sumSquares(g)
 	case 1:
 		for ; i+4 <= len(g); i += 4 {
 			s0 += math.Abs(float64(g[i]))
@@ -107,4 +101,18 @@ func accumulateNorm(acc float64, g []float32, p float64) float64 {
 		}
 	}
 	return acc + (s0 + s1) + (s2 + s3)
+}
+
+// sumSquaresGo returns Σ x² in four float64 lanes.
+func sumSquaresGo(x []float32) float64 {
+	var s0, s1, s2, s3 float64
+	i := 0
+	for ; i+4 <= len(x); i += 4 {
+		x0, x1, x2, x3 := float64(x[i]), float64(x[i+1]), float64(x[i+2]), float64(x[i+3])
+		s0, s1, s2, s3 = s0+x0*x0, s1+x1*x1, s2+x2*x2, s3+x3*x3
+	}
+	for ; i < len(x); i++ {
+		s0 += float64(x[i]) * float64(x[i])
+	}
+	return (s0 + s1) + (s2 + s3)
 }

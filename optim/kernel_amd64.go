@@ -14,6 +14,9 @@ func sgdAVX2(param, grad, buf *float32, n int, c *sgdConsts)
 //go:noescape
 func adamAVX2(param, grad, m, v, vmax *float32, n int, c *adamConsts)
 
+//go:noescape
+func sumSquaresAVX2(x *float32, n int) float64
+
 // sgdKernel runs whole 8-element blocks with AVX2 when the CPU has it and
 // the rest (and the buffer-initialising first step) in Go.
 func sgdKernel(param, grad, buf []float32, c *sgdConsts, first bool) {
@@ -40,4 +43,14 @@ func adamKernel(param, grad, m, v, vmax []float32, c *adamConsts) {
 		param, grad, m, v = param[k:], grad[k:], m[k:], v[k:]
 	}
 	adamGo(param, grad, m, v, vmax, c)
+}
+
+// sumSquares returns Σ x² accumulated in float64.
+func sumSquares(x []float32) float64 {
+	var s float64
+	if k := len(x) &^ 15; k > 0 && cpu.X86.HasAVX2 && cpu.X86.HasFMA {
+		s = sumSquaresAVX2(&x[0], k)
+		x = x[k:]
+	}
+	return s + sumSquaresGo(x)
 }

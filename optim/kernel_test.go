@@ -82,6 +82,26 @@ func TestKernelsMatchGo(t *testing.T) {
 	}
 }
 
+func TestSumSquares(t *testing.T) {
+	rng := rand.New(rand.NewPCG(10, 10))
+	for _, n := range []int{0, 1, 15, 16, 17, 33, 1000, 4099} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			x := make([]float32, n)
+			want := 0.0 // exact enough: float64 of float32 squares, sequential
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * 1e3)
+				want += float64(x[i]) * float64(x[i])
+			}
+			if got := sumSquares(x); math.Abs(got-want) > 1e-12*want {
+				t.Fatalf("sumSquares = %v, want %v", got, want)
+			}
+		})
+	}
+	if got := sumSquares([]float32{float32(math.NaN()), 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12, 13, 14, 15}); !math.IsNaN(got) {
+		t.Fatalf("sumSquares with a NaN = %v", got)
+	}
+}
+
 // BenchmarkKernels compares the dispatching kernels with the portable Go
 // loops on 1M elements (momentum SGD after its first step, AdamW).
 func BenchmarkKernels(b *testing.B) {
