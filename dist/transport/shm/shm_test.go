@@ -3,7 +3,6 @@ package shm
 import (
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -73,7 +72,72 @@ func TestConformance(t *testing.T) {
 	}
 }
 
-var _ = fmt.Sprint
-var _ = os.Getpid
-var _ = strings.Contains
-var _ transport.Transport = (*Transport)(nil)
+func procSetup(ctx context.Context, rank, world int, exchange func(string) ([]string, error)) (transport.Transport, error) {
+	l, err := Listen(ctx, rank, world, Options{Token: []byte("process-token"), Prefix: testPrefix})
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := exchange(l.Addr())
+	if err != nil {
+		l.Close()
+		return nil, err
+	}
+	return l.Connect(ctx, addrs)
+}
+
+// TestHelperProcess is the body of the child processes of the tests below.
+func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }
+
+func TestProcessesExchange(t *testing.T) {
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioExchange, false, 60*time.Second) {
+				if res.Line != "ok" {
+					t.Errorf("rank %d: %s", r, res.Line)
+				}
+			}
+		})
+	}
+}
+
+// TestProcessesKill9: SIGKILL one rank in the middle of large transfers;
+// every survivor must get an error naming it within 5 s, and no file is
+// left behind.
+func TestProcessesKill9(t *testing.T) {
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			victim := world - 1
+			for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioTransfer, true, 5*time.Second) {
+				want := fmt.Sprintf("peer-error %d ", victim)
+				if !strings.HasPrefix(res.Line, want) {
+					t.Errorf("rank %d reported %q, want an error naming rank %d", r, res.Line, victim)
+					continue
+				}
+				t.Logf("rank %d after %v: %s", r, res.At.Round(time.Millisecond), res.Line)
+			}
+			if files := leftovers(t); len(files) > 0 {
+				t.Errorf("files left in /dev/shm: %v", files)
+			}
+		})
+	}
+}
+
+func BenchmarkPingPong4KiB(b *testing.B) {
+	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
+}
+
+func BenchmarkExchange4KiB(b *testing.B) {
+	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
+}
+
+func BenchmarkThroughput16MiB(b *testing.B) {
+	transporttest.Throughput(b, newWorld(b, 2), 16<<20)
+}
+
+func BenchmarkExchange16MiB(b *testing.B) {
+	transporttest.Exchange(b, newWorld(b, 2), 16<<20)
+}
+
+// BenchmarkProcesses measures between two real processes; run with
+// -benchtime=1x.
+func BenchmarkProcesses(b *testing.B) { transporttest.ProcessBenchmarks(b, "TestHelperProcess") }

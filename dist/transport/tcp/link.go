@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -283,7 +284,7 @@ func (r *reader) fill(need int) error {
 		r.r = 0
 	}
 	for r.w < need {
-		n, err := r.l.conn.Read(r.buf[r.w:])
+		n, err := r.readSome()
 		r.w += n
 		if err != nil {
 			if r.w >= need {
@@ -293,6 +294,50 @@ func (r *reader) fill(need int) error {
 		}
 	}
 	return nil
+}
+
+// readSome reads what the socket has into the free part of the buffer.
+// When nothing is there it polls for up to Options.Spin, yielding between
+// tries, before parking in the runtime's poller: a reply that comes back
+// within the spin is picked up without a wake-up through epoll.
+func (r *reader) readSome() (int, error) {
+	var n int
+	var rerr error
+	var spinUntil time.Time
+	spin := r.l.t.opts.Spin
+	err := r.l.rc.Read(func(fd uintptr) bool {
+		for {
+			k, err := unix.Read(int(fd), r.buf[r.w:])
+			switch {
+			case err == unix.EINTR:
+				continue
+			case err == unix.EAGAIN:
+				if spin <= 0 {
+					return false
+				}
+				now := time.Now()
+				if spinUntil.IsZero() {
+					spinUntil = now.Add(spin)
+				} else if now.After(spinUntil) {
+					spinUntil = time.Time{}
+					return false
+				}
+				runtime.Gosched()
+				continue
+			case err != nil:
+				rerr = err
+			case k == 0:
+				rerr = io.EOF
+			default:
+				n = k
+			}
+			return true
+		}
+	})
+	if err != nil {
+		return 0, err
+	}
+	return n, rerr
 }
 
 func (r *reader) protocolError(format string, args ...any) error {

@@ -68,3 +68,7 @@ func BenchmarkThroughput16MiB(b *testing.B) {
 func BenchmarkExchange16MiB(b *testing.B) {
 	transporttest.Exchange(b, newWorld(b, 2), 16<<20)
 }
+
+// BenchmarkProcesses measures between two real processes; run with
+// -benchtime=1x.
+func BenchmarkProcesses(b *testing.B) { transporttest.ProcessBenchmarks(b, "TestHelperProcess") }

@@ -129,3 +129,30 @@ func Exchange(b *testing.B, w World, size int) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/exchange")
 }
+
+// ProcessBenchmarks runs, between two child processes of the test binary,
+// the 4 KiB ping-pong and exchange and the 16 MiB stream and exchange, and
+// reports medians. helperTest names the package's TestHelperProcess. The
+// sub-benchmarks measure a fixed number of iterations whatever b.N is; run
+// them with -benchtime=1x.
+func ProcessBenchmarks(b *testing.B, helperTest string) {
+	b.Run("PingPong4KiB", func(b *testing.B) {
+		med, mean := ProcessBench(b, helperTest, ScenarioPingPong, 4<<10, 20000)
+		b.ReportMetric(med/1e3, "µs/roundtrip")
+		b.ReportMetric(mean/1e3, "µs/roundtrip-mean")
+	})
+	b.Run("Exchange4KiB", func(b *testing.B) {
+		med, mean := ProcessBench(b, helperTest, ScenarioExchange2, 4<<10, 20000)
+		b.ReportMetric(med/1e3, "µs/exchange")
+		b.ReportMetric(mean/1e3, "µs/exchange-mean")
+	})
+	b.Run("Stream16MiB", func(b *testing.B) {
+		_, bps := ProcessBench(b, helperTest, ScenarioStream, 16<<20, 100)
+		b.ReportMetric(bps/1e9, "GB/s")
+	})
+	b.Run("Exchange16MiB", func(b *testing.B) {
+		med, _ := ProcessBench(b, helperTest, ScenarioExchange2, 16<<20, 50)
+		b.ReportMetric(med/1e3, "µs/exchange")
+		b.ReportMetric(float64(16<<20)/med, "GB/s-each-way")
+	})
+}

@@ -8,6 +8,7 @@ import (
 	"io"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -38,6 +39,8 @@ const (
 	envRank     = "COHORT_TRANSPORTTEST_RANK"
 	envWorld    = "COHORT_TRANSPORTTEST_WORLD"
 	envScenario = "COHORT_TRANSPORTTEST_SCENARIO"
+	envSize     = "COHORT_TRANSPORTTEST_SIZE"
+	envIters    = "COHORT_TRANSPORTTEST_ITERS"
 )
 
 // Scenarios a child can run.
@@ -49,6 +52,16 @@ const (
 	// a peer fails; the parent kills the last rank with SIGKILL meanwhile.
 	// Survivors report the rank their error names.
 	ScenarioTransfer = "transfer"
+	// ScenarioPingPong: rank 0 sends a message to rank 1, which echoes it;
+	// rank 0 reports the median and mean round trip in ns.
+	ScenarioPingPong = "pingpong"
+	// ScenarioExchange2: ranks 0 and 1 each send a message to the other and
+	// receive the other's, like a two-rank all-reduce step; rank 0 reports
+	// the median and mean per exchange in ns.
+	ScenarioExchange2 = "exchange2"
+	// ScenarioStream: rank 0 streams messages to rank 1, which acknowledges
+	// the last; rank 0 reports the total time and bytes per second.
+	ScenarioStream = "stream"
 )
 
 // ProcSetup builds a child's transport. It publishes its own address
@@ -94,6 +107,16 @@ func HelperProcess(setup ProcSetup) {
 		err = childExchange(ctx, tr)
 	case ScenarioTransfer:
 		err = childTransfer(ctx, tr)
+	case ScenarioPingPong, ScenarioExchange2, ScenarioStream:
+		var report string
+		report, err = childBench(ctx, tr, os.Getenv(envScenario))
+		if err == nil {
+			fmt.Printf("ok %s\n", report)
+			for in.Scan() {
+			}
+			tr.Close()
+			os.Exit(0)
+		}
 	default:
 		err = fmt.Errorf("unknown scenario %q", os.Getenv(envScenario))
 	}
@@ -196,6 +219,115 @@ func childTransfer(ctx context.Context, tr transport.Transport) error {
 	}
 }
 
+// childBench runs a timing scenario; sizes and counts come from the
+// environment.
+func childBench(ctx context.Context, tr transport.Transport, scenario string) (string, error) {
+	size, err1 := strconv.Atoi(os.Getenv(envSize))
+	iters, err2 := strconv.Atoi(os.Getenv(envIters))
+	if err := errors.Join(err1, err2); err != nil {
+		return "", err
+	}
+	r := tr.Rank()
+	if r > 1 {
+		return "", nil
+	}
+	peer := 1 - r
+	tag := transport.Tag{Group: 50}
+	out, in := Pattern(size, uint64(r)), make([]byte, size)
+	warm := max(iters/10, 5)
+	times := make([]time.Duration, 0, iters)
+	switch scenario {
+	case ScenarioPingPong:
+		for i := range warm + iters {
+			start := time.Now()
+			if r == 0 {
+				if err := tr.Send(ctx, peer, tag, out); err != nil {
+					return "", err
+				}
+				if err := tr.Recv(ctx, peer, tag, in); err != nil {
+					return "", err
+				}
+			} else {
+				if err := tr.Recv(ctx, peer, tag, in); err != nil {
+					return "", err
+				}
+				if err := tr.Send(ctx, peer, tag, in); err != nil {
+					return "", err
+				}
+			}
+			if i >= warm {
+				times = append(times, time.Since(start))
+			}
+		}
+	case ScenarioExchange2:
+		for i := range warm + iters {
+			start := time.Now()
+			if err := tr.Send(ctx, peer, tag, out); err != nil {
+				return "", err
+			}
+			if err := tr.Recv(ctx, peer, tag, in); err != nil {
+				return "", err
+			}
+			if i >= warm {
+				times = append(times, time.Since(start))
+			}
+		}
+	case ScenarioStream:
+		ack := transport.Tag{Group: 51}
+		for range warm {
+			if r == 0 {
+				if err := tr.Send(ctx, peer, tag, out); err != nil {
+					return "", err
+				}
+			} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
+				return "", err
+			}
+		}
+		start := time.Now()
+		for range iters {
+			if r == 0 {
+				if err := tr.Send(ctx, peer, tag, out); err != nil {
+					return "", err
+				}
+			} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
+				return "", err
+			}
+		}
+		if r == 1 {
+			return "", tr.Send(ctx, peer, ack, nil)
+		}
+		if err := tr.Recv(ctx, peer, ack, nil); err != nil {
+			return "", err
+		}
+		d := time.Since(start)
+		return fmt.Sprintf("%d %.0f", d.Nanoseconds(), float64(size)*float64(iters)/d.Seconds()), nil
+	}
+	slices.Sort(times)
+	var sum time.Duration
+	for _, d := range times {
+		sum += d
+	}
+	return fmt.Sprintf("%d %d", times[len(times)/2].Nanoseconds(), (sum / time.Duration(len(times))).Nanoseconds()), nil
+}
+
+// ProcessBench runs a timing scenario between two child processes and
+// returns rank 0's two reported numbers: for ScenarioPingPong and
+// ScenarioExchange2 the median and mean time per iteration in ns, for
+// ScenarioStream the total ns and bytes per second.
+func ProcessBench(t *testing.B, helperTest, scenario string, size, iters int) (float64, float64) {
+	t.Helper()
+	res := runProcesses(t, helperTest, 2, scenario, false, 5*time.Minute,
+		envSize+"="+strconv.Itoa(size), envIters+"="+strconv.Itoa(iters))
+	var a, b float64
+	if _, err := fmt.Sscanf(res[0].Line, "ok %g %g", &a, &b); err != nil {
+		t.Fatalf("rank 0 reported %q", res[0].Line)
+	}
+	if !strings.HasPrefix(res[1].Line, "ok") {
+		t.Fatalf("rank 1 reported %q", res[1].Line)
+	}
+	return a, b
+}
+
 // child is the parent's handle on one child process.
 type child struct {
 	rank  int
@@ -231,6 +363,11 @@ func RunProcesses(t *testing.T, helperTest string, world int, scenario string, k
 	if testing.Short() {
 		t.Skip("starts processes")
 	}
+	return runProcesses(t, helperTest, world, scenario, kill, limit)
+}
+
+func runProcesses(t testing.TB, helperTest string, world int, scenario string, kill bool, limit time.Duration, env ...string) []ProcResult {
+	t.Helper()
 	children := make([]*child, world)
 	var wg sync.WaitGroup
 	t.Cleanup(func() {
@@ -255,6 +392,7 @@ func RunProcesses(t *testing.T, helperTest string, world int, scenario string, k
 		cmd := exec.Command(os.Args[0], "-test.run=^"+helperTest+"$", "-test.count=1")
 		cmd.Env = append(os.Environ(), envChild+"=1", envRank+"="+strconv.Itoa(r),
 			envWorld+"="+strconv.Itoa(world), envScenario+"="+scenario)
+		cmd.Env = append(cmd.Env, env...)
 		cmd.Stderr = os.Stderr
 		stdin, err := cmd.StdinPipe()
 		if err != nil {
