@@ -16,8 +16,10 @@ import (
 
 // Options configures Connect. The zero value works.
 type Options struct {
-	// ListenAddr is where rank 0 serves the store, default ":MasterPort"
-	// (every interface: other hosts must reach it; the token guards it).
+	// ListenAddr is where rank 0 serves the store. The default is
+	// MasterAddr:MasterPort when MasterAddr is a loopback address (a
+	// single-host job), else ":MasterPort" (every interface: other hosts
+	// must reach it; the token guards it).
 	ListenAddr string
 	// MaxFrameBytes bounds one store message (tcpstore.Options).
 	MaxFrameBytes int64
@@ -30,9 +32,8 @@ type Options struct {
 //
 //   - info.StoreAddr set (a launcher serves the store): every rank dials it;
 //   - a world of 1 with no StoreAddr: an in-process memstore;
-//   - otherwise rank 0 serves a tcpstore on ListenAddr (default
-//     ":MasterPort") and every rank, rank 0 included, dials
-//     MasterAddr:MasterPort.
+//   - otherwise rank 0 serves a tcpstore on ListenAddr (see Options) and
+//     every rank, rank 0 included, dials MasterAddr:MasterPort.
 //
 // Dialing is retried with backoff until it succeeds or ctx ends, so ranks
 // may start in any order; bound ctx (a few minutes) to turn a missing
@@ -61,6 +62,9 @@ func Connect(ctx context.Context, info Info, opts Options) (store.Store, error) 
 	listen := opts.ListenAddr
 	if listen == "" {
 		listen = ":" + strconv.Itoa(info.MasterPort)
+		if isLoopback(info.MasterAddr) {
+			listen = addr
+		}
 	}
 	srv, err := tcpstore.Listen(listen, topts)
 	if err != nil {
@@ -155,4 +159,13 @@ func dialRetry(ctx context.Context, addr string, opts tcpstore.Options, log *slo
 		}
 		backoff = min(2*backoff, maxBackoff)
 	}
+}
+
+// isLoopback reports whether host is "localhost" or a loopback IP.
+func isLoopback(host string) bool {
+	if host == "localhost" {
+		return true
+	}
+	ip := net.ParseIP(host)
+	return ip != nil && ip.IsLoopback()
 }

@@ -130,8 +130,9 @@ func decodeClientReply(p []byte) (clientReply, error) {
 }
 
 // serverHandshake authenticates a new connection. It returns a reason
-// fit for the log when the client is refused (refused is then true), or
-// an I/O or protocol error.
+// fit for the log when the client is refused (refused is then true; the
+// caller logs it, then sends it with writeRefusal), or an I/O or protocol
+// error.
 func serverHandshake(rw io.ReadWriter, token string) (refused bool, reason string, err error) {
 	serverNonce, err := newNonce()
 	if err != nil {
@@ -158,7 +159,6 @@ func serverHandshake(rw io.ReadWriter, token string) (refused bool, reason strin
 		default:
 			reason = "client's token does not match"
 		}
-		writeFrame(rw, append([]byte{1}, reason...)) // best effort; the connection is closed next
 		return true, reason, nil
 	}
 	proof := mac(token, serverLabel, serverNonce, reply.clientNonce)
@@ -166,6 +166,12 @@ func serverHandshake(rw io.ReadWriter, token string) (refused bool, reason strin
 		return false, "", fmt.Errorf("sending acceptance: %w", err)
 	}
 	return false, "", nil
+}
+
+// writeRefusal tells a refused client why; best effort, the connection is
+// closed next.
+func writeRefusal(w io.Writer, reason string) {
+	writeFrame(w, append([]byte{1}, reason...))
 }
 
 // clientHandshake authenticates to a server. Errors from a refusal or a

@@ -241,7 +241,8 @@ func (c *Client) result(op, what string, resp *response, err error) error {
 	case statusClosed:
 		return fmt.Errorf("tcpstore: %s %s: server %s closed: %w", op, what, c.addr, store.ErrClosed)
 	default:
-		return fmt.Errorf("tcpstore: %s %s: server %s: %s", op, what, c.addr, sanitizeLong(resp.msg))
+		// The server's message names the operation and the key.
+		return fmt.Errorf("tcpstore: server %s: %s", c.addr, sanitizeLong(resp.msg))
 	}
 }
 

@@ -7,6 +7,7 @@ import (
 	"io"
 	"log/slog"
 	"net"
+	"strings"
 	"sync"
 	"time"
 
@@ -190,7 +191,9 @@ func (c *serverConn) serve() {
 	refused, reason, err := serverHandshake(c.conn, s.opts.Token)
 	switch {
 	case refused:
+		// Log first: when the client hears of the refusal the line exists.
 		s.log.Warn("tcpstore: refused connection", "remote", c.remote, "reason", reason)
+		writeRefusal(c.conn, reason)
 		c.cancel()
 		return
 	case err != nil:
@@ -347,7 +350,7 @@ func (c *serverConn) reply(resp *response, err error, ctx context.Context) {
 	case ctx.Err() != nil:
 		return
 	default:
-		resp.status, resp.msg = statusError, err.Error()
+		resp.status, resp.msg = statusError, strings.TrimPrefix(err.Error(), "memstore: ")
 	}
 	if err := c.write(encodeResponse(resp)); err != nil {
 		// The client stopped reading: drop it. The reader notices.
