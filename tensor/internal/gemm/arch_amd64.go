@@ -22,6 +22,34 @@ func packT16(dst *float32, dstStride int, src *float32, srcStride int, rows, col
 func packCopy32(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask, storeMask uint32)
 
 //go:noescape
+func packRows6(dst, src *float32, ld, kc, full int, tailMask uint64)
+
+//go:noescape
+func packRows14(dst, src *float32, ld, kc, full int, tailMask uint64)
+
+//go:noescape
+func packRows32(dst, src *float32, ld, kc, full int, tailMask uint64)
+
+//go:noescape
+func packRows64(dst, src *float32, ld, kc, full int, tailMask uint64)
+
+// packRows packs the n-wide, kc-deep block at src (row stride ld) into
+// slivers of width w (6, 14, 32 or 64), reading it row by row.
+func packRows(w int, dst, src []float32, ld, kc, n int) {
+	full, tail := n/w, n%w
+	f := packRows64
+	switch w {
+	case 6:
+		f = packRows6
+	case 14:
+		f = packRows14
+	case 32:
+		f = packRows32
+	}
+	f(&dst[0], &src[0], ld, kc, full, bits(tail))
+}
+
+//go:noescape
 func kernelAVX2x6x16(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)
 
 //go:noescape
@@ -71,24 +99,22 @@ func avx512Arch() *arch {
 			kernelAVX512x14x32(k, a, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
+			if trans {
+				packRows(mr, dst, src, ld, kc, mc)
+				return
+			}
 			for s := 0; s*mr < mc; s++ {
-				rows := min(mr, mc-s*mr)
-				out := &dst[s*mr*kc]
-				if trans {
-					packCopy32(out, mr, &src[s*mr], ld, kc, uint32(bits(rows)), uint32(bits(mr)))
-				} else {
-					packT16(out, mr, &src[s*mr*ld], ld, rows, kc, mr)
-				}
+				packT16(&dst[s*mr*kc], mr, &src[s*mr*ld], ld, min(mr, mc-s*mr), kc, mr)
 			}
 		},
 		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
+			if !trans {
+				packRows(nr, dst, src, ld, kc, nc)
+				return
+			}
 			for s := 0; s*nr < nc; s++ {
 				cols := min(nr, nc-s*nr)
 				out := dst[s*nr*kc:]
-				if !trans {
-					packCopy32(&out[0], nr, &src[s*nr], ld, kc, uint32(bits(cols)), uint32(bits(nr)))
-					continue
-				}
 				for g := 0; g < nr; g += 16 {
 					rows := max(0, min(16, cols-g))
 					packT16(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, 16)
@@ -153,27 +179,22 @@ func avx512WideArch() *arch {
 			kernelAVX512x6x64(k, a, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
+			if trans {
+				packRows(mr, dst, src, ld, kc, mc)
+				return
+			}
 			for s := 0; s*mr < mc; s++ {
-				rows := min(mr, mc-s*mr)
-				out := &dst[s*mr*kc]
-				if trans {
-					packCopy32(out, mr, &src[s*mr], ld, kc, uint32(bits(rows)), uint32(bits(mr)))
-				} else {
-					packT16(out, mr, &src[s*mr*ld], ld, rows, kc, mr)
-				}
+				packT16(&dst[s*mr*kc], mr, &src[s*mr*ld], ld, min(mr, mc-s*mr), kc, mr)
 			}
 		},
 		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
+			if !trans {
+				packRows(nr, dst, src, ld, kc, nc)
+				return
+			}
 			for s := 0; s*nr < nc; s++ {
 				cols := min(nr, nc-s*nr)
 				out := dst[s*nr*kc:]
-				if !trans {
-					for h := 0; h < nr; h += 32 {
-						n := max(0, min(32, cols-h))
-						packCopy32(&out[h], nr, at(src, s*nr+h, n > 0), ld, kc, uint32(bits(n)), uint32(bits(32)))
-					}
-					continue
-				}
 				for g := 0; g < nr; g += 16 {
 					rows := max(0, min(16, cols-g))
 					packT16(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, 16)

@@ -5,8 +5,9 @@ import (
 	"sync"
 )
 
-// packBuf holds one goroutine's packing buffers, reused across calls.
-type packBuf struct{ a, b []float32 }
+// packBuf holds one goroutine's packing buffers, reused across calls, and
+// the scratch C of runSwapped.
+type packBuf struct{ a, b, t []float32 }
 
 // grow returns s with length at least n, reallocating when needed.
 func grow(s []float32, n int) []float32 {

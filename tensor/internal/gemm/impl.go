@@ -142,7 +142,39 @@ func (g *Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float3
 		g.lib.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
+	if n < 32 && g.padded(n, m)*4 < g.padded(m, n)*3 {
+		g.runSwapped(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
 	g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// padded returns the area of C's tiles, padding included, for an m×n
+// product on the kernel pick chooses.
+func (g *Impl) padded(m, n int) int {
+	ar := g.pick(m, n)
+	return (m + ar.mr - 1) / ar.mr * ar.mr * ((n + ar.nr - 1) / ar.nr * ar.nr)
+}
+
+// runSwapped computes a product with few columns as its transpose,
+// Cᵀ = op(B)ᵀ·op(A)ᵀ, whose many columns fill the kernel's vectors, into a
+// scratch n×m matrix, and then adds that into C.
+func (g *Impl) runSwapped(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	buf := g.bufs.Get().(*packBuf)
+	buf.t = grow(buf.t, m*n)
+	t := buf.t
+	g.run(!transB, !transA, n, m, k, alpha, b, ldb, a, lda, 0, t, m)
+	for i := 0; i < m; i++ {
+		row := c[i*ldc : i*ldc+n]
+		for j := range row {
+			if beta == 0 {
+				row[j] = t[j*m+i]
+			} else {
+				row[j] = t[j*m+i] + beta*row[j]
+			}
+		}
+	}
+	g.bufs.Put(buf)
 }
 
 // Kernels returns the names of cohort's kernels this CPU can run, slowest

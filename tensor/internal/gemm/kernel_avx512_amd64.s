@@ -1273,3 +1273,411 @@ packCopy32_tailloop:
 packCopy32_end:
 	VZEROUPPER
 	RET
+
+// func packRows6(dst, src *float32, ld, kc, full int, tailMask uint64)
+TEXT ·packRows6(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), BX
+	SHLQ $2, BX
+	LEAQ (BX)(BX*2), R13
+	MOVQ kc+24(FP), R11
+	MOVQ full+32(FP), R12
+	MOVQ R11, R8
+	IMULQ $24, R8
+	MOVQ tailMask+40(FP), AX
+	KMOVW AX, K2
+	MOVL $63, DX
+	KMOVW DX, K1
+packRows6_group:
+	CMPQ R11, $4
+	JLT packRows6_single
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows6_gtail
+packRows6_gsliver:
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS.Z 0(R9)(BX*1), K1, Z1
+	VMOVUPS.Z 0(R9)(BX*2), K1, Z2
+	VMOVUPS.Z 0(R9)(R13*1), K1, Z3
+	VMOVUPS Z0, K1, 0(R10)
+	VMOVUPS Z1, K1, 24(R10)
+	VMOVUPS Z2, K1, 48(R10)
+	VMOVUPS Z3, K1, 72(R10)
+	ADDQ $24, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows6_gsliver
+packRows6_gtail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows6_gdone
+	VMOVUPS.Z 0(R9), K2, Z0
+	VMOVUPS.Z 0(R9)(BX*1), K2, Z1
+	VMOVUPS.Z 0(R9)(BX*2), K2, Z2
+	VMOVUPS.Z 0(R9)(R13*1), K2, Z3
+	VMOVUPS Z0, K1, 0(R10)
+	VMOVUPS Z1, K1, 24(R10)
+	VMOVUPS Z2, K1, 48(R10)
+	VMOVUPS Z3, K1, 72(R10)
+packRows6_gdone:
+	LEAQ (SI)(BX*4), SI
+	ADDQ $96, DI
+	SUBQ $4, R11
+	JMP packRows6_group
+packRows6_single:
+	TESTQ R11, R11
+	JLE packRows6_end
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows6_stail
+packRows6_ssliver:
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS Z0, K1, 0(R10)
+	ADDQ $24, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows6_ssliver
+packRows6_stail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows6_sdone
+	VMOVUPS.Z 0(R9), K2, Z0
+	VMOVUPS Z0, K1, 0(R10)
+packRows6_sdone:
+	ADDQ BX, SI
+	ADDQ $24, DI
+	DECQ R11
+	JMP packRows6_single
+packRows6_end:
+	VZEROUPPER
+	RET
+
+// func packRows14(dst, src *float32, ld, kc, full int, tailMask uint64)
+TEXT ·packRows14(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), BX
+	SHLQ $2, BX
+	LEAQ (BX)(BX*2), R13
+	MOVQ kc+24(FP), R11
+	MOVQ full+32(FP), R12
+	MOVQ R11, R8
+	IMULQ $56, R8
+	MOVQ tailMask+40(FP), AX
+	KMOVW AX, K2
+	MOVL $16383, DX
+	KMOVW DX, K1
+packRows14_group:
+	CMPQ R11, $4
+	JLT packRows14_single
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows14_gtail
+packRows14_gsliver:
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS.Z 0(R9)(BX*1), K1, Z1
+	VMOVUPS.Z 0(R9)(BX*2), K1, Z2
+	VMOVUPS.Z 0(R9)(R13*1), K1, Z3
+	VMOVUPS Z0, K1, 0(R10)
+	VMOVUPS Z1, K1, 56(R10)
+	VMOVUPS Z2, K1, 112(R10)
+	VMOVUPS Z3, K1, 168(R10)
+	ADDQ $56, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows14_gsliver
+packRows14_gtail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows14_gdone
+	VMOVUPS.Z 0(R9), K2, Z0
+	VMOVUPS.Z 0(R9)(BX*1), K2, Z1
+	VMOVUPS.Z 0(R9)(BX*2), K2, Z2
+	VMOVUPS.Z 0(R9)(R13*1), K2, Z3
+	VMOVUPS Z0, K1, 0(R10)
+	VMOVUPS Z1, K1, 56(R10)
+	VMOVUPS Z2, K1, 112(R10)
+	VMOVUPS Z3, K1, 168(R10)
+packRows14_gdone:
+	LEAQ (SI)(BX*4), SI
+	ADDQ $224, DI
+	SUBQ $4, R11
+	JMP packRows14_group
+packRows14_single:
+	TESTQ R11, R11
+	JLE packRows14_end
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows14_stail
+packRows14_ssliver:
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS Z0, K1, 0(R10)
+	ADDQ $56, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows14_ssliver
+packRows14_stail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows14_sdone
+	VMOVUPS.Z 0(R9), K2, Z0
+	VMOVUPS Z0, K1, 0(R10)
+packRows14_sdone:
+	ADDQ BX, SI
+	ADDQ $56, DI
+	DECQ R11
+	JMP packRows14_single
+packRows14_end:
+	VZEROUPPER
+	RET
+
+// func packRows32(dst, src *float32, ld, kc, full int, tailMask uint64)
+TEXT ·packRows32(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), BX
+	SHLQ $2, BX
+	LEAQ (BX)(BX*2), R13
+	MOVQ kc+24(FP), R11
+	MOVQ full+32(FP), R12
+	MOVQ R11, R8
+	IMULQ $128, R8
+	MOVQ tailMask+40(FP), AX
+	KMOVW AX, K1
+	SHRQ $16, AX
+	KMOVW AX, K2
+packRows32_group:
+	CMPQ R11, $4
+	JLT packRows32_single
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows32_gtail
+packRows32_gsliver:
+	VMOVUPS 0(R9), Z0
+	VMOVUPS 64(R9), Z1
+	VMOVUPS 0(R9)(BX*1), Z2
+	VMOVUPS 64(R9)(BX*1), Z3
+	VMOVUPS 0(R9)(BX*2), Z4
+	VMOVUPS 64(R9)(BX*2), Z5
+	VMOVUPS 0(R9)(R13*1), Z6
+	VMOVUPS 64(R9)(R13*1), Z7
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+	VMOVUPS Z4, 256(R10)
+	VMOVUPS Z5, 320(R10)
+	VMOVUPS Z6, 384(R10)
+	VMOVUPS Z7, 448(R10)
+	ADDQ $128, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows32_gsliver
+packRows32_gtail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows32_gdone
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS.Z 64(R9), K2, Z1
+	VMOVUPS.Z 0(R9)(BX*1), K1, Z2
+	VMOVUPS.Z 64(R9)(BX*1), K2, Z3
+	VMOVUPS.Z 0(R9)(BX*2), K1, Z4
+	VMOVUPS.Z 64(R9)(BX*2), K2, Z5
+	VMOVUPS.Z 0(R9)(R13*1), K1, Z6
+	VMOVUPS.Z 64(R9)(R13*1), K2, Z7
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+	VMOVUPS Z4, 256(R10)
+	VMOVUPS Z5, 320(R10)
+	VMOVUPS Z6, 384(R10)
+	VMOVUPS Z7, 448(R10)
+packRows32_gdone:
+	LEAQ (SI)(BX*4), SI
+	ADDQ $512, DI
+	SUBQ $4, R11
+	JMP packRows32_group
+packRows32_single:
+	TESTQ R11, R11
+	JLE packRows32_end
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows32_stail
+packRows32_ssliver:
+	VMOVUPS 0(R9), Z0
+	VMOVUPS 64(R9), Z1
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+	ADDQ $128, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows32_ssliver
+packRows32_stail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows32_sdone
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS.Z 64(R9), K2, Z1
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+packRows32_sdone:
+	ADDQ BX, SI
+	ADDQ $128, DI
+	DECQ R11
+	JMP packRows32_single
+packRows32_end:
+	VZEROUPPER
+	RET
+
+// func packRows64(dst, src *float32, ld, kc, full int, tailMask uint64)
+TEXT ·packRows64(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), BX
+	SHLQ $2, BX
+	LEAQ (BX)(BX*2), R13
+	MOVQ kc+24(FP), R11
+	MOVQ full+32(FP), R12
+	MOVQ R11, R8
+	IMULQ $256, R8
+	MOVQ tailMask+40(FP), AX
+	KMOVW AX, K1
+	SHRQ $16, AX
+	KMOVW AX, K2
+	SHRQ $16, AX
+	KMOVW AX, K3
+	SHRQ $16, AX
+	KMOVW AX, K4
+packRows64_group:
+	CMPQ R11, $4
+	JLT packRows64_single
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows64_gtail
+packRows64_gsliver:
+	VMOVUPS 0(R9), Z0
+	VMOVUPS 64(R9), Z1
+	VMOVUPS 128(R9), Z2
+	VMOVUPS 192(R9), Z3
+	VMOVUPS 0(R9)(BX*1), Z4
+	VMOVUPS 64(R9)(BX*1), Z5
+	VMOVUPS 128(R9)(BX*1), Z6
+	VMOVUPS 192(R9)(BX*1), Z7
+	VMOVUPS 0(R9)(BX*2), Z8
+	VMOVUPS 64(R9)(BX*2), Z9
+	VMOVUPS 128(R9)(BX*2), Z10
+	VMOVUPS 192(R9)(BX*2), Z11
+	VMOVUPS 0(R9)(R13*1), Z12
+	VMOVUPS 64(R9)(R13*1), Z13
+	VMOVUPS 128(R9)(R13*1), Z14
+	VMOVUPS 192(R9)(R13*1), Z15
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+	VMOVUPS Z4, 256(R10)
+	VMOVUPS Z5, 320(R10)
+	VMOVUPS Z6, 384(R10)
+	VMOVUPS Z7, 448(R10)
+	VMOVUPS Z8, 512(R10)
+	VMOVUPS Z9, 576(R10)
+	VMOVUPS Z10, 640(R10)
+	VMOVUPS Z11, 704(R10)
+	VMOVUPS Z12, 768(R10)
+	VMOVUPS Z13, 832(R10)
+	VMOVUPS Z14, 896(R10)
+	VMOVUPS Z15, 960(R10)
+	ADDQ $256, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows64_gsliver
+packRows64_gtail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows64_gdone
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS.Z 64(R9), K2, Z1
+	VMOVUPS.Z 128(R9), K3, Z2
+	VMOVUPS.Z 192(R9), K4, Z3
+	VMOVUPS.Z 0(R9)(BX*1), K1, Z4
+	VMOVUPS.Z 64(R9)(BX*1), K2, Z5
+	VMOVUPS.Z 128(R9)(BX*1), K3, Z6
+	VMOVUPS.Z 192(R9)(BX*1), K4, Z7
+	VMOVUPS.Z 0(R9)(BX*2), K1, Z8
+	VMOVUPS.Z 64(R9)(BX*2), K2, Z9
+	VMOVUPS.Z 128(R9)(BX*2), K3, Z10
+	VMOVUPS.Z 192(R9)(BX*2), K4, Z11
+	VMOVUPS.Z 0(R9)(R13*1), K1, Z12
+	VMOVUPS.Z 64(R9)(R13*1), K2, Z13
+	VMOVUPS.Z 128(R9)(R13*1), K3, Z14
+	VMOVUPS.Z 192(R9)(R13*1), K4, Z15
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+	VMOVUPS Z4, 256(R10)
+	VMOVUPS Z5, 320(R10)
+	VMOVUPS Z6, 384(R10)
+	VMOVUPS Z7, 448(R10)
+	VMOVUPS Z8, 512(R10)
+	VMOVUPS Z9, 576(R10)
+	VMOVUPS Z10, 640(R10)
+	VMOVUPS Z11, 704(R10)
+	VMOVUPS Z12, 768(R10)
+	VMOVUPS Z13, 832(R10)
+	VMOVUPS Z14, 896(R10)
+	VMOVUPS Z15, 960(R10)
+packRows64_gdone:
+	LEAQ (SI)(BX*4), SI
+	ADDQ $1024, DI
+	SUBQ $4, R11
+	JMP packRows64_group
+packRows64_single:
+	TESTQ R11, R11
+	JLE packRows64_end
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows64_stail
+packRows64_ssliver:
+	VMOVUPS 0(R9), Z0
+	VMOVUPS 64(R9), Z1
+	VMOVUPS 128(R9), Z2
+	VMOVUPS 192(R9), Z3
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+	ADDQ $256, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows64_ssliver
+packRows64_stail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows64_sdone
+	VMOVUPS.Z 0(R9), K1, Z0
+	VMOVUPS.Z 64(R9), K2, Z1
+	VMOVUPS.Z 128(R9), K3, Z2
+	VMOVUPS.Z 192(R9), K4, Z3
+	VMOVUPS Z0, 0(R10)
+	VMOVUPS Z1, 64(R10)
+	VMOVUPS Z2, 128(R10)
+	VMOVUPS Z3, 192(R10)
+packRows64_sdone:
+	ADDQ BX, SI
+	ADDQ $256, DI
+	DECQ R11
+	JMP packRows64_single
+packRows64_end:
+	VZEROUPPER
+	RET

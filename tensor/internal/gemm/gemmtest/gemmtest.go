@@ -167,10 +167,11 @@ func Cases() []Case {
 	for _, ab := range [][2]float32{{1, 0}, {1, 1}, {-2, 0.25}, {0.5, -1}, {0, 0}, {0, 2}, {3, 0}} {
 		add(23, 41, 30, ab[0], ab[1], 1)
 	}
-	add(145, 70, 40, 1, 1, 0)  // two A blocks of the AVX2 kernel
-	add(350, 40, 300, 1, 0, 5) // two A blocks of the AVX-512 kernel, two k slabs
-	add(3, 4200, 7, 1, 0, 0)   // two B panels
-	add(64, 100, 784, 1, 0, 0) // anchor-like, three k slabs
+	add(145, 70, 40, 1, 1, 0)      // two A blocks of the AVX2 kernel
+	add(350, 40, 300, 1, 0, 5)     // two A blocks of the AVX-512 kernel, two k slabs
+	add(3, 4200, 7, 1, 0, 0)       // two B panels
+	add(64, 100, 784, 1, 0, 0)     // anchor-like, three k slabs
+	add(200, 7, 300, 1.5, -0.5, 2) // few columns: computed as Cᵀ = op(B)ᵀ·op(A)ᵀ
 	return cs
 }
 

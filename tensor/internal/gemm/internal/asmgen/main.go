@@ -71,6 +71,128 @@ func genAVX512(e *emitter) {
 	genKernel512(e, 6, 4)
 	genPackT16(e)
 	genPackCopy32(e)
+	for _, nr := range []int{6, 14, 32, 64} {
+		genPackRows(e, nr)
+	}
+}
+
+// genPackRows emits a packer for an operand whose slivers run along its
+// rows (B not transposed, A transposed): it walks the source four rows at a
+// time, so reads are sequential and each sliver receives 4·nr contiguous
+// values per visit (visiting every sliver once per row would hit the same
+// L1 set over and over, the slivers being a multiple of 4 KiB apart):
+//
+//	dst[s*nr*kc + p*nr + c] = src[p*ld + s*nr + c]   for p < kc, c < nr, s < full
+//	dst[full*nr*kc + p*nr + c] = src[p*ld + full*nr + c] or 0, by tailMask bit c
+//
+// The tail sliver is written only when tailMask is not 0.
+//
+// func packRowsNR(dst, src *float32, ld, kc, full int, tailMask uint64)
+func genPackRows(e *emitter, nr int) {
+	const group = 4
+	name := fmt.Sprintf("packRows%d", nr)
+	nv := (nr + 15) / 16
+	e.c("func %s(dst, src *float32, ld, kc, full int, tailMask uint64)", name)
+	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-48\n", name))
+	e.i("MOVQ dst+0(FP), DI")
+	e.i("MOVQ src+8(FP), SI")
+	e.i("MOVQ ld+16(FP), BX")
+	e.i("SHLQ $2, BX")
+	e.i("LEAQ (BX)(BX*2), R13") // 3 rows
+	e.i("MOVQ kc+24(FP), R11")
+	e.i("MOVQ full+32(FP), R12")
+	e.i("MOVQ R11, R8") // sliver stride in bytes: nr*kc*4
+	e.i("IMULQ $%d, R8", nr*4)
+	e.i("MOVQ tailMask+40(FP), AX")
+	if nr < 16 {
+		e.i("KMOVW AX, K2") // tail load mask
+		e.i("MOVL $%d, DX", (1<<nr)-1)
+		e.i("KMOVW DX, K1") // full sliver mask
+	} else {
+		for v := 0; v < nv; v++ {
+			e.i("KMOVW AX, K%d", v+1)
+			if v < nv-1 {
+				e.i("SHRQ $16, AX")
+			}
+		}
+	}
+	row := func(r int) string {
+		switch r {
+		case 0:
+			return "(R9)"
+		case 1:
+			return "(R9)(BX*1)"
+		case 2:
+			return "(R9)(BX*2)"
+		}
+		return "(R9)(R13*1)"
+	}
+	// copy emits the copy of rows rows of one sliver, full or tail.
+	copyRows := func(rows int, tail bool) {
+		for r := 0; r < rows; r++ {
+			for v := 0; v < nv; v++ {
+				src := fmt.Sprintf("%d%s", 64*v, row(r))
+				reg := z(r*nv + v)
+				switch {
+				case nr < 16 && tail:
+					e.i("VMOVUPS.Z %s, K2, %s", src, reg)
+				case nr < 16:
+					e.i("VMOVUPS.Z %s, K1, %s", src, reg)
+				case tail:
+					e.i("VMOVUPS.Z %s, K%d, %s", src, v+1, reg)
+				default:
+					e.i("VMOVUPS %s, %s", src, reg)
+				}
+			}
+		}
+		for r := 0; r < rows; r++ {
+			for v := 0; v < nv; v++ {
+				dst := fmt.Sprintf("%d(R10)", (r*nr+16*v)*4)
+				if nr < 16 {
+					e.i("VMOVUPS %s, K1, %s", z(r*nv+v), dst)
+				} else {
+					e.i("VMOVUPS %s, %s", z(r*nv+v), dst)
+				}
+			}
+		}
+	}
+	pass := func(label string, rows int) {
+		e.i("MOVQ SI, R9")
+		e.i("MOVQ DI, R10")
+		e.i("MOVQ R12, CX")
+		e.i("TESTQ CX, CX")
+		e.i("JZ %s_%stail", name, label)
+		e.l(fmt.Sprintf("%s_%ssliver", name, label))
+		copyRows(rows, false)
+		e.i("ADDQ $%d, R9", nr*4)
+		e.i("ADDQ R8, R10")
+		e.i("DECQ CX")
+		e.i("JNZ %s_%ssliver", name, label)
+		e.l(fmt.Sprintf("%s_%stail", name, label))
+		e.i("CMPQ tailMask+40(FP), $0")
+		e.i("JEQ %s_%sdone", name, label)
+		copyRows(rows, true)
+		e.l(fmt.Sprintf("%s_%sdone", name, label))
+	}
+	e.l(name + "_group")
+	e.i("CMPQ R11, $%d", group)
+	e.i("JLT %s_single", name)
+	pass("g", group)
+	e.i("LEAQ (SI)(BX*4), SI")
+	e.i("ADDQ $%d, DI", group*nr*4)
+	e.i("SUBQ $%d, R11", group)
+	e.i("JMP %s_group", name)
+	e.l(name + "_single")
+	e.i("TESTQ R11, R11")
+	e.i("JLE %s_end", name)
+	pass("s", 1)
+	e.i("ADDQ BX, SI")
+	e.i("ADDQ $%d, DI", nr*4)
+	e.i("DECQ R11")
+	e.i("JMP %s_single", name)
+	e.l(name + "_end")
+	e.i("VZEROUPPER")
+	e.i("RET")
 }
 
 // genKernel512 emits a micro-kernel computing an mr×(16·nv) tile of C from a
