@@ -5,7 +5,9 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
+	"time"
 
 	"cohort/autograd"
 	"cohort/dist"
@@ -319,6 +321,50 @@ func TestEquivalenceAnchorModels(t *testing.T) {
 					c.run(t)
 				})
 			}
+		}
+	}
+}
+
+// TestJoinBodyError: a rank whose loop fails between steps makes the
+// others' Join fail with an error naming it, instead of hanging.
+func TestJoinBodyError(t *testing.T) {
+	const world = 3
+	boom := fmt.Errorf("data loader broke")
+	start := time.Now()
+	errs := runDistTimeout(t, world, 20*time.Second, func(pg dist.ProcessGroup) error {
+		ctx := context.Background()
+		m, err := Wrap(ctx, newMLP(1, 4, 5, 3), pg, Options{})
+		if err != nil {
+			return err
+		}
+		data := newDataset(1, 60, 3, 4)
+		return m.Join(ctx, func() error {
+			for s := 0; s < 5; s++ {
+				if pg.Rank() == 1 && s == 2 {
+					return boom
+				}
+				x, y := data.batch(s*6+pg.Rank()*2, s*6+pg.Rank()*2+2)
+				out, err := m.Forward(ctx, x)
+				if err != nil {
+					return err
+				}
+				if err := m.Backward(ctx, loss(out, y)); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+	})
+	if d := time.Since(start); d > 10*time.Second {
+		t.Fatalf("took %v: a rank waited for a timeout", d)
+	}
+	for r, err := range errs {
+		want := "ranks [1] stopped training with an error"
+		if r == 1 {
+			want = boom.Error()
+		}
+		if err == nil || !strings.Contains(err.Error(), want) {
+			t.Fatalf("rank %d: err = %v, want one containing %q", r, err, want)
 		}
 	}
 }

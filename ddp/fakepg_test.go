@@ -259,8 +259,14 @@ func runHub(t *testing.T, h *fakeHub, fn func(pg dist.ProcessGroup) error) []err
 // in-process transport (disttest) and returns every rank's error.
 func runDist(t *testing.T, world int, fn func(pg dist.ProcessGroup) error) []error {
 	t.Helper()
+	return runDistTimeout(t, world, 0, fn)
+}
+
+// runDistTimeout is runDist with a per-op timeout (0: disttest's).
+func runDistTimeout(t *testing.T, world int, timeout time.Duration, fn func(pg dist.ProcessGroup) error) []error {
+	t.Helper()
 	errs := make([]error, world)
-	disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+	disttest.RunWith(t, world, dist.GroupOptions{Timeout: timeout}, func(t *testing.T, pg dist.ProcessGroup) {
 		errs[pg.Rank()] = fn(pg)
 	})
 	return errs

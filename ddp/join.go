@@ -23,6 +23,7 @@ const (
 	joinJoined  = 0
 	joinNoSync  = 1 // training, gradient sync off (NoSync)
 	joinSyncing = 2 // training, gradients reduced this round
+	joinFailed  = 3 // its training loop returned an error between steps
 )
 
 // joinRound is what a round's all-reduce tells every rank.
@@ -36,9 +37,12 @@ type joinRound struct {
 // agree on whether this round synchronises gradients.
 func decodeJoinRound(states []int64) (joinRound, error) {
 	r := joinRound{authority: -1}
-	var noSync, syncing []int
+	var noSync, syncing, failed []int
 	for rank, s := range states {
 		switch s {
+		case joinFailed:
+			failed = append(failed, rank)
+			continue
 		case joinJoined:
 			continue
 		case joinNoSync:
@@ -49,6 +53,9 @@ func decodeJoinRound(states []int64) (joinRound, error) {
 			return joinRound{}, fmt.Errorf("ddp: Join: rank %d sent state %d (a rank outside Join, or another collective in its place?)", rank, s)
 		}
 		r.active = append(r.active, rank)
+	}
+	if len(failed) > 0 {
+		return joinRound{}, fmt.Errorf("ddp: Join: ranks %v stopped training with an error", failed)
 	}
 	if len(noSync) > 0 && len(syncing) > 0 {
 		return joinRound{}, fmt.Errorf("ddp: Join: ranks disagree on gradient sync this step: ranks %v synchronise, ranks %v are in NoSync", syncing, noSync)
@@ -63,6 +70,7 @@ func decodeJoinRound(states []int64) (joinRound, error) {
 // joinState is the Join bookkeeping of one rank.
 type joinState struct {
 	lastActive []int // active ranks of the latest round that had any
+	broken     bool  // a round failed: no further rounds
 }
 
 // round runs one join round with this rank's state.
@@ -70,10 +78,12 @@ func (m *Model) round(ctx context.Context, state int64) (joinRound, error) {
 	v := make([]int64, m.world)
 	v[m.rank] = state
 	if err := m.pg.AllReduce(ctx, dist.I64(v), dist.Sum).Wait(); err != nil {
+		m.join.broken = true
 		return joinRound{}, fmt.Errorf("ddp: Join: round all-reduce: %w", err)
 	}
 	r, err := decodeJoinRound(v)
 	if err != nil {
+		m.join.broken = true
 		return joinRound{}, err
 	}
 	if len(r.active) > 0 {
@@ -93,9 +103,12 @@ func (m *Model) round(ctx context.Context, state int64) (joinRound, error) {
 //
 // Every rank must call Join, around the same loop; inside it, every
 // Forward of the model (training or evaluation) is a round, so evaluate
-// through Module() instead. If body returns an error, Join returns it at
-// once without shadowing: the other ranks' next collective then fails or
-// times out in the process group.
+// through Module() instead. If body returns an error between steps (after
+// a Backward, or before the first Forward), Join tells the other ranks in
+// their next round, where they fail with an error naming this rank, and
+// returns body's error; after an error in the middle of a step it returns
+// at once, and the other ranks' pending collectives fail or time out in
+// the process group.
 func (m *Model) Join(ctx context.Context, body func() error) error {
 	if m.join != nil {
 		return fmt.Errorf("ddp: Join: already inside Join")
@@ -106,6 +119,10 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	m.join = &joinState{}
 	defer func() { m.join = nil }()
 	if err := body(); err != nil {
+		if !m.join.broken && !(m.armed && m.syncing && m.anyReady) {
+			// Best effort: the others learn of it in their next round.
+			_, _ = m.round(ctx, joinFailed)
+		}
 		return err
 	}
 	if m.armed && m.syncing && m.anyReady {
