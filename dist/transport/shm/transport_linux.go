@@ -400,6 +400,15 @@ func (p *peer) service() bool {
 // Poller only.
 func (p *peer) settle(cause error) {
 	p.settled = true
+	if p.gone.Load() == nil {
+		// This end gives up on a live peer (a protocol error): tell it
+		// why, so its sends fail instead of waiting for ring space.
+		p.wmu.Lock()
+		p.conn.SetWriteDeadline(time.Now().Add(time.Second))
+		reason := fmt.Sprintf("rank %d dropped the link: %v", p.t.rank, cause)
+		_ = wire.WriteFrame(p.conn, wire.Header{Kind: wire.KindRefuse}, []byte(reason[:min(len(reason), wire.MaxReasonBytes)]))
+		p.wmu.Unlock()
+	}
 	pe := &transport.PeerError{Peer: p.rank, Err: cause}
 	if p.cur != nil {
 		p.cur.Abort(pe)
@@ -426,7 +435,7 @@ func (p *peer) markGone(cause error) {
 func (p *peer) readLoop() {
 	defer close(p.readerDone)
 	for {
-		h, _, err := wire.ReadFrame(p.conn, 0)
+		h, payload, err := wire.ReadFrame(p.conn, wire.MaxReasonBytes)
 		if err != nil {
 			if !p.t.closed.Load() {
 				p.markGone(errPeerVanished)
@@ -438,6 +447,8 @@ func (p *peer) readLoop() {
 			p.markGone(errPeerClosed)
 		case wire.KindCancel:
 			p.markGone(errCancelledMid)
+		case wire.KindRefuse:
+			p.markGone(errors.New(string(payload)))
 		default:
 			p.markGone(fmt.Errorf("protocol error: unexpected %v frame", h.Kind))
 		}
