@@ -82,9 +82,9 @@ func kernelGo4x4(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, co
 	as := unsafeSlice(a, 4*k)
 	bs := unsafeSlice(b, 4*k)
 	var c00, c01, c02, c03, c10, c11, c12, c13, c20, c21, c22, c23, c30, c31, c32, c33 float32
-	for p := 0; p < k; p++ {
-		av := as[4*p : 4*p+4 : 4*p+4]
-		bv := bs[4*p : 4*p+4 : 4*p+4]
+	for len(as) >= 4 && len(bs) >= 4 {
+		av, bv := (*[4]float32)(as), (*[4]float32)(bs)
+		as, bs = as[4:], bs[4:]
 		a0, a1, a2, a3 := av[0], av[1], av[2], av[3]
 		b0, b1, b2, b3 := bv[0], bv[1], bv[2], bv[3]
 		c00 += a0 * b0

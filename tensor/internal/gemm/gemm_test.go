@@ -107,8 +107,8 @@ func TestNew(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if g.Threads() != runtime.NumCPU() {
-			t.Errorf("threads = %d, want NumCPU %d", g.Threads(), runtime.NumCPU())
+		if want := min(runtime.NumCPU(), runtime.GOMAXPROCS(0)); g.Threads() != want {
+			t.Errorf("threads = %d, want %d (CPUs available)", g.Threads(), want)
 		}
 		t.Logf("default: %v", g)
 	})

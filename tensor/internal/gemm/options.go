@@ -38,7 +38,9 @@ const DefaultOpenBLASLib = "libopenblas.so.0"
 // backend and kernel available.
 type Options struct {
 	// Threads is the number of goroutines one call may use (and the
-	// OpenBLAS thread count). 0 means runtime.NumCPU().
+	// OpenBLAS thread count). 0 means the number of CPUs the process may
+	// use: runtime.NumCPU(), or GOMAXPROCS when that is lower (a
+	// container's CPU quota), read when the Impl is built.
 	Threads int
 
 	// BLAS selects the backend: "go" runs cohort's kernels; "openblas"
@@ -104,7 +106,7 @@ func (o Options) validate() error {
 // threads resolves Threads' zero value.
 func (o Options) threads() int {
 	if o.Threads == 0 {
-		return runtime.NumCPU()
+		return min(runtime.NumCPU(), runtime.GOMAXPROCS(0))
 	}
 	return o.Threads
 }
