@@ -1,7 +1,6 @@
 package launch
 
 import (
-	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -69,7 +68,6 @@ func TestResolveProgram(t *testing.T) {
 			}
 		})
 	}
-	_ = errors.New
 }
 
 func TestWorkerEnv(t *testing.T) {

@@ -358,10 +358,17 @@ func (c *serverConn) reply(resp *response, err error, ctx context.Context) {
 	}
 }
 
+// write sends one frame, bounded by WriteTimeout, or by a second while the
+// server is closing so that a client that stopped reading cannot hold up
+// Close.
 func (c *serverConn) write(frame []byte) error {
 	c.wmu.Lock()
 	defer c.wmu.Unlock()
-	c.conn.SetWriteDeadline(time.Now().Add(c.s.opts.WriteTimeout))
+	timeout := c.s.opts.WriteTimeout
+	if c.s.isClosing() {
+		timeout = min(timeout, time.Second)
+	}
+	c.conn.SetWriteDeadline(time.Now().Add(timeout))
 	_, err := c.conn.Write(frame)
 	return err
 }
