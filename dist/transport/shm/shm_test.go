@@ -3,7 +3,9 @@ package shm
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -73,7 +75,12 @@ func TestConformance(t *testing.T) {
 }
 
 func procSetup(ctx context.Context, rank, world int, exchange func(string) ([]string, error)) (transport.Transport, error) {
-	l, err := Listen(ctx, rank, world, Options{Token: []byte("process-token"), Prefix: testPrefix})
+	opts := Options{Token: []byte("process-token"), Prefix: testPrefix}
+	// Ring size for benchmark experiments.
+	if v, err := strconv.ParseInt(os.Getenv("COHORT_SHM_TEST_RING_BYTES"), 10, 64); err == nil {
+		opts.RingBytes = v
+	}
+	l, err := Listen(ctx, rank, world, opts)
 	if err != nil {
 		return nil, err
 	}

@@ -361,7 +361,7 @@ func (p *peer) service() bool {
 			p.curPad = (recordAlign - h.Aux%recordAlign) % recordAlign
 		}
 		for p.curRem > 0 && tail < head {
-			k := min(p.curRem, head-tail)
+			k := min(p.curRem, head-tail, publishBytes)
 			at := tail & r.mask
 			first := min(k, uint64(len(r.data))-at)
 			var got uint64
@@ -375,6 +375,9 @@ func (p *peer) service() bool {
 			})
 			tail += got
 			p.curRem -= got
+			if p.curRem > 0 {
+				p.release(tail) // let the sender refill while this copies on
+			}
 		}
 		if p.curRem > 0 {
 			break
@@ -386,6 +389,14 @@ func (p *peer) service() bool {
 		p.cur.Done()
 		p.cur = nil
 	}
+	p.release(tail)
+	return true
+}
+
+// release hands the ring's bytes before tail back to the sender, waking
+// it if it waits for space. Poller only.
+func (p *peer) release(tail uint64) {
+	r := &p.in
 	p.inTail = tail
 	atomic.StoreUint64(r.tail, tail)
 	if atomic.LoadUint32(r.waiting) != 0 {
@@ -393,7 +404,6 @@ func (p *peer) service() bool {
 		atomic.AddUint32(r.space, 1)
 		futexWakeAll(r.space)
 	}
-	return true
 }
 
 // settle fails the peer's box once nothing more can come from it.
