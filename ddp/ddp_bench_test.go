@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"testing"
 	"time"
 
@@ -17,10 +18,12 @@ import (
 )
 
 // BenchmarkOverhead measures what DDP costs on a single rank: the anchor
-// training step (batch 64, SGD with momentum) run plainly, through a
-// world-1 Model copying gradients into buckets, and through one with
-// gradients as bucket views. Run with COHORT_NUM_THREADS=1 to match the
-// anchor's one thread per rank, and compare samples/s.
+// training step (batch 64, SGD with momentum) of a plain model and of a
+// world-1 Model (copying gradients into buckets, or with gradients as
+// bucket views) are timed alternately, step by step, so that the load of
+// a shared machine hits both alike. It reports both throughputs (from the
+// median step times) and the overhead in percent. Run with
+// COHORT_NUM_THREADS=1 to match the anchor's one thread per rank.
 func BenchmarkOverhead(b *testing.B) {
 	nets := []struct {
 		name  string
@@ -30,93 +33,84 @@ func BenchmarkOverhead(b *testing.B) {
 		{"mlp", func(r *rand.Rand) nn.Layer { return models.MLP(r) }, []int{784}},
 		{"lenet", func(r *rand.Rand) nn.Layer { return models.LeNet(r) }, []int{1, 28, 28}},
 	}
-	modes := []struct {
-		name string
-		ddp  bool
-		opts Options
-	}{
-		{"plain", false, Options{}},
-		{"ddp", true, Options{}},
-		{"ddp-view", true, Options{GradientAsBucketView: true}},
-	}
 	const batch = 64
 	for _, nt := range nets {
-		for _, md := range modes {
-			b.Run(fmt.Sprintf("%s/%s", nt.name, md.name), func(b *testing.B) {
+		for _, view := range []bool{false, true} {
+			b.Run(fmt.Sprintf("%s/view=%v", nt.name, view), func(b *testing.B) {
 				ctx := context.Background()
-				net := nt.build(rand.New(rand.NewPCG(0, 0)))
-				var model nn.Module = net
-				forward := func(x *autograd.Var) (*autograd.Var, error) { return net.Forward(x), nil }
-				backward := func(l *autograd.Var) error { autograd.Backward(l); return nil }
-				var m *Model
-				if md.ddp {
-					pg, err := dist.New(inproc.NewMesh(1)[0], dist.GroupOptions{})
-					if err != nil {
-						b.Fatal(err)
-					}
-					defer pg.Close()
-					if m, err = Wrap(ctx, net, pg, md.opts); err != nil {
-						b.Fatal(err)
-					}
-					model = m
-					forward = func(x *autograd.Var) (*autograd.Var, error) { return m.Forward(ctx, x) }
-					backward = func(l *autograd.Var) error { return m.Backward(ctx, l) }
+				rng := rand.New(rand.NewPCG(1, 1))
+				x := tensor.New(append([]int{batch}, nt.shape...)...)
+				x.FillNormal(rng, 0, 1)
+				y := make([]int64, batch)
+				for j := range y {
+					y[j] = int64(rng.IntN(10))
 				}
-				opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(model), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+				pg, err := dist.New(inproc.NewMesh(1)[0], dist.GroupOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}
-				rng := rand.New(rand.NewPCG(1, 1))
-				per := 1
-				for _, s := range nt.shape {
-					per *= s
+				defer pg.Close()
+				plainNet := nt.build(rand.New(rand.NewPCG(0, 0)))
+				ddpNet := nt.build(rand.New(rand.NewPCG(0, 0)))
+				m, err := Wrap(ctx, ddpNet, pg, Options{GradientAsBucketView: view})
+				if err != nil {
+					b.Fatal(err)
 				}
-				type sample struct {
-					x *tensor.Tensor
-					y []int64
-				}
-				batches := make([]sample, 4)
-				for i := range batches {
-					x := tensor.New(append([]int{batch}, nt.shape...)...)
-					x.FillNormal(rng, 0, 1)
-					y := make([]int64, batch)
-					for j := range y {
-						y[j] = int64(rng.IntN(10))
-					}
-					batches[i] = sample{x, y}
-				}
-				step := func(i int) {
-					s := batches[i%len(batches)]
-					out, err := forward(autograd.NewVar(s.x, false))
+				newOpt := func(mod nn.Module) optim.Optimizer {
+					opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(mod), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
 					if err != nil {
 						b.Fatal(err)
 					}
-					if err := backward(loss(out, s.y)); err != nil {
+					return opt
+				}
+				plainOpt, ddpOpt := newOpt(plainNet), newOpt(m)
+				plain := func() time.Duration {
+					t0 := time.Now()
+					autograd.Backward(loss(plainNet.Forward(autograd.NewVar(x, false)), y))
+					plainOpt.Step()
+					plainOpt.ZeroGrad()
+					return time.Since(t0)
+				}
+				wrapped := func() time.Duration {
+					t0 := time.Now()
+					out, err := m.Forward(ctx, autograd.NewVar(x, false))
+					if err == nil {
+						err = m.Backward(ctx, loss(out, y))
+					}
+					if err != nil {
 						b.Fatal(err)
 					}
-					opt.Step()
-					opt.ZeroGrad()
+					ddpOpt.Step()
+					ddpOpt.ZeroGrad()
+					return time.Since(t0)
 				}
-				for i := 0; i < 5; i++ { // warm-up (and the bucket rebuild)
-					step(i)
+				for range 5 { // warm-up (and the bucket rebuild)
+					plain()
+					wrapped()
 				}
-				if m != nil {
-					m.ResetStats()
+				var tp, td []time.Duration
+				for b.Loop() { // alternate which goes first
+					if len(tp)%2 == 0 {
+						tp = append(tp, plain())
+						td = append(td, wrapped())
+					} else {
+						td = append(td, wrapped())
+						tp = append(tp, plain())
+					}
 				}
-				i := 0
-				start := time.Now()
-				for b.Loop() {
-					step(i)
-					i++
-				}
-				b.ReportMetric(float64(batch*i)/time.Since(start).Seconds(), "samples/s")
-				if m != nil {
-					st := m.Stats()
-					b.ReportMetric(float64(st.Exposed.Microseconds())/float64(max(st.Steps, 1)), "exposed-µs/step")
-				}
+				mp, md := median(tp), median(td)
+				b.ReportMetric(batch/mp.Seconds(), "plain-samples/s")
+				b.ReportMetric(batch/md.Seconds(), "ddp-samples/s")
+				b.ReportMetric(100*(md.Seconds()/mp.Seconds()-1), "overhead-%")
 			})
 		}
 	}
+}
+
+func median(d []time.Duration) time.Duration {
+	s := slices.Clone(d)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // BenchmarkWorld2 trains the anchor models on two ranks in this process

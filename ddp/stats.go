@@ -1,6 +1,9 @@
 package ddp
 
-import "time"
+import (
+	"fmt"
+	"time"
+)
 
 // Stats accumulates where the time of the Model's steps went, on this
 // rank. Durations are wall-clock totals over the steps counted.
@@ -82,4 +85,12 @@ func (m *Model) recordStep(end time.Time) {
 	if h := hiddenEnd.Sub(first); h > 0 {
 		s.Hidden += h
 	}
+}
+
+// String summarises the statistics on one line, per synchronised step.
+func (s Stats) String() string {
+	n := max(s.Steps, 1)
+	per := func(d time.Duration) time.Duration { return (d / time.Duration(n)).Round(time.Microsecond) }
+	return fmt.Sprintf("%d steps (+%d local): forward %v, backward %v, buffers %v, communication %v (%.0f%% hidden), exposed %v per step; %d bytes reduced per step",
+		s.Steps, s.LocalSteps, per(s.Forward), per(s.Backward), per(s.BufferSync), per(s.Comm), 100*s.HiddenFraction(), per(s.Exposed), s.Bytes/n)
 }

@@ -3,6 +3,7 @@ package ddp
 import (
 	"context"
 	"slices"
+	"strings"
 	"testing"
 
 	"cohort/autograd"
@@ -68,6 +69,9 @@ func TestStats(t *testing.T) {
 		}
 		if s.Compute() != s.Forward+s.Backward {
 			t.Fatalf("rank %d: Compute %v", r, s.Compute())
+		}
+		if str := s.String(); !strings.Contains(str, "3 steps (+2 local)") || !strings.Contains(str, "% hidden") {
+			t.Fatalf("rank %d: String() = %q", r, str)
 		}
 		if reset[r] != (Stats{}) {
 			t.Fatalf("rank %d: after ResetStats %+v", r, reset[r])
