@@ -87,10 +87,12 @@ func (m *Model) recordStep(end time.Time) {
 	}
 }
 
-// String summarises the statistics on one line, per synchronised step.
+// String summarises the statistics on one line: compute per forward and
+// backward pass (local ones included), communication per synchronised
+// step.
 func (s Stats) String() string {
-	n := max(s.Steps, 1)
-	per := func(d time.Duration) time.Duration { return (d / time.Duration(n)).Round(time.Microsecond) }
-	return fmt.Sprintf("%d steps (+%d local): forward %v, backward %v, buffers %v, communication %v (%.0f%% hidden), exposed %v per step; %d bytes reduced per step",
-		s.Steps, s.LocalSteps, per(s.Forward), per(s.Backward), per(s.BufferSync), per(s.Comm), 100*s.HiddenFraction(), per(s.Exposed), s.Bytes/n)
+	n, all := max(s.Steps, 1), max(s.Steps+s.LocalSteps, 1)
+	per := func(d time.Duration, k int64) time.Duration { return (d / time.Duration(k)).Round(time.Microsecond) }
+	return fmt.Sprintf("%d steps (+%d local): forward %v, backward %v per pass; buffers %v, communication %v (%.0f%% hidden), exposed %v, %d bytes reduced per step",
+		s.Steps, s.LocalSteps, per(s.Forward, all), per(s.Backward, all), per(s.BufferSync, n), per(s.Comm, n), 100*s.HiddenFraction(), per(s.Exposed, n), s.Bytes/n)
 }
