@@ -435,6 +435,7 @@ func (g *group) Close() error {
 	default:
 	}
 	g.wg.Wait()
+	g.exec.Close()
 	var errs []error
 	for _, c := range children {
 		errs = append(errs, c.Close())

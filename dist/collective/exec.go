@@ -7,6 +7,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"time"
 	"unsafe"
 
 	"cohort/dist/transport"
@@ -21,6 +22,14 @@ type Executor struct {
 	ranks []int // ranks[g] is the transport rank of group rank g
 	rank  int   // this process's group rank
 	tmp   []uint64
+	hdr   [headerLen]byte // this rank's header for the running op
+
+	// Per-peer transfer queues, each worked by one goroutine started on
+	// first use and stopped by Close.
+	sends, recvs []*link
+	stop         chan struct{}
+	wg           sync.WaitGroup
+	closed       bool
 }
 
 // NewExecutor returns an executor for the group whose members are the
@@ -45,7 +54,19 @@ func NewExecutor(t transport.Transport, group uint32, ranks []int) (*Executor, e
 	if me < 0 {
 		return nil, fmt.Errorf("collective: transport rank %d is not a member of group %v", t.Rank(), ranks)
 	}
-	return &Executor{t: t, group: group, ranks: append([]int(nil), ranks...), rank: me}, nil
+	return &Executor{t: t, group: group, ranks: append([]int(nil), ranks...), rank: me,
+		sends: make([]*link, len(ranks)), recvs: make([]*link, len(ranks)), stop: make(chan struct{})}, nil
+}
+
+// Close stops the executor's goroutines. It must not run concurrently with
+// Run; Run after Close fails.
+func (e *Executor) Close() error {
+	if !e.closed {
+		e.closed = true
+		close(e.stop)
+		e.wg.Wait()
+	}
+	return nil
 }
 
 // Rank returns this process's rank in the group; Size the group size.
@@ -82,13 +103,18 @@ func (e *StepError) Unwrap() error { return e.Err }
 // right neighbour, and checks those of the peers it will receive from and
 // its left neighbour; a mismatch fails with a *DesyncError.
 //
-// Sends and receives run on one goroutine per peer and direction, in plan
-// order; a step waits only for the earlier steps whose memory it touches,
-// so receiving overlaps with reducing and forwarding. Run returns once all
-// of them are done: on success every buffer is settled; on failure (the
-// first error, wrapped in a *StepError, or ctx's) nothing is left running.
-// The contents of out are then unspecified.
+// An Inline plan runs on the caller's goroutine, step after step. Other
+// plans hand sends and receives to one goroutine per peer and direction,
+// which work through them in plan order; a step waits only for the earlier
+// transfers whose memory it touches, so receiving overlaps with reducing
+// and forwarding. Run returns once every transfer is done: on success every
+// buffer is settled; on failure (the first error, wrapped in a *StepError,
+// or a *DesyncError) nothing is left running and the contents of out are
+// unspecified.
 func (e *Executor) Run(ctx context.Context, seq uint64, p *Plan, in, out []byte) error {
+	if e.closed {
+		return errors.New("collective: Run on a closed executor")
+	}
 	if p.Size != len(e.ranks) || p.Rank != e.rank {
 		return fmt.Errorf("collective: plan for rank %d of %d run by rank %d of %d", p.Rank, p.Size, e.rank, len(e.ranks))
 	}
@@ -105,10 +131,16 @@ func (e *Executor) Run(ctx context.Context, seq uint64, p *Plan, in, out []byte)
 		seq:  seq,
 		es:   es,
 		bufs: [3][]byte{Out: out, In: in, Tmp: u64Bytes(e.tmp)},
-		wake: make(chan struct{}, 1),
+		got:  make([]bool, len(e.ranks)),
 	}
 	if err := r.checkBounds(); err != nil {
 		return err
+	}
+	h := header{group: e.group, rank: uint32(e.rank), seq: seq, call: p.Call}
+	h.encode(e.hdr[:])
+	r.peers()
+	if p.Inline {
+		return r.inline(ctx)
 	}
 	return r.exec(ctx)
 }
@@ -129,31 +161,39 @@ type run struct {
 	es   int
 	bufs [3][]byte
 
-	ctx    context.Context
-	cancel context.CancelFunc
-	wake   chan struct{}
-	wg     sync.WaitGroup
-	mu     sync.Mutex
-	err    error
+	// announce and check list the group ranks this rank sends its header
+	// to and checks the header of; left is the ring neighbour checked
+	// first (−1 if none).
+	announce, check []int
+	left            int
+	got             []bool // header from group rank g checked
 
-	sends, recvs []*link // by group rank
-	pending      []pendingIO
+	ctx     context.Context
+	cancel  context.CancelFunc
+	wake    chan struct{}
+	mu      sync.Mutex
+	err     error
+	pending []pendingIO
+	used    []*link
 }
 
 // link is the queue of transfers to or from one peer, worked through in
-// order by one goroutine.
+// order by one goroutine of the executor.
 type link struct {
 	peer   int // group rank
 	send   bool
-	jobs   chan job
-	issued int64
+	mu     sync.Mutex
+	q      []job
+	head   int
+	kick   chan struct{}
+	issued int64 // jobs ever queued; Run's goroutine only
 	done   atomic.Int64
-	header [headerLen]byte
-	got    atomic.Bool // header received and checked
+	hdr    [headerLen]byte // recv links: the peer's header for the running op
 }
 
 type job struct {
-	step int // plan index, −1 for the header
+	r    *run
+	step int // plan index, −1 for the op header
 	msg  uint32
 	p    []byte
 }
@@ -191,8 +231,292 @@ func (r *run) checkBounds() error {
 	return nil
 }
 
+// peers works out who exchanges headers: the data peers plus the ring
+// neighbours, so that the checks of all ranks chain into one cycle; a
+// point-to-point op checks only its pair.
+func (r *run) peers() {
+	n, c := len(r.e.ranks), r.p.Call
+	ann, chk := make([]bool, n), make([]bool, n)
+	r.left = -1
+	switch {
+	case c.Kind == Send:
+		ann[c.Peer] = true
+	case c.Kind == Recv:
+		chk[c.Peer] = true
+	case n > 1:
+		ann[mod(r.e.rank+1, n)] = true
+		r.left = mod(r.e.rank-1, n)
+		chk[r.left] = true
+	}
+	for _, s := range r.p.Steps {
+		switch s.Kind {
+		case StepSend:
+			ann[s.Peer] = true
+		case StepRecv:
+			chk[s.Peer] = true
+		}
+	}
+	for g := range n {
+		if ann[g] {
+			r.announce = append(r.announce, g)
+		}
+		if chk[g] {
+			r.check = append(r.check, g)
+		}
+	}
+}
+
 func (r *run) bytes(reg Region) []byte {
 	return r.bufs[reg.Buf][reg.Off*r.es : reg.end()*r.es]
+}
+
+func (r *run) tag(step int, msg uint32) transport.Tag {
+	t := transport.Tag{Group: r.e.group, Seq: r.seq, Step: msg + 1}
+	if step < 0 {
+		t.Step = 0
+	}
+	return t
+}
+
+func (r *run) transferErr(send bool, step, peer int, err error) error {
+	var de *DesyncError
+	if errors.As(err, &de) {
+		return err
+	}
+	tr := r.e.ranks[peer]
+	what := fmt.Sprintf("send to rank %d", tr)
+	if !send {
+		what = fmt.Sprintf("recv from rank %d", tr)
+	}
+	return &StepError{Algo: r.p.Algo, Call: r.p.Call, Seq: r.seq, Step: step, What: what, Peer: tr, Err: err}
+}
+
+// compute performs a local step.
+func (r *run) compute(s Step) {
+	c := r.p.Call
+	switch s.Kind {
+	case StepReduce:
+		reduceBytes(c.DType, c.Op, r.bytes(s.Dst), r.bytes(s.Src), r.bytes(s.Src2))
+	case StepCopy:
+		copy(r.bytes(s.Dst), r.bytes(s.Src))
+	case StepAvg:
+		scaleBytes(c.DType, r.bytes(s.Dst), r.p.Size)
+	}
+}
+
+// inline runs the plan on the calling goroutine: headers out, the left
+// neighbour's header in, then the steps in order, each receive preceded by
+// the check of its peer's header on first contact.
+func (r *run) inline(ctx context.Context) error {
+	t, ranks := r.e.t, r.e.ranks
+	for _, g := range r.announce {
+		if err := t.Send(ctx, ranks[g], r.tag(-1, 0), r.e.hdr[:]); err != nil {
+			return r.inlineErr(ctx, true, -1, g, err)
+		}
+	}
+	var hdr [headerLen]byte
+	recvHeader := func(g int) error {
+		if err := t.Recv(ctx, ranks[g], r.tag(-1, 0), hdr[:]); err != nil {
+			return r.inlineErr(ctx, false, -1, g, err)
+		}
+		if err := r.checkHeader(g, hdr[:]); err != nil {
+			return err
+		}
+		r.got[g] = true
+		return nil
+	}
+	if r.left >= 0 {
+		if err := recvHeader(r.left); err != nil {
+			return err
+		}
+	}
+	for i, s := range r.p.Steps {
+		switch s.Kind {
+		case StepSend:
+			if err := t.Send(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Src)); err != nil {
+				return r.inlineErr(ctx, true, i, s.Peer, err)
+			}
+		case StepRecv:
+			if !r.got[s.Peer] {
+				if err := recvHeader(s.Peer); err != nil {
+					return err
+				}
+			}
+			if err := t.Recv(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Dst)); err != nil {
+				return r.inlineErr(ctx, false, i, s.Peer, err)
+			}
+		default:
+			r.compute(s)
+		}
+	}
+	for _, g := range r.check {
+		if !r.got[g] {
+			if err := recvHeader(g); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// inlineErr explains a failed transfer of an inline plan. When the op
+// timed out, it first looks (briefly) for the headers of the peers not yet
+// heard from, so that the error names the ranks that have not started the
+// op rather than the neighbour that is waiting for them too.
+func (r *run) inlineErr(ctx context.Context, send bool, step, peer int, err error) error {
+	if ctx.Err() == nil || isPeerErr(err) {
+		return r.transferErr(send, step, peer, err)
+	}
+	if step < 0 && !send {
+		r.got[peer] = false // its header is the one missing
+	} else {
+		peer = -1
+	}
+	if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+		probe, cancel := context.WithTimeout(context.Background(), probeTime)
+		defer cancel()
+		var hdr [headerLen]byte
+		for _, g := range r.check {
+			if !r.got[g] && g != peer && r.e.t.Recv(probe, r.e.ranks[g], r.tag(-1, 0), hdr[:]) == nil {
+				r.got[g] = true
+			}
+		}
+	}
+	missing := r.stalled(ctx, step)
+	if se, ok := missing.(*StepError); ok && se.Step < 0 {
+		return se
+	}
+	if step >= 0 {
+		s := r.p.Steps[step]
+		return &StepError{Algo: r.p.Algo, Call: r.p.Call, Seq: r.seq, Step: step,
+			What: "waiting on " + r.describe(s), Peer: r.e.ranks[s.Peer], Err: ctx.Err()}
+	}
+	return missing
+}
+
+// probeTime bounds the look for missing headers after a timeout.
+const probeTime = 20 * time.Millisecond
+
+// exec runs a plan with the per-peer goroutines.
+func (r *run) exec(parent context.Context) error {
+	r.ctx, r.cancel = context.WithCancel(parent)
+	defer r.cancel()
+	r.wake = make(chan struct{}, 1)
+	for _, g := range r.announce {
+		r.issue(r.e.link(g, true), job{step: -1, p: r.e.hdr[:]})
+	}
+	for _, g := range r.check {
+		l := r.e.link(g, false)
+		r.issue(l, job{step: -1, p: l.hdr[:]})
+	}
+	failed := r.steps()
+	// Drain: every queued job finishes (quickly, once the op has failed)
+	// before Run returns, so no goroutine touches the buffers afterwards.
+	for _, l := range r.used {
+		for l.done.Load() < l.issued {
+			<-r.wake
+		}
+	}
+	if err := r.firstErr(); err != nil {
+		return err
+	}
+	if failed >= 0 {
+		return r.stalled(parent, failed)
+	}
+	return nil
+}
+
+// link returns the queue to (send) or from group rank g, starting its
+// goroutine on first use.
+func (e *Executor) link(g int, send bool) *link {
+	ls := e.recvs
+	if send {
+		ls = e.sends
+	}
+	if ls[g] == nil {
+		l := &link{peer: g, send: send, kick: make(chan struct{}, 1)}
+		ls[g] = l
+		e.wg.Go(func() { e.work(l) })
+	}
+	return ls[g]
+}
+
+// issue queues a job on its link and returns the link's job count.
+func (r *run) issue(l *link, j job) int64 {
+	j.r = r
+	if !slicesContains(r.used, l) {
+		r.used = append(r.used, l)
+	}
+	l.mu.Lock()
+	l.q = append(l.q, j)
+	l.mu.Unlock()
+	select {
+	case l.kick <- struct{}{}:
+	default:
+	}
+	l.issued++
+	return l.issued
+}
+
+func slicesContains(ls []*link, l *link) bool {
+	for _, x := range ls {
+		if x == l {
+			return true
+		}
+	}
+	return false
+}
+
+// work is a link's goroutine: it performs the queued jobs in order until
+// the executor closes, skipping (but counting) those of a failed op.
+func (e *Executor) work(l *link) {
+	for {
+		l.mu.Lock()
+		if l.head == len(l.q) {
+			l.q, l.head = l.q[:0], 0
+			l.mu.Unlock()
+			select {
+			case <-l.kick:
+				continue
+			case <-e.stop:
+				return
+			}
+		}
+		j := l.q[l.head]
+		l.q[l.head] = job{}
+		l.head++
+		l.mu.Unlock()
+		j.r.perform(l, j)
+		l.done.Add(1)
+		select {
+		case j.r.wake <- struct{}{}:
+		default:
+		}
+	}
+}
+
+// perform does one transfer of run r, recording a failure.
+func (r *run) perform(l *link, j job) {
+	if r.ctx.Err() != nil {
+		return
+	}
+	var err error
+	if l.send {
+		err = r.e.t.Send(r.ctx, r.e.ranks[l.peer], r.tag(j.step, j.msg), j.p)
+	} else {
+		err = r.e.t.Recv(r.ctx, r.e.ranks[l.peer], r.tag(j.step, j.msg), j.p)
+		if err == nil && j.step < 0 {
+			if err = r.checkHeader(l.peer, j.p); err == nil {
+				r.got[l.peer] = true
+			}
+		}
+	}
+	if err != nil {
+		if r.ctx.Err() != nil && !isPeerErr(err) {
+			return // stopped by ctx: reported by stalled
+		}
+		r.fail(r.transferErr(l.send, j.step, l.peer, err))
+	}
 }
 
 // fail records the first error and stops the op.
@@ -211,77 +535,6 @@ func (r *run) firstErr() error {
 	return r.err
 }
 
-func (r *run) exec(parent context.Context) error {
-	r.ctx, r.cancel = context.WithCancel(parent)
-	defer r.cancel()
-	n := len(r.e.ranks)
-	r.sends, r.recvs = make([]*link, n), make([]*link, n)
-
-	// Who announces to whom: data peers plus the ring neighbours, so that
-	// the checks of all ranks chain into one cycle.
-	c := r.p.Call
-	counts := make([]int, 2*n)
-	for _, s := range r.p.Steps {
-		switch s.Kind {
-		case StepSend:
-			counts[s.Peer]++
-		case StepRecv:
-			counts[n+s.Peer]++
-		}
-	}
-	announce := make([]bool, n)
-	check := make([]bool, n)
-	switch {
-	case c.Kind == Send:
-		announce[c.Peer] = true
-	case c.Kind == Recv:
-		check[c.Peer] = true
-	case n > 1:
-		announce[mod(r.e.rank+1, n)] = true
-		check[mod(r.e.rank-1, n)] = true
-	}
-	for g := range n {
-		if announce[g] || counts[g] > 0 {
-			r.sends[g] = r.startLink(g, true, counts[g]+1)
-		}
-		if check[g] || counts[n+g] > 0 {
-			r.recvs[g] = r.startLink(g, false, counts[n+g]+1)
-		}
-	}
-	h := header{group: r.e.group, rank: uint32(r.e.rank), seq: r.seq, call: c}
-	for _, l := range r.sends {
-		if l != nil {
-			h.encode(l.header[:])
-			r.issue(l, job{step: -1, p: l.header[:]})
-		}
-	}
-	for _, l := range r.recvs {
-		if l != nil {
-			r.issue(l, job{step: -1, p: l.header[:]})
-		}
-	}
-
-	failed := r.steps()
-	for _, l := range r.sends {
-		if l != nil {
-			close(l.jobs)
-		}
-	}
-	for _, l := range r.recvs {
-		if l != nil {
-			close(l.jobs)
-		}
-	}
-	r.wg.Wait()
-	if err := r.firstErr(); err != nil {
-		return err
-	}
-	if failed >= 0 {
-		return r.stalled(parent, failed)
-	}
-	return nil
-}
-
 // stalled explains an op stopped by ctx: which peers never started it, or
 // else which step it was waiting for.
 func (r *run) stalled(parent context.Context, step int) error {
@@ -291,11 +544,11 @@ func (r *run) stalled(parent context.Context, step int) error {
 	}
 	var missing []string
 	peer := -1
-	for _, l := range r.recvs {
-		if l != nil && !l.got.Load() {
-			missing = append(missing, fmt.Sprint(r.e.ranks[l.peer]))
+	for _, g := range r.check {
+		if !r.got[g] {
+			missing = append(missing, fmt.Sprint(r.e.ranks[g]))
 			if peer < 0 {
-				peer = r.e.ranks[l.peer]
+				peer = r.e.ranks[g]
 			}
 		}
 	}
@@ -323,79 +576,20 @@ func (r *run) describe(s Step) string {
 	return s.Kind.String()
 }
 
-func (r *run) startLink(peer int, send bool, jobs int) *link {
-	l := &link{peer: peer, send: send, jobs: make(chan job, jobs)}
-	r.wg.Add(1)
-	go r.work(l)
-	return l
-}
-
-// issue queues a job on its link and returns the link's job count.
-func (r *run) issue(l *link, j job) int64 {
-	l.jobs <- j
-	l.issued++
-	return l.issued
-}
-
-// work is a link's goroutine: it performs the link's jobs in order until
-// the queue is closed, skipping them once the op has failed.
-func (r *run) work(l *link) {
-	defer r.wg.Done()
-	t, tr := r.e.t, r.e.ranks[l.peer]
-	for j := range l.jobs {
-		if r.ctx.Err() != nil {
-			continue
-		}
-		tag := transport.Tag{Group: r.e.group, Seq: r.seq, Step: j.msg + 1}
-		if j.step < 0 {
-			tag.Step = 0
-		}
-		var err error
-		if l.send {
-			err = t.Send(r.ctx, tr, tag, j.p)
-		} else {
-			err = t.Recv(r.ctx, tr, tag, j.p)
-			if err == nil && j.step < 0 {
-				err = r.checkHeader(l)
-			}
-		}
-		if err != nil {
-			if r.ctx.Err() != nil && !isPeerErr(err) {
-				continue // stopped by ctx: reported by stalled
-			}
-			var de *DesyncError
-			if errors.As(err, &de) {
-				r.fail(err)
-				continue
-			}
-			what := fmt.Sprintf("send to rank %d", tr)
-			if !l.send {
-				what = fmt.Sprintf("recv from rank %d", tr)
-			}
-			r.fail(&StepError{Algo: r.p.Algo, Call: r.p.Call, Seq: r.seq, Step: j.step, What: what, Peer: tr, Err: err})
-			continue
-		}
-		l.done.Add(1)
-		select {
-		case r.wake <- struct{}{}:
-		default:
-		}
-	}
-}
-
 func isPeerErr(err error) bool {
 	var pe *transport.PeerError
 	return errors.As(err, &pe)
 }
 
-func (r *run) checkHeader(l *link) error {
-	h, err := decodeHeader(l.header[:])
-	if err == nil && (h.group != r.e.group || h.seq != r.seq || int(h.rank) != l.peer) {
+// checkHeader compares group rank g's header with this rank's call.
+func (r *run) checkHeader(g int, p []byte) error {
+	h, err := decodeHeader(p)
+	if err == nil && (h.group != r.e.group || h.seq != r.seq || int(h.rank) != g) {
 		err = fmt.Errorf("collective: op header for group %d seq %d rank %d, want group %d seq %d rank %d",
-			h.group, h.seq, h.rank, r.e.group, r.seq, l.peer)
+			h.group, h.seq, h.rank, r.e.group, r.seq, g)
 	}
 	if err != nil {
-		return err
+		return r.transferErr(false, -1, g, err)
 	}
 	theirs := h.call
 	if theirs.Kind == Send {
@@ -407,9 +601,8 @@ func (r *run) checkHeader(l *link) error {
 			mine.Peer = r.e.ranks[mine.Peer]
 		}
 		return &DesyncError{Group: r.e.group, Seq: r.seq,
-			Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[l.peer], PeerCall: theirs}
+			Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[g], PeerCall: theirs}
 	}
-	l.got.Store(true)
 	return nil
 }
 
@@ -459,7 +652,6 @@ func (r *run) settle(reads []Region, write Region) bool {
 // steps walks the plan, issuing transfers and computing in place. It
 // returns the index of the step it stopped at when the op failed, or −1.
 func (r *run) steps() int {
-	c := r.p.Call
 	var reads [2]Region
 	for i, s := range r.p.Steps {
 		if r.ctx.Err() != nil {
@@ -471,52 +663,31 @@ func (r *run) steps() int {
 			if !r.settle(reads[:1], Region{}) {
 				return i
 			}
-			l := r.sends[s.Peer]
+			l := r.e.sends[s.Peer]
 			idx := r.issue(l, job{step: i, msg: s.Msg, p: r.bytes(s.Src)})
 			r.pending = append(r.pending, pendingIO{reg: s.Src, l: l, idx: idx})
 		case StepRecv:
 			if !r.settle(nil, s.Dst) {
 				return i
 			}
-			l := r.recvs[s.Peer]
+			l := r.e.recvs[s.Peer]
 			idx := r.issue(l, job{step: i, msg: s.Msg, p: r.bytes(s.Dst)})
 			r.pending = append(r.pending, pendingIO{reg: s.Dst, write: true, l: l, idx: idx})
-		case StepReduce:
+		default:
 			reads[0], reads[1] = s.Src, s.Src2
 			if !r.settle(reads[:2], s.Dst) {
 				return i
 			}
-			reduceBytes(c.DType, c.Op, r.bytes(s.Dst), r.bytes(s.Src), r.bytes(s.Src2))
-		case StepCopy:
-			reads[0] = s.Src
-			if !r.settle(reads[:1], s.Dst) {
-				return i
-			}
-			copy(r.bytes(s.Dst), r.bytes(s.Src))
-		case StepAvg:
-			if !r.settle(nil, s.Dst) {
-				return i
-			}
-			scaleBytes(c.DType, r.bytes(s.Dst), r.p.Size)
+			r.compute(s)
 		}
 	}
-	// Wait for everything still in flight, in no particular order.
-	for i := range r.pending {
-		if !r.wait(&r.pending[i]) {
+	// Wait for everything in flight, headers included.
+	for _, l := range r.used {
+		p := pendingIO{l: l, idx: l.issued}
+		if !r.wait(&p) {
 			return len(r.p.Steps)
 		}
 	}
 	r.pending = r.pending[:0]
-	for _, ls := range [2][]*link{r.sends, r.recvs} {
-		for _, l := range ls {
-			if l == nil {
-				continue
-			}
-			p := pendingIO{l: l, idx: l.issued}
-			if !r.wait(&p) {
-				return len(r.p.Steps)
-			}
-		}
-	}
 	return -1
 }

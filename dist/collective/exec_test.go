@@ -193,6 +193,7 @@ func runRanks(t *testing.T, size int, seq uint64, mesh []*inproc.Transport, rr r
 				errs[r] = err
 				return
 			}
+			defer e.Close()
 			p, err := rr.plan(r)
 			if err != nil {
 				errs[r] = err
@@ -362,6 +363,7 @@ func TestExecutorBarrierWaits(t *testing.T) {
 	for r := range size {
 		wg.Go(func() {
 			e, _ := NewExecutor(mesh[r], 0, []int{0, 1, 2, 3, 4})
+			defer e.Close()
 			p, _ := NewPlan(Call{Kind: Barrier}, size, r, "", Tuning{})
 			if r == 3 {
 				entered.Wait() // everyone else is already inside
@@ -406,6 +408,7 @@ func TestExecutorSendRecv(t *testing.T) {
 			for side, r := range []int{tc.from, tc.to} {
 				wg.Go(func() {
 					e, _ := NewExecutor(mesh[r], 0, ranks)
+					defer e.Close()
 					c := Call{Kind: Send, DType: Float64, Count: tc.count, Peer: tc.to, Tag: 3}
 					buf := sendBuf
 					if side == 1 {
@@ -446,6 +449,7 @@ func TestExecutorSubgroup(t *testing.T) {
 					errs[tr] = err
 					return
 				}
+				defer e.Close()
 				buf := []float64{float64(tr), 1}
 				p, _ := NewPlan(Call{Kind: AllReduce, DType: Float64, Count: 2}, 3, g, "", Tuning{})
 				errs[tr] = e.Run(context.Background(), 1, p, nil, bytesOf(buf))
@@ -520,6 +524,7 @@ func TestExecutorDesync(t *testing.T) {
 						ranks[i] = i
 					}
 					e, _ := NewExecutor(mesh[r], 0, ranks)
+					defer e.Close()
 					c := tc.calls(r)
 					p, err := NewPlan(c, tc.size, r, "", Tuning{})
 					if err != nil {
@@ -574,6 +579,7 @@ func TestExecutorPeerDeath(t *testing.T) {
 	for r := range size {
 		wg.Go(func() {
 			e, _ := NewExecutor(mesh[r], 0, []int{0, 1, 2, 3})
+			defer e.Close()
 			p, _ := NewPlan(Call{Kind: AllReduce, DType: Float32, Count: 1 << 16}, size, r, "ring", Tuning{SegmentBytes: 1024})
 			if r == 2 {
 				mesh[2].Kill()
@@ -623,6 +629,7 @@ func TestExecutorTimeoutNamesLateRank(t *testing.T) {
 	for r := range size - 1 {
 		wg.Go(func() {
 			e, _ := NewExecutor(mesh[r], 0, []int{0, 1, 2})
+			defer e.Close()
 			p, _ := NewPlan(Call{Kind: AllReduce, DType: Float32, Count: 10}, size, r, "", Tuning{})
 			errs[r] = e.Run(ctx, 4, p, nil, make([]byte, 40))
 		})

@@ -22,6 +22,11 @@ type Tuning struct {
 	// use recursive halving-doubling when the group has more than two
 	// ranks; larger ones use the ring (default 1 MiB).
 	MediumBytes int64
+	// InlineBytes: a plan that may run strictly in order and whose
+	// messages are at most this long runs on the caller's goroutine, with
+	// no hand-offs (default 64 KiB; negative disables). Transports must
+	// complete a Send of that size without waiting for the peer's Recv.
+	InlineBytes int64
 }
 
 const (
@@ -29,6 +34,7 @@ const (
 	defaultDepth        = 2
 	defaultSmallBytes   = 64 << 10
 	defaultMediumBytes  = 1 << 20
+	defaultInlineBytes  = 64 << 10
 )
 
 func (t Tuning) withDefaults() Tuning {
@@ -44,37 +50,44 @@ func (t Tuning) withDefaults() Tuning {
 	if t.MediumBytes <= 0 {
 		t.MediumBytes = defaultMediumBytes
 	}
+	if t.InlineBytes == 0 {
+		t.InlineBytes = defaultInlineBytes
+	}
 	return t
 }
 
-// algorithm is one entry of the plan registry.
+// algorithm is one entry of the plan registry. inOrder marks algorithms
+// whose plans are deadlock-free when every rank runs its steps strictly in
+// order with blocking receives (sends completing without the receiver);
+// the simulator checks the claim.
 type algorithm struct {
-	kind  Kind
-	name  string
-	build func(b *builder)
+	kind    Kind
+	name    string
+	build   func(b *builder)
+	inOrder bool
 }
 
 // algorithms lists every plan builder; the first entry of a kind is its
 // default when Choose has no better rule. The table is read-only.
 var algorithms = []algorithm{
-	{AllReduce, "ring", allReduceRing},
-	{AllReduce, "recursive_doubling", allReduceRecursiveDoubling},
-	{AllReduce, "halving_doubling", allReduceHalvingDoubling},
-	{Broadcast, "chain", broadcastChain},
-	{Broadcast, "tree", broadcastTree},
-	{Reduce, "chain", reduceChain},
-	{Reduce, "tree", reduceTree},
-	{AllGather, "ring", allGatherRing},
-	{AllGather, "direct", allGatherDirect},
-	{ReduceScatter, "ring", reduceScatterRing},
-	{ReduceScatter, "direct", reduceScatterDirect},
-	{AllToAll, "pairwise", allToAllPairwise},
-	{Gather, "direct", gatherDirect},
-	{Scatter, "direct", scatterDirect},
-	{Barrier, "dissemination", barrierDissemination},
-	{Agree, "dissemination", barrierDissemination},
-	{Send, "direct", sendDirect},
-	{Recv, "direct", recvDirect},
+	{AllReduce, "ring", allReduceRing, false},
+	{AllReduce, "recursive_doubling", allReduceRecursiveDoubling, true},
+	{AllReduce, "halving_doubling", allReduceHalvingDoubling, true},
+	{Broadcast, "chain", broadcastChain, true},
+	{Broadcast, "tree", broadcastTree, true},
+	{Reduce, "chain", reduceChain, true},
+	{Reduce, "tree", reduceTree, true},
+	{AllGather, "ring", allGatherRing, false},
+	{AllGather, "direct", allGatherDirect, true},
+	{ReduceScatter, "ring", reduceScatterRing, false},
+	{ReduceScatter, "direct", reduceScatterDirect, true},
+	{AllToAll, "pairwise", allToAllPairwise, true},
+	{Gather, "direct", gatherDirect, true},
+	{Scatter, "direct", scatterDirect, true},
+	{Barrier, "dissemination", barrierDissemination, true},
+	{Agree, "dissemination", barrierDissemination, true},
+	{Send, "direct", sendDirect, true},
+	{Recv, "direct", recvDirect, true},
 }
 
 // Algorithms returns the names of the algorithms available for a kind.
@@ -149,6 +162,14 @@ func NewPlan(c Call, size, rank int, algo string, t Tuning) (*Plan, error) {
 				depth: t.Depth,
 			}
 			a.build(b)
+			b.p.InOrder = a.inOrder
+			longest := 0
+			for _, st := range b.p.Steps {
+				if st.Kind == StepSend || st.Kind == StepRecv {
+					longest = max(longest, max(st.Src.Len, st.Dst.Len))
+				}
+			}
+			b.p.Inline = a.inOrder && t.InlineBytes >= 0 && int64(longest)*int64(c.DType.Size()) <= t.InlineBytes
 			return b.p, nil
 		}
 	}

@@ -91,21 +91,35 @@ func (sr *simRank) read(r Region) ([]sym, error) {
 	return s, nil
 }
 
-// simulate runs the plans of all ranks for call c and checks the outcome.
+// simulate runs the plans of all ranks for call c and checks the outcome,
+// with asynchronous receives and, for plans that claim InOrder, again with
+// blocking ones.
 func simulate(c Call, size int, algo string, tun Tuning) error {
+	inOrder, err := simulateMode(c, size, algo, tun, false)
+	if err != nil || !inOrder {
+		return err
+	}
+	if _, err := simulateMode(c, size, algo, tun, true); err != nil {
+		return fmt.Errorf("in order: %w", err)
+	}
+	return nil
+}
+
+func simulateMode(c Call, size int, algo string, tun Tuning, blocking bool) (inOrder bool, err error) {
 	if size > simMaxRanks {
-		return fmt.Errorf("simulator supports up to %d ranks", simMaxRanks)
+		return false, fmt.Errorf("simulator supports up to %d ranks", simMaxRanks)
 	}
 	ranks := make([]*simRank, size)
+	inOrder = true
 	for r := range size {
-		cr := c
 		if c.Kind == Send || c.Kind == Recv {
-			return fmt.Errorf("use simulatePair for point-to-point")
+			return false, fmt.Errorf("use simulatePair for point-to-point")
 		}
-		p, err := NewPlan(cr, size, r, algo, tun)
+		p, err := NewPlan(c, size, r, algo, tun)
 		if err != nil {
-			return err
+			return false, err
 		}
+		inOrder = inOrder && p.InOrder
 		sr := newSimRank(p, r)
 		sr.in = make([]sym, c.InLen(size))
 		for i := range sr.in {
@@ -126,10 +140,10 @@ func simulate(c Call, size int, algo string, tun Tuning) error {
 		}
 		ranks[r] = sr
 	}
-	if err := runSim(ranks); err != nil {
-		return err
+	if err := runSim(ranks, blocking); err != nil {
+		return false, err
 	}
-	return checkSim(c, size, ranks)
+	return inOrder, checkSim(c, size, ranks)
 }
 
 // simRecv is a posted receive: the executor issues receives without
@@ -193,7 +207,9 @@ func (sr *simRank) settle(box map[simKey]simMsg, regs ...Region) (bool, error) {
 	return true, nil
 }
 
-func runSim(ranks []*simRank) error {
+// runSim executes the plans. With inOrder, every receive blocks until its
+// message is there, as when the executor runs a plan inline.
+func runSim(ranks []*simRank, inOrder bool) error {
 	box := map[simKey]simMsg{}
 	for {
 		progress, done := false, true
@@ -238,8 +254,17 @@ func runSim(ranks []*simRank) error {
 					if _, err := sr.region(s.Dst); err != nil {
 						return fail(err)
 					}
-					sr.pending = append(sr.pending, simRecv{simKey{s.Peer, r, s.Msg}, s.Dst})
+					k := simKey{s.Peer, r, s.Msg}
+					if _, ok := box[k]; inOrder && !ok {
+						goto blocked
+					}
+					sr.pending = append(sr.pending, simRecv{k, s.Dst})
 					sr.receivedOrder[s.Peer] = append(sr.receivedOrder[s.Peer], s.Msg)
+					if inOrder {
+						if _, err := sr.complete(box, len(sr.pending)-1); err != nil {
+							return fail(err)
+						}
+					}
 				case StepReduce:
 					a, err := sr.read(s.Src)
 					if err != nil {
@@ -403,7 +428,7 @@ func simulatePair(count, size, from, to int) error {
 		}
 		ranks[r] = sr
 	}
-	if err := runSim(ranks); err != nil {
+	if err := runSim(ranks, true); err != nil {
 		return err
 	}
 	for i, e := range ranks[to].out {
@@ -522,7 +547,7 @@ func TestSimulatorCatchesBrokenPlans(t *testing.T) {
 				sr.tmp = make([]sym, p.TmpLen)
 				ranks[r] = sr
 			}
-			err := runSim(ranks)
+			err := runSim(ranks, false)
 			if err == nil {
 				err = checkSim(c, size, ranks)
 			}

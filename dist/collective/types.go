@@ -304,12 +304,25 @@ type Plan struct {
 	Rank   int
 	TmpLen int // elements of scratch memory the steps use
 	Steps  []Step
+	// InOrder: the plans of all ranks complete when each runs its steps
+	// strictly in order with blocking receives, provided sends do not
+	// wait for the receiver.
+	InOrder bool
+	// Inline: InOrder and every message is at most Tuning.InlineBytes, so
+	// the executor runs the plan on the caller's goroutine.
+	Inline bool
 }
 
 // String renders the plan one step per line; the text goldens use it.
 func (p *Plan) String() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "%v %s rank %d/%d tmp %d\n", p.Call, p.Algo, p.Rank, p.Size, p.TmpLen)
+	fmt.Fprintf(&b, "%v %s rank %d/%d tmp %d", p.Call, p.Algo, p.Rank, p.Size, p.TmpLen)
+	if p.Inline {
+		b.WriteString(" inline")
+	} else if p.InOrder {
+		b.WriteString(" in-order")
+	}
+	b.WriteString("\n")
 	for i, s := range p.Steps {
 		fmt.Fprintf(&b, "%4d %v\n", i, s)
 	}
