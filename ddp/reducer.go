@@ -7,6 +7,7 @@ package ddp
 import (
 	"context"
 	"fmt"
+	"slices"
 	"strings"
 	"time"
 
@@ -238,7 +239,8 @@ func (m *Model) rebuild(ctx context.Context) error {
 	if m.join != nil && len(m.join.lastActive) > 0 {
 		root = m.join.lastActive[0]
 	}
-	want := reverseOrder(len(m.params), func(i int) bool { return m.params[i].Param.RequiresGrad() })
+	want := slices.Clone(m.tracked)
+	slices.Reverse(want)
 	order64 := make([]int64, len(want))
 	for k, i := range completeOrder(m.observed, want) {
 		order64[k] = int64(i)
@@ -250,7 +252,7 @@ func (m *Model) rebuild(ctx context.Context) error {
 	}
 	order := make([]int, len(order64))
 	for k, v := range order64 {
-		if v < 0 || int(v) >= len(m.params) || !m.params[v].Param.RequiresGrad() {
+		if v < 0 || int(v) >= len(m.params) || m.bucketOf[v] < 0 {
 			return fmt.Errorf("ddp: rebuilding buckets: rank %d's gradient order names parameter %d, not a trainable parameter here", root, v)
 		}
 		order[k] = int(v)
