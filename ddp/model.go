@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"time"
 
 	"cohort/autograd"
@@ -107,12 +108,13 @@ func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) 
 			m.tracked = append(m.tracked, i)
 		}
 	}
-	order := reverseOrder(len(m.params), func(i int) bool { return m.params[i].Param.RequiresGrad() })
+	// Before any step, expect gradients in the reverse of registration order.
+	order := slices.Clone(m.tracked)
+	slices.Reverse(order)
 	if err := m.setPlan(order); err != nil {
 		return nil, err
 	}
 	for _, i := range m.tracked {
-		i := i
 		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
 	}
 	return m, nil

@@ -105,19 +105,6 @@ func PlanBuckets(numel []int, order []int, firstCapBytes, capBytes int64) (Plan,
 	return p, nil
 }
 
-// reverseOrder returns the indices of the parameters for which include is
-// true, last first: the expected gradient-ready order of a network whose
-// parameters are registered in the order they are used.
-func reverseOrder(n int, include func(int) bool) []int {
-	var order []int
-	for i := n - 1; i >= 0; i-- {
-		if include(i) {
-			order = append(order, i)
-		}
-	}
-	return order
-}
-
 // completeOrder returns observed followed by the indices of want that
 // observed lacks, in want's order: the rebuilt order when some parameters
 // never became ready (unused parameters go last).

@@ -49,7 +49,9 @@ func (c planCase) run() string {
 	var order []int
 	var err2 error
 	if c.order == "reverse" {
-		order = reverseOrder(len(numel), func(int) bool { return true })
+		for i := len(numel) - 1; i >= 0; i-- {
+			order = append(order, i)
+		}
 	} else {
 		order, err2 = parseInts(c.order)
 	}
