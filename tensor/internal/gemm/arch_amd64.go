@@ -59,7 +59,7 @@ func packT8(dst *float32, dstStride int, src *float32, srcStride int, rows, cols
 func packCopy16(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask *int32)
 
 //go:noescape
-func packCopyFull16(dst *float32, dstStride int, src *float32, srcStride int, cols int)
+func packRows16(dst, src *float32, ld, kc, full int, tailMask *int32)
 
 func hasAVX512() bool { return cpu.X86.HasAVX512F }
 func hasAVX2() bool   { return cpu.X86.HasAVX2 && cpu.X86.HasFMA }
@@ -148,19 +148,20 @@ func avx2Arch() *arch {
 			}
 		},
 		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
+			if !trans {
+				var tail *int32
+				if nc%nr != 0 {
+					tail = laneMask(nc % nr)
+				}
+				packRows16(&dst[0], &src[0], ld, kc, nc/nr, tail)
+				return
+			}
 			for s := 0; s*nr < nc; s++ {
 				cols := min(nr, nc-s*nr)
 				out := dst[s*nr*kc:]
-				switch {
-				case !trans && cols == nr:
-					packCopyFull16(&out[0], nr, &src[s*nr], ld, kc)
-				case !trans:
-					packCopy16(&out[0], nr, &src[s*nr], ld, kc, laneMask(cols))
-				default:
-					for g := 0; g < nr; g += 8 {
-						rows := max(0, min(8, cols-g))
-						packT8(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, &laneMasks[0])
-					}
+				for g := 0; g < nr; g += 8 {
+					rows := max(0, min(8, cols-g))
+					packT8(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, &laneMasks[0])
 				}
 			}
 		},

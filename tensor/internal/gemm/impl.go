@@ -64,7 +64,7 @@ func New(o Options) (*Impl, error) {
 		}
 		g.lib = l
 	case "", BLASAuto:
-		if !explicit && kernel != KernelAVX512 {
+		if !explicit && kernel == KernelGo {
 			if l, err := blas.Load(lib); err == nil {
 				g.lib = l
 			}

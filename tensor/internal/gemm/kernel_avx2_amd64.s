@@ -574,59 +574,105 @@ packCopy16_end:
 	VZEROUPPER
 	RET
 
-// func packCopyFull16(dst *float32, dstStride int, src *float32, srcStride int, cols int)
-TEXT ·packCopyFull16(SB), NOSPLIT, $0-40
+// func packRows16(dst, src *float32, ld, kc, full int, tailMask *int32)
+TEXT ·packRows16(SB), NOSPLIT, $0-48
 	MOVQ dst+0(FP), DI
-	MOVQ dstStride+8(FP), R13
-	SHLQ $2, R13
-	MOVQ src+16(FP), SI
-	MOVQ srcStride+24(FP), R9
-	SHLQ $2, R9
-	MOVQ cols+32(FP), CX
-	MOVQ CX, DX
-	SHRQ $2, DX
-	ANDQ $3, CX
-	TESTQ DX, DX
-	JZ packCopyFull16_tail
-packCopyFull16_loop:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	ADDQ R9, SI
-	VMOVUPS (SI), Y2
-	VMOVUPS 32(SI), Y3
-	ADDQ R9, SI
-	VMOVUPS (SI), Y4
-	VMOVUPS 32(SI), Y5
-	ADDQ R9, SI
-	VMOVUPS (SI), Y6
-	VMOVUPS 32(SI), Y7
-	ADDQ R9, SI
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	ADDQ R13, DI
-	VMOVUPS Y2, (DI)
-	VMOVUPS Y3, 32(DI)
-	ADDQ R13, DI
-	VMOVUPS Y4, (DI)
-	VMOVUPS Y5, 32(DI)
-	ADDQ R13, DI
-	VMOVUPS Y6, (DI)
-	VMOVUPS Y7, 32(DI)
-	ADDQ R13, DI
-	DECQ DX
-	JNZ packCopyFull16_loop
-packCopyFull16_tail:
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), BX
+	SHLQ $2, BX
+	LEAQ (BX)(BX*2), R13
+	MOVQ kc+24(FP), R11
+	MOVQ full+32(FP), R12
+	MOVQ R11, R8
+	IMULQ $64, R8
+	MOVQ tailMask+40(FP), AX
+	TESTQ AX, AX
+	JZ packRows16_nomask
+	VMOVDQU (AX), Y14
+	VMOVDQU 32(AX), Y15
+packRows16_nomask:
+packRows16_group:
+	CMPQ R11, $4
+	JLT packRows16_single
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
 	TESTQ CX, CX
-	JZ packCopyFull16_end
-packCopyFull16_tailloop:
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	ADDQ R9, SI
-	ADDQ R13, DI
+	JZ packRows16_gtail
+packRows16_gsliver:
+	VMOVUPS 0(R9), Y0
+	VMOVUPS 32(R9), Y1
+	VMOVUPS 0(R9)(BX*1), Y2
+	VMOVUPS 32(R9)(BX*1), Y3
+	VMOVUPS 0(R9)(BX*2), Y4
+	VMOVUPS 32(R9)(BX*2), Y5
+	VMOVUPS 0(R9)(R13*1), Y6
+	VMOVUPS 32(R9)(R13*1), Y7
+	VMOVUPS Y0, 0(R10)
+	VMOVUPS Y1, 32(R10)
+	VMOVUPS Y2, 64(R10)
+	VMOVUPS Y3, 96(R10)
+	VMOVUPS Y4, 128(R10)
+	VMOVUPS Y5, 160(R10)
+	VMOVUPS Y6, 192(R10)
+	VMOVUPS Y7, 224(R10)
+	ADDQ $64, R9
+	ADDQ R8, R10
 	DECQ CX
-	JNZ packCopyFull16_tailloop
-packCopyFull16_end:
+	JNZ packRows16_gsliver
+packRows16_gtail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows16_gdone
+	VMASKMOVPS 0(R9), Y14, Y0
+	VMASKMOVPS 32(R9), Y15, Y1
+	VMASKMOVPS 0(R9)(BX*1), Y14, Y2
+	VMASKMOVPS 32(R9)(BX*1), Y15, Y3
+	VMASKMOVPS 0(R9)(BX*2), Y14, Y4
+	VMASKMOVPS 32(R9)(BX*2), Y15, Y5
+	VMASKMOVPS 0(R9)(R13*1), Y14, Y6
+	VMASKMOVPS 32(R9)(R13*1), Y15, Y7
+	VMOVUPS Y0, 0(R10)
+	VMOVUPS Y1, 32(R10)
+	VMOVUPS Y2, 64(R10)
+	VMOVUPS Y3, 96(R10)
+	VMOVUPS Y4, 128(R10)
+	VMOVUPS Y5, 160(R10)
+	VMOVUPS Y6, 192(R10)
+	VMOVUPS Y7, 224(R10)
+packRows16_gdone:
+	LEAQ (SI)(BX*4), SI
+	ADDQ $256, DI
+	SUBQ $4, R11
+	JMP packRows16_group
+packRows16_single:
+	TESTQ R11, R11
+	JLE packRows16_end
+	MOVQ SI, R9
+	MOVQ DI, R10
+	MOVQ R12, CX
+	TESTQ CX, CX
+	JZ packRows16_stail
+packRows16_ssliver:
+	VMOVUPS 0(R9), Y0
+	VMOVUPS 32(R9), Y1
+	VMOVUPS Y0, 0(R10)
+	VMOVUPS Y1, 32(R10)
+	ADDQ $64, R9
+	ADDQ R8, R10
+	DECQ CX
+	JNZ packRows16_ssliver
+packRows16_stail:
+	CMPQ tailMask+40(FP), $0
+	JEQ packRows16_sdone
+	VMASKMOVPS 0(R9), Y14, Y0
+	VMASKMOVPS 32(R9), Y15, Y1
+	VMOVUPS Y0, 0(R10)
+	VMOVUPS Y1, 32(R10)
+packRows16_sdone:
+	ADDQ BX, SI
+	ADDQ $64, DI
+	DECQ R11
+	JMP packRows16_single
+packRows16_end:
 	VZEROUPPER
 	RET

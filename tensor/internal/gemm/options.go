@@ -45,10 +45,12 @@ type Options struct {
 
 	// BLAS selects the backend: "go" runs cohort's kernels; "openblas"
 	// requires OpenBLAS and fails when it cannot be loaded; "auto" (or "")
-	// picks cohort's kernel when it is the AVX-512 one, which outruns
-	// the AVX2 kernels of the OpenBLAS 0.3 releases that distributions
-	// ship, and otherwise OpenBLAS when it loads, and otherwise cohort's
-	// kernel. [Impl.String] says what was chosen.
+	// picks cohort's assembly kernel when the CPU has one (AVX-512, where
+	// it outruns the AVX2 kernels of the OpenBLAS 0.3 releases that
+	// distributions ship, or AVX2+FMA, where the two are on a par) or
+	// Kernel names one, and otherwise OpenBLAS when it loads, and
+	// otherwise the portable Go kernel. [Impl.String] says what was
+	// chosen.
 	BLAS string
 
 	// Kernel selects cohort's micro-kernel: "avx512", "avx2", "go", or

@@ -506,55 +506,87 @@ func genAVX2(e *emitter) {
 	genKernel256(e, 6, 2)
 	genPackT8(e)
 	genPackCopy16(e)
-	genPackCopyFull16(e)
+	genPackRows16(e)
 }
 
-// genPackCopyFull16 emits the unmasked strided copy of 16 values per step:
+// genPackRows16 emits the AVX2 row-order packer for 16-wide slivers, with
+// the contract of the AVX-512 packRows (see genPackRows) except that the
+// tail sliver's width comes as a lane mask: tailMask points at 16 mask
+// words selecting its columns, or is nil when there is no tail sliver.
 //
-//	dst[q*dstStride + i] = src[q*srcStride + i]   for i < 16, q < cols
-//
-// func packCopyFull16(dst *float32, dstStride int, src *float32, srcStride int, cols int)
-func genPackCopyFull16(e *emitter) {
-	const name = "packCopyFull16"
-	e.c("func packCopyFull16(dst *float32, dstStride int, src *float32, srcStride int, cols int)")
-	e.buf.WriteString("TEXT ·packCopyFull16(SB), NOSPLIT, $0-40\n")
+// func packRows16(dst, src *float32, ld, kc, full int, tailMask *int32)
+func genPackRows16(e *emitter) {
+	const name, nr, group = "packRows16", 16, 4
+	e.c("func packRows16(dst, src *float32, ld, kc, full int, tailMask *int32)")
+	e.buf.WriteString("TEXT ·packRows16(SB), NOSPLIT, $0-48\n")
 	e.i("MOVQ dst+0(FP), DI")
-	e.i("MOVQ dstStride+8(FP), R13")
-	e.i("SHLQ $2, R13")
-	e.i("MOVQ src+16(FP), SI")
-	e.i("MOVQ srcStride+24(FP), R9")
-	e.i("SHLQ $2, R9")
-	e.i("MOVQ cols+32(FP), CX")
-	e.i("MOVQ CX, DX")
-	e.i("SHRQ $2, DX")
-	e.i("ANDQ $3, CX")
-	e.i("TESTQ DX, DX")
-	e.i("JZ %s_tail", name)
-	e.l(name + "_loop")
-	for u := 0; u < 4; u++ {
-		e.i("VMOVUPS (SI), %s", y(2*u))
-		e.i("VMOVUPS 32(SI), %s", y(2*u+1))
-		e.i("ADDQ R9, SI")
+	e.i("MOVQ src+8(FP), SI")
+	e.i("MOVQ ld+16(FP), BX")
+	e.i("SHLQ $2, BX")
+	e.i("LEAQ (BX)(BX*2), R13")
+	e.i("MOVQ kc+24(FP), R11")
+	e.i("MOVQ full+32(FP), R12")
+	e.i("MOVQ R11, R8")
+	e.i("IMULQ $%d, R8", nr*4)
+	e.i("MOVQ tailMask+40(FP), AX")
+	e.i("TESTQ AX, AX")
+	e.i("JZ %s_nomask", name)
+	e.i("VMOVDQU (AX), Y14")
+	e.i("VMOVDQU 32(AX), Y15")
+	e.l(name + "_nomask")
+	row := func(r int) string {
+		return [...]string{"(R9)", "(R9)(BX*1)", "(R9)(BX*2)", "(R9)(R13*1)"}[r]
 	}
-	for u := 0; u < 4; u++ {
-		e.i("VMOVUPS %s, (DI)", y(2*u))
-		e.i("VMOVUPS %s, 32(DI)", y(2*u+1))
-		e.i("ADDQ R13, DI")
+	copyRows := func(rows int, tail bool) {
+		for r := 0; r < rows; r++ {
+			for v := 0; v < 2; v++ {
+				if tail {
+					e.i("VMASKMOVPS %d%s, %s, %s", 32*v, row(r), y(14+v), y(2*r+v))
+				} else {
+					e.i("VMOVUPS %d%s, %s", 32*v, row(r), y(2*r+v))
+				}
+			}
+		}
+		for r := 0; r < rows; r++ {
+			for v := 0; v < 2; v++ {
+				e.i("VMOVUPS %s, %d(R10)", y(2*r+v), (r*nr+8*v)*4)
+			}
+		}
 	}
-	e.i("DECQ DX")
-	e.i("JNZ %s_loop", name)
-	e.l(name + "_tail")
-	e.i("TESTQ CX, CX")
-	e.i("JZ %s_end", name)
-	e.l(name + "_tailloop")
-	e.i("VMOVUPS (SI), Y0")
-	e.i("VMOVUPS 32(SI), Y1")
-	e.i("VMOVUPS Y0, (DI)")
-	e.i("VMOVUPS Y1, 32(DI)")
-	e.i("ADDQ R9, SI")
-	e.i("ADDQ R13, DI")
-	e.i("DECQ CX")
-	e.i("JNZ %s_tailloop", name)
+	pass := func(label string, rows int) {
+		e.i("MOVQ SI, R9")
+		e.i("MOVQ DI, R10")
+		e.i("MOVQ R12, CX")
+		e.i("TESTQ CX, CX")
+		e.i("JZ %s_%stail", name, label)
+		e.l(fmt.Sprintf("%s_%ssliver", name, label))
+		copyRows(rows, false)
+		e.i("ADDQ $%d, R9", nr*4)
+		e.i("ADDQ R8, R10")
+		e.i("DECQ CX")
+		e.i("JNZ %s_%ssliver", name, label)
+		e.l(fmt.Sprintf("%s_%stail", name, label))
+		e.i("CMPQ tailMask+40(FP), $0")
+		e.i("JEQ %s_%sdone", name, label)
+		copyRows(rows, true)
+		e.l(fmt.Sprintf("%s_%sdone", name, label))
+	}
+	e.l(name + "_group")
+	e.i("CMPQ R11, $%d", group)
+	e.i("JLT %s_single", name)
+	pass("g", group)
+	e.i("LEAQ (SI)(BX*4), SI")
+	e.i("ADDQ $%d, DI", group*nr*4)
+	e.i("SUBQ $%d, R11", group)
+	e.i("JMP %s_group", name)
+	e.l(name + "_single")
+	e.i("TESTQ R11, R11")
+	e.i("JLE %s_end", name)
+	pass("s", 1)
+	e.i("ADDQ BX, SI")
+	e.i("ADDQ $%d, DI", nr*4)
+	e.i("DECQ R11")
+	e.i("JMP %s_single", name)
 	e.l(name + "_end")
 	e.i("VZEROUPPER")
 	e.i("RET")
