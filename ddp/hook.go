@@ -125,3 +125,11 @@ func scale(g []float32, d int) {
 		}
 	}
 }
+
+var (
+	_ CommHook  = AllReduceHook{}
+	_ CommHook  = (*CompressHook)(nil)
+	_ CommHook  = (*PowerSGD)(nil)
+	_ Reduction = (*workReduction)(nil)
+	_ Reduction = (*powerReduction)(nil)
+)

@@ -62,6 +62,8 @@ type Model struct {
 	cur   stepTimes
 }
 
+var _ nn.Module = (*Model)(nil)
+
 // bucketState is a bucket at run time.
 type bucketState struct {
 	b        Bucket
