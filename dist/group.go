@@ -307,6 +307,15 @@ func (g *group) execute(o *op) (err error) {
 	if err == nil {
 		return nil
 	}
+	if isPeerErr(err) {
+		// A peer that broke its group sends an abort notice, then may
+		// close or exit before this op hears from it: give the notice a
+		// moment to arrive, since it says why.
+		select {
+		case <-g.ctx.Done():
+		case <-time.After(noticeGrace):
+		}
+	}
 	if e := g.brokenErr(o); e != nil {
 		return e // aborted or closed while running
 	}
@@ -346,6 +355,15 @@ func (g *group) abort(cause *OpError, notify bool) {
 	if notify {
 		g.notify(cause)
 	}
+}
+
+// noticeGrace is how long an op failed by a peer's departure waits for
+// that peer's abort notice.
+const noticeGrace = 100 * time.Millisecond
+
+func isPeerErr(err error) bool {
+	var pe *transport.PeerError
+	return errors.As(err, &pe)
 }
 
 // Abort notices travel under a tag no op uses: seq 2^64−1 of the group.

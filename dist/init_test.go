@@ -49,11 +49,15 @@ func initWorld(t *testing.T, world int, opts dist.Options, fn func(t *testing.T,
 	wg.Wait()
 }
 
-func TestInitTCP(t *testing.T) {
+func TestInit(t *testing.T) {
 	defer disttest.CheckLeaks(t)()
-	for _, world := range []int{1, 2, 3} {
-		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			initWorld(t, world, dist.Options{Transport: "tcp", Token: []byte("secret")}, func(t *testing.T, pg dist.ProcessGroup) {
+	for _, tc := range []struct {
+		transport string
+		world     int
+	}{{"tcp", 1}, {"tcp", 2}, {"tcp", 3}, {"shm", 2}, {"shm", 3}, {"auto", 3}} {
+		world := tc.world
+		t.Run(fmt.Sprintf("%s/world=%d", tc.transport, world), func(t *testing.T) {
+			initWorld(t, world, dist.Options{Transport: tc.transport, Token: []byte("secret")}, func(t *testing.T, pg dist.ProcessGroup) {
 				buf := []float32{float32(pg.Rank()), 1}
 				if wait(t, "allreduce", pg.AllReduce(context.Background(), dist.F32(buf), dist.Sum)) {
 					if want := float32(world * (world - 1) / 2); buf[0] != want || buf[1] != float32(world) {

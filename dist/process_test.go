@@ -257,7 +257,7 @@ func TestRealProcessesCollectives(t *testing.T) {
 	for _, tc := range []struct {
 		transport string
 		world     int
-	}{{"tcp", 2}, {"tcp", 3}} {
+	}{{"tcp", 2}, {"tcp", 3}, {"shm", 2}, {"shm", 3}} {
 		t.Run(fmt.Sprintf("%s/world=%d", tc.transport, tc.world), func(t *testing.T) {
 			children := spawn(t, tc.world, tc.transport, "collectives")
 			for r, c := range children {
@@ -278,8 +278,14 @@ func TestRealProcessesKill(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process tests skipped in -short mode")
 	}
+	for _, transport := range []string{"tcp", "shm"} {
+		t.Run(transport, func(t *testing.T) { testKill(t, transport) })
+	}
+}
+
+func testKill(t *testing.T, transport string) {
 	const world, victim = 3, 1
-	children := spawn(t, world, "tcp", "loop")
+	children := spawn(t, world, transport, "loop")
 	for r, c := range children {
 		if !c.await("looping", 60*time.Second) {
 			t.Fatalf("rank %d never reached the loop: %s", r, c.stderr.String())
