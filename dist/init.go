@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"strconv"
 	"runtime"
+	"strconv"
 	"strings"
 	"time"
 
