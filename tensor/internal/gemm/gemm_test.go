@@ -47,6 +47,8 @@ func TestParallelLarge(t *testing.T) {
 				{M: 150, N: 150, K: 150, Alpha: -1, Beta: 1, TransA: true, PadC: 3},
 				{M: 600, N: 40, K: 64, Alpha: 1, TransA: true}, // row blocks start past row k of A
 				{M: 30, N: 900, K: 50, Alpha: 1, TransA: true, TransB: true, PadB: 1},
+				{M: 30, N: 40, K: 3000, Alpha: 1, Beta: 2, TransB: true, PadA: 1}, // dot products
+				{M: 300, N: 9, K: 200, Alpha: 1, TransA: true},                    // computed transposed
 			} {
 				t.Run(fmt.Sprintf("kernel=%s/threads=%d/%v", kern, threads, c), func(t *testing.T) {
 					gemmtest.Check(t, g.Sgemm, c, rng)

@@ -13,6 +13,7 @@ import (
 type Impl struct {
 	arch    *arch          // cohort's kernel family; nil when lib is set
 	wide    *arch          // optional second family for short, wide products
+	dot     dotKernel      // optional dot-product kernel for A·Bᵀ with long k
 	lib     *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
 	threads int
 	bufs    sync.Pool // *packBuf, one per running goroutine
@@ -78,6 +79,7 @@ func New(o Options) (*Impl, error) {
 	case KernelAVX512:
 		g.arch = avx512Arch()
 		g.wide = avx512WideArch()
+		g.dot = dotAVX512x4x6
 	case KernelAVX2:
 		g.arch = avx2Arch()
 	default:
@@ -140,6 +142,10 @@ func (g *Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float3
 	if g.lib != nil {
 		g.lib.SetThreads(g.threads)
 		g.lib.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if g.useDot(transA, transB, m, n, k) {
+		g.runDot(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	if n < 32 && g.padded(n, m)*4 < g.padded(m, n)*3 {

@@ -167,6 +167,10 @@ func Cases() []Case {
 	add(3, 4200, 7, 1, 0, 0)       // two B panels
 	add(64, 100, 784, 1, 0, 0)     // anchor-like, three k slabs
 	add(200, 7, 300, 1.5, -0.5, 2) // few columns: computed as Cᵀ = op(B)ᵀ·op(A)ᵀ
+	add(6, 25, 3001, 1, 0, 1)      // long k, A·Bᵀ: dot products (conv weight gradient)
+	add(9, 13, 1100, -1, 0.5, 0)   // dot products, partial tiles both ways
+	add(1, 1, 300, 1, 1, 3)        // one dot product
+	add(9, 31, 4099, 1, 1, 3)      // dot products over two k slabs
 	return cs
 }
 

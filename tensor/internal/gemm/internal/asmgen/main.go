@@ -74,6 +74,83 @@ func genAVX512(e *emitter) {
 	for _, nr := range []int{6, 14, 32, 64} {
 		genPackRows(e, nr)
 	}
+	genDot512(e)
+}
+
+// genDot512 emits the dot-product kernel for C = A·Bᵀ with A and B both
+// stored row-major along k (no packing): it accumulates, in 16 lanes each,
+// the 24 dot products of 4 rows of A with 6 rows of B over k values:
+//
+//	acc[(r*6+s)*16 + l] += Σ_{p ≡ l mod 16} a_r[p]·b_s[p]   for p < k
+//
+// Lanes are summed by the caller once k is exhausted. Rows are passed as
+// pointers, so a partial tile repeats a valid row.
+//
+// func dotAVX512x4x6(k int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, acc *float32)
+func genDot512(e *emitter) {
+	const name, R, S = "dotAVX512x4x6", 4, 6
+	e.c("func dotAVX512x4x6(k int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, acc *float32)")
+	e.buf.WriteString("TEXT ·dotAVX512x4x6(SB), NOSPLIT, $0-96\n")
+	// The tail mask first, while CX is free.
+	e.i("MOVQ k+0(FP), CX")
+	e.i("ANDQ $15, CX")
+	e.i("MOVL $1, AX")
+	e.i("SHLL CX, AX")
+	e.i("DECL AX")
+	e.i("KMOVW AX, K1")
+	aReg := []string{"AX", "BX", "CX", "DX"}
+	bReg := []string{"SI", "DI", "R8", "R9", "R10", "R11"}
+	for r := 0; r < R; r++ {
+		e.i("MOVQ a%d+%d(FP), %s", r, 8+8*r, aReg[r])
+	}
+	for s := 0; s < S; s++ {
+		e.i("MOVQ b%d+%d(FP), %s", s, 40+8*s, bReg[s])
+	}
+	acc := func(r, s int) string { return z(r*S + s) }
+	e.i("MOVQ acc+88(FP), R12")
+	for i := 0; i < R*S; i++ {
+		e.i("VMOVUPS %d(R12), %s", 64*i, z(i))
+	}
+	e.i("MOVQ k+0(FP), R12")
+	e.i("XORQ R13, R13") // byte offset along k
+	chunk := func(masked bool) {
+		for r := 0; r < R; r++ {
+			if masked {
+				e.i("VMOVUPS.Z (%s)(R13*1), K1, %s", aReg[r], z(24+r))
+			} else {
+				e.i("VMOVUPS (%s)(R13*1), %s", aReg[r], z(24+r))
+			}
+		}
+		for s := 0; s < S; s++ {
+			breg := z(28 + s%2)
+			if masked {
+				e.i("VMOVUPS.Z (%s)(R13*1), K1, %s", bReg[s], breg)
+			} else {
+				e.i("VMOVUPS (%s)(R13*1), %s", bReg[s], breg)
+			}
+			for r := 0; r < R; r++ {
+				e.i("VFMADD231PS %s, %s, %s", breg, z(24+r), acc(r, s))
+			}
+		}
+	}
+	e.l(name + "_loop")
+	e.i("CMPQ R12, $16")
+	e.i("JLT %s_tail", name)
+	chunk(false)
+	e.i("ADDQ $64, R13")
+	e.i("SUBQ $16, R12")
+	e.i("JMP %s_loop", name)
+	e.l(name + "_tail")
+	e.i("TESTQ R12, R12")
+	e.i("JZ %s_store", name)
+	chunk(true)
+	e.l(name + "_store")
+	e.i("MOVQ acc+88(FP), R12")
+	for i := 0; i < R*S; i++ {
+		e.i("VMOVUPS %s, %d(R12)", z(i), 64*i)
+	}
+	e.i("VZEROUPPER")
+	e.i("RET")
 }
 
 // genPackRows emits a packer for an operand whose slivers run along its
