@@ -21,13 +21,10 @@ func Conv2d(x, w, b *Var, stride, padding int) *Var {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	y, col := tensor.Conv2dForward(x.Value, w.Value, bv, stride, padding)
-	if !x.requiresGrad && !w.requiresGrad && (b == nil || !b.requiresGrad) {
-		return &Var{Value: y}
-	}
-	xShape, wv := x.Value.Shape(), w.Value
+	y := tensor.Conv2d(x.Value, w.Value, bv, stride, padding)
+	xv, wv := x.Value, w.Value
 	return record("Conv2d", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.Conv2dBackward(g, wv, col, xShape, stride, padding, s.need(0))
+		dx, dw, db := tensor.Conv2dBackward(g, xv, wv, stride, padding, s.need(0))
 		if s.need(1) {
 			s.add(1, dw, true)
 		}

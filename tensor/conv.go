@@ -58,12 +58,24 @@ func outRange(k, stride, padding, size, out int) (int, int) {
 // (c, i, j) holds input pixel (c, oh·s−p+i, ow·s−p+j) of every output
 // position (n, oh, ow), zero where that falls in the padding.
 func Im2Col(x *Tensor, g ConvGeom) *Tensor {
-	xc := x.Contiguous()
-	xd := xc.Data()
+	col := New(g.C*g.KH*g.KW, g.N*g.OH*g.OW)
+	im2colInto(col.Data(), x.Contiguous().Data(), g, 0, g.N)
+	return col
+}
+
+// Col2ImAdd folds col [C·KH·KW, N·OH·OW] back onto dx [N, C, H, W] (which
+// must be contiguous), adding every entry to the input pixel it was read
+// from: the adjoint of Im2Col.
+func Col2ImAdd(dx, col *Tensor, g ConvGeom) {
+	col2imAdd(dx.Data(), col.Contiguous().Data(), g, 0, g.N)
+}
+
+// im2colInto unfolds samples [n0, n0+nb) of the contiguous input xd into
+// cd, laid out [C·KH·KW, nb·OH·OW]. Every entry of cd is written (padding
+// as zeros), so cd may hold stale data.
+func im2colInto(cd, xd []float32, g ConvGeom, n0, nb int) {
 	L := g.OH * g.OW
-	cols := g.N * L
-	col := New(g.C*g.KH*g.KW, cols)
-	cd := col.Data()
+	cols := nb * L
 	s, p := g.Stride, g.Padding
 	for c := 0; c < g.C; c++ {
 		for ki := 0; ki < g.KH; ki++ {
@@ -71,13 +83,16 @@ func Im2Col(x *Tensor, g ConvGeom) *Tensor {
 			for kj := 0; kj < g.KW; kj++ {
 				owLo, owHi := outRange(kj, s, p, g.W, g.OW)
 				row := cd[((c*g.KH+ki)*g.KW+kj)*cols:][:cols]
-				for n := 0; n < g.N; n++ {
-					plane := xd[(n*g.C+c)*g.H*g.W:][:g.H*g.W]
+				for n := 0; n < nb; n++ {
+					plane := xd[((n0+n)*g.C+c)*g.H*g.W:][:g.H*g.W]
 					dst := row[n*L : (n+1)*L]
+					clear(dst[:ohLo*g.OW])
+					clear(dst[ohHi*g.OW:])
 					for oh := ohLo; oh < ohHi; oh++ {
-						ih := oh*s - p + ki
-						src := plane[ih*g.W:][:g.W]
+						src := plane[(oh*s-p+ki)*g.W:][:g.W]
 						drow := dst[oh*g.OW:][:g.OW]
+						clear(drow[:owLo])
+						clear(drow[owHi:])
 						iw0 := owLo*s - p + kj
 						if s == 1 {
 							copy(drow[owLo:owHi], src[iw0:])
@@ -87,23 +102,17 @@ func Im2Col(x *Tensor, g ConvGeom) *Tensor {
 							}
 						}
 					}
-					// Rows and columns in the padding stay zero (New zeroed col).
 				}
 			}
 		}
 	}
-	return col
 }
 
-// Col2ImAdd folds col [C·KH·KW, N·OH·OW] back onto dx [N, C, H, W] (which
-// must be contiguous), adding every entry to the input pixel it was read
-// from: the adjoint of Im2Col.
-func Col2ImAdd(dx, col *Tensor, g ConvGeom) {
-	dd := dx.Data()
-	cc := col.Contiguous()
-	cd := cc.Data()
+// col2imAdd is the adjoint of im2colInto: it adds cd ([C·KH·KW, nb·OH·OW])
+// onto samples [n0, n0+nb) of dd.
+func col2imAdd(dd, cd []float32, g ConvGeom, n0, nb int) {
 	L := g.OH * g.OW
-	cols := g.N * L
+	cols := nb * L
 	s, p := g.Stride, g.Padding
 	for c := 0; c < g.C; c++ {
 		for ki := 0; ki < g.KH; ki++ {
@@ -111,13 +120,19 @@ func Col2ImAdd(dx, col *Tensor, g ConvGeom) {
 			for kj := 0; kj < g.KW; kj++ {
 				owLo, owHi := outRange(kj, s, p, g.W, g.OW)
 				row := cd[((c*g.KH+ki)*g.KW+kj)*cols:][:cols]
-				for n := 0; n < g.N; n++ {
-					plane := dd[(n*g.C+c)*g.H*g.W:][:g.H*g.W]
+				for n := 0; n < nb; n++ {
+					plane := dd[((n0+n)*g.C+c)*g.H*g.W:][:g.H*g.W]
 					src := row[n*L : (n+1)*L]
 					for oh := ohLo; oh < ohHi; oh++ {
-						ih := oh*s - p + ki
-						drow := plane[ih*g.W:][:g.W]
+						drow := plane[(oh*s-p+ki)*g.W:][:g.W]
 						srow := src[oh*g.OW:][:g.OW]
+						if s == 1 {
+							d := drow[owLo-p+kj : owHi-p+kj]
+							for i, v := range srow[owLo:owHi] {
+								d[i] += v
+							}
+							continue
+						}
 						for ow, iw := owLo, owLo*s-p+kj; ow < owHi; ow, iw = ow+1, iw+s {
 							drow[iw] += srow[ow]
 						}
@@ -142,83 +157,103 @@ func convCheck(op string, x, w, b *Tensor, stride, padding int) ConvGeom {
 	return g
 }
 
+// convChunk returns how many samples one GEMM of a convolution covers:
+// enough output positions (about 1024 columns) to keep the GEMM efficient
+// while the unfolded chunk stays cache-sized.
+func convChunk(g ConvGeom) int {
+	L := max(g.OH*g.OW, 1)
+	return max(1, min(g.N, (1024+L-1)/L))
+}
+
 // Conv2d returns the 2-D cross-correlation of x [N, C, H, W] with weight
 // [O, C, KH, KW] plus bias [O] (nil for none): [N, O, OH, OW], with equal
 // stride and zero padding on both axes (PyTorch's conv2d).
+//
+// The input is unfolded (im2col) a chunk of samples at a time into a
+// scratch matrix and multiplied by the weight with one GEMM per chunk, so
+// no full-batch unfolded copy is ever built.
 func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
-	y, _ := Conv2dForward(x, w, b, stride, padding)
-	return y
-}
-
-// Conv2dForward is Conv2d that also returns the unfolded input (Im2Col),
-// which Conv2dBackward needs.
-func Conv2dForward(x, w, b *Tensor, stride, padding int) (y, col *Tensor) {
 	g := convCheck("Conv2d", x, w, b, stride, padding)
-	O := w.shape[0]
-	col = Im2Col(x, g)
+	O, K := w.shape[0], g.C*g.KH*g.KW
 	L := g.OH * g.OW
-	y2 := New(O, g.N*L)
-	Gemm(y2, w.Reshape(O, -1), col, 1, 0)
-	y = New(g.N, O, g.OH, g.OW)
-	yd, y2d := y.Data(), y2.Data()
+	xd := x.Contiguous().Data()
+	w2 := w.Contiguous().Reshape(O, K)
 	var bd []float32
 	if b != nil {
 		bd = b.Contiguous().Data()
 	}
-	for o := 0; o < O; o++ {
-		var bias float32
-		if bd != nil {
-			bias = bd[o]
-		}
-		src := y2d[o*g.N*L:][:g.N*L]
-		for n := 0; n < g.N; n++ {
-			dst := yd[(n*O+o)*L:][:L]
-			s := src[n*L:][:L]
-			for i, v := range s {
-				dst[i] = v + bias
+	y := New(g.N, O, g.OH, g.OW)
+	yd := y.Data()
+	nb := convChunk(g)
+	col := make([]float32, K*nb*L)
+	out := make([]float32, O*nb*L)
+	for n0 := 0; n0 < g.N; n0 += nb {
+		m := min(nb, g.N-n0)
+		cols := m * L
+		im2colInto(col, xd, g, n0, m)
+		Gemm(FromSlice(out[:O*cols], O, cols), w2, FromSlice(col[:K*cols], K, cols), 1, 0)
+		for o := 0; o < O; o++ {
+			var bias float32
+			if bd != nil {
+				bias = bd[o]
+			}
+			src := out[o*cols:][:cols]
+			for n := 0; n < m; n++ {
+				dst := yd[((n0+n)*O+o)*L:][:L]
+				for i, v := range src[n*L : (n+1)*L] {
+					dst[i] = v + bias
+				}
 			}
 		}
 	}
-	return y, col
+	return y
 }
 
-// Conv2dBackward returns the gradients of Conv2d given dy [N, O, OH, OW],
-// the weight and the col saved by Conv2dForward: dx (nil unless needInput),
-// dw shaped like the weight, and db [O].
-func Conv2dBackward(dy, w, col *Tensor, xShape []int, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
-	if len(w.shape) != 4 {
-		panicf("Conv2dBackward: weight shape %v, want [O, C, KH, KW]", w.shape)
-	}
-	g := NewConvGeom("Conv2dBackward", xShape, w.shape[2], w.shape[3], stride, padding)
-	O := w.shape[0]
+// Conv2dBackward returns the gradients of Conv2d given the output
+// gradient dy [N, O, OH, OW], the input x and the weight w: dx (nil unless
+// needInput), dw shaped like w, and db [O]. The unfolded input is
+// recomputed chunk by chunk rather than kept from the forward pass.
+func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
+	g := convCheck("Conv2dBackward", x, w, nil, stride, padding)
+	O, K := w.shape[0], g.C*g.KH*g.KW
 	L := g.OH * g.OW
 	if want := []int{g.N, O, g.OH, g.OW}; !equalInts(dy.shape, want) {
 		panicf("Conv2dBackward: output gradient shape %v, want %v", dy.shape, want)
 	}
-	// dy [N, O, L] -> dy2 [O, N·L], and db = row sums.
+	xd := x.Contiguous().Data()
 	dyd := dy.Contiguous().Data()
-	dy2 := New(O, g.N*L)
-	d2 := dy2.Data()
-	db = New(O)
-	dbd := db.Data()
-	for n := 0; n < g.N; n++ {
-		for o := 0; o < O; o++ {
-			src := dyd[(n*O+o)*L:][:L]
-			copy(d2[o*g.N*L+n*L:], src)
-			var acc float64
-			for _, v := range src {
-				acc += float64(v)
-			}
-			dbd[o] += float32(acc)
-		}
-	}
-	dw = New(w.shape...)
-	Gemm(dw.Reshape(O, -1), dy2, col.T(), 1, 0)
+	w2 := w.Contiguous().Reshape(O, K)
+	dw, db = New(w.shape...), New(O)
+	dw2, dbd := dw.Reshape(O, K), db.Data()
 	if needInput {
-		dcol := New(col.shape...)
-		Gemm(dcol, w.Reshape(O, -1).T(), dy2, 1, 0)
-		dx = New(xShape...)
-		Col2ImAdd(dx, dcol, g)
+		dx = New(x.shape...)
+	}
+	nb := convChunk(g)
+	col := make([]float32, K*nb*L)
+	g2 := make([]float32, O*nb*L)
+	for n0 := 0; n0 < g.N; n0 += nb {
+		m := min(nb, g.N-n0)
+		cols := m * L
+		// dy chunk [m, O, L] -> g2 [O, m·L]; db = its row sums.
+		for n := 0; n < m; n++ {
+			for o := 0; o < O; o++ {
+				src := dyd[((n0+n)*O+o)*L:][:L]
+				copy(g2[o*cols+n*L:], src)
+				var acc float64
+				for _, v := range src {
+					acc += float64(v)
+				}
+				dbd[o] += float32(acc)
+			}
+		}
+		gt := FromSlice(g2[:O*cols], O, cols)
+		ct := FromSlice(col[:K*cols], K, cols)
+		im2colInto(col, xd, g, n0, m)
+		Gemm(dw2, gt, ct.T(), 1, 1) // dw += dy·colᵀ
+		if needInput {
+			Gemm(ct, w2.T(), gt, 1, 0) // dcol = wᵀ·dy, reusing col
+			col2imAdd(dx.Data(), col, g, n0, m)
+		}
 	}
 	return dx, dw, db
 }

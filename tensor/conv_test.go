@@ -13,14 +13,15 @@ func naiveConv(x, w, b, dy *Tensor, s, p int) (y, dx, dw, db []float32) {
 	O, KH, KW := w.Dim(0), w.Dim(2), w.Dim(3)
 	OH, OW := (H+2*p-KH)/s+1, (W+2*p-KW)/s+1
 	y = make([]float32, N*O*OH*OW)
-	dx, dw, db = make([]float32, x.Len()), make([]float32, w.Len()), make([]float32, O)
+	dx64, dw64, db64 := make([]float64, x.Len()), make([]float64, w.Len()), make([]float64, O)
+	defer func() { dx, dw, db = to32(dx64), to32(dw64), to32(db64) }()
 	for n := 0; n < N; n++ {
 		for o := 0; o < O; o++ {
 			for oh := 0; oh < OH; oh++ {
 				for ow := 0; ow < OW; ow++ {
 					acc := float64(b.At(o))
-					g := dy.At(n, o, oh, ow)
-					db[o] += g
+					g := float64(dy.At(n, o, oh, ow))
+					db64[o] += g
 					for c := 0; c < C; c++ {
 						for i := 0; i < KH; i++ {
 							for j := 0; j < KW; j++ {
@@ -29,8 +30,8 @@ func naiveConv(x, w, b, dy *Tensor, s, p int) (y, dx, dw, db []float32) {
 									continue
 								}
 								acc += float64(x.At(n, c, ih, iw)) * float64(w.At(o, c, i, j))
-								dx[((n*C+c)*H+ih)*W+iw] += g * w.At(o, c, i, j)
-								dw[((o*C+c)*KH+i)*KW+j] += g * x.At(n, c, ih, iw)
+								dx64[((n*C+c)*H+ih)*W+iw] += g * float64(w.At(o, c, i, j))
+								dw64[((o*C+c)*KH+i)*KW+j] += g * float64(x.At(n, c, ih, iw))
 							}
 						}
 					}
@@ -42,6 +43,17 @@ func naiveConv(x, w, b, dy *Tensor, s, p int) (y, dx, dw, db []float32) {
 	return y, dx, dw, db
 }
 
+func to32(a []float64) []float32 {
+	out := make([]float32, len(a))
+	for i, v := range a {
+		out[i] = float32(v)
+	}
+	return out
+}
+
+// Permute4 moves the channel dimension of [N, O, H, W] first: [O, N, H, W].
+func Permute4(t *Tensor) *Tensor { return t.Permute(1, 0, 2, 3).Contiguous() }
+
 func TestConv2d(t *testing.T) {
 	rng := newRNG(6)
 	cases := []struct{ N, C, H, W, O, K, S, P int }{
@@ -51,21 +63,33 @@ func TestConv2d(t *testing.T) {
 		{1, 4, 5, 5, 2, 1, 1, 0},
 		{2, 2, 9, 7, 3, 3, 3, 2},
 		{1, 1, 2, 2, 1, 3, 1, 1},
+		{40, 2, 6, 6, 2, 3, 1, 1},  // several samples per GEMM chunk, with a partial last chunk
+		{3, 1, 30, 40, 2, 5, 1, 2}, // one sample per chunk
 	}
 	for _, c := range cases {
 		t.Run(fmt.Sprintf("%+v", c), func(t *testing.T) {
 			x := randT(rng, c.N, c.C, c.H, c.W)
 			w := randT(rng, c.O, c.C, c.K, c.K)
 			b := randT(rng, c.O)
-			y, col := Conv2dForward(x, w, b, c.S, c.P)
+			y := Conv2d(x, w, b, c.S, c.P)
 			dy := randT(rng, y.Shape()...)
 			wy, wdx, wdw, wdb := naiveConv(x, w, b, dy, c.S, c.P)
 			assertClose(t, "y", y.Data(), wy, 1e-5)
-			dx, dw, db := Conv2dBackward(dy, w, col, x.Shape(), c.S, c.P, true)
+			dx, dw, db := Conv2dBackward(dy, x, w, c.S, c.P, true)
 			assertClose(t, "dx", dx.Data(), wdx, 1e-5)
 			assertClose(t, "dw", dw.Data(), wdw, 1e-5)
 			assertClose(t, "db", db.Data(), wdb, 1e-5)
-			if dx2, _, _ := Conv2dBackward(dy, w, col, x.Shape(), c.S, c.P, false); dx2 != nil {
+			// The whole-batch unfold and fold agree with the chunked kernels.
+			g := NewConvGeom("test", x.Shape(), c.K, c.K, c.S, c.P)
+			col := Im2Col(x, g)
+			y2 := MatMul(w.Reshape(c.O, -1), col) // [O, N·L]
+			assertClose(t, "im2col product", y2.Reshape(c.O, c.N, -1).Permute(1, 0, 2).Contiguous().Data(),
+				Sub(y, b.Reshape(1, c.O, 1, 1)).Data(), 1e-5)
+			dcol := MatMul(w.Reshape(c.O, -1).T(), Permute4(dy).Reshape(c.O, -1))
+			dx2 := New(x.Shape()...)
+			Col2ImAdd(dx2, dcol, g)
+			assertClose(t, "col2im", dx2.Data(), wdx, 1e-5)
+			if dx3, _, _ := Conv2dBackward(dy, x, w, c.S, c.P, false); dx3 != nil {
 				t.Errorf("dx computed without needInput")
 			}
 		})
@@ -130,4 +154,18 @@ func TestPool(t *testing.T) {
 		})
 	}
 	mustPanic(t, func() { MaxPool2d(New(1, 1, 4, 4), 2, 0, 0) }, "MaxPool2d", "stride 0")
+}
+
+func BenchmarkPool(b *testing.B) {
+	x := randT(newRNG(1), 64, 6, 28, 28)
+	b.Run("max_k2s2", func(b *testing.B) {
+		for b.Loop() {
+			MaxPool2d(x, 2, 2, 0)
+		}
+	})
+	b.Run("avg_k2s2", func(b *testing.B) {
+		for b.Loop() {
+			AvgPool2d(x, 2, 2, 0)
+		}
+	})
 }

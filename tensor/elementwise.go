@@ -272,11 +272,7 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 		}
 	case uReLU:
 		for i, x := range a {
-			if x > 0 {
-				d[i] = x
-			} else {
-				d[i] = 0
-			}
+			d[i] = max(x, 0) // branch-free; NaN stays NaN
 		}
 	case uAbs:
 		for i, x := range a {

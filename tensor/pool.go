@@ -19,24 +19,32 @@ func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
 	yd := y.Data()
 	arg := make([]int32, len(yd))
 	HW, L := g.H*g.W, g.OH*g.OW
+	if kernel == 2 && stride == 2 && padding == 0 {
+		maxPool2x2(xd, yd, arg, g)
+		return y, arg
+	}
 	for pl := 0; pl < g.N*g.C; pl++ {
 		in := xd[pl*HW:][:HW]
 		out := yd[pl*L:][:L]
 		am := arg[pl*L:][:L]
 		for oh := 0; oh < g.OH; oh++ {
 			h0 := oh*stride - padding
+			hLo, hHi := max(h0, 0), min(h0+kernel, g.H)
 			for ow := 0; ow < g.OW; ow++ {
 				w0 := ow*stride - padding
-				best, bi := float32(math.Inf(-1)), -1
-				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
-					row := in[i*g.W:][:g.W]
-					for j := max(w0, 0); j < min(w0+kernel, g.W); j++ {
-						if v := row[j]; v > best || bi < 0 || v != v {
-							best, bi = v, i*g.W+j
-							if v != v {
-								break
-							}
-						}
+				wLo, wHi := max(w0, 0), min(w0+kernel, g.W)
+				first := hLo*g.W + wLo
+				best, bi := in[first], first
+				for i := hLo; i < hHi; i++ {
+					row := in[i*g.W : i*g.W+wHi]
+					for j := wLo; j < wHi; j++ {
+						v := row[j]
+						// Branch-free select of the first maximum (NaN wins):
+						// random data would mispredict a branch half the time.
+						take := b2i(v > best) | b2i(v != v)
+						bb := math.Float32bits(best)
+						best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
+						bi += take * (i*g.W + j - bi)
 					}
 				}
 				out[oh*g.OW+ow], am[oh*g.OW+ow] = best, int32(bi)
@@ -44,6 +52,42 @@ func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
 		}
 	}
 	return y, arg
+}
+
+// maxPool2x2 is MaxPool2d's loop for the common 2×2 window, stride 2.
+func maxPool2x2(xd, yd []float32, arg []int32, g ConvGeom) {
+	HW, L := g.H*g.W, g.OH*g.OW
+	for pl := 0; pl < g.N*g.C; pl++ {
+		in := xd[pl*HW:][:HW]
+		for oh := 0; oh < g.OH; oh++ {
+			r0 := in[2*oh*g.W:][:2*g.OW]
+			r1 := in[(2*oh+1)*g.W:][:2*g.OW]
+			out := yd[pl*L+oh*g.OW:][:g.OW]
+			am := arg[pl*L+oh*g.OW:][:g.OW]
+			base := 2 * oh * g.W
+			for ow := range out {
+				j := 2 * ow
+				best, bi := r0[j], base+j
+				for k, v := range [3]float32{r0[j+1], r1[j], r1[j+1]} {
+					take := b2i(v > best) | b2i(v != v)
+					bb := math.Float32bits(best)
+					best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
+					off := [3]int{1, g.W, g.W + 1}[k]
+					bi += take * (base + j + off - bi)
+				}
+				out[ow], am[ow] = best, int32(bi)
+			}
+		}
+	}
+}
+
+// b2i converts a comparison result to 0 or 1 without a branch.
+func b2i(b bool) int {
+	var i int
+	if b {
+		i = 1
+	}
+	return i
 }
 
 // MaxPool2dBackward routes dy [N, C, OH, OW] to the input positions
