@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime/pprof"
 	"slices"
 	"strconv"
 	"strings"
@@ -39,6 +40,7 @@ type Config struct {
 	Budget    time.Duration // target duration of the timed loop per size
 	Repeats   int           // fresh process groups, one after the other
 	Timeout   time.Duration // bound on the whole run
+	Profile   string        // CPU profile path prefix ("" for none)
 }
 
 // Result is one size's measurement, as rank 0 reports it.
@@ -83,6 +85,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	repeats := fs.Int("repeats", 1, "fresh process groups, one after the other (all rows are printed)")
 	jsonOut := fs.String("json", "", "also append the results as JSON lines to this file")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	profile := fs.String("cpuprofile", "", "write each rank's CPU profile to this path with the rank appended")
 	worker := fs.Bool("worker", false, "internal: run as one rank (set by the parent)")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -91,7 +94,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "cohort bench %s: unexpected argument %q\n", op, fs.Arg(0))
 		return 2
 	}
-	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout}
+	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile}
 	var err error
 	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
 		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
@@ -102,6 +105,14 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		return 2
 	}
 	if *worker {
+		if cfg.Profile != "" {
+			stop, err := startProfile(cfg.Profile)
+			if err != nil {
+				fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
+				return 1
+			}
+			defer stop()
+		}
 		if err := Worker(context.Background(), cfg, stdout); err != nil {
 			fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
 			return 1
@@ -208,7 +219,8 @@ func (c Config) flags() []string {
 		sizes[i] = strconv.FormatInt(s, 10)
 	}
 	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport,
-		"--sizes", strings.Join(sizes, ","), "--budget", c.Budget.String(), "--timeout", c.Timeout.String(), "--worker"}
+		"--sizes", strings.Join(sizes, ","), "--budget", c.Budget.String(), "--timeout", c.Timeout.String(),
+		"--cpuprofile", c.Profile, "--worker"}
 }
 
 // torchrunVars are the variables the parent sets for each worker; any
@@ -510,6 +522,24 @@ func Summary(cfg Config, res []Result) string {
 	slices.Sort(bws)
 	return fmt.Sprintf("%s: world %d %s %.1f us, %s %.2f GB/s busbw",
 		cfg.Op, cfg.World, FormatSize(small), median(ts)*1e6, FormatSize(large), median(bws))
+}
+
+// startProfile starts a CPU profile at prefix plus this rank (read from the
+// environment through rendezvous, like the rest of the worker).
+func startProfile(prefix string) (stop func(), err error) {
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		return nil, err
+	}
+	f, err := os.Create(fmt.Sprintf("%s.rank%d", prefix, info.Rank))
+	if err != nil {
+		return nil, err
+	}
+	if err := pprof.StartCPUProfile(f); err != nil {
+		f.Close()
+		return nil, err
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 func appendJSON(path string, res []Result) error {
