@@ -9,11 +9,14 @@
 // or into memory queued for a later Recv. Send thus never waits for the
 // matching Recv, only (briefly) for ring space.
 //
-// Waiting is a bounded spin, then a futex sleep on a word in shared memory
-// that the other side wakes (FUTEX_WAIT/FUTEX_WAKE, shared, not private);
-// sleeps also time out so flags are re-checked. A 4 KiB round trip stays
-// in the spin phase when both ranks are busy; Options.Spin trades CPU for
-// latency.
+// A receiver first polls the rings itself for up to Options.Spin, so a
+// message arriving meanwhile reaches it without waking any thread; then it
+// blocks, and the rank's progress goroutine, which sleeps on a futex word
+// in shared memory (FUTEX_WAIT/FUTEX_WAKE, shared, not private) whenever
+// the rings are empty, delivers. Senders ring that doorbell only when the
+// progress goroutine sleeps and no receiver polls. A sender that finds a
+// ring full spins, then sleeps on a futex word the receiver wakes. Every
+// futex sleep also times out, as a backstop, so flags are re-checked.
 //
 // Setup mirrors package tcp: Listen creates the segment and a Unix-domain
 // socket beside it, the caller publishes Listener.Addr (the segment's

@@ -36,7 +36,7 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults()
+	opts = opts.withDefaults(worldSize)
 	seg, err := createSegment(opts.Dir, opts.Prefix, rank, worldSize, int(opts.RingBytes))
 	if err != nil {
 		return nil, err
@@ -146,6 +146,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			out:          s.slot(l.rank),
 			peerDoorbell: s.doorbell(),
 			peerSleeping: s.sleeping(),
+			peerPolling:  s.polling(),
 			in:           l.seg.slot(r),
 			box:          demux.New(),
 			conn:         c,

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"log/slog"
 	"regexp"
+	"runtime"
 	"time"
 )
 
@@ -25,8 +26,11 @@ type Options struct {
 	// MaxMessageBytes is the longest message accepted from a peer; a
 	// longer one is a protocol error. 0 means 64 GiB.
 	MaxMessageBytes int64
-	// Spin is how long a waiting side polls before sleeping on a futex.
-	// 0 means 50 µs; negative means never spin.
+	// Spin is how long a receiver polls the rings itself, and a sender
+	// waits for ring space, before sleeping. 0 means 20 µs when the world
+	// fits the CPUs this process may use (worldSize <= runtime.NumCPU())
+	// and no spinning otherwise: with more ranks than cores a spinning
+	// rank holds a core its peer needs to send. Negative means never.
 	Spin time.Duration
 	// HandshakeTimeout bounds the setup handshake with one peer. 0 means 30 s.
 	HandshakeTimeout time.Duration
@@ -51,7 +55,7 @@ func (o *Options) validate() error {
 	return nil
 }
 
-func (o Options) withDefaults() Options {
+func (o Options) withDefaults(worldSize int) Options {
 	if o.Dir == "" {
 		o.Dir = "/dev/shm"
 	}
@@ -65,7 +69,10 @@ func (o Options) withDefaults() Options {
 		o.MaxMessageBytes = 64 << 30
 	}
 	if o.Spin == 0 {
-		o.Spin = 50 * time.Microsecond
+		o.Spin = -1
+		if worldSize <= runtime.NumCPU() {
+			o.Spin = 20 * time.Microsecond
+		}
 	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = 30 * time.Second

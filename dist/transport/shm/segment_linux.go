@@ -20,7 +20,8 @@ import (
 //
 //	control page: magic u64 | version u32 | worldSize u32 | rank u32 | pid u32 | ringBytes u64
 //	              doorbell u32 at +128 (futex word the owner sleeps on)
-//	              sleeping u32 at +256 (1 while the owner is, or is about to be, asleep)
+//	              sleeping u32 at +256 (1 while the owner's progress goroutine is, or is about to be, asleep)
+//	              polling u32 at +384 (receivers of the owner now polling the rings themselves)
 //	slot header:  head u64 at +0   (bytes ever published by the producer)
 //	              tail u64 at +128 (bytes ever consumed by the owner)
 //	              space u32 at +256 (futex word a producer waiting for space sleeps on)
@@ -45,6 +46,7 @@ const (
 	offRingBytes = 24
 	offDoorbell  = 128
 	offSleeping  = 256
+	offPolling   = 384
 
 	offHead    = 0
 	offTail    = 128
@@ -78,6 +80,7 @@ func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[
 
 func (s *segment) doorbell() *uint32 { return s.u32(offDoorbell) }
 func (s *segment) sleeping() *uint32 { return s.u32(offSleeping) }
+func (s *segment) polling() *uint32  { return s.u32(offPolling) }
 
 // slot returns the ring that rank sender fills.
 func (s *segment) slot(sender int) ring {

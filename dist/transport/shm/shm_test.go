@@ -80,6 +80,9 @@ func procSetup(ctx context.Context, rank, world int, exchange func(string) ([]st
 	if v, err := strconv.ParseInt(os.Getenv("COHORT_SHM_TEST_RING_BYTES"), 10, 64); err == nil {
 		opts.RingBytes = v
 	}
+	if v, err := time.ParseDuration(os.Getenv("COHORT_SHM_TEST_SPIN")); err == nil {
+		opts.Spin = v
+	}
 	l, err := Listen(ctx, rank, world, opts)
 	if err != nil {
 		return nil, err

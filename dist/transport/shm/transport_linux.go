@@ -44,6 +44,13 @@ type Transport struct {
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	pollerDone chan struct{}
+	// progress is held by whoever copies records out of the inbound
+	// rings: the progress goroutine, or a receiver polling for its own
+	// message.
+	progress sync.Mutex
+	// mapped is read-held by receivers while they touch the mappings
+	// outside progress; Close write-locks it for good before unmapping.
+	mapped sync.RWMutex
 }
 
 var _ transport.Transport = (*Transport)(nil)
@@ -58,19 +65,22 @@ type peer struct {
 	out          ring
 	peerDoorbell *uint32
 	peerSleeping *uint32
+	peerPolling  *uint32
 	mu           sync.Mutex // one sender at a time; guards outHead
 	outHead      uint64
 	sendErr      atomic.Pointer[transport.PeerError] // outbound side down
 
-	// Inbound: the poller consumes the peer's slot of this rank's segment.
-	in      ring
-	box     *demux.Box
-	inTail  uint64     // poller only
-	cur     *demux.Msg // message being copied out; poller only
-	curRem  uint64     // its payload bytes still to copy
-	curPad  uint64     // its padding after the payload
-	gone    atomic.Pointer[error]
-	settled bool // poller only: the box has been failed after gone
+	// Inbound: the peer's slot of this rank's segment, consumed by
+	// whoever holds Transport.progress.
+	in          ring
+	box         *demux.Box
+	inTail      uint64     // guarded by Transport.progress
+	cur         *demux.Msg // message being copied out; guarded by Transport.progress
+	curRem      uint64     // its payload bytes still to copy
+	curPad      uint64     // its padding after the payload
+	gone        atomic.Pointer[error]
+	settled     bool        // the box has been failed after gone; guarded by Transport.progress
+	settledFlag atomic.Bool // settled, for readers without the lock
 
 	// Liveness channel.
 	conn       net.Conn
@@ -122,14 +132,77 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	if t.closed.Load() {
 		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, transport.ErrClosed)
 	}
-	box := t.self
-	if from != t.rank {
-		box = t.peers[from].box
+	var err error
+	if from == t.rank {
+		err = t.self.Recv(ctx, tag, p)
+	} else {
+		var q *demux.Pending
+		q, err = t.peers[from].box.Post(tag, p)
+		if q != nil {
+			t.pollFor(ctx, q)
+			err = q.Wait(ctx)
+		}
 	}
-	if err := box.Recv(ctx, tag, p); err != nil {
+	if err != nil {
 		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, err)
 	}
 	return nil
+}
+
+// pollFor copies records out of the rings in the receiver's own
+// goroutine, for up to Options.Spin, until q is done: a message that
+// arrives meanwhile reaches its receiver without waking any thread.
+// Senders do not ring the doorbell while a receiver polls, so on leaving
+// it rings it itself if records arrived that nobody has taken.
+func (t *Transport) pollFor(ctx context.Context, q *demux.Pending) {
+	if t.opts.Spin <= 0 || !t.mapped.TryRLock() {
+		return
+	}
+	defer t.mapped.RUnlock()
+	if t.closed.Load() {
+		return
+	}
+	polling := t.own.polling()
+	atomic.AddUint32(polling, 1)
+	spinUntil := time.Now().Add(t.opts.Spin)
+	for i := 1; !q.Done(); i++ {
+		if t.progress.TryLock() {
+			t.serviceAll()
+			t.progress.Unlock()
+			if q.Done() {
+				break
+			}
+		}
+		if t.closed.Load() || ctx.Err() != nil || (i%8 == 0 && time.Now().After(spinUntil)) {
+			break
+		}
+		runtime.Gosched()
+	}
+	if atomic.AddUint32(polling, ^uint32(0)) == 0 && atomic.LoadUint32(t.own.sleeping()) != 0 && t.unread() {
+		t.wake()
+	}
+}
+
+// serviceAll services every inbound ring. Caller holds t.progress.
+func (t *Transport) serviceAll() bool {
+	progress := false
+	for _, p := range t.peers {
+		if p != nil && p.service() {
+			progress = true
+		}
+	}
+	return progress
+}
+
+// unread reports whether some ring holds bytes not yet released, from the
+// shared counters alone (no lock).
+func (t *Transport) unread() bool {
+	for _, p := range t.peers {
+		if p != nil && atomic.LoadUint64(p.in.head) != atomic.LoadUint64(p.in.tail) {
+			return true
+		}
+	}
+	return false
 }
 
 // send writes one record: header, payload, padding.
@@ -194,7 +267,7 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte) error {
 // doorbell if its poller sleeps.
 func (p *peer) publish(head uint64) {
 	atomic.StoreUint64(p.out.head, head)
-	if atomic.LoadUint32(p.peerSleeping) != 0 {
+	if atomic.LoadUint32(p.peerSleeping) != 0 && atomic.LoadUint32(p.peerPolling) == 0 {
 		atomic.AddUint32(p.peerDoorbell, 1)
 		futexWakeAll(p.peerDoorbell)
 	}
@@ -258,52 +331,43 @@ func (p *peer) writeFrame(kind wire.Kind) error {
 }
 
 // poll is the progress goroutine: it copies records out of the inbound
-// rings into the boxes, spinning while traffic flows and sleeping on the
-// doorbell when it stops.
+// rings into the boxes whenever no receiver is doing it, and sleeps on
+// the doorbell when they are empty. It does not spin: receivers that want
+// low latency poll themselves (see pollFor), and a spinning thread per
+// rank would starve them on a host with fewer cores than busy ranks.
 func (t *Transport) poll() {
 	defer close(t.pollerDone)
 	doorbell, sleeping := t.own.doorbell(), t.own.sleeping()
-	idleSince := time.Now()
-	for i := 0; ; i++ {
-		progress := false
-		for _, p := range t.peers {
-			if p != nil && p.service() {
-				progress = true
-			}
-		}
+	for {
 		if t.closed.Load() {
 			return
+		}
+		progress, idle := false, true
+		if t.progress.TryLock() {
+			progress = t.serviceAll()
+			idle = !progress && t.idle()
+			t.progress.Unlock()
 		}
 		if progress {
 			// Let a receiver just readied run on this P at once.
 			runtime.Gosched()
-			idleSince = time.Now()
-			continue
-		}
-		if i%64 != 0 || time.Since(idleSince) < t.opts.Spin {
-			if i%64 == 0 {
-				runtime.Gosched()
-			}
 			continue
 		}
 		v := atomic.LoadUint32(doorbell)
 		atomic.StoreUint32(sleeping, 1)
-		if !t.idle() {
+		if !idle || t.closed.Load() || t.unread() || t.gonePending() {
 			atomic.StoreUint32(sleeping, 0)
+			runtime.Gosched()
 			continue
 		}
 		futexSleep(doorbell, v, sleepMax)
 		atomic.StoreUint32(sleeping, 0)
-		idleSince = time.Now()
 	}
 }
 
 // idle reports whether no ring has unread bytes and no peer awaits
-// settling; for the poller before it sleeps.
+// settling. Caller holds t.progress.
 func (t *Transport) idle() bool {
-	if t.closed.Load() {
-		return false
-	}
 	for _, p := range t.peers {
 		if p == nil || p.settled {
 			continue
@@ -315,6 +379,17 @@ func (t *Transport) idle() bool {
 	return true
 }
 
+// gonePending reports whether a peer has gone but not been settled; it
+// reads settled without t.progress, so it may err towards true.
+func (t *Transport) gonePending() bool {
+	for _, p := range t.peers {
+		if p != nil && p.gone.Load() != nil && !p.settledFlag.Load() {
+			return true
+		}
+	}
+	return false
+}
+
 // wake rouses this rank's poller.
 func (t *Transport) wake() {
 	atomic.AddUint32(t.own.doorbell(), 1)
@@ -322,7 +397,7 @@ func (t *Transport) wake() {
 }
 
 // service copies what the peer has published into its box and reports
-// whether it made progress. Poller only.
+// whether it made progress. Caller holds t.progress.
 func (p *peer) service() bool {
 	if p.settled {
 		return false
@@ -394,7 +469,7 @@ func (p *peer) service() bool {
 }
 
 // release hands the ring's bytes before tail back to the sender, waking
-// it if it waits for space. Poller only.
+// it if it waits for space. Caller holds t.progress.
 func (p *peer) release(tail uint64) {
 	r := &p.in
 	p.inTail = tail
@@ -406,10 +481,11 @@ func (p *peer) release(tail uint64) {
 	}
 }
 
-// settle fails the peer's box once nothing more can come from it.
-// Poller only.
+// settle fails the peer's box once nothing more can come from it. Caller
+// holds t.progress.
 func (p *peer) settle(cause error) {
 	p.settled = true
+	p.settledFlag.Store(true)
 	if p.gone.Load() == nil {
 		// This end gives up on a live peer (a protocol error): tell it
 		// why, so its sends fail instead of waiting for ring space.
@@ -510,6 +586,12 @@ func (t *Transport) shutdown(goodbye bool) {
 		for _, p := range t.peers {
 			if p != nil {
 				<-p.readerDone
+			}
+		}
+		t.mapped.Lock() // no receiver polls any more; never unlocked
+		t.progress.Lock()
+		for _, p := range t.peers {
+			if p != nil {
 				p.seg.unmap()
 			}
 		}

@@ -2,6 +2,7 @@ package transporttest
 
 import (
 	"context"
+	"fmt"
 	"testing"
 
 	"cohort/dist/transport"
@@ -130,29 +131,31 @@ func Exchange(b *testing.B, w World, size int) {
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/exchange")
 }
 
-// ProcessBenchmarks runs, between two child processes of the test binary,
-// the 4 KiB ping-pong and exchange and the 16 MiB stream and exchange, and
-// reports medians. helperTest names the package's TestHelperProcess. The
-// sub-benchmarks measure a fixed number of iterations whatever b.N is; run
-// them with -benchtime=1x.
+// ProcessBenchmarks runs between child processes of the test binary: the
+// 4 KiB ping-pong, 4 KiB all-pairs exchanges at world 2 and 4, the 16 MiB
+// stream and the 16 MiB exchange, and reports medians. helperTest names
+// the package's TestHelperProcess. The sub-benchmarks measure a fixed
+// number of iterations whatever b.N is; run them with -benchtime=1x.
 func ProcessBenchmarks(b *testing.B, helperTest string) {
 	b.Run("PingPong4KiB", func(b *testing.B) {
-		med, mean := ProcessBench(b, helperTest, ScenarioPingPong, 4<<10, 20000)
+		med, mean := ProcessBench(b, helperTest, ScenarioPingPong, 2, 4<<10, 20000)
 		b.ReportMetric(med/1e3, "µs/roundtrip")
 		b.ReportMetric(mean/1e3, "µs/roundtrip-mean")
 	})
-	b.Run("Exchange4KiB", func(b *testing.B) {
-		med, mean := ProcessBench(b, helperTest, ScenarioExchange2, 4<<10, 20000)
-		b.ReportMetric(med/1e3, "µs/exchange")
-		b.ReportMetric(mean/1e3, "µs/exchange-mean")
-	})
+	for _, world := range []int{2, 4} {
+		b.Run(fmt.Sprintf("Exchange4KiB/world=%d", world), func(b *testing.B) {
+			med, mean := ProcessBench(b, helperTest, ScenarioExchangeAll, world, 4<<10, 10000)
+			b.ReportMetric(med/1e3, "µs/round")
+			b.ReportMetric(mean/1e3, "µs/round-mean")
+		})
+	}
 	b.Run("Stream16MiB", func(b *testing.B) {
-		_, bps := ProcessBench(b, helperTest, ScenarioStream, 16<<20, 100)
+		_, bps := ProcessBench(b, helperTest, ScenarioStream, 2, 16<<20, 100)
 		b.ReportMetric(bps/1e9, "GB/s")
 	})
 	b.Run("Exchange16MiB", func(b *testing.B) {
-		med, _ := ProcessBench(b, helperTest, ScenarioExchange2, 16<<20, 50)
-		b.ReportMetric(med/1e3, "µs/exchange")
+		med, _ := ProcessBench(b, helperTest, ScenarioExchangeAll, 2, 16<<20, 50)
+		b.ReportMetric(med/1e3, "µs/round")
 		b.ReportMetric(float64(16<<20)/med, "GB/s-each-way")
 	})
 }

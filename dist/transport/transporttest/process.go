@@ -3,6 +3,7 @@ package transporttest
 import (
 	"bufio"
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -55,10 +56,12 @@ const (
 	// ScenarioPingPong: rank 0 sends a message to rank 1, which echoes it;
 	// rank 0 reports the median and mean round trip in ns.
 	ScenarioPingPong = "pingpong"
-	// ScenarioExchange2: ranks 0 and 1 each send a message to the other and
-	// receive the other's, like a two-rank all-reduce step; rank 0 reports
-	// the median and mean per exchange in ns.
-	ScenarioExchange2 = "exchange2"
+	// ScenarioExchangeAll: every rank sends a message to every other rank
+	// and receives one from each, sends running concurrently with the
+	// receives as a collective's executor runs them (at world 2, one step
+	// of an all-reduce); rank 0 reports the median and mean per round in
+	// ns, each round's time being its slowest rank's.
+	ScenarioExchangeAll = "exchange-all"
 	// ScenarioStream: rank 0 streams messages to rank 1, which acknowledges
 	// the last; rank 0 reports the total time and bytes per second.
 	ScenarioStream = "stream"
@@ -107,7 +110,7 @@ func HelperProcess(setup ProcSetup) {
 		err = childExchange(ctx, tr)
 	case ScenarioTransfer:
 		err = childTransfer(ctx, tr)
-	case ScenarioPingPong, ScenarioExchange2, ScenarioStream:
+	case ScenarioPingPong, ScenarioExchangeAll, ScenarioStream:
 		var report string
 		report, err = childBench(ctx, tr, os.Getenv(envScenario))
 		if err == nil {
@@ -227,7 +230,10 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 	if err := errors.Join(err1, err2); err != nil {
 		return "", err
 	}
-	r := tr.Rank()
+	r, n := tr.Rank(), tr.Size()
+	if scenario == ScenarioExchangeAll {
+		return benchExchangeAll(ctx, tr, size, iters)
+	}
 	if r > 1 {
 		return "", nil
 	}
@@ -236,6 +242,7 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 	out, in := Pattern(size, uint64(r)), make([]byte, size)
 	warm := max(iters/10, 5)
 	times := make([]time.Duration, 0, iters)
+	_ = n
 	switch scenario {
 	case ScenarioPingPong:
 		for i := range warm + iters {
@@ -254,19 +261,6 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 				if err := tr.Send(ctx, peer, tag, in); err != nil {
 					return "", err
 				}
-			}
-			if i >= warm {
-				times = append(times, time.Since(start))
-			}
-		}
-	case ScenarioExchange2:
-		for i := range warm + iters {
-			start := time.Now()
-			if err := tr.Send(ctx, peer, tag, out); err != nil {
-				return "", err
-			}
-			if err := tr.Recv(ctx, peer, tag, in); err != nil {
-				return "", err
 			}
 			if i >= warm {
 				times = append(times, time.Since(start))
@@ -302,28 +296,108 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 		d := time.Since(start)
 		return fmt.Sprintf("%d %.0f", d.Nanoseconds(), float64(size)*float64(iters)/d.Seconds()), nil
 	}
+	return medianMean(times), nil
+}
+
+func medianMean(times []time.Duration) string {
 	slices.Sort(times)
 	var sum time.Duration
 	for _, d := range times {
 		sum += d
 	}
-	return fmt.Sprintf("%d %d", times[len(times)/2].Nanoseconds(), (sum / time.Duration(len(times))).Nanoseconds()), nil
+	return fmt.Sprintf("%d %d", times[len(times)/2].Nanoseconds(), (sum / time.Duration(len(times))).Nanoseconds())
 }
 
-// ProcessBench runs a timing scenario between two child processes and
-// returns rank 0's two reported numbers: for ScenarioPingPong and
-// ScenarioExchange2 the median and mean time per iteration in ns, for
-// ScenarioStream the total ns and bytes per second.
-func ProcessBench(t *testing.B, helperTest, scenario string, size, iters int) (float64, float64) {
+// inlineSendBytes: messages up to this size are sent from the round's own
+// goroutine (every transport buffers them without waiting for the
+// receiver); longer ones from one goroutine per peer, concurrently with
+// the receives.
+const inlineSendBytes = 64 << 10
+
+// benchExchangeAll times rounds of all-pairs exchange. Each rank's
+// per-round times are gathered to rank 0, which reports the median over
+// rounds of the slowest rank's time.
+func benchExchangeAll(ctx context.Context, tr transport.Transport, size, iters int) (string, error) {
+	r, n := tr.Rank(), tr.Size()
+	out := Pattern(size, uint64(r))
+	in := make([][]byte, n)
+	for p := range in {
+		in[p] = make([]byte, size)
+	}
+	warm := max(iters/10, 5)
+	times := make([]time.Duration, warm+iters)
+	errs := make(chan error, n)
+	for i := range warm + iters {
+		tag := transport.Tag{Group: 52, Seq: uint64(i)}
+		start := time.Now()
+		pending := 0
+		for p := range n {
+			if p == r {
+				continue
+			}
+			if size <= inlineSendBytes {
+				if err := tr.Send(ctx, p, tag, out); err != nil {
+					return "", err
+				}
+				continue
+			}
+			pending++
+			go func() { errs <- tr.Send(ctx, p, tag, out) }()
+		}
+		for p := range n {
+			if p != r {
+				if err := tr.Recv(ctx, p, tag, in[p]); err != nil {
+					return "", err
+				}
+			}
+		}
+		for range pending {
+			if err := <-errs; err != nil {
+				return "", err
+			}
+		}
+		times[i] = time.Since(start)
+	}
+	times = times[warm:]
+	// Gather to rank 0 and take the maximum over ranks per round.
+	raw := make([]byte, 8*len(times))
+	for i, d := range times {
+		binary.LittleEndian.PutUint64(raw[8*i:], uint64(d))
+	}
+	tag := transport.Tag{Group: 53}
+	if r != 0 {
+		return "", tr.Send(ctx, 0, tag, raw)
+	}
+	own := medianMean(slices.Clone(times))
+	for p := 1; p < n; p++ {
+		if err := tr.Recv(ctx, p, tag, raw); err != nil {
+			return "", err
+		}
+		for i := range times {
+			times[i] = max(times[i], time.Duration(binary.LittleEndian.Uint64(raw[8*i:])))
+		}
+	}
+	return medianMean(times) + " own " + own, nil
+}
+
+// ProcessBench runs a timing scenario between world child processes (only
+// ScenarioExchangeAll uses more than two) and returns rank 0's two
+// reported numbers: for ScenarioPingPong and ScenarioExchangeAll the
+// median and mean time per iteration in ns, for ScenarioStream the total
+// ns and bytes per second.
+func ProcessBench(t *testing.B, helperTest, scenario string, world, size, iters int) (float64, float64) {
 	t.Helper()
-	res := runProcesses(t, helperTest, 2, scenario, false, 5*time.Minute,
+	res := runProcesses(t, helperTest, world, scenario, false, 5*time.Minute,
 		envSize+"="+strconv.Itoa(size), envIters+"="+strconv.Itoa(iters))
 	var a, b float64
 	if _, err := fmt.Sscanf(res[0].Line, "ok %g %g", &a, &b); err != nil {
 		t.Fatalf("rank 0 reported %q", res[0].Line)
 	}
-	if !strings.HasPrefix(res[1].Line, "ok") {
-		t.Fatalf("rank 1 reported %q", res[1].Line)
+	t.Logf("rank 0: %s", res[0].Line)
+	for r := 1; r < world; r++ {
+		if !strings.HasPrefix(res[r].Line, "ok") {
+			t.Fatalf("rank %d reported %q", r, res[r].Line)
+		}
 	}
 	return a, b
 }

@@ -57,8 +57,8 @@ type Box struct {
 // stream is the per-tag state. At most one of msgs and waiters is non-empty
 // at any time, except transiently inside Box methods.
 type stream struct {
-	msgs    []*Msg    // unclaimed messages, oldest first (complete or being written)
-	waiters []*waiter // receivers with no message yet, oldest first
+	msgs    []*Msg     // unclaimed messages, oldest first (complete or being written)
+	waiters []*Pending // receivers with no message yet, oldest first
 }
 
 // Msg is one incoming message.
@@ -71,13 +71,16 @@ type Msg struct {
 	dst      []byte    // the matched receiver's buffer, or a private one for a short message
 	chunks   []*[]byte // private storage of a long unclaimed message (when dst is nil)
 	off      int       // bytes written so far
-	w        *waiter   // matched receiver, nil if unclaimed
+	w        *Pending  // matched receiver, nil if unclaimed
 	complete bool
 	dropped  bool   // aborted or discarded: Write throws bytes away
 	scratch  []byte // sink for dropped bytes
 }
 
-type waiter struct {
+// Pending is a posted receive.
+type Pending struct {
+	b    *Box
+	tag  transport.Tag
 	p    []byte
 	done chan struct{} // closed when err is final
 	err  error
@@ -121,7 +124,7 @@ func (e *lengthError) Unwrap() error { return transport.ErrLength }
 func (b *Box) lengthError(have, want int) error { return &lengthError{msg: have, buf: want} }
 
 // finish completes w with err. Caller holds the lock that guards w.fin.
-func (w *waiter) finish(err error) {
+func (w *Pending) finish(err error) {
 	if w.fin {
 		return
 	}
@@ -169,9 +172,10 @@ func (b *Box) Begin(tag transport.Tag, n int) *Msg {
 
 // Write lets fill write the next bytes of the message into dst, a part of
 // the destination not yet written (never empty unless the message is
-// complete; possibly shorter than what remains), and records how many it wrote. fill runs with the message
-// locked and must not block for long (a non-blocking read or a copy): a
-// cancelled receiver waits for it. Write returns fill's results.
+// complete; possibly shorter than what remains), and records how many it
+// wrote. fill runs with the message locked and must not block for long (a
+// non-blocking read or a copy): a cancelled receiver waits for it. Write
+// returns fill's results.
 func (m *Msg) Write(fill func(dst []byte) (int, error)) (int, error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
@@ -312,57 +316,77 @@ func (m *Msg) Abort(err error) {
 // differs from len(p) is an error and stays queued. A Recv cancelled by
 // ctx does not consume a message.
 func (b *Box) Recv(ctx context.Context, tag transport.Tag, p []byte) error {
+	q, err := b.Post(tag, p)
+	if q == nil {
+		return err
+	}
+	return q.Wait(ctx)
+}
+
+// Post starts a receive of the next message under tag into p. If it can
+// finish at once (a complete message is queued, or an error) it returns a
+// nil Pending and the result; otherwise the receive is registered, and
+// the caller polls the Pending's Done or blocks in its Wait. Either way,
+// Wait must eventually be called on a non-nil Pending.
+func (b *Box) Post(tag transport.Tag, p []byte) (*Pending, error) {
 	b.mu.Lock()
+	defer b.mu.Unlock()
 	if b.closed != nil {
-		b.mu.Unlock()
-		return b.closed
+		return nil, b.closed
 	}
 	s := b.streams[tag]
 	if s != nil && len(s.msgs) > 0 {
 		m := s.msgs[0]
 		if m.n != len(p) {
-			b.mu.Unlock()
-			return b.lengthError(m.n, len(p))
+			return nil, b.lengthError(m.n, len(p))
 		}
 		s.msgs[0] = nil
 		s.msgs = s.msgs[1:]
 		b.gc(tag, s)
 		m.mu.Lock()
+		defer m.mu.Unlock()
 		m.copyOut(p)
 		m.release()
 		if m.complete {
-			m.mu.Unlock()
-			b.mu.Unlock()
-			return nil
+			return nil, nil
 		}
 		// Still arriving: the rest goes straight into p.
-		w := &waiter{p: p, done: make(chan struct{}), m: m}
+		w := &Pending{b: b, tag: tag, p: p, done: make(chan struct{}), m: m}
 		m.w = w
 		m.dst = p
-		m.mu.Unlock()
-		b.mu.Unlock()
-		return b.wait(ctx, tag, w)
+		return w, nil
 	}
 	if b.failed != nil {
-		b.mu.Unlock()
-		return b.failed
+		return nil, b.failed
 	}
-	w := &waiter{p: p, done: make(chan struct{})}
+	w := &Pending{b: b, tag: tag, p: p, done: make(chan struct{})}
 	if s == nil {
 		s = b.stream(tag)
 	}
 	s.waiters = append(s.waiters, w)
-	b.mu.Unlock()
-	return b.wait(ctx, tag, w)
+	return w, nil
 }
 
-func (b *Box) wait(ctx context.Context, tag transport.Tag, w *waiter) error {
+// Done reports, without blocking, whether the receive has finished; Wait
+// then returns its result at once.
+func (w *Pending) Done() bool {
+	select {
+	case <-w.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// Wait blocks until the receive finishes or ctx ends; in the latter case
+// the receive is withdrawn without consuming a message.
+func (w *Pending) Wait(ctx context.Context) error {
 	select {
 	case <-w.done:
 		return w.err
 	case <-ctx.Done():
 	}
-	if b.detach(tag, w, nil) {
+	if w.b.detach(w.tag, w, nil) {
 		return ctx.Err()
 	}
 	<-w.done // finished concurrently: its result stands
@@ -373,7 +397,7 @@ func (b *Box) wait(ctx context.Context, tag transport.Tag, w *waiter) error {
 // failErr nil a partly written message is put back, with what it holds so
 // far, at the head of its tag's queue; otherwise it is dropped and w fails
 // with failErr.
-func (b *Box) detach(tag transport.Tag, w *waiter, failErr error) bool {
+func (b *Box) detach(tag transport.Tag, w *Pending, failErr error) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	m := w.m
