@@ -41,10 +41,6 @@ func run(modelName string, epochs, batch int, lr float64, seed uint64, dir strin
 	if epochs < 1 || batch < 1 || lr <= 0 {
 		return fmt.Errorf("-epochs %d, -batch %d, -lr %g: all must be positive", epochs, batch, lr)
 	}
-	train, test, err := datasets.LoadMNIST(dir)
-	if err != nil {
-		return err
-	}
 	rng := rand.New(rand.NewPCG(seed, 0))
 	var model nn.Layer
 	var shape []int // one input sample
@@ -55,6 +51,10 @@ func run(modelName string, epochs, batch int, lr float64, seed uint64, dir strin
 		model, shape = models.LeNet(rng), []int{1, 28, 28}
 	default:
 		return fmt.Errorf("-model %q: want mlp or cnn", modelName)
+	}
+	train, test, err := datasets.LoadMNIST(dir)
+	if err != nil {
+		return err
 	}
 	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(model), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
 	if err != nil {
