@@ -1,8 +1,47 @@
 // Package tensor implements dense float32 tensors: shapes, strides and
 // views over shared storage, and the kernels (elementwise, reductions,
-// matmul, convolution, pooling) that autograd and nn build on.
+// matmul, convolution, pooling, softmax, normalisation) that autograd and
+// nn build on.
 //
-// Misuse that is a programmer error (mismatched shapes, out-of-range
-// dimensions) panics with a message prefixed "tensor:" naming the op and the
-// shapes involved.
+// # Views
+//
+// A Tensor is a view (shape, strides, offset) of a storage slice.
+// Reshape (of a contiguous tensor), Transpose, T, Permute, Narrow, Slice,
+// Select, Unsqueeze, Squeeze and Expand return views that share storage
+// with the original, so writes through one are visible through the other;
+// Contiguous, Clone and Values copy. FromSlice wraps a caller's slice
+// without copying, which is how a parameter or gradient can live inside a
+// larger flat buffer.
+//
+// # Kernels
+//
+// Binary elementwise ops broadcast under NumPy/PyTorch rules
+// (BroadcastShapes). Most ops come in two forms: Add(a, b) allocates its
+// result; AddInto(dst, a, b) writes a caller-owned dst (which may be one of
+// the inputs, for in-place updates) so hot loops can reuse buffers.
+// AddScaled(dst, α, x) is the in-place dst += α·x used to accumulate
+// gradients and apply updates. Contiguous operands run tight loops over
+// their slices; other layouts (transposed or sliced views, broadcast
+// operands) run strided loops over the innermost dimension.
+//
+// Every matrix product goes through one GEMM (package
+// tensor/internal/gemm): MatMul, MatMulInto and Gemm hand transposed views
+// to it as transpose flags instead of copying them. Conv2d unfolds the
+// input (im2col) a chunk of samples at a time and multiplies by the weight
+// with that GEMM; Conv2dBackward refolds the input gradient (col2im).
+//
+// Sums and statistics (Sum, SumDim, LayerNorm, BatchNormStats, Softmax)
+// accumulate in float64.
+//
+// # Randomness
+//
+// FillUniform and FillNormal draw from a *rand.Rand (math/rand/v2) passed
+// by the caller; the package has no global generator.
+//
+// # Errors
+//
+// Misuse that is a programmer error (mismatched or non-broadcastable
+// shapes, out-of-range dimensions or indices) panics with a message
+// prefixed "tensor:" naming the op and the shapes involved. Tensors are
+// not safe for concurrent mutation; concurrent reads are fine.
 package tensor
