@@ -607,3 +607,34 @@ func TestClose(t *testing.T) {
 	pgs[1].Close()
 	mesh[1].Close()
 }
+
+// TestInPlaceShards covers the sharded-optimizer pattern: all-gather whose
+// input is this rank's chunk of the output, and reduce-scatter whose output
+// is this rank's chunk of the input, for small (direct) and large (ring)
+// sizes.
+func TestInPlaceShards(t *testing.T) {
+	for _, world := range []int{1, 2, 3, 4} {
+		for _, n := range []int{5, 40000} {
+			t.Run(fmt.Sprintf("world=%d/n=%d", world, n), func(t *testing.T) {
+				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+					ctx := context.Background()
+					r := pg.Rank()
+					flat := make([]float32, n*world)
+					for i := range flat {
+						flat[i] = float32(value(r, i))
+					}
+					shard := flat[r*n : (r+1)*n]
+					if wait(t, "reducescatter", pg.ReduceScatter(ctx, dist.F32(shard), dist.F32(flat), dist.Sum)) {
+						expect(t, "reducescatter", dist.F32(shard), func(i int) float64 { return reduced(dist.Float32, dist.Sum, world, r*n+i) })
+					}
+					for i := range shard {
+						shard[i] = float32(r*1000 + i)
+					}
+					if wait(t, "allgather", pg.AllGather(ctx, dist.F32(flat), dist.F32(shard))) {
+						expect(t, "allgather", dist.F32(flat), func(i int) float64 { return float64(i/n*1000 + i%n) })
+					}
+				})
+			})
+		}
+	}
+}
