@@ -39,6 +39,12 @@ type Options struct {
 	Logger *slog.Logger
 }
 
+// The ring bounds.
+const (
+	minRing = 64 << 10
+	maxRing = 1 << 30
+)
+
 var prefixRE = regexp.MustCompile(`^[A-Za-z0-9._-]{1,64}$`)
 
 func (o *Options) validate() error {

@@ -32,8 +32,6 @@ import (
 // the two sides never share a cache line (nor an adjacent-line prefetch).
 const (
 	pageBytes = 4096
-	minRing   = 64 << 10
-	maxRing   = 1 << 30
 
 	segMagic   = 0x6d68732d74726f63 // "cort-shm", little-endian
 	segVersion = 1

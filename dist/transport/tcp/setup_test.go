@@ -6,12 +6,14 @@ import (
 	"errors"
 	"log/slog"
 	"net"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
 	"time"
 
 	"cohort/dist/transport"
+	"cohort/dist/transport/transporttest"
 	"cohort/dist/wire"
 )
 
@@ -84,6 +86,7 @@ func (l *logBuffer) String() string {
 }
 
 func TestWrongTokenRefused(t *testing.T) {
+	defer transporttest.CheckGoroutines(t, runtime.NumGoroutine())
 	var logs logBuffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
@@ -124,6 +127,7 @@ func TestWrongTokenRefused(t *testing.T) {
 }
 
 func TestConnectTimeoutNamesMissingRanks(t *testing.T) {
+	defer transporttest.CheckGoroutines(t, runtime.NumGoroutine())
 	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
 	defer cancel()
 	l, err := Listen(ctx, 0, 3, "127.0.0.1:0", Options{})

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -115,6 +116,7 @@ func TestConnectRejectsBadAddresses(t *testing.T) {
 }
 
 func TestWrongTokenRefused(t *testing.T) {
+	defer transporttest.CheckGoroutines(t, runtime.NumGoroutine())
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	ls := make([]*Listener, 2)
