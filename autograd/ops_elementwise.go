@@ -215,26 +215,45 @@ func ReLU(x *Var) *Var {
 	})
 }
 
-// GELU returns the exact GELU x·Φ(x).
+// GELU returns the exact GELU x·Φ(x). Φ(x) is kept from the forward pass
+// for the gradient Φ(x) + x·φ(x).
 func GELU(x *Var) *Var {
-	return unaryOp("GELU", x, tensor.GELU(x.Value), func(dx, g, xd, _ []float32) {
+	xd := x.Value.Contiguous().Data()
+	y := tensor.New(x.Value.Shape()...)
+	cdf := make([]float32, len(xd))
+	yd := y.Data()
+	for i, v := range xd {
+		c := 0.5 * (1 + math.Erf(float64(v)/math.Sqrt2))
+		cdf[i] = float32(c)
+		yd[i] = float32(float64(v) * c)
+	}
+	return unaryOp("GELU", x, y, func(dx, g, xd, _ []float32) {
 		const invSqrt2Pi = 0.3989422804014327 // 1/√(2π)
 		for i, v := range xd {
 			x := float64(v)
-			cdf := 0.5 * (1 + math.Erf(x/math.Sqrt2))
-			pdf := invSqrt2Pi * math.Exp(-0.5*x*x)
-			dx[i] = g[i] * float32(cdf+x*pdf)
+			dx[i] = g[i] * float32(float64(cdf[i])+x*invSqrt2Pi*math.Exp(-0.5*x*x))
 		}
 	})
 }
 
 // GELUTanh returns the tanh approximation 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))).
+// The tanh is kept from the forward pass for the gradient.
 func GELUTanh(x *Var) *Var {
-	return unaryOp("GELUTanh", x, tensor.GELUTanh(x.Value), func(dx, g, xd, _ []float32) {
-		const k = 0.7978845608028654 // √(2/π)
+	const k = 0.7978845608028654 // √(2/π)
+	xd := x.Value.Contiguous().Data()
+	y := tensor.New(x.Value.Shape()...)
+	th := make([]float32, len(xd))
+	yd := y.Data()
+	for i, v := range xd {
+		x := float64(v)
+		t := math.Tanh(k * (x + 0.044715*x*x*x))
+		th[i] = float32(t)
+		yd[i] = float32(0.5 * x * (1 + t))
+	}
+	return unaryOp("GELUTanh", x, y, func(dx, g, xd, _ []float32) {
 		for i, v := range xd {
 			x := float64(v)
-			t := math.Tanh(k * (x + 0.044715*x*x*x))
+			t := float64(th[i])
 			d := 0.5*(1+t) + 0.5*x*(1-t*t)*k*(1+3*0.044715*x*x)
 			dx[i] = g[i] * float32(d)
 		}
