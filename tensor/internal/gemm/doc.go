@@ -18,8 +18,11 @@
 //     so all four transpose combinations run the same micro-kernel. A
 //     product with very few columns and many rows is computed as its
 //     transpose, Cᵀ = op(B)ᵀ·op(A)ᵀ, so that the long side fills the
-//     vectors. Work is split over a fixed number of goroutines by blocks of
-//     C, which the call starts and joins before it returns.
+//     vectors; and A·Bᵀ with k long next to m and n (a convolution's
+//     weight gradient) runs as dot products straight from the operands,
+//     without packing (dot.go). Work is split over a fixed number of
+//     goroutines by blocks of C, which the call starts and joins before
+//     it returns.
 //   - OpenBLAS, loaded at run time from libopenblas.so.0 without cgo
 //     (package tensor/internal/blas), when present and asked for.
 //
