@@ -38,13 +38,7 @@ func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
 				for i := hLo; i < hHi; i++ {
 					row := in[i*g.W : i*g.W+wHi]
 					for j := wLo; j < wHi; j++ {
-						v := row[j]
-						// Branch-free select of the first maximum (NaN wins):
-						// random data would mispredict a branch half the time.
-						take := b2i(v > best) | b2i(v != v)
-						bb := math.Float32bits(best)
-						best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
-						bi += take * (i*g.W + j - bi)
+						best, bi = pickMax(best, bi, row[j], i*g.W+j)
 					}
 				}
 				out[oh*g.OW+ow], am[oh*g.OW+ow] = best, int32(bi)
@@ -68,17 +62,23 @@ func maxPool2x2(xd, yd []float32, arg []int32, g ConvGeom) {
 			for ow := range out {
 				j := 2 * ow
 				best, bi := r0[j], base+j
-				for k, v := range [3]float32{r0[j+1], r1[j], r1[j+1]} {
-					take := b2i(v > best) | b2i(v != v)
-					bb := math.Float32bits(best)
-					best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
-					off := [3]int{1, g.W, g.W + 1}[k]
-					bi += take * (base + j + off - bi)
-				}
+				best, bi = pickMax(best, bi, r0[j+1], base+j+1)
+				best, bi = pickMax(best, bi, r1[j], base+g.W+j)
+				best, bi = pickMax(best, bi, r1[j+1], base+g.W+j+1)
 				out[ow], am[ow] = best, int32(bi)
 			}
 		}
 	}
+}
+
+// pickMax returns (v, vi) when v beats best (or is NaN), else (best, bi),
+// without branching: on random data a branch would mispredict half the
+// time.
+func pickMax(best float32, bi int, v float32, vi int) (float32, int) {
+	take := b2i(v > best) | b2i(v != v)
+	bb := math.Float32bits(best)
+	best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
+	return best, bi + take*(vi-bi)
 }
 
 // b2i converts a comparison result to 0 or 1 without a branch.
