@@ -77,8 +77,10 @@ func record(op string, value *tensor.Tensor, inputs []*Var, backward func(g *ten
 
 // sink collects the input gradients of one node during Backward.
 type sink struct {
-	e *engine
-	n *node
+	e          *engine
+	n          *node
+	settled    []bool // input i's contribution is complete
+	settledBuf [4]bool
 }
 
 // need reports whether input i requires a gradient.
@@ -88,7 +90,7 @@ func (s *sink) need(i int) bool { return s.n.inputs[i].requiresGrad }
 // (dst += contribution), or nil when the op must deliver through add. It
 // is non-nil only for a leaf whose Grad already exists, is contiguous and
 // has the leaf's shape. An op that receives a tensor from into must add its
-// whole contribution to it before returning.
+// whole contribution to it, then call settle(i).
 func (s *sink) into(i int) *tensor.Tensor {
 	in := s.n.inputs[i]
 	if !in.requiresGrad || in.node != nil || in.Grad == nil {
@@ -100,14 +102,15 @@ func (s *sink) into(i int) *tensor.Tensor {
 	return in.Grad
 }
 
-// add delivers g as (a contribution to) input i's gradient. owned says g is
-// a fresh tensor nothing else references, so the engine may keep it instead
-// of copying.
+// add delivers g as input i's whole gradient contribution and settles i.
+// owned says g is a fresh tensor nothing else references, so the engine may
+// keep it instead of copying.
 func (s *sink) add(i int, g *tensor.Tensor, owned bool) {
 	in := s.n.inputs[i]
 	if !in.requiresGrad {
 		return
 	}
+	defer s.settle(i)
 	if !g.SameShape(in.Value) {
 		panic(fmt.Sprintf("autograd: %s backward: gradient of shape %v for input %d of shape %v", s.n.op, g.Shape(), i, in.Value.Shape()))
 	}
@@ -234,30 +237,50 @@ func (e *engine) count(root *node) {
 func (e *engine) run(n *node) {
 	g := n.grad
 	n.grad = nil
-	if g != nil {
-		n.backward(g, &sink{e: e, n: n})
+	s := &sink{e: e, n: n}
+	if len(n.inputs) <= len(s.settledBuf) {
+		s.settled = s.settledBuf[:len(n.inputs)]
+	} else {
+		s.settled = make([]bool, len(n.inputs))
 	}
-	for _, in := range n.inputs {
-		if !in.requiresGrad {
-			continue
-		}
-		if in.node == nil {
-			e.leafPending[in]--
-			if e.leafPending[in] == 0 {
-				if in.Grad == nil {
-					in.Grad = tensor.New(in.Value.Shape()...)
-				}
-				fireHooks(in)
-			}
-			continue
-		}
-		c := in.node
-		c.pending--
-		if c.pending == 0 {
-			heap.Push(&e.ready, c)
-		}
+	if g != nil {
+		n.backward(g, s)
+	}
+	for i := range n.inputs {
+		s.settle(i)
 	}
 	n.backward, n.inputs, n.released = nil, nil, true
+}
+
+// settle records that input i of the sink's node has received its whole
+// contribution: the input's pending count drops, and a leaf whose count
+// reaches zero runs its hooks right away, even while the rest of this
+// node's backward is still to run (a Linear's weight is ready before its
+// input gradient is computed). Settling twice is a no-op.
+func (s *sink) settle(i int) {
+	if s.settled[i] {
+		return
+	}
+	s.settled[i] = true
+	in := s.n.inputs[i]
+	if !in.requiresGrad {
+		return
+	}
+	if in.node == nil {
+		s.e.leafPending[in]--
+		if s.e.leafPending[in] == 0 {
+			if in.Grad == nil {
+				in.Grad = tensor.New(in.Value.Shape()...)
+			}
+			fireHooks(in)
+		}
+		return
+	}
+	c := in.node
+	c.pending--
+	if c.pending == 0 {
+		heap.Push(&s.e.ready, c)
+	}
 }
 
 func fireHooks(v *Var) {

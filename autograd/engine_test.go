@@ -249,3 +249,27 @@ func TestBatchNormRunningStats(t *testing.T) {
 		}
 	}
 }
+
+// TestWeightReadyBeforeInputGradient checks that a Linear's weight and
+// bias hooks run before it computes its input's gradient, so a DDP bucket
+// all-reduce can start while that product is still to be done.
+func TestWeightReadyBeforeInputGradient(t *testing.T) {
+	rng := newRNG(3)
+	x := NewVar(randn(rng, 4, 3), true)
+	w := NewVar(randn(rng, 2, 3), true)
+	b := NewVar(randn(rng, 2), true)
+	for pass := 0; pass < 2; pass++ { // second pass: Grads exist, written in place
+		var log []string
+		var removes []func()
+		for name, v := range map[string]*Var{"x": x, "w": w, "b": b} {
+			removes = append(removes, v.OnGradReady(func(*Var) { log = append(log, name) }))
+		}
+		Backward(Sum(Linear(x, w, b)))
+		for _, r := range removes {
+			r()
+		}
+		if want := []string{"w", "b", "x"}; !slices.Equal(log, want) {
+			t.Fatalf("pass %d: hook order %q, want %q", pass, log, want)
+		}
+	}
+}

@@ -45,6 +45,7 @@ func addReduced(s *sink, i int, g *tensor.Tensor, sign float32) {
 	}
 	if dst := s.into(i); dst != nil {
 		tensor.AddScaled(dst, 1, r)
+		s.settle(i)
 		return
 	}
 	s.add(i, r, fresh)

@@ -37,6 +37,7 @@ func MatMul(a, b *Var) *Var {
 func gemmInto(s *sink, i int, a, b *tensor.Tensor) {
 	if dst := s.into(i); dst != nil {
 		tensor.Gemm(dst, a, b, 1, 1)
+		s.settle(i)
 		return
 	}
 	s.add(i, tensor.MatMul(a, b), true)
@@ -76,6 +77,7 @@ func Linear(x, w, b *Var) *Var {
 		if b != nil && s.need(2) {
 			if dst := s.into(2); dst != nil {
 				tensor.SumInto(dst, g2)
+				s.settle(2)
 			} else {
 				s.add(2, tensor.SumInto(tensor.New(out), g2), true)
 			}

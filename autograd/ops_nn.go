@@ -97,6 +97,7 @@ func Embedding(w *Var, idx []int64, shape ...int) *Var {
 		g2 := g.Reshape(-1, D)
 		if dst := s.into(0); dst != nil {
 			tensor.IndexAddRows(dst, ids, g2)
+			s.settle(0)
 			return
 		}
 		dw := tensor.New(wShape...)
