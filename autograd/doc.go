@@ -19,7 +19,9 @@
 // first, adding each leaf's contributions into its Grad in place. The
 // moment a leaf's count reaches zero its gradient is final for the pass and
 // its OnGradReady hooks run, on the goroutine calling Backward, before the
-// rest of the graph is differentiated. Distributed data parallelism relies
+// rest of the graph is differentiated; built-in ops deliver weight
+// gradients before computing their input's gradient, so a Linear layer's
+// weight is ready one matrix product earlier. Distributed data parallelism relies
 // on this to start all-reducing a bucket of gradients while backward
 // continues: a hook may start asynchronous communication that reads
 // v.Grad, which the engine does not touch again during the pass.
