@@ -307,10 +307,12 @@ func (g *group) execute(o *op) (err error) {
 	if err == nil {
 		return nil
 	}
-	if isPeerErr(err) {
+	var de *collective.DesyncError
+	if isPeerErr(err) || errors.As(err, &de) && de.PeerCall == nil {
 		// A peer that broke its group sends an abort notice, then may
-		// close or exit before this op hears from it: give the notice a
-		// moment to arrive, since it says why.
+		// close or exit before this op hears from it; a peer in another op
+		// may have seen more of the mismatch than this rank. Give its
+		// notice a moment to arrive, since it says why.
 		select {
 		case <-g.ctx.Done():
 		case <-time.After(noticeGrace):

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -23,6 +24,9 @@ type Executor struct {
 	rank  int   // this process's group rank
 	tmp   []uint64
 	hdr   [headerLen]byte // this rank's header for the running op
+
+	// Staging for inline plans' messages that carry the header.
+	sendStage, recvStage, leftStage []byte
 
 	// Per-peer transfer queues, each worked by one goroutine started on
 	// first use and stopped by Close.
@@ -231,39 +235,10 @@ func (r *run) checkBounds() error {
 	return nil
 }
 
-// peers works out who exchanges headers: the data peers plus the ring
-// neighbours, so that the checks of all ranks chain into one cycle; a
-// point-to-point op checks only its pair.
+// peers works out who exchanges headers (see checkPeers).
 func (r *run) peers() {
-	n, c := len(r.e.ranks), r.p.Call
-	ann, chk := make([]bool, n), make([]bool, n)
-	r.left = -1
-	switch {
-	case c.Kind == Send:
-		ann[c.Peer] = true
-	case c.Kind == Recv:
-		chk[c.Peer] = true
-	case n > 1:
-		ann[mod(r.e.rank+1, n)] = true
-		r.left = mod(r.e.rank-1, n)
-		chk[r.left] = true
-	}
-	for _, s := range r.p.Steps {
-		switch s.Kind {
-		case StepSend:
-			ann[s.Peer] = true
-		case StepRecv:
-			chk[s.Peer] = true
-		}
-	}
-	for g := range n {
-		if ann[g] {
-			r.announce = append(r.announce, g)
-		}
-		if chk[g] {
-			r.check = append(r.check, g)
-		}
-	}
+	r.check, r.left = checkPeers(r.p)
+	r.announce = announcePeers(r.p)
 }
 
 func (r *run) bytes(reg Region) []byte {
@@ -304,43 +279,103 @@ func (r *run) compute(s Step) {
 	}
 }
 
-// inline runs the plan on the calling goroutine: headers out, the left
-// neighbour's header in, then the steps in order, each receive preceded by
-// the check of its peer's header on first contact.
+// inline runs the plan on the calling goroutine. The op header travels
+// in front of the first message when the plan starts with a send, and
+// alone to the other peers that expect one; either way as the one message
+// under step 0 of the op's tag, so that a peer running another op finds
+// it, and a wrong length or header, where it looks. The left neighbour's first
+// message is taken first (it is always sent at once, so waiting for it
+// cannot deadlock, and checking it first guarantees that some rank notices
+// a mismatch); the other peers' headers are checked on first contact.
 func (r *run) inline(ctx context.Context) error {
-	t, ranks := r.e.t, r.e.ranks
-	for _, g := range r.announce {
-		if err := t.Send(ctx, ranks[g], r.tag(-1, 0), r.e.hdr[:]); err != nil {
-			return r.inlineErr(ctx, true, -1, g, err)
+	t, ranks, steps := r.e.t, r.e.ranks, r.p.Steps
+	first := -1 // peer whose first message carries the header
+	if len(steps) > 0 && steps[0].Kind == StepSend {
+		s := steps[0]
+		first = s.Peer
+		msg := r.e.stage(&r.e.sendStage, headerLen+s.Src.Len*r.es)
+		copy(msg, r.e.hdr[:])
+		copy(msg[headerLen:], r.bytes(s.Src))
+		if err := t.Send(ctx, ranks[first], r.tag(-1, 0), msg); err != nil {
+			return r.inlineErr(ctx, true, 0, first, err)
 		}
 	}
-	var hdr [headerLen]byte
-	recvHeader := func(g int) error {
-		if err := t.Recv(ctx, ranks[g], r.tag(-1, 0), hdr[:]); err != nil {
+	for _, g := range r.announce {
+		if g != first {
+			if err := t.Send(ctx, ranks[g], r.tag(-1, 0), r.e.hdr[:]); err != nil {
+				return r.inlineErr(ctx, true, -1, g, err)
+			}
+		}
+	}
+	// staged[g] holds the payload of g's combined first message once
+	// received, until its step comes.
+	staged := make([][]byte, len(ranks))
+	// firstRecv returns the index of this rank's first receive from g.
+	firstRecv := func(g int) int {
+		for i, s := range steps {
+			if s.Kind == StepRecv && s.Peer == g {
+				return i
+			}
+		}
+		return -1
+	}
+	hello := func(g int) error { // receive and check g's header
+		if !slices.Contains(r.p.CombinedFrom, g) {
+			var hdr [headerLen]byte
+			if err := t.Recv(ctx, ranks[g], r.tag(-1, 0), hdr[:]); err != nil {
+				return r.inlineErr(ctx, false, -1, g, err)
+			}
+			if err := r.checkHeader(g, hdr[:]); err != nil {
+				return err
+			}
+			r.got[g] = true
+			return nil
+		}
+		i := firstRecv(g)
+		s := steps[i]
+		buf := &r.e.recvStage
+		if g == r.left {
+			buf = &r.e.leftStage
+		}
+		msg := r.e.stage(buf, headerLen+s.Dst.Len*r.es)
+		if err := t.Recv(ctx, ranks[g], r.tag(-1, 0), msg); err != nil {
+			if errors.Is(err, transport.ErrLength) {
+				mine := r.p.Call
+				return &DesyncError{Group: r.e.group, Seq: r.seq, Rank: ranks[r.e.rank], Call: mine, Peer: ranks[g]}
+			}
 			return r.inlineErr(ctx, false, -1, g, err)
 		}
-		if err := r.checkHeader(g, hdr[:]); err != nil {
+		if err := r.checkHeader(g, msg[:headerLen]); err != nil {
 			return err
 		}
 		r.got[g] = true
+		staged[g] = msg[headerLen:]
 		return nil
 	}
 	if r.left >= 0 {
-		if err := recvHeader(r.left); err != nil {
+		if err := hello(r.left); err != nil {
 			return err
 		}
 	}
-	for i, s := range r.p.Steps {
-		switch s.Kind {
-		case StepSend:
+	for i := range steps {
+		s := steps[i]
+		switch {
+		case i == 0 && first >= 0:
+			// sent with the header
+		case s.Kind == StepSend:
 			if err := t.Send(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Src)); err != nil {
 				return r.inlineErr(ctx, true, i, s.Peer, err)
 			}
-		case StepRecv:
+		case s.Kind == StepRecv:
 			if !r.got[s.Peer] {
-				if err := recvHeader(s.Peer); err != nil {
+				if err := hello(s.Peer); err != nil {
 					return err
 				}
+			}
+			if p := staged[s.Peer]; p != nil {
+				copy(r.bytes(s.Dst), p)
+				staged[s.Peer] = nil
+				continue
 			}
 			if err := t.Recv(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Dst)); err != nil {
 				return r.inlineErr(ctx, false, i, s.Peer, err)
@@ -351,12 +386,20 @@ func (r *run) inline(ctx context.Context) error {
 	}
 	for _, g := range r.check {
 		if !r.got[g] {
-			if err := recvHeader(g); err != nil {
+			if err := hello(g); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
+}
+
+// stage returns n bytes of the staging buffer *b, growing it if needed.
+func (e *Executor) stage(b *[]byte, n int) []byte {
+	if cap(*b) < n {
+		*b = make([]byte, n)
+	}
+	return (*b)[:n]
 }
 
 // inlineErr explains a failed transfer of an inline plan. When the op
@@ -601,7 +644,7 @@ func (r *run) checkHeader(g int, p []byte) error {
 			mine.Peer = r.e.ranks[mine.Peer]
 		}
 		return &DesyncError{Group: r.e.group, Seq: r.seq,
-			Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[g], PeerCall: theirs}
+			Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[g], PeerCall: &theirs}
 	}
 	return nil
 }

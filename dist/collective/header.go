@@ -80,17 +80,23 @@ func matches(mine, theirs Call) bool {
 }
 
 // DesyncError reports ranks that issued different ops at the same sequence
-// number of a group. Ranks are the transport's (global) ranks.
+// number of a group. Ranks are the transport's (global) ranks. PeerCall is
+// nil when the peer's call is unknown: its first message did not even have
+// the length this rank's call implies.
 type DesyncError struct {
 	Group    uint32
 	Seq      uint64
 	Rank     int
 	Call     Call
 	Peer     int
-	PeerCall Call
+	PeerCall *Call
 }
 
 func (e *DesyncError) Error() string {
-	return fmt.Sprintf("collective: desync at group %d seq %d: rank %d called %v but rank %d called %v",
-		e.Group, e.Seq, e.Rank, e.Call, e.Peer, e.PeerCall)
+	theirs := "sent a message that does not fit it (it called another op)"
+	if e.PeerCall != nil {
+		theirs = "called " + e.PeerCall.String()
+	}
+	return fmt.Sprintf("collective: desync at group %d seq %d: rank %d called %v but rank %d %s",
+		e.Group, e.Seq, e.Rank, e.Call, e.Peer, theirs)
 }

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -152,28 +153,105 @@ func NewPlan(c Call, size, rank int, algo string, t Tuning) (*Plan, error) {
 	}
 	for _, a := range algorithms {
 		if a.kind == c.Kind && a.name == algo {
-			t = t.withDefaults()
-			seg := int(t.SegmentBytes / int64(c.DType.Size()))
-			b := &builder{
-				p:     &Plan{Algo: algo, Call: c, Size: size, Rank: rank},
-				n:     size,
-				r:     rank,
-				seg:   max(seg, 1),
-				depth: t.Depth,
+			p := build(a, c, size, rank, t.withDefaults())
+			if p.Inline {
+				p.CombinedFrom = combinedFrom(a, p, t.withDefaults())
 			}
-			a.build(b)
-			b.p.InOrder = a.inOrder
-			longest := 0
-			for _, st := range b.p.Steps {
-				if st.Kind == StepSend || st.Kind == StepRecv {
-					longest = max(longest, max(st.Src.Len, st.Dst.Len))
-				}
-			}
-			b.p.Inline = a.inOrder && t.InlineBytes >= 0 && int64(longest)*int64(c.DType.Size()) <= t.InlineBytes
-			return b.p, nil
+			return p, nil
 		}
 	}
 	return nil, fmt.Errorf("collective: no %v algorithm %q (have %s)", c.Kind, algo, strings.Join(Algorithms(c.Kind), ", "))
+}
+
+func build(a algorithm, c Call, size, rank int, t Tuning) *Plan {
+	seg := int(t.SegmentBytes / int64(c.DType.Size()))
+	b := &builder{
+		p:     &Plan{Algo: a.name, Call: c, Size: size, Rank: rank},
+		n:     size,
+		r:     rank,
+		seg:   max(seg, 1),
+		depth: t.Depth,
+	}
+	a.build(b)
+	b.p.InOrder = a.inOrder
+	// Every message of every rank is at most Count elements, so this is
+	// the same decision on all ranks.
+	b.p.Inline = a.inOrder && t.InlineBytes >= 0 && int64(c.Count)*int64(c.DType.Size()) <= t.InlineBytes
+	return b.p
+}
+
+// checkPeers lists the group ranks whose op header a rank checks: those it
+// receives from, plus its left ring neighbour for collectives (so that the
+// checks of all ranks chain into one cycle), or the other side of a
+// point-to-point op. It also returns the left neighbour (−1 if none).
+func checkPeers(p *Plan) (peers []int, left int) {
+	n, c := p.Size, p.Call
+	chk := make([]bool, n)
+	left = -1
+	switch {
+	case c.Kind == Recv:
+		chk[c.Peer] = true
+	case c.Kind == Send:
+	case n > 1:
+		left = mod(p.Rank-1, n)
+		chk[left] = true
+	}
+	for _, s := range p.Steps {
+		if s.Kind == StepRecv {
+			chk[s.Peer] = true
+		}
+	}
+	for g, ok := range chk {
+		if ok {
+			peers = append(peers, g)
+		}
+	}
+	return peers, left
+}
+
+// announcePeers lists the group ranks a rank sends its op header to: the
+// mirror image of checkPeers.
+func announcePeers(p *Plan) []int {
+	n, c := p.Size, p.Call
+	ann := make([]bool, n)
+	switch {
+	case c.Kind == Send:
+		ann[c.Peer] = true
+	case c.Kind == Recv:
+	case n > 1:
+		ann[mod(p.Rank+1, n)] = true
+	}
+	for _, s := range p.Steps {
+		if s.Kind == StepSend {
+			ann[s.Peer] = true
+		}
+	}
+	var peers []int
+	for g, ok := range ann {
+		if ok {
+			peers = append(peers, g)
+		}
+	}
+	return peers
+}
+
+// combinedFrom lists the peers whose first message to this rank carries
+// their op header: those whose (inline) plan starts by sending to it.
+func combinedFrom(a algorithm, p *Plan, t Tuning) []int {
+	peers, _ := checkPeers(p)
+	var out []int
+	for _, g := range peers {
+		c := p.Call
+		if c.Kind == Recv {
+			c.Kind, c.Peer = Send, p.Rank
+			a = algorithms[slices.IndexFunc(algorithms, func(x algorithm) bool { return x.kind == Send })]
+		}
+		q := build(a, c, p.Size, g, t)
+		if len(q.Steps) > 0 && q.Steps[0].Kind == StepSend && q.Steps[0].Peer == p.Rank {
+			out = append(out, g)
+		}
+	}
+	return out
 }
 
 // builder accumulates one rank's steps. Helpers drop empty transfers and

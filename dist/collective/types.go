@@ -309,8 +309,12 @@ type Plan struct {
 	// wait for the receiver.
 	InOrder bool
 	// Inline: InOrder and every message is at most Tuning.InlineBytes, so
-	// the executor runs the plan on the caller's goroutine.
-	Inline bool
+	// the executor runs the plan on the caller's goroutine. An inline plan
+	// that starts with a send prepends its op header to that message, and
+	// CombinedFrom lists the peers whose first message to this rank does
+	// so (their headers do not travel alone).
+	Inline       bool
+	CombinedFrom []int
 }
 
 // String renders the plan one step per line; the text goldens use it.
@@ -319,6 +323,9 @@ func (p *Plan) String() string {
 	fmt.Fprintf(&b, "%v %s rank %d/%d tmp %d", p.Call, p.Algo, p.Rank, p.Size, p.TmpLen)
 	if p.Inline {
 		b.WriteString(" inline")
+		if len(p.CombinedFrom) > 0 {
+			fmt.Fprintf(&b, " combined-from %v", p.CombinedFrom)
+		}
 	} else if p.InOrder {
 		b.WriteString(" in-order")
 	}
