@@ -27,7 +27,7 @@ type Options struct {
 	// longer one is a protocol error. 0 means 64 GiB.
 	MaxMessageBytes int64
 	// Spin is how long a receiver polls the rings itself, and a sender
-	// waits for ring space, before sleeping. 0 means 20 µs when the world
+	// waits for ring space, before sleeping. 0 means 200 µs when the world
 	// fits the CPUs this process may use (worldSize <= runtime.NumCPU())
 	// and no spinning otherwise: with more ranks than cores a spinning
 	// rank holds a core its peer needs to send. Negative means never.
@@ -77,7 +77,7 @@ func (o Options) withDefaults(worldSize int) Options {
 	if o.Spin == 0 {
 		o.Spin = -1
 		if worldSize <= runtime.NumCPU() {
-			o.Spin = 20 * time.Microsecond
+			o.Spin = 200 * time.Microsecond
 		}
 	}
 	if o.HandshakeTimeout == 0 {
