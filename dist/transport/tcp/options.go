@@ -30,12 +30,6 @@ type Options struct {
 	// Liveness is roughly how long a silent peer host is given before its
 	// link fails (TCP keepalive). 0 means 15 s.
 	Liveness time.Duration
-	// Spin is how long a connection's reader keeps polling the socket
-	// after it runs dry before parking, which saves the wake-up latency
-	// when replies come back quickly, at the cost of CPU. 0 means never:
-	// on a machine with fewer cores than busy ranks, spinning costs more
-	// latency than it saves.
-	Spin time.Duration
 	// Logger receives refused connections and link failures; nil discards
 	// them.
 	Logger *slog.Logger
