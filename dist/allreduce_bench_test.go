@@ -56,7 +56,7 @@ func benchWorld(b *testing.B, world int, transport string) []dist.ProcessGroup {
 // goroutine of this process: the latency of cohort's own layers (inproc)
 // and of the tcp transport on loopback.
 func BenchmarkAllReduce(b *testing.B) {
-	for _, transport := range []string{"inproc", "tcp"} {
+	for _, transport := range []string{"inproc", "shm", "tcp"} {
 		for _, world := range []int{2, 4} {
 			for _, size := range []int{4 << 10, 1 << 20, 16 << 20} {
 				b.Run(fmt.Sprintf("%s/world=%d/bytes=%d", transport, world, size), func(b *testing.B) {
@@ -94,6 +94,20 @@ func BenchmarkAllReduce(b *testing.B) {
 					b.ReportMetric(float64(size)/float64(b.Elapsed().Nanoseconds())*float64(n)*2*float64(world-1)/float64(world), "busbw_GB/s")
 				})
 			}
+		}
+	}
+}
+
+// BenchmarkOpOverhead measures the cost of an op with nothing to move: a
+// world of one (queueing, the op goroutine, plan lookup, executor).
+func BenchmarkOpOverhead(b *testing.B) {
+	pgs := benchWorld(b, 1, "inproc")
+	buf := make([]float32, 1024)
+	ctx := context.Background()
+	b.ReportAllocs()
+	for b.Loop() {
+		if err := pgs[0].AllReduce(ctx, dist.F32(buf), dist.Sum).Wait(); err != nil {
+			b.Fatal(err)
 		}
 	}
 }

@@ -404,6 +404,11 @@ func (g *group) notify(cause *OpError) {
 
 // listen waits for an abort notice from group rank p.
 func (g *group) listen(p int) {
+	defer func() {
+		if v := recover(); v != nil {
+			g.abort(&OpError{Op: "abort notice", Rank: g.me, Peer: g.ranks[p], Err: fmt.Errorf("dist: panic: %v", v)}, true)
+		}
+	}()
 	msg := make([]byte, noticeLen)
 	if err := g.t.Recv(g.ctx, g.ranks[p], g.noticeTag(), msg); err != nil {
 		return // closed, broken, or the peer went away (its ops report that)

@@ -8,6 +8,7 @@ import (
 	"strings"
 	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"cohort/dist"
@@ -474,48 +475,60 @@ func TestPeerDeathMidAllReduce(t *testing.T) {
 }
 
 // TestTimeoutNamesMissingRank: rank 2 never issues the op; the others fail
-// after the group timeout with an error naming it.
+// after the group timeout with an error naming it. It runs in a synctest
+// bubble: the 30 s timeout passes instantly.
 func TestTimeoutNamesMissingRank(t *testing.T) {
-	defer disttest.CheckLeaks(t)()
-	var others sync.WaitGroup
-	others.Add(2)
-	disttest.RunWith(t, 3, dist.GroupOptions{Timeout: 300 * time.Millisecond}, func(t *testing.T, pg dist.ProcessGroup) {
-		if pg.Rank() == 2 {
-			others.Wait() // issue nothing until the others have given up
-			err := pg.Barrier(context.Background()).Wait()
-			if !errors.Is(err, dist.ErrAborted) {
-				t.Errorf("late rank: %v, want ErrAborted (the others' abort notices)", err)
+	synctest.Test(t, func(t *testing.T) {
+		var others sync.WaitGroup
+		others.Add(2)
+		start := time.Now()
+		disttest.RunWith(t, 3, dist.GroupOptions{Timeout: 30 * time.Second}, func(t *testing.T, pg dist.ProcessGroup) {
+			if pg.Rank() == 2 {
+				others.Wait() // issue nothing until the others have given up
+				err := pg.Barrier(context.Background()).Wait()
+				if !errors.Is(err, dist.ErrAborted) {
+					t.Errorf("late rank: %v, want ErrAborted (the others' abort notices)", err)
+				}
+				return
 			}
-			return
-		}
-		defer others.Done()
-		err := pg.AllReduce(context.Background(), dist.F32(make([]float32, 4)), dist.Sum).Wait()
-		var oe *dist.OpError
-		if !errors.As(err, &oe) || !errors.Is(err, dist.ErrAborted) {
-			t.Fatalf("rank %d: %v, want *OpError wrapping ErrAborted", pg.Rank(), err)
-		}
-		if oe.Peer != 2 || !strings.Contains(err.Error(), "rank 2") {
-			t.Errorf("rank %d: error does not name rank 2: %v", pg.Rank(), err)
-		}
-		t.Logf("rank %d: %v", pg.Rank(), err)
+			defer others.Done()
+			err := pg.AllReduce(context.Background(), dist.F32(make([]float32, 4)), dist.Sum).Wait()
+			var oe *dist.OpError
+			if !errors.As(err, &oe) || !errors.Is(err, dist.ErrAborted) || !errors.Is(err, context.DeadlineExceeded) {
+				t.Fatalf("rank %d: %v, want *OpError wrapping ErrAborted and DeadlineExceeded", pg.Rank(), err)
+			}
+			if oe.Peer != 2 || !strings.Contains(err.Error(), "rank 2") {
+				t.Errorf("rank %d: error does not name rank 2: %v", pg.Rank(), err)
+			}
+			if d := time.Since(start); d < 30*time.Second || d > 31*time.Second {
+				t.Errorf("rank %d failed after %v, want the 30 s timeout", pg.Rank(), d)
+			}
+			t.Logf("rank %d: %v", pg.Rank(), err)
+		})
 	})
 }
 
-// TestOpContext: an op's own ctx bounds it too.
+// TestOpContext: an op's own ctx bounds it too (synctest bubble).
 func TestOpContext(t *testing.T) {
-	done := make(chan struct{})
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
-		if pg.Rank() == 1 {
-			<-done // issues nothing until rank 0 has given up
-			return
-		}
-		defer close(done)
-		ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
-		defer cancel()
-		err := pg.AllReduce(ctx, dist.F32(make([]float32, 4)), dist.Sum).Wait()
-		if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dist.ErrAborted) {
-			t.Errorf("got %v, want DeadlineExceeded and ErrAborted", err)
-		}
+	synctest.Test(t, func(t *testing.T) {
+		done := make(chan struct{})
+		disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+			if pg.Rank() == 1 {
+				<-done // issues nothing until rank 0 has given up
+				return
+			}
+			defer close(done)
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			start := time.Now()
+			err := pg.AllReduce(ctx, dist.F32(make([]float32, 4)), dist.Sum).Wait()
+			if !errors.Is(err, context.DeadlineExceeded) || !errors.Is(err, dist.ErrAborted) {
+				t.Errorf("got %v, want DeadlineExceeded and ErrAborted", err)
+			}
+			if d := time.Since(start); d != 5*time.Second {
+				t.Errorf("failed after %v, want 5s", d)
+			}
+		})
 	})
 }
 

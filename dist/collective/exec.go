@@ -538,11 +538,18 @@ func (e *Executor) work(l *link) {
 	}
 }
 
-// perform does one transfer of run r, recording a failure.
+// perform does one transfer of run r, recording a failure (a panic in
+// the transport included: it must not take the process down from a
+// goroutine the caller does not own).
 func (r *run) perform(l *link, j job) {
 	if r.ctx.Err() != nil {
 		return
 	}
+	defer func() {
+		if p := recover(); p != nil {
+			r.fail(r.transferErr(l.send, j.step, l.peer, fmt.Errorf("panic: %v", p)))
+		}
+	}()
 	var err error
 	if l.send {
 		err = r.e.t.Send(r.ctx, r.e.ranks[l.peer], r.tag(j.step, j.msg), j.p)
