@@ -179,7 +179,7 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool) (transport.Transp
 			advertise = h
 		}
 	}
-	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, tcp.Options{Token: o.Token, Spin: o.spin(tcpSpin, 0)})
+	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, tcp.Options{Token: o.Token})
 	if err != nil {
 		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
 	}
@@ -200,14 +200,11 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool) (transport.Transp
 	return t, nil
 }
 
-// Waiting transports poll for a while before sleeping, which cuts latency
+// The shm transport polls for a while before sleeping, which cuts latency
 // while every rank has a core to itself; with more ranks than cores the
-// polling steals time from the rank being waited for, so they sleep at
+// polling steals time from the rank being waited for, so it sleeps at
 // once.
-const (
-	tcpSpin = 20 * time.Microsecond
-	shmSpin = 50 * time.Microsecond
-)
+const shmSpin = 50 * time.Microsecond
 
 // spin returns d if the ranks on this host fit its cores, else off.
 func (o *Options) spin(d, off time.Duration) time.Duration {
