@@ -494,8 +494,10 @@ func TestTimeoutNamesMissingRank(t *testing.T) {
 			defer others.Done()
 			err := pg.AllReduce(context.Background(), dist.F32(make([]float32, 4)), dist.Sum).Wait()
 			var oe *dist.OpError
-			if !errors.As(err, &oe) || !errors.Is(err, dist.ErrAborted) || !errors.Is(err, context.DeadlineExceeded) {
-				t.Fatalf("rank %d: %v, want *OpError wrapping ErrAborted and DeadlineExceeded", pg.Rank(), err)
+			// Its own timeout, or the other's notice of the same, whichever
+			// comes first.
+			if !errors.As(err, &oe) || !errors.Is(err, dist.ErrAborted) || !strings.Contains(err.Error(), "deadline exceeded") {
+				t.Fatalf("rank %d: %v, want an *OpError wrapping ErrAborted from a timeout", pg.Rank(), err)
 			}
 			if oe.Peer != 2 || !strings.Contains(err.Error(), "rank 2") {
 				t.Errorf("rank %d: error does not name rank 2: %v", pg.Rank(), err)
