@@ -230,7 +230,7 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 	if err := errors.Join(err1, err2); err != nil {
 		return "", err
 	}
-	r, n := tr.Rank(), tr.Size()
+	r := tr.Rank()
 	if scenario == ScenarioExchangeAll {
 		return benchExchangeAll(ctx, tr, size, iters)
 	}
@@ -242,7 +242,6 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 	out, in := Pattern(size, uint64(r)), make([]byte, size)
 	warm := max(iters/10, 5)
 	times := make([]time.Duration, 0, iters)
-	_ = n
 	switch scenario {
 	case ScenarioPingPong:
 		for i := range warm + iters {
@@ -385,21 +384,21 @@ func benchExchangeAll(ctx context.Context, tr transport.Transport, size, iters i
 // reported numbers: for ScenarioPingPong and ScenarioExchangeAll the
 // median and mean time per iteration in ns, for ScenarioStream the total
 // ns and bytes per second.
-func ProcessBench(t *testing.B, helperTest, scenario string, world, size, iters int) (float64, float64) {
-	t.Helper()
-	res := runProcesses(t, helperTest, world, scenario, false, 5*time.Minute,
+func ProcessBench(b *testing.B, helperTest, scenario string, world, size, iters int) (float64, float64) {
+	b.Helper()
+	res := runProcesses(b, helperTest, world, scenario, false, 5*time.Minute,
 		envSize+"="+strconv.Itoa(size), envIters+"="+strconv.Itoa(iters))
-	var a, b float64
-	if _, err := fmt.Sscanf(res[0].Line, "ok %g %g", &a, &b); err != nil {
-		t.Fatalf("rank 0 reported %q", res[0].Line)
+	var x, y float64
+	if _, err := fmt.Sscanf(res[0].Line, "ok %g %g", &x, &y); err != nil {
+		b.Fatalf("rank 0 reported %q", res[0].Line)
 	}
-	t.Logf("rank 0: %s", res[0].Line)
+	b.Logf("rank 0: %s", res[0].Line)
 	for r := 1; r < world; r++ {
 		if !strings.HasPrefix(res[r].Line, "ok") {
-			t.Fatalf("rank %d reported %q", r, res[r].Line)
+			b.Fatalf("rank %d reported %q", r, res[r].Line)
 		}
 	}
-	return a, b
+	return x, y
 }
 
 // child is the parent's handle on one child process.
