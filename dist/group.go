@@ -379,6 +379,19 @@ func (g *group) noticeTag() transport.Tag { return transport.Tag{Group: g.id, Se
 
 // notify sends cause to every peer, each send bounded by a short timeout.
 func (g *group) notify(cause *OpError) {
+	msg := encodeNotice(cause)
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	for p, tr := range g.ranks {
+		if p != g.rank {
+			_ = g.t.Send(ctx, tr, g.noticeTag(), msg) // best effort: the peer may be dead
+		}
+	}
+}
+
+// encodeNotice lays out an abort notice: magic, culprit peer, seq, the op
+// name (up to 15 bytes) and the cause's text (truncated to fit).
+func encodeNotice(cause *OpError) []byte {
 	msg := make([]byte, noticeLen)
 	le := binary.LittleEndian
 	le.PutUint32(msg[0:], noticeMagic)
@@ -390,16 +403,21 @@ func (g *group) notify(cause *OpError) {
 	}
 	msg[16] = byte(len(name))
 	copy(msg[17:32], name)
-	text := cause.Err.Error()
-	n := copy(msg[34:], text)
+	n := copy(msg[34:], cause.Err.Error())
 	le.PutUint16(msg[32:], uint16(n))
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
-	for p, tr := range g.ranks {
-		if p != g.rank {
-			_ = g.t.Send(ctx, tr, g.noticeTag(), msg) // best effort: the peer may be dead
-		}
+	return msg
+}
+
+// decodeNotice reads a notice from rank from into the cause it carries.
+func decodeNotice(msg []byte, from int) (*OpError, error) {
+	le := binary.LittleEndian
+	if len(msg) != noticeLen || le.Uint32(msg) != noticeMagic {
+		return nil, fmt.Errorf("dist: malformed abort notice from rank %d", from)
 	}
+	name := string(msg[17 : 17+min(int(msg[16]), 15)])
+	text := string(msg[34 : 34+min(int(le.Uint16(msg[32:])), noticeLen-34)])
+	return &OpError{Op: name, Seq: le.Uint64(msg[8:]), Rank: from, Peer: int(int32(le.Uint32(msg[4:]))),
+		Err: &RemoteAbortError{From: from, Msg: text}}, nil
 }
 
 // listen waits for an abort notice from group rank p.
@@ -413,18 +431,11 @@ func (g *group) listen(p int) {
 	if err := g.t.Recv(g.ctx, g.ranks[p], g.noticeTag(), msg); err != nil {
 		return // closed, broken, or the peer went away (its ops report that)
 	}
-	le := binary.LittleEndian
-	if le.Uint32(msg) != noticeMagic {
-		g.abort(&OpError{Op: "abort notice", Rank: g.me, Peer: g.ranks[p],
-			Err: fmt.Errorf("dist: malformed abort notice from rank %d", g.ranks[p])}, false)
-		return
+	cause, err := decodeNotice(msg, g.ranks[p])
+	if err != nil {
+		cause = &OpError{Op: "abort notice", Rank: g.me, Peer: g.ranks[p], Err: err}
 	}
-	culprit := int(int32(le.Uint32(msg[4:])))
-	seq := le.Uint64(msg[8:])
-	name := string(msg[17 : 17+min(int(msg[16]), 15)])
-	text := string(msg[34 : 34+min(int(le.Uint16(msg[32:])), noticeLen-34)])
-	g.abort(&OpError{Op: name, Seq: seq, Rank: g.ranks[p], Peer: culprit,
-		Err: &RemoteAbortError{From: g.ranks[p], Msg: text}}, false)
+	g.abort(cause, false)
 }
 
 // Close fails every queued op, stops the running one (telling the peers,
