@@ -10,7 +10,9 @@ import (
 type Tuning struct {
 	// SegmentBytes is the size of the pieces large transfers are cut into
 	// so that receiving one piece overlaps with reducing or forwarding the
-	// previous one (default 256 KiB).
+	// previous one. 0 picks a quarter of each rank's share of the payload
+	// (Count/size elements), kept within [256 KiB, 4 MiB]: enough pieces
+	// to pipeline, few enough that per-message costs stay small.
 	SegmentBytes int64
 	// Depth is the number of segments a rank receives ahead of the one it
 	// is working on; scratch memory holds Depth+1 segments (default 2).
@@ -31,7 +33,8 @@ type Tuning struct {
 }
 
 const (
-	defaultSegmentBytes = 256 << 10
+	minAutoSegment      = 256 << 10
+	maxAutoSegment      = 4 << 20
 	defaultDepth        = 2
 	defaultSmallBytes   = 64 << 10
 	defaultMediumBytes  = 1 << 20
@@ -39,9 +42,6 @@ const (
 )
 
 func (t Tuning) withDefaults() Tuning {
-	if t.SegmentBytes <= 0 {
-		t.SegmentBytes = defaultSegmentBytes
-	}
 	if t.Depth <= 0 {
 		t.Depth = defaultDepth
 	}
@@ -164,7 +164,12 @@ func NewPlan(c Call, size, rank int, algo string, t Tuning) (*Plan, error) {
 }
 
 func build(a algorithm, c Call, size, rank int, t Tuning) *Plan {
-	seg := int(t.SegmentBytes / int64(c.DType.Size()))
+	segBytes := t.SegmentBytes
+	if segBytes <= 0 {
+		share := int64(c.Count) * int64(c.DType.Size()) / int64(size)
+		segBytes = min(max(share/4, minAutoSegment), maxAutoSegment)
+	}
+	seg := int(segBytes / int64(c.DType.Size()))
 	b := &builder{
 		p:     &Plan{Algo: a.name, Call: c, Size: size, Rank: rank},
 		n:     size,
