@@ -27,6 +27,8 @@ type Executor struct {
 
 	// Staging for inline plans' messages that carry the header.
 	sendStage, recvStage, leftStage []byte
+	staged                          [][]byte
+	got                             []bool
 
 	// Per-peer transfer queues, each worked by one goroutine started on
 	// first use and stopped by Close.
@@ -135,7 +137,7 @@ func (e *Executor) Run(ctx context.Context, seq uint64, p *Plan, in, out []byte)
 		seq:  seq,
 		es:   es,
 		bufs: [3][]byte{Out: out, In: in, Tmp: u64Bytes(e.tmp)},
-		got:  make([]bool, len(e.ranks)),
+		got:  e.flags(&e.got),
 	}
 	if err := r.checkBounds(); err != nil {
 		return err
@@ -235,10 +237,14 @@ func (r *run) checkBounds() error {
 	return nil
 }
 
-// peers works out who exchanges headers (see checkPeers).
+// peers takes who exchanges headers from the plan (see checkPeers).
 func (r *run) peers() {
-	r.check, r.left = checkPeers(r.p)
-	r.announce = announcePeers(r.p)
+	if r.p.announce == nil && r.p.check == nil { // world of one, or a Plan not from NewPlan
+		r.check, r.left = checkPeers(r.p)
+		r.announce = announcePeers(r.p)
+		return
+	}
+	r.check, r.left, r.announce = r.p.check, r.p.left, r.p.announce
 }
 
 func (r *run) bytes(reg Region) []byte {
@@ -309,7 +315,7 @@ func (r *run) inline(ctx context.Context) error {
 	}
 	// staged[g] holds the payload of g's combined first message once
 	// received, until its step comes.
-	staged := make([][]byte, len(ranks))
+	staged := e2slices(&r.e.staged, len(ranks))
 	// firstRecv returns the index of this rank's first receive from g.
 	firstRecv := func(g int) int {
 		for i, s := range steps {
@@ -392,6 +398,24 @@ func (r *run) inline(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// flags returns *b cleared, sized for the group.
+func (e *Executor) flags(b *[]bool) []bool {
+	if len(*b) != len(e.ranks) {
+		*b = make([]bool, len(e.ranks))
+	}
+	clear(*b)
+	return *b
+}
+
+// e2slices returns *b cleared, n long.
+func e2slices(b *[][]byte, n int) [][]byte {
+	if len(*b) != n {
+		*b = make([][]byte, n)
+	}
+	clear(*b)
+	return *b
 }
 
 // stage returns n bytes of the staging buffer *b, growing it if needed.

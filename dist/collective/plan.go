@@ -182,6 +182,8 @@ func build(a algorithm, c Call, size, rank int, t Tuning) *Plan {
 	// Every message of every rank is at most Count elements, so this is
 	// the same decision on all ranks.
 	b.p.Inline = a.inOrder && t.InlineBytes >= 0 && int64(c.Count)*int64(c.DType.Size()) <= t.InlineBytes
+	b.p.check, b.p.left = checkPeers(b.p)
+	b.p.announce = announcePeers(b.p)
 	return b.p
 }
 

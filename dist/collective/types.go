@@ -315,6 +315,11 @@ type Plan struct {
 	// so (their headers do not travel alone).
 	Inline       bool
 	CombinedFrom []int
+
+	// Who exchanges op headers with this rank (see checkPeers), worked
+	// out once with the plan.
+	announce, check []int
+	left            int
 }
 
 // String renders the plan one step per line; the text goldens use it.
