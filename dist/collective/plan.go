@@ -33,12 +33,12 @@ type Tuning struct {
 }
 
 const (
-	minAutoSegment      = 256 << 10
-	maxAutoSegment      = 4 << 20
-	defaultDepth        = 2
-	defaultSmallBytes   = 64 << 10
-	defaultMediumBytes  = 1 << 20
-	defaultInlineBytes  = 64 << 10
+	minAutoSegment     = 256 << 10
+	maxAutoSegment     = 4 << 20
+	defaultDepth       = 2
+	defaultSmallBytes  = 64 << 10
+	defaultMediumBytes = 1 << 20
+	defaultInlineBytes = 64 << 10
 )
 
 func (t Tuning) withDefaults() Tuning {
