@@ -27,7 +27,7 @@ func main() {
 	model := flag.String("model", "mlp", "mlp or cnn")
 	epochs := flag.Int("epochs", 1, "passes over the training set")
 	batch := flag.Int("batch", 64, "samples per step")
-	lr := flag.Float64("lr", 0.01, "SGD learning rate (momentum 0.9)")
+	lr := flag.Float64("lr", 0.05, "peak SGD learning rate (momentum 0.9), cosine-annealed to 0 over the run")
 	seed := flag.Uint64("seed", 1, "seed for initialisation and shuffling")
 	dir := flag.String("data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
 	flag.Parse()
@@ -60,6 +60,11 @@ func run(modelName string, epochs, batch int, lr float64, seed uint64, dir strin
 	if err != nil {
 		return err
 	}
+	steps := epochs * ((train.Len() + batch - 1) / batch)
+	sched, err := optim.NewScheduler(opt, optim.CosineAnnealingLR{TMax: steps})
+	if err != nil {
+		return err
+	}
 	// One rank of one: a distributed run swaps in its world size and rank.
 	sampler, err := data.NewDistributedSampler(train.Len(), 1, 0, true, seed, false)
 	if err != nil {
@@ -69,7 +74,7 @@ func run(modelName string, epochs, batch int, lr float64, seed uint64, dir strin
 	for epoch := 0; epoch < epochs; epoch++ {
 		start := time.Now()
 		order := sampler.Indices(epoch)
-		loss := trainEpoch(model, opt, train, order, batch, shape, nil)
+		loss := trainEpoch(model, opt, sched, train, order, batch, shape, nil)
 		secs := time.Since(start).Seconds()
 		acc = evaluate(model, test, shape)
 		fmt.Printf("epoch %d: train loss %.4f, test accuracy %.4f, %.1f s (%.0f samples/s)\n",
@@ -83,7 +88,7 @@ func run(modelName string, epochs, batch int, lr float64, seed uint64, dir strin
 // loss. afterBackward, when set, runs between backward and the optimizer
 // step: the place where data-parallel training waits for its gradient
 // all-reduce.
-func trainEpoch(model nn.Layer, opt optim.Optimizer, ds *datasets.MNIST, order []int, batch int, shape []int, afterBackward func()) float64 {
+func trainEpoch(model nn.Layer, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, afterBackward func()) float64 {
 	var b batchBuf
 	var sum float64
 	steps := 0
@@ -96,6 +101,9 @@ func trainEpoch(model nn.Layer, opt optim.Optimizer, ds *datasets.MNIST, order [
 			afterBackward()
 		}
 		opt.Step()
+		if sched != nil {
+			sched.Step()
+		}
 		sum += float64(loss.Value.Item())
 		steps++
 	}

@@ -37,7 +37,7 @@ func TestTrainLearns(t *testing.T) {
 			}
 			order := rand.New(rand.NewPCG(2, 0)).Perm(train.Len())[:9600]
 			syncs := 0
-			loss := trainEpoch(m, opt, train, order, 64, tc.shape, func() { syncs++ })
+			loss := trainEpoch(m, opt, nil, train, order, 64, tc.shape, func() { syncs++ })
 			if syncs != 150 {
 				t.Errorf("afterBackward ran %d times for 150 steps", syncs)
 			}
