@@ -66,10 +66,11 @@ var _ nn.Module = (*Model)(nil)
 
 // bucketState is a bucket at run time.
 type bucketState struct {
-	b        Bucket
-	red      Reduction
-	launched time.Time
-	done     time.Time
+	b          Bucket
+	paramBytes int64
+	red        Reduction
+	launched   time.Time
+	done       time.Time
 }
 
 // Wrap replicates model across pg. It checks that every rank's model has

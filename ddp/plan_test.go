@@ -144,19 +144,29 @@ func (p Plan) check(numel []int) error {
 			if p.Offset[idx] != next {
 				return fmt.Errorf("parameter %d at %d, want %d", idx, p.Offset[idx], next)
 			}
-			next += numel[idx]
+			if next%gradAlign != 0 {
+				return fmt.Errorf("parameter %d at %d: not 64-byte aligned", idx, next)
+			}
+			next = alignUp(next + numel[idx])
 		}
 		if b.End != next {
 			return fmt.Errorf("bucket %d ends at %d, want %d", i, b.End, next)
 		}
+		var sum int64
+		for _, idx := range b.Params {
+			sum += int64(numel[idx]) * gradElemBytes
+		}
+		if sum != b.ParamBytes {
+			return fmt.Errorf("bucket %d: ParamBytes %d, parameters have %d", i, b.ParamBytes, sum)
+		}
 		// Only the last parameter may take a bucket to or past its cap.
 		if len(b.Params) > 1 {
 			last := b.Params[len(b.Params)-1]
-			if int64(b.End-b.Start-numel[last])*gradElemBytes >= b.CapBytes {
+			if sum-int64(numel[last])*gradElemBytes >= b.CapBytes {
 				return fmt.Errorf("bucket %d reached its cap before its last parameter", i)
 			}
 		}
-		if i < len(p.Buckets)-1 && b.Bytes() < b.CapBytes {
+		if i < len(p.Buckets)-1 && b.ParamBytes < b.CapBytes {
 			return fmt.Errorf("bucket %d closed below its cap", i)
 		}
 	}

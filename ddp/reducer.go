@@ -10,6 +10,7 @@ import (
 	"slices"
 	"strings"
 	"time"
+	"unsafe"
 
 	"cohort/dist"
 	"cohort/tensor"
@@ -27,11 +28,11 @@ func (m *Model) setPlan(order []int) error {
 	if err != nil {
 		return err
 	}
-	flat := make([]float32, plan.Len())
+	flat := alignedFloats(plan.Len())
 	buckets := make([]*bucketState, len(plan.Buckets))
 	views := make([]*tensor.Tensor, len(m.params))
 	for k, bp := range plan.Buckets {
-		bs := &bucketState{b: Bucket{Index: k, Grad: flat[bp.Start:bp.End]}}
+		bs := &bucketState{b: Bucket{Index: k, Grad: flat[bp.Start:bp.End]}, paramBytes: bp.ParamBytes}
 		for _, i := range bp.Params {
 			m.bucketOf[i] = k
 			off, n := plan.Offset[i], numel[i]
@@ -51,6 +52,18 @@ func (m *Model) setPlan(order []int) error {
 	m.plan, m.flat, m.buckets, m.views = plan, flat, buckets, views
 	m.pending = make([]int, len(buckets))
 	return nil
+}
+
+// alignedFloats returns n zeroed float32s starting on a 64-byte boundary,
+// so that the plan's 16-element slot alignment is cache-line alignment in
+// memory (Go's heap does not move objects).
+func alignedFloats(n int) []float32 {
+	buf := make([]float32, n+gradAlign)
+	skip := 0
+	if r := uintptr(unsafe.Pointer(unsafe.SliceData(buf))) % 64; r != 0 {
+		skip = int(64-r) / gradElemBytes
+	}
+	return buf[skip : skip+n : skip+n]
 }
 
 // copyInto copies t's elements (any layout) into dst.

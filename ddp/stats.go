@@ -75,7 +75,7 @@ func (m *Model) recordStep(end time.Time) {
 		if bs.done.After(last) {
 			last = bs.done
 		}
-		s.Bytes += int64(len(bs.b.Grad)) * gradElemBytes
+		s.Bytes += bs.paramBytes
 	}
 	s.Comm += last.Sub(first)
 	hiddenEnd := last

@@ -2,9 +2,11 @@ package ddp
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"strings"
 	"testing"
+	"unsafe"
 
 	"cohort/autograd"
 	"cohort/dist"
@@ -153,5 +155,42 @@ func TestRebuildFollowsReadyOrder(t *testing.T) {
 		if got := flat(plans[r][2]); !slices.Equal(got, observed[0]) {
 			t.Fatalf("rank %d: plan changed again after step 2: %v", r, got)
 		}
+	}
+}
+
+// TestBucketViewsAligned: in bucket-view mode every gradient starts on a
+// 64-byte boundary, before and after the rebuild.
+func TestBucketViewsAligned(t *testing.T) {
+	errs := runDist(t, 1, func(pg dist.ProcessGroup) error {
+		ctx := context.Background()
+		net := newMLP(1, 12, 17, 5, 3) // odd sizes: unpadded slots would be misaligned
+		m, err := Wrap(ctx, net, pg, Options{GradientAsBucketView: true, FirstBucketCapBytes: 64, BucketCapBytes: 300})
+		if err != nil {
+			return err
+		}
+		check := func(when string) error {
+			for _, np := range net.NamedParameters() {
+				if a := uintptr(unsafe.Pointer(unsafe.SliceData(np.Param.Grad.Data()))) % 64; a != 0 {
+					return fmt.Errorf("%s: gradient of %q is %d bytes past a cache line", when, np.Name, a)
+				}
+			}
+			return nil
+		}
+		if err := check("after Wrap"); err != nil {
+			return err
+		}
+		data := newDataset(1, 10, 3, 12)
+		x, y := data.batch(0, 4)
+		out, err := m.Forward(ctx, x)
+		if err != nil {
+			return err
+		}
+		if err := m.Backward(ctx, loss(out, y)); err != nil {
+			return err
+		}
+		return check("after the rebuild")
+	})
+	if errs[0] != nil {
+		t.Fatal(errs[0])
 	}
 }
