@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"runtime"
 	"runtime/pprof"
 	"slices"
 	"strconv"
@@ -41,6 +42,10 @@ type Config struct {
 	Repeats   int           // fresh process groups, one after the other
 	Timeout   time.Duration // bound on the whole run
 	Profile   string        // CPU profile path prefix ("" for none)
+	// Threads is each worker's GOMAXPROCS, passed as COHORT_NUM_THREADS
+	// like a launcher does; 0 means the cores divided among the workers
+	// (at least 1), as torchrun gives each worker one OpenMP thread.
+	Threads int
 }
 
 // Result is one size's measurement, as rank 0 reports it.
@@ -85,6 +90,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	repeats := fs.Int("repeats", 1, "fresh process groups, one after the other (all rows are printed)")
 	jsonOut := fs.String("json", "", "also append the results as JSON lines to this file")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	threads := fs.Int("threads", 0, "Go threads per worker (GOMAXPROCS; 0: the cores divided among the workers, at least 1)")
 	profile := fs.String("cpuprofile", "", "write each rank's CPU profile to this path with the rank appended")
 	worker := fs.Bool("worker", false, "internal: run as one rank (set by the parent)")
 	if err := fs.Parse(args); err != nil {
@@ -94,7 +100,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "cohort bench %s: unexpected argument %q\n", op, fs.Arg(0))
 		return 2
 	}
-	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile}
+	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads}
 	var err error
 	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
 		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
@@ -155,6 +161,8 @@ func (c Config) validate() error {
 		return fmt.Errorf("--budget %v must be positive", c.Budget)
 	case c.Repeats < 1:
 		return fmt.Errorf("--repeats %d < 1", c.Repeats)
+	case c.Threads < 0:
+		return fmt.Errorf("--threads %d < 0", c.Threads)
 	case len(c.Sizes) == 0:
 		return errors.New("no sizes")
 	}
@@ -226,7 +234,7 @@ func (c Config) flags() []string {
 // torchrunVars are the variables the parent sets for each worker; any
 // inherited value is dropped first.
 var torchrunVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-	"COHORT_TOKEN", "COHORT_STORE_ADDR", "COHORT_RENDEZVOUS", "GROUP_RANK", "NODE_RANK"}
+	"COHORT_TOKEN", "COHORT_STORE_ADDR", "COHORT_RENDEZVOUS", "GROUP_RANK", "NODE_RANK", "COHORT_NUM_THREADS"}
 
 // Spawn starts cfg.World workers (self plus the worker flags) on
 // loopback, waits for them and returns rank 0's results. A failing worker
@@ -257,7 +265,7 @@ func Spawn(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]
 			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(cfg.World),
 			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.World),
 			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"COHORT_TOKEN="+hex.EncodeToString(token))
+			"COHORT_TOKEN="+hex.EncodeToString(token), "COHORT_NUM_THREADS="+strconv.Itoa(cfg.threads()))
 		var errBuf strings.Builder
 		cmd.Stderr = &errBuf
 		stdout, err := cmd.StdoutPipe()
@@ -312,6 +320,13 @@ func readResults(r io.Reader) ([]Result, error) {
 	return res, sc.Err()
 }
 
+func (c Config) threads() int {
+	if c.Threads > 0 {
+		return c.Threads
+	}
+	return max(1, runtime.NumCPU()/c.World)
+}
+
 func freePort() (int, error) {
 	l, err := net.Listen("tcp", "127.0.0.1:0")
 	if err != nil {
@@ -328,6 +343,9 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
 		return err
+	}
+	if info.NumThreads > 0 {
+		runtime.GOMAXPROCS(info.NumThreads)
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -486,7 +504,7 @@ func allEqual(s []float32, v float32) bool {
 
 // PrintTable writes the results in the style of nccl-tests.
 func PrintTable(w io.Writer, cfg Config, res []Result) {
-	fmt.Fprintf(w, "# cohort bench %s: world %d, transport %s, float32", cfg.Op, cfg.World, cfg.Transport)
+	fmt.Fprintf(w, "# cohort bench %s: world %d, transport %s, %d thread(s) per rank, float32", cfg.Op, cfg.World, cfg.Transport, cfg.threads())
 	if cfg.Op == "allreduce" || cfg.Op == "reducescatter" {
 		fmt.Fprint(w, " sum")
 	}

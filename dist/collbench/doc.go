@@ -9,4 +9,7 @@
 // maximum, and the median reported. algbw = bytes/time; busbw applies the
 // nccl-tests factors (all-reduce 2(n−1)/n, all-gather and reduce-scatter
 // (n−1)/n, broadcast 1). A one-off check of the result follows each size.
+// Each worker runs with the cores divided among the workers (GOMAXPROCS,
+// at least 1; --threads overrides), as torchrun gives each worker one
+// OpenMP thread and MPI ranks are single-threaded.
 package collbench
