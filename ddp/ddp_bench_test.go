@@ -148,8 +148,15 @@ func BenchmarkWorld2(b *testing.B) {
 	}
 	const world, batch = 2, 64
 	for _, nt := range nets {
-		for _, view := range []bool{false, true} {
-			b.Run(fmt.Sprintf("%s/view=%v", nt.name, view), func(b *testing.B) {
+		for _, cfg := range []struct {
+			name string
+			o    Options
+		}{
+			{"copy", Options{}},
+			{"view", Options{GradientAsBucketView: true}},
+			{"view/first-cap=64KiB", Options{GradientAsBucketView: true, FirstBucketCapBytes: 64 << 10}},
+		} {
+			b.Run(fmt.Sprintf("%s/%s", nt.name, cfg.name), func(b *testing.B) {
 				ctx := context.Background()
 				mesh := inproc.NewMesh(world)
 				type rankState struct {
@@ -170,7 +177,7 @@ func BenchmarkWorld2(b *testing.B) {
 					rs := ranks[r]
 					go func() {
 						net := nt.build(rand.New(rand.NewPCG(uint64(r), 0)))
-						m, err := Wrap(ctx, net, pg, Options{GradientAsBucketView: view})
+						m, err := Wrap(ctx, net, pg, cfg.o)
 						rs.m = m
 						rs.errc <- err
 					}()
