@@ -31,6 +31,9 @@
 // buckets are rebuilt in the order the gradients actually became ready on
 // the lowest active rank (broadcast, so every rank uses the same plan).
 //
+// Every parameter's slot in the flat buffer starts on a 64-byte boundary,
+// so kernels writing gradients into bucket views store whole cache lines.
+//
 // Autograd's per-parameter gradient-ready hooks mark parameters ready
 // during backward. When every parameter of a bucket is ready, and every
 // earlier bucket has been started, the bucket's reduction starts
