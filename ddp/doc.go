@@ -79,6 +79,11 @@
 // gradient communication took, and how much of it was hidden behind
 // backward.
 //
+// # Replica check
+//
+// VerifyReplicas compares a hash of every parameter across the ranks and
+// names the first rank and parameter that diverged from rank 0.
+//
 // # Differences from PyTorch 1.13
 //
 //   - PyTorch reduces everything in one bucket during the first iteration
