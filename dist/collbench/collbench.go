@@ -23,11 +23,15 @@ import (
 	"time"
 
 	"cohort/dist"
+	"cohort/dist/collective"
 	"cohort/dist/rendezvous"
 )
 
 // Ops lists the collectives the benchmark measures.
 var Ops = []string{"allreduce", "broadcast", "allgather", "reducescatter"}
+
+var opKinds = map[string]collective.Kind{"allreduce": collective.AllReduce, "broadcast": collective.Broadcast,
+	"allgather": collective.AllGather, "reducescatter": collective.ReduceScatter}
 
 // DefaultSizes are the anchor's message sizes: 4 KiB to 64 MiB.
 var DefaultSizes = []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
@@ -46,6 +50,9 @@ type Config struct {
 	// like a launcher does; 0 means the cores divided among the workers
 	// (at least 1), as torchrun gives each worker one OpenMP thread.
 	Threads int
+	// SegmentBytes and Algo override the automatic choices (for tuning).
+	SegmentBytes int64
+	Algo         string
 }
 
 // Result is one size's measurement, as rank 0 reports it.
@@ -90,6 +97,8 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	repeats := fs.Int("repeats", 1, "fresh process groups, one after the other (all rows are printed)")
 	jsonOut := fs.String("json", "", "also append the results as JSON lines to this file")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
+	segment := fs.String("segment", "0", "pipeline segment size (0: automatic; see collective.Tuning)")
+	algo := fs.String("algo", "", "force this algorithm (see collective.Algorithms; default: automatic)")
 	threads := fs.Int("threads", 0, "Go threads per worker (GOMAXPROCS; 0: the cores divided among the workers, at least 1)")
 	profile := fs.String("cpuprofile", "", "write each rank's CPU profile to this path with the rank appended")
 	worker := fs.Bool("worker", false, "internal: run as one rank (set by the parent)")
@@ -100,8 +109,16 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "cohort bench %s: unexpected argument %q\n", op, fs.Arg(0))
 		return 2
 	}
-	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads}
+	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
 	var err error
+	if *segment != "0" {
+		seg, err := ParseSizes(*segment)
+		if err != nil || len(seg) != 1 {
+			fmt.Fprintf(stderr, "cohort bench %s: bad --segment %q\n", op, *segment)
+			return 2
+		}
+		cfg.SegmentBytes = seg[0]
+	}
 	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
 		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
 		return 2
@@ -228,7 +245,8 @@ func (c Config) flags() []string {
 	}
 	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport,
 		"--sizes", strings.Join(sizes, ","), "--budget", c.Budget.String(), "--timeout", c.Timeout.String(),
-		"--cpuprofile", c.Profile, "--worker"}
+		"--cpuprofile", c.Profile, "--threads", strconv.Itoa(c.Threads),
+		"--segment", strconv.FormatInt(c.SegmentBytes, 10), "--algo", c.Algo, "--worker"}
 }
 
 // torchrunVars are the variables the parent sets for each worker; any
@@ -349,7 +367,11 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: cfg.Transport, Group: dist.GroupOptions{Timeout: 2 * time.Minute}})
+	gopts := dist.GroupOptions{Timeout: 2 * time.Minute, Tuning: collective.Tuning{SegmentBytes: cfg.SegmentBytes}}
+	if cfg.Algo != "" {
+		gopts.Algorithms = map[collective.Kind]string{opKinds[cfg.Op]: cfg.Algo}
+	}
+	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: cfg.Transport, Group: gopts})
 	if err != nil {
 		return err
 	}
