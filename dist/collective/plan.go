@@ -25,7 +25,7 @@ type Tuning struct {
 	SmallBytes int64
 	// MediumBytes: all-reduces above SmallBytes and at most this many bytes
 	// use recursive halving-doubling when the group has more than two
-	// ranks; larger ones use the ring (default 1 MiB).
+	// ranks; larger ones use the ring (default 512 KiB).
 	MediumBytes int64
 	// InlineBytes: a plan that may run strictly in order and whose
 	// messages are at most this long runs on the caller's goroutine, with
