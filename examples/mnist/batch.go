@@ -1,0 +1,59 @@
+package main
+
+import (
+	"cohort/autograd"
+	"cohort/datasets"
+	"cohort/nn"
+	"cohort/tensor"
+)
+
+// evaluate returns the fraction of ds the model classifies correctly.
+func evaluate(model nn.Layer, ds *datasets.MNIST, shape []int) float64 {
+	defer nn.NoGrad(model)()
+	model.SetTraining(false)
+	defer model.SetTraining(true)
+	var b batchBuf
+	idx := make([]int, ds.Len())
+	for i := range idx {
+		idx[i] = i
+	}
+	correct := 0
+	for lo := 0; lo < len(idx); lo += 1000 {
+		x, y := b.fill(ds, idx[lo:min(lo+1000, len(idx))], shape)
+		for i, p := range tensor.ArgMax(model.Forward(x).Value) {
+			if int64(p) == y[i] {
+				correct++
+			}
+		}
+	}
+	return float64(correct) / float64(ds.Len())
+}
+
+// subset returns the first n samples of ds (sharing its storage).
+func subset(ds *datasets.MNIST, n int) *datasets.MNIST {
+	px := ds.Rows * ds.Cols
+	return &datasets.MNIST{Images: ds.Images[:n*px], Labels: ds.Labels[:n], Rows: ds.Rows, Cols: ds.Cols}
+}
+
+// The training set's pixel mean and standard deviation: inputs are
+// standardised with them, as in PyTorch's MNIST example.
+const pixelMean, pixelStd = 0.1307, 0.3081
+
+// batchBuf gathers standardised samples into buffers reused from batch to
+// batch.
+type batchBuf struct {
+	x []float32
+	y []int64
+}
+
+func (b *batchBuf) fill(ds *datasets.MNIST, idx []int, shape []int) (*autograd.Var, []int64) {
+	n := ds.Rows * ds.Cols
+	b.x, b.y = b.x[:0], b.y[:0]
+	for _, i := range idx {
+		for _, v := range ds.Images[i*n : (i+1)*n] {
+			b.x = append(b.x, (v-pixelMean)/pixelStd)
+		}
+		b.y = append(b.y, ds.Labels[i])
+	}
+	return autograd.NewVar(tensor.FromSlice(b.x, append([]int{len(idx)}, shape...)...), false), b.y
+}
