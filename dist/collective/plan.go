@@ -39,7 +39,7 @@ const (
 	maxAutoSegment     = 4 << 20
 	defaultDepth       = 2
 	defaultSmallBytes  = 64 << 10
-	defaultMediumBytes = 1 << 20
+	defaultMediumBytes = 512 << 10
 	defaultInlineBytes = 64 << 10
 )
 
