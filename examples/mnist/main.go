@@ -144,28 +144,3 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	return nil
 }
-
-// trainEpoch runs one synchronised SGD step per batch of order and returns
-// this rank's mean loss.
-func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int) (float64, error) {
-	var b batchBuf
-	var sum float64
-	steps := 0
-	for lo := 0; lo < len(order); lo += batch {
-		x, y := b.fill(ds, order[lo:min(lo+batch, len(order))], shape)
-		out, err := m.Forward(ctx, x)
-		if err != nil {
-			return 0, err
-		}
-		loss := nn.CrossEntropy(out, y)
-		if err := m.Backward(ctx, loss); err != nil { // gradients are now the average over the ranks
-			return 0, err
-		}
-		opt.Step()
-		opt.ZeroGrad()
-		sched.Step()
-		sum += float64(loss.Value.Item())
-		steps++
-	}
-	return sum / float64(max(steps, 1)), nil
-}
