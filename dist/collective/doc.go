@@ -22,8 +22,8 @@
 // of hanging or exchanging garbage.
 //
 // Algorithms: all-reduce by ring (bandwidth-optimal), recursive doubling
-// (latency-optimal) and recursive halving-doubling (medium sizes), with
-// non-power-of-two groups folded; broadcast and reduce by binomial tree and
+// (latency-optimal), recursive halving-doubling (medium sizes), with
+// non-power-of-two groups folded, and direct exchange (one round); broadcast and reduce by binomial tree and
 // pipelined chain; all-gather and reduce-scatter by ring and direct
 // exchange; pairwise all-to-all; direct gather and scatter; dissemination
 // barrier; point-to-point send and receive. Choose picks by payload size

@@ -76,6 +76,7 @@ var algorithms = []algorithm{
 	{AllReduce, "ring", allReduceRing, false},
 	{AllReduce, "recursive_doubling", allReduceRecursiveDoubling, true},
 	{AllReduce, "halving_doubling", allReduceHalvingDoubling, true},
+	{AllReduce, "direct", allReduceDirect, true},
 	{Broadcast, "chain", broadcastChain, true},
 	{Broadcast, "tree", broadcastTree, true},
 	{Reduce, "chain", reduceChain, true},
