@@ -2,20 +2,29 @@ package main
 
 import (
 	"context"
+	"encoding/json"
+	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"iter"
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime"
 	"runtime/pprof"
 	"strconv"
+	"syscall"
 	"time"
 
 	"cohort/autograd"
 	"cohort/data"
 	"cohort/datasets"
+	"cohort/ddp"
+	"cohort/dist"
+	"cohort/dist/rendezvous"
+	"cohort/launch"
 	"cohort/models"
 	"cohort/nn"
 	"cohort/optim"
@@ -23,9 +32,12 @@ import (
 )
 
 // The anchor workload (see the PyTorch anchors' ddp_mlp_bench.py): 60000
-// synthetic MNIST-shaped samples from seed 1234, DistributedSampler(world 1,
-// shuffle, seed 0) batches of 64 without the last partial batch, SGD lr
-// 0.01 momentum 0.9, cross-entropy loss.
+// synthetic MNIST-shaped samples from seed 1234, DistributedSampler(world,
+// rank, shuffle, seed 0) batches of 64 per rank without the last partial
+// batch, model seed 0, SGD lr 0.01 momentum 0.9, cross-entropy loss; DDP
+// with the default 25 MiB buckets (1 MiB first bucket). Timing: warm-up
+// steps, a barrier, the timed steps, a barrier; samples/s =
+// world·64·steps / rank 0's wall time.
 const (
 	trainSamples     = 60000
 	trainBatch       = 64
@@ -34,76 +46,270 @@ const (
 	trainSamplerSeed = 0
 )
 
-// benchTrain runs `cohort bench train`: single-process training throughput
-// of the anchor MLP or LeNet CNN, data loading included.
+const benchTrainUsage = `usage: cohort bench train [flags]
+
+Training throughput of the anchor workload (the MLP or LeNet CNN on 60000
+synthetic MNIST-shaped samples, batch 64 per rank, SGD): --world worker
+processes of this executable are started through the launcher (as cohort
+run does), each trains its replica with ddp, and rank 0 reports
+
+    train: MODEL world N samples/s X
+
+with the step time, the share of time spent waiting for data, and the
+share of gradient communication hidden behind backward.
+
+flags:
+`
+
+// trainSpec is one benchmark configuration: the parent's flags, passed on
+// to every worker.
+type trainSpec struct {
+	model      string
+	world      int
+	ddp        bool // wrap the model in ddp (required for world > 1)
+	view       bool // ddp.Options.GradientAsBucketView
+	transport  string
+	threads    int // GEMM threads per rank (COHORT_NUM_THREADS)
+	gomaxprocs int // each worker's GOMAXPROCS; 0: cores / world
+	steps      int
+	warmup     int
+	cpuprofile string
+}
+
+func (s trainSpec) validate() error {
+	var errs []error
+	if s.model != "mlp" && s.model != "cnn" {
+		errs = append(errs, fmt.Errorf("--model %q: want mlp or cnn", s.model))
+	}
+	if s.world < 1 || s.threads < 1 || s.steps < 1 || s.warmup < 0 || s.gomaxprocs < 0 {
+		errs = append(errs, fmt.Errorf("--world %d, --threads %d, --steps %d, --warmup %d, --gomaxprocs %d: want world, threads and steps ≥ 1, warmup and gomaxprocs ≥ 0",
+			s.world, s.threads, s.steps, s.warmup, s.gomaxprocs))
+	}
+	if !s.ddp && s.world > 1 {
+		errs = append(errs, fmt.Errorf("--ddp=false with --world %d: several ranks need ddp to stay in step", s.world))
+	}
+	switch s.transport {
+	case "auto", "tcp", "shm":
+	default:
+		errs = append(errs, fmt.Errorf("--transport %q: want auto, tcp or shm", s.transport))
+	}
+	return errors.Join(errs...)
+}
+
+// procs is the GOMAXPROCS each worker runs with.
+func (s trainSpec) procs() int {
+	if s.gomaxprocs > 0 {
+		return s.gomaxprocs
+	}
+	return max(1, runtime.NumCPU()/s.world)
+}
+
+// workerArgs are the flags that make a worker run s and write rank 0's
+// result to result.
+func (s trainSpec) workerArgs(result string) []string {
+	return []string{"--model", s.model, "--world", strconv.Itoa(s.world),
+		"--ddp=" + strconv.FormatBool(s.ddp), "--view=" + strconv.FormatBool(s.view),
+		"--transport", s.transport, "--threads", strconv.Itoa(s.threads),
+		"--gomaxprocs", strconv.Itoa(s.procs()), "--steps", strconv.Itoa(s.steps),
+		"--warmup", strconv.Itoa(s.warmup), "--cpuprofile", s.cpuprofile,
+		"--worker", "--result", result}
+}
+
+// benchTrain runs `cohort bench train`.
 func benchTrain(args []string) int {
 	fs := flag.NewFlagSet("cohort bench train", flag.ContinueOnError)
-	model := fs.String("model", "mlp", "mlp or cnn")
-	threads := fs.Int("threads", 1, "threads: GOMAXPROCS and the GEMM thread count (COHORT_NUM_THREADS)")
-	steps := fs.Int("steps", 200, "timed steps")
-	warmup := fs.Int("warmup", 20, "untimed steps before timing")
-	cpuprofile := fs.String("cpuprofile", "", "write a CPU profile of the timed steps to this file")
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchTrainUsage)
+		fs.PrintDefaults()
+	}
+	var s trainSpec
+	fs.StringVar(&s.model, "model", "mlp", "mlp or cnn")
+	fs.IntVar(&s.world, "world", 1, "worker processes (ranks) on this machine")
+	fs.BoolVar(&s.ddp, "ddp", true, "wrap the model in ddp; --ddp=false (world 1 only) measures the plain training loop")
+	fs.BoolVar(&s.view, "view", true, "gradients as views into ddp's buckets (GradientAsBucketView)")
+	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
+	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per rank (COHORT_NUM_THREADS); the anchor uses 1")
+	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: cores / world")
+	fs.IntVar(&s.steps, "steps", 200, "timed steps")
+	fs.IntVar(&s.warmup, "warmup", 20, "untimed steps before timing")
+	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
+	worker := fs.Bool("worker", false, "internal: run as one rank of the job")
+	result := fs.String("result", "", "internal: where rank 0 writes its result")
 	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
 		return 2
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cohort bench train: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	if *model != "mlp" && *model != "cnn" {
-		fmt.Fprintf(os.Stderr, "cohort bench train: --model %q: want mlp or cnn\n", *model)
+	if err := s.validate(); err != nil {
+		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
 		return 2
 	}
-	if *threads < 1 || *steps < 1 || *warmup < 0 {
-		fmt.Fprintf(os.Stderr, "cohort bench train: --threads %d, --steps %d, --warmup %d: want threads and steps ≥ 1, warmup ≥ 0\n", *threads, *steps, *warmup)
-		return 2
-	}
-	// The kernels read their configuration once, at first use: set it
-	// before anything runs one.
-	if err := os.Setenv("COHORT_NUM_THREADS", strconv.Itoa(*threads)); err != nil {
-		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
-		return 1
-	}
-	runtime.GOMAXPROCS(*threads)
-	desc, err := gemmbench.Describe()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
-		return 1
-	}
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt)
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	fmt.Printf("train: model %s, batch %d, %d warm-up + %d timed steps, GOMAXPROCS %d, gemm %s\n",
-		*model, trainBatch, *warmup, *steps, *threads, desc)
-	r, err := trainRun(ctx, *model, *warmup, *steps, *cpuprofile)
+	if *worker {
+		if err := trainWorker(ctx, s, *result); err != nil {
+			fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
+			return 1
+		}
+		return 0
+	}
+	exe, err := os.Executable()
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
 		return 1
 	}
-	fmt.Printf("train: %d params, step %.2f ms, data %.1f%%, last loss %.4f, wall %.2f s\n",
-		r.params, r.wall.Seconds()*1e3/float64(*steps), 100*r.data.Seconds()/r.wall.Seconds(), r.lastLoss, r.wall.Seconds())
-	fmt.Printf("train: %s samples/s %.0f\n", *model, float64(trainBatch**steps)/r.wall.Seconds())
+	stop() // the launcher forwards signals to the workers from here on
+	r, err := spawnTrain(context.Background(), s, []string{exe, "bench", "train"}, os.Environ(), os.Stderr)
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
+		return 1
+	}
+	printTrain(os.Stdout, s, r)
 	return 0
 }
 
-type trainResult struct {
-	params   int
-	wall     time.Duration // the timed steps, data loading included
-	data     time.Duration // time spent waiting for the next batch
-	lastLoss float32
+// spawnTrain runs s as s.world worker processes started through the
+// launcher: self[0] with the arguments self[1:] followed by the worker
+// flags, in the environment env. It returns rank 0's result. The workers'
+// output goes to out, prefixed with their rank.
+func spawnTrain(ctx context.Context, s trainSpec, self []string, env []string, out io.Writer) (trainResult, error) {
+	dir, err := os.MkdirTemp("", "cohort-bench-train-")
+	if err != nil {
+		return trainResult{}, err
+	}
+	defer os.RemoveAll(dir)
+	resultFile := filepath.Join(dir, "result.json")
+	sigs := make(chan os.Signal, 2)
+	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
+	defer signal.Stop(sigs)
+	err = launch.Run(ctx, launch.Config{
+		NProcPerNode: s.world,
+		Program:      self[0],
+		Args:         append(append([]string(nil), self[1:]...), s.workerArgs(resultFile)...),
+		Env:          env,
+		Stdout:       out,
+		Stderr:       out,
+		Signals:      sigs,
+	})
+	var we *launch.WorkerError
+	if errors.As(err, &we) {
+		return trainResult{}, errors.New(we.Report())
+	}
+	if err != nil {
+		return trainResult{}, err
+	}
+	b, err := os.ReadFile(resultFile)
+	if err != nil {
+		return trainResult{}, fmt.Errorf("rank 0 wrote no result: %w", err)
+	}
+	var r trainResult
+	if err := json.Unmarshal(b, &r); err != nil {
+		return trainResult{}, fmt.Errorf("rank 0's result: %w", err)
+	}
+	return r, nil
 }
 
-// trainRun builds the workload and runs warmup untimed and steps timed
-// training steps.
-func trainRun(ctx context.Context, modelName string, warmup, steps int, cpuprofile string) (trainResult, error) {
+// printTrain reports a run; its last line is `train: MODEL world N
+// samples/s X`.
+func printTrain(w io.Writer, s trainSpec, r trainResult) {
+	mode := "no ddp"
+	if s.ddp {
+		mode = fmt.Sprintf("ddp (transport %s, bucket views %v)", s.transport, s.view)
+	}
+	fmt.Fprintf(w, "train: model %s, world %d, %s, batch %d per rank, %d warm-up + %d timed steps, GOMAXPROCS %d, gemm %s\n",
+		s.model, s.world, mode, trainBatch, s.warmup, s.steps, r.GOMAXPROCS, r.Gemm)
+	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", d.Seconds()*1e3/float64(s.steps)) }
+	fmt.Fprintf(w, "train: %d params, step %s, data %.1f%%, last loss %.4f, wall %.2f s\n",
+		r.Params, ms(r.Wall), 100*r.Data.Seconds()/r.Wall.Seconds(), r.LastLoss, r.Wall.Seconds())
+	if st := r.DDP; st != nil && s.world > 1 {
+		fmt.Fprintf(w, "train: rank 0 per step: forward %s, backward %s, all-reduce %s (%.0f%% hidden behind backward), exposed %s\n",
+			ms(st.Forward), ms(st.Backward), ms(st.Comm), 100*st.HiddenFraction(), ms(st.Exposed))
+	}
+	fmt.Fprintf(w, "train: %s world %d samples/s %.0f\n", s.model, s.world, float64(s.world*trainBatch*s.steps)/r.Wall.Seconds())
+}
+
+// trainResult is rank 0's measurement.
+type trainResult struct {
+	Params     int
+	Wall       time.Duration // the timed steps, between the two barriers
+	Data       time.Duration // time spent waiting for the next batch
+	LastLoss   float32
+	DDP        *ddp.Stats // over the timed steps; nil without ddp
+	GOMAXPROCS int
+	Gemm       string
+}
+
+// trainWorker is one rank: it joins the job described by the environment
+// (a world of one without a launcher), trains and, on rank 0, writes the
+// result to resultFile.
+func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
+	// The kernels read their configuration once, at first use: set it
+	// before anything runs one.
+	if err := os.Setenv("COHORT_NUM_THREADS", strconv.Itoa(s.threads)); err != nil {
+		return err
+	}
+	runtime.GOMAXPROCS(s.procs())
+	gemm, err := gemmbench.Describe()
+	if err != nil {
+		return err
+	}
+	var pg dist.ProcessGroup
+	rank := 0
+	if s.ddp {
+		info, err := rendezvous.FromEnv(os.Getenv)
+		if err != nil {
+			return err
+		}
+		if info.WorldSize != s.world {
+			return fmt.Errorf("the environment says world %d, --world %d", info.WorldSize, s.world)
+		}
+		if pg, err = dist.InitFromInfo(ctx, info, dist.Options{Transport: s.transport}); err != nil {
+			return err
+		}
+		defer pg.Close()
+		rank = pg.Rank()
+	}
+	profile := s.cpuprofile
+	if profile != "" && rank > 0 {
+		profile += "." + strconv.Itoa(rank)
+	}
+	r, err := trainRun(ctx, s, pg, profile)
+	if err != nil {
+		return fmt.Errorf("rank %d: %w", rank, err)
+	}
+	if rank != 0 {
+		return nil
+	}
+	r.GOMAXPROCS, r.Gemm = runtime.GOMAXPROCS(0), gemm
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(resultFile, b, 0o644)
+}
+
+// trainRun builds the workload for pg's rank (a world of one when pg is
+// nil, in which case the model is not wrapped) and runs s.warmup untimed
+// and s.steps timed training steps.
+func trainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile string) (trainResult, error) {
 	shape := []int{784}
-	if modelName == "cnn" {
+	if s.model == "cnn" {
 		shape = []int{1, 28, 28}
+	}
+	world, rank := 1, 0
+	if pg != nil {
+		world, rank = pg.Size(), pg.Rank()
 	}
 	ds, err := datasets.NewSynthetic(trainSamples, shape, 10, trainDataSeed)
 	if err != nil {
 		return trainResult{}, err
 	}
-	sampler, err := data.NewDistributedSampler(ds.Len(), 1, 0, true, trainSamplerSeed, false)
+	sampler, err := data.NewDistributedSampler(ds.Len(), world, rank, true, trainSamplerSeed, false)
 	if err != nil {
 		return trainResult{}, err
 	}
@@ -117,14 +323,44 @@ func trainRun(ctx context.Context, modelName string, warmup, steps int, cpuprofi
 	}
 	rng := rand.New(rand.NewPCG(trainModelSeed, 0))
 	var model nn.Layer
-	if modelName == "cnn" {
+	if s.model == "cnn" {
 		model = models.LeNet(rng)
 	} else {
 		model = models.MLP(rng)
 	}
-	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(model), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+	res := trainResult{Params: nn.NumParameters(model)}
+	// forwardBackward is the plain loop's, or ddp's.
+	forwardBackward := func(x *autograd.Var, y []int64) (*autograd.Var, error) {
+		loss := nn.CrossEntropy(model.Forward(x), y)
+		autograd.Backward(loss)
+		return loss, nil
+	}
+	var params nn.Module = model
+	var m *ddp.Model
+	if pg != nil {
+		if m, err = ddp.Wrap(ctx, model, pg, ddp.Options{GradientAsBucketView: s.view}); err != nil {
+			return res, err
+		}
+		defer m.Close()
+		params = m
+		forwardBackward = func(x *autograd.Var, y []int64) (*autograd.Var, error) {
+			out, err := m.Forward(ctx, x)
+			if err != nil {
+				return nil, err
+			}
+			loss := nn.CrossEntropy(out, y)
+			return loss, m.Backward(ctx, loss)
+		}
+	}
+	opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(params), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
 	if err != nil {
-		return trainResult{}, err
+		return res, err
+	}
+	barrier := func() error {
+		if pg == nil {
+			return nil
+		}
+		return pg.Barrier(ctx).Wait()
 	}
 
 	// Batches walks the epochs in turn; pull one batch at a time so that
@@ -132,8 +368,6 @@ func trainRun(ctx context.Context, modelName string, warmup, steps int, cpuprofi
 	// pull.
 	next, stop := iter.Pull2(epochs(ctx, loader))
 	defer stop()
-	var res trainResult
-	res.params = nn.NumParameters(model)
 	step := func() (data time.Duration, err error) {
 		t := time.Now()
 		b, err, ok := next()
@@ -145,16 +379,24 @@ func trainRun(ctx context.Context, modelName string, warmup, steps int, cpuprofi
 			return data, err
 		}
 		opt.ZeroGrad()
-		loss := nn.CrossEntropy(model.Forward(autograd.NewVar(b.X, false)), b.Labels)
-		autograd.Backward(loss)
+		loss, err := forwardBackward(autograd.NewVar(b.X, false), b.Labels)
+		if err != nil {
+			return data, err
+		}
 		opt.Step()
-		res.lastLoss = loss.Value.Item()
+		res.LastLoss = loss.Value.Item()
 		return data, nil
 	}
-	for range warmup {
+	for range s.warmup {
 		if _, err := step(); err != nil {
 			return res, err
 		}
+	}
+	if err := barrier(); err != nil {
+		return res, fmt.Errorf("barrier after warm-up: %w", err)
+	}
+	if m != nil {
+		m.ResetStats()
 	}
 	if cpuprofile != "" {
 		f, err := os.Create(cpuprofile)
@@ -168,14 +410,21 @@ func trainRun(ctx context.Context, modelName string, warmup, steps int, cpuprofi
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
-	for range steps {
+	for range s.steps {
 		d, err := step()
-		res.data += d
+		res.Data += d
 		if err != nil {
 			return res, err
 		}
 	}
-	res.wall = time.Since(start)
+	if err := barrier(); err != nil {
+		return res, fmt.Errorf("barrier after the timed steps: %w", err)
+	}
+	res.Wall = time.Since(start)
+	if m != nil {
+		st := m.Stats()
+		res.DDP = &st
+	}
 	return res, nil
 }
 
