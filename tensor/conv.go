@@ -1,9 +1,15 @@
 package tensor
 
-// 2-D convolution as im2col + one GEMM over the whole batch: the input
-// windows are unfolded into a [C·KH·KW, N·OH·OW] matrix ("col"), so the
-// output is weight[O, C·KH·KW] @ col. The backward pass reuses col for the
-// weight gradient and folds weightᵀ @ dy back into the input (col2im).
+import "math"
+
+// 2-D convolution as GEMM over unfolded input windows. The input is
+// unfolded (im2col) into a [C·KH·KW, positions] matrix ("col") a chunk of
+// samples at a time, so the output is weight[O, C·KH·KW] @ col; the
+// backward pass multiplies the output gradient by colᵀ for the weight
+// gradient and folds weightᵀ @ dy back onto the input (col2im) for the
+// input gradient. Stride-1 convolutions use the wide unfolding of
+// conv_wide.go, whose rows are contiguous slices of the (padded) input;
+// other strides the general unfolding of conv_im2col.go.
 
 // ConvGeom is the geometry of a 2-D convolution or pooling window over an
 // N×C×H×W input: kernel KH×KW, equal stride and zero padding on both axes,
@@ -70,79 +76,6 @@ func Col2ImAdd(dx, col *Tensor, g ConvGeom) {
 	col2imAdd(dx.Data(), col.Contiguous().Data(), g, 0, g.N)
 }
 
-// im2colInto unfolds samples [n0, n0+nb) of the contiguous input xd into
-// cd, laid out [C·KH·KW, nb·OH·OW]. Every entry of cd is written (padding
-// as zeros), so cd may hold stale data.
-func im2colInto(cd, xd []float32, g ConvGeom, n0, nb int) {
-	L := g.OH * g.OW
-	cols := nb * L
-	s, p := g.Stride, g.Padding
-	for c := 0; c < g.C; c++ {
-		for ki := 0; ki < g.KH; ki++ {
-			ohLo, ohHi := outRange(ki, s, p, g.H, g.OH)
-			for kj := 0; kj < g.KW; kj++ {
-				owLo, owHi := outRange(kj, s, p, g.W, g.OW)
-				row := cd[((c*g.KH+ki)*g.KW+kj)*cols:][:cols]
-				for n := 0; n < nb; n++ {
-					plane := xd[((n0+n)*g.C+c)*g.H*g.W:][:g.H*g.W]
-					dst := row[n*L : (n+1)*L]
-					clear(dst[:ohLo*g.OW])
-					clear(dst[ohHi*g.OW:])
-					for oh := ohLo; oh < ohHi; oh++ {
-						src := plane[(oh*s-p+ki)*g.W:][:g.W]
-						drow := dst[oh*g.OW:][:g.OW]
-						clear(drow[:owLo])
-						clear(drow[owHi:])
-						iw0 := owLo*s - p + kj
-						if s == 1 {
-							copy(drow[owLo:owHi], src[iw0:])
-						} else {
-							for ow, iw := owLo, iw0; ow < owHi; ow, iw = ow+1, iw+s {
-								drow[ow] = src[iw]
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
-// col2imAdd is the adjoint of im2colInto: it adds cd ([C·KH·KW, nb·OH·OW])
-// onto samples [n0, n0+nb) of dd.
-func col2imAdd(dd, cd []float32, g ConvGeom, n0, nb int) {
-	L := g.OH * g.OW
-	cols := nb * L
-	s, p := g.Stride, g.Padding
-	for c := 0; c < g.C; c++ {
-		for ki := 0; ki < g.KH; ki++ {
-			ohLo, ohHi := outRange(ki, s, p, g.H, g.OH)
-			for kj := 0; kj < g.KW; kj++ {
-				owLo, owHi := outRange(kj, s, p, g.W, g.OW)
-				row := cd[((c*g.KH+ki)*g.KW+kj)*cols:][:cols]
-				for n := 0; n < nb; n++ {
-					plane := dd[((n0+n)*g.C+c)*g.H*g.W:][:g.H*g.W]
-					src := row[n*L : (n+1)*L]
-					for oh := ohLo; oh < ohHi; oh++ {
-						drow := plane[(oh*s-p+ki)*g.W:][:g.W]
-						srow := src[oh*g.OW:][:g.OW]
-						if s == 1 {
-							d := drow[owLo-p+kj : owHi-p+kj]
-							for i, v := range srow[owLo:owHi] {
-								d[i] += v
-							}
-							continue
-						}
-						for ow, iw := owLo, owLo*s-p+kj; ow < owHi; ow, iw = ow+1, iw+s {
-							drow[iw] += srow[ow]
-						}
-					}
-				}
-			}
-		}
-	}
-}
-
 func convCheck(op string, x, w, b *Tensor, stride, padding int) ConvGeom {
 	if len(w.shape) != 4 {
 		panicf("%s: weight shape %v, want [O, C, KH, KW]", op, w.shape)
@@ -157,54 +90,41 @@ func convCheck(op string, x, w, b *Tensor, stride, padding int) ConvGeom {
 	return g
 }
 
-// convChunk returns how many samples one GEMM of a convolution covers:
-// enough output positions (about 1024 columns) to keep the GEMM efficient
-// while the unfolded chunk stays cache-sized.
-func convChunk(g ConvGeom) int {
-	L := max(g.OH*g.OW, 1)
-	return max(1, min(g.N, (1024+L-1)/L))
-}
-
 // Conv2d returns the 2-D cross-correlation of x [N, C, H, W] with weight
 // [O, C, KH, KW] plus bias [O] (nil for none): [N, O, OH, OW], with equal
 // stride and zero padding on both axes (PyTorch's conv2d).
 //
-// The input is unfolded (im2col) a chunk of samples at a time into a
-// scratch matrix and multiplied by the weight with one GEMM per chunk, so
-// no full-batch unfolded copy is ever built.
+// The input is unfolded a chunk of samples at a time into a scratch matrix
+// and multiplied by the weight with one GEMM per chunk, so no full-batch
+// unfolded copy is ever built; the bias is added while the product is
+// copied out.
 func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
-	g := convCheck("Conv2d", x, w, b, stride, padding)
-	O, K := w.shape[0], g.C*g.KH*g.KW
-	L := g.OH * g.OW
-	xd := x.Contiguous().Data()
-	w2 := w.Contiguous().Reshape(O, K)
+	return conv2d("Conv2d", x, w, b, stride, padding, false)
+}
+
+// Conv2dReLU returns max(Conv2d(x, w, b, stride, padding), 0), computed in
+// the same pass as the convolution (no intermediate tensor). Its gradients
+// come from Conv2dReLUBackward.
+func Conv2dReLU(x, w, b *Tensor, stride, padding int) *Tensor {
+	return conv2d("Conv2dReLU", x, w, b, stride, padding, true)
+}
+
+func conv2d(op string, x, w, b *Tensor, stride, padding int, relu bool) *Tensor {
+	g := convCheck(op, x, w, b, stride, padding)
 	var bd []float32
 	if b != nil {
 		bd = b.Contiguous().Data()
 	}
-	y := New(g.N, O, g.OH, g.OW)
-	yd := y.Data()
-	nb := convChunk(g)
-	col := make([]float32, K*nb*L)
-	out := make([]float32, O*nb*L)
-	for n0 := 0; n0 < g.N; n0 += nb {
-		m := min(nb, g.N-n0)
-		cols := m * L
-		im2colInto(col, xd, g, n0, m)
-		Gemm(FromSlice(out[:O*cols], O, cols), w2, FromSlice(col[:K*cols], K, cols), 1, 0)
-		for o := 0; o < O; o++ {
-			var bias float32
-			if bd != nil {
-				bias = bd[o]
-			}
-			src := out[o*cols:][:cols]
-			for n := 0; n < m; n++ {
-				dst := yd[((n0+n)*O+o)*L:][:L]
-				for i, v := range src[n*L : (n+1)*L] {
-					dst[i] = v + bias
-				}
-			}
-		}
+	y := New(g.N, w.shape[0], g.OH, g.OW)
+	if g.N == 0 || y.Len() == 0 {
+		return y
+	}
+	xd := x.Contiguous().Data()
+	w2 := w.Contiguous().Reshape(w.shape[0], g.C*g.KH*g.KW)
+	if stride == 1 {
+		wideConvForward(y.Data(), xd, w2, bd, g, relu)
+	} else {
+		im2colConvForward(y.Data(), xd, w2, bd, g, relu)
 	}
 	return y
 }
@@ -214,46 +134,73 @@ func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
 // needInput), dw shaped like w, and db [O]. The unfolded input is
 // recomputed chunk by chunk rather than kept from the forward pass.
 func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
-	g := convCheck("Conv2dBackward", x, w, nil, stride, padding)
-	O, K := w.shape[0], g.C*g.KH*g.KW
-	L := g.OH * g.OW
-	if want := []int{g.N, O, g.OH, g.OW}; !equalInts(dy.shape, want) {
-		panicf("Conv2dBackward: output gradient shape %v, want %v", dy.shape, want)
+	return conv2dBackward("Conv2dBackward", dy, nil, x, w, stride, padding, needInput)
+}
+
+// Conv2dReLUBackward returns the gradients of Conv2dReLU given the output
+// gradient dy, the output y = Conv2dReLU(x, w, b, stride, padding), the
+// input x and the weight w, as Conv2dBackward: dy flows back only where y
+// is positive (ReLU's gradient is 0 at 0, as PyTorch's).
+func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
+	if !equalInts(y.shape, dy.shape) {
+		panicf("Conv2dReLUBackward: output shape %v, output gradient shape %v: want equal", y.shape, dy.shape)
 	}
-	xd := x.Contiguous().Data()
-	dyd := dy.Contiguous().Data()
-	w2 := w.Contiguous().Reshape(O, K)
+	return conv2dBackward("Conv2dReLUBackward", dy, y, x, w, stride, padding, needInput)
+}
+
+func conv2dBackward(op string, dy, y, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
+	g := convCheck(op, x, w, nil, stride, padding)
+	O := w.shape[0]
+	if want := []int{g.N, O, g.OH, g.OW}; !equalInts(dy.shape, want) {
+		panicf("%s: output gradient shape %v, want %v", op, dy.shape, want)
+	}
 	dw, db = New(w.shape...), New(O)
-	dw2, dbd := dw.Reshape(O, K), db.Data()
 	if needInput {
 		dx = New(x.shape...)
 	}
-	nb := convChunk(g)
-	col := make([]float32, K*nb*L)
-	g2 := make([]float32, O*nb*L)
-	for n0 := 0; n0 < g.N; n0 += nb {
-		m := min(nb, g.N-n0)
-		cols := m * L
-		// dy chunk [m, O, L] -> g2 [O, m·L]; db = its row sums.
-		for n := 0; n < m; n++ {
-			for o := 0; o < O; o++ {
-				src := dyd[((n0+n)*O+o)*L:][:L]
-				copy(g2[o*cols+n*L:], src)
-				var acc float64
-				for _, v := range src {
-					acc += float64(v)
-				}
-				dbd[o] += float32(acc)
-			}
-		}
-		gt := FromSlice(g2[:O*cols], O, cols)
-		ct := FromSlice(col[:K*cols], K, cols)
-		im2colInto(col, xd, g, n0, m)
-		Gemm(dw2, gt, ct.T(), 1, 1) // dw += dy·colᵀ
-		if needInput {
-			Gemm(ct, w2.T(), gt, 1, 0) // dcol = wᵀ·dy, reusing col
-			col2imAdd(dx.Data(), col, g, n0, m)
-		}
+	if dy.Len() == 0 {
+		return dx, dw, db
+	}
+	a := convGrads{
+		dy: dy.Contiguous().Data(),
+		xd: x.Contiguous().Data(),
+		w2: w.Contiguous().Reshape(O, g.C*g.KH*g.KW),
+		dw: dw.Reshape(O, g.C*g.KH*g.KW),
+		db: db.Data(),
+	}
+	if y != nil {
+		a.mask = y.Contiguous().Data()
+	}
+	if dx != nil {
+		a.dx = dx.Data()
+	}
+	if stride == 1 {
+		wideConvBackward(a, g)
+	} else {
+		im2colConvBackward(a, g)
 	}
 	return dx, dw, db
+}
+
+// convGrads holds the operands of a convolution's backward pass.
+type convGrads struct {
+	dy   []float32 // output gradient [N, O, OH, OW]
+	mask []float32 // fused ReLU output [N, O, OH, OW]: dy counts only where it is > 0; nil for none
+	xd   []float32 // input [N, C, H, W]
+	w2   *Tensor   // weight [O, C·KH·KW]
+	dw   *Tensor   // weight gradient [O, C·KH·KW], accumulated into
+	db   []float32 // bias gradient [O], accumulated into
+	dx   []float32 // input gradient [N, C, H, W], accumulated into; nil when not needed
+}
+
+// reluMaskRow writes g where y > 0 and 0 elsewhere (also where y is NaN or
+// −0), branch-free: y ≥ 0 always holds for a ReLU output, so its bits are
+// non-zero exactly when it is positive or NaN.
+func reluMaskRow(dst, g, y []float32) {
+	g = g[:len(dst)]
+	y = y[:len(dst)]
+	for i, v := range y {
+		m := uint32(int32(-math.Float32bits(v)) >> 31)
+		dst[i] = math.Float32frombits(math.Float32bits(g[i]) & m)
+	}
 }
