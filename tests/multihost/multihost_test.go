@@ -196,8 +196,9 @@ func (s *suite) testCollectives(t *testing.T) {
 
 // checkTransports asserts, from the workers' SOCKETS and SHM reports,
 // that ranks on different hosts hold a TCP connection to each other over
-// the hosts' addresses and share no memory, and that ranks on one host
-// share a mapped file (shared memory) and hold no TCP connection.
+// the hosts' addresses and share no memory (subtest tcp-between-hosts),
+// and that ranks on one host share a mapped file, i.e. shared memory, and
+// hold no TCP connection (subtest shm-within-host).
 func checkTransports(t *testing.T, tp *topology, lines []string) {
 	t.Helper()
 	socks, maps := reports(lines, "SOCKETS"), reports(lines, "SHM")
@@ -221,38 +222,52 @@ func checkTransports(t *testing.T, tp *topology, lines []string) {
 		}
 		shared[r] = splitList(mr.fields["maps"])
 	}
-	hostIPs := []string{tp.hosts[0].ip, tp.hosts[1].ip}
+	type pair struct{ a, b int }
+	var cross, local []pair
 	for a := range world {
 		for b := a + 1; b < world; b++ {
-			na, nb := a/nprocPerNode, b/nprocPerNode
-			links := linked(conns[a], conns[b], na == nb)
-			common := intersect(shared[a], shared[b])
-			if na != nb {
-				if len(links) == 0 {
-					t.Errorf("ranks %d (host %d) and %d (host %d) share no TCP connection; rank %d holds %v, rank %d holds %v",
-						a, na, b, nb, a, conns[a], b, conns[b])
-				}
-				for _, c := range links {
-					if !slices.Contains(hostIPs, hostOf(c[0])) || !slices.Contains(hostIPs, hostOf(c[1])) {
-						t.Errorf("ranks %d and %d: connection %s>%s is not between the hosts' addresses %v", a, b, c[0], c[1], hostIPs)
-					}
-				}
-				if len(common) > 0 {
-					t.Errorf("ranks %d and %d are on different hosts but map the same files %v", a, b, common)
-				}
-				t.Logf("ranks %d-%d (hosts %d-%d): tcp %v", a, b, na, nb, links)
-				continue
+			if a/nprocPerNode != b/nprocPerNode {
+				cross = append(cross, pair{a, b})
+			} else {
+				local = append(local, pair{a, b})
 			}
-			if len(common) == 0 {
-				t.Errorf("ranks %d and %d share host %d but map no file in common: under transport auto they should use shared memory; they use tcp %v",
-					a, b, na, links)
-			}
-			if len(links) > 0 {
-				t.Errorf("ranks %d and %d share host %d but are connected over tcp %v", a, b, na, links)
-			}
-			t.Logf("ranks %d-%d (host %d): shared mappings %v, tcp %v", a, b, na, common, links)
 		}
 	}
+	hostIPs := []string{tp.hosts[0].ip, tp.hosts[1].ip}
+	t.Run("tcp-between-hosts", func(t *testing.T) {
+		for _, p := range cross {
+			a, b := p.a, p.b
+			links := linked(conns[a], conns[b], false)
+			if len(links) == 0 {
+				t.Errorf("ranks %d (host %d) and %d (host %d) share no TCP connection; rank %d holds %v, rank %d holds %v",
+					a, a/nprocPerNode, b, b/nprocPerNode, a, conns[a], b, conns[b])
+			}
+			for _, c := range links {
+				if !slices.Contains(hostIPs, hostOf(c[0])) || !slices.Contains(hostIPs, hostOf(c[1])) {
+					t.Errorf("ranks %d and %d: connection %s>%s is not between the hosts' addresses %v", a, b, c[0], c[1], hostIPs)
+				}
+			}
+			if common := intersect(shared[a], shared[b]); len(common) > 0 {
+				t.Errorf("ranks %d and %d are on different hosts but map the same files %v", a, b, common)
+			}
+			t.Logf("ranks %d-%d: tcp %v", a, b, links)
+		}
+	})
+	t.Run("shm-within-host", func(t *testing.T) {
+		for _, p := range local {
+			a, b := p.a, p.b
+			links := linked(conns[a], conns[b], true)
+			common := intersect(shared[a], shared[b])
+			if len(common) == 0 {
+				t.Errorf("ranks %d and %d share host %d but map no file in common: under transport auto they should use shared memory; they use tcp %v",
+					a, b, a/nprocPerNode, links)
+			}
+			if len(links) > 0 {
+				t.Errorf("ranks %d and %d share host %d but are connected over tcp %v", a, b, a/nprocPerNode, links)
+			}
+			t.Logf("ranks %d-%d: shared mappings %v, tcp %v", a, b, common, links)
+		}
+	})
 }
 
 // linked returns a's connections whose other end is one of b's. Two
