@@ -52,6 +52,7 @@ type Config struct {
 	Threads int
 	// SegmentBytes and Algo override the automatic choices (for tuning).
 	SegmentBytes int64
+	InlineBytes  int64
 	Algo         string
 }
 
@@ -98,6 +99,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	jsonOut := fs.String("json", "", "also append the results as JSON lines to this file")
 	timeout := fs.Duration("timeout", 10*time.Minute, "bound on the whole run")
 	segment := fs.String("segment", "0", "pipeline segment size (0: automatic; see collective.Tuning)")
+	inline := fs.String("inline", "0", "largest payload run inline (0: automatic; see collective.Tuning)")
 	algo := fs.String("algo", "", "force this algorithm (see collective.Algorithms; default: automatic)")
 	threads := fs.Int("threads", 0, "Go threads per worker (GOMAXPROCS; 0: the cores divided among the workers, at least 1)")
 	profile := fs.String("cpuprofile", "", "write each rank's CPU profile to this path with the rank appended")
@@ -118,6 +120,14 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 			return 2
 		}
 		cfg.SegmentBytes = seg[0]
+	}
+	if *inline != "0" {
+		in, err := ParseSizes(*inline)
+		if err != nil || len(in) != 1 {
+			fmt.Fprintf(stderr, "cohort bench %s: bad --inline %q\n", op, *inline)
+			return 2
+		}
+		cfg.InlineBytes = in[0]
 	}
 	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
 		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
@@ -246,7 +256,7 @@ func (c Config) flags() []string {
 	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport,
 		"--sizes", strings.Join(sizes, ","), "--budget", c.Budget.String(), "--timeout", c.Timeout.String(),
 		"--cpuprofile", c.Profile, "--threads", strconv.Itoa(c.Threads),
-		"--segment", strconv.FormatInt(c.SegmentBytes, 10), "--algo", c.Algo, "--worker"}
+		"--segment", strconv.FormatInt(c.SegmentBytes, 10), "--inline", strconv.FormatInt(c.InlineBytes, 10), "--algo", c.Algo, "--worker"}
 }
 
 // torchrunVars are the variables the parent sets for each worker; any
@@ -367,7 +377,7 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	gopts := dist.GroupOptions{Timeout: 2 * time.Minute, Tuning: collective.Tuning{SegmentBytes: cfg.SegmentBytes}}
+	gopts := dist.GroupOptions{Timeout: 2 * time.Minute, Tuning: collective.Tuning{SegmentBytes: cfg.SegmentBytes, InlineBytes: cfg.InlineBytes}}
 	if cfg.Algo != "" {
 		gopts.Algorithms = map[collective.Kind]string{opKinds[cfg.Op]: cfg.Algo}
 	}

@@ -29,8 +29,10 @@ type Tuning struct {
 	MediumBytes int64
 	// InlineBytes: a plan that may run strictly in order and whose
 	// messages are at most this long runs on the caller's goroutine, with
-	// no hand-offs (default 64 KiB; negative disables). Transports must
+	// no hand-offs (default 1 MiB; negative disables). Transports must
 	// complete a Send of that size without waiting for the peer's Recv.
+	// On two ranks, all-reduces up to this size use halving-doubling
+	// (the ring's exchange pattern, unsegmented) so that they run inline.
 	InlineBytes int64
 }
 
@@ -40,7 +42,7 @@ const (
 	defaultDepth       = 2
 	defaultSmallBytes  = 64 << 10
 	defaultMediumBytes = 512 << 10
-	defaultInlineBytes = 64 << 10
+	defaultInlineBytes = 1 << 20
 )
 
 func (t Tuning) withDefaults() Tuning {
@@ -116,7 +118,7 @@ func Choose(c Call, size int, t Tuning) string {
 		switch {
 		case bytes <= t.SmallBytes:
 			return "recursive_doubling"
-		case bytes <= t.MediumBytes && size > 2:
+		case bytes <= t.MediumBytes && size > 2, size == 2 && bytes <= t.InlineBytes:
 			return "halving_doubling"
 		}
 		return "ring"
