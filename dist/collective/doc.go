@@ -11,15 +11,23 @@
 // output element holds exactly the right contributions, and text goldens in
 // testdata/ pin them down (go test -update rewrites them).
 //
-// An Executor runs plans over a transport.Transport. Steps run in plan
-// order, except that sends and receives are handed to one goroutine per
-// peer and direction and a step waits only for the earlier transfers whose
-// memory it touches: receiving segment k+1 overlaps with reducing segment
-// k. Every op starts with a fingerprint exchange (kind, dtype, op, count,
+// An Executor runs plans over a transport.Transport. Small plans whose
+// steps may run strictly in order (Plan.Inline) run on the caller's
+// goroutine with no hand-offs; the others hand sends and receives to one
+// goroutine per peer and direction, and a step waits only for the earlier
+// transfers whose memory it touches, so receiving piece k+1 overlaps with
+// reducing piece k. The executor relies on the transport contract that a
+// Send completes without waiting for the matching Recv (inproc, tcp and shm
+// queue early messages).
+//
+// Every op starts with a fingerprint exchange (kind, dtype, op, count,
 // root, seq) between each rank and the peers it talks to plus its ring
-// neighbours, so ranks that issued different calls at the same sequence
-// number fail with a *DesyncError naming both ranks and both calls instead
-// of hanging or exchanging garbage.
+// neighbours — riding in front of the first message of an inline plan, so
+// small ops pay no extra message — and ranks that issued different calls
+// at the same sequence number fail with a *DesyncError naming both ranks
+// and both calls instead of hanging or exchanging garbage. An op that
+// times out names the ranks whose fingerprint never arrived: the ones that
+// have not started it.
 //
 // Algorithms: all-reduce by ring (bandwidth-optimal), recursive doubling
 // (latency-optimal), recursive halving-doubling (medium sizes), with
