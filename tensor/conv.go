@@ -99,34 +99,72 @@ func convCheck(op string, x, w, b *Tensor, stride, padding int) ConvGeom {
 // unfolded copy is ever built; the bias is added while the product is
 // copied out.
 func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
-	return conv2d("Conv2d", x, w, b, stride, padding, false)
+	g, y := convStart("Conv2d", x, w, b, stride, padding, 1)
+	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data()})
+	return y
 }
 
 // Conv2dReLU returns max(Conv2d(x, w, b, stride, padding), 0), computed in
 // the same pass as the convolution (no intermediate tensor). Its gradients
 // come from Conv2dReLUBackward.
 func Conv2dReLU(x, w, b *Tensor, stride, padding int) *Tensor {
-	return conv2d("Conv2dReLU", x, w, b, stride, padding, true)
+	g, y := convStart("Conv2dReLU", x, w, b, stride, padding, 1)
+	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true})
+	return y
 }
 
-func conv2d(op string, x, w, b *Tensor, stride, padding int, relu bool) *Tensor {
+// Conv2dReLUMaxPool2d returns MaxPool2d(Conv2dReLU(x, w, b, stride,
+// padding), pool, pool, 0), the convolution block of LeNet- and VGG-style
+// networks, in one pass: the convolution's output is pooled while it is
+// still in cache and never stored. The result is [N, O, OH/pool, OW/pool]
+// (floor) and, for each of its elements, the index (oh·OW + ow) within its
+// convolution output plane of the element chosen, as MaxPool2d's. Pass
+// both to Conv2dReLUMaxPool2dBackward.
+//
+// The values equal the unfused ops' exactly; so do the gradients, up to
+// the order of the bias gradient's sum.
+func Conv2dReLUMaxPool2d(x, w, b *Tensor, stride, padding, pool int) (*Tensor, []int32) {
+	g, y := convStart("Conv2dReLUMaxPool2d", x, w, b, stride, padding, pool)
+	arg := make([]int32, y.Len())
+	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true, pool: pool, arg: arg})
+	return y, arg
+}
+
+// convStart checks the operands of a forward op and allocates its output,
+// the convolution's output pooled by pool×pool windows (1: not pooled).
+func convStart(op string, x, w, b *Tensor, stride, padding, pool int) (ConvGeom, *Tensor) {
 	g := convCheck(op, x, w, b, stride, padding)
-	var bd []float32
-	if b != nil {
-		bd = b.Contiguous().Data()
+	checkPool(op, g, pool)
+	return g, New(g.N, w.shape[0], g.OH/pool, g.OW/pool)
+}
+
+// checkPool panics unless pool×pool windows fit the convolution's output.
+func checkPool(op string, g ConvGeom, pool int) {
+	if pool < 1 || pool > g.OH || pool > g.OW {
+		panicf("%s: pool %d for a %dx%d convolution output (input shape %v, kernel %dx%d): want 1 ≤ pool ≤ output size", op, pool, g.OH, g.OW, []int{g.N, g.C, g.H, g.W}, g.KH, g.KW)
 	}
-	y := New(g.N, w.shape[0], g.OH, g.OW)
-	if g.N == 0 || y.Len() == 0 {
-		return y
+}
+
+func convBias(b *Tensor) []float32 {
+	if b == nil {
+		return nil
+	}
+	return b.Contiguous().Data()
+}
+
+// convForward runs the convolution of x by w through the path for its
+// stride, handing each chunk's product to ep.
+func convForward(x, w *Tensor, g ConvGeom, ep *convEpilogue) {
+	if len(ep.y) == 0 {
+		return
 	}
 	xd := x.Contiguous().Data()
 	w2 := w.Contiguous().Reshape(w.shape[0], g.C*g.KH*g.KW)
-	if stride == 1 {
-		wideConvForward(y.Data(), xd, w2, bd, g, relu)
+	if g.Stride == 1 {
+		wideConvForward(xd, w2, g, ep)
 	} else {
-		im2colConvForward(y.Data(), xd, w2, bd, g, relu)
+		im2colConvForward(xd, w2, g, ep)
 	}
-	return y
 }
 
 // Conv2dBackward returns the gradients of Conv2d given the output
@@ -134,7 +172,9 @@ func conv2d(op string, x, w, b *Tensor, stride, padding int, relu bool) *Tensor 
 // needInput), dw shaped like w, and db [O]. The unfolded input is
 // recomputed chunk by chunk rather than kept from the forward pass.
 func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
-	return conv2dBackward("Conv2dBackward", dy, nil, x, w, stride, padding, needInput)
+	g := convCheck("Conv2dBackward", x, w, nil, stride, padding)
+	checkGradShape("Conv2dBackward", dy, g, w, 1)
+	return convBackward(&convPrologue{dy: dy.Contiguous().Data()}, x, w, g, needInput)
 }
 
 // Conv2dReLUBackward returns the gradients of Conv2dReLU given the output
@@ -142,60 +182,236 @@ func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, 
 // input x and the weight w, as Conv2dBackward: dy flows back only where y
 // is positive (ReLU's gradient is 0 at 0, as PyTorch's).
 func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
+	g := convCheck("Conv2dReLUBackward", x, w, nil, stride, padding)
+	checkGradShape("Conv2dReLUBackward", dy, g, w, 1)
 	if !equalInts(y.shape, dy.shape) {
 		panicf("Conv2dReLUBackward: output shape %v, output gradient shape %v: want equal", y.shape, dy.shape)
 	}
-	return conv2dBackward("Conv2dReLUBackward", dy, y, x, w, stride, padding, needInput)
+	pr := &convPrologue{dy: dy.Contiguous().Data(), y: y.Contiguous().Data()}
+	return convBackward(pr, x, w, g, needInput)
 }
 
-func conv2dBackward(op string, dy, y, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
+// Conv2dReLUMaxPool2dBackward returns the gradients of
+// Conv2dReLUMaxPool2d given the gradient dy of its output y, y itself and
+// the indices argmax it returned, the input x and the weight w, as
+// Conv2dBackward.
+func Conv2dReLUMaxPool2dBackward(dy, y *Tensor, argmax []int32, x, w *Tensor, stride, padding, pool int, needInput bool) (dx, dw, db *Tensor) {
+	const op = "Conv2dReLUMaxPool2dBackward"
 	g := convCheck(op, x, w, nil, stride, padding)
-	O := w.shape[0]
-	if want := []int{g.N, O, g.OH, g.OW}; !equalInts(dy.shape, want) {
+	checkPool(op, g, pool)
+	checkGradShape(op, dy, g, w, pool)
+	if !equalInts(y.shape, dy.shape) || len(argmax) != y.Len() {
+		panicf("%s: output shape %v with %d indices, output gradient shape %v: want equal shapes and one index per element", op, y.shape, len(argmax), dy.shape)
+	}
+	pr := &convPrologue{dy: dy.Contiguous().Data(), y: y.Contiguous().Data(), pool: pool, arg: argmax}
+	return convBackward(pr, x, w, g, needInput)
+}
+
+func checkGradShape(op string, dy *Tensor, g ConvGeom, w *Tensor, pool int) {
+	if want := []int{g.N, w.shape[0], g.OH / pool, g.OW / pool}; !equalInts(dy.shape, want) {
 		panicf("%s: output gradient shape %v, want %v", op, dy.shape, want)
 	}
+}
+
+// convBackward computes the gradients of a convolution whose output
+// gradient pr supplies, through the path for its stride.
+func convBackward(pr *convPrologue, x, w *Tensor, g ConvGeom, needInput bool) (dx, dw, db *Tensor) {
+	O, K := w.shape[0], g.C*g.KH*g.KW
 	dw, db = New(w.shape...), New(O)
 	if needInput {
 		dx = New(x.shape...)
 	}
-	if dy.Len() == 0 {
+	if len(pr.dy) == 0 {
 		return dx, dw, db
 	}
 	a := convGrads{
-		dy: dy.Contiguous().Data(),
 		xd: x.Contiguous().Data(),
-		w2: w.Contiguous().Reshape(O, g.C*g.KH*g.KW),
-		dw: dw.Reshape(O, g.C*g.KH*g.KW),
+		w2: w.Contiguous().Reshape(O, K),
+		dw: dw.Reshape(O, K),
 		db: db.Data(),
-	}
-	if y != nil {
-		a.mask = y.Contiguous().Data()
 	}
 	if dx != nil {
 		a.dx = dx.Data()
 	}
-	if stride == 1 {
-		wideConvBackward(a, g)
+	if g.Stride == 1 {
+		wideConvBackward(pr, a, g)
 	} else {
-		im2colConvBackward(a, g)
+		im2colConvBackward(pr, a, g)
 	}
 	return dx, dw, db
 }
 
-// convGrads holds the operands of a convolution's backward pass.
+// convGrads holds the operands of a convolution's backward pass other
+// than the output gradient.
 type convGrads struct {
-	dy   []float32 // output gradient [N, O, OH, OW]
-	mask []float32 // fused ReLU output [N, O, OH, OW]: dy counts only where it is > 0; nil for none
-	xd   []float32 // input [N, C, H, W]
-	w2   *Tensor   // weight [O, C·KH·KW]
-	dw   *Tensor   // weight gradient [O, C·KH·KW], accumulated into
-	db   []float32 // bias gradient [O], accumulated into
-	dx   []float32 // input gradient [N, C, H, W], accumulated into; nil when not needed
+	xd []float32 // input [N, C, H, W]
+	w2 *Tensor   // weight [O, C·KH·KW]
+	dw *Tensor   // weight gradient [O, C·KH·KW], accumulated into
+	db []float32 // bias gradient [O], accumulated into
+	dx []float32 // input gradient [N, C, H, W], accumulated into; nil when not needed
 }
 
-// reluMaskRow writes g where y > 0 and 0 elsewhere (also where y is NaN or
-// −0), branch-free: y ≥ 0 always holds for a ReLU output, so its bits are
-// non-zero exactly when it is positive or NaN.
+// A chunk of m samples' convolution outputs lives in an [O, cols] matrix
+// (the GEMM's product in the forward pass, the output gradient in the
+// backward pass) whose column for output (n, oh, ow) of the chunk is
+// n·span + oh·rowStride + ow. Columns outside that map (the wide path's
+// wrap-around columns) are ignored by the forward pass and must be zero in
+// the backward pass.
+type chunkLayout struct {
+	cols, span, rowStride int
+}
+
+// convEpilogue turns a chunk's product into the op's output: bias added,
+// through a ReLU when relu is set, and pooled by pool×pool windows with
+// the chosen indices in arg when arg is not nil (the ReLU then implied).
+type convEpilogue struct {
+	bias []float32 // [O]; nil for none
+	y    []float32 // the op's output
+	relu bool
+	pool int
+	arg  []int32
+}
+
+// emit writes the outputs of samples [n0, n0+m) from out ([O, l.cols]).
+func (ep *convEpilogue) emit(out []float32, l chunkLayout, g ConvGeom, O, n0, m int) {
+	if ep.arg != nil {
+		ep.emitPooled(out, l, g, O, n0, m)
+		return
+	}
+	L := g.OH * g.OW
+	for o := 0; o < O; o++ {
+		var bias float32
+		if ep.bias != nil {
+			bias = ep.bias[o]
+		}
+		for n := 0; n < m; n++ {
+			src := out[o*l.cols+n*l.span:]
+			dst := ep.y[((n0+n)*O+o)*L:][:L]
+			if l.rowStride == g.OW {
+				biasRow(dst, src, bias, ep.relu)
+				continue
+			}
+			for oh := 0; oh < g.OH; oh++ {
+				biasRow(dst[oh*g.OW:][:g.OW], src[oh*l.rowStride:], bias, ep.relu)
+			}
+		}
+	}
+}
+
+// emitPooled is emit for a pooled output: each window's first maximum (or
+// NaN) of the biased product, then the ReLU, which commutes with the
+// maximum (a window whose maximum is not positive gets no gradient, so
+// which of its elements is recorded does not matter).
+func (ep *convEpilogue) emitPooled(out []float32, l chunkLayout, g ConvGeom, O, n0, m int) {
+	k := ep.pool
+	PH, PW := g.OH/k, g.OW/k
+	PL := PH * PW
+	for o := 0; o < O; o++ {
+		var bias float32
+		if ep.bias != nil {
+			bias = ep.bias[o]
+		}
+		for n := 0; n < m; n++ {
+			src := out[o*l.cols+n*l.span:]
+			i0 := ((n0+n)*O + o) * PL
+			dst := ep.y[i0:][:PL]
+			arg := ep.arg[i0:][:PL]
+			if k == 2 {
+				for ph := 0; ph < PH; ph++ {
+					r0 := src[2*ph*l.rowStride:][:2*PW]
+					r1 := src[(2*ph+1)*l.rowStride:][:2*PW]
+					d := dst[ph*PW:][:PW]
+					a := arg[ph*PW:][:PW]
+					base := 2 * ph * g.OW
+					for pw := range d {
+						j := 2 * pw
+						best, bi := r0[j]+bias, base+j
+						best, bi = pickMax(best, bi, r0[j+1]+bias, base+j+1)
+						best, bi = pickMax(best, bi, r1[j]+bias, base+g.OW+j)
+						best, bi = pickMax(best, bi, r1[j+1]+bias, base+g.OW+j+1)
+						d[pw], a[pw] = max(best, 0), int32(bi)
+					}
+				}
+				continue
+			}
+			for ph := 0; ph < PH; ph++ {
+				for pw := 0; pw < PW; pw++ {
+					best, bi := src[ph*k*l.rowStride+pw*k]+bias, ph*k*g.OW+pw*k
+					for i := 0; i < k; i++ {
+						row := src[(ph*k+i)*l.rowStride:]
+						for j := 0; j < k; j++ {
+							best, bi = pickMax(best, bi, row[pw*k+j]+bias, (ph*k+i)*g.OW+pw*k+j)
+						}
+					}
+					dst[ph*PW+pw], arg[ph*PW+pw] = max(best, 0), int32(bi)
+				}
+			}
+		}
+	}
+}
+
+// convPrologue supplies a chunk's output gradient to the backward pass:
+// dy as it is; masked by a fused ReLU's output y; or, when arg is not nil,
+// the gradient of the pool×pool-pooled output y routed back to the
+// indices arg, where y is positive.
+type convPrologue struct {
+	dy   []float32
+	y    []float32
+	pool int
+	arg  []int32
+}
+
+// gather writes the output gradient of samples [n0, n0+m) into dyw
+// ([O, l.cols], every column written) and adds its sums into db.
+func (pr *convPrologue) gather(dyw []float32, l chunkLayout, g ConvGeom, db []float32, n0, m int) {
+	O := len(db)
+	if pr.arg != nil {
+		clear(dyw[:O*l.cols])
+		PL := (g.OH / pr.pool) * (g.OW / pr.pool)
+		for n := 0; n < m; n++ {
+			for o := 0; o < O; o++ {
+				i0 := ((n0+n)*O + o) * PL
+				gd, yd, arg := pr.dy[i0:][:PL], pr.y[i0:][:PL], pr.arg[i0:][:PL]
+				dst := dyw[o*l.cols+n*l.span:][:l.span]
+				var acc float64
+				for i, a := range arg {
+					// The ReLU's gradient is 0 where y is 0 (see
+					// reluMaskRow).
+					m := uint32(int32(-math.Float32bits(yd[i])) >> 31)
+					v := math.Float32frombits(math.Float32bits(gd[i]) & m)
+					dst[int(a)/g.OW*l.rowStride+int(a)%g.OW] = v
+					acc += float64(v)
+				}
+				db[o] += float32(acc)
+			}
+		}
+		return
+	}
+	L := g.OH * g.OW
+	for n := 0; n < m; n++ {
+		for o := 0; o < O; o++ {
+			i := ((n0+n)*O + o) * L
+			src := pr.dy[i:][:L]
+			row := dyw[o*l.cols+n*l.span:][:l.span]
+			for oh := 0; oh < g.OH; oh++ {
+				dst := row[oh*l.rowStride:][:g.OW]
+				if pr.y != nil {
+					reluMaskRow(dst, src[oh*g.OW:], pr.y[i+oh*g.OW:])
+				} else {
+					copy(dst, src[oh*g.OW:])
+				}
+				if oh < g.OH-1 {
+					clear(row[oh*l.rowStride+g.OW : (oh+1)*l.rowStride])
+				}
+			}
+			db[o] += sum64(row)
+		}
+	}
+}
+
+// reluMaskRow writes g where the ReLU output y is positive (or NaN) and 0
+// where it is 0, branch-free: y ≥ 0 always holds for a ReLU output (never
+// −0), so its bits are non-zero exactly when it is positive or NaN.
 func reluMaskRow(dst, g, y []float32) {
 	g = g[:len(dst)]
 	y = y[:len(dst)]
@@ -203,4 +419,27 @@ func reluMaskRow(dst, g, y []float32) {
 		m := uint32(int32(-math.Float32bits(v)) >> 31)
 		dst[i] = math.Float32frombits(math.Float32bits(g[i]) & m)
 	}
+}
+
+// biasRow writes src + bias into dst, through a ReLU when relu is set.
+func biasRow(dst, src []float32, bias float32, relu bool) {
+	src = src[:len(dst)]
+	if relu {
+		for i, v := range src {
+			dst[i] = max(v+bias, 0)
+		}
+		return
+	}
+	for i, v := range src {
+		dst[i] = v + bias
+	}
+}
+
+// sum64 returns the sum of v accumulated in float64, rounded to float32.
+func sum64(v []float32) float32 {
+	var acc float64
+	for _, x := range v {
+		acc += float64(x)
+	}
+	return float32(acc)
 }

@@ -86,10 +86,9 @@ func convChunk(g ConvGeom) int {
 	return max(1, min(g.N, (1024+L-1)/L))
 }
 
-// im2colConvForward writes the convolution of xd by w2 [O, K] plus bias
-// bd (nil for none), through a ReLU when relu is set, into yd
-// [N, O, OH, OW].
-func im2colConvForward(yd, xd []float32, w2 *Tensor, bd []float32, g ConvGeom, relu bool) {
+// im2colConvForward runs the convolution of xd by w2 [O, K] through the
+// general unfolding, handing each chunk's product to ep.
+func im2colConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	O, K := w2.shape[0], w2.shape[1]
 	L := g.OH * g.OW
 	nb := convChunk(g)
@@ -100,36 +99,13 @@ func im2colConvForward(yd, xd []float32, w2 *Tensor, bd []float32, g ConvGeom, r
 		cols := m * L
 		im2colInto(col, xd, g, n0, m)
 		Gemm(FromSlice(out[:O*cols], O, cols), w2, FromSlice(col[:K*cols], K, cols), 1, 0)
-		for o := 0; o < O; o++ {
-			var bias float32
-			if bd != nil {
-				bias = bd[o]
-			}
-			src := out[o*cols:][:cols]
-			for n := 0; n < m; n++ {
-				biasRow(yd[((n0+n)*O+o)*L:][:L], src[n*L:(n+1)*L], bias, relu)
-			}
-		}
+		ep.emit(out, chunkLayout{cols: cols, span: L, rowStride: g.OW}, g, O, n0, m)
 	}
 }
 
-// biasRow writes src + bias into dst, through a ReLU when relu is set.
-func biasRow(dst, src []float32, bias float32, relu bool) {
-	src = src[:len(dst)]
-	if relu {
-		for i, v := range src {
-			dst[i] = max(v+bias, 0)
-		}
-		return
-	}
-	for i, v := range src {
-		dst[i] = v + bias
-	}
-}
-
-// im2colConvBackward accumulates a convolution's gradients (see
-// convGrads) through the general unfolding.
-func im2colConvBackward(a convGrads, g ConvGeom) {
+// im2colConvBackward accumulates a convolution's gradients through the
+// general unfolding.
+func im2colConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 	O, K := a.w2.shape[0], a.w2.shape[1]
 	L := g.OH * g.OW
 	nb := convChunk(g)
@@ -138,20 +114,7 @@ func im2colConvBackward(a convGrads, g ConvGeom) {
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		cols := m * L
-		// dy chunk [m, O, L] -> g2 [O, m·L] (masked by a fused ReLU); db =
-		// its row sums.
-		for n := 0; n < m; n++ {
-			for o := 0; o < O; o++ {
-				src := a.dy[((n0+n)*O+o)*L:][:L]
-				dst := g2[o*cols+n*L:][:L]
-				if a.mask != nil {
-					reluMaskRow(dst, src, a.mask[((n0+n)*O+o)*L:])
-				} else {
-					copy(dst, src)
-				}
-				a.db[o] += sum64(dst)
-			}
-		}
+		pr.gather(g2, chunkLayout{cols: cols, span: L, rowStride: g.OW}, g, a.db, n0, m)
 		gt := FromSlice(g2[:O*cols], O, cols)
 		ct := FromSlice(col[:K*cols], K, cols)
 		im2colInto(col, a.xd, g, n0, m)
@@ -161,13 +124,4 @@ func im2colConvBackward(a convGrads, g ConvGeom) {
 			col2imAdd(a.dx, col, g, n0, m)
 		}
 	}
-}
-
-// sum64 returns the sum of v accumulated in float64, rounded to float32.
-func sum64(v []float32) float32 {
-	var acc float64
-	for _, x := range v {
-		acc += float64(x)
-	}
-	return float32(acc)
 }

@@ -268,3 +268,60 @@ func BenchmarkConv2d(b *testing.B) {
 		})
 	}
 }
+
+// TestConv2dReLUMaxPool2d checks the fused block against the unfused ops
+// (Conv2dReLU, MaxPool2d and their backward passes) on random geometries:
+// equal values and indices, equal gradients.
+func TestConv2dReLUMaxPool2d(t *testing.T) {
+	rng := newRNG(17)
+	for i := range 40 {
+		N, C, O := 1+rng.IntN(4), 1+rng.IntN(3), 1+rng.IntN(7)
+		P, S, k := rng.IntN(3), 1+rng.IntN(2), 1+rng.IntN(3)
+		if i%2 == 0 {
+			S, k = 1, 2
+		}
+		H, W := 1+rng.IntN(12), 1+rng.IntN(12)
+		K := 1 + rng.IntN(min(H, W)+2*P)
+		if i%8 == 0 {
+			N = 30 + rng.IntN(20)
+		}
+		if g := NewConvGeom("test", []int{N, C, H, W}, K, K, S, P); k > min(g.OH, g.OW) {
+			k = 1 // MaxPool2d needs the window to fit
+		}
+		t.Run(fmt.Sprintf("n%d_c%d_%dx%d_o%d_k%d_s%d_p%d_pool%d", N, C, H, W, O, K, S, P, k), func(t *testing.T) {
+			x := randT(rng, N, C, H, W)
+			w := randT(rng, O, C, K, K)
+			b := randT(rng, O)
+			if i%5 == 0 {
+				b = nil
+			}
+			y, arg := Conv2dReLUMaxPool2d(x, w, b, S, P, k)
+			c := Conv2dReLU(x, w, b, S, P)
+			wy, warg := MaxPool2d(c, k, k, 0)
+			assertClose(t, "y", y.Data(), wy.Data(), 0)
+			if len(arg) != len(warg) {
+				t.Fatalf("%d indices, want %d", len(arg), len(warg))
+			}
+			for j := range arg {
+				if arg[j] != warg[j] && y.Data()[j] > 0 {
+					t.Fatalf("index %d = %d, want %d", j, arg[j], warg[j])
+				}
+			}
+			dy := randT(rng, y.Shape()...)
+			dx, dw, db := Conv2dReLUMaxPool2dBackward(dy, y, arg, x, w, S, P, k, true)
+			wdx, wdw, wdb := Conv2dReLUBackward(MaxPool2dBackward(dy, warg, c.Shape()), c, x, w, S, P, true)
+			assertClose(t, "dx", dx.Data(), wdx.Data(), 1e-6)
+			assertClose(t, "dw", dw.Data(), wdw.Data(), 1e-6)
+			assertClose(t, "db", db.Data(), wdb.Data(), 1e-6)
+			if dx, _, _ := Conv2dReLUMaxPool2dBackward(dy, y, arg, x, w, S, P, k, false); dx != nil {
+				t.Errorf("dx computed without needInput")
+			}
+		})
+	}
+	mustPanic(t, func() { Conv2dReLUMaxPool2d(New(1, 1, 4, 4), New(1, 1, 3, 3), nil, 1, 0, 0) }, "tensor: Conv2dReLUMaxPool2d", "pool 0")
+	mustPanic(t, func() { Conv2dReLUMaxPool2d(New(1, 1, 4, 4), New(1, 1, 3, 3), nil, 1, 0, 3) }, "tensor: Conv2dReLUMaxPool2d", "pool 3", "2x2")
+	mustPanic(t, func() {
+		y, arg := Conv2dReLUMaxPool2d(New(1, 1, 6, 6), New(2, 1, 3, 3), nil, 1, 0, 2)
+		Conv2dReLUMaxPool2dBackward(New(1, 2, 3, 3), y, arg, New(1, 1, 6, 6), New(2, 1, 3, 3), 1, 0, 2, true)
+	}, "Conv2dReLUMaxPool2dBackward", "[1 2 3 3]", "[1 2 2 2]")
+}

@@ -111,11 +111,15 @@ func addRow(dst, src []float32) {
 	}
 }
 
+// layout returns the chunk layout of m samples.
+func (w *wideGeom) layout(m int) chunkLayout {
+	return chunkLayout{cols: m * w.pos, span: w.pos, rowStride: w.wp}
+}
+
 // wideConvForward is im2colConvForward for stride 1.
-func wideConvForward(yd, xd []float32, w2 *Tensor, bd []float32, g ConvGeom, relu bool) {
+func wideConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	wg := newWideGeom(g)
 	O, K := w2.shape[0], w2.shape[1]
-	L := g.OH * g.OW
 	nb := wg.samples
 	col := make([]float32, K*nb*wg.pos)
 	out := make([]float32, O*nb*wg.pos)
@@ -125,7 +129,7 @@ func wideConvForward(yd, xd []float32, w2 *Tensor, bd []float32, g ConvGeom, rel
 	}
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
-		cols := m * wg.pos
+		l := wg.layout(m)
 		src := xp
 		if wg.padded {
 			wg.padInto(xp, xd, n0, m)
@@ -133,28 +137,15 @@ func wideConvForward(yd, xd []float32, w2 *Tensor, bd []float32, g ConvGeom, rel
 			src = xd[n0*wg.plane:]
 		}
 		wg.unfold(col, src, m)
-		Gemm(FromSlice(out[:O*cols], O, cols), w2, FromSlice(col[:K*cols], K, cols), 1, 0)
-		for o := 0; o < O; o++ {
-			var bias float32
-			if bd != nil {
-				bias = bd[o]
-			}
-			for n := 0; n < m; n++ {
-				src := out[o*cols+n*wg.pos:][:wg.pos]
-				dst := yd[((n0+n)*O+o)*L:][:L]
-				for oh := 0; oh < g.OH; oh++ {
-					biasRow(dst[oh*g.OW:][:g.OW], src[oh*wg.wp:], bias, relu)
-				}
-			}
-		}
+		Gemm(FromSlice(out[:O*l.cols], O, l.cols), w2, FromSlice(col[:K*l.cols], K, l.cols), 1, 0)
+		ep.emit(out, l, g, O, n0, m)
 	}
 }
 
 // wideConvBackward is im2colConvBackward for stride 1.
-func wideConvBackward(a convGrads, g ConvGeom) {
+func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 	wg := newWideGeom(g)
 	O, K := a.w2.shape[0], a.w2.shape[1]
-	L := g.OH * g.OW
 	nb := wg.samples
 	col := make([]float32, K*nb*wg.pos)
 	dyw := make([]float32, O*nb*wg.pos)
@@ -167,28 +158,8 @@ func wideConvBackward(a convGrads, g ConvGeom) {
 	}
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
-		cols := m * wg.pos
-		// dy chunk [m, O, OH, OW] -> dyw [O, m·P] with zero wrap-around
-		// columns (masked by a fused ReLU); db = its sums.
-		for n := 0; n < m; n++ {
-			for o := 0; o < O; o++ {
-				i := ((n0+n)*O + o) * L
-				src := a.dy[i:][:L]
-				row := dyw[o*cols+n*wg.pos:][:wg.pos]
-				for oh := 0; oh < g.OH; oh++ {
-					dst := row[oh*wg.wp:][:g.OW]
-					if a.mask != nil {
-						reluMaskRow(dst, src[oh*g.OW:], a.mask[i+oh*g.OW:])
-					} else {
-						copy(dst, src[oh*g.OW:])
-					}
-					if oh < g.OH-1 {
-						clear(row[oh*wg.wp+g.OW : (oh+1)*wg.wp])
-					}
-				}
-				a.db[o] += sum64(row)
-			}
-		}
+		l := wg.layout(m)
+		pr.gather(dyw, l, g, a.db, n0, m)
 		src := xp
 		if wg.padded {
 			wg.padInto(xp, a.xd, n0, m)
@@ -196,8 +167,8 @@ func wideConvBackward(a convGrads, g ConvGeom) {
 			src = a.xd[n0*wg.plane:]
 		}
 		wg.unfold(col, src, m)
-		dt := FromSlice(dyw[:O*cols], O, cols)
-		ct := FromSlice(col[:K*cols], K, cols)
+		dt := FromSlice(dyw[:O*l.cols], O, l.cols)
+		ct := FromSlice(col[:K*l.cols], K, l.cols)
 		Gemm(a.dw, dt, ct.T(), 1, 1) // dw += dy·colᵀ
 		if a.dx == nil {
 			continue

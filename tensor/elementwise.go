@@ -431,3 +431,31 @@ func AddScalarInto(dst, a *Tensor, c float32) *Tensor {
 
 // ScaleInto writes c·a into dst; ScaleInto(t, t, c) scales t in place.
 func ScaleInto(dst, a *Tensor, c float32) *Tensor { return unary("ScaleInto", uMulScalar, c, dst, a) }
+
+// ReLUBackward returns the gradient of ReLU given the output gradient dy
+// and ReLU's output y (same shape): dy where y > 0, 0 where y = 0 (PyTorch's
+// convention at 0). A NaN in y passes dy through.
+func ReLUBackward(dy, y *Tensor) *Tensor {
+	return ReLUBackwardInto(New(y.shape...), dy, y)
+}
+
+// ReLUBackwardInto writes ReLUBackward(dy, y) into dst and returns it; dst
+// may be dy.
+func ReLUBackwardInto(dst, dy, y *Tensor) *Tensor {
+	if !equalInts(dy.shape, y.shape) || !equalInts(dst.shape, y.shape) {
+		panicf("ReLUBackward: gradient shape %v, output shape %v, destination shape %v: want equal", dy.shape, y.shape, dst.shape)
+	}
+	if dst.IsContiguous() && dy.IsContiguous() && y.IsContiguous() {
+		reluMaskRow(dst.Data(), dy.Data(), y.Data())
+		return dst
+	}
+	yc, dyc := y.Contiguous(), dy.Contiguous()
+	if dst.IsContiguous() {
+		reluMaskRow(dst.Data(), dyc.Data(), yc.Data())
+		return dst
+	}
+	tmp := New(y.shape...)
+	reluMaskRow(tmp.Data(), dyc.Data(), yc.Data())
+	dst.CopyFrom(tmp)
+	return dst
+}
