@@ -46,14 +46,22 @@ func gemmInto(s *sink, i int, a, b *tensor.Tensor) {
 // Linear returns x @ wᵀ + b for x [..., in], weight w [out, in] (PyTorch's
 // layout) and bias b [out] (nil for none): one GEMM with the bias folded
 // in, over all leading dimensions of x at once.
-func Linear(x, w, b *Var) *Var {
+func Linear(x, w, b *Var) *Var { return linear("Linear", x, w, b, false) }
+
+// LinearReLU returns max(Linear(x, w, b), 0) as one op: the ReLU is applied
+// in place to the product and its gradient mask to the output gradient, so
+// no pre-activation tensor is kept. Values and gradients equal those of
+// Linear followed by ReLU.
+func LinearReLU(x, w, b *Var) *Var { return linear("LinearReLU", x, w, b, true) }
+
+func linear(op string, x, w, b *Var, relu bool) *Var {
 	xv, wv := x.Value, w.Value
 	if wv.Dims() != 2 || xv.Dims() == 0 || xv.Dim(-1) != wv.Dim(1) {
-		panic(fmt.Sprintf("autograd: Linear: input shape %v, weight shape %v (want [..., %d] and [out, in])", xv.Shape(), wv.Shape(), lastDim(xv)))
+		panic(fmt.Sprintf("autograd: %s: input shape %v, weight shape %v (want [..., %d] and [out, in])", op, xv.Shape(), wv.Shape(), lastDim(xv)))
 	}
 	out, in := wv.Dim(0), wv.Dim(1)
 	if b != nil && (b.Value.Dims() != 1 || b.Value.Dim(0) != out) {
-		panic(fmt.Sprintf("autograd: Linear: bias shape %v, want [%d]", b.Value.Shape(), out))
+		panic(fmt.Sprintf("autograd: %s: bias shape %v, want [%d]", op, b.Value.Shape(), out))
 	}
 	x2 := xv.Reshape(-1, in)
 	rows := x2.Dim(0)
@@ -64,13 +72,19 @@ func Linear(x, w, b *Var) *Var {
 		beta = 1
 	}
 	tensor.Gemm(y2, x2, wv.T(), 1, beta)
+	if relu {
+		tensor.ReLUInto(y2, y2)
+	}
 	yShape := append(append([]int(nil), xv.Shape()[:xv.Dims()-1]...), out)
 	inputs := []*Var{x, w}
 	if b != nil {
 		inputs = append(inputs, b)
 	}
-	return record("Linear", y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
+	return record(op, y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
 		g2 := g.Reshape(-1, out)
+		if relu {
+			g2 = tensor.ReLUBackward(g2, y2)
+		}
 		if s.need(1) {
 			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
 		}

@@ -25,16 +25,63 @@ func Conv2d(x, w, b *Var, stride, padding int) *Var {
 	xv, wv := x.Value, w.Value
 	return record("Conv2d", y, inputs, func(g *tensor.Tensor, s *sink) {
 		dx, dw, db := tensor.Conv2dBackward(g, xv, wv, stride, padding, s.need(0))
-		if s.need(1) {
-			s.add(1, dw, true)
-		}
-		if b != nil && s.need(2) {
-			s.add(2, db, true)
-		}
-		if dx != nil {
-			s.add(0, dx, true)
-		}
+		deliverConv(s, b != nil, dx, dw, db)
 	})
+}
+
+// Conv2dReLU returns max(Conv2d(x, w, b, stride, padding), 0) as one op:
+// the ReLU is applied as the convolution's output is written, and its
+// gradient mask is applied as the backward pass reads the output gradient,
+// so no pre-activation tensor is kept. Values and gradients equal those of
+// Conv2d followed by ReLU.
+func Conv2dReLU(x, w, b *Var, stride, padding int) *Var {
+	var bv *tensor.Tensor
+	inputs := []*Var{x, w}
+	if b != nil {
+		bv = b.Value
+		inputs = append(inputs, b)
+	}
+	y := tensor.Conv2dReLU(x.Value, w.Value, bv, stride, padding)
+	xv, wv := x.Value, w.Value
+	return record("Conv2dReLU", y, inputs, func(g *tensor.Tensor, s *sink) {
+		dx, dw, db := tensor.Conv2dReLUBackward(g, y, xv, wv, stride, padding, s.need(0))
+		deliverConv(s, b != nil, dx, dw, db)
+	})
+}
+
+// Conv2dReLUMaxPool2d returns MaxPool2d(Conv2dReLU(x, w, b, stride,
+// padding), pool, pool, 0) as one op: the convolution's output is pooled
+// while it is computed and never stored, and the backward pass routes the
+// pooled gradient straight into the convolution's. Values and gradients
+// equal those of the three ops in sequence (see
+// tensor.Conv2dReLUMaxPool2d).
+func Conv2dReLUMaxPool2d(x, w, b *Var, stride, padding, pool int) *Var {
+	var bv *tensor.Tensor
+	inputs := []*Var{x, w}
+	if b != nil {
+		bv = b.Value
+		inputs = append(inputs, b)
+	}
+	y, arg := tensor.Conv2dReLUMaxPool2d(x.Value, w.Value, bv, stride, padding, pool)
+	xv, wv := x.Value, w.Value
+	return record("Conv2dReLUMaxPool2d", y, inputs, func(g *tensor.Tensor, s *sink) {
+		dx, dw, db := tensor.Conv2dReLUMaxPool2dBackward(g, y, arg, xv, wv, stride, padding, pool, s.need(0))
+		deliverConv(s, b != nil, dx, dw, db)
+	})
+}
+
+// deliverConv hands a convolution's gradients to the sink: the weight's
+// and bias's first, so that their hooks can fire, then the input's.
+func deliverConv(s *sink, bias bool, dx, dw, db *tensor.Tensor) {
+	if s.need(1) {
+		s.add(1, dw, true)
+	}
+	if bias && s.need(2) {
+		s.add(2, db, true)
+	}
+	if dx != nil {
+		s.add(0, dx, true)
+	}
 }
 
 // MaxPool2d returns the maxima of kernel×kernel windows of x [N, C, H, W]

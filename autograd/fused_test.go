@@ -1,0 +1,97 @@
+package autograd
+
+import (
+	"testing"
+
+	"cohort/tensor"
+)
+
+// TestFusedOps checks each fused op against the composition of the ops it
+// fuses (which TestGradCheck covers): equal values and equal gradients for
+// every input, including accumulation into existing gradients.
+func TestFusedOps(t *testing.T) {
+	cases := []struct {
+		name   string
+		shapes [][]int
+		fused  func(v []*Var) *Var
+		plain  func(v []*Var) *Var
+	}{
+		{"conv2d_relu", [][]int{{3, 2, 7, 6}, {4, 2, 3, 3}, {4}},
+			func(v []*Var) *Var { return Conv2dReLU(v[0], v[1], v[2], 1, 1) },
+			func(v []*Var) *Var { return ReLU(Conv2d(v[0], v[1], v[2], 1, 1)) }},
+		{"conv2d_relu_stride2_nobias", [][]int{{2, 3, 9, 8}, {2, 3, 3, 3}},
+			func(v []*Var) *Var { return Conv2dReLU(v[0], v[1], nil, 2, 0) },
+			func(v []*Var) *Var { return ReLU(Conv2d(v[0], v[1], nil, 2, 0)) }},
+		{"conv2d_relu_maxpool2d", [][]int{{3, 1, 12, 12}, {3, 1, 5, 5}, {3}},
+			func(v []*Var) *Var { return Conv2dReLUMaxPool2d(v[0], v[1], v[2], 1, 2, 2) },
+			func(v []*Var) *Var { return MaxPool2d(ReLU(Conv2d(v[0], v[1], v[2], 1, 2)), 2, 2, 0) }},
+		{"conv2d_relu_maxpool3_odd", [][]int{{2, 2, 11, 10}, {3, 2, 2, 2}, {3}},
+			func(v []*Var) *Var { return Conv2dReLUMaxPool2d(v[0], v[1], v[2], 1, 0, 3) },
+			func(v []*Var) *Var { return MaxPool2d(ReLU(Conv2d(v[0], v[1], v[2], 1, 0)), 3, 3, 0) }},
+		{"linear_relu", [][]int{{5, 7}, {6, 7}, {6}},
+			func(v []*Var) *Var { return LinearReLU(v[0], v[1], v[2]) },
+			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], v[2])) }},
+		{"linear_relu_3d_nobias", [][]int{{2, 3, 4}, {5, 4}},
+			func(v []*Var) *Var { return LinearReLU(v[0], v[1], nil) },
+			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], nil)) }},
+	}
+	for ci, c := range cases {
+		for _, accumulate := range []bool{false, true} {
+			name := c.name
+			if accumulate {
+				name += "/accumulate"
+			}
+			t.Run(name, func(t *testing.T) {
+				rng := newRNG(uint64(100 + ci))
+				in := make([]*tensor.Tensor, len(c.shapes))
+				for i, s := range c.shapes {
+					in[i] = randn(rng, s...)
+				}
+				run := func(f func(v []*Var) *Var, dout *tensor.Tensor) (*tensor.Tensor, []*tensor.Tensor) {
+					vars := make([]*Var, len(in))
+					for i, x := range in {
+						vars[i] = NewVar(x.Clone(), true)
+						if accumulate {
+							vars[i].Grad = tensor.Full(0.5, x.Shape()...)
+						}
+					}
+					out := f(vars)
+					if dout == nil {
+						return out.Value, nil
+					}
+					BackwardGrad(out, dout)
+					grads := make([]*tensor.Tensor, len(vars))
+					for i, v := range vars {
+						grads[i] = v.Grad
+					}
+					return out.Value, grads
+				}
+				want, _ := run(c.plain, nil)
+				dout := randn(rng, want.Shape()...)
+				want, wantGrads := run(c.plain, dout)
+				got, gotGrads := run(c.fused, dout)
+				assertSame(t, "value", got, want, 0)
+				for i := range gotGrads {
+					assertSame(t, "grad "+string(rune('0'+i)), gotGrads[i], wantGrads[i], 1e-6)
+				}
+			})
+		}
+	}
+}
+
+func assertSame(t *testing.T, what string, got, want *tensor.Tensor, tol float32) {
+	t.Helper()
+	if !got.SameShape(want) {
+		t.Fatalf("%s: shape %v, want %v", what, got.Shape(), want.Shape())
+	}
+	g, w := got.Contiguous().Data(), want.Contiguous().Data()
+	for i := range g {
+		d := g[i] - w[i]
+		if d < 0 {
+			d = -d
+		}
+		if d > tol*(1+max(w[i], -w[i])) || (g[i] != g[i]) != (w[i] != w[i]) {
+			t.Fatalf("%s[%d] = %g, want %g", what, i, g[i], w[i])
+		}
+	}
+}
