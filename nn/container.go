@@ -38,6 +38,15 @@ func ChildBuffers(children ...Child) []NamedBuffer {
 
 // Sequential applies its layers in order; layer i's parameters are named
 // "i.<name>", as in PyTorch's nn.Sequential.
+//
+// Forward fuses common runs of layers into single autograd ops that skip
+// writing and re-reading the intermediate tensors: a *Conv2d followed by
+// ReLU, then optionally by a *MaxPool2d whose stride equals its kernel and
+// whose padding is 0 (autograd.Conv2dReLUMaxPool2d, autograd.Conv2dReLU),
+// and a *Linear followed by ReLU (autograd.LinearReLU). The fused ops
+// compute the same values and gradients as the layers one by one; only
+// the intermediate outputs, which Sequential never returns, are not
+// materialised.
 type Sequential struct {
 	Layers []Layer
 }
@@ -53,12 +62,46 @@ func (s *Sequential) children() []Child {
 	return cs
 }
 
-// Forward runs x through every layer.
+// Forward runs x through every layer, fusing runs of layers as the type
+// documentation describes.
 func (s *Sequential) Forward(x *autograd.Var) *autograd.Var {
-	for _, l := range s.Layers {
-		x = l.Forward(x)
+	for i := 0; i < len(s.Layers); {
+		y, n := forwardFused(s.Layers[i:], x)
+		if n == 0 {
+			y, n = s.Layers[i].Forward(x), 1
+		}
+		x = y
+		i += n
 	}
 	return x
+}
+
+// forwardFused applies the fusable run of layers at the start of ls to x,
+// returning the result and how many layers it covered (0: none fused).
+func forwardFused(ls []Layer, x *autograd.Var) (*autograd.Var, int) {
+	if len(ls) < 2 || !isReLU(ls[1]) {
+		return nil, 0
+	}
+	switch l := ls[0].(type) {
+	case *Conv2d:
+		if len(ls) >= 3 {
+			if p, ok := ls[2].(*MaxPool2d); ok && p.Stride == p.Kernel && p.Padding == 0 {
+				return autograd.Conv2dReLUMaxPool2d(x, l.Weight, l.Bias, l.Stride, l.Padding, p.Kernel), 3
+			}
+		}
+		return autograd.Conv2dReLU(x, l.Weight, l.Bias, l.Stride, l.Padding), 2
+	case *Linear:
+		return autograd.LinearReLU(x, l.Weight, l.Bias), 2
+	}
+	return nil, 0
+}
+
+func isReLU(l Layer) bool {
+	switch l.(type) {
+	case ReLU, *ReLU:
+		return true
+	}
+	return false
 }
 
 func (s *Sequential) NamedParameters() []NamedParameter { return ChildParameters(s.children()...) }

@@ -202,3 +202,68 @@ func TestLayerPanics(t *testing.T) {
 		})
 	}
 }
+
+// TestSequentialFusion runs models whose layer runs Forward fuses
+// (Conv2d-ReLU-MaxPool2d, Conv2d-ReLU, Linear-ReLU) and checks the output
+// and every parameter gradient against applying the layers one by one.
+func TestSequentialFusion(t *testing.T) {
+	build := map[string]func(rng *rand.Rand) (*Sequential, []int){
+		"lenet": func(rng *rand.Rand) (*Sequential, []int) {
+			return NewSequential(
+				NewConv2d(rng, 1, 3, 5, Conv2dOptions{Padding: 2}), ReLU{}, NewMaxPool2d(2),
+				NewConv2d(rng, 3, 4, 3, Conv2dOptions{}), &ReLU{}, NewMaxPool2d(2),
+				Flatten{}, NewLinear(rng, 16, 8, true), ReLU{}, NewLinear(rng, 8, 3, true),
+			), []int{5, 1, 12, 12}
+		},
+		"conv_relu_overlapping_pool": func(rng *rand.Rand) (*Sequential, []int) {
+			p := &MaxPool2d{Kernel: 3, Stride: 2}
+			return NewSequential(NewConv2d(rng, 2, 3, 3, Conv2dOptions{Stride: 2, Padding: 1}), ReLU{}, p,
+				NewConv2d(rng, 3, 2, 1, Conv2dOptions{NoBias: true}), ReLU{}), []int{3, 2, 13, 11}
+		},
+		"relu_first_and_last": func(rng *rand.Rand) (*Sequential, []int) {
+			return NewSequential(ReLU{}, NewLinear(rng, 6, 4, false), ReLU{}), []int{7, 6}
+		},
+	}
+	for name, f := range build {
+		t.Run(name, func(t *testing.T) {
+			rng := newRNG(9)
+			m, shape := f(rng)
+			x := tensor.New(shape...)
+			x.FillNormal(rng, 0, 1)
+			fused := m.Forward(autograd.NewVar(x, false))
+			dout := tensor.New(fused.Value.Shape()...)
+			dout.FillNormal(rng, 0, 1)
+			autograd.BackwardGrad(fused, dout)
+			var want []*tensor.Tensor
+			for _, p := range Parameters(m) {
+				want = append(want, p.Grad.Clone())
+			}
+			ZeroGrad(m)
+			plain := autograd.NewVar(x, false)
+			for _, l := range m.Layers {
+				plain = l.Forward(plain)
+			}
+			if !slices.Equal(fused.Value.Data(), plain.Value.Data()) {
+				t.Fatalf("fused output %v, layer by layer %v", fused.Value, plain.Value)
+			}
+			autograd.BackwardGrad(plain, dout)
+			for i, p := range Parameters(m) {
+				g, w := want[i].Data(), p.Grad.Data()
+				for j := range g {
+					if d := math.Abs(float64(g[j] - w[j])); d > 1e-6*(1+math.Abs(float64(w[j]))) {
+						t.Fatalf("parameter %d gradient [%d]: fused %g, layer by layer %g", i, j, g[j], w[j])
+					}
+				}
+			}
+		})
+	}
+	// The fused ops really run: the LeNet block's output comes from one op.
+	m := NewSequential(NewConv2d(newRNG(1), 1, 2, 3, Conv2dOptions{}), ReLU{}, NewMaxPool2d(2))
+	if op := m.Forward(autograd.NewVar(tensor.New(1, 1, 6, 6), false)).Op(); op != "Conv2dReLUMaxPool2d" {
+		t.Errorf("conv-relu-pool block ran as %q, want one Conv2dReLUMaxPool2d", op)
+	}
+	l := NewSequential(NewLinear(newRNG(1), 3, 2, true), ReLU{})
+	if op := l.Forward(autograd.NewVar(tensor.New(4, 3), false)).Op(); op != "LinearReLU" {
+		t.Errorf("linear-relu ran as %q, want LinearReLU", op)
+	}
+}
