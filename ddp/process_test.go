@@ -1,0 +1,210 @@
+package ddp
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"fmt"
+	"math"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"cohort/dist"
+	"cohort/dist/rendezvous"
+	"cohort/launch"
+)
+
+// The equivalence property again, with the ranks as real processes: copies
+// of this test binary started by the launcher, joined through the job's
+// store, talking over TCP or shared memory. Each rank writes its final
+// parameters to a file; the parent compares them with a single process
+// trained on batch N·b over the same samples.
+
+// Environment of a rank process: the case it runs and where it writes.
+const (
+	processCaseEnv = "COHORT_DDP_TEST_PROCESS_CASE"
+	processOutEnv  = "COHORT_DDP_TEST_PROCESS_OUT"
+)
+
+type processCase struct {
+	name      string
+	transport string
+	cfg       func() trainCfg
+}
+
+func processCases() []processCase {
+	var cases []processCase
+	models := []struct {
+		name string
+		cfg  func() trainCfg
+	}{{"mlp", mlpCfg}, {"cnn", cnnCfg}}
+	view := Options{GradientAsBucketView: true, FirstBucketCapBytes: 64, BucketCapBytes: 600}
+	for _, md := range models {
+		for _, opt := range []string{"sgd", "adamw"} {
+			for _, world := range []int{2, 3} {
+				for _, tr := range []string{"tcp", "shm"} {
+					if tr == "shm" && world == 2 && opt == "adamw" {
+						continue // shm: one optimizer per world is enough
+					}
+					if tr == "shm" && world == 3 && opt == "sgd" {
+						continue
+					}
+					opts := smallBuckets
+					if opt == "adamw" {
+						opts = view
+					}
+					cases = append(cases, processCase{
+						name:      fmt.Sprintf("%s/%s/world=%d/%s", md.name, opt, world, tr),
+						transport: tr,
+						cfg: func() trainCfg {
+							c := md.cfg()
+							c.world, c.opt, c.opts = world, opt, opts
+							return c
+						},
+					})
+				}
+			}
+		}
+	}
+	cases = append(cases,
+		processCase{"mlp/nosync/world=3/tcp", "tcp", func() trainCfg {
+			c := mlpCfg()
+			c.world, c.opt, c.opts, c.accum = 3, "sgd", view, 3
+			return c
+		}},
+		processCase{"mlp/join/world=3/tcp", "tcp", func() trainCfg {
+			c := mlpCfg()
+			c.world, c.opt, c.opts, c.steps = 3, "adamw", view, 4
+			c.rankLen = func(r int) int { return []int{4, 2, 0}[r] }
+			return c
+		}},
+	)
+	return cases
+}
+
+func TestProcessEquivalence(t *testing.T) {
+	if name := os.Getenv(processCaseEnv); name != "" {
+		processRank(t, name)
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	for _, pc := range processCases() {
+		t.Run(pc.name, func(t *testing.T) {
+			c := pc.cfg()
+			dir := t.TempDir()
+			var out bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+			defer cancel()
+			err := launch.Run(ctx, launch.Config{
+				NProcPerNode: c.world,
+				Program:      os.Args[0],
+				Args:         []string{"-test.run=^TestProcessEquivalence$", "-test.timeout=1m"},
+				Env:          append(os.Environ(), processCaseEnv+"="+pc.name, processOutEnv+"="+dir),
+				Stdout:       &out,
+				Stderr:       &out,
+			})
+			if err != nil {
+				t.Fatalf("ranks failed: %v\nrank output:\n%s", err, out.String())
+			}
+			got := make([][][]float32, c.world)
+			for r := range got {
+				f, err := os.Open(filepath.Join(dir, fmt.Sprintf("rank%d.gob", r)))
+				if err != nil {
+					t.Fatalf("rank %d wrote no parameters: %v\nrank output:\n%s", r, err, out.String())
+				}
+				err = gob.NewDecoder(f).Decode(&got[r])
+				f.Close()
+				if err != nil {
+					t.Fatalf("rank %d's parameters: %v", r, err)
+				}
+			}
+			compareRanks(t, c, got)
+		})
+	}
+}
+
+// processRank is the body of one rank process: it runs the named case's
+// rank over the job's process group and saves the final parameters.
+func processRank(t *testing.T, name string) {
+	var pc *processCase
+	for _, c := range processCases() {
+		if c.name == name {
+			pc = &c
+		}
+	}
+	if pc == nil {
+		t.Fatalf("no process case %q", name)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: pc.transport, Group: dist.GroupOptions{Timeout: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	c := pc.cfg()
+	if pg.Size() != c.world {
+		t.Fatalf("world %d, case %q wants %d", pg.Size(), name, c.world)
+	}
+	params, _, err := c.rank(pg)
+	if err != nil {
+		t.Fatalf("rank %d: %v", pg.Rank(), err)
+	}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(params); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(os.Getenv(processOutEnv), fmt.Sprintf("rank%d.gob", pg.Rank())), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	// Leave together: no rank closes its links while another still reads.
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// compareRanks checks every rank's parameters against the single-process
+// reference (to float32 rounding) and against rank 0's (bitwise).
+func compareRanks(t *testing.T, c trainCfg, got [][][]float32) {
+	t.Helper()
+	if c.accum == 0 {
+		c.accum = 1
+	}
+	want := c.reference(t)
+	init := snapshot(c.net(100))
+	moved, worst := 0.0, 0.0
+	for r := range got {
+		if len(got[r]) != len(want) {
+			t.Fatalf("rank %d has %d parameters, want %d", r, len(got[r]), len(want))
+		}
+		for i := range want {
+			if len(got[r][i]) != len(want[i]) {
+				t.Fatalf("rank %d parameter %d has %d elements, want %d", r, i, len(got[r][i]), len(want[i]))
+			}
+			for j := range want[i] {
+				g, w := float64(got[r][i][j]), float64(want[i][j])
+				if d := math.Abs(g - w); d > 2e-5+1e-4*math.Abs(w) {
+					t.Fatalf("rank %d parameter %d element %d: DDP %g, single process %g", r, i, j, g, w)
+				} else {
+					worst = math.Max(worst, d)
+				}
+				if got[r][i][j] != got[0][i][j] {
+					t.Fatalf("rank %d parameter %d element %d: %g differs from rank 0's %g (replicas diverged)", r, i, j, got[r][i][j], got[0][i][j])
+				}
+				moved = math.Max(moved, math.Abs(w-float64(init[i][j])))
+			}
+		}
+	}
+	if moved < 1e-3 {
+		t.Fatalf("training moved parameters by at most %g: the comparison proves nothing", moved)
+	}
+	t.Logf("max |DDP − single process| %.2g; parameters moved up to %.2g", worst, moved)
+}
