@@ -6,6 +6,7 @@ import (
 	"encoding/gob"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"testing"
@@ -14,6 +15,8 @@ import (
 	"cohort/dist"
 	"cohort/dist/rendezvous"
 	"cohort/launch"
+	"cohort/models"
+	"cohort/nn"
 )
 
 // The equivalence property again, with the ranks as real processes: copies
@@ -36,12 +39,12 @@ type processCase struct {
 
 func processCases() []processCase {
 	var cases []processCase
-	models := []struct {
+	nets := []struct {
 		name string
 		cfg  func() trainCfg
 	}{{"mlp", mlpCfg}, {"cnn", cnnCfg}}
 	view := Options{GradientAsBucketView: true, FirstBucketCapBytes: 64, BucketCapBytes: 600}
-	for _, md := range models {
+	for _, md := range nets {
 		for _, opt := range []string{"sgd", "adamw"} {
 			for _, world := range []int{2, 3} {
 				for _, tr := range []string{"tcp", "shm"} {
@@ -73,6 +76,23 @@ func processCases() []processCase {
 			c := mlpCfg()
 			c.world, c.opt, c.opts, c.accum = 3, "sgd", view, 3
 			return c
+		}},
+		processCase{"mlp/sgd/world=4/tcp", "tcp", func() trainCfg {
+			c := mlpCfg()
+			c.world, c.opt, c.opts = 4, "sgd", smallBuckets
+			return c
+		}},
+		processCase{"cnn/adamw/world=4/shm", "shm", func() trainCfg {
+			c := cnnCfg()
+			c.world, c.opt, c.opts = 4, "adamw", view
+			return c
+		}},
+		// The benchmark's MLP (1.9M parameters, default buckets): the
+		// transport carries multi-megabyte reductions.
+		processCase{"anchor-mlp/sgd/world=2/tcp", "tcp", func() trainCfg {
+			return trainCfg{net: func(seed uint64) nn.Layer { return models.MLP(rand.New(rand.NewPCG(seed, 0))) },
+				data: newDataset(7, 64, 10, 784), world: 2, batch: 4, steps: 2, accum: 1, opt: "sgd",
+				opts: Options{GradientAsBucketView: true}}
 		}},
 		processCase{"mlp/join/world=3/tcp", "tcp", func() trainCfg {
 			c := mlpCfg()
