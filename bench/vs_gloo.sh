@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# vs_gloo.sh: cohort's all-reduce against the Gloo anchor (PyTorch's
-# torch.distributed) and, when OpenMPI is installed, the MPI anchor, run
-# alternately on the same machine.
+# vs_gloo.sh: cohort's all-reduce (and, at one size, broadcast and
+# all-gather) against the Gloo anchor (PyTorch's torch.distributed) and,
+# when OpenMPI is installed, the MPI all-reduce anchor, run alternately on
+# the same machine.
 #
 #   bench/vs_gloo.sh ANCHORS_DIR        (or COHORT_ANCHORS=ANCHORS_DIR bench/vs_gloo.sh)
 #
@@ -22,6 +23,7 @@
 #   SIZES       [4096 65536 1048576 16777216 67108864]  bytes
 #   REPEATS     [3]
 #   BUDGET      [1.0]               seconds of timed loop per size
+#   EXTRA       [16777216]          bytes for broadcast and all-gather (0 skips them)
 #
 # Without an anchors directory or without torch it measures cohort alone
 # and says why the comparison is skipped; without mpirun/mpicc it skips MPI.
@@ -34,6 +36,7 @@ transports="${TRANSPORTS:-shm tcp}"
 sizes="${SIZES:-4096 65536 1048576 16777216 67108864}"
 repeats="${REPEATS:-3}"
 budget="${BUDGET:-1.0}"
+extra="${EXTRA:-16777216}"
 
 gloo=1
 if [[ -z "$anchors" ]]; then
@@ -70,19 +73,25 @@ for world in $worlds; do
 		for tr in $transports; do
 			"$work/cohort" bench allreduce --world "$world" --transport "$tr" --sizes "$csv_sizes" \
 				--budget "${budget}s" --json "$work/cohort.jsonl" | tail -n 1 | sed "s/^/vs_gloo: run $r cohort-$tr: /"
+			if [[ "$extra" != 0 ]]; then
+				for op in broadcast allgather; do
+					"$work/cohort" bench "$op" --world "$world" --transport "$tr" --sizes "$extra" \
+						--budget "${budget}s" --json "$work/cohort.jsonl" | tail -n 1 | sed "s/^/vs_gloo: run $r cohort-$tr: /"
+				done
+			fi
 		done
 		if [[ $gloo == 1 ]]; then
 			rm -f "$work/gloo.jsonl"
-			(cd "$anchors" && "$python" allreduce_bench.py --worlds "$world" --repeats 1 --extra-bytes 0 \
+			(cd "$anchors" && "$python" allreduce_bench.py --worlds "$world" --repeats 1 --extra-bytes "$extra" \
 				--sizes $sizes --budget-s "$budget" --out "$work/gloo.jsonl" >/dev/null)
 			"$python" - "$work/gloo.jsonl" "$r" <<-'EOF' | tee -a "$work/all.jsonl" | sed -n 's/.*"line": "\(.*\)"}$/\1/p'
 				import json, sys
 				for l in open(sys.argv[1]):
 				    rec = json.loads(l)
 				    for x in rec["results"]:
-				        if x["op"] == "all_reduce":
-				            line = "vs_gloo: run %s gloo: world %d %d B %.1f us %.3f GB/s busbw" % (sys.argv[2], x["world"], x["bytes"], x["time_s"] * 1e6, x["busbw_GBps"])
-				            print(json.dumps({"impl": "gloo", "world": x["world"], "bytes": x["bytes"], "time_s": x["time_s"], "busbw": x["busbw_GBps"], "line": line}))
+				        op = x["op"].replace("_", "")
+				        line = "vs_gloo: run %s gloo: %s world %d %d B %.1f us %.3f GB/s busbw" % (sys.argv[2], op, x["world"], x["bytes"], x["time_s"] * 1e6, x["busbw_GBps"])
+				        print(json.dumps({"impl": "gloo", "op": op, "world": x["world"], "bytes": x["bytes"], "time_s": x["time_s"], "busbw": x["busbw_GBps"], "line": line}))
 			EOF
 		fi
 		if [[ $mpi == 1 ]]; then
@@ -96,7 +105,7 @@ for world in $worlds; do
 					    x = json.loads(l)
 					    impl = "mpi-" + ("shm" if sys.argv[3] == "vader" else "tcp")
 					    line = "vs_gloo: run %s %s: world %d %d B %.1f us %.3f GB/s busbw" % (sys.argv[2], impl, x["world"], x["bytes"], x["time_s"] * 1e6, x["busbw_GBps"])
-					    print(json.dumps({"impl": impl, "world": x["world"], "bytes": x["bytes"], "time_s": x["time_s"], "busbw": x["busbw_GBps"], "line": line}))
+					    print(json.dumps({"impl": impl, "op": "allreduce", "world": x["world"], "bytes": x["bytes"], "time_s": x["time_s"], "busbw": x["busbw_GBps"], "line": line}))
 				EOF
 			done
 		fi
@@ -111,25 +120,26 @@ fi
 	rows = {}
 	for l in open(sys.argv[1]):
 	    x = json.loads(l)
-	    rows.setdefault(("cohort-" + x["transport"], x["world"], x["bytes"]), []).append((x["time_s"], x["busbw_GBps"]))
+	    rows.setdefault(("cohort-" + x["transport"], x["op"], x["world"], x["bytes"]), []).append((x["time_s"], x["busbw_GBps"]))
 	for l in open(sys.argv[2]):
 	    x = json.loads(l)
-	    rows.setdefault((x["impl"], x["world"], x["bytes"]), []).append((x["time_s"], x["busbw"]))
+	    rows.setdefault((x["impl"], x["op"], x["world"], x["bytes"]), []).append((x["time_s"], x["busbw"]))
 	med = {k: (statistics.median(t for t, _ in v), statistics.median(b for _, b in v), len(v)) for k, v in rows.items()}
 	ours = sorted({k[0] for k in med if k[0].startswith("cohort-")})
 	others = [i for i in ("gloo", "mpi-shm", "mpi-tcp") if any(k[0] == i for k in med)]
 	print()
 	print("vs_gloo: medians; speed-up = other time / cohort time, busbw ratio = cohort / other")
-	for world in sorted({k[1] for k in med}):
-	    for size in sorted({k[2] for k in med if k[1] == world}):
-	        for o in ours:
-	            if (o, world, size) not in med:
-	                continue
-	            t, b, n = med[(o, world, size)]
-	            parts = ["vs_gloo: world %d %9d B %-10s %10.1f us %7.3f GB/s (n=%d)" % (world, size, o, t * 1e6, b, n)]
-	            for other in others:
-	                if (other, world, size) in med:
-	                    ot, ob, _ = med[(other, world, size)]
-	                    parts.append("%s %.1f us %.3f GB/s: speed-up %.2fx, busbw %.2fx" % (other, ot * 1e6, ob, ot / t, b / ob if ob else float("nan")))
-	            print(" | ".join(parts))
+	for op in ("allreduce", "broadcast", "allgather"):
+	    for world in sorted({k[2] for k in med if k[1] == op}):
+	        for size in sorted({k[3] for k in med if k[1] == op and k[2] == world}):
+	            for o in ours:
+	                if (o, op, world, size) not in med:
+	                    continue
+	                t, b, n = med[(o, op, world, size)]
+	                parts = ["vs_gloo: %s world %d %9d B %-10s %10.1f us %7.3f GB/s (n=%d)" % (op, world, size, o, t * 1e6, b, n)]
+	                for other in others:
+	                    if (other, op, world, size) in med:
+	                        ot, ob, _ = med[(other, op, world, size)]
+	                        parts.append("%s %.1f us %.3f GB/s: speed-up %.2fx, busbw %.2fx" % (other, ot * 1e6, ob, ot / t, b / ob if ob else float("nan")))
+	                print(" | ".join(parts))
 EOF

@@ -31,8 +31,9 @@ type Tuning struct {
 	// messages are at most this long runs on the caller's goroutine, with
 	// no hand-offs (default 1 MiB; negative disables). Transports must
 	// complete a Send of that size without waiting for the peer's Recv.
-	// On two ranks, all-reduces up to this size use halving-doubling
-	// (the ring's exchange pattern, unsegmented) so that they run inline.
+	// On two ranks, all-reduces up to this size use halving-doubling, and
+	// all-gathers and reduce-scatters the direct exchange (the ring's
+	// messages, unsegmented), so that they run inline.
 	InlineBytes int64
 }
 
@@ -128,7 +129,9 @@ func Choose(c Call, size int, t Tuning) string {
 		}
 		return "chain"
 	case AllGather, ReduceScatter:
-		if bytes*int64(size) <= t.SmallBytes {
+		// On two ranks the ring and the direct exchange move the same
+		// messages; the direct one may run inline.
+		if bytes*int64(size) <= t.SmallBytes || size == 2 && bytes <= t.InlineBytes {
 			return "direct"
 		}
 		return "ring"
