@@ -1,0 +1,203 @@
+package vec
+
+import "math"
+
+// Add adds src[:len(dst)] onto dst.
+func Add(dst, src []float32) {
+	src = src[:len(dst)]
+	if len(dst) == 0 {
+		return
+	}
+	if useAVX2 {
+		addAVX2(&dst[0], &src[0], len(dst))
+		return
+	}
+	addGo(dst, src)
+}
+
+// AddRows adds a rows×cols block of src onto dst: row r of each starts at
+// r·srcStride and r·dstStride.
+func AddRows(dst []float32, dstStride int, src []float32, srcStride int, rows, cols int) {
+	if rows <= 0 || cols <= 0 {
+		return
+	}
+	_ = dst[(rows-1)*dstStride+cols-1]
+	_ = src[(rows-1)*srcStride+cols-1]
+	if useAVX2 {
+		addRowsAVX2(&dst[0], dstStride, &src[0], srcStride, rows, cols)
+		return
+	}
+	for r := 0; r < rows; r++ {
+		addGo(dst[r*dstStride:][:cols], src[r*srcStride:])
+	}
+}
+
+func addGo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] += v
+	}
+}
+
+// ReLU writes max(src, 0) into dst[:len(dst)] with Go's max semantics
+// (NaN stays NaN, −0 becomes +0). dst may be src.
+func ReLU(dst, src []float32) {
+	src = src[:len(dst)]
+	if len(dst) == 0 {
+		return
+	}
+	if useAVX2 {
+		biasAVX2(&dst[0], &src[0], len(dst), 0, flagReLU)
+		return
+	}
+	reluGo(dst, src)
+}
+
+func reluGo(dst, src []float32) {
+	src = src[:len(dst)]
+	for i, v := range src {
+		dst[i] = max(v, 0)
+	}
+}
+
+// ReLUMask writes g where the ReLU output y is non-zero (positive or NaN)
+// and 0 where it is ±0: ReLU's gradient, which is 0 at 0. y must be a ReLU
+// output (never negative), as the mask looks only at whether y's bits are
+// all zero. dst may be g.
+func ReLUMask(dst, g, y []float32) {
+	g = g[:len(dst)]
+	y = y[:len(dst)]
+	if len(dst) == 0 {
+		return
+	}
+	if useAVX2 {
+		reluMaskAVX2(&dst[0], &g[0], &y[0], len(dst))
+		return
+	}
+	reluMaskGo(dst, g, y)
+}
+
+func reluMaskGo(dst, g, y []float32) {
+	g = g[:len(dst)]
+	y = y[:len(dst)]
+	for i, v := range y {
+		b := math.Float32bits(v) &^ (1 << 31) // −0 counts as 0
+		m := uint32(int32(-b) >> 31)
+		dst[i] = math.Float32frombits(math.Float32bits(g[i]) & m)
+	}
+}
+
+// Bias writes src + bias into dst[:len(dst)], then max(·, 0) when relu is
+// set. dst may be src.
+func Bias(dst, src []float32, bias float32, relu bool) {
+	src = src[:len(dst)]
+	if len(dst) == 0 {
+		return
+	}
+	if useAVX2 {
+		f := flagBias
+		if relu {
+			f |= flagReLU
+		}
+		biasAVX2(&dst[0], &src[0], len(dst), bias, f)
+		return
+	}
+	biasGo(dst, src, bias, relu)
+}
+
+func biasGo(dst, src []float32, bias float32, relu bool) {
+	src = src[:len(dst)]
+	if relu {
+		for i, v := range src {
+			dst[i] = max(v+bias, 0)
+		}
+		return
+	}
+	for i, v := range src {
+		dst[i] = v + bias
+	}
+}
+
+// Flags of the assembly kernels.
+const (
+	flagBias = 1 << iota // add the bias
+	flagReLU             // apply max(·, 0)
+)
+
+// MaxPool2 pools one row of 2×2 windows: window i covers r0[2i], r0[2i+1],
+// r1[2i] and r1[2i+1], for i < len(dst). With bias set it first adds bias
+// to every element; dst[i] is the window's first maximum in that order, or
+// its last NaN (see tensor.MaxPool2d), passed through max(·, 0) when relu
+// is set, and arg[i] is base + 2i plus 0, 1, w or w+1 for the element
+// chosen: its index in a plane of row width w whose row r0 starts at base.
+func MaxPool2(dst []float32, arg []int32, r0, r1 []float32, bias float32, useBias, relu bool, base, w int) {
+	n := len(dst)
+	if n == 0 {
+		return
+	}
+	arg = arg[:n]
+	r0 = r0[:2*n]
+	r1 = r1[:2*n]
+	f := 0
+	if useBias {
+		f |= flagBias
+	}
+	if relu {
+		f |= flagReLU
+	}
+	if !useAVX2 || n < 4 {
+		maxPool2Go(dst, arg, r0, r1, bias, f, base, w)
+		return
+	}
+	// Whole blocks of 8 (or 4) windows, then one more block ending at the
+	// last window, overlapping the previous one: the windows it computes
+	// again come out the same.
+	k, kernel := 8, maxPool2AVX2
+	if n < 8 {
+		k, kernel = 4, maxPool2x4AVX2
+	}
+	full := n / k * k
+	kernel(&dst[0], &arg[0], &r0[0], &r1[0], full, bias, f, base, w)
+	if i := n - k; full < n {
+		kernel(&dst[i], &arg[i], &r0[2*i], &r1[2*i], k, bias, f, base+2*i, w)
+	}
+}
+
+func maxPool2Go(dst []float32, arg []int32, r0, r1 []float32, bias float32, f, base, w int) {
+	n := len(dst)
+	arg = arg[:n]
+	r0 = r0[:2*n]
+	r1 = r1[:2*n]
+	for i := range dst {
+		a, b, c, d := r0[2*i], r0[2*i+1], r1[2*i], r1[2*i+1]
+		if f&flagBias != 0 {
+			a, b, c, d = a+bias, b+bias, c+bias, d+bias
+		}
+		best, bi := a, 0
+		best, bi = pick(best, bi, b, 1)
+		best, bi = pick(best, bi, c, w)
+		best, bi = pick(best, bi, d, w+1)
+		if f&flagReLU != 0 {
+			best = max(best, 0)
+		}
+		dst[i], arg[i] = best, int32(base+2*i+bi)
+	}
+}
+
+// pick returns (v, vi) when v beats best (or is NaN), else (best, bi),
+// without branching: on random data a branch would mispredict half the
+// time.
+func pick(best float32, bi int, v float32, vi int) (float32, int) {
+	take := b2i(v > best) | b2i(v != v)
+	bb := math.Float32bits(best)
+	best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
+	return best, bi + take*(vi-bi)
+}
+
+func b2i(b bool) int {
+	var i int
+	if b {
+		i = 1
+	}
+	return i
+}

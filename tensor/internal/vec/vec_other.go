@@ -1,0 +1,17 @@
+//go:build !amd64
+
+package vec
+
+var useAVX2 = false
+
+func addAVX2(dst, src *float32, n int)                                       { panic("unreachable") }
+func addRowsAVX2(dst *float32, ds int, src *float32, ss int, rows, cols int) { panic("unreachable") }
+func biasAVX2(dst, src *float32, n int, bias float32, flags int)             { panic("unreachable") }
+func reluMaskAVX2(dst, grad, y *float32, n int)                              { panic("unreachable") }
+func maxPool2AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int) {
+	panic("unreachable")
+}
+
+func maxPool2x4AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int) {
+	panic("unreachable")
+}
