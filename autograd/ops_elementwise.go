@@ -204,15 +204,9 @@ func Sigmoid(x *Var) *Var {
 
 // ReLU returns max(x, 0) (gradient 0 at 0, as PyTorch).
 func ReLU(x *Var) *Var {
-	return unaryOp("ReLU", x, tensor.ReLU(x.Value), func(dx, g, _, y []float32) {
-		g = g[:len(y)]
-		dx = dx[:len(y)]
-		for i, v := range y {
-			// y ≥ 0: pass g where y > 0, via a mask that is all ones
-			// exactly when y's bits are non-zero (no unpredictable branch).
-			m := uint32(int32(-math.Float32bits(v)) >> 31)
-			dx[i] = math.Float32frombits(math.Float32bits(g[i]) & m)
-		}
+	y := tensor.ReLU(x.Value)
+	return record("ReLU", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
+		s.add(0, tensor.ReLUBackward(g, y), true)
 	})
 }
 

@@ -1,6 +1,10 @@
 package tensor
 
-import "math"
+import (
+	"math"
+
+	"cohort/tensor/internal/vec"
+)
 
 // 2-D convolution as GEMM over unfolded input windows. The input is
 // unfolded (im2col) into a [C·KH·KW, positions] matrix ("col") a chunk of
@@ -318,19 +322,8 @@ func (ep *convEpilogue) emitPooled(out []float32, l chunkLayout, g ConvGeom, O, 
 			arg := ep.arg[i0:][:PL]
 			if k == 2 {
 				for ph := 0; ph < PH; ph++ {
-					r0 := src[2*ph*l.rowStride:][:2*PW]
-					r1 := src[(2*ph+1)*l.rowStride:][:2*PW]
-					d := dst[ph*PW:][:PW]
-					a := arg[ph*PW:][:PW]
-					base := 2 * ph * g.OW
-					for pw := range d {
-						j := 2 * pw
-						best, bi := r0[j]+bias, base+j
-						best, bi = pickMax(best, bi, r0[j+1]+bias, base+j+1)
-						best, bi = pickMax(best, bi, r1[j]+bias, base+g.OW+j)
-						best, bi = pickMax(best, bi, r1[j+1]+bias, base+g.OW+j+1)
-						d[pw], a[pw] = max(best, 0), int32(bi)
-					}
+					vec.MaxPool2(dst[ph*PW:][:PW], arg[ph*PW:][:PW], src[2*ph*l.rowStride:], src[(2*ph+1)*l.rowStride:],
+						bias, true, true, 2*ph*g.OW, g.OW)
 				}
 				continue
 			}
@@ -410,30 +403,11 @@ func (pr *convPrologue) gather(dyw []float32, l chunkLayout, g ConvGeom, db []fl
 }
 
 // reluMaskRow writes g where the ReLU output y is positive (or NaN) and 0
-// where it is 0, branch-free: y ≥ 0 always holds for a ReLU output (never
-// −0), so its bits are non-zero exactly when it is positive or NaN.
-func reluMaskRow(dst, g, y []float32) {
-	g = g[:len(dst)]
-	y = y[:len(dst)]
-	for i, v := range y {
-		m := uint32(int32(-math.Float32bits(v)) >> 31)
-		dst[i] = math.Float32frombits(math.Float32bits(g[i]) & m)
-	}
-}
+// where it is 0 (see vec.ReLUMask).
+func reluMaskRow(dst, g, y []float32) { vec.ReLUMask(dst, g, y) }
 
 // biasRow writes src + bias into dst, through a ReLU when relu is set.
-func biasRow(dst, src []float32, bias float32, relu bool) {
-	src = src[:len(dst)]
-	if relu {
-		for i, v := range src {
-			dst[i] = max(v+bias, 0)
-		}
-		return
-	}
-	for i, v := range src {
-		dst[i] = v + bias
-	}
-}
+func biasRow(dst, src []float32, bias float32, relu bool) { vec.Bias(dst, src, bias, relu) }
 
 // sum64 returns the sum of v accumulated in float64, rounded to float32.
 func sum64(v []float32) float32 {

@@ -1,5 +1,7 @@
 package tensor
 
+import "cohort/tensor/internal/vec"
+
 // The stride-1 convolution path: "wide" unfolding.
 //
 // Pad each input plane to Hp×Wp (Hp = H+2p, Wp = W+2p) and number the
@@ -96,18 +98,8 @@ func (w *wideGeom) fold(dxp, dcol []float32, m int) {
 		for n := 0; n < m; n++ {
 			src := row[n*w.pos:][:w.pos]
 			dst := dxp[n*w.plane+off:][:w.pos]
-			for oh := 0; oh < w.OH; oh++ {
-				addRow(dst[oh*w.wp:][:w.OW], src[oh*w.wp:])
-			}
+			vec.AddRows(dst, w.wp, src, w.wp, w.OH, w.OW)
 		}
-	}
-}
-
-// addRow adds src onto dst elementwise.
-func addRow(dst, src []float32) {
-	src = src[:len(dst)]
-	for i, v := range src {
-		dst[i] += v
 	}
 }
 

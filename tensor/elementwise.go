@@ -1,6 +1,10 @@
 package tensor
 
-import "math"
+import (
+	"math"
+
+	"cohort/tensor/internal/vec"
+)
 
 // Elementwise kernels. Binary ops broadcast under NumPy/PyTorch rules. Each
 // op has an allocating form (Add) and an Into form (AddInto) that writes a
@@ -271,9 +275,7 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 			d[i] = float32(sigmoid64(float64(x)))
 		}
 	case uReLU:
-		for i, x := range a {
-			d[i] = max(x, 0) // branch-free; NaN stays NaN
-		}
+		vec.ReLU(d, a) // NaN stays NaN, −0 becomes +0, as max(x, 0)
 	case uAbs:
 		for i, x := range a {
 			d[i] = float32(math.Abs(float64(x)))

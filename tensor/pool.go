@@ -1,6 +1,10 @@
 package tensor
 
-import "math"
+import (
+	"math"
+
+	"cohort/tensor/internal/vec"
+)
 
 // 2-D pooling over [N, C, H, W] inputs with a square kernel, equal stride
 // and zero padding on both axes (floor mode, as PyTorch's defaults).
@@ -54,19 +58,8 @@ func maxPool2x2(xd, yd []float32, arg []int32, g ConvGeom) {
 	for pl := 0; pl < g.N*g.C; pl++ {
 		in := xd[pl*HW:][:HW]
 		for oh := 0; oh < g.OH; oh++ {
-			r0 := in[2*oh*g.W:][:2*g.OW]
-			r1 := in[(2*oh+1)*g.W:][:2*g.OW]
-			out := yd[pl*L+oh*g.OW:][:g.OW]
-			am := arg[pl*L+oh*g.OW:][:g.OW]
-			base := 2 * oh * g.W
-			for ow := range out {
-				j := 2 * ow
-				best, bi := r0[j], base+j
-				best, bi = pickMax(best, bi, r0[j+1], base+j+1)
-				best, bi = pickMax(best, bi, r1[j], base+g.W+j)
-				best, bi = pickMax(best, bi, r1[j+1], base+g.W+j+1)
-				out[ow], am[ow] = best, int32(bi)
-			}
+			vec.MaxPool2(yd[pl*L+oh*g.OW:][:g.OW], arg[pl*L+oh*g.OW:][:g.OW], in[2*oh*g.W:], in[(2*oh+1)*g.W:],
+				0, false, false, 2*oh*g.W, g.W)
 		}
 	}
 }
