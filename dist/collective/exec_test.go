@@ -261,7 +261,8 @@ var (
 
 // TestExecutorGrid checks every algorithm of every kind, every dtype and
 // (for reductions) every op, over worlds {1,2,3,4,7,8} and counts
-// {0, 1, world−1, 1000}, with default and with tiny pipeline segments.
+// {0, 1, world−1, 1000}; again with tiny pipeline segments for two dtypes
+// and two ops.
 func TestExecutorGrid(t *testing.T) {
 	tunings := []struct {
 		name string
@@ -280,6 +281,9 @@ func TestExecutorGrid(t *testing.T) {
 							}
 							for _, op := range ops {
 								for _, tun := range tunings {
+									if tun.name == "seg" && (dt != Float32 && dt != BFloat16 || op != Sum && op != Max) {
+										continue // pipelining does not depend on the dtype or op
+									}
 									root := 0
 									if kind.rooted() {
 										root = size - 1
