@@ -1,25 +1,38 @@
 #!/usr/bin/env bash
-# vs_pytorch.sh: single-process training throughput of cohort against the
-# PyTorch anchor, run alternately on the same machine.
+# vs_pytorch.sh: training throughput of cohort against PyTorch 1.13 (DDP
+# over gloo, or the plain loop), run alternately on the same machine.
 #
 #   bench/vs_pytorch.sh ANCHORS_DIR        (or COHORT_ANCHORS=ANCHORS_DIR bench/vs_pytorch.sh)
 #
 # ANCHORS_DIR holds the PyTorch anchor scripts (ddp_mlp_bench.py and the
-# cpuload.py it imports). For each model and thread count the script runs
-# `cohort bench train` and `ddp_mlp_bench.py` (world 1, no DDP) one after
-# the other, REPEATS times, and prints every run, then the medians and the
-# ratio cohort/pytorch. Both sides run the same workload: 60000 synthetic
-# MNIST-shaped samples (seed 1234), batch 64, SGD lr 0.01 momentum 0.9,
-# WARMUP warm-up steps and STEPS timed steps, data loading included.
+# cpuload.py it imports). Each configuration MODEL:WORLD:MODE[:THREADS]
+# (MODE ddp or noddp, THREADS per rank, default 1) runs as
+# `cohort bench train` and as `ddp_mlp_bench.py` one after the other,
+# REPEATS rounds over all configurations, so that load from other
+# processes hits both sides alike. Both sides run the same workload: 60000
+# synthetic MNIST-shaped samples (seed 1234), DistributedSampler batches of
+# 64 per rank, SGD lr 0.01 momentum 0.9, WARMUP warm-up steps, a barrier,
+# STEPS timed steps, a barrier; samples/s = world·64·STEPS / rank 0's wall
+# time. PyTorch's multi-thread runs use OMP_WAIT_POLICY=PASSIVE, its faster
+# setting.
+#
+# It prints every run (with the CPU share other processes used meanwhile,
+# "foreign"), then per configuration the medians, the ratio cohort/pytorch
+# and, for cohort's DDP runs, the share of gradient communication hidden
+# behind backward; then the DDP overhead at world 1 (ddp vs noddp) for
+# both. Medians leave out runs with more than MAX_FOREIGN % foreign load
+# (all runs are used when none is that quiet). Raw records are kept in
+# OUT if set.
 #
 # Environment (defaults in brackets):
-#   PYTHON   [/usr/bin/python3]  a Python with torch
-#   MODELS   [mlp cnn]
-#   THREADS  [1]                 e.g. "1 2"; PyTorch's 2-thread runs use
-#                                OMP_WAIT_POLICY=PASSIVE, its faster setting
-#   REPEATS  [3]
-#   STEPS    [200]
-#   WARMUP   [20]
+#   PYTHON       [/usr/bin/python3]  a Python with torch
+#   CONFIGS      [mlp:1:noddp mlp:1:ddp mlp:2:ddp cnn:1:noddp cnn:1:ddp cnn:2:ddp]
+#   REPEATS      [3]
+#   STEPS        [200]
+#   WARMUP       [20]
+#   MAX_FOREIGN  [10]
+#   COHORT_FLAGS []                  extra flags for cohort bench train, e.g. "--transport tcp"
+#   OUT          []                  a JSONL file to append the raw records to
 #
 # It exits 0 after printing a reason, without measuring, when the anchors
 # directory or torch is missing.
@@ -27,20 +40,23 @@ set -euo pipefail
 
 anchors="${1:-${COHORT_ANCHORS:-}}"
 python="${PYTHON:-/usr/bin/python3}"
-models="${MODELS:-mlp cnn}"
-threads_list="${THREADS:-1}"
+configs="${CONFIGS:-mlp:1:noddp mlp:1:ddp mlp:2:ddp cnn:1:noddp cnn:1:ddp cnn:2:ddp}"
 repeats="${REPEATS:-3}"
 steps="${STEPS:-200}"
 warmup="${WARMUP:-20}"
+max_foreign="${MAX_FOREIGN:-10}"
+cohort_flags="${COHORT_FLAGS:-}"
 
 if [[ -z "$anchors" ]]; then
 	echo "vs_pytorch: skipped: no anchors directory (pass it as the argument or set COHORT_ANCHORS)"
 	exit 0
 fi
-if [[ ! -f "$anchors/ddp_mlp_bench.py" ]]; then
-	echo "vs_pytorch: skipped: $anchors/ddp_mlp_bench.py not found"
-	exit 0
-fi
+for f in ddp_mlp_bench.py cpuload.py; do
+	if [[ ! -f "$anchors/$f" ]]; then
+		echo "vs_pytorch: skipped: $anchors/$f not found"
+		exit 0
+	fi
+done
 if ! "$python" -c 'import torch' 2>/dev/null; then
 	echo "vs_pytorch: skipped: '$python -c \"import torch\"' fails (set PYTHON to a Python with torch)"
 	exit 0
@@ -50,32 +66,76 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 (cd "$root" && go build -o "$work/cohort" ./cmd/cohort)
+records="$work/records.jsonl"
+: >"$records"
 
-median() { sort -g | awk '{v[NR]=$1} END {if (NR==0) {print "nan"} else if (NR%2) {print v[(NR+1)/2]} else {print (v[NR/2]+v[NR/2+1])/2}}'; }
-
-summary=()
-for model in $models; do
-	for threads in $threads_list; do
-		cfg="$model:1:noddp:$threads"
-		if [[ "$threads" -gt 1 ]]; then
-			cfg="$cfg:passive"
-		fi
-		: >"$work/cohort.txt"
-		: >"$work/torch.txt"
-		for ((r = 1; r <= repeats; r++)); do
-			line="$("$work/cohort" bench train --model "$model" --threads "$threads" --steps "$steps" --warmup "$warmup" | tail -n 1)"
-			c="$(awk '{print $NF}' <<<"$line")"
-			echo "$c" >>"$work/cohort.txt"
-			rm -f "$work/torch.jsonl"
-			"$python" "$anchors/ddp_mlp_bench.py" --configs "$cfg" --repeats 1 --steps "$steps" --warmup "$warmup" --out "$work/torch.jsonl" >/dev/null
-			t="$("$python" -c 'import json,sys; print("%.1f" % json.loads(open(sys.argv[1]).readline())["samples_per_s"])' "$work/torch.jsonl")"
-			echo "$t" >>"$work/torch.txt"
-			printf 'vs_pytorch: %s threads=%s run %d: cohort %s samples/s, pytorch %s samples/s\n' "$model" "$threads" "$r" "$c" "$t"
-		done
-		cm="$(median <"$work/cohort.txt")"
-		tm="$(median <"$work/torch.txt")"
-		ratio="$(awk -v c="$cm" -v t="$tm" 'BEGIN {printf "%.2f", c / t}')"
-		summary+=("$(printf 'vs_pytorch: %s threads=%s: cohort %.0f samples/s, pytorch %.0f samples/s, cohort/pytorch %s (medians of %d alternating runs)' "$model" "$threads" "$cm" "$tm" "$ratio" "$repeats")")
+for ((r = 1; r <= repeats; r++)); do
+	for cfg in $configs; do
+		IFS=: read -r model world mode threads <<<"$cfg"
+		threads="${threads:-1}"
+		ddp=true
+		[[ "$mode" == noddp ]] && ddp=false
+		# cohort: one JSON line; cpuload.py appends the foreign CPU share.
+		# shellcheck disable=SC2086
+		line="$(cd "$anchors" && "$python" cpuload.py -- "$work/cohort" bench train --json \
+			--model "$model" --world "$world" --ddp="$ddp" --threads "$threads" \
+			--steps "$steps" --warmup "$warmup" $cohort_flags | tail -n 1)"
+		"$python" -c 'import json,sys; r=json.loads(sys.argv[1]); r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); print(json.dumps(r))' \
+			"$line" "$cfg" "$r" >>"$records"
+		# PyTorch: the anchor script, one repeat of this configuration.
+		tcfg="$model:$world:$mode:$threads"
+		[[ "$threads" -gt 1 ]] && tcfg="$tcfg:passive"
+		rm -f "$work/torch.jsonl"
+		"$python" "$anchors/ddp_mlp_bench.py" --configs "$tcfg" --repeats 1 --steps "$steps" --warmup "$warmup" \
+			--out "$work/torch.jsonl" >/dev/null
+		"$python" -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); r["impl"]="pytorch"; r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); print(json.dumps(r))' \
+			"$work/torch.jsonl" "$cfg" "$r" >>"$records"
+		"$python" - "$records" <<-'EOF'
+			import json, sys
+			c, t = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()[-2:]]
+			extra = ""
+			if "hidden_frac" in c and c["world"] > 1:
+			    extra = f", {100*c['hidden_frac']:.0f}% of cohort's communication hidden"
+			print(f"vs_pytorch: round {c['round']} {c['config']}: cohort {c['samples_per_s']:.0f} samples/s (foreign {c['foreign_busy_pct']}%), "
+			      f"pytorch {t['samples_per_s']:.0f} samples/s (foreign {t['foreign_busy_pct']}%){extra}", flush=True)
+		EOF
 	done
 done
-printf '%s\n' "${summary[@]}"
+if [[ -n "${OUT:-}" ]]; then
+	cat "$records" >>"$OUT"
+fi
+
+"$python" - "$records" "$max_foreign" <<'EOF'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+max_foreign = float(sys.argv[2])
+configs = list(dict.fromkeys(r["config"] for r in recs))
+
+def runs(cfg, impl):
+    rs = [r for r in recs if r["config"] == cfg and r["impl"] == impl]
+    quiet = [r for r in rs if r["foreign_busy_pct"] <= max_foreign]
+    return quiet or rs, len(quiet) > 0
+
+med = {}
+for cfg in configs:
+    c, cq = runs(cfg, "cohort")
+    t, tq = runs(cfg, "pytorch")
+    cm = statistics.median(r["samples_per_s"] for r in c)
+    tm = statistics.median(r["samples_per_s"] for r in t)
+    med[cfg] = (cm, tm)
+    note = "" if cq and tq else f" (no run with foreign load <= {max_foreign:g}%: all runs used)"
+    hidden = ""
+    if c[0]["world"] > 1 and "hidden_frac" in c[0]:
+        hidden = f", cohort hides {100*statistics.median(r['hidden_frac'] for r in c):.0f}% of its gradient communication " \
+                 f"(all-reduce {statistics.median(r['comm_ms'] for r in c):.2f} ms/step, exposed {statistics.median(r['exposed_ms'] for r in c):.2f} ms)"
+    print(f"vs_pytorch: {cfg}: cohort {cm:.0f} samples/s (n={len(c)}), pytorch {tm:.0f} samples/s (n={len(t)}), "
+          f"cohort/pytorch {cm/tm:.2f}{hidden}{note}")
+for cfg in configs:
+    model, world, mode, *rest = cfg.split(":")
+    if world == "1" and mode == "ddp":
+        base = ":".join([model, "1", "noddp"] + rest)
+        if base in med:
+            (cd, td), (cn, tn) = med[cfg], med[base]
+            print(f"vs_pytorch: {model} DDP overhead at world 1 (1 − ddp/noddp median samples/s; negative: ddp measured faster): "
+                  f"cohort {100*(1-cd/cn):+.1f}%, pytorch {100*(1-td/tn):+.1f}%")
+EOF

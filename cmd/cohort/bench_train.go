@@ -134,6 +134,7 @@ func benchTrain(args []string) int {
 	fs.IntVar(&s.warmup, "warmup", 20, "untimed steps before timing")
 	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
 	worker := fs.Bool("worker", false, "internal: run as one rank of the job")
+	asJSON := fs.Bool("json", false, "print the result as one JSON object instead of text")
 	result := fs.String("result", "", "internal: where rank 0 writes its result")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -169,7 +170,15 @@ func benchTrain(args []string) int {
 		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
 		return 1
 	}
-	printTrain(os.Stdout, s, r)
+	if *asJSON {
+		err = printTrainJSON(os.Stdout, s, r)
+	} else {
+		printTrain(os.Stdout, s, r)
+	}
+	if err != nil {
+		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
+		return 1
+	}
 	return 0
 }
 
@@ -231,6 +240,34 @@ func printTrain(w io.Writer, s trainSpec, r trainResult) {
 			ms(st.Forward), ms(st.Backward), ms(st.Comm), 100*st.HiddenFraction(), ms(st.Exposed))
 	}
 	fmt.Fprintf(w, "train: %s world %d samples/s %.0f\n", s.model, s.world, float64(s.world*trainBatch*s.steps)/r.Wall.Seconds())
+}
+
+// printTrainJSON reports a run as one JSON object on one line, with the
+// field names of the PyTorch anchor's records where they exist.
+func printTrainJSON(w io.Writer, s trainSpec, r trainResult) error {
+	mode := "noddp"
+	if s.ddp {
+		mode = "ddp"
+	}
+	rec := map[string]any{
+		"bench": "ddp_train", "impl": "cohort", "model": s.model, "world": s.world, "mode": mode,
+		"threads": s.threads, "gomaxprocs": r.GOMAXPROCS, "transport": s.transport, "bucket_view": s.view,
+		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": trainBatch,
+		"wall_s": r.Wall.Seconds(), "step_ms": r.Wall.Seconds() * 1e3 / float64(s.steps),
+		"samples_per_s": float64(s.world*trainBatch*s.steps) / r.Wall.Seconds(),
+		"data_frac":     r.Data.Seconds() / r.Wall.Seconds(), "last_loss": r.LastLoss, "gemm": r.Gemm,
+	}
+	if st := r.DDP; st != nil {
+		per := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(max(st.Steps, 1)) }
+		rec["forward_ms"], rec["backward_ms"] = per(st.Forward), per(st.Backward)
+		rec["comm_ms"], rec["exposed_ms"], rec["hidden_frac"] = per(st.Comm), per(st.Exposed), st.HiddenFraction()
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
 }
 
 // trainResult is rank 0's measurement.
