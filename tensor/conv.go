@@ -321,10 +321,7 @@ func (ep *convEpilogue) emitPooled(out []float32, l chunkLayout, g ConvGeom, O, 
 			dst := ep.y[i0:][:PL]
 			arg := ep.arg[i0:][:PL]
 			if k == 2 {
-				for ph := 0; ph < PH; ph++ {
-					vec.MaxPool2(dst[ph*PW:][:PW], arg[ph*PW:][:PW], src[2*ph*l.rowStride:], src[(2*ph+1)*l.rowStride:],
-						bias, true, true, 2*ph*g.OW, g.OW)
-				}
+				vec.MaxPool2Plane(dst, arg, src, PH, PW, l.rowStride, bias, true, true, g.OW)
 				continue
 			}
 			for ph := 0; ph < PH; ph++ {
@@ -360,12 +357,17 @@ func (pr *convPrologue) gather(dyw []float32, l chunkLayout, g ConvGeom, db []fl
 	O := len(db)
 	if pr.arg != nil {
 		clear(dyw[:O*l.cols])
-		PL := (g.OH / pr.pool) * (g.OW / pr.pool)
+		PH, PW := g.OH/pr.pool, g.OW/pr.pool
+		PL := PH * PW
 		for n := 0; n < m; n++ {
 			for o := 0; o < O; o++ {
 				i0 := ((n0+n)*O + o) * PL
 				gd, yd, arg := pr.dy[i0:][:PL], pr.y[i0:][:PL], pr.arg[i0:][:PL]
 				dst := dyw[o*l.cols+n*l.span:][:l.span]
+				if pr.pool == 2 {
+					db[o] += unpool2x2(dst, gd, yd, arg, PH, PW, l.rowStride, g.OW)
+					continue
+				}
 				var acc float64
 				for i, a := range arg {
 					// The ReLU's gradient is 0 where y is 0 (see
@@ -408,6 +410,31 @@ func reluMaskRow(dst, g, y []float32) { vec.ReLUMask(dst, g, y) }
 
 // biasRow writes src + bias into dst, through a ReLU when relu is set.
 func biasRow(dst, src []float32, bias float32, relu bool) { vec.Bias(dst, src, bias, relu) }
+
+// unpool2x2 writes the gradient g of a ReLU-then-2×2-max-pooled output y
+// ([PH, PW]) to the elements arg chose in dst, whose rows are rowStride
+// apart while arg counts rows of width w, and returns the sum of what it
+// wrote. It finds each element's row and column from its offset in its
+// window (0, 1, w or w+1) rather than by dividing by w.
+func unpool2x2(dst, g, y []float32, arg []int32, PH, PW, rowStride, w int) float32 {
+	var acc float64
+	for ph := 0; ph < PH; ph++ {
+		gr, yr, ar := g[ph*PW:][:PW], y[ph*PW:][:PW], arg[ph*PW:][:PW]
+		row := 2 * ph * rowStride
+		base := 2 * ph * w
+		for pw, a := range ar {
+			// The ReLU's gradient is 0 where y is 0 (see reluMaskRow).
+			b := math.Float32bits(yr[pw]) &^ (1 << 31)
+			m := uint32(int32(-b) >> 31)
+			v := math.Float32frombits(math.Float32bits(gr[pw]) & m)
+			off := int(a) - base - 2*pw
+			below := b2i(off >= w)
+			dst[row+2*pw+off+below*(rowStride-w)] = v
+			acc += float64(v)
+		}
+	}
+	return float32(acc)
+}
 
 // sum64 returns the sum of v accumulated in float64, rounded to float32.
 func sum64(v []float32) float32 {

@@ -56,11 +56,7 @@ func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
 func maxPool2x2(xd, yd []float32, arg []int32, g ConvGeom) {
 	HW, L := g.H*g.W, g.OH*g.OW
 	for pl := 0; pl < g.N*g.C; pl++ {
-		in := xd[pl*HW:][:HW]
-		for oh := 0; oh < g.OH; oh++ {
-			vec.MaxPool2(yd[pl*L+oh*g.OW:][:g.OW], arg[pl*L+oh*g.OW:][:g.OW], in[2*oh*g.W:], in[(2*oh+1)*g.W:],
-				0, false, false, 2*oh*g.W, g.W)
-		}
+		vec.MaxPool2Plane(yd[pl*L:][:L], arg[pl*L:][:L], xd[pl*HW:][:HW], g.OH, g.OW, g.W, 0, false, false, g.W)
 	}
 }
 

@@ -163,6 +163,22 @@ func MaxPool2(dst []float32, arg []int32, r0, r1 []float32, bias float32, useBia
 	}
 }
 
+// MaxPool2Plane pools the rows×cols windows of a plane: window (r, i)
+// covers src[2r·stride + 2i (+1)] and the same in the row below, its index
+// counts rows of width w (2r·w + 2i + …), and dst and arg are row-major
+// [rows, cols]. See MaxPool2.
+func MaxPool2Plane(dst []float32, arg []int32, src []float32, rows, cols, stride int, bias float32, useBias, relu bool, w int) {
+	if rows <= 0 || cols <= 0 {
+		return
+	}
+	_ = src[(2*rows-1)*stride+2*cols-1]
+	dst = dst[:rows*cols]
+	arg = arg[:rows*cols]
+	for r := 0; r < rows; r++ {
+		MaxPool2(dst[r*cols:][:cols], arg[r*cols:][:cols], src[2*r*stride:], src[(2*r+1)*stride:], bias, useBias, relu, 2*r*w, w)
+	}
+}
+
 func maxPool2Go(dst []float32, arg []int32, r0, r1 []float32, bias float32, f, base, w int) {
 	n := len(dst)
 	arg = arg[:n]

@@ -195,3 +195,23 @@ func TestMaxPool2(t *testing.T) {
 		}
 	})
 }
+
+func TestMaxPool2Plane(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, c := range []struct{ rows, cols, stride, w int }{{1, 1, 2, 2}, {14, 14, 32, 28}, {5, 5, 14, 10}, {3, 9, 19, 19}} {
+			src := randVals(rng, 2*c.rows*c.stride)
+			dst, arg := make([]float32, c.rows*c.cols), make([]int32, c.rows*c.cols)
+			MaxPool2Plane(dst, arg, src, c.rows, c.cols, c.stride, 0.5, true, true, c.w)
+			for r := 0; r < c.rows; r++ {
+				wd, wa := naivePool(c.cols, src[2*r*c.stride:], src[(2*r+1)*c.stride:], 0.5, true, true, 2*r*c.w, c.w)
+				checkSame(t, fmt.Sprintf("%+v row %d", c, r), dst[r*c.cols:][:c.cols], wd)
+				for i := range wa {
+					if arg[r*c.cols+i] != wa[i] {
+						t.Fatalf("%+v: arg[%d][%d] = %d, want %d", c, r, i, arg[r*c.cols+i], wa[i])
+					}
+				}
+			}
+		}
+	})
+}
