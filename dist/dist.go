@@ -1,7 +1,3 @@
-// Package dist is cohort's distributed API: a ProcessGroup of ranks that run
-// collectives (all-reduce, broadcast, all-gather, …) asynchronously, each
-// returning a Work handle. Backends sit behind the interface; the transport,
-// store and collective algorithms live in the sub-packages.
 package dist
 
 import (
