@@ -22,7 +22,11 @@
 // socket beside it, the caller publishes Listener.Addr (the segment's
 // path), and Connect maps every peer's segment and connects the sockets,
 // higher rank dialling lower, with the same mutual HMAC handshake as tcp
-// when Options.Token is set. Once every peer has mapped a segment its file
+// when Options.Token is set. The peers are every other rank of the world,
+// or those of Options.Peers: the ranks of a job on one host of several
+// share memory among themselves, keep their ranks in the world, and reach
+// the other hosts through another transport (package route combines
+// them). A segment holds a ring for each peer only. Once every peer has mapped a segment its file
 // is unlinked, so nothing is left in the directory even if processes are
 // killed later (a process killed during setup can leave its two files,
 // named Options.Prefix-*).

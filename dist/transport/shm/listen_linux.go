@@ -18,6 +18,7 @@ const protocolLabel = "cohort-shm/1"
 type Listener struct {
 	rank, worldSize int
 	opts            Options
+	peers           []int // ascending
 	seg             *segment
 	ln              *net.UnixListener
 	mu              sync.Mutex
@@ -36,8 +37,12 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
-	opts = opts.withDefaults(worldSize)
-	seg, err := createSegment(opts.Dir, opts.Prefix, rank, worldSize, int(opts.RingBytes))
+	peers, err := mesh.Peers(rank, worldSize, opts.Peers)
+	if err != nil {
+		return nil, fmt.Errorf("shm: rank %d: Options.Peers: %w", rank, err)
+	}
+	opts = opts.withDefaults(len(peers) + 1)
+	seg, err := createSegment(opts.Dir, opts.Prefix, rank, worldSize, peers, int(opts.RingBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -48,7 +53,7 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 		seg.unmap()
 		return nil, fmt.Errorf("shm: rank %d: listen: %w", rank, err)
 	}
-	return &Listener{rank: rank, worldSize: worldSize, opts: opts, seg: seg, ln: ln.(*net.UnixListener)}, nil
+	return &Listener{rank: rank, worldSize: worldSize, opts: opts, peers: peers, seg: seg, ln: ln.(*net.UnixListener)}, nil
 }
 
 // Addr returns the address to publish to the other ranks: the segment's
@@ -70,10 +75,12 @@ func (l *Listener) Close() error {
 	return err
 }
 
-// Connect maps every peer's segment, given every rank's published address
-// (peerAddrs[r] is rank r's; this rank's own entry is ignored), connects
-// the liveness sockets (dialling the lower ranks, accepting the higher
-// ones, authenticating each) and returns the transport. It fails, naming
+// Connect maps every peer's segment (every other rank's unless
+// Options.Peers says otherwise), given every rank's published address
+// (peerAddrs[r] is rank r's; the entries of this rank and of ranks that
+// are not peers are ignored), connects the liveness sockets (dialling the
+// lower peers, accepting the higher ones, authenticating each) and
+// returns the transport. It fails, naming
 // the missing ranks, if ctx ends first or a peer's segment or socket is
 // unusable. The segment and socket files are removed when Connect
 // returns, whether it succeeds or not.
@@ -105,14 +112,12 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 	// Map every peer's segment before any handshake: once all handshakes
 	// are done, every peer has mapped this rank's segment, and its file
 	// can go.
-	for r, addr := range peerAddrs {
-		if r == l.rank {
-			continue
-		}
+	for _, r := range l.peers {
+		addr := peerAddrs[r]
 		if addr == "" {
 			return nil, fmt.Errorf("shm: rank %d: no address for rank %d", l.rank, r)
 		}
-		s, err := openSegment(addr, r, l.worldSize)
+		s, err := openSegment(addr, r, l.worldSize, l.rank)
 		if err != nil {
 			return nil, fmt.Errorf("shm: rank %d: %w", l.rank, err)
 		}
@@ -120,6 +125,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 	}
 	conns, err := mesh.Connect(ctx, mesh.Config{
 		Handshake: handshake.Config{Label: protocolLabel, Token: l.opts.Token, Rank: l.rank, WorldSize: l.worldSize},
+		Peers:     l.peers,
 		Listener:  l.ln,
 		Dial: func(ctx context.Context, peer int) (net.Conn, error) {
 			var d net.Dialer

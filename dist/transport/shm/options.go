@@ -21,22 +21,34 @@ type Options struct {
 	// '_' and '-'. "" means "cohort".
 	Prefix string
 	// RingBytes is the capacity of each ring, a power of two from 64 KiB
-	// to 1 GiB. 0 means 4 MiB. Each rank's segment holds worldSize−1 rings.
+	// to 1 GiB. 0 means 4 MiB. Each rank's segment holds one ring per
+	// peer (worldSize−1 unless Peers says otherwise).
 	RingBytes int64
 	// MaxMessageBytes is the longest message accepted from a peer; a
 	// longer one is a protocol error. 0 means 64 GiB.
 	MaxMessageBytes int64
 	// Spin is how long a receiver polls the rings itself, and a sender
-	// waits for ring space, before sleeping. 0 means 200 µs when the world
-	// fits the CPUs this process may use (worldSize <= runtime.NumCPU())
-	// and no spinning otherwise: with more ranks than cores a spinning
-	// rank holds a core its peer needs to send. Negative means never.
+	// waits for ring space, before sleeping. 0 means 200 µs when the ranks
+	// sharing memory (this one and its peers) fit the CPUs this process
+	// may use (at most runtime.NumCPU()) and no spinning otherwise: with
+	// more ranks than cores a spinning rank holds a core its peer needs to
+	// send. Negative means never.
 	Spin time.Duration
 	// HandshakeTimeout bounds the setup handshake with one peer. 0 means 30 s.
 	HandshakeTimeout time.Duration
 	// Logger receives refused connections and link failures; nil discards
 	// them.
 	Logger *slog.Logger
+	// Peers lists the ranks this rank shares memory with, by their rank
+	// in the world, in any order and without this rank; nil means every
+	// other rank, and an empty list none. A rank left out is out of this
+	// transport's reach: Send and Recv naming it fail at once, and its
+	// address is not needed. The lists must agree: rank a lists b exactly
+	// when b lists a (Connect fails otherwise, naming both). A job spread
+	// over several hosts lists the ranks on this host here and reaches the
+	// others through another transport (see package route); rank numbers
+	// stay those of the world.
+	Peers []int
 }
 
 // The ring bounds.
@@ -61,7 +73,9 @@ func (o *Options) validate() error {
 	return nil
 }
 
-func (o Options) withDefaults(worldSize int) Options {
+// withDefaults returns o with zero fields replaced by their defaults;
+// ranks is the number of ranks sharing memory.
+func (o Options) withDefaults(ranks int) Options {
 	if o.Dir == "" {
 		o.Dir = "/dev/shm"
 	}
@@ -76,7 +90,7 @@ func (o Options) withDefaults(worldSize int) Options {
 	}
 	if o.Spin == 0 {
 		o.Spin = -1
-		if worldSize <= runtime.NumCPU() {
+		if ranks <= runtime.NumCPU() {
 			o.Spin = 200 * time.Microsecond
 		}
 	}

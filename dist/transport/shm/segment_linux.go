@@ -8,20 +8,24 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"sync/atomic"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
 )
 
-// Segment layout. A segment belongs to one receiving rank: a control page,
-// then one slot per rank of the world (the owner's own slot is unused),
-// each a header page and a ring of ringBytes.
+// Segment layout. A segment belongs to one receiving rank: a control area,
+// then one slot per rank that sends to it (its peers, ascending), each a
+// header page and a ring of ringBytes.
 //
-//	control page: magic u64 | version u32 | worldSize u32 | rank u32 | pid u32 | ringBytes u64
+//	control area: magic u64 | version u32 | worldSize u32 | rank u32 | pid u32 | ringBytes u64
+//	              slots u32 at +32 (number of slots)
 //	              doorbell u32 at +128 (futex word the owner sleeps on)
 //	              sleeping u32 at +256 (1 while the owner's progress goroutine is, or is about to be, asleep)
 //	              polling u32 at +384 (receivers of the owner now polling the rings themselves)
+//	              senders u32 × slots at +512 (the rank filling each slot, ascending)
+//	              (whole pages: one for up to 896 slots)
 //	slot header:  head u64 at +0   (bytes ever published by the producer)
 //	              tail u64 at +128 (bytes ever consumed by the owner)
 //	              space u32 at +256 (futex word a producer waiting for space sleeps on)
@@ -30,11 +34,13 @@ import (
 // head and tail only grow; the ring position of byte i is i mod ringBytes.
 // Invariant: tail <= head <= tail + ringBytes. Fields sit 128 bytes apart so
 // the two sides never share a cache line (nor an adjacent-line prefetch).
+// Ranks find their slot in the sender table, so a segment costs rings only
+// for the ranks that use it, whatever the size of the world.
 const (
 	pageBytes = 4096
 
 	segMagic   = 0x6d68732d74726f63 // "cort-shm", little-endian
-	segVersion = 1
+	segVersion = 2
 
 	offMagic     = 0
 	offVersion   = 8
@@ -42,9 +48,11 @@ const (
 	offRank      = 16
 	offPid       = 20
 	offRingBytes = 24
+	offSlots     = 32
 	offDoorbell  = 128
 	offSleeping  = 256
 	offPolling   = 384
+	offSenders   = 512
 
 	offHead    = 0
 	offTail    = 128
@@ -59,6 +67,7 @@ type segment struct {
 	worldSize int
 	rank      int
 	ringBytes int
+	senders   []int // senders[i] fills slot i; ascending
 }
 
 // ring is one slot of a segment, seen from either side.
@@ -69,8 +78,14 @@ type ring struct {
 	mask           uint64
 }
 
-func segmentBytes(worldSize, ringBytes int) int {
-	return pageBytes + worldSize*(pageBytes+ringBytes)
+// controlBytes is the size of the control area of a segment with slots
+// slots.
+func controlBytes(slots int) int {
+	return (offSenders + 4*slots + pageBytes - 1) / pageBytes * pageBytes
+}
+
+func segmentBytes(slots, ringBytes int) int {
+	return controlBytes(slots) + slots*(pageBytes+ringBytes)
 }
 
 func (s *segment) u32(off int) *uint32 { return (*uint32)(unsafe.Pointer(&s.mem[off])) }
@@ -80,9 +95,14 @@ func (s *segment) doorbell() *uint32 { return s.u32(offDoorbell) }
 func (s *segment) sleeping() *uint32 { return s.u32(offSleeping) }
 func (s *segment) polling() *uint32  { return s.u32(offPolling) }
 
-// slot returns the ring that rank sender fills.
+// slot returns the ring that rank sender fills; sender must be in
+// s.senders.
 func (s *segment) slot(sender int) ring {
-	base := pageBytes + sender*(pageBytes+s.ringBytes)
+	i, ok := slices.BinarySearch(s.senders, sender)
+	if !ok {
+		panic(fmt.Sprintf("shm: segment of rank %d has no slot for rank %d", s.rank, sender))
+	}
+	base := controlBytes(len(s.senders)) + i*(pageBytes+s.ringBytes)
 	return ring{
 		head:    s.u64(base + offHead),
 		tail:    s.u64(base + offTail),
@@ -93,14 +113,15 @@ func (s *segment) slot(sender int) ring {
 	}
 }
 
-// createSegment creates and maps a fresh segment for rank in dir.
-func createSegment(dir, prefix string, rank, worldSize, ringBytes int) (*segment, error) {
+// createSegment creates and maps a fresh segment for rank in dir, with a
+// slot for each of senders (ascending).
+func createSegment(dir, prefix string, rank, worldSize int, senders []int, ringBytes int) (*segment, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("shm: random name: %w", err)
 	}
 	path := filepath.Join(dir, fmt.Sprintf("%s-%d-%s", prefix, rank, hex.EncodeToString(id[:])))
-	size := segmentBytes(worldSize, ringBytes)
+	size := segmentBytes(len(senders), ringBytes)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {
 		return nil, fmt.Errorf("shm: create segment %s: %w", path, err)
@@ -117,7 +138,11 @@ func createSegment(dir, prefix string, rank, worldSize, ringBytes int) (*segment
 	if err != nil {
 		return fail("map", err)
 	}
-	s := &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes}
+	s := &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes, senders: senders}
+	binary.LittleEndian.PutUint32(mem[offSlots:], uint32(len(senders)))
+	for i, r := range senders {
+		binary.LittleEndian.PutUint32(mem[offSenders+4*i:], uint32(r))
+	}
 	binary.LittleEndian.PutUint32(mem[offVersion:], segVersion)
 	binary.LittleEndian.PutUint32(mem[offWorld:], uint32(worldSize))
 	binary.LittleEndian.PutUint32(mem[offRank:], uint32(rank))
@@ -128,8 +153,8 @@ func createSegment(dir, prefix string, rank, worldSize, ringBytes int) (*segment
 }
 
 // openSegment maps the segment at path, which must belong to rank of a
-// world of worldSize.
-func openSegment(path string, rank, worldSize int) (*segment, error) {
+// world of worldSize and hold a slot for rank me.
+func openSegment(path string, rank, worldSize, me int) (*segment, error) {
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CLOEXEC, 0)
 	if err != nil {
 		return nil, fmt.Errorf("shm: open segment of rank %d: %w", rank, err)
@@ -151,6 +176,7 @@ func openSegment(path string, rank, worldSize int) (*segment, error) {
 	world := int(binary.LittleEndian.Uint32(hdr[offWorld:]))
 	owner := int(binary.LittleEndian.Uint32(hdr[offRank:]))
 	ringBytes64 := binary.LittleEndian.Uint64(hdr[offRingBytes:])
+	slots := int(binary.LittleEndian.Uint32(hdr[offSlots:]))
 	unix.Munmap(hdr)
 	switch {
 	case magic != segMagic:
@@ -163,9 +189,11 @@ func openSegment(path string, rank, worldSize int) (*segment, error) {
 		return nil, fmt.Errorf("shm: the address given for rank %d is rank %d's segment", rank, owner)
 	case ringBytes64 < minRing || ringBytes64 > maxRing || ringBytes64&(ringBytes64-1) != 0:
 		return nil, fmt.Errorf("shm: segment of rank %d has ring size %d", rank, ringBytes64)
+	case slots < 1 || slots >= worldSize:
+		return nil, fmt.Errorf("shm: segment of rank %d has %d slots, want 1 to %d", rank, slots, worldSize-1)
 	}
 	ringBytes := int(ringBytes64)
-	size := segmentBytes(worldSize, ringBytes)
+	size := segmentBytes(slots, ringBytes)
 	if st.Size != int64(size) {
 		return nil, fmt.Errorf("shm: segment of rank %d is %d bytes, want %d", rank, st.Size, size)
 	}
@@ -173,7 +201,20 @@ func openSegment(path string, rank, worldSize int) (*segment, error) {
 	if err != nil {
 		return nil, fmt.Errorf("shm: map segment of rank %d (%d bytes): %w", rank, size, err)
 	}
-	return &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes}, nil
+	senders := make([]int, slots)
+	for i := range senders {
+		r := int(binary.LittleEndian.Uint32(mem[offSenders+4*i:]))
+		if r >= worldSize || r == rank || (i > 0 && r <= senders[i-1]) {
+			unix.Munmap(mem)
+			return nil, fmt.Errorf("shm: segment of rank %d: bad sender table (slot %d is rank %d)", rank, i, r)
+		}
+		senders[i] = r
+	}
+	if _, ok := slices.BinarySearch(senders, me); !ok {
+		unix.Munmap(mem)
+		return nil, fmt.Errorf("shm: segment of rank %d has no ring for rank %d: rank %d does not count it among its peers (Options.Peers)", rank, me, rank)
+	}
+	return &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes, senders: senders}, nil
 }
 
 // unlink removes the segment's file; the mappings stay valid.

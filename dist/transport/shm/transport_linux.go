@@ -41,7 +41,7 @@ type Transport struct {
 	rank, size int
 	opts       Options
 	own        *segment   // this rank's segment: its inbound rings
-	peers      []*peer    // by rank; nil at this rank
+	peers      []*peer    // by rank; nil at this rank and at ranks that are not peers
 	self       *demux.Box // messages to itself
 	closed     atomic.Bool
 	closeOnce  sync.Once
@@ -99,6 +99,9 @@ func (t *Transport) Size() int { return t.size }
 func (t *Transport) check(op string, r int) error {
 	if r < 0 || r >= t.size {
 		return fmt.Errorf("shm: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, t.size)
+	}
+	if r != t.rank && t.peers[r] == nil {
+		return fmt.Errorf("shm: rank %d: %s rank %d: not a peer of this transport (Options.Peers)", t.rank, op, r)
 	}
 	return nil
 }

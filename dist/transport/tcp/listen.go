@@ -18,6 +18,7 @@ const protocolLabel = "cohort-tcp/1"
 type Listener struct {
 	rank, worldSize int
 	opts            Options
+	peers           []int // ascending
 	ln              *net.TCPListener
 	mu              sync.Mutex
 	used            bool
@@ -38,12 +39,16 @@ func Listen(ctx context.Context, rank, worldSize int, addr string, opts Options)
 		return nil, err
 	}
 	opts = opts.withDefaults()
+	peers, err := mesh.Peers(rank, worldSize, opts.Peers)
+	if err != nil {
+		return nil, fmt.Errorf("tcp: rank %d: Options.Peers: %w", rank, err)
+	}
 	lc := net.ListenConfig{KeepAliveConfig: keepAliveConfig(&opts)}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
 		return nil, fmt.Errorf("tcp: rank %d: listen on %q: %w", rank, addr, err)
 	}
-	return &Listener{rank: rank, worldSize: worldSize, opts: opts, ln: ln.(*net.TCPListener)}, nil
+	return &Listener{rank: rank, worldSize: worldSize, opts: opts, peers: peers, ln: ln.(*net.TCPListener)}, nil
 }
 
 func keepAliveConfig(o *Options) net.KeepAliveConfig {
@@ -57,10 +62,11 @@ func (l *Listener) Addr() string { return l.ln.Addr().String() }
 // Close stops listening; needed only if Connect is never called.
 func (l *Listener) Close() error { return l.ln.Close() }
 
-// Connect connects to every other rank, given every rank's published
-// address (peerAddrs[r] is rank r's; this rank's own entry is ignored),
-// and returns the transport. This rank dials the lower ranks and accepts
-// the higher ones. It fails, naming the missing ranks, if ctx ends first
+// Connect connects to every peer (every other rank unless Options.Peers
+// says otherwise), given every rank's published address (peerAddrs[r] is
+// rank r's; the entries of this rank and of ranks that are not peers are
+// ignored), and returns the transport. This rank dials the lower peers
+// and accepts the higher ones. It fails, naming the missing ranks, if ctx ends first
 // or a dial or handshake to a lower rank fails; refused incoming
 // connections (wrong token, wrong world) are logged and waited past. The
 // listener is closed when Connect returns.
@@ -76,7 +82,10 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 	if len(peerAddrs) != l.worldSize {
 		return nil, fmt.Errorf("tcp: rank %d: %d peer addresses for world size %d", l.rank, len(peerAddrs), l.worldSize)
 	}
-	for r := range l.rank {
+	for _, r := range l.peers {
+		if r > l.rank {
+			break
+		}
 		if peerAddrs[r] == "" {
 			return nil, fmt.Errorf("tcp: rank %d: no address for rank %d", l.rank, r)
 		}
@@ -85,6 +94,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 	d := net.Dialer{KeepAliveConfig: keepAliveConfig(&l.opts)}
 	conns, err := mesh.Connect(ctx, mesh.Config{
 		Handshake: handshake.Config{Label: protocolLabel, Token: l.opts.Token, Rank: l.rank, WorldSize: l.worldSize},
+		Peers:     l.peers,
 		Listener:  l.ln,
 		Dial: func(ctx context.Context, peer int) (net.Conn, error) {
 			c, err := d.DialContext(ctx, "tcp", peerAddrs[peer])

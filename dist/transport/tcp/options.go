@@ -33,6 +33,15 @@ type Options struct {
 	// Logger receives refused connections and link failures; nil discards
 	// them.
 	Logger *slog.Logger
+	// Peers lists the ranks this rank connects to, by their rank in the
+	// world, in any order and without this rank; nil means every other
+	// rank, and an empty list none. A rank left out is out of this
+	// transport's reach: Send and Recv naming it fail at once. The lists
+	// must agree: rank a lists b exactly when b lists a (a rank that dials
+	// a peer not listing it is refused). A job whose ranks share hosts
+	// lists only the ranks on other hosts here and reaches the rest
+	// through another transport (see package route).
+	Peers []int
 }
 
 func (o *Options) validate() error {

@@ -15,7 +15,7 @@ import (
 type Transport struct {
 	rank, size int
 	opts       Options
-	links      []*link    // by peer rank; nil at this rank
+	links      []*link    // by peer rank; nil at this rank and at ranks that are not peers
 	self       *demux.Box // messages to itself
 	closed     atomic.Bool
 	closeOnce  sync.Once
@@ -32,6 +32,9 @@ func (t *Transport) Size() int { return len(t.links) }
 func (t *Transport) check(op string, r int) error {
 	if r < 0 || r >= len(t.links) {
 		return fmt.Errorf("tcp: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, len(t.links))
+	}
+	if r != t.rank && t.links[r] == nil {
+		return fmt.Errorf("tcp: rank %d: %s rank %d: not a peer of this transport (Options.Peers)", t.rank, op, r)
 	}
 	return nil
 }

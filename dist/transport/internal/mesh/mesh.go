@@ -2,7 +2,9 @@
 // connection: each rank dials the lower ranks and accepts the higher ones,
 // running package handshake on every connection. It is the setup shared by
 // the tcp and shm transports, which differ only in how they listen and
-// dial.
+// dial. A rank may connect to a subset of the world (Config.Peers), as a
+// transport that serves only some of the ranks does; the subsets must then
+// be symmetric (a lists b exactly when b lists a).
 package mesh
 
 import (
@@ -10,6 +12,7 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"time"
@@ -23,8 +26,11 @@ var aLongTimeAgo = time.Unix(1, 0)
 // Config describes this rank's side of the mesh.
 type Config struct {
 	Handshake handshake.Config // Rank and WorldSize come from here
+	// Peers lists the ranks to connect with, ascending, without this
+	// rank (see Peers); nil means every other rank of the world.
+	Peers []int
 	// Listener accepts the higher ranks; Connect closes it before
-	// returning. Nil only for the highest rank.
+	// returning. Nil only when no peer ranks above this one.
 	Listener net.Listener
 	// Dial connects to the lower rank peer.
 	Dial func(ctx context.Context, peer int) (net.Conn, error)
@@ -42,13 +48,51 @@ type result struct {
 	err  error
 }
 
-// Connect returns conns[r], the connection to rank r (nil at this rank). It
-// fails, naming the missing ranks, if ctx ends first or a dial or
-// handshake to a lower rank fails; refused incoming connections (wrong
-// token, wrong world, duplicates) are logged and waited past, and their
-// reasons are reported if the wait ends in failure.
+// Peers validates a peer list given for rank in a world of worldSize and
+// returns it sorted (a copy): nil stands for every other rank, and an
+// empty list for none. A rank out of range, this rank itself or a
+// duplicate is an error naming it.
+func Peers(rank, worldSize int, peers []int) ([]int, error) {
+	if peers == nil {
+		all := make([]int, 0, max(worldSize-1, 0))
+		for r := range worldSize {
+			if r != rank {
+				all = append(all, r)
+			}
+		}
+		return all, nil
+	}
+	out := slices.Clone(peers)
+	slices.Sort(out)
+	for i, r := range out {
+		switch {
+		case r < 0 || r >= worldSize:
+			return nil, fmt.Errorf("peer rank %d out of range [0, %d)", r, worldSize)
+		case r == rank:
+			return nil, fmt.Errorf("lists rank %d, this rank itself", r)
+		case i > 0 && out[i-1] == r:
+			return nil, fmt.Errorf("lists rank %d twice", r)
+		}
+	}
+	return out, nil
+}
+
+// Connect returns conns[r], the connection to rank r (nil at this rank and
+// at ranks not in Config.Peers). It fails, naming the missing ranks, if
+// ctx ends first or a dial or handshake to a lower rank fails; refused
+// incoming connections (wrong token, wrong world, duplicates, ranks that
+// are not peers) are logged and waited past, and their reasons are
+// reported if the wait ends in failure.
 func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 	rank, world := cfg.Handshake.Rank, cfg.Handshake.WorldSize
+	peers, err := Peers(rank, world, cfg.Peers)
+	if err != nil {
+		return nil, fmt.Errorf("%s: rank %d: connect: %w", cfg.Name, rank, err)
+	}
+	isPeer := make([]bool, world)
+	for _, r := range peers {
+		isPeer[r] = true
+	}
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
 	results := make(chan result, world)
@@ -75,6 +119,8 @@ func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 							switch {
 							case r <= rank:
 								return fmt.Errorf("rank %d dialed rank %d, but only higher ranks dial", r, rank)
+							case !isPeer[r]:
+								return fmt.Errorf("rank %d dialed rank %d, which does not count it among its peers", r, rank)
 							case connIdx != 0:
 								return fmt.Errorf("rank %d: connection index %d, want 0", r, connIdx)
 							case accepted[r]:
@@ -104,7 +150,10 @@ func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 			}
 		})
 	}
-	for r := range rank {
+	for _, r := range peers {
+		if r > rank {
+			break
+		}
 		wg.Go(func() {
 			c, err := cfg.Dial(ctx, r)
 			if err != nil {
@@ -123,7 +172,7 @@ func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 
 	conns := make([]net.Conn, world)
 	var failure error
-	for missing := world - 1; missing > 0 && failure == nil; {
+	for missing := len(peers); missing > 0 && failure == nil; {
 		select {
 		case res := <-results:
 			if res.err != nil {
@@ -135,8 +184,8 @@ func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 		case <-ctx.Done():
 			var ranks []string
 			mu.Lock()
-			for r, c := range conns {
-				if c == nil && r != rank {
+			for _, r := range peers {
+				if conns[r] == nil {
 					s := fmt.Sprint(r)
 					if why, ok := refusals[r]; ok {
 						s += " (refused: " + why + ")"
