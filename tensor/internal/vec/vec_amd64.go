@@ -2,8 +2,12 @@ package vec
 
 import "golang.org/x/sys/cpu"
 
-// useAVX2 selects the assembly kernels; it is fixed at initialisation.
-var useAVX2 = cpu.X86.HasAVX2 && cpu.X86.HasAVX
+// useAVX2 and useAVX512 select the assembly kernels; they are fixed at
+// initialisation (tests switch them to check the Go versions).
+var (
+	useAVX2   = cpu.X86.HasAVX2 && cpu.X86.HasAVX
+	useAVX512 = cpu.X86.HasAVX512F
+)
 
 // Implemented in vec_amd64.s. Lengths and strides count float32 elements.
 
@@ -31,3 +35,11 @@ func maxPool2AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32
 //
 //go:noescape
 func maxPool2x4AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int)
+
+// Implemented in conv_avx512_amd64.s.
+
+//go:noescape
+func convTileAVX512(k int, a *float32, offs *int, x, c *float32, ldc, rows int, nmask uint64)
+
+//go:noescape
+func dot4x6AVX512(n, m int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5 *float32, aStride, bStride int, acc *float32)

@@ -2,7 +2,10 @@
 
 package vec
 
-var useAVX2 = false
+var (
+	useAVX2   = false
+	useAVX512 = false
+)
 
 func addAVX2(dst, src *float32, n int)                                       { panic("unreachable") }
 func addRowsAVX2(dst *float32, ds int, src *float32, ss int, rows, cols int) { panic("unreachable") }
@@ -13,5 +16,13 @@ func maxPool2AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32
 }
 
 func maxPool2x4AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int) {
+	panic("unreachable")
+}
+
+func convTileAVX512(k int, a *float32, offs *int, x, c *float32, ldc, rows int, nmask uint64) {
+	panic("unreachable")
+}
+
+func dot4x6AVX512(n, m int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5 *float32, aStride, bStride int, acc *float32) {
 	panic("unreachable")
 }
