@@ -54,7 +54,9 @@ func to32(a []float64) []float32 {
 // Permute4 moves the channel dimension of [N, O, H, W] first: [O, N, H, W].
 func Permute4(t *Tensor) *Tensor { return t.Permute(1, 0, 2, 3).Contiguous() }
 
-func TestConv2d(t *testing.T) {
+func TestConv2d(t *testing.T) { convPaths(t, testConv2d) }
+
+func testConv2d(t *testing.T) {
 	rng := newRNG(6)
 	cases := []struct{ N, C, H, W, O, K, S, P int }{
 		{2, 1, 6, 6, 3, 3, 1, 0},
@@ -176,7 +178,22 @@ func BenchmarkPool(b *testing.B) {
 // with and without the fused ReLU, against the direct loops on random
 // geometries, including 1×1 planes, kernels as large as the padded input
 // and batches that span several GEMM chunks.
-func TestConv2dRandom(t *testing.T) {
+func TestConv2dRandom(t *testing.T) { convPaths(t, testConv2dRandom) }
+
+// convPaths runs f with the direct stride-1 tiles and, where the CPU has
+// them, without: the unfolding and GEMM everywhere.
+func convPaths(t *testing.T, f func(t *testing.T)) {
+	has := useConvTiles
+	defer func() { useConvTiles = has }()
+	useConvTiles = false
+	t.Run("unfold", f)
+	if has {
+		useConvTiles = true
+		t.Run("direct", f)
+	}
+}
+
+func testConv2dRandom(t *testing.T) {
 	rng := newRNG(16)
 	for i := range 60 {
 		N, C, O := 1+rng.IntN(4), 1+rng.IntN(4), 1+rng.IntN(7)
@@ -272,7 +289,9 @@ func BenchmarkConv2d(b *testing.B) {
 // TestConv2dReLUMaxPool2d checks the fused block against the unfused ops
 // (Conv2dReLU, MaxPool2d and their backward passes) on random geometries:
 // equal values and indices, equal gradients.
-func TestConv2dReLUMaxPool2d(t *testing.T) {
+func TestConv2dReLUMaxPool2d(t *testing.T) { convPaths(t, testConv2dReLUMaxPool2d) }
+
+func testConv2dReLUMaxPool2d(t *testing.T) {
 	rng := newRNG(17)
 	for i := range 40 {
 		N, C, O := 1+rng.IntN(4), 1+rng.IntN(3), 1+rng.IntN(7)

@@ -22,6 +22,11 @@ import "cohort/tensor/internal/vec"
 // wrap-around columns, so they contribute nothing to the weight gradient,
 // and the fold skips them.
 //
+// Where the CPU has them (vec.HasConvTiles), the forward product and the
+// weight gradient read those rows straight from the padded input instead
+// of copying them into a matrix first ("direct" tiles, conv_direct.go);
+// the input gradient always goes through the matrix and the fold.
+//
 // The unfolding itself is that of Chellapilla et al., "High Performance
 // Convolutional Neural Networks for Document Processing" (2006); only the
 // numbering of the output columns differs.
@@ -111,6 +116,10 @@ func (w *wideGeom) layout(m int) chunkLayout {
 // wideConvForward is im2colConvForward for stride 1.
 func wideConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	wg := newWideGeom(g)
+	if useConvTiles {
+		directConvForward(&wg, xd, w2, ep)
+		return
+	}
 	O, K := w2.shape[0], w2.shape[1]
 	nb := wg.samples
 	col := make([]float32, K*nb*wg.pos)
@@ -139,7 +148,15 @@ func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 	wg := newWideGeom(g)
 	O, K := a.w2.shape[0], a.w2.shape[1]
 	nb := wg.samples
-	col := make([]float32, K*nb*wg.pos)
+	var dws *directWeightGrad
+	if useConvTiles {
+		dws = newDirectWeightGrad(&wg, O)
+		defer dws.finish(a.dw.Data())
+	}
+	var col []float32
+	if dws == nil || a.dx != nil {
+		col = make([]float32, K*nb*wg.pos)
+	}
 	dyw := make([]float32, O*nb*wg.pos)
 	var xp, dxp []float32
 	if wg.padded {
@@ -158,14 +175,17 @@ func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 		} else {
 			src = a.xd[n0*wg.plane:]
 		}
-		wg.unfold(col, src, m)
 		dt := FromSlice(dyw[:O*l.cols], O, l.cols)
-		ct := FromSlice(col[:K*l.cols], K, l.cols)
-		Gemm(a.dw, dt, ct.T(), 1, 1) // dw += dy·colᵀ
+		if dws != nil {
+			dws.add(src, dyw, l, m)
+		} else {
+			wg.unfold(col, src, m)
+			Gemm(a.dw, dt, FromSlice(col[:K*l.cols], K, l.cols).T(), 1, 1) // dw += dy·colᵀ
+		}
 		if a.dx == nil {
 			continue
 		}
-		Gemm(ct, a.w2.T(), dt, 1, 0) // dcol = wᵀ·dy, reusing col
+		Gemm(FromSlice(col[:K*l.cols], K, l.cols), a.w2.T(), dt, 1, 0) // dcol = wᵀ·dy
 		if !wg.padded {
 			wg.fold(a.dx[n0*wg.plane:], col, m)
 			continue
