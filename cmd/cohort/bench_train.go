@@ -70,7 +70,7 @@ type trainSpec struct {
 	view       bool // ddp.Options.GradientAsBucketView
 	transport  string
 	threads    int // GEMM threads per rank (COHORT_NUM_THREADS)
-	gomaxprocs int // each worker's GOMAXPROCS; 0: cores / world
+	gomaxprocs int // each worker's GOMAXPROCS; 0: Go's default (every core), as under cohort run
 	steps      int
 	warmup     int
 	cpuprofile string
@@ -96,21 +96,13 @@ func (s trainSpec) validate() error {
 	return errors.Join(errs...)
 }
 
-// procs is the GOMAXPROCS each worker runs with.
-func (s trainSpec) procs() int {
-	if s.gomaxprocs > 0 {
-		return s.gomaxprocs
-	}
-	return max(1, runtime.NumCPU()/s.world)
-}
-
 // workerArgs are the flags that make a worker run s and write rank 0's
 // result to result.
 func (s trainSpec) workerArgs(result string) []string {
 	return []string{"--model", s.model, "--world", strconv.Itoa(s.world),
 		"--ddp=" + strconv.FormatBool(s.ddp), "--view=" + strconv.FormatBool(s.view),
 		"--transport", s.transport, "--threads", strconv.Itoa(s.threads),
-		"--gomaxprocs", strconv.Itoa(s.procs()), "--steps", strconv.Itoa(s.steps),
+		"--gomaxprocs", strconv.Itoa(s.gomaxprocs), "--steps", strconv.Itoa(s.steps),
 		"--warmup", strconv.Itoa(s.warmup), "--cpuprofile", s.cpuprofile,
 		"--worker", "--result", result}
 }
@@ -129,7 +121,7 @@ func benchTrain(args []string) int {
 	fs.BoolVar(&s.view, "view", true, "gradients as views into ddp's buckets (GradientAsBucketView)")
 	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
 	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per rank (COHORT_NUM_THREADS); the anchor uses 1")
-	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: cores / world")
+	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: Go's default, every core (what cohort run's workers get)")
 	fs.IntVar(&s.steps, "steps", 200, "timed steps")
 	fs.IntVar(&s.warmup, "warmup", 20, "untimed steps before timing")
 	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
@@ -290,7 +282,9 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 	if err := os.Setenv("COHORT_NUM_THREADS", strconv.Itoa(s.threads)); err != nil {
 		return err
 	}
-	runtime.GOMAXPROCS(s.procs())
+	if s.gomaxprocs > 0 {
+		runtime.GOMAXPROCS(s.gomaxprocs)
+	}
 	gemm, err := gemmbench.Describe()
 	if err != nil {
 		return err
