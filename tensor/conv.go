@@ -417,24 +417,42 @@ func biasRow(dst, src []float32, bias float32, relu bool) { vec.Bias(dst, src, b
 // wrote. It finds each element's row and column from its offset in its
 // window (0, 1, w or w+1) rather than by dividing by w.
 func unpool2x2(dst, g, y []float32, arg []int32, PH, PW, rowStride, w int) float32 {
-	var acc float64
+	// Two sums in registers, so that the additions do not wait on each
+	// other.
+	var acc0, acc1 float64
 	for ph := 0; ph < PH; ph++ {
 		gr, yr, ar := g[ph*PW:][:PW], y[ph*PW:][:PW], arg[ph*PW:][:PW]
-		row := 2 * ph * rowStride
+		row := dst[2*ph*rowStride:]
 		base := 2 * ph * w
-		for pw, a := range ar {
-			// The ReLU's gradient is 0 where y is 0 (see reluMaskRow).
-			b := math.Float32bits(yr[pw]) &^ (1 << 31)
-			m := uint32(int32(-b) >> 31)
-			v := math.Float32frombits(math.Float32bits(gr[pw]) & m)
-			off := int(a) - base - 2*pw
-			below := b2i(off >= w)
-			dst[row+2*pw+off+below*(rowStride-w)] = v
-			acc += float64(v)
+		pw := 0
+		for ; pw+1 < PW; pw += 2 {
+			v0 := maskedGrad(gr[pw], yr[pw])
+			v1 := maskedGrad(gr[pw+1], yr[pw+1])
+			row[unpoolIndex(int(ar[pw])-base-2*pw, w, rowStride)+2*pw] = v0
+			row[unpoolIndex(int(ar[pw+1])-base-2*pw-2, w, rowStride)+2*pw+2] = v1
+			acc0 += float64(v0)
+			acc1 += float64(v1)
+		}
+		if pw < PW {
+			v := maskedGrad(gr[pw], yr[pw])
+			row[unpoolIndex(int(ar[pw])-base-2*pw, w, rowStride)+2*pw] = v
+			acc0 += float64(v)
 		}
 	}
-	return float32(acc)
+	return float32(acc0 + acc1)
 }
+
+// maskedGrad is g where the ReLU output y is non-zero, else 0 (see
+// reluMaskRow), without branching.
+func maskedGrad(g, y float32) float32 {
+	b := math.Float32bits(y) &^ (1 << 31)
+	m := uint32(int32(-b) >> 31)
+	return math.Float32frombits(math.Float32bits(g) & m)
+}
+
+// unpoolIndex maps an element's offset in its 2×2 window (0, 1, w or w+1
+// in a plane of row width w) to its offset in rows rowStride apart.
+func unpoolIndex(off, w, rowStride int) int { return off + b2i(off >= w)*(rowStride-w) }
 
 // sum64 returns the sum of v accumulated in float64, rounded to float32.
 func sum64(v []float32) float32 {

@@ -147,22 +147,27 @@ func wideConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 	wg := newWideGeom(g)
 	O, K := a.w2.shape[0], a.w2.shape[1]
-	nb := wg.samples
+	// Chunks of nb samples, whose output gradient (and padded input) stay
+	// cache-sized; the unfolded matrix is built for sub of them at a time.
+	// Without it, the direct weight-gradient tiles take larger chunks.
+	sub := wg.samples
+	nb := sub
 	var dws *directWeightGrad
 	if useConvTiles {
 		dws = newDirectWeightGrad(&wg, O)
 		defer dws.finish(a.dw.Data())
+		nb = max(sub, min(g.N, (256<<10)/4/max(O*wg.pos+wg.plane, 1)))
 	}
 	var col []float32
 	if dws == nil || a.dx != nil {
-		col = make([]float32, K*nb*wg.pos)
+		col = make([]float32, K*sub*wg.pos)
 	}
 	dyw := make([]float32, O*nb*wg.pos)
 	var xp, dxp []float32
 	if wg.padded {
 		xp = make([]float32, nb*wg.plane)
 		if a.dx != nil {
-			dxp = make([]float32, nb*wg.plane)
+			dxp = make([]float32, sub*wg.plane)
 		}
 	}
 	for n0 := 0; n0 < g.N; n0 += nb {
@@ -175,31 +180,47 @@ func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 		} else {
 			src = a.xd[n0*wg.plane:]
 		}
-		dt := FromSlice(dyw[:O*l.cols], O, l.cols)
 		if dws != nil {
 			dws.add(src, dyw, l, m)
-		} else {
-			wg.unfold(col, src, m)
-			Gemm(a.dw, dt, FromSlice(col[:K*l.cols], K, l.cols).T(), 1, 1) // dw += dy·colᵀ
+			if a.dx == nil {
+				continue
+			}
 		}
-		if a.dx == nil {
-			continue
+		dy := FromSlice(dyw[:O*l.cols], O, l.cols)
+		for s0 := 0; s0 < m; s0 += sub {
+			ms := min(sub, m-s0)
+			cols := ms * wg.pos
+			dt := dy.Narrow(1, s0*wg.pos, cols)
+			ct := FromSlice(col[:K*cols], K, cols)
+			if dws == nil {
+				wg.unfold(col, src[s0*wg.plane:], ms)
+				Gemm(a.dw, dt, ct.T(), 1, 1) // dw += dy·colᵀ
+			}
+			if a.dx == nil {
+				continue
+			}
+			Gemm(ct, a.w2.T(), dt, 1, 0) // dcol = wᵀ·dy
+			wg.foldInput(a.dx, dxp, col, n0+s0, ms)
 		}
-		Gemm(FromSlice(col[:K*l.cols], K, l.cols), a.w2.T(), dt, 1, 0) // dcol = wᵀ·dy
-		if !wg.padded {
-			wg.fold(a.dx[n0*wg.plane:], col, m)
-			continue
-		}
-		clear(dxp[:m*wg.plane])
-		wg.fold(dxp, col, m)
-		p := g.Padding
-		for n := 0; n < m; n++ {
-			for c := 0; c < g.C; c++ {
-				pl := dxp[(n*g.C+c)*wg.hp*wg.wp:][:wg.hp*wg.wp]
-				dst := a.dx[((n0+n)*g.C+c)*g.H*g.W:][:g.H*g.W]
-				for h := 0; h < g.H; h++ {
-					copy(dst[h*g.W:(h+1)*g.W], pl[(p+h)*wg.wp+p:])
-				}
+	}
+}
+
+// foldInput adds dcol ([K, m·P]) onto samples [n0, n0+m) of the input
+// gradient dx, through the padded scratch dxp when the input is padded.
+func (w *wideGeom) foldInput(dx, dxp, dcol []float32, n0, m int) {
+	if !w.padded {
+		w.fold(dx[n0*w.plane:], dcol, m)
+		return
+	}
+	clear(dxp[:m*w.plane])
+	w.fold(dxp, dcol, m)
+	p := w.Padding
+	for n := 0; n < m; n++ {
+		for c := 0; c < w.C; c++ {
+			pl := dxp[(n*w.C+c)*w.hp*w.wp:][:w.hp*w.wp]
+			dst := dx[((n0+n)*w.C+c)*w.H*w.W:][:w.H*w.W]
+			for h := 0; h < w.H; h++ {
+				copy(dst[h*w.W:(h+1)*w.W], pl[(p+h)*w.wp+p:])
 			}
 		}
 	}
