@@ -189,8 +189,8 @@ func openSegment(path string, rank, worldSize, me int) (*segment, error) {
 		return nil, fmt.Errorf("shm: the address given for rank %d is rank %d's segment", rank, owner)
 	case ringBytes64 < minRing || ringBytes64 > maxRing || ringBytes64&(ringBytes64-1) != 0:
 		return nil, fmt.Errorf("shm: segment of rank %d has ring size %d", rank, ringBytes64)
-	case slots < 1 || slots >= worldSize:
-		return nil, fmt.Errorf("shm: segment of rank %d has %d slots, want 1 to %d", rank, slots, worldSize-1)
+	case slots >= worldSize:
+		return nil, fmt.Errorf("shm: segment of rank %d has %d slots, more than the %d other ranks", rank, slots, worldSize-1)
 	}
 	ringBytes := int(ringBytes64)
 	size := segmentBytes(slots, ringBytes)
