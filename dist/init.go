@@ -14,6 +14,7 @@ import (
 	"cohort/dist/store"
 	"cohort/dist/transport"
 	"cohort/dist/transport/inproc"
+	"cohort/dist/transport/route"
 	"cohort/dist/transport/tcp"
 )
 
@@ -24,10 +25,15 @@ type Options struct {
 	Store store.Store
 	// Rank and WorldSize place this process in the job.
 	Rank, WorldSize int
-	// Transport is "auto" (or ""), "tcp", "shm" or "inproc". Auto picks
-	// shm when every rank is on this host and the shm transport is built
-	// in, else tcp. inproc only serves a world of one process; for several
-	// ranks in one process build an inproc mesh and call New.
+	// Transport is "auto" (or ""), "tcp", "shm" or "inproc". Auto reaches
+	// the ranks on this host through shared memory and the others over
+	// TCP: shm alone when every rank is on this host, shm for those on
+	// this host and tcp for the rest (combined by package route) when the
+	// job spans hosts, and tcp alone when no other rank shares this host
+	// or the shm transport is not built in. "tcp" uses TCP between every
+	// pair of ranks; "shm" requires every rank on this host. inproc only
+	// serves a world of one process; for several ranks in one process
+	// build an inproc mesh and call New.
 	Transport string
 	// Host is the address other hosts reach this rank at (an IP or a
 	// name); empty means the host name. Ranks on one host connect over
@@ -41,7 +47,8 @@ type Options struct {
 	// Group configures the returned group (timeout, tuning).
 	Group GroupOptions
 
-	localRanks int // ranks on this host, once known
+	localRanks int    // ranks on this host, once known
+	hostID     string // this rank's host identity; "" means hostIdentity() (tests set it)
 }
 
 func (o *Options) validate() error {
@@ -122,52 +129,118 @@ func (o *Options) gather(ctx context.Context, what, value string) ([]string, err
 	return vals, nil
 }
 
+// gatherFrom publishes this rank's value under what and returns the values
+// of the ranks in from (nil: every rank) in a world-sized slice, "" for
+// the others.
+func (o *Options) gatherFrom(ctx context.Context, what, value string, from []int) ([]string, error) {
+	if from == nil {
+		return o.gather(ctx, what, value)
+	}
+	if err := o.Store.Set(ctx, o.storeKey(what, o.Rank), []byte(value)); err != nil {
+		return nil, fmt.Errorf("dist: Init: rank %d: publish %s: %w", o.Rank, what, err)
+	}
+	vals := make([]string, o.WorldSize)
+	for _, r := range from {
+		v, err := o.Store.Get(ctx, o.storeKey(what, r))
+		if err != nil {
+			return nil, fmt.Errorf("dist: Init: rank %d: waiting for rank %d's %s: %w", o.Rank, r, what, err)
+		}
+		vals[r] = string(v)
+	}
+	return vals, nil
+}
+
 // connect builds the transport: first the ranks learn which of them share
 // a host, then each listens where its peers can reach it and publishes
-// the address.
+// the address. Every rank derives the same plan from the same host list,
+// so the peer sets of the parts agree: under auto, ranks that share a host
+// connect through shm and all other pairs through tcp; a rank alone on its
+// host uses tcp for everyone.
 func connect(ctx context.Context, o *Options) (transport.Transport, error) {
 	if o.WorldSize == 1 {
 		return inproc.NewMesh(1)[0], nil
 	}
-	me := hostIdentity()
+	me := o.hostID
+	if me == "" {
+		me = hostIdentity()
+	}
 	hosts, err := o.gather(ctx, "host", me)
 	if err != nil {
 		return nil, err
 	}
-	oneHost := true
-	for _, h := range hosts {
-		oneHost = oneHost && h == me
-		if h == me {
-			o.localRanks++
+	var local, remote []int // the other ranks on this host, and elsewhere
+	for r, h := range hosts {
+		switch {
+		case r == o.Rank:
+		case h == me:
+			local = append(local, r)
+		default:
+			remote = append(remote, r)
 		}
 	}
+	o.localRanks = len(local) + 1
+	oneHost := len(remote) == 0
 	kind := o.Transport
 	switch kind {
 	case "", "auto":
-		kind = "tcp"
-		if oneHost && shmAvailable {
+		switch {
+		case !shmAvailable || len(local) == 0:
+			kind = "tcp"
+		case oneHost:
 			kind = "shm"
+		default:
+			return connectMixed(ctx, o, local, remote)
 		}
 	case "shm":
 		if !oneHost {
-			for r, h := range hosts {
-				if h != me {
-					return nil, fmt.Errorf("dist: Init: transport shm needs every rank on one host, but rank %d is on %s and rank %d on %s",
-						o.Rank, hostName(me), r, hostName(h))
-				}
-			}
+			r := remote[0]
+			return nil, fmt.Errorf("dist: Init: transport shm needs every rank on one host, but rank %d is on %s and rank %d on %s (transport auto uses shm within hosts and tcp between them)",
+				o.Rank, hostName(me), r, hostName(hosts[r]))
 		}
 		if !shmAvailable {
 			return nil, fmt.Errorf("dist: Init: transport shm is not built into this binary")
 		}
 	}
 	if kind == "shm" {
-		return connectShm(ctx, o)
+		return connectShm(ctx, o, nil)
 	}
-	return connectTCP(ctx, o, oneHost)
+	return connectTCP(ctx, o, oneHost, nil)
 }
 
-func connectTCP(ctx context.Context, o *Options, oneHost bool) (transport.Transport, error) {
+// connectMixed connects the ranks on this host (local) through shm and the
+// others (remote) through tcp, one after the other (every rank takes the
+// same order, so neither waits on the other), and routes each peer to its
+// part.
+func connectMixed(ctx context.Context, o *Options, local, remote []int) (transport.Transport, error) {
+	tt, err := connectTCP(ctx, o, false, remote)
+	if err != nil {
+		return nil, err
+	}
+	st, err := connectShm(ctx, o, local)
+	if err != nil {
+		tt.Close()
+		return nil, err
+	}
+	via := make([]transport.Transport, o.WorldSize)
+	via[o.Rank] = st
+	for _, r := range local {
+		via[r] = st
+	}
+	for _, r := range remote {
+		via[r] = tt
+	}
+	t, err := route.New(via)
+	if err != nil {
+		st.Close()
+		tt.Close()
+		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
+	}
+	return t, nil
+}
+
+// connectTCP connects this rank over TCP with peers (nil: every rank),
+// over loopback if oneHost.
+func connectTCP(ctx context.Context, o *Options, oneHost bool, peers []int) (transport.Transport, error) {
 	bind, advertise := "127.0.0.1:0", "127.0.0.1"
 	if !oneHost {
 		bind, advertise = ":0", o.Host
@@ -179,7 +252,7 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool) (transport.Transp
 			advertise = h
 		}
 	}
-	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, tcp.Options{Token: o.Token})
+	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, tcp.Options{Token: o.Token, Peers: peers})
 	if err != nil {
 		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
 	}
@@ -188,7 +261,17 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool) (transport.Transp
 		ln.Close()
 		return nil, fmt.Errorf("dist: Init: rank %d: listener address %q: %w", o.Rank, ln.Addr(), err)
 	}
-	addrs, err := o.gather(ctx, "tcp", net.JoinHostPort(advertise, port))
+	// This rank dials the lower peers; only their addresses are needed.
+	var dial []int // nil: every rank's
+	if peers != nil {
+		dial = []int{}
+		for _, r := range peers {
+			if r < o.Rank {
+				dial = append(dial, r)
+			}
+		}
+	}
+	addrs, err := o.gatherFrom(ctx, "tcp", net.JoinHostPort(advertise, port), dial)
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -11,12 +11,14 @@ import (
 // shmAvailable reports whether the shm transport is built in.
 const shmAvailable = true
 
-func connectShm(ctx context.Context, o *Options) (transport.Transport, error) {
-	ln, err := shm.Listen(ctx, o.Rank, o.WorldSize, shm.Options{Token: o.Token, Spin: o.spin(shmSpin, -1)})
+// connectShm connects this rank through shared memory with peers (nil:
+// every rank).
+func connectShm(ctx context.Context, o *Options, peers []int) (transport.Transport, error) {
+	ln, err := shm.Listen(ctx, o.Rank, o.WorldSize, shm.Options{Token: o.Token, Spin: o.spin(shmSpin, -1), Peers: peers})
 	if err != nil {
 		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
 	}
-	addrs, err := o.gather(ctx, "shm", ln.Addr())
+	addrs, err := o.gatherFrom(ctx, "shm", ln.Addr(), peers)
 	if err != nil {
 		ln.Close()
 		return nil, err
