@@ -1,6 +1,11 @@
 package tensor
 
-import "cohort/tensor/internal/vec"
+import (
+	"sync"
+
+	"cohort/tensor/internal/gemm"
+	"cohort/tensor/internal/vec"
+)
 
 // Direct tiles for the stride-1 path (see conv_wide.go): the forward
 // product as 6-channel × 64-position tiles and the weight gradient as
@@ -8,9 +13,23 @@ import "cohort/tensor/internal/vec"
 // the taps' offsets (vec.ConvTile6x64, vec.Dot4x6) instead of an unfolded
 // copy.
 
-// useConvTiles selects the direct tiles where they run as assembly; it is
-// fixed at initialisation (tests switch it to cover both paths).
-var useConvTiles = vec.HasConvTiles()
+// useConvTiles reports whether stride-1 convolutions use the direct
+// tiles: where they run as assembly (vec.HasConvTiles) unless the GEMM
+// configuration forces a narrower kernel (COHORT_GEMM_KERNEL=avx2 or go
+// turns them off with the AVX-512 GEMM kernel, so that one setting runs
+// the whole AVX2 or Go path). It is decided at the first convolution, when
+// the GEMM reads its configuration; tests replace it to cover both paths.
+var useConvTiles = sync.OnceValue(func() bool {
+	if !vec.HasConvTiles() {
+		return false
+	}
+	g, err := gemm.Default()
+	if err != nil {
+		return true // the GEMM call reports the configuration error
+	}
+	k := g.Kernel()
+	return k != gemm.KernelAVX2 && k != gemm.KernelGo
+})
 
 // directConvForward is wideConvForward through the direct tiles.
 func directConvForward(wg *wideGeom, xd []float32, w2 *Tensor, ep *convEpilogue) {

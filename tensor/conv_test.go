@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"math"
 	"testing"
+
+	"cohort/tensor/internal/vec"
 )
 
 // naiveConv computes the convolution and, given dy, its three gradients by
@@ -183,12 +185,12 @@ func TestConv2dRandom(t *testing.T) { convPaths(t, testConv2dRandom) }
 // convPaths runs f with the direct stride-1 tiles and, where the CPU has
 // them, without: the unfolding and GEMM everywhere.
 func convPaths(t *testing.T, f func(t *testing.T)) {
-	has := useConvTiles
-	defer func() { useConvTiles = has }()
-	useConvTiles = false
+	saved := useConvTiles
+	defer func() { useConvTiles = saved }()
+	useConvTiles = func() bool { return false }
 	t.Run("unfold", f)
-	if has {
-		useConvTiles = true
+	if vec.HasConvTiles() {
+		useConvTiles = func() bool { return true }
 		t.Run("direct", f)
 	}
 }

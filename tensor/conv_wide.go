@@ -116,7 +116,7 @@ func (w *wideGeom) layout(m int) chunkLayout {
 // wideConvForward is im2colConvForward for stride 1.
 func wideConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	wg := newWideGeom(g)
-	if useConvTiles {
+	if useConvTiles() {
 		directConvForward(&wg, xd, w2, ep)
 		return
 	}
@@ -153,7 +153,7 @@ func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 	sub := wg.samples
 	nb := sub
 	var dws *directWeightGrad
-	if useConvTiles {
+	if useConvTiles() {
 		dws = newDirectWeightGrad(&wg, O)
 		defer dws.finish(a.dw.Data())
 		nb = max(sub, min(g.N, (256<<10)/4/max(O*wg.pos+wg.plane, 1)))
