@@ -6,7 +6,7 @@
 // Every op in this package computes its result immediately and, when at
 // least one input requires grad, records a node on the result: the inputs
 // and a backward function holding whatever the backward pass needs (saved
-// inputs, softmax probabilities, im2col buffers). There is no separate
+// inputs, softmax probabilities, pooling indices). There is no separate
 // tape object; the graph is reachable from the output Var. Vars whose
 // inputs all lack gradient tracking are plain leaves and record nothing.
 //
@@ -40,6 +40,15 @@
 // model's parameters for its duration, `defer autograd.NoGrad(params...)()`
 // (package nn offers nn.NoGrad for a whole module), and Detach gives a
 // non-tracking alias of one Var.
+//
+// # Fused ops
+//
+// Conv2dReLU, Conv2dReLUMaxPool2d and LinearReLU compute a layer and the
+// activation (and pooling) after it as one op: the intermediate tensors
+// are neither written nor saved, and the backward pass applies the ReLU
+// mask (and routes the pooled gradient) as it reads the output gradient.
+// Their values and gradients equal those of the ops in sequence. nn's
+// Sequential uses them for matching runs of layers.
 //
 // # Custom ops
 //

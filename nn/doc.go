@@ -15,6 +15,12 @@
 // biases for Linear and Conv2d, N(0, 1) for Embedding, ones and zeros for
 // normalisation layers.
 //
+// Sequential.Forward runs a Conv2d followed by ReLU (and by a
+// non-overlapping MaxPool2d), and a Linear followed by ReLU, as single
+// fused autograd ops that compute the same values and gradients without
+// materialising the intermediate tensors; calling the layers' Forward one
+// by one gives the unfused ops.
+//
 // Modules start in training mode; SetTraining(false) switches Dropout off
 // and makes BatchNorm2d use its running statistics. NoGrad(m) turns off
 // gradient tracking of m's parameters for an evaluation pass.

@@ -26,9 +26,21 @@
 //
 // Every matrix product goes through one GEMM (package
 // tensor/internal/gemm): MatMul, MatMulInto and Gemm hand transposed views
-// to it as transpose flags instead of copying them. Conv2d unfolds the
-// input (im2col) a chunk of samples at a time and multiplies by the weight
-// with that GEMM; Conv2dBackward refolds the input gradient (col2im).
+// to it as transpose flags instead of copying them.
+//
+// Convolutions are matrix products over unfolded input windows, a chunk of
+// samples at a time. With stride 1 the unfolding is "wide" (conv_wide.go):
+// each kernel tap's row is one contiguous slice of the padded input, so on
+// CPUs with AVX-512 the forward product and the weight gradient read the
+// input in place through the taps' offsets (direct tiles) instead of
+// copying it; other strides unfold window by window (im2col). The input
+// gradient is a GEMM followed by the fold (col2im). Conv2dReLU and
+// Conv2dReLUMaxPool2d fuse the activation and pooling that usually follow a
+// convolution into its output pass, and their backward passes into its
+// output-gradient pass, so the full-size intermediate tensors are never
+// stored. The hot inner loops (row additions, bias and ReLU, the ReLU
+// mask, 2×2 max pooling with index capture, the convolution tiles) are
+// assembly kernels with Go references in tensor/internal/vec.
 //
 // Sums and statistics (Sum, SumDim, LayerNorm, BatchNormStats, Softmax)
 // accumulate in float64.

@@ -1,6 +1,9 @@
 package vec
 
-import "math"
+import (
+	"fmt"
+	"math"
+)
 
 // Add adds src[:len(dst)] onto dst.
 func Add(dst, src []float32) {
@@ -124,20 +127,23 @@ const (
 	flagReLU             // apply max(·, 0)
 )
 
-// MaxPool2 pools one row of 2×2 windows: window i covers r0[2i], r0[2i+1],
-// r1[2i] and r1[2i+1], for i < len(dst). With bias set it first adds bias
-// to every element; dst[i] is the window's first maximum in that order, or
-// its last NaN (see tensor.MaxPool2d), passed through max(·, 0) when relu
-// is set, and arg[i] is base + 2i plus 0, 1, w or w+1 for the element
-// chosen: its index in a plane of row width w whose row r0 starts at base.
-func MaxPool2(dst []float32, arg []int32, r0, r1 []float32, bias float32, useBias, relu bool, base, w int) {
-	n := len(dst)
-	if n == 0 {
+// MaxPool2Plane pools the rows×cols 2×2 windows of a plane: window (r, i)
+// covers src[2r·stride + 2i], src[2r·stride + 2i + 1] and the two elements
+// below them, src[(2r+1)·stride + 2i (+1)]. With useBias it first adds
+// bias to every element; dst[r·cols + i] is the window's first maximum in
+// that order, or its last NaN (see tensor.MaxPool2d), passed through
+// max(·, 0) when relu is set, and arg[r·cols + i] is the index of the
+// element chosen in a plane of row width w: 2r·w + 2i plus 0, 1, w or w+1.
+func MaxPool2Plane(dst []float32, arg []int32, src []float32, rows, cols, stride int, bias float32, useBias, relu bool, w int) {
+	if rows <= 0 || cols <= 0 {
 		return
 	}
-	arg = arg[:n]
-	r0 = r0[:2*n]
-	r1 = r1[:2*n]
+	if stride < 2*cols || w < 2*cols {
+		panic(fmt.Sprintf("vec: MaxPool2Plane: %d windows per row, row stride %d, index row width %d", cols, stride, w))
+	}
+	_ = src[(2*rows-1)*stride+2*cols-1]
+	dst = dst[:rows*cols]
+	arg = arg[:rows*cols]
 	f := 0
 	if useBias {
 		f |= flagBias
@@ -145,37 +151,15 @@ func MaxPool2(dst []float32, arg []int32, r0, r1 []float32, bias float32, useBia
 	if relu {
 		f |= flagReLU
 	}
-	if !useAVX2 || n < 4 {
-		maxPool2Go(dst, arg, r0, r1, bias, f, base, w)
-		return
-	}
-	// Whole blocks of 8 (or 4) windows, then one more block ending at the
-	// last window, overlapping the previous one: the windows it computes
-	// again come out the same.
-	k, kernel := 8, maxPool2AVX2
-	if n < 8 {
-		k, kernel = 4, maxPool2x4AVX2
-	}
-	full := n / k * k
-	kernel(&dst[0], &arg[0], &r0[0], &r1[0], full, bias, f, base, w)
-	if i := n - k; full < n {
-		kernel(&dst[i], &arg[i], &r0[2*i], &r1[2*i], k, bias, f, base+2*i, w)
-	}
-}
-
-// MaxPool2Plane pools the rows×cols windows of a plane: window (r, i)
-// covers src[2r·stride + 2i (+1)] and the same in the row below, its index
-// counts rows of width w (2r·w + 2i + …), and dst and arg are row-major
-// [rows, cols]. See MaxPool2.
-func MaxPool2Plane(dst []float32, arg []int32, src []float32, rows, cols, stride int, bias float32, useBias, relu bool, w int) {
-	if rows <= 0 || cols <= 0 {
-		return
-	}
-	_ = src[(2*rows-1)*stride+2*cols-1]
-	dst = dst[:rows*cols]
-	arg = arg[:rows*cols]
-	for r := 0; r < rows; r++ {
-		MaxPool2(dst[r*cols:][:cols], arg[r*cols:][:cols], src[2*r*stride:], src[(2*r+1)*stride:], bias, useBias, relu, 2*r*w, w)
+	switch {
+	case useAVX2 && cols >= 8:
+		maxPool2PlaneAVX2(&dst[0], &arg[0], &src[0], rows, cols, stride, bias, f, w)
+	case useAVX2 && cols >= 4:
+		maxPool2Plane4AVX2(&dst[0], &arg[0], &src[0], rows, cols, stride, bias, f, w)
+	default:
+		for r := 0; r < rows; r++ {
+			maxPool2Go(dst[r*cols:][:cols], arg[r*cols:][:cols], src[2*r*stride:], src[(2*r+1)*stride:], bias, f, 2*r*w, w)
+		}
 	}
 }
 

@@ -26,15 +26,14 @@ func biasAVX2(dst, src *float32, n int, bias float32, flags int)
 //go:noescape
 func reluMaskAVX2(dst, grad, y *float32, n int)
 
-// maxPool2AVX2 is MaxPool2 for n windows, n a multiple of 8.
+// maxPool2PlaneAVX2 is MaxPool2Plane for cols ≥ 8, maxPool2Plane4AVX2 for
+// 4 ≤ cols < 8.
 //
 //go:noescape
-func maxPool2AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int)
+func maxPool2PlaneAVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int)
 
-// maxPool2x4AVX2 is MaxPool2 for n windows, n a multiple of 4.
-//
 //go:noescape
-func maxPool2x4AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int)
+func maxPool2Plane4AVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int)
 
 // Implemented in conv_avx512_amd64.s.
 

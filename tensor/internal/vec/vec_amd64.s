@@ -233,168 +233,238 @@ maskdone:
 	VZEROUPPER
 	RET
 
-// func maxPool2AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int)
-//
-// Eight windows per iteration: 16 values of each row are split into even
-// (a, c) and odd (b, d) columns; each candidate replaces the best so far
-// where it is greater or NaN (two compares), carrying its offset 0, 1, w
-// or w+1 along.
-TEXT ·maxPool2AVX2(SB), NOSPLIT, $0-72
-	MOVQ         dst+0(FP), DI
-	MOVQ         arg+8(FP), R8
-	MOVQ         r0+16(FP), SI
-	MOVQ         r1+24(FP), DX
-	MOVQ         n+32(FP), CX
-	MOVQ         flags+48(FP), R9
-	VPXOR        Y15, Y15, Y15           // 0.0 and int 0
-	VBROADCASTSS negzero<>(SB), Y14      // bias
-	TESTQ        $1, R9
-	JEQ          poolready
-	VBROADCASTSS bias+40(FP), Y14
-
-poolready:
-	VPCMPEQD     Y13, Y13, Y13
-	VPSUBD       Y13, Y15, Y13           // int 1
-	VPBROADCASTD w+64(FP), Y12           // w
-	VPADDD       Y13, Y12, Y11           // w+1
-	VPBROADCASTD base+56(FP), Y10
-	VPADDD       jvec<>(SB), Y10, Y10    // base + 2i, shuffled lane order
-	VPSLLD       $4, Y13, Y9             // 16: next eight windows
-
-poolloop:
-	VMOVUPS   (SI), Y0
-	VMOVUPS   32(SI), Y1
-	VMOVUPS   (DX), Y2
-	VMOVUPS   32(DX), Y3
-	VADDPS    Y14, Y0, Y0
-	VADDPS    Y14, Y1, Y1
-	VADDPS    Y14, Y2, Y2
-	VADDPS    Y14, Y3, Y3
-	VSHUFPS   $0x88, Y1, Y0, Y4          // a = r0[2i]
-	VSHUFPS   $0xDD, Y1, Y0, Y5          // b = r0[2i+1]
-	VSHUFPS   $0x88, Y3, Y2, Y6          // c = r1[2i]
-	VSHUFPS   $0xDD, Y3, Y2, Y7          // d = r1[2i+1]
-	VPXOR     Y8, Y8, Y8                 // offset of a
-
-	VCMPPS    $0x1E, Y4, Y5, Y0          // b > best
-	VCMPPS    $0x03, Y5, Y5, Y1          // b is NaN
-	VORPS     Y1, Y0, Y0
-	VBLENDVPS Y0, Y5, Y4, Y4
-	VBLENDVPS Y0, Y13, Y8, Y8
-
-	VCMPPS    $0x1E, Y4, Y6, Y0
-	VCMPPS    $0x03, Y6, Y6, Y1
-	VORPS     Y1, Y0, Y0
-	VBLENDVPS Y0, Y6, Y4, Y4
-	VBLENDVPS Y0, Y12, Y8, Y8
-
-	VCMPPS    $0x1E, Y4, Y7, Y0
-	VCMPPS    $0x03, Y7, Y7, Y1
-	VORPS     Y1, Y0, Y0
-	VBLENDVPS Y0, Y7, Y4, Y4
-	VBLENDVPS Y0, Y11, Y8, Y8
-
-	TESTQ     $2, R9
-	JEQ       poolstore
-	VMAXPS    Y4, Y15, Y4                // max(best, 0) as in biasAVX2
-	VADDPS    Y15, Y4, Y4
-
-poolstore:
-	VPADDD    Y10, Y8, Y8
-	VPERMPD   $0xD8, Y4, Y4
-	VPERMQ    $0xD8, Y8, Y8
-	VMOVUPS   Y4, (DI)
-	VMOVDQU   Y8, (R8)
-	VPADDD    Y9, Y10, Y10
-	ADDQ      $64, SI
-	ADDQ      $64, DX
-	ADDQ      $32, DI
-	ADDQ      $32, R8
-	SUBQ      $8, CX
-	JNE       poolloop
-	VZEROUPPER
-	RET
-
 DATA jvec4<>+0(SB)/4, $0
 DATA jvec4<>+4(SB)/4, $2
 DATA jvec4<>+8(SB)/4, $4
 DATA jvec4<>+12(SB)/4, $6
 GLOBL jvec4<>(SB), RODATA|NOPTR, $16
 
-// func maxPool2x4AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int)
+// func maxPool2PlaneAVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int)
 //
-// maxPool2AVX2 four windows at a time (n a multiple of 4), in xmm
-// registers, whose VSHUFPS leaves the windows in order.
-TEXT ·maxPool2x4AVX2(SB), NOSPLIT, $0-72
-	MOVQ         dst+0(FP), DI
-	MOVQ         arg+8(FP), R8
-	MOVQ         r0+16(FP), SI
-	MOVQ         r1+24(FP), DX
-	MOVQ         n+32(FP), CX
-	MOVQ         flags+48(FP), R9
-	VPXOR        X15, X15, X15
-	VBROADCASTSS negzero<>(SB), X14
-	TESTQ        $1, R9
-	JEQ          pool4ready
-	VBROADCASTSS bias+40(FP), X14
+// MaxPool2Plane for cols ≥ 8: each row's windows eight at a time, then one
+// block ending at the row's last window (overlapping the one before; the
+// windows it repeats come out the same). Per block, 16 values of each of
+// the two input rows are split into even (a, c) and odd (b, d) columns;
+// each candidate replaces the best so far where it is greater or NaN (two
+// compares), carrying its offset 0, 1, w or w+1 along. VSHUFPS leaves the
+// windows in lane order 0, 1, 4, 5 | 2, 3, 6, 7, which jvec follows and
+// VPERMPD $0xD8 undoes.
+//
+// Registers: SI, DX the block's two input rows; DI, R8 its outputs; R13
+// the index of its first window's first element; Y15 zero; Y14 the bias
+// (−0 for none); Y13 int 1; Y12 w; Y11 w+1; Y10 all ones when the ReLU
+// applies.
+#define POOL8 \
+	VMOVD        R13, X9 \
+	VPBROADCASTD X9, Y9 \
+	VPADDD       jvec<>(SB), Y9, Y9 \
+	VMOVUPS      (SI), Y0 \
+	VMOVUPS      32(SI), Y1 \
+	VMOVUPS      (DX), Y2 \
+	VMOVUPS      32(DX), Y3 \
+	VADDPS       Y14, Y0, Y0 \
+	VADDPS       Y14, Y1, Y1 \
+	VADDPS       Y14, Y2, Y2 \
+	VADDPS       Y14, Y3, Y3 \
+	VSHUFPS      $0x88, Y1, Y0, Y4 \
+	VSHUFPS      $0xDD, Y1, Y0, Y5 \
+	VSHUFPS      $0x88, Y3, Y2, Y6 \
+	VSHUFPS      $0xDD, Y3, Y2, Y7 \
+	VPXOR        Y8, Y8, Y8 \
+	VCMPPS       $0x1E, Y4, Y5, Y0 \
+	VCMPPS       $0x03, Y5, Y5, Y1 \
+	VORPS        Y1, Y0, Y0 \
+	VBLENDVPS    Y0, Y5, Y4, Y4 \
+	VBLENDVPS    Y0, Y13, Y8, Y8 \
+	VCMPPS       $0x1E, Y4, Y6, Y0 \
+	VCMPPS       $0x03, Y6, Y6, Y1 \
+	VORPS        Y1, Y0, Y0 \
+	VBLENDVPS    Y0, Y6, Y4, Y4 \
+	VBLENDVPS    Y0, Y12, Y8, Y8 \
+	VCMPPS       $0x1E, Y4, Y7, Y0 \
+	VCMPPS       $0x03, Y7, Y7, Y1 \
+	VORPS        Y1, Y0, Y0 \
+	VBLENDVPS    Y0, Y7, Y4, Y4 \
+	VBLENDVPS    Y0, Y11, Y8, Y8 \
+	VMAXPS       Y4, Y15, Y0 \
+	VADDPS       Y15, Y0, Y0 \
+	VBLENDVPS    Y10, Y0, Y4, Y4 \
+	VPADDD       Y9, Y8, Y8 \
+	VPERMPD      $0xD8, Y4, Y4 \
+	VPERMQ       $0xD8, Y8, Y8 \
+	VMOVUPS      Y4, (DI) \
+	VMOVDQU      Y8, (R8)
 
-pool4ready:
-	VPCMPEQD     X13, X13, X13
-	VPSUBD       X13, X15, X13
-	VPBROADCASTD w+64(FP), X12
-	VPADDD       X13, X12, X11
-	VPBROADCASTD base+56(FP), X10
-	VPADDD       jvec4<>(SB), X10, X10
-	VPSLLD       $3, X13, X9             // 8: next four windows
+// The same for four windows in xmm registers, whose VSHUFPS leaves them in
+// order.
+#define POOL4 \
+	VMOVD        R13, X9 \
+	VPBROADCASTD X9, X9 \
+	VPADDD       jvec4<>(SB), X9, X9 \
+	VMOVUPS      (SI), X0 \
+	VMOVUPS      16(SI), X1 \
+	VMOVUPS      (DX), X2 \
+	VMOVUPS      16(DX), X3 \
+	VADDPS       X14, X0, X0 \
+	VADDPS       X14, X1, X1 \
+	VADDPS       X14, X2, X2 \
+	VADDPS       X14, X3, X3 \
+	VSHUFPS      $0x88, X1, X0, X4 \
+	VSHUFPS      $0xDD, X1, X0, X5 \
+	VSHUFPS      $0x88, X3, X2, X6 \
+	VSHUFPS      $0xDD, X3, X2, X7 \
+	VPXOR        X8, X8, X8 \
+	VCMPPS       $0x1E, X4, X5, X0 \
+	VCMPPS       $0x03, X5, X5, X1 \
+	VORPS        X1, X0, X0 \
+	VBLENDVPS    X0, X5, X4, X4 \
+	VBLENDVPS    X0, X13, X8, X8 \
+	VCMPPS       $0x1E, X4, X6, X0 \
+	VCMPPS       $0x03, X6, X6, X1 \
+	VORPS        X1, X0, X0 \
+	VBLENDVPS    X0, X6, X4, X4 \
+	VBLENDVPS    X0, X12, X8, X8 \
+	VCMPPS       $0x1E, X4, X7, X0 \
+	VCMPPS       $0x03, X7, X7, X1 \
+	VORPS        X1, X0, X0 \
+	VBLENDVPS    X0, X7, X4, X4 \
+	VBLENDVPS    X0, X11, X8, X8 \
+	VMAXPS       X4, X15, X0 \
+	VADDPS       X15, X0, X0 \
+	VBLENDVPS    X10, X0, X4, X4 \
+	VPADDD       X9, X8, X8 \
+	VMOVUPS      X4, (DI) \
+	VMOVDQU      X8, (R8)
 
-pool4loop:
-	VMOVUPS   (SI), X0
-	VMOVUPS   16(SI), X1
-	VMOVUPS   (DX), X2
-	VMOVUPS   16(DX), X3
-	VADDPS    X14, X0, X0
-	VADDPS    X14, X1, X1
-	VADDPS    X14, X2, X2
-	VADDPS    X14, X3, X3
-	VSHUFPS   $0x88, X1, X0, X4
-	VSHUFPS   $0xDD, X1, X0, X5
-	VSHUFPS   $0x88, X3, X2, X6
-	VSHUFPS   $0xDD, X3, X2, X7
-	VPXOR     X8, X8, X8
+// POOLSETUP loads the constants (see POOL8) and the row count into R10.
+#define POOLSETUP \
+	VPXOR        Y15, Y15, Y15 \
+	VBROADCASTSS negzero<>(SB), Y14 \
+	MOVQ         flags+56(FP), R9 \
+	TESTQ        $1, R9 \
+	JEQ          2(PC) \
+	VBROADCASTSS bias+48(FP), Y14 \
+	VPXOR        Y10, Y10, Y10 \
+	TESTQ        $2, R9 \
+	JEQ          2(PC) \
+	VPCMPEQD     Y10, Y10, Y10 \
+	VPCMPEQD     Y13, Y13, Y13 \
+	VPSUBD       Y13, Y15, Y13 \
+	VPBROADCASTD w+64(FP), Y12 \
+	VPADDD       Y13, Y12, Y11 \
+	MOVQ         rows+24(FP), R10
 
-	VCMPPS    $0x1E, X4, X5, X0
-	VCMPPS    $0x03, X5, X5, X1
-	VORPS     X1, X0, X0
-	VBLENDVPS X0, X5, X4, X4
-	VBLENDVPS X0, X13, X8, X8
+TEXT ·maxPool2PlaneAVX2(SB), NOSPLIT, $0-72
+	POOLSETUP
+	XORQ R11, R11                       // input row 2r (element index)
+	XORQ R12, R12                       // output row r (element index)
+	XORQ BX, BX                         // 2r·w
 
-	VCMPPS    $0x1E, X4, X6, X0
-	VCMPPS    $0x03, X6, X6, X1
-	VORPS     X1, X0, X0
-	VBLENDVPS X0, X6, X4, X4
-	VBLENDVPS X0, X12, X8, X8
+plane8row:
+	MOVQ src+16(FP), SI
+	LEAQ (SI)(R11*4), SI
+	MOVQ stride+40(FP), AX
+	LEAQ (SI)(AX*4), DX
+	MOVQ dst+0(FP), DI
+	LEAQ (DI)(R12*4), DI
+	MOVQ arg+8(FP), R8
+	LEAQ (R8)(R12*4), R8
+	MOVQ BX, R13
+	MOVQ cols+32(FP), CX
 
-	VCMPPS    $0x1E, X4, X7, X0
-	VCMPPS    $0x03, X7, X7, X1
-	VORPS     X1, X0, X0
-	VBLENDVPS X0, X7, X4, X4
-	VBLENDVPS X0, X11, X8, X8
+plane8block:
+	CMPQ CX, $8
+	JLT  plane8tail
+	POOL8
+	ADDQ $64, SI
+	ADDQ $64, DX
+	ADDQ $32, DI
+	ADDQ $32, R8
+	ADDQ $16, R13
+	SUBQ $8, CX
+	JMP  plane8block
 
-	TESTQ     $2, R9
-	JEQ       pool4store
-	VMAXPS    X4, X15, X4
-	VADDPS    X15, X4, X4
+plane8tail:
+	TESTQ CX, CX
+	JEQ   plane8next
+	MOVQ  $8, AX
+	SUBQ  CX, AX                        // windows to step back
+	SHLQ  $3, AX
+	SUBQ  AX, SI
+	SUBQ  AX, DX
+	SHRQ  $1, AX
+	SUBQ  AX, DI
+	SUBQ  AX, R8
+	SHRQ  $1, AX
+	SUBQ  AX, R13
+	POOL8
 
-pool4store:
-	VPADDD    X10, X8, X8
-	VMOVUPS   X4, (DI)
-	VMOVDQU   X8, (R8)
-	VPADDD    X9, X10, X10
-	ADDQ      $32, SI
-	ADDQ      $32, DX
-	ADDQ      $16, DI
-	ADDQ      $16, R8
-	SUBQ      $4, CX
-	JNE       pool4loop
+plane8next:
+	MOVQ stride+40(FP), AX
+	LEAQ (R11)(AX*2), R11
+	ADDQ cols+32(FP), R12
+	MOVQ w+64(FP), AX
+	LEAQ (BX)(AX*2), BX
+	DECQ R10
+	JNE  plane8row
+	VZEROUPPER
+	RET
+
+// func maxPool2Plane4AVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int)
+//
+// maxPool2PlaneAVX2 for 4 ≤ cols < 8, four windows at a time.
+TEXT ·maxPool2Plane4AVX2(SB), NOSPLIT, $0-72
+	POOLSETUP
+	XORQ R11, R11
+	XORQ R12, R12
+	XORQ BX, BX
+
+plane4row:
+	MOVQ src+16(FP), SI
+	LEAQ (SI)(R11*4), SI
+	MOVQ stride+40(FP), AX
+	LEAQ (SI)(AX*4), DX
+	MOVQ dst+0(FP), DI
+	LEAQ (DI)(R12*4), DI
+	MOVQ arg+8(FP), R8
+	LEAQ (R8)(R12*4), R8
+	MOVQ BX, R13
+	MOVQ cols+32(FP), CX
+
+plane4block:
+	CMPQ CX, $4
+	JLT  plane4tail
+	POOL4
+	ADDQ $32, SI
+	ADDQ $32, DX
+	ADDQ $16, DI
+	ADDQ $16, R8
+	ADDQ $8, R13
+	SUBQ $4, CX
+	JMP  plane4block
+
+plane4tail:
+	TESTQ CX, CX
+	JEQ   plane4next
+	MOVQ  $4, AX
+	SUBQ  CX, AX
+	SHLQ  $3, AX
+	SUBQ  AX, SI
+	SUBQ  AX, DX
+	SHRQ  $1, AX
+	SUBQ  AX, DI
+	SUBQ  AX, R8
+	SHRQ  $1, AX
+	SUBQ  AX, R13
+	POOL4
+
+plane4next:
+	MOVQ stride+40(FP), AX
+	LEAQ (R11)(AX*2), R11
+	ADDQ cols+32(FP), R12
+	MOVQ w+64(FP), AX
+	LEAQ (BX)(AX*2), BX
+	DECQ R10
+	JNE  plane4row
 	VZEROUPPER
 	RET

@@ -65,16 +65,14 @@ func BenchmarkReLUMask(b *testing.B) {
 	})
 }
 
-func BenchmarkMaxPool2(b *testing.B) {
+func BenchmarkMaxPool2Plane(b *testing.B) {
 	rng := rand.New(rand.NewPCG(1, 1))
 	in := randVals(rng, 28*28)
 	out, arg := make([]float32, 14*14), make([]int32, 14*14)
 	benchPaths(b, func(b *testing.B) {
 		b.SetBytes(4 * 28 * 28)
 		for b.Loop() {
-			for r := 0; r < 14; r++ {
-				MaxPool2(out[r*14:][:14], arg[r*14:][:14], in[2*r*28:], in[(2*r+1)*28:], 0.1, true, true, 2*r*28, 28)
-			}
+			MaxPool2Plane(out, arg, in, 14, 14, 28, 0.1, true, true, 28)
 		}
 	})
 }

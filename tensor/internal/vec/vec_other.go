@@ -11,18 +11,19 @@ func addAVX2(dst, src *float32, n int)                                       { p
 func addRowsAVX2(dst *float32, ds int, src *float32, ss int, rows, cols int) { panic("unreachable") }
 func biasAVX2(dst, src *float32, n int, bias float32, flags int)             { panic("unreachable") }
 func reluMaskAVX2(dst, grad, y *float32, n int)                              { panic("unreachable") }
-func maxPool2AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int) {
-	panic("unreachable")
-}
-
-func maxPool2x4AVX2(dst *float32, arg *int32, r0, r1 *float32, n int, bias float32, flags, base, w int) {
-	panic("unreachable")
-}
 
 func convTileAVX512(k int, a *float32, offs *int, x, c *float32, ldc, rows int, nmask uint64) {
 	panic("unreachable")
 }
 
 func dot4x6AVX512(n, m int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5 *float32, aStride, bStride int, acc *float32) {
+	panic("unreachable")
+}
+
+func maxPool2PlaneAVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int) {
+	panic("unreachable")
+}
+
+func maxPool2Plane4AVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int) {
 	panic("unreachable")
 }

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"strings"
 	"testing"
 )
 
@@ -171,47 +172,50 @@ func naivePool(n int, r0, r1 []float32, bias float32, useBias, relu bool, base, 
 	return dst, arg
 }
 
-func TestMaxPool2(t *testing.T) {
+func TestMaxPool2Plane(t *testing.T) {
 	paths(t, func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(9, 10))
-		for _, n := range lengths {
+		rng := rand.New(rand.NewPCG(11, 12))
+		for _, cols := range lengths {
 			for _, c := range []struct {
 				bias          float32
 				useBias, relu bool
 			}{{0, false, false}, {0.5, true, true}, {0, true, true}, {-0.3, true, false}, {0, false, true}} {
-				r0, r1 := randVals(rng, 2*n+1), randVals(rng, 2*n+1)
-				base, w := rng.IntN(100), 2*n+1+rng.IntN(3)
-				wd, wa := naivePool(n, r0, r1, c.bias, c.useBias, c.relu, base, w)
-				got, arg := make([]float32, n), make([]int32, n)
-				MaxPool2(got, arg, r0, r1, c.bias, c.useBias, c.relu, base, w)
-				name := fmt.Sprintf("n=%d %+v", n, c)
-				checkSame(t, name, got, wd)
-				for i := range arg {
-					if arg[i] != wa[i] {
-						t.Fatalf("%s: arg[%d] = %d, want %d (window %g %g %g %g)", name, i, arg[i], wa[i], r0[2*i], r0[2*i+1], r1[2*i], r1[2*i+1])
+				rows := 1 + rng.IntN(4)
+				stride, w := 2*cols+rng.IntN(3), 2*cols+rng.IntN(3)
+				src := randVals(rng, 2*rows*stride)
+				n := rows * cols
+				dst, arg := make([]float32, n+1), make([]int32, n+1)
+				dst[n], arg[n] = 7, 7
+				MaxPool2Plane(dst, arg, src, rows, cols, stride, c.bias, c.useBias, c.relu, w)
+				name := fmt.Sprintf("%dx%d stride %d w %d %+v", rows, cols, stride, w, c)
+				if dst[n] != 7 || arg[n] != 7 {
+					t.Fatalf("%s: wrote past the plane", name)
+				}
+				for r := 0; r < rows; r++ {
+					wd, wa := naivePool(cols, src[2*r*stride:], src[(2*r+1)*stride:], c.bias, c.useBias, c.relu, 2*r*w, w)
+					checkSame(t, fmt.Sprintf("%s row %d", name, r), dst[r*cols:][:cols], wd)
+					for i := range wa {
+						if arg[r*cols+i] != wa[i] {
+							t.Fatalf("%s: arg[%d][%d] = %d, want %d", name, r, i, arg[r*cols+i], wa[i])
+						}
 					}
 				}
 			}
 		}
 	})
+	mustPanicVec(t, func() {
+		MaxPool2Plane(make([]float32, 4), make([]int32, 4), make([]float32, 64), 1, 4, 7, 0, false, false, 8)
+	}, "row stride 7")
 }
 
-func TestMaxPool2Plane(t *testing.T) {
-	paths(t, func(t *testing.T) {
-		rng := rand.New(rand.NewPCG(11, 12))
-		for _, c := range []struct{ rows, cols, stride, w int }{{1, 1, 2, 2}, {14, 14, 32, 28}, {5, 5, 14, 10}, {3, 9, 19, 19}} {
-			src := randVals(rng, 2*c.rows*c.stride)
-			dst, arg := make([]float32, c.rows*c.cols), make([]int32, c.rows*c.cols)
-			MaxPool2Plane(dst, arg, src, c.rows, c.cols, c.stride, 0.5, true, true, c.w)
-			for r := 0; r < c.rows; r++ {
-				wd, wa := naivePool(c.cols, src[2*r*c.stride:], src[(2*r+1)*c.stride:], 0.5, true, true, 2*r*c.w, c.w)
-				checkSame(t, fmt.Sprintf("%+v row %d", c, r), dst[r*c.cols:][:c.cols], wd)
-				for i := range wa {
-					if arg[r*c.cols+i] != wa[i] {
-						t.Fatalf("%+v: arg[%d][%d] = %d, want %d", c, r, i, arg[r*c.cols+i], wa[i])
-					}
-				}
-			}
+func mustPanicVec(t *testing.T, f func(), frag string) {
+	t.Helper()
+	defer func() {
+		t.Helper()
+		r := recover()
+		if msg, _ := r.(string); r == nil || !strings.Contains(msg, frag) {
+			t.Fatalf("panic %v, want one mentioning %q", r, frag)
 		}
-	})
+	}()
+	f()
 }
