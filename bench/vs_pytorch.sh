@@ -110,32 +110,42 @@ import json, statistics, sys
 recs = [json.loads(l) for l in open(sys.argv[1])]
 max_foreign = float(sys.argv[2])
 configs = list(dict.fromkeys(r["config"] for r in recs))
+med = statistics.median
 
-def runs(cfg, impl):
-    rs = [r for r in recs if r["config"] == cfg and r["impl"] == impl]
-    quiet = [r for r in rs if r["foreign_busy_pct"] <= max_foreign]
-    return quiet or rs, len(quiet) > 0
 
-med = {}
+def pairs(cfg):
+    """The rounds of cfg as (cohort, pytorch) record pairs: those in which
+    both sides ran with at most max_foreign % foreign load, or every round
+    when there is none."""
+    by = {}
+    for r in recs:
+        if r["config"] == cfg:
+            by.setdefault(r["round"], {})[r["impl"]] = r
+    ps = [(b["cohort"], b["pytorch"]) for _, b in sorted(by.items()) if len(b) == 2]
+    quiet = [p for p in ps if max(p[0]["foreign_busy_pct"], p[1]["foreign_busy_pct"]) <= max_foreign]
+    return (quiet, True) if quiet else (ps, False)
+
+
+rates = {}
 for cfg in configs:
-    c, cq = runs(cfg, "cohort")
-    t, tq = runs(cfg, "pytorch")
-    cm = statistics.median(r["samples_per_s"] for r in c)
-    tm = statistics.median(r["samples_per_s"] for r in t)
-    med[cfg] = (cm, tm)
-    note = "" if cq and tq else f" (no run with foreign load <= {max_foreign:g}%: all runs used)"
-    hidden = ""
+    ps, quiet = pairs(cfg)
+    c, t = [p[0] for p in ps], [p[1] for p in ps]
+    cm, tm = med(r["samples_per_s"] for r in c), med(r["samples_per_s"] for r in t)
+    rates[cfg] = (cm, tm)
+    ratios = [a["samples_per_s"] / b["samples_per_s"] for a, b in ps]
+    line = (f"vs_pytorch: {cfg}: cohort {cm:.0f} samples/s, pytorch {tm:.0f} samples/s, cohort/pytorch {cm/tm:.2f} "
+            f"(medians of {len(ps)} {'quiet ' if quiet else ''}rounds; per-round ratios {min(ratios):.2f}..{max(ratios):.2f})")
     if c[0]["world"] > 1 and "hidden_frac" in c[0]:
-        hidden = f", cohort hides {100*statistics.median(r['hidden_frac'] for r in c):.0f}% of its gradient communication " \
-                 f"(all-reduce {statistics.median(r['comm_ms'] for r in c):.2f} ms/step, exposed {statistics.median(r['exposed_ms'] for r in c):.2f} ms)"
-    print(f"vs_pytorch: {cfg}: cohort {cm:.0f} samples/s (n={len(c)}), pytorch {tm:.0f} samples/s (n={len(t)}), "
-          f"cohort/pytorch {cm/tm:.2f}{hidden}{note}")
+        line += (f"; cohort hides {100*med(r['hidden_frac'] for r in c):.0f}% of its gradient communication "
+                 f"(all-reduce {med(r['comm_ms'] for r in c):.2f} ms/step, exposed {med(r['exposed_ms'] for r in c):.2f} ms)")
+    if not quiet:
+        line += f" [no round with both sides under {max_foreign:g}% foreign load: all rounds used]"
+    print(line)
 for cfg in configs:
     model, world, mode, *rest = cfg.split(":")
-    if world == "1" and mode == "ddp":
-        base = ":".join([model, "1", "noddp"] + rest)
-        if base in med:
-            (cd, td), (cn, tn) = med[cfg], med[base]
-            print(f"vs_pytorch: {model} DDP overhead at world 1 (1 − ddp/noddp median samples/s; negative: ddp measured faster): "
-                  f"cohort {100*(1-cd/cn):+.1f}%, pytorch {100*(1-td/tn):+.1f}%")
+    base = ":".join([model, "1", "noddp"] + rest)
+    if world == "1" and mode == "ddp" and base in rates:
+        (cd, td), (cn, tn) = rates[cfg], rates[base]
+        print(f"vs_pytorch: {model} DDP overhead at world 1 (1 - ddp/noddp median samples/s; negative: ddp measured faster): "
+              f"cohort {100*(1-cd/cn):+.1f}%, pytorch {100*(1-td/tn):+.1f}%")
 EOF
