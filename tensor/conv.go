@@ -98,10 +98,9 @@ func convCheck(op string, x, w, b *Tensor, stride, padding int) ConvGeom {
 // [O, C, KH, KW] plus bias [O] (nil for none): [N, O, OH, OW], with equal
 // stride and zero padding on both axes (PyTorch's conv2d).
 //
-// The input is unfolded a chunk of samples at a time into a scratch matrix
-// and multiplied by the weight with one GEMM per chunk, so no full-batch
-// unfolded copy is ever built; the bias is added while the product is
-// copied out.
+// The product runs a chunk of samples at a time (see the package
+// documentation for the paths), so no full-batch unfolded copy is ever
+// built; the bias is added as the product is copied out.
 func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
 	g, y := convStart("Conv2d", x, w, b, stride, padding, 1)
 	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data()})

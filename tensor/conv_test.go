@@ -114,9 +114,16 @@ func testConv2d(t *testing.T) {
 
 func TestPool(t *testing.T) {
 	rng := newRNG(7)
-	for _, c := range []struct{ K, S, P int }{{2, 2, 0}, {3, 1, 0}, {3, 2, 0}, {3, 2, 1}, {2, 1, 1}} {
-		t.Run(fmt.Sprintf("k%ds%dp%d", c.K, c.S, c.P), func(t *testing.T) {
-			x := randT(rng, 2, 2, 7, 6)
+	for _, c := range []struct{ K, S, P, H, W int }{
+		{2, 2, 0, 7, 6}, {3, 1, 0, 7, 6}, {3, 2, 0, 7, 6}, {3, 2, 1, 7, 6}, {2, 1, 1, 7, 6},
+		{2, 2, 0, 17, 21}, {2, 2, 0, 9, 10}, {2, 2, 0, 28, 28}, // 2×2 rows of 8+ and 4–7 windows
+	} {
+		t.Run(fmt.Sprintf("k%ds%dp%d_%dx%d", c.K, c.S, c.P, c.H, c.W), func(t *testing.T) {
+			x := randT(rng, 2, 2, c.H, c.W)
+			if c.H == 9 {
+				x.Data()[3] = float32(math.NaN()) // a NaN wins its window
+				x.Data()[20], x.Data()[21] = 5, 5  // a tie: the first wins
+			}
 			g := NewConvGeom("test", x.Shape(), c.K, c.K, c.S, c.P)
 			ymax, arg := MaxPool2d(x, c.K, c.S, c.P)
 			yavg := AvgPool2d(x, c.K, c.S, c.P)
@@ -135,7 +142,7 @@ func TestPool(t *testing.T) {
 						}
 						v := float64(x.At(n, ch, h, w))
 						sum += v
-						if v > best {
+						if v > best || math.IsNaN(v) {
 							best, bi = v, ((n*g.C+ch)*g.H+h)*g.W+w
 						}
 					}

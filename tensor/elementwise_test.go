@@ -165,3 +165,36 @@ func TestBinaryPanics(t *testing.T) {
 	mustPanic(t, func() { MulInto(New(3), New(2, 3), New(3)) }, "tensor: MulInto", "[3]", "[2 3]")
 	mustPanic(t, func() { ExpInto(New(3), New(2)) }, "ExpInto", "[3]", "[2]")
 }
+
+func TestReLUBackward(t *testing.T) {
+	nan := float32(math.NaN())
+	negZero := float32(math.Copysign(0, -1))
+	for _, c := range []struct {
+		name       string
+		dy, y, out []float32
+	}{
+		{"mixed", []float32{1, 2, 3, 4, 5}, []float32{0.5, 0, 2, negZero, nan}, []float32{1, 0, 3, 0, 5}},
+		{"long", make([]float32, 37), make([]float32, 37), make([]float32, 37)},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			if c.name == "long" { // every third output positive
+				for i := range c.dy {
+					c.dy[i] = float32(i + 1)
+					if i%3 == 0 {
+						c.y[i], c.out[i] = 1, float32(i+1)
+					}
+				}
+			}
+			n := len(c.y)
+			dy, y := FromSlice(c.dy, n), FromSlice(c.y, n)
+			assertClose(t, "ReLUBackward", ReLUBackward(dy, y).Data(), c.out, 0)
+			// Strided operands and an in-place destination.
+			wide := New(n, 2)
+			col := wide.Narrow(1, 1, 1).Reshape(n)
+			col.CopyFrom(dy)
+			got := ReLUBackwardInto(col, col, y)
+			assertClose(t, "ReLUBackwardInto strided", got.Contiguous().Data(), c.out, 0)
+		})
+	}
+	mustPanic(t, func() { ReLUBackward(New(3), New(4)) }, "tensor: ReLUBackward", "[3]", "[4]")
+}
