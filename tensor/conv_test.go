@@ -122,7 +122,7 @@ func TestPool(t *testing.T) {
 			x := randT(rng, 2, 2, c.H, c.W)
 			if c.H == 9 {
 				x.Data()[3] = float32(math.NaN()) // a NaN wins its window
-				x.Data()[20], x.Data()[21] = 5, 5  // a tie: the first wins
+				x.Data()[20], x.Data()[21] = 5, 5 // a tie: the first wins
 			}
 			g := NewConvGeom("test", x.Shape(), c.K, c.K, c.S, c.P)
 			ymax, arg := MaxPool2d(x, c.K, c.S, c.P)
