@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"runtime"
 	"testing"
 
 	"cohort/tensor/internal/vec"
@@ -266,6 +267,12 @@ func testConv2dRandom(t *testing.T) {
 // backward, through the direct tiles (where the CPU has them) and the
 // unfolding, reporting the convolution's GFLOP/s.
 func BenchmarkConv2d(b *testing.B) {
+	// A training process keeps its data set resident (the anchor's is
+	// 188 MB), which spaces garbage collections far apart; without it, the
+	// ops' output allocations would make the collector and page faults
+	// dominate the measurement.
+	heap := make([]float32, 48<<20)
+	defer runtime.KeepAlive(heap)
 	rng := newRNG(1)
 	for _, c := range []struct {
 		name                string
