@@ -259,3 +259,24 @@ func TestProcessesKill9(t *testing.T) {
 		t.Errorf("files left in /dev/shm: %v", files)
 	}
 }
+
+// The benchmarks run ranks 0 and 1, which share a host: shm through the
+// route, to compare with package shm's benchmarks of the same names.
+
+func benchWorld(b *testing.B) transporttest.World {
+	w := mixedWorld(b, 2)
+	b.Cleanup(func() {
+		for _, tr := range w.Transports {
+			tr.Close()
+		}
+	})
+	return w
+}
+
+func BenchmarkPingPong4KiB(b *testing.B) {
+	transporttest.PingPong(b, benchWorld(b), 4<<10)
+}
+
+func BenchmarkThroughput16MiB(b *testing.B) {
+	transporttest.Throughput(b, benchWorld(b), 16<<20)
+}
