@@ -6,7 +6,10 @@
 // and calls Listener.Connect. Each pair of ranks shares one connection,
 // dialed by the higher rank and authenticated by a mutual HMAC-SHA256
 // challenge–response over the job's token (see Options.Token). Sockets use
-// TCP_NODELAY and keepalive probes.
+// TCP_NODELAY and keepalive probes. A rank may connect only some of the
+// world (Options.Peers), keeping the world's rank numbers: in a job spread
+// over hosts, the ranks on other hosts, while those on its own host share
+// memory (package shm; package route combines the two).
 //
 // Frames are those of package wire. One reader goroutine per connection
 // demultiplexes arriving messages by tag: a message whose receiver is
