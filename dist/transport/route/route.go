@@ -27,8 +27,11 @@ var _ transport.Transport = (*Transport)(nil)
 // New returns a transport of len(via) ranks in which rank r is reached
 // through via[r]; via[Rank()] carries the messages this rank sends to
 // itself. Every element must be non-nil and report the same rank and a
-// size of len(via); several ranks may (and normally do) share a part. The
-// returned transport owns the parts: its Close closes each once.
+// size of len(via); several ranks may (and normally do) share a part.
+// Parts are told apart with ==, so each must be a comparable value (a
+// pointer, as every transport of this module is). The returned transport
+// owns the parts: its Close closes each once. On error the parts stay the
+// caller's.
 func New(via []transport.Transport) (*Transport, error) {
 	if len(via) == 0 {
 		return nil, errors.New("route: New: no transports (want one per rank)")
@@ -54,9 +57,7 @@ func New(via []transport.Transport) (*Transport, error) {
 	return t, nil
 }
 
-// containsPart reports whether p is among parts. Parts are compared as
-// interface values, so an implementation must be comparable (a pointer,
-// as every transport of this module is).
+// containsPart reports whether p is among parts.
 func containsPart(parts []transport.Transport, p transport.Transport) bool {
 	for _, q := range parts {
 		if q == p {
