@@ -1,7 +1,8 @@
 // Package transport moves tagged, ordered byte messages between the ranks of
 // a group. Implementations: inproc (channels, for tests), tcp (sockets,
-// any hosts) and shm (shared-memory rings between ranks on one host);
-// transporttest is their shared conformance suite.
+// any hosts), shm (shared-memory rings between ranks on one host) and route
+// (each peer served by one of several transports: shm within a host, tcp
+// across hosts); transporttest is their shared conformance suite.
 //
 // Transports know nothing of the store: peer addresses are exchanged by the
 // caller (package dist) and handed to the constructors.
