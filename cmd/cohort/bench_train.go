@@ -61,8 +61,8 @@ share of gradient communication hidden behind backward.
 By default the workers run as under cohort run: the transport dist picks
 (shared memory on one host), Go's default GOMAXPROCS, and 1 GEMM thread
 each (the anchor's one thread per rank). On 2 cores with 2 ranks,
---transport tcp --gomaxprocs 1 measured 8 % (MLP) to 23 % (LeNet)
-faster, and shared memory with --gomaxprocs 1 25-30 % slower.
+--transport tcp --gomaxprocs 1 measured within a few percent of that,
+and shared memory with --gomaxprocs 1 25-40 % slower.
 
 flags:
 `
