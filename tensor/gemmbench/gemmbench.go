@@ -70,6 +70,9 @@ type Result struct {
 	Ratio    float64 // Cohort / OpenBLAS; 0 without OpenBLAS
 }
 
+// maxSettle bounds the wait for the process to go idle before a timed run.
+const maxSettle = time.Second
+
 // Run measures every shape at every thread count, writes a table to w as
 // rows complete, and ends with the line
 //
@@ -77,8 +80,12 @@ type Result struct {
 //
 // (R is the median of the rows' ratios, or "n/a" with the reason when
 // OpenBLAS is not available). It checks each implementation's output
-// against the naive reference on the first shape before timing. It stops
-// early, returning ctx.Err(), when ctx is done.
+// against the naive reference on every shape before timing it. Before
+// each timed run it waits (up to a second, see [WaitIdle]) for the
+// threads of the previous one to go quiet: OpenBLAS's workers spin for
+// about 0.1 s after a call, and a multi-threaded run timed meanwhile
+// would share a core with them. It stops early, returning ctx.Err(), when
+// ctx is done.
 func Run(ctx context.Context, w io.Writer, o Options) ([]Result, error) {
 	if o.Shapes == nil {
 		o.Shapes = Shapes()
@@ -104,6 +111,11 @@ func Run(ctx context.Context, w io.Writer, o Options) ([]Result, error) {
 	var results []Result
 	var noBLAS error
 	header := false
+	busy := 0 // timed runs that started before the process went idle
+	settle := func(ctx context.Context) bool {
+		_, idle := WaitIdle(ctx, maxSettle)
+		return idle || !hasProcessCPU
+	}
 	for _, threads := range o.Threads {
 		cohort, err := gemm.New(gemm.Options{BLAS: gemm.BLASGo, Kernel: o.Kernel, Threads: threads})
 		if err != nil {
@@ -142,8 +154,14 @@ func Run(ctx context.Context, w io.Writer, o Options) ([]Result, error) {
 				if err := ctx.Err(); err != nil {
 					return results, err
 				}
+				if !settle(ctx) {
+					busy++
+				}
 				rc = append(rc, p.time(cohort, o.MinTime))
 				if blas != nil {
+					if !settle(ctx) {
+						busy++
+					}
 					rb = append(rb, p.time(blas, o.MinTime))
 				}
 			}
@@ -159,6 +177,9 @@ func Run(ctx context.Context, w io.Writer, o Options) ([]Result, error) {
 		}
 	}
 	fmt.Fprintln(w, "(GFLOP/s, median of", o.Rounds, "alternating rounds; ratio = cohort/openblas)")
+	if busy > 0 {
+		fmt.Fprintf(w, "gemm: warning: %d timed runs started while this process was still busy (threads of the other implementation spinning)\n", busy)
+	}
 	if noBLAS != nil {
 		fmt.Fprintf(w, "gemm: cohort/openblas median ratio n/a (%v)\n", noBLAS)
 		return results, nil
