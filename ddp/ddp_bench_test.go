@@ -58,7 +58,7 @@ func BenchmarkOverhead(b *testing.B) {
 					b.Fatal(err)
 				}
 				newOpt := func(mod nn.Module) optim.Optimizer {
-					opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(mod), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+					opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(mod), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -186,7 +186,7 @@ func BenchmarkWorld2(b *testing.B) {
 					if err := <-rs.errc; err != nil {
 						b.Fatalf("rank %d: %v", r, err)
 					}
-					opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(rs.m), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+					opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(rs.m), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
 					if err != nil {
 						b.Fatal(err)
 					}

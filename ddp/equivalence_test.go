@@ -49,7 +49,7 @@ func (c trainCfg) samples(rank, s, k int) (lo, hi int) {
 }
 
 func (c trainCfg) optimizer(m nn.Module) (optim.Optimizer, error) {
-	ps := optim.Params(m)
+	ps := nn.Parameters(m)
 	switch c.opt {
 	case "sgd":
 		return optim.NewSGD([]optim.Group{{Params: ps, LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})

@@ -11,6 +11,7 @@ import (
 	"cohort/dist"
 	"cohort/dist/transport/inproc"
 	"cohort/models"
+	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
 )
@@ -37,7 +38,7 @@ func Example() {
 			if err != nil {
 				panic(err)
 			}
-			opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(m), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+			opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
 			if err != nil {
 				panic(err)
 			}

@@ -46,7 +46,7 @@ func TestBroadcastBuffers(t *testing.T) {
 					if err != nil {
 						return err
 					}
-					opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(m), LR: 0.1}}, optim.SGDOptions{})
+					opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.1}}, optim.SGDOptions{})
 					if err != nil {
 						return err
 					}
@@ -113,7 +113,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		opt, err := optim.NewAdamW([]optim.Group{{Params: optim.Params(m), LR: 0.01}}, optim.AdamDefaults())
+		opt, err := optim.NewAdamW([]optim.Group{{Params: nn.Parameters(m), LR: 0.01}}, optim.AdamDefaults())
 		if err != nil {
 			return err
 		}
@@ -199,7 +199,7 @@ func TestUnusedParameters(t *testing.T) {
 			if err != nil {
 				return err
 			}
-			opt, _ := optim.NewSGD([]optim.Group{{Params: optim.Params(m), LR: 0.1}}, optim.SGDOptions{})
+			opt, _ := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.1}}, optim.SGDOptions{})
 			data := newDataset(5, 40, 3, 4)
 			for s := 0; s < 3; s++ {
 				lo := (s*world + r) * 2

@@ -10,6 +10,7 @@ import (
 
 	"cohort/autograd"
 	"cohort/dist"
+	"cohort/nn"
 	"cohort/optim"
 )
 
@@ -109,7 +110,7 @@ func TestRebuildFollowsReadyOrder(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		opt, _ := optim.NewSGD([]optim.Group{{Params: optim.Params(m), LR: 0.1}}, optim.SGDOptions{})
+		opt, _ := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.1}}, optim.SGDOptions{})
 		data := newDataset(1, 20, 3, 4)
 		plans[pg.Rank()] = append(plans[pg.Rank()], m.Plan())
 		for s := 0; s < 2; s++ {

@@ -6,7 +6,6 @@ import (
 	"math"
 
 	"cohort/autograd"
-	"cohort/nn"
 	"cohort/tensor"
 )
 
@@ -52,16 +51,6 @@ type Group struct {
 	Params      []*autograd.Var
 	LR          float64
 	WeightDecay float64
-}
-
-// Params returns m's parameters in their stable order, ready for a Group.
-func Params(m nn.Module) []*autograd.Var {
-	named := m.NamedParameters()
-	ps := make([]*autograd.Var, len(named))
-	for i, np := range named {
-		ps[i] = np.Param
-	}
-	return ps
 }
 
 // base holds what every optimizer shares: the groups, the flat parameter

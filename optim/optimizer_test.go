@@ -8,7 +8,6 @@ import (
 	"testing"
 
 	"cohort/autograd"
-	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
 )
@@ -211,20 +210,5 @@ func TestProgrammerErrorsPanic(t *testing.T) {
 		{"lr_bad_group", "optim: Adam.LR: group -1 out of range", func() { opt.LR(-1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectPanic(t, tc.want, tc.f) })
-	}
-}
-
-type fakeModule struct{ params []nn.NamedParameter }
-
-func (m fakeModule) NamedParameters() []nn.NamedParameter { return m.params }
-func (m fakeModule) NamedBuffers() []nn.NamedBuffer       { return nil }
-func (m fakeModule) SetTraining(bool)                     {}
-
-func TestParamsKeepsModuleOrder(t *testing.T) {
-	rng := rand.New(rand.NewPCG(6, 6))
-	a, b := newParam(rng, 2), newParam(rng, 3)
-	got := optim.Params(fakeModule{[]nn.NamedParameter{{Name: "0.weight", Param: a}, {Name: "0.bias", Param: b}}})
-	if len(got) != 2 || got[0] != a || got[1] != b {
-		t.Fatalf("Params = %v", got)
 	}
 }

@@ -389,7 +389,7 @@ func trainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile
 			return loss, m.Backward(ctx, loss)
 		}
 	}
-	opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(params), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(params), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
 	if err != nil {
 		return res, err
 	}

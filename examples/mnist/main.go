@@ -103,7 +103,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	defer m.Close()
 
 	lr := c.lr * math.Sqrt(float64(c.batch*world)/64)
-	opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(m), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
+	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
 	if err != nil {
 		return err
 	}

@@ -51,7 +51,7 @@ func TestTrainLearns(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			opt, err := optim.NewSGD([]optim.Group{{Params: optim.Params(m), LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
+			opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
 			if err != nil {
 				t.Fatal(err)
 			}
