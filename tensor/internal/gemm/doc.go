@@ -20,9 +20,13 @@
 //     transpose, Cᵀ = op(B)ᵀ·op(A)ᵀ, so that the long side fills the
 //     vectors; and A·Bᵀ with k long next to m and n (a convolution's
 //     weight gradient) runs as dot products straight from the operands,
-//     without packing (dot.go). Work is split over a fixed number of
-//     goroutines by blocks of C, which the call starts and joins before
-//     it returns.
+//     without packing (dot.go). Work is split by blocks of C between the
+//     calling goroutine and helper goroutines the Impl keeps (pool.go):
+//     a helper polls for the next call for 100 µs after its part, so
+//     calls that follow each other closely skip the wake of a sleeping
+//     CPU, and exits after that; the caller claims any part no helper
+//     has started, so a parallel call is never much slower than one
+//     thread. A call returns only when every part has finished.
 //   - OpenBLAS, loaded at run time from libopenblas.so.0 without cgo
 //     (package tensor/internal/blas), when present and asked for.
 //

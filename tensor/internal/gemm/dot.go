@@ -1,10 +1,5 @@
 package gemm
 
-import (
-	"fmt"
-	"sync"
-)
-
 // The dot-product path: C = alpha·A·Bᵀ + beta·C with A (m×k) and B (n×k)
 // both stored along k and k long next to m and n, as in the weight
 // gradient of a convolution (dy·colᵀ, k = batch × pixels). Packing would
@@ -37,37 +32,14 @@ func (g *Impl) runDot(m, n, k int, alpha float32, a []float32, lda int, b []floa
 		g.dotBlock(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		panicked any
-	)
-	work := func(ti, tj int) {
-		defer func() {
-			if r := recover(); r != nil {
-				mu.Lock()
-				panicked = r
-				mu.Unlock()
-			}
-		}()
+	g.pool.parallel(g.threads-1, tm*tn, func(t int) {
+		ti, tj := t/tn, t%tn
 		i0, i1 := split(m, dotR, tm, ti), split(m, dotR, tm, ti+1)
 		j0, j1 := split(n, dotS, tn, tj), split(n, dotS, tn, tj+1)
 		if i0 < i1 && j0 < j1 {
 			g.dotBlock(i1-i0, j1-j0, k, alpha, a[i0*lda:], lda, b[j0*ldb:], ldb, beta, c[i0*ldc+j0:], ldc)
 		}
-	}
-	for t := 1; t < tm*tn; t++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work(t/tn, t%tn)
-		}()
-	}
-	work(0, 0)
-	wg.Wait()
-	if panicked != nil {
-		panic(fmt.Sprintf("gemm: worker: %v", panicked))
-	}
+	})
 }
 
 // dotBlock computes one m×n block of C on the calling goroutine.

@@ -1,10 +1,5 @@
 package gemm
 
-import (
-	"fmt"
-	"sync"
-)
-
 // packBuf holds one goroutine's packing buffers, reused across calls, and
 // the scratch C of runSwapped.
 type packBuf struct{ a, b, t []float32 }
@@ -93,19 +88,14 @@ func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		g.bufs.Put(buf)
 		return
 	}
-	var (
-		wg       sync.WaitGroup
-		mu       sync.Mutex
-		panicked any
-	)
-	work := func(ti, tj int) {
-		defer func() {
-			if r := recover(); r != nil {
-				mu.Lock()
-				panicked = r
-				mu.Unlock()
-			}
-		}()
+	g.runParts(ar, tm, tn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// runParts computes C as tm×tn blocks, one part each, shared with the
+// Impl's helpers.
+func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	g.pool.parallel(g.threads-1, tm*tn, func(t int) {
+		ti, tj := t/tn, t%tn
 		i0, i1 := split(m, ar.mr, tm, ti), split(m, ar.mr, tm, ti+1)
 		j0, j1 := split(n, ar.nr, tn, tj), split(n, ar.nr, tn, tj+1)
 		if i0 == i1 || j0 == j1 {
@@ -125,19 +115,7 @@ func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32,
 		buf := g.bufs.Get().(*packBuf)
 		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc)
 		g.bufs.Put(buf)
-	}
-	for t := 1; t < tm*tn; t++ {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			work(t/tn, t%tn)
-		}()
-	}
-	work(0, 0)
-	wg.Wait()
-	if panicked != nil {
-		panic(fmt.Sprintf("gemm: worker: %v", panicked))
-	}
+	})
 }
 
 // block runs the BLIS loop nest on one m×n block of C in the calling

@@ -17,6 +17,7 @@ type Impl struct {
 	lib     *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
 	threads int
 	bufs    sync.Pool // *packBuf, one per running goroutine
+	pool    pool      // helper goroutines of parallel calls
 }
 
 // New builds an Impl from o. It fails on invalid options, on a kernel the
