@@ -26,6 +26,7 @@
 //     calls that follow each other closely skip the wake of a sleeping
 //     CPU, and exits after that; the caller claims any part no helper
 //     has started, so a parallel call is never much slower than one
+//     thread, and a small call that finds no helper polling runs on one
 //     thread. A call returns only when every part has finished.
 //   - OpenBLAS, loaded at run time from libopenblas.so.0 without cgo
 //     (package tensor/internal/blas), when present and asked for.

@@ -28,6 +28,9 @@ func (g *Impl) useDot(transA, transB bool, m, n, k int) bool {
 // runDot runs the dot-product path, split over threads by blocks of C.
 func (g *Impl) runDot(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	tm, tn := partition(m, n, k, g.threads, dotR, dotS)
+	if tm*tn > 1 && 2*m*n*k < g.coldMin && !g.pool.warm(g.threads-1) {
+		tm, tn = 1, 1
+	}
 	if tm*tn == 1 {
 		g.dotBlock(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return

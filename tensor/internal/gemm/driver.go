@@ -82,6 +82,9 @@ func (g *Impl) pick(m, n int) *arch {
 func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	ar := g.pick(m, n)
 	tm, tn := partition(m, n, k, g.threads, ar.mr, ar.nr)
+	if tm*tn > 1 && 2*m*n*k < g.coldMin && !g.pool.warm(g.threads-1) {
+		tm, tn = 1, 1
+	}
 	if tm*tn == 1 {
 		buf := g.bufs.Get().(*packBuf)
 		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)

@@ -25,6 +25,7 @@ func TestConformance(t *testing.T) {
 				if g.Kernel() != kern || g.Backend() != BLASGo || g.Threads() != threads {
 					t.Fatalf("New built %v, want kernel %s with %d threads", g, kern, threads)
 				}
+				AlwaysSplit(g)
 				gemmtest.Run(t, g.Sgemm)
 			})
 		}
@@ -41,6 +42,7 @@ func TestParallelLarge(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			AlwaysSplit(g)
 			for _, c := range []gemmtest.Case{
 				{M: 301, N: 97, K: 200, Alpha: 1, Beta: 0.5},
 				{M: 40, N: 700, K: 150, Alpha: 1, TransB: true},

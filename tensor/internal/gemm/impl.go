@@ -18,6 +18,7 @@ type Impl struct {
 	threads int
 	bufs    sync.Pool // *packBuf, one per running goroutine
 	pool    pool      // helper goroutines of parallel calls
+	coldMin int       // coldMinFlops; 0 in tests that want every split
 }
 
 // New builds an Impl from o. It fails on invalid options, on a kernel the
@@ -26,7 +27,7 @@ func New(o Options) (*Impl, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	g := &Impl{threads: o.threads()}
+	g := &Impl{threads: o.threads(), coldMin: coldMinFlops}
 	g.bufs.New = func() any { return new(packBuf) }
 
 	kernel := o.Kernel

@@ -26,10 +26,31 @@ import (
 // long a caller polls for its helpers' parts before it blocks.
 const spinWait = 100 * time.Microsecond
 
-// pool holds the idle helpers of one Impl.
+// coldMinFlops is the work below which a call that finds no helper
+// polling runs on one thread: a helper woken from sleep would arrive after
+// the call is over, and splitting costs packing twice. Such a call starts
+// the helpers anyway, for the calls after it.
+const coldMinFlops = 32 << 20
+
+// pool holds the helpers of one Impl.
 type pool struct {
 	mu   sync.Mutex
 	idle []*helper // polling for a job; each one's channel is empty
+	live int       // helper goroutines started and not exited
+}
+
+// warm reports whether a helper is polling for a job now. When none is,
+// it starts helpers, up to n live, which poll for spinWait once they run.
+func (pl *pool) warm(n int) bool {
+	pl.mu.Lock()
+	defer pl.mu.Unlock()
+	if len(pl.idle) > 0 {
+		return true
+	}
+	for ; pl.live < n; pl.live++ {
+		go pl.serve(&helper{jobs: make(chan *job, 1)}, nil)
+	}
+	return false
 }
 
 // helper is one helper goroutine's mailbox.
@@ -63,7 +84,8 @@ func (pl *pool) parallel(helpers, parts int, do func(part int)) {
 			h := pl.idle[n-1]
 			pl.idle = pl.idle[:n-1]
 			h.jobs <- j // never blocks: an idle helper's channel is empty
-		} else {
+		} else if pl.live < helpers {
+			pl.live++
 			go pl.serve(&helper{jobs: make(chan *job, 1)}, j)
 		}
 	}
@@ -75,15 +97,19 @@ func (pl *pool) parallel(helpers, parts int, do func(part int)) {
 	}
 }
 
-// serve is a helper goroutine's loop: run j's parts, then wait for the
-// next job for spinWait, or exit.
+// serve is a helper goroutine's loop: run j's parts (j may be nil), then
+// wait for the next job for spinWait, or exit.
 func (pl *pool) serve(h *helper, j *job) {
-	for j != nil {
-		j.work()
+	for {
+		if j != nil {
+			j.work()
+		}
 		pl.mu.Lock()
 		pl.idle = append(pl.idle, h)
 		pl.mu.Unlock()
-		j = pl.await(h)
+		if j = pl.await(h); j == nil {
+			return
+		}
 	}
 }
 
@@ -106,6 +132,7 @@ func (pl *pool) await(h *helper) *job {
 	defer pl.mu.Unlock()
 	if i := slices.Index(pl.idle, h); i >= 0 {
 		pl.idle = slices.Delete(pl.idle, i, i+1)
+		pl.live--
 		return nil
 	}
 	// A caller took h off the list; it sent the job while holding mu.

@@ -120,6 +120,7 @@ func TestConcurrentCallers(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
+			g.coldMin = 0
 			const m, n, k = 150, 160, 100 // over minFlopsPerThread: split in two
 			rng := rand.New(rand.NewPCG(7, 8))
 			a, b := make([]float32, m*k), make([]float32, k*n)
