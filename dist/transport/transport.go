@@ -36,7 +36,8 @@ func (t Tag) String() string { return fmt.Sprintf("group %d seq %d step %d", t.G
 // Send and Recv are safe for concurrent use. Send may return before the
 // peer has received the message, but p may be reused once Send returns.
 // Recv blocks until a message with the tag arrives from the peer and its
-// length equals len(p); a length mismatch is an error naming both lengths.
+// length equals len(p); a length mismatch is an error naming both lengths
+// that wraps a *LengthError carrying the message's first bytes.
 //
 // A peer that dies or disconnects makes pending and later calls involving
 // it fail with an error wrapping *PeerError, promptly (not at ctx's deadline).
@@ -59,8 +60,34 @@ func (e *PeerError) Unwrap() error { return e.Err }
 
 // ErrLength is wrapped by the error of a Recv whose buffer length differs
 // from the length of the message waiting under its tag. The message stays
-// queued.
+// queued. Every transport's such error also wraps a *LengthError.
 var ErrLength = errors.New("transport: message length differs from buffer length")
+
+// LengthPrefixBytes bounds LengthError.Prefix.
+const LengthPrefixBytes = 64
+
+// LengthError is the error of a Recv whose buffer is Want bytes long while
+// the next message from Peer under Tag is Got bytes long. Transports wrap it
+// with their own coordinates (rank, peer, tag); it wraps ErrLength.
+//
+// Prefix holds the first min(Got, LengthPrefixBytes) bytes of the message,
+// so that a receiver whose messages start with a header can tell what the
+// sender meant to send. The Recv waits for those bytes to arrive; Prefix is
+// shorter only when they never do (the sender failed mid-message, the
+// receive was cancelled, or the transport closed). Prefix is the caller's
+// to keep. The message itself stays queued for a Recv that fits.
+type LengthError struct {
+	Peer      int
+	Tag       Tag
+	Got, Want int
+	Prefix    []byte
+}
+
+func (e *LengthError) Error() string {
+	return fmt.Sprintf("message is %d bytes, buffer is %d bytes", e.Got, e.Want)
+}
+
+func (e *LengthError) Unwrap() error { return ErrLength }
 
 // ErrAuth is wrapped by the error of a connection refused because one side
 // could not prove it holds the job's token (or only one side has one).

@@ -37,7 +37,7 @@ func NewMesh(worldSize int) []*Transport {
 	for r := range ts {
 		t := &Transport{rank: r, in: make([]*demux.Box, worldSize)}
 		for from := range t.in {
-			t.in[from] = demux.New()
+			t.in[from] = demux.New(from)
 		}
 		ts[r] = t
 	}

@@ -140,7 +140,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 	}
 	t := &Transport{
 		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg,
-		peers: make([]*peer, l.worldSize), self: demux.New(), pollerDone: make(chan struct{}),
+		peers: make([]*peer, l.worldSize), self: demux.New(l.rank), pollerDone: make(chan struct{}),
 	}
 	for r, c := range conns {
 		if c == nil {
@@ -154,7 +154,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			peerSleeping: s.sleeping(),
 			peerPolling:  s.polling(),
 			in:           l.seg.slot(r),
-			box:          demux.New(),
+			box:          demux.New(r),
 			conn:         c,
 			readerDone:   make(chan struct{}),
 		}

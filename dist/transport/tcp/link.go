@@ -77,7 +77,7 @@ func newLink(t *Transport, peer int, conn *net.TCPConn) (*link, error) {
 		peer:       peer,
 		conn:       conn,
 		rc:         rc,
-		box:        demux.New(),
+		box:        demux.New(peer),
 		stage:      make([]byte, wire.HeaderBytes+stageMax),
 		closeAck:   make(chan struct{}),
 		readerDone: make(chan struct{}),

@@ -117,7 +117,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			}
 		}
 	}
-	t := &Transport{rank: l.rank, size: l.worldSize, opts: l.opts, links: make([]*link, l.worldSize), self: demux.New()}
+	t := &Transport{rank: l.rank, size: l.worldSize, opts: l.opts, links: make([]*link, l.worldSize), self: demux.New(l.rank)}
 	for r, c := range conns {
 		if c == nil {
 			continue

@@ -446,44 +446,68 @@ func (s *suite) large(t *testing.T) {
 }
 
 // lengthMismatch: a receive whose buffer does not fit fails, naming both
-// lengths, and leaves the message for a receive that fits.
+// lengths, with a *transport.LengthError carrying the message's first
+// bytes, and leaves the message for a receive that fits. Each case runs
+// with the message queued before the receive and with the receive waiting
+// first; the long message spans many frames or ring records.
 func (s *suite) lengthMismatch(t *testing.T) {
 	w := s.world(t, 2)
 	ctx := ctxT(t)
 	t0, t1 := w.Transports[0], w.Transports[1]
-	check := func(err error) {
-		t.Helper()
-		if err == nil {
-			t.Fatal("recv with a 9-byte buffer of a 10-byte message succeeded")
-		}
-		if !errors.Is(err, transport.ErrLength) {
-			t.Errorf("error %q does not wrap transport.ErrLength", err)
-		}
-		if msg := err.Error(); !strings.Contains(msg, "10") || !strings.Contains(msg, "9") {
-			t.Errorf("error %q does not name both lengths (10 and 9)", msg)
+	cases := []struct {
+		name      string
+		got, want int
+	}{
+		{"10-into-9", 10, 9},
+		{"40-into-440", 40, 440},
+		{"440-into-40", 440, 40},
+		{"1MiB-into-40", 1<<20 + 3, 40},
+		{"empty-into-8", 0, 8},
+	}
+	seq := uint64(0)
+	for _, c := range cases {
+		for _, order := range []string{"queued", "waiting"} {
+			t.Run(c.name+"/"+order, func(t *testing.T) {
+				seq++
+				tag := transport.Tag{Group: 8, Seq: seq, Step: 3}
+				payload := Pattern(c.got, seq)
+				var err error
+				if order == "queued" {
+					must(t, t0.Send(ctx, 1, tag, payload))
+					err = t1.Recv(ctx, 0, tag, make([]byte, c.want))
+				} else {
+					done := make(chan error, 1)
+					go func() { done <- t1.Recv(ctx, 0, tag, make([]byte, c.want)) }()
+					// Give the receiver a chance to wait first; either
+					// order must give the same result.
+					time.Sleep(10 * time.Millisecond)
+					must(t, t0.Send(ctx, 1, tag, payload))
+					err = <-done
+				}
+				if err == nil {
+					t.Fatalf("recv with a %d-byte buffer of a %d-byte message succeeded", c.want, c.got)
+				}
+				if !errors.Is(err, transport.ErrLength) {
+					t.Errorf("error %q does not wrap transport.ErrLength", err)
+				}
+				if msg := err.Error(); !strings.Contains(msg, fmt.Sprint(c.got)) || !strings.Contains(msg, fmt.Sprint(c.want)) {
+					t.Errorf("error %q does not name both lengths (%d and %d)", msg, c.got, c.want)
+				}
+				var le *transport.LengthError
+				if !errors.As(err, &le) {
+					t.Fatalf("error %q does not wrap a *transport.LengthError", err)
+				}
+				prefix := payload[:min(c.got, transport.LengthPrefixBytes)]
+				if le.Peer != 0 || le.Tag != tag || le.Got != c.got || le.Want != c.want || !bytes.Equal(le.Prefix, prefix) {
+					t.Errorf("LengthError{Peer %d, Tag %v, Got %d, Want %d, Prefix % x}, want {0, %v, %d, %d, % x}",
+						le.Peer, le.Tag, le.Got, le.Want, le.Prefix, tag, c.got, c.want, prefix)
+				}
+				p := make([]byte, c.got)
+				must(t, t1.Recv(ctx, 0, tag, p))
+				must(t, checkPayload(p, seq))
+			})
 		}
 	}
-	t.Run("queued", func(t *testing.T) {
-		tag := transport.Tag{Group: 8, Seq: 1}
-		must(t, t0.Send(ctx, 1, tag, Pattern(10, 8)))
-		check(t1.Recv(ctx, 0, tag, make([]byte, 9)))
-		p := make([]byte, 10)
-		must(t, t1.Recv(ctx, 0, tag, p))
-		must(t, checkPayload(p, 8))
-	})
-	t.Run("waiting", func(t *testing.T) {
-		tag := transport.Tag{Group: 8, Seq: 2}
-		done := make(chan error, 1)
-		go func() { done <- t1.Recv(ctx, 0, tag, make([]byte, 9)) }()
-		// Give the receiver a chance to wait first; either order must
-		// give the same result.
-		time.Sleep(10 * time.Millisecond)
-		must(t, t0.Send(ctx, 1, tag, Pattern(10, 9)))
-		check(<-done)
-		p := make([]byte, 10)
-		must(t, t1.Recv(ctx, 0, tag, p))
-		must(t, checkPayload(p, 9))
-	})
 }
 
 // invalidRank: out-of-range ranks are errors, not panics.

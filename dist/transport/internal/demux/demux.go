@@ -17,12 +17,18 @@
 //   - a receiver whose Recv has returned is never written to again: a
 //     cancelled receiver detaches under Msg.mu, after which Write targets a
 //     private copy;
+//   - a receiver whose buffer does not fit the message it meets fails with
+//     a *transport.LengthError once the message's first
+//     transport.LengthPrefixBytes bytes (or all of a shorter one) have
+//     arrived, carrying them; until then it waits on the message (Msg.peekers)
+//     without being matched to it, and the message stays queued;
 //   - lock order is Box.mu before Msg.mu; Write takes only Msg.mu.
 package demux
 
 import (
+	"bytes"
 	"context"
-	"fmt"
+	"slices"
 	"sync"
 
 	"cohort/dist/transport"
@@ -46,6 +52,7 @@ const discardBytes = 64 << 10
 // Done and Abort are meant for a single source goroutine at a time per
 // message.
 type Box struct {
+	peer     int // the rank the messages come from, for errors
 	mu       sync.Mutex
 	streams  map[transport.Tag]*stream
 	inflight map[*Msg]struct{} // begun, neither done nor aborted
@@ -75,6 +82,9 @@ type Msg struct {
 	complete bool
 	dropped  bool   // aborted or discarded: Write throws bytes away
 	scratch  []byte // sink for dropped bytes
+
+	head    [transport.LengthPrefixBytes]byte // the first bytes written
+	peekers []*Pending                        // receivers that do not fit, waiting for head
 }
 
 // Pending is a posted receive.
@@ -85,13 +95,16 @@ type Pending struct {
 	done chan struct{} // closed when err is final
 	err  error
 	m    *Msg // matched message, set under Box.mu
-	fin  bool // err is final; guarded by the matched Msg.mu or Box.mu when unmatched
+	peek *Msg // message this receiver does not fit and waits on for its head, set under Box.mu
+	fin  bool // err is final; guarded by Msg.mu of m or peek, or Box.mu when neither
 }
 
-// New returns an empty box. Its errors carry no coordinates: callers wrap
-// them with rank, peer and tag.
-func New() *Box {
+// New returns an empty box for the messages from rank peer. Its errors
+// carry no coordinates in their text: callers wrap them with rank, peer and
+// tag.
+func New(peer int) *Box {
 	return &Box{
+		peer:     peer,
 		streams:  make(map[transport.Tag]*stream),
 		inflight: make(map[*Msg]struct{}),
 	}
@@ -113,15 +126,40 @@ func (b *Box) gc(tag transport.Tag, s *stream) {
 	}
 }
 
-// lengthError reports a Recv whose buffer does not fit the message.
-type lengthError struct{ msg, buf int }
+// prefixLen is how many of m's first bytes a length error carries.
+func (m *Msg) prefixLen() int { return min(m.n, len(m.head)) }
 
-func (e *lengthError) Error() string {
-	return fmt.Sprintf("message is %d bytes, buffer is %d bytes", e.msg, e.buf)
+// lengthError reports a Recv whose buffer of want bytes does not fit m,
+// with m's first bytes as far as they have arrived. Caller holds m.mu.
+func (m *Msg) lengthError(want int) error {
+	return &transport.LengthError{Peer: m.box.peer, Tag: m.tag, Got: m.n, Want: want,
+		Prefix: bytes.Clone(m.head[:min(m.off, m.prefixLen())])}
 }
-func (e *lengthError) Unwrap() error { return transport.ErrLength }
 
-func (b *Box) lengthError(have, want int) error { return &lengthError{msg: have, buf: want} }
+// peek makes w, whose buffer does not fit m, fail with a length error once
+// m's head has arrived (at once if it has). Caller holds b.mu and m.mu.
+func (m *Msg) peek(w *Pending) {
+	if m.off >= m.prefixLen() || m.complete || m.dropped {
+		w.finish(m.lengthError(len(w.p)))
+		return
+	}
+	w.peek = m
+	m.peekers = append(m.peekers, w)
+}
+
+// releasePeekers fails m's waiting peekers with err, or with a length error
+// if err is nil. Caller holds m.mu.
+func (m *Msg) releasePeekers(err error) {
+	for i, w := range m.peekers {
+		if err != nil {
+			w.finish(err)
+		} else {
+			w.finish(m.lengthError(len(w.p)))
+		}
+		m.peekers[i] = nil
+	}
+	m.peekers = m.peekers[:0]
+}
 
 // finish completes w with err. Caller holds the lock that guards w.fin.
 func (w *Pending) finish(err error) {
@@ -152,8 +190,11 @@ func (b *Box) Begin(tag transport.Tag, n int) *Msg {
 			s.waiters[0] = nil
 			s.waiters = s.waiters[1:]
 			if len(w.p) != n {
-				// The message stays queued for a Recv of the right size.
-				w.finish(b.lengthError(n, len(w.p)))
+				// The message stays queued for a Recv of the right size;
+				// w fails once the message's head is in.
+				m.mu.Lock()
+				m.peek(w)
+				m.mu.Unlock()
 				continue
 			}
 			m.w = w
@@ -196,7 +237,13 @@ func (m *Msg) Write(fill func(dst []byte) (int, error)) (int, error) {
 		dst = (*m.chunks[i])[at:min(chunkBytes, m.n-i*chunkBytes)]
 	}
 	k, err := fill(dst)
+	if m.off < len(m.head) {
+		copy(m.head[m.off:], dst[:k])
+	}
 	m.off += k
+	if len(m.peekers) > 0 && m.off >= m.prefixLen() {
+		m.releasePeekers(nil)
+	}
 	return k, err
 }
 
@@ -275,6 +322,7 @@ func (m *Msg) Done() {
 	b.mu.Unlock()
 	m.mu.Lock()
 	m.complete = true
+	m.releasePeekers(nil)
 	if m.w != nil {
 		m.w.finish(nil)
 		m.w = nil
@@ -293,6 +341,7 @@ func (m *Msg) Abort(err error) {
 	m.mu.Lock()
 	defer m.mu.Unlock()
 	m.dropped = true
+	m.releasePeekers(nil) // the length mismatch is what they were told of first
 	if m.w != nil {
 		m.w.finish(err)
 		m.w = nil
@@ -313,8 +362,11 @@ func (m *Msg) Abort(err error) {
 
 // Recv receives the next message under tag into p, blocking until one
 // arrives, ctx ends, or the box fails or closes. A message whose length
-// differs from len(p) is an error and stays queued. A Recv cancelled by
-// ctx does not consume a message.
+// differs from len(p) is a *transport.LengthError, returned once the
+// message's first bytes have arrived (see transport.LengthError), and the
+// message stays queued. A Recv cancelled by ctx does not consume a message;
+// one cancelled while waiting for the first bytes of a message it does not
+// fit returns the length error with the bytes that arrived.
 func (b *Box) Recv(ctx context.Context, tag transport.Tag, p []byte) error {
 	q, err := b.Post(tag, p)
 	if q == nil {
@@ -338,7 +390,14 @@ func (b *Box) Post(tag transport.Tag, p []byte) (*Pending, error) {
 	if s != nil && len(s.msgs) > 0 {
 		m := s.msgs[0]
 		if m.n != len(p) {
-			return nil, b.lengthError(m.n, len(p))
+			w := &Pending{b: b, tag: tag, p: p, done: make(chan struct{})}
+			m.mu.Lock()
+			m.peek(w)
+			m.mu.Unlock()
+			if w.peek == nil {
+				return nil, w.err
+			}
+			return w, nil
 		}
 		s.msgs[0] = nil
 		s.msgs = s.msgs[1:]
@@ -400,6 +459,17 @@ func (w *Pending) Wait(ctx context.Context) error {
 func (b *Box) detach(tag transport.Tag, w *Pending, failErr error) bool {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if m := w.peek; m != nil {
+		// Waiting for the head of a message it does not fit: it fails
+		// with the length error and what of the head has arrived.
+		m.mu.Lock()
+		defer m.mu.Unlock()
+		if !w.fin {
+			m.peekers = slices.DeleteFunc(m.peekers, func(q *Pending) bool { return q == w })
+			w.finish(m.lengthError(len(w.p)))
+		}
+		return false
+	}
 	m := w.m
 	if m == nil {
 		if w.fin {
@@ -479,6 +549,7 @@ func (b *Box) Close(err error) {
 		m.mu.Lock()
 		m.dropped = true
 		m.release()
+		m.releasePeekers(err)
 		if m.w != nil {
 			m.w.finish(err)
 			m.w = nil
@@ -494,13 +565,19 @@ func (b *Box) Close(err error) {
 }
 
 // Pending reports how many messages are queued unclaimed and how many
-// receivers are waiting; for tests and diagnostics.
+// receivers are waiting (for a message, or for the head of one they do not
+// fit); for tests and diagnostics.
 func (b *Box) Pending() (msgs, waiters int) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
 	for _, s := range b.streams {
 		msgs += len(s.msgs)
 		waiters += len(s.waiters)
+	}
+	for m := range b.inflight {
+		m.mu.Lock()
+		waiters += len(m.peekers)
+		m.mu.Unlock()
 	}
 	return msgs, waiters
 }

@@ -39,7 +39,7 @@ func recvAsync(t *testing.T, b *Box, ctx context.Context, p []byte) <-chan error
 }
 
 func TestDirectDelivery(t *testing.T) {
-	b := New()
+	b := New(1)
 	p := make([]byte, 6)
 	done := recvAsync(t, b, context.Background(), p)
 	m := b.Begin(tagA, 6)
@@ -61,7 +61,7 @@ func TestDirectDelivery(t *testing.T) {
 }
 
 func TestClaimInProgress(t *testing.T) {
-	b := New()
+	b := New(1)
 	m := b.Begin(tagA, 6)
 	write(t, m, []byte("abc"))
 	p := make([]byte, 6)
@@ -91,7 +91,7 @@ func TestClaimInProgress(t *testing.T) {
 }
 
 func TestCancelMidMessageKeepsMessage(t *testing.T) {
-	b := New()
+	b := New(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := make([]byte, 6)
 	done := recvAsync(t, b, ctx, p)
@@ -118,7 +118,7 @@ func TestCancelMidMessageKeepsMessage(t *testing.T) {
 }
 
 func TestOrderPerTag(t *testing.T) {
-	b := New()
+	b := New(1)
 	for i := range 5 {
 		m := b.Begin(tagA, 1)
 		write(t, m, []byte{byte(i)})
@@ -137,7 +137,7 @@ func TestOrderPerTag(t *testing.T) {
 
 func TestLengthMismatch(t *testing.T) {
 	t.Run("waiting", func(t *testing.T) {
-		b := New()
+		b := New(1)
 		done := recvAsync(t, b, context.Background(), make([]byte, 3))
 		m := b.Begin(tagA, 4)
 		write(t, m, []byte("abcd"))
@@ -152,7 +152,7 @@ func TestLengthMismatch(t *testing.T) {
 		}
 	})
 	t.Run("queued", func(t *testing.T) {
-		b := New()
+		b := New(1)
 		m := b.Begin(tagA, 4)
 		write(t, m, []byte("abcd"))
 		m.Done()
@@ -163,7 +163,7 @@ func TestLengthMismatch(t *testing.T) {
 }
 
 func TestFailKeepsCompleteMessages(t *testing.T) {
-	b := New()
+	b := New(1)
 	m := b.Begin(tagA, 2)
 	write(t, m, []byte("ok"))
 	m.Done()
@@ -192,7 +192,7 @@ func TestFailKeepsCompleteMessages(t *testing.T) {
 
 func TestAbort(t *testing.T) {
 	t.Run("matched", func(t *testing.T) {
-		b := New()
+		b := New(1)
 		done := recvAsync(t, b, context.Background(), make([]byte, 4))
 		m := b.Begin(tagA, 4)
 		write(t, m, []byte("ab"))
@@ -203,7 +203,7 @@ func TestAbort(t *testing.T) {
 		}
 	})
 	t.Run("unclaimed", func(t *testing.T) {
-		b := New()
+		b := New(1)
 		m := b.Begin(tagA, 4)
 		write(t, m, []byte("ab"))
 		m.Abort(errors.New("link broke"))
@@ -214,7 +214,7 @@ func TestAbort(t *testing.T) {
 }
 
 func TestCloseDetachesMatchedReceiver(t *testing.T) {
-	b := New()
+	b := New(1)
 	p := make([]byte, 4)
 	done := recvAsync(t, b, context.Background(), p)
 	m := b.Begin(tagA, 4)
@@ -238,7 +238,7 @@ func TestCloseDetachesMatchedReceiver(t *testing.T) {
 }
 
 func TestLyingLengthAllocatesLazily(t *testing.T) {
-	b := New()
+	b := New(1)
 	const claimed = 1 << 40
 	m := b.Begin(tagA, claimed)
 	if m.dst != nil || len(m.chunks) != 0 {
@@ -252,7 +252,7 @@ func TestLyingLengthAllocatesLazily(t *testing.T) {
 }
 
 func TestGrowingBuffer(t *testing.T) {
-	b := New()
+	b := New(1)
 	const n = 3*chunkBytes + 5
 	m := b.Begin(tagA, n)
 	src := make([]byte, n)
@@ -276,7 +276,7 @@ func TestGrowingBuffer(t *testing.T) {
 // TestChunkedPaths drives a long message through every hand-over: queued
 // then claimed mid-way, detached by cancellation, claimed again, finished.
 func TestChunkedPaths(t *testing.T) {
-	b := New()
+	b := New(1)
 	const n = 2*chunkBytes + 1000
 	src := make([]byte, n)
 	for i := range src {
@@ -327,4 +327,121 @@ func TestChunkedPaths(t *testing.T) {
 	if !bytes.Equal(p2, src) {
 		t.Fatal("message corrupted across hand-overs")
 	}
+}
+
+// TestLengthErrorPrefix: a receiver that does not fit the message it meets
+// fails with a *transport.LengthError only once the message's head has
+// arrived, and the error carries that head.
+func TestLengthErrorPrefix(t *testing.T) {
+	long := make([]byte, 100)
+	for i := range long {
+		long[i] = byte(i + 1)
+	}
+	head := long[:transport.LengthPrefixBytes]
+	notDone := func(t *testing.T, done <-chan error, when string) {
+		t.Helper()
+		select {
+		case err := <-done:
+			t.Fatalf("%s: receive finished early: %v", when, err)
+		default:
+		}
+	}
+	checkErr := func(t *testing.T, err error, got, want int, prefix []byte) {
+		t.Helper()
+		var le *transport.LengthError
+		if !errors.As(err, &le) || !errors.Is(err, transport.ErrLength) {
+			t.Fatalf("error %v is not a *transport.LengthError wrapping ErrLength", err)
+		}
+		if le.Peer != 1 || le.Tag != tagA || le.Got != got || le.Want != want || !bytes.Equal(le.Prefix, prefix) {
+			t.Fatalf("got %+v, want peer 1 tag %v got %d want %d prefix % x", *le, tagA, got, want, prefix)
+		}
+	}
+	// keeps checks that the message is still there for a receive that fits.
+	keeps := func(t *testing.T, b *Box, m *Msg, rest []byte) {
+		t.Helper()
+		write(t, m, rest)
+		m.Done()
+		p := make([]byte, len(long))
+		if err := b.Recv(context.Background(), tagA, p); err != nil || !bytes.Equal(p, long) {
+			t.Fatalf("message not kept: %v", err)
+		}
+	}
+
+	t.Run("waiting", func(t *testing.T) {
+		b := New(1)
+		done := recvAsync(t, b, context.Background(), make([]byte, 3))
+		m := b.Begin(tagA, len(long))
+		notDone(t, done, "after Begin")
+		write(t, m, long[:10])
+		notDone(t, done, "after 10 bytes")
+		write(t, m, long[10:70])
+		checkErr(t, <-done, 100, 3, head)
+		keeps(t, b, m, long[70:])
+	})
+	t.Run("queued-partial", func(t *testing.T) {
+		b := New(1)
+		m := b.Begin(tagA, len(long))
+		write(t, m, long[:10])
+		done := recvAsync(t, b, context.Background(), make([]byte, 3))
+		write(t, m, long[10:63])
+		notDone(t, done, "after 63 bytes")
+		write(t, m, long[63:64])
+		checkErr(t, <-done, 100, 3, head)
+		keeps(t, b, m, long[64:])
+	})
+	t.Run("queued-head-in", func(t *testing.T) {
+		b := New(1)
+		m := b.Begin(tagA, len(long))
+		write(t, m, long[:80])
+		checkErr(t, b.Recv(context.Background(), tagA, make([]byte, 3)), 100, 3, head)
+		keeps(t, b, m, long[80:])
+	})
+	t.Run("short-message", func(t *testing.T) {
+		b := New(1)
+		done := recvAsync(t, b, context.Background(), make([]byte, 3))
+		m := b.Begin(tagA, 5)
+		write(t, m, []byte("abc"))
+		notDone(t, done, "after 3 of 5 bytes")
+		write(t, m, []byte("de"))
+		checkErr(t, <-done, 5, 3, []byte("abcde"))
+		m.Done()
+	})
+	t.Run("empty-message", func(t *testing.T) {
+		b := New(1)
+		done := recvAsync(t, b, context.Background(), make([]byte, 3))
+		m := b.Begin(tagA, 0)
+		checkErr(t, <-done, 0, 3, []byte{})
+		m.Done()
+	})
+	t.Run("cancelled", func(t *testing.T) {
+		b := New(1)
+		ctx, cancel := context.WithCancel(context.Background())
+		m := b.Begin(tagA, len(long))
+		write(t, m, long[:10])
+		done := recvAsync(t, b, ctx, make([]byte, 3))
+		cancel()
+		checkErr(t, <-done, 100, 3, long[:10])
+		if _, w := b.Pending(); w != 0 {
+			t.Fatalf("%d receivers still waiting after cancel", w)
+		}
+		keeps(t, b, m, long[10:])
+	})
+	t.Run("aborted", func(t *testing.T) {
+		b := New(1)
+		done := recvAsync(t, b, context.Background(), make([]byte, 3))
+		m := b.Begin(tagA, len(long))
+		write(t, m, long[:10])
+		m.Abort(errors.New("peer gone"))
+		checkErr(t, <-done, 100, 3, long[:10])
+	})
+	t.Run("closed", func(t *testing.T) {
+		b := New(1)
+		done := recvAsync(t, b, context.Background(), make([]byte, 3))
+		m := b.Begin(tagA, len(long))
+		write(t, m, long[:10])
+		b.Close(transport.ErrClosed)
+		if err := <-done; !errors.Is(err, transport.ErrClosed) {
+			t.Fatalf("got %v, want ErrClosed", err)
+		}
+	})
 }
