@@ -25,7 +25,10 @@
 // neighbours — riding in front of the first message of an inline plan, so
 // small ops pay no extra message — and ranks that issued different calls
 // at the same sequence number fail with a *DesyncError naming both ranks
-// and both calls instead of hanging or exchanging garbage. An op that
+// and both calls instead of hanging or exchanging garbage. When the two
+// calls' first messages differ in length the transport rejects the message
+// unread, but its error (a *transport.LengthError) carries the message's
+// first bytes, from which the peer's fingerprint is still decoded. An op that
 // times out names the ranks whose fingerprint never arrived: the ones that
 // have not started it.
 //

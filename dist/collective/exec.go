@@ -264,6 +264,9 @@ func (r *run) transferErr(send bool, step, peer int, err error) error {
 	if errors.As(err, &de) {
 		return err
 	}
+	if _, ok := err.(*StepError); ok { // explained already (a bad header)
+		return err
+	}
 	tr := r.e.ranks[peer]
 	what := fmt.Sprintf("send to rank %d", tr)
 	if !send {
@@ -329,6 +332,9 @@ func (r *run) inline(ctx context.Context) error {
 		if !slices.Contains(r.p.CombinedFrom, g) {
 			var hdr [headerLen]byte
 			if err := t.Recv(ctx, ranks[g], r.tag(-1, 0), hdr[:]); err != nil {
+				if errors.Is(err, transport.ErrLength) {
+					return r.lengthMismatch(g, err)
+				}
 				return r.inlineErr(ctx, false, -1, g, err)
 			}
 			if err := r.checkHeader(g, hdr[:]); err != nil {
@@ -346,8 +352,7 @@ func (r *run) inline(ctx context.Context) error {
 		msg := r.e.stage(buf, headerLen+s.Dst.Len*r.es)
 		if err := t.Recv(ctx, ranks[g], r.tag(-1, 0), msg); err != nil {
 			if errors.Is(err, transport.ErrLength) {
-				mine := r.p.Call
-				return &DesyncError{Group: r.e.group, Seq: r.seq, Rank: ranks[r.e.rank], Call: mine, Peer: ranks[g]}
+				return r.lengthMismatch(g, err)
 			}
 			return r.inlineErr(ctx, false, -1, g, err)
 		}
@@ -579,10 +584,13 @@ func (r *run) perform(l *link, j job) {
 		err = r.e.t.Send(r.ctx, r.e.ranks[l.peer], r.tag(j.step, j.msg), j.p)
 	} else {
 		err = r.e.t.Recv(r.ctx, r.e.ranks[l.peer], r.tag(j.step, j.msg), j.p)
-		if err == nil && j.step < 0 {
+		switch {
+		case err == nil && j.step < 0:
 			if err = r.checkHeader(l.peer, j.p); err == nil {
 				r.got[l.peer] = true
 			}
+		case j.step < 0 && errors.Is(err, transport.ErrLength):
+			err = r.lengthMismatch(l.peer, err)
 		}
 	}
 	if err != nil {
@@ -678,6 +686,33 @@ func (r *run) checkHeader(g int, p []byte) error {
 			Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[g], PeerCall: &theirs}
 	}
 	return nil
+}
+
+// lengthMismatch explains a first message from group rank g (the one under
+// step 0 of the op's tag, which starts with g's header) whose length does
+// not fit this rank's call. The transport's *transport.LengthError carries
+// the message's first bytes: when they hold a header, it is checked as if
+// received alone (a *DesyncError naming g's call, or an error naming a
+// header of another op), and if g's call matches, the error says the ranks
+// planned the same call differently. Without a header the result is a
+// *DesyncError with PeerCall nil.
+func (r *run) lengthMismatch(g int, err error) error {
+	var le *transport.LengthError
+	if errors.As(err, &le) && len(le.Prefix) >= headerLen {
+		if _, herr := decodeHeader(le.Prefix[:headerLen]); herr == nil {
+			if cerr := r.checkHeader(g, le.Prefix[:headerLen]); cerr != nil {
+				return cerr
+			}
+			return r.transferErr(false, -1, g, fmt.Errorf(
+				"rank %d runs the same call with another plan (are the algorithm and tuning options the same on every rank?): %w",
+				r.e.ranks[g], err))
+		}
+	}
+	mine := r.p.Call
+	if mine.Kind == Send || mine.Kind == Recv {
+		mine.Peer = r.e.ranks[mine.Peer]
+	}
+	return &DesyncError{Group: r.e.group, Seq: r.seq, Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[g]}
 }
 
 // wait blocks until the pending transfer is done; false if the op failed.

@@ -81,8 +81,11 @@ func matches(mine, theirs Call) bool {
 
 // DesyncError reports ranks that issued different ops at the same sequence
 // number of a group. Ranks are the transport's (global) ranks. PeerCall is
-// nil when the peer's call is unknown: its first message did not even have
-// the length this rank's call implies.
+// the peer's call as its header states it, read from the front of the
+// peer's first message even when that message's length does not fit this
+// rank's call (see transport.LengthError). PeerCall is nil only when the
+// peer's first message does not start with a header: it was shorter than
+// one, or cut short before one arrived.
 type DesyncError struct {
 	Group    uint32
 	Seq      uint64
