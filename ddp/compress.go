@@ -60,10 +60,10 @@ func NewBF16Hook() *CompressHook { return &CompressHook{Format: BF16} }
 
 // Start implements CommHook.
 func (h *CompressHook) Start(ctx context.Context, pg dist.ProcessGroup, b *Bucket) Reduction {
-	enc, dec := toFP16, fromFP16
+	enc, dec := dist.FP16FromFloat32, dist.FP16ToFloat32
 	wrap := dist.FP16
 	if h.Format == BF16 {
-		enc, dec, wrap = toBF16, fromBF16, dist.BF16
+		enc, dec, wrap = dist.BF16FromFloat32, dist.BF16ToFloat32, dist.BF16
 	}
 	n := len(b.Grad)
 	wire := scratch16(&h.wire, b.Index, n)

@@ -128,9 +128,9 @@ func (op *fakeOp) run() error {
 				copy(b.Int64s(), sum)
 			}
 		case dist.Float16, dist.BFloat16:
-			enc, dec := toFP16, fromFP16
+			enc, dec := dist.FP16FromFloat32, dist.FP16ToFloat32
 			if op.ins[0].DType == dist.BFloat16 {
-				enc, dec = toBF16, fromBF16
+				enc, dec = dist.BF16FromFloat32, dist.BF16ToFloat32
 			}
 			sum := make([]float32, n)
 			for _, b := range op.ins {

@@ -64,9 +64,9 @@ func TestCompressHook(t *testing.T) {
 					o.Hook = &CompressHook{Format: tt.format, ViaAllGather: tt.gather}
 					return o
 				})
-				dec, enc := fromFP16, toFP16
+				dec, enc := dist.FP16ToFloat32, dist.FP16FromFloat32
 				if tt.format == BF16 {
-					dec, enc = fromBF16, toBF16
+					dec, enc = dist.BF16ToFloat32, dist.BF16FromFloat32
 				}
 				var scale float64
 				for _, g := range exact[0] {
