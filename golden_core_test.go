@@ -2,6 +2,7 @@ package cohort_test
 
 import (
 	"math/rand/v2"
+	"slices"
 	"sort"
 	"testing"
 
@@ -137,23 +138,11 @@ func checkTensor(t *testing.T, what string, got *tensor.Tensor, want goldenTenso
 		t.Errorf("%s: missing", what)
 		return
 	}
-	if !sameShape(got.Shape(), want.Shape) {
+	if !slices.Equal(got.Shape(), want.Shape) {
 		t.Errorf("%s: shape %v, want %v", what, got.Shape(), want.Shape)
 		return
 	}
 	checkClose(t, what, got.Contiguous().Data(), want)
-}
-
-func sameShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // opGolden runs a single-output op case: the named float inputs become

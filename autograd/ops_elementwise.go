@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"math"
+	"slices"
 
 	"cohort/tensor"
 )
@@ -12,22 +13,10 @@ import (
 // reduceTo sums g down to shape (undoing broadcasting) and reports whether
 // the result is a fresh tensor.
 func reduceTo(g *tensor.Tensor, shape []int) (*tensor.Tensor, bool) {
-	if equalShape(g.Shape(), shape) {
+	if slices.Equal(g.Shape(), shape) {
 		return g, false
 	}
 	return tensor.SumTo(g, shape...), true
-}
-
-func equalShape(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // addReduced delivers g, summed to input i's shape, scaled by sign.

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"slices"
 
 	"cohort/tensor/internal/vec"
 )
@@ -187,7 +188,7 @@ func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, 
 func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
 	g := convCheck("Conv2dReLUBackward", x, w, nil, stride, padding)
 	checkGradShape("Conv2dReLUBackward", dy, g, w, 1)
-	if !equalInts(y.shape, dy.shape) {
+	if !slices.Equal(y.shape, dy.shape) {
 		panicf("Conv2dReLUBackward: output shape %v, output gradient shape %v: want equal", y.shape, dy.shape)
 	}
 	pr := &convPrologue{dy: dy.Contiguous().Data(), y: y.Contiguous().Data()}
@@ -203,7 +204,7 @@ func Conv2dReLUMaxPool2dBackward(dy, y *Tensor, argmax []int32, x, w *Tensor, st
 	g := convCheck(op, x, w, nil, stride, padding)
 	checkPool(op, g, pool)
 	checkGradShape(op, dy, g, w, pool)
-	if !equalInts(y.shape, dy.shape) || len(argmax) != y.Len() {
+	if !slices.Equal(y.shape, dy.shape) || len(argmax) != y.Len() {
 		panicf("%s: output shape %v with %d indices, output gradient shape %v: want equal shapes and one index per element", op, y.shape, len(argmax), dy.shape)
 	}
 	pr := &convPrologue{dy: dy.Contiguous().Data(), y: y.Contiguous().Data(), pool: pool, arg: argmax}
@@ -211,7 +212,7 @@ func Conv2dReLUMaxPool2dBackward(dy, y *Tensor, argmax []int32, x, w *Tensor, st
 }
 
 func checkGradShape(op string, dy *Tensor, g ConvGeom, w *Tensor, pool int) {
-	if want := []int{g.N, w.shape[0], g.OH / pool, g.OW / pool}; !equalInts(dy.shape, want) {
+	if want := []int{g.N, w.shape[0], g.OH / pool, g.OW / pool}; !slices.Equal(dy.shape, want) {
 		panicf("%s: output gradient shape %v, want %v", op, dy.shape, want)
 	}
 }

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"slices"
 
 	"cohort/tensor/internal/vec"
 )
@@ -71,7 +72,7 @@ func binaryInto(name string, op binOp, dst, a, b *Tensor) *Tensor {
 
 func binaryIntoAlpha(name string, op binOp, alpha float32, dst, a, b *Tensor) *Tensor {
 	shape := binaryShape(name, a, b)
-	if !equalInts(shape, dst.shape) {
+	if !slices.Equal(shape, dst.shape) {
 		panicf("%s: destination shape %v, want %v (from %v and %v)", name, dst.shape, shape, a.shape, b.shape)
 	}
 	n := dst.Len()
@@ -319,7 +320,7 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 func unary(name string, op unOp, c float32, dst, a *Tensor) *Tensor {
 	if dst == nil {
 		dst = New(a.shape...)
-	} else if !equalInts(dst.shape, a.shape) {
+	} else if !slices.Equal(dst.shape, a.shape) {
 		panicf("%s: destination shape %v, want %v", name, dst.shape, a.shape)
 	}
 	if dst.IsContiguous() && a.IsContiguous() {
@@ -444,7 +445,7 @@ func ReLUBackward(dy, y *Tensor) *Tensor {
 // ReLUBackwardInto writes ReLUBackward(dy, y) into dst and returns it; dst
 // may be dy.
 func ReLUBackwardInto(dst, dy, y *Tensor) *Tensor {
-	if !equalInts(dy.shape, y.shape) || !equalInts(dst.shape, y.shape) {
+	if !slices.Equal(dy.shape, y.shape) || !slices.Equal(dst.shape, y.shape) {
 		panicf("ReLUBackward: gradient shape %v, output shape %v, destination shape %v: want equal", dy.shape, y.shape, dst.shape)
 	}
 	if dst.IsContiguous() && dy.IsContiguous() && y.IsContiguous() {

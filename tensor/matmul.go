@@ -1,6 +1,9 @@
 package tensor
 
-import "cohort/tensor/internal/gemm"
+import (
+	"cohort/tensor/internal/gemm"
+	"slices"
+)
 
 // Matrix products all go through gemm.Sgemm. A transposed view (for
 // example b.Transpose(-1, -2) or t.T()) is passed to Sgemm as a transpose
@@ -82,7 +85,7 @@ func MatMulInto(dst, a, b *Tensor) *Tensor {
 func Gemm(dst, a, b *Tensor, alpha, beta float32) {
 	batch, m, k, n := matmulShape("Gemm", a, b)
 	want := append(cloneInts(batch), m, n)
-	if !equalInts(dst.shape, want) {
+	if !slices.Equal(dst.shape, want) {
 		panicf("Gemm: destination shape %v, want %v for %v @ %v", dst.shape, want, a.shape, b.shape)
 	}
 	if !dst.IsContiguous() {

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"math"
+	"slices"
 
 	"cohort/tensor/internal/vec"
 )
@@ -133,7 +134,7 @@ func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 // shape xShape.
 func AvgPool2dBackward(dy *Tensor, xShape []int, kernel, stride, padding int) *Tensor {
 	g := NewConvGeom("AvgPool2dBackward", xShape, kernel, kernel, stride, padding)
-	if want := []int{g.N, g.C, g.OH, g.OW}; !equalInts(dy.shape, want) {
+	if want := []int{g.N, g.C, g.OH, g.OW}; !slices.Equal(dy.shape, want) {
 		panicf("AvgPool2dBackward: gradient shape %v, want %v for input shape %v", dy.shape, want, xShape)
 	}
 	dx := New(xShape...)

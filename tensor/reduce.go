@@ -1,6 +1,9 @@
 package tensor
 
-import "math"
+import (
+	"math"
+	"slices"
+)
 
 // Reductions. Sums accumulate each innermost run in float64, so long rows
 // (a mean over a whole dataset) keep float32 round-off out of the result.
@@ -46,7 +49,7 @@ func SumInto(dst, src *Tensor) *Tensor {
 // SumTo returns the sum of src over the dimensions that broadcasting shape
 // to src's shape would repeat; the result has the given shape.
 func SumTo(src *Tensor, shape ...int) *Tensor {
-	if equalInts(shape, src.shape) {
+	if slices.Equal(shape, src.shape) {
 		return src.Clone()
 	}
 	return SumInto(New(shape...), src)

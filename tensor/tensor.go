@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 )
 
@@ -99,7 +100,7 @@ func (t *Tensor) Data() []float32 {
 }
 
 // SameShape reports whether t and u have equal shapes.
-func (t *Tensor) SameShape(u *Tensor) bool { return equalInts(t.shape, u.shape) }
+func (t *Tensor) SameShape(u *Tensor) bool { return slices.Equal(t.shape, u.shape) }
 
 // String formats the shape and up to 8 leading values, for debugging.
 func (t *Tensor) String() string {
@@ -156,15 +157,3 @@ func contiguousStrides(shape []int) []int {
 }
 
 func cloneInts(a []int) []int { return append([]int(nil), a...) }
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
-}
