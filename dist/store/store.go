@@ -7,6 +7,9 @@ package store
 import (
 	"context"
 	"errors"
+	"fmt"
+	"strconv"
+	"strings"
 )
 
 // ErrNotFound is returned by non-blocking lookups of a missing key.
@@ -37,4 +40,30 @@ type Store interface {
 	Delete(ctx context.Context, key string) (bool, error)
 	// Close releases the store's resources; blocked calls return ErrClosed.
 	Close() error
+}
+
+// KeyList formats keys for error messages: quoted, comma-separated, at
+// most eight of them followed by a count of the rest.
+func KeyList(keys []string) string {
+	const show = 8
+	var b strings.Builder
+	if len(keys) == 1 {
+		b.WriteString("key ")
+	} else {
+		b.WriteString("keys ")
+	}
+	for i, k := range keys {
+		if i == show {
+			fmt.Fprintf(&b, " and %d more", len(keys)-show)
+			break
+		}
+		if i > 0 {
+			b.WriteString(", ")
+		}
+		b.WriteString(strconv.Quote(k))
+	}
+	if len(keys) == 0 {
+		b.WriteString("(none)")
+	}
+	return b.String()
 }

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"math"
 	"strconv"
-	"strings"
 	"sync"
 
 	"cohort/dist/store"
@@ -200,7 +199,7 @@ func (s *Store) Wait(ctx context.Context, keys ...string) error {
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
-			return fmt.Errorf("memstore: wait for %s: %w", keyList(keys), store.ErrClosed)
+			return fmt.Errorf("memstore: wait for %s: %w", store.KeyList(keys), store.ErrClosed)
 		}
 		missing := ""
 		found := false
@@ -217,7 +216,7 @@ func (s *Store) Wait(ctx context.Context, keys ...string) error {
 		if err := ctx.Err(); err != nil {
 			m := s.missingLocked(keys)
 			s.mu.Unlock()
-			return fmt.Errorf("memstore: wait: %s not set: %w", keyList(m), err)
+			return fmt.Errorf("memstore: wait: %s not set: %w", store.KeyList(m), err)
 		}
 		e, ready := s.waitLocked(missing)
 		s.mu.Unlock()
@@ -225,7 +224,7 @@ func (s *Store) Wait(ctx context.Context, keys ...string) error {
 			s.mu.Lock()
 			m := s.missingLocked(keys)
 			s.mu.Unlock()
-			return fmt.Errorf("memstore: wait: %s not set: %w", keyList(m), err)
+			return fmt.Errorf("memstore: wait: %s not set: %w", store.KeyList(m), err)
 		}
 	}
 }
@@ -305,32 +304,6 @@ func nonNil(b []byte) []byte {
 		return []byte{}
 	}
 	return b
-}
-
-// keyList formats keys for error messages: quoted, comma-separated, at
-// most eight of them followed by a count of the rest.
-func keyList(keys []string) string {
-	const show = 8
-	var b strings.Builder
-	if len(keys) == 1 {
-		b.WriteString("key ")
-	} else {
-		b.WriteString("keys ")
-	}
-	for i, k := range keys {
-		if i == show {
-			fmt.Fprintf(&b, " and %d more", len(keys)-show)
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Quote(k))
-	}
-	if len(keys) == 0 {
-		b.WriteString("(none)")
-	}
-	return b.String()
 }
 
 func quoteValue(v []byte) string {

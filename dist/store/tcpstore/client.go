@@ -300,9 +300,9 @@ func (c *Client) Wait(ctx context.Context, keys ...string) error {
 	}
 	resp, err := c.roundTrip(ctx, &request{op: opWait, keys: keys})
 	if err != nil && ctx.Err() != nil {
-		return fmt.Errorf("tcpstore: wait: %s not set: %w", keyList(c.stillMissing(keys)), err)
+		return fmt.Errorf("tcpstore: wait: %s not set: %w", store.KeyList(c.stillMissing(keys)), err)
 	}
-	return c.result("wait for", keyList(keys), resp, err)
+	return c.result("wait for", store.KeyList(keys), resp, err)
 }
 
 // stillMissing asks the server which keys are unset; on any failure it
@@ -324,29 +324,6 @@ func (c *Client) Delete(ctx context.Context, key string) (bool, error) {
 		return false, err
 	}
 	return resp.existed, nil
-}
-
-// keyList formats keys for error messages: quoted, comma-separated, at
-// most eight of them followed by a count of the rest.
-func keyList(keys []string) string {
-	const show = 8
-	var b strings.Builder
-	if len(keys) == 1 {
-		b.WriteString("key ")
-	} else {
-		b.WriteString("keys ")
-	}
-	for i, k := range keys {
-		if i == show {
-			fmt.Fprintf(&b, " and %d more", len(keys)-show)
-			break
-		}
-		if i > 0 {
-			b.WriteString(", ")
-		}
-		b.WriteString(strconv.Quote(k))
-	}
-	return b.String()
 }
 
 // sanitizeLong keeps a server-supplied error message printable and bounded.
