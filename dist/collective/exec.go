@@ -439,6 +439,9 @@ func (r *run) inlineErr(ctx context.Context, send bool, step, peer int, err erro
 	if ctx.Err() == nil || isPeerErr(err) {
 		return r.transferErr(send, step, peer, err)
 	}
+	if localCancel(ctx) {
+		return r.stalled(ctx, step)
+	}
 	if step < 0 && !send {
 		r.got[peer] = false // its header is the one missing
 	} else {
@@ -619,10 +622,17 @@ func (r *run) firstErr() error {
 
 // stalled explains an op stopped by ctx: which peers never started it, or
 // else which step it was waiting for.
+//
+// A wait that this rank's own caller cancelled (not one that ran out of
+// time) says so and names no peer: the peers may well be fine, and the
+// text travels to them in the abort notice.
 func (r *run) stalled(parent context.Context, step int) error {
 	err := parent.Err()
 	if err == nil {
 		err = context.Canceled
+	}
+	if localCancel(parent) {
+		return &StepError{Algo: r.p.Algo, Call: r.p.Call, Seq: r.seq, Step: step, What: "cancelled locally", Peer: -1, Err: err}
 	}
 	var missing []string
 	peer := -1
@@ -646,6 +656,12 @@ func (r *run) stalled(parent context.Context, step int) error {
 		what = "waiting on " + r.describe(s)
 	}
 	return &StepError{Algo: r.p.Algo, Call: r.p.Call, Seq: r.seq, Step: step, What: what, Peer: peer, Err: err}
+}
+
+// localCancel reports whether ctx ended by cancellation rather than by
+// its deadline.
+func localCancel(ctx context.Context) bool {
+	return ctx.Err() != nil && !errors.Is(ctx.Err(), context.DeadlineExceeded)
 }
 
 func (r *run) describe(s Step) string {

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"runtime"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -644,6 +645,35 @@ func TestExecutorTimeoutNamesLateRank(t *testing.T) {
 		t.Fatalf("rank 0: %v, want a deadline error naming rank 2", errs[0])
 	}
 	t.Log(errs[0])
+}
+
+// TestExecutorLocalCancelBlamesNoPeer: a wait ended by this rank's own
+// cancellation (Ctrl-C, SIGTERM) says so and names no peer, for inline and
+// goroutine plans alike, even though a peer has not started the op.
+func TestExecutorLocalCancelBlamesNoPeer(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		count int
+	}{{"inline", 10}, {"pipelined", 1 << 16}} {
+		t.Run(tc.name, func(t *testing.T) {
+			const size = 3
+			mesh := inproc.NewMesh(size)
+			defer closeMesh(mesh)
+			ctx, cancel := context.WithCancel(context.Background())
+			time.AfterFunc(50*time.Millisecond, cancel)
+			e, _ := NewExecutor(mesh[0], 0, []int{0, 1, 2})
+			defer e.Close()
+			p, _ := NewPlan(Call{Kind: AllReduce, DType: Float32, Count: tc.count}, size, 0, "ring", Tuning{})
+			err := e.Run(ctx, 4, p, nil, make([]byte, 4*tc.count))
+			var se *StepError
+			switch {
+			case !errors.As(err, &se) || !errors.Is(err, context.Canceled):
+				t.Fatalf("got %v, want a *StepError wrapping context.Canceled", err)
+			case se.Peer != -1 || !strings.Contains(err.Error(), "cancelled locally") || strings.Contains(err.Error(), "has not started"):
+				t.Fatalf("got %v (peer %d), want \"cancelled locally\" naming no peer", err, se.Peer)
+			}
+		})
+	}
 }
 
 func TestExecutorLeaksNoGoroutines(t *testing.T) {

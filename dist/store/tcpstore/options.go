@@ -26,6 +26,13 @@ type Options struct {
 	// WriteTimeout bounds one write on either end: a peer that stops
 	// reading for this long loses its connection. 0 means 30 s.
 	WriteTimeout time.Duration
+	// MaxPendingConns bounds the server's connections still in the
+	// handshake, in all and from one IP address (MaxPendingPerSource);
+	// past either, the oldest pending connection is closed to make room,
+	// so a flood of connections that never authenticate costs a fixed
+	// number of descriptors and cannot keep a rank out. 0 means
+	// admit.DefaultMaxPending / DefaultMaxPerSource (256 / 128).
+	MaxPendingConns, MaxPendingPerSource int
 	// MaxBlockedPerConn bounds the Get/Wait calls one client connection
 	// may have blocked on the server at once. 0 means 65536.
 	MaxBlockedPerConn int
@@ -67,6 +74,8 @@ func (o Options) validate() error {
 		return fmt.Errorf("tcpstore: Options.HandshakeTimeout = %v: want >= 0", o.HandshakeTimeout)
 	case o.WriteTimeout < 0:
 		return fmt.Errorf("tcpstore: Options.WriteTimeout = %v: want >= 0", o.WriteTimeout)
+	case o.MaxPendingConns < 0 || o.MaxPendingPerSource < 0:
+		return fmt.Errorf("tcpstore: Options.MaxPendingConns = %d, MaxPendingPerSource = %d: want >= 0", o.MaxPendingConns, o.MaxPendingPerSource)
 	case o.MaxBlockedPerConn < 0:
 		return fmt.Errorf("tcpstore: Options.MaxBlockedPerConn = %d: want >= 0", o.MaxBlockedPerConn)
 	}

@@ -11,6 +11,7 @@ import (
 	"sync"
 	"time"
 
+	"cohort/dist/internal/admit"
 	"cohort/dist/store"
 	"cohort/dist/store/memstore"
 )
@@ -27,6 +28,10 @@ type Server struct {
 	opts Options
 	log  *slog.Logger
 	mem  *memstore.Store
+	// gate bounds the connections still in the handshake; warns
+	// rate-limits the log lines that outsiders can cause.
+	gate  *admit.Gate
+	warns admit.Limiter
 
 	mu      sync.Mutex
 	closing bool
@@ -66,6 +71,11 @@ func NewServer(ln net.Listener, opts Options) (*Server, error) {
 		mem:   memstore.New(),
 		conns: make(map[*serverConn]struct{}),
 		done:  make(chan struct{}),
+		gate:  admit.New(admit.Options{MaxPending: o.MaxPendingConns, MaxPerSource: o.MaxPendingPerSource}),
+	}
+	if o.Token == "" {
+		s.log.Warn("tcpstore: serving without a token: any process that can reach " + ln.Addr().String() +
+			" can join this job's store; set the same COHORT_TOKEN for every rank (cohort run generates one)")
 	}
 	s.wg.Add(1)
 	go s.acceptLoop()
@@ -106,6 +116,19 @@ func (s *Server) Close() error {
 	return err
 }
 
+// warn logs what outsiders can cause (refusals, failed handshakes, accept
+// errors) at most a few lines per interval, with a count of those left out.
+func (s *Server) warn(msg string, args ...any) {
+	ok, suppressed := s.warns.Allow(time.Now())
+	if !ok {
+		return
+	}
+	if suppressed > 0 {
+		args = append(args, "suppressed_since_last", suppressed)
+	}
+	s.log.Warn(msg, args...)
+}
+
 func (s *Server) isClosing() bool {
 	s.mu.Lock()
 	defer s.mu.Unlock()
@@ -122,7 +145,7 @@ func (s *Server) acceptLoop() {
 				return
 			}
 			// Out of file descriptors and the like: log, back off, retry.
-			s.log.Warn("tcpstore: accept failed", "addr", s.ln.Addr().String(), "err", err, "retry_in", backoff)
+			s.warn("tcpstore: accept failed", "addr", s.ln.Addr().String(), "err", err, "retry_in", backoff)
 			t := time.NewTimer(backoff)
 			select {
 			case <-t.C:
@@ -134,7 +157,8 @@ func (s *Server) acceptLoop() {
 			continue
 		}
 		backoff = 5 * time.Millisecond
-		c := &serverConn{s: s, conn: conn, remote: conn.RemoteAddr().String(), blocked: make(map[uint64]context.CancelFunc)}
+		c := &serverConn{s: s, conn: conn, remote: conn.RemoteAddr().String(), blocked: make(map[uint64]context.CancelFunc),
+			admitted: s.gate.Admit(conn)}
 		c.ctx, c.cancel = context.WithCancel(context.Background())
 		s.mu.Lock()
 		if s.closing {
@@ -157,6 +181,9 @@ type serverConn struct {
 	remote string
 	ctx    context.Context // cancelled when the client goes away
 	cancel context.CancelFunc
+	// admitted ends the connection's pending state at the gate; it
+	// reports whether the gate closed the connection to make room.
+	admitted func() (evicted bool)
 
 	wmu sync.Mutex // serialises writes
 
@@ -189,16 +216,20 @@ func (c *serverConn) serve() {
 	c.setReadDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 	c.conn.SetWriteDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 	refused, reason, err := serverHandshake(c.conn, s.opts.Token)
+	evicted := c.admitted()
 	switch {
 	case refused:
 		// Log first: when the client hears of the refusal the line exists.
-		s.log.Warn("tcpstore: refused connection", "remote", c.remote, "reason", reason)
+		s.warn("tcpstore: refused connection", "remote", c.remote, "reason", reason)
 		writeRefusal(c.conn, reason)
 		c.cancel()
 		return
 	case err != nil:
 		if !s.isClosing() {
-			s.log.Warn("tcpstore: handshake failed", "remote", c.remote, "err", err)
+			if evicted {
+				err = fmt.Errorf("closed to make room for newer connections (%d still in the handshake): %w", s.gate.Pending(), err)
+			}
+			s.warn("tcpstore: handshake failed", "remote", c.remote, "err", err)
 		}
 		c.cancel()
 		return

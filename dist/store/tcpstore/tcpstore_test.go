@@ -399,3 +399,87 @@ func TestNoGoroutineLeaks(t *testing.T) {
 	wg.Wait()
 	waitFor(t, func() bool { return runtime.NumGoroutine() <= before }, "goroutines to return to the baseline")
 }
+
+// TestServerFloodOfStalledConnections: connections that open and never
+// finish the handshake cost the server a bounded number of descriptors,
+// are logged a few lines at a time, and never keep an honest client out.
+func TestServerFloodOfStalledConnections(t *testing.T) {
+	var logs syncBuffer
+	srv := startServer(t, tcpstore.Options{Token: "t", HandshakeTimeout: 30 * time.Second, MaxPendingConns: 32,
+		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
+	const flood = 600
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	var mu sync.Mutex
+	var conns []net.Conn
+	defer func() {
+		close(stop)
+		wg.Wait()
+		for _, c := range conns {
+			c.Close()
+		}
+	}()
+	// The flood keeps going while the honest client connects.
+	wg.Go(func() {
+		for i := 0; i < flood; i++ {
+			select {
+			case <-stop:
+				return
+			default:
+			}
+			c, err := net.Dial("tcp", srv.Addr().String())
+			if err != nil {
+				continue
+			}
+			mu.Lock()
+			conns = append(conns, c)
+			mu.Unlock()
+		}
+	})
+	for i := range 5 {
+		// A handshake that the flood outpaces is evicted like a staller;
+		// the client retries, as rendezvous.Dial does.
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		var c *tcpstore.Client
+		var err error
+		for tries := 0; ctx.Err() == nil; tries++ {
+			if c, err = tcpstore.Dial(ctx, srv.Addr().String(), tcpstore.Options{Token: "t"}); err == nil {
+				break
+			}
+			time.Sleep(time.Duration(tries) * time.Millisecond)
+		}
+		cancel()
+		if err != nil {
+			t.Fatalf("honest client %d during the flood: %v", i, err)
+		}
+		if err := c.Set(context.Background(), "k", []byte("v")); err != nil {
+			t.Fatalf("honest client %d: Set: %v", i, err)
+		}
+		c.Close()
+	}
+	wg.Wait()
+	// Every stalled connection beyond the cap has been closed by the
+	// server: reading it ends promptly.
+	mu.Lock()
+	open := 0
+	for _, c := range conns[:max(len(conns)-64, 0)] {
+		c.SetReadDeadline(time.Now().Add(2 * time.Second))
+		buf := make([]byte, 256)
+		for {
+			if _, err := c.Read(buf); err != nil {
+				var ne net.Error
+				if errors.As(err, &ne) && ne.Timeout() {
+					open++
+				}
+				break
+			}
+		}
+	}
+	mu.Unlock()
+	if open > 0 {
+		t.Errorf("%d old stalled connections still held by the server, want 0 (cap 32)", open)
+	}
+	if n := strings.Count(logs.String(), "\n"); n > 20 {
+		t.Errorf("server logged %d lines for a flood of %d connections, want a few:\n%s", n, flood, logs.String())
+	}
+}

@@ -160,10 +160,13 @@ func Dial(conn net.Conn, cfg Config, peer, connIdx int) error {
 }
 
 // Accept runs the acceptor's side on conn and returns the dialer's rank
-// and connection index. check vets them (range, direction, duplicates)
-// before this end proves anything; its error is sent to the dialer as the
-// reason for refusing.
-func Accept(conn net.Conn, cfg Config, check func(rank, connIdx int) error) (rank, connIdx int, err error) {
+// and connection index. check vets them (range, direction, peer set)
+// before this end proves anything; claim runs only once the dialer has
+// proved it holds the token, just before the final ready frame, so that it
+// can take a slot (refuse a duplicate) without letting an unauthenticated
+// connection hold that slot. An error from either is sent to the dialer as
+// the reason for refusing. claim may be nil.
+func Accept(conn net.Conn, cfg Config, check, claim func(rank, connIdx int) error) (rank, connIdx int, err error) {
 	hello, err := expect(conn, wire.KindHello, -1)
 	if err != nil {
 		return -1, -1, err
@@ -201,6 +204,9 @@ func Accept(conn net.Conn, cfg Config, check func(rank, connIdx int) error) (ran
 	} else if len(cfg.Token) > 0 && !wire.EqualMAC(auth.MAC, cfg.mac(" dial", &na, &hello.Nonce, rank, cfg.Rank, connIdx)) {
 		refuse(conn, authReason)
 		return rank, connIdx, fmt.Errorf("handshake: rank %d: %w: it does not hold this job's token", rank, transport.ErrAuth)
+	}
+	if err == nil && claim != nil {
+		err = claim(rank, connIdx)
 	}
 	if err != nil {
 		refuse(conn, err.Error())

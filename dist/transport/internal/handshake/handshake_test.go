@@ -29,7 +29,7 @@ func run(t *testing.T, dial, acc Config, peer, connIdx int, check func(int, int)
 	}
 	done := make(chan result, 1)
 	go func() {
-		r, c, err := Accept(c2, acc, check)
+		r, c, err := Accept(c2, acc, check, nil)
 		if err != nil {
 			c2.Close() // as a transport would: the dialer sees the refusal, then EOF
 		}
@@ -108,7 +108,7 @@ func TestAcceptRejectsGarbage(t *testing.T) {
 		c1.Write([]byte("GET / HTTP/1.1\r\nHost: example\r\n\r\n"))
 		c1.Close()
 	}()
-	_, _, err := Accept(c2, Config{Label: "x", Rank: 0, WorldSize: 2}, func(int, int) error { return nil })
+	_, _, err := Accept(c2, Config{Label: "x", Rank: 0, WorldSize: 2}, func(int, int) error { return nil }, nil)
 	if err == nil || !strings.Contains(err.Error(), "not a cohort frame") {
 		t.Fatalf("got %v", err)
 	}

@@ -9,6 +9,7 @@ package mesh
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"log/slog"
 	"net"
@@ -17,6 +18,7 @@ import (
 	"sync"
 	"time"
 
+	"cohort/dist/internal/admit"
 	"cohort/dist/transport/internal/handshake"
 )
 
@@ -101,21 +103,38 @@ func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 	var mu sync.Mutex
 	accepted := make([]bool, world)
 	refusals := make(map[int]string) // last refusal per rank
+	// Connections still in the handshake are capped (the oldest closed to
+	// make room), and refusals logged a few lines at a time: a flood of
+	// connections that never authenticate cannot exhaust descriptors,
+	// flood the log or keep a peer out.
+	gate := admit.New(admit.Options{})
+	var warns admit.Limiter
 	if cfg.Listener != nil {
 		wg.Go(func() {
 			for {
 				c, err := cfg.Listener.Accept()
 				if err != nil {
-					return
+					if ctx.Err() != nil || errors.Is(err, net.ErrClosed) {
+						return
+					}
+					// Out of descriptors and the like: wait a little, retry.
+					select {
+					case <-ctx.Done():
+						return
+					case <-time.After(10 * time.Millisecond):
+					}
+					continue
 				}
+				admitted := gate.Admit(c)
 				wg.Go(func() {
 					claimed := false
 					var peer int
 					err := guard(ctx, c, cfg.HandshakeTimeout, func() error {
 						var err error
-						peer, _, err = handshake.Accept(c, cfg.Handshake, func(r, connIdx int) error {
-							mu.Lock()
-							defer mu.Unlock()
+						// The slot is claimed only after authentication, so
+						// a connection that says hello as rank r and stalls
+						// (or holds no token) never evicts the real rank r.
+						check := func(r, connIdx int) error {
 							switch {
 							case r <= rank:
 								return fmt.Errorf("rank %d dialed rank %d, but only higher ranks dial", r, rank)
@@ -123,17 +142,28 @@ func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 								return fmt.Errorf("rank %d dialed rank %d, which does not count it among its peers", r, rank)
 							case connIdx != 0:
 								return fmt.Errorf("rank %d: connection index %d, want 0", r, connIdx)
-							case accepted[r]:
+							}
+							return nil
+						}
+						claim := func(r, _ int) error {
+							mu.Lock()
+							defer mu.Unlock()
+							if accepted[r] {
 								return fmt.Errorf("rank %d is already connected", r)
 							}
 							accepted[r] = true
 							claimed = true
 							return nil
-						})
+						}
+						peer, _, err = handshake.Accept(c, cfg.Handshake, check, claim)
 						return err
 					})
+					admitted()
 					if err != nil {
-						cfg.Logger.Warn(cfg.Name+": refused connection", "rank", rank, "remote", c.RemoteAddr().String(), "err", err)
+						if ok, suppressed := warns.Allow(time.Now()); ok {
+							cfg.Logger.Warn(cfg.Name+": refused connection", "rank", rank, "remote", c.RemoteAddr().String(), "err", err,
+								"suppressed_since_last", suppressed)
+						}
 						mu.Lock()
 						if peer >= 0 && peer < world {
 							refusals[peer] = err.Error()
