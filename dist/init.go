@@ -3,6 +3,7 @@ package dist
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net"
 	"os"
 	"runtime"
@@ -44,11 +45,17 @@ type Options struct {
 	// Prefix namespaces the store keys, so that several groups (or
 	// restarts) can share one store; default "cohort/dist".
 	Prefix string
-	// Group configures the returned group (timeout, tuning).
+	// Group configures the returned group (timeout, tuning). Its Timeout
+	// also bounds Init's wait for the other ranks to join.
 	Group GroupOptions
+	// Log receives Init's progress ("waiting for ranks [1 3] to join")
+	// about every 10 s while it waits; nil means slog.Default().
+	Log *slog.Logger
 
-	localRanks int    // ranks on this host, once known
-	hostID     string // this rank's host identity; "" means hostIdentity() (tests set it)
+	localRanks   int           // ranks on this host, once known
+	hostID       string        // this rank's host identity; "" means hostIdentity() (tests set it)
+	jobNonce     string        // the job's identity, once joined (see join.go)
+	joinProgress time.Duration // progress interval; 0 means joinProgressEvery (tests set it)
 }
 
 func (o *Options) validate() error {
@@ -73,11 +80,14 @@ func (o *Options) validate() error {
 }
 
 // Init joins the job's world group: every rank calls it with the same
-// store and world size and its own rank. It publishes where this rank can
-// be reached, reads every other rank's address from the store, connects
-// the transport and returns the group, which owns the transport. It
-// blocks until every rank has arrived or ctx ends (the error then names
-// the missing ranks).
+// store and world size and its own rank. It claims this rank in the store
+// (a second claimant of a rank is refused, and the groups of the job abort
+// naming it; see join.go), publishes where this rank can be reached, reads
+// every other rank's address from the store, connects the transport and
+// returns the group, which owns the transport. It blocks until every rank
+// has arrived, ctx ends or Group.Timeout passes, reporting the ranks it
+// still waits for about every 10 s; the error names the missing ranks.
+// Each Init needs a Prefix of its own within one store.
 func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 	if err := opts.validate(); err != nil {
 		return nil, err
@@ -88,6 +98,21 @@ func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 	if opts.Group.Timeout == 0 {
 		opts.Group.Timeout = DefaultTimeout
 	}
+	var dupKey string
+	if opts.WorldSize > 1 {
+		jctx, cancel := context.WithTimeout(ctx, opts.Group.Timeout)
+		defer cancel()
+		ctx = jctx
+		var err error
+		if dupKey, err = opts.joinJob(ctx); err != nil {
+			return nil, err
+		}
+		if len(opts.Token) == 0 {
+			// No secret: the job's nonce still keeps other jobs' processes
+			// out of the transport handshake.
+			opts.Token = []byte("cohort-job:" + opts.jobNonce)
+		}
+	}
 	t, err := connect(ctx, &opts)
 	if err != nil {
 		return nil, err
@@ -96,6 +121,9 @@ func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 	if err != nil {
 		t.Close()
 		return nil, err
+	}
+	if dupKey != "" {
+		g.watchDuplicate(opts.Store, dupKey)
 	}
 	return g, nil
 }
@@ -115,18 +143,7 @@ func (o *Options) storeKey(what string, rank int) string {
 
 // gather publishes this rank's value under what and returns every rank's.
 func (o *Options) gather(ctx context.Context, what, value string) ([]string, error) {
-	if err := o.Store.Set(ctx, o.storeKey(what, o.Rank), []byte(value)); err != nil {
-		return nil, fmt.Errorf("dist: Init: rank %d: publish %s: %w", o.Rank, what, err)
-	}
-	vals := make([]string, o.WorldSize)
-	for r := range o.WorldSize {
-		v, err := o.Store.Get(ctx, o.storeKey(what, r))
-		if err != nil {
-			return nil, fmt.Errorf("dist: Init: rank %d: waiting for rank %d's %s: %w", o.Rank, r, what, err)
-		}
-		vals[r] = string(v)
-	}
-	return vals, nil
+	return o.gatherFrom(ctx, what, value, nil)
 }
 
 // gatherFrom publishes this rank's value under what and returns the values
@@ -134,20 +151,12 @@ func (o *Options) gather(ctx context.Context, what, value string) ([]string, err
 // the others.
 func (o *Options) gatherFrom(ctx context.Context, what, value string, from []int) ([]string, error) {
 	if from == nil {
-		return o.gather(ctx, what, value)
+		from = ranksOf(o.WorldSize)
 	}
 	if err := o.Store.Set(ctx, o.storeKey(what, o.Rank), []byte(value)); err != nil {
 		return nil, fmt.Errorf("dist: Init: rank %d: publish %s: %w", o.Rank, what, err)
 	}
-	vals := make([]string, o.WorldSize)
-	for _, r := range from {
-		v, err := o.Store.Get(ctx, o.storeKey(what, r))
-		if err != nil {
-			return nil, fmt.Errorf("dist: Init: rank %d: waiting for rank %d's %s: %w", o.Rank, r, what, err)
-		}
-		vals[r] = string(v)
-	}
-	return vals, nil
+	return o.await(ctx, what, from, func(r int) string { return o.storeKey(what, r) })
 }
 
 // connect builds the transport: first the ranks learn which of them share
