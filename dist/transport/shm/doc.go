@@ -28,8 +28,9 @@
 // the other hosts through another transport (package route combines
 // them). A segment holds a ring for each peer only. Once every peer has mapped a segment its file
 // is unlinked, so nothing is left in the directory even if processes are
-// killed later (a process killed during setup can leave its two files,
-// named Options.Prefix-*).
+// killed later. A process killed during setup can leave its two files
+// (Options.Prefix-pid-rank-id and its socket); the next Listen with the
+// same prefix and directory removes those whose pid no longer exists.
 //
 // The sockets stay open as a liveness channel: the kernel closes them when
 // a process dies, so pending and later calls involving a dead rank fail

@@ -42,6 +42,7 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 		return nil, fmt.Errorf("shm: rank %d: Options.Peers: %w", rank, err)
 	}
 	opts = opts.withDefaults(len(peers) + 1)
+	reclaimStale(opts.Dir, opts.Prefix)
 	seg, err := createSegment(opts.Dir, opts.Prefix, rank, worldSize, peers, int(opts.RingBytes))
 	if err != nil {
 		return nil, err

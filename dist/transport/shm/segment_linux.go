@@ -9,6 +9,8 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
+	"strings"
 	"sync/atomic"
 	"unsafe"
 
@@ -113,6 +115,45 @@ func (s *segment) slot(sender int) ring {
 	}
 }
 
+// reclaimStale removes the files (segments and their sockets) that
+// processes now dead left in dir under prefix: a process killed during
+// setup, before its peers mapped its segment, leaves them behind. A file's
+// owner is the pid in its name ("prefix-pid-rank-id"); only files whose
+// owner no longer exists in this pid namespace are removed, so a live
+// job's setup is never disturbed. Errors are ignored: reclaiming is best
+// effort.
+func reclaimStale(dir, prefix string) (removed []string) {
+	ents, err := os.ReadDir(dir)
+	if err != nil {
+		return nil
+	}
+	for _, e := range ents {
+		rest, ok := strings.CutPrefix(e.Name(), prefix+"-")
+		if !ok {
+			continue
+		}
+		rest = strings.TrimSuffix(rest, ".sock")
+		f := strings.Split(rest, "-")
+		if len(f) != 3 || len(f[2]) != 16 {
+			continue
+		}
+		pid, err1 := strconv.Atoi(f[0])
+		_, err2 := strconv.Atoi(f[1])
+		_, err3 := hex.DecodeString(f[2])
+		if err1 != nil || err2 != nil || err3 != nil || pid <= 0 {
+			continue
+		}
+		if err := unix.Kill(pid, 0); !errors.Is(err, unix.ESRCH) {
+			continue // alive (or not ours to judge)
+		}
+		path := filepath.Join(dir, e.Name())
+		if os.Remove(path) == nil {
+			removed = append(removed, path)
+		}
+	}
+	return removed
+}
+
 // createSegment creates and maps a fresh segment for rank in dir, with a
 // slot for each of senders (ascending).
 func createSegment(dir, prefix string, rank, worldSize int, senders []int, ringBytes int) (*segment, error) {
@@ -120,7 +161,7 @@ func createSegment(dir, prefix string, rank, worldSize int, senders []int, ringB
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("shm: random name: %w", err)
 	}
-	path := filepath.Join(dir, fmt.Sprintf("%s-%d-%s", prefix, rank, hex.EncodeToString(id[:])))
+	path := filepath.Join(dir, fmt.Sprintf("%s-%d-%d-%s", prefix, os.Getpid(), rank, hex.EncodeToString(id[:])))
 	size := segmentBytes(len(senders), ringBytes)
 	fd, err := unix.Open(path, unix.O_RDWR|unix.O_CREAT|unix.O_EXCL|unix.O_CLOEXEC, 0o600)
 	if err != nil {

@@ -3,8 +3,12 @@ package shm
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"runtime"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -216,5 +220,40 @@ func TestProtocolErrorBreaksLink(t *testing.T) {
 			t.Fatal("sender still sending 5 s after the receiver dropped the link")
 		}
 		time.Sleep(time.Millisecond)
+	}
+}
+
+// TestListenReclaimsDeadJobsFiles: files left by a process killed during
+// setup (its pid gone) are removed by the next Listen with the same
+// prefix; files of live processes and of other prefixes are kept.
+func TestListenReclaimsDeadJobsFiles(t *testing.T) {
+	dir := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skipf("cannot run a child to get a dead pid: %v", err)
+	}
+	id := "0123456789abcdef"
+	name := func(prefix string, pid int) string { return fmt.Sprintf("%s-%d-1-%s", prefix, pid, id) }
+	stale := []string{name(testPrefix, dead.Process.Pid), name(testPrefix, dead.Process.Pid) + ".sock"}
+	kept := []string{name(testPrefix, os.Getpid()), name("other", dead.Process.Pid), testPrefix + "-notes.txt"}
+	for _, f := range append(slices.Clone(stale), kept...) {
+		if err := os.WriteFile(filepath.Join(dir, f), nil, 0o600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	l, err := Listen(context.Background(), 0, 2, Options{Prefix: testPrefix, Dir: dir})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	for _, f := range stale {
+		if _, err := os.Stat(filepath.Join(dir, f)); !os.IsNotExist(err) {
+			t.Errorf("stale %s still there (%v)", f, err)
+		}
+	}
+	for _, f := range kept {
+		if _, err := os.Stat(filepath.Join(dir, f)); err != nil {
+			t.Errorf("%s was removed: %v", f, err)
+		}
 	}
 }
