@@ -1,0 +1,159 @@
+package tp
+
+import (
+	"context"
+	"fmt"
+	"sync"
+
+	"cohort/autograd"
+	"cohort/dist"
+	"cohort/tensor"
+)
+
+// Comm is a tensor-parallel group as the layers use it: the process group
+// and the first error any of its collectives met (sticky, like
+// bufio.Writer's). It is safe for concurrent use, but the collectives of
+// one group must be issued in the same order on every rank, as always.
+type Comm struct {
+	pg dist.ProcessGroup
+
+	mu  sync.Mutex
+	err error
+}
+
+// NewComm returns a Comm over pg (for example a Mesh's "tp" group). pg
+// must not be nil.
+func NewComm(pg dist.ProcessGroup) *Comm {
+	if pg == nil {
+		panic("tp: NewComm: nil process group")
+	}
+	return &Comm{pg: pg}
+}
+
+// Group returns the process group.
+func (c *Comm) Group() dist.ProcessGroup { return c.pg }
+
+// Rank returns this rank's index in the group: the index of the shard it
+// holds.
+func (c *Comm) Rank() int { return c.pg.Rank() }
+
+// Size returns the number of ranks the tensors are split across.
+func (c *Comm) Size() int { return c.pg.Size() }
+
+// Err returns the first error of a collective issued through c, or nil.
+// After an error every later collective is skipped and the values computed
+// since are meaningless.
+func (c *Comm) Err() error {
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	return c.err
+}
+
+func (c *Comm) fail(err error) {
+	c.mu.Lock()
+	if c.err == nil {
+		c.err = err
+	}
+	c.mu.Unlock()
+}
+
+// run waits for one collective unless c has already failed.
+func (c *Comm) run(op string, start func() dist.Work) {
+	if c.Err() != nil {
+		return
+	}
+	if err := start().Wait(); err != nil {
+		c.fail(fmt.Errorf("tp: %s on rank %d of %d: %w", op, c.Rank(), c.Size(), err))
+	}
+}
+
+// allReduce sums the contiguous tensor t across the group in place.
+func (c *Comm) allReduce(ctx context.Context, op string, t *tensor.Tensor) {
+	if c.Size() == 1 {
+		return
+	}
+	c.run(op, func() dist.Work { return c.pg.AllReduce(ctx, dist.FromTensor(t), dist.Sum) })
+}
+
+// gatherLast concatenates every rank's x [..., k] along the last dimension
+// in rank order: [..., Size()·k].
+func (c *Comm) gatherLast(ctx context.Context, op string, x *tensor.Tensor) *tensor.Tensor {
+	n := c.Size()
+	if n == 1 {
+		return x.Contiguous()
+	}
+	shape := x.Shape()
+	k := shape[len(shape)-1]
+	rows := x.Len() / max(k, 1)
+	out := tensor.New(n, rows, k)
+	in := x.Contiguous()
+	c.run(op, func() dist.Work { return c.pg.AllGather(ctx, dist.FromTensor(out), dist.FromTensor(in)) })
+	outShape := append(append([]int(nil), shape[:len(shape)-1]...), n*k)
+	return out.Permute(1, 0, 2).Contiguous().Reshape(outShape...)
+}
+
+// chunkLast returns this rank's chunk of the last dimension of x, a new
+// contiguous tensor. It panics when the dimension does not split evenly.
+func (c *Comm) chunkLast(op string, x *tensor.Tensor) *tensor.Tensor {
+	n := c.Size()
+	if x.Dims() == 0 || x.Dim(-1)%n != 0 {
+		panic(fmt.Sprintf("tp: %s: last dimension of shape %v does not split across %d ranks", op, x.Shape(), n))
+	}
+	k := x.Dim(-1) / n
+	return x.Narrow(-1, c.Rank()*k, k).Contiguous()
+}
+
+// Copy is Megatron's f: the identity forward, and an all-reduce (sum) of
+// the gradient backward. It goes in front of a layer whose parameters are
+// split and whose input is replicated, so that every rank's input gradient
+// becomes the sum of the shards' contributions.
+func Copy(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
+	if c.Size() == 1 {
+		return x
+	}
+	return autograd.Record("tp.Copy", x.Value, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
+		g = g.Clone()
+		c.allReduce(ctx, "Copy backward all-reduce", g)
+		return []*tensor.Tensor{g}
+	})
+}
+
+// Reduce is Megatron's g, the conjugate of Copy: an all-reduce (sum)
+// forward and the identity backward. It joins the partial outputs of a
+// layer whose input features are split.
+func Reduce(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
+	if c.Size() == 1 {
+		return x
+	}
+	y := x.Value.Clone()
+	c.allReduce(ctx, "Reduce all-reduce", y)
+	return autograd.Record("tp.Reduce", y, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{g}
+	})
+}
+
+// Gather concatenates every rank's x [..., k] along the last dimension, in
+// rank order, into a replicated [..., Size()·k]; backward keeps this rank's
+// chunk of the gradient. Every rank's x must have the same shape.
+func Gather(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
+	if c.Size() == 1 {
+		return x
+	}
+	y := c.gatherLast(ctx, "Gather all-gather", x.Value)
+	return autograd.Record("tp.Gather", y, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{c.chunkLast("Gather backward", g)}
+	})
+}
+
+// Split keeps this rank's chunk of the last dimension of the replicated x
+// (chunk Rank() of Size() equal chunks); backward all-gathers the chunks'
+// gradients. It panics when the last dimension does not split evenly.
+func Split(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
+	if c.Size() == 1 {
+		return x
+	}
+	y := c.chunkLast("Split", x.Value)
+	return autograd.Record("tp.Split", y, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
+		return []*tensor.Tensor{c.gatherLast(ctx, "Split backward all-gather", g)}
+	})
+}
