@@ -184,43 +184,93 @@ func spawn(t *testing.T, world int, transport, scenario string) []*child {
 	port := freePort(t)
 	children := make([]*child, world)
 	for r := range world {
-		cmd := exec.Command(os.Args[0], "-test.run=^$")
-		cmd.Env = append(os.Environ(),
-			childEnv+"="+scenario,
-			"COHORT_DIST_TEST_TRANSPORT="+transport,
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(world),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(world),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"COHORT_TOKEN=test-token",
-		)
-		c := &child{cmd: cmd, lines: make(chan string, 16), exited: make(chan struct{})}
-		cmd.Stderr = &c.stderr
-		out, err := cmd.StdoutPipe()
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := cmd.Start(); err != nil {
-			t.Fatal(err)
-		}
-		go func() { // owned by the child: ends when its stdout closes
-			sc := bufio.NewScanner(out)
-			for sc.Scan() {
-				c.lines <- sc.Text()
-			}
-			io.Copy(io.Discard, out)
-			close(c.lines)
-			c.err = cmd.Wait()
-			close(c.exited)
-		}()
-		children[r] = c
+		children[r] = startChild(t, rankEnv(scenario, transport, r, world, port, "test-token")...)
 	}
-	t.Cleanup(func() {
-		for _, c := range children {
-			c.cmd.Process.Kill()
-			<-c.exited
-		}
-	})
 	return children
+}
+
+// rankEnv is torchrun's environment for rank r of a local job on port.
+func rankEnv(scenario, transport string, r, world, port int, token string) []string {
+	env := []string{childEnv + "=" + scenario,
+		"COHORT_DIST_TEST_TRANSPORT=" + transport,
+		"RANK=" + strconv.Itoa(r), "WORLD_SIZE=" + strconv.Itoa(world),
+		"LOCAL_RANK=" + strconv.Itoa(r), "LOCAL_WORLD_SIZE=" + strconv.Itoa(world),
+		"MASTER_ADDR=127.0.0.1", "MASTER_PORT=" + strconv.Itoa(port),
+	}
+	if token != "" {
+		env = append(env, "COHORT_TOKEN="+token)
+	}
+	return env
+}
+
+// startChild re-executes the test binary with env added; the child is
+// killed and reaped when the test ends.
+func startChild(t *testing.T, env ...string) *child {
+	t.Helper()
+	cmd := exec.Command(os.Args[0], "-test.run=^$")
+	cmd.Env = append(os.Environ(), env...)
+	c := &child{cmd: cmd, lines: make(chan string, 16), exited: make(chan struct{})}
+	cmd.Stderr = &c.stderr
+	out, err := cmd.StdoutPipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { // owned by the child: ends when its stdout closes
+		sc := bufio.NewScanner(out)
+		for sc.Scan() {
+			c.lines <- sc.Text()
+		}
+		io.Copy(io.Discard, out)
+		close(c.lines)
+		c.err = cmd.Wait()
+		close(c.exited)
+	}()
+	t.Cleanup(func() {
+		c.cmd.Process.Kill()
+		<-c.exited
+	})
+	return c
+}
+
+// TestRealProcessesTwoJobs: two hand-started jobs of 2 ranks each, no
+// token, on the same MASTER_PORT; job A's rank 1 starts late. Job B's
+// rank 0 cannot serve the store; B's rank 1 joins A's rank 0. When A's
+// rank 1 arrives, every process fails, naming rank 1 as claimed twice:
+// no process exits 0 having trained with another job's ranks, and none
+// hangs.
+func TestRealProcessesTwoJobs(t *testing.T) {
+	if testing.Short() {
+		t.Skip("real-process tests skipped in -short mode")
+	}
+	port := freePort(t)
+	a0 := startChild(t, rankEnv("loop", "tcp", 0, 2, port, "")...)
+	time.Sleep(300 * time.Millisecond) // A's rank 0 serves the store first
+	b0 := startChild(t, rankEnv("loop", "tcp", 0, 2, port, "")...)
+	b1 := startChild(t, rankEnv("loop", "tcp", 1, 2, port, "")...)
+	if !b1.await("looping", 30*time.Second) {
+		t.Fatalf("job B's rank 1 never trained with job A's rank 0: %s", b1.stderr.String())
+	}
+	arrived := time.Now()
+	a1 := startChild(t, rankEnv("loop", "tcp", 1, 2, port, "")...)
+	for _, c := range []struct {
+		name string
+		c    *child
+		want string
+	}{{"A rank 0", a0, "rank 1 was claimed twice"}, {"B rank 0", b0, "cannot serve the store"},
+		{"B rank 1", b1, "rank 1 was claimed twice"}, {"A rank 1", a1, "rank 1 was claimed twice"}} {
+		if !c.c.wait(20*time.Second - time.Since(arrived)) {
+			t.Errorf("%s still running 20 s after the duplicate arrived", c.name)
+			continue
+		}
+		msg := c.c.stderr.String()
+		if c.c.err == nil || !strings.Contains(msg, c.want) {
+			t.Errorf("%s: exit %v, want a failure saying %q; stderr:\n%s", c.name, c.c.err, c.want, msg)
+		}
+	}
+	t.Logf("every process failed within %v of the duplicate's arrival; job A rank 0 said: %s", time.Since(arrived).Round(time.Millisecond), strings.TrimSpace(a0.stderr.String()))
 }
 
 // await waits for a child to print line (or exit).
