@@ -1,16 +1,20 @@
 package dist
 
-import "cohort/tensor"
+import (
+	"cohort/dist/collective"
+	"cohort/tensor"
+)
 
-// DType names a Buffer's element type.
-type DType int
+// DType names a Buffer's element type. It is the collectives' own type,
+// so the two packages share one set of values and names.
+type DType = collective.DType
 
 const (
-	Float32 DType = iota
-	Float64
-	Int64
-	BFloat16 // raw uint16 payloads
-	Float16  // raw uint16 payloads
+	Float32  = collective.Float32
+	Float64  = collective.Float64
+	Int64    = collective.Int64
+	BFloat16 = collective.BFloat16 // raw uint16 payloads
+	Float16  = collective.Float16  // raw uint16 payloads
 )
 
 // Buffer is a typed view of contiguous memory that a collective reads and

@@ -3,21 +3,25 @@ package dist
 import (
 	"context"
 	"errors"
+
+	"cohort/dist/collective"
 )
 
 // ErrAborted is wrapped by every error from a group that a failed or
 // timed-out op has broken; the message names the op, its seq and the peer.
 var ErrAborted = errors.New("dist: process group aborted")
 
-// ReduceOp combines values element-wise.
-type ReduceOp int
+// ReduceOp combines values element-wise. It is the collectives' own
+// type (collective.Op): Avg is Sum divided by the number of ranks
+// (truncating for Int64).
+type ReduceOp = collective.Op
 
 const (
-	Sum ReduceOp = iota
-	Avg
-	Max
-	Min
-	Prod
+	Sum  = collective.Sum
+	Avg  = collective.Avg
+	Max  = collective.Max
+	Min  = collective.Min
+	Prod = collective.Prod
 )
 
 // Work is the handle of an asynchronous op. Ops on one group complete in

@@ -25,9 +25,9 @@ func value(r, i int) float64 { return float64((r*7+i*3+r*i)%5 - 2) }
 var dtypes = []dist.DType{dist.Float32, dist.Float64, dist.Int64, dist.BFloat16, dist.Float16}
 var reduceOps = []dist.ReduceOp{dist.Sum, dist.Avg, dist.Max, dist.Min, dist.Prod}
 
-func dtName(d dist.DType) string { return collective.DType(d).String() }
+func dtName(d dist.DType) string { return d.String() }
 
-func opName(o dist.ReduceOp) string { return collective.Op(o).String() }
+func opName(o dist.ReduceOp) string { return o.String() }
 
 // makeBuf returns a buffer of n elements of dt with values f(i).
 func makeBuf(dt dist.DType, n int, f func(i int) float64) dist.Buffer {

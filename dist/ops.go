@@ -13,26 +13,24 @@ import (
 // instead of a hang.
 
 func (g *group) call(kind collective.Kind, dt DType) collective.Call {
-	return collective.Call{Kind: kind, DType: collective.DType(dt)}
+	return collective.Call{Kind: kind, DType: dt}
 }
 
 func (g *group) checkDType(op string, bufs ...Buffer) error {
 	for _, b := range bufs {
-		if b.DType < Float32 || b.DType > Float16 {
-			return fmt.Errorf("dist: %s: unknown dtype %d", op, b.DType)
+		if b.DType.Size() == 0 {
+			return fmt.Errorf("dist: %s: unknown dtype %d", op, uint8(b.DType))
 		}
 		if b.DType != bufs[0].DType {
-			return fmt.Errorf("dist: %s: output is %v but input is %v", op, dtypeName(bufs[0].DType), dtypeName(b.DType))
+			return fmt.Errorf("dist: %s: output is %v but input is %v", op, bufs[0].DType, b.DType)
 		}
 	}
 	return nil
 }
 
-func dtypeName(d DType) string { return collective.DType(d).String() }
-
 func (g *group) checkOp(op string, r ReduceOp) error {
-	if r < Sum || r > Prod {
-		return fmt.Errorf("dist: %s: unknown reduce op %d", op, r)
+	if r > Prod {
+		return fmt.Errorf("dist: %s: unknown reduce op %d", op, uint8(r))
 	}
 	return nil
 }
@@ -55,7 +53,7 @@ func firstErr(errs ...error) error {
 
 func (g *group) AllReduce(ctx context.Context, buf Buffer, op ReduceOp) Work {
 	c := g.call(collective.AllReduce, buf.DType)
-	c.Op, c.Count = collective.Op(op), buf.Len()
+	c.Op, c.Count = op, buf.Len()
 	return g.submit(ctx, c, nil, bytesOf(buf), firstErr(g.checkDType("allreduce", buf), g.checkOp("allreduce", op)))
 }
 
@@ -67,7 +65,7 @@ func (g *group) Broadcast(ctx context.Context, buf Buffer, root int) Work {
 
 func (g *group) Reduce(ctx context.Context, buf Buffer, root int, op ReduceOp) Work {
 	c := g.call(collective.Reduce, buf.DType)
-	c.Op, c.Count, c.Root = collective.Op(op), buf.Len(), root
+	c.Op, c.Count, c.Root = op, buf.Len(), root
 	return g.submit(ctx, c, nil, bytesOf(buf),
 		firstErr(g.checkDType("reduce", buf), g.checkOp("reduce", op), g.checkRoot("reduce", root)))
 }
@@ -85,7 +83,7 @@ func (g *group) AllGather(ctx context.Context, out, in Buffer) Work {
 
 func (g *group) ReduceScatter(ctx context.Context, out, in Buffer, op ReduceOp) Work {
 	c := g.call(collective.ReduceScatter, out.DType)
-	c.Op, c.Count = collective.Op(op), out.Len()
+	c.Op, c.Count = op, out.Len()
 	err := firstErr(g.checkDType("reducescatter", out, in), g.checkOp("reducescatter", op))
 	if err == nil && in.Len() != len(g.ranks)*out.Len() {
 		err = fmt.Errorf("dist: reducescatter: input has %d elements, want %d = %d ranks × %d output elements",

@@ -5,8 +5,8 @@ import (
 	"strings"
 )
 
-// DType is the element type of a collective's buffers. The values match
-// package dist's DType.
+// DType is the element type of a collective's buffers (package dist
+// exports it as dist.DType).
 type DType uint8
 
 const (
@@ -40,8 +40,8 @@ func (d DType) Size() int {
 	return 0
 }
 
-// Op combines elements in reductions. The values match package dist's
-// ReduceOp. Avg is Sum followed by a division by the number of ranks
+// Op combines elements in reductions (package dist exports it as
+// dist.ReduceOp). Avg is Sum followed by a division by the number of ranks
 // (truncating for Int64).
 type Op uint8
 
