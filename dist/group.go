@@ -124,6 +124,7 @@ type group struct {
 	closed   bool
 	children []*group
 	nchild   uint32
+	flight   flightRecorder // the last ops, for the watchdog (flight.go)
 }
 
 var _ ProcessGroup = (*group)(nil)
@@ -146,6 +147,8 @@ type op struct {
 	seq     uint64
 	err     error // invalid arguments, reported when the op's turn comes
 	w       *work
+	// flightSlot is the op's place in the group's flight recorder.
+	flightSlot uint64
 }
 
 func newGroup(t transport.Transport, owns bool, id uint32, ranks []int, opts GroupOptions) (*group, error) {
@@ -213,6 +216,7 @@ func (g *group) submit(ctx context.Context, c collective.Call, in, out []byte, e
 		g.seq++
 		o.seq = g.seq
 	}
+	g.flight.enqueue(o)
 	g.queue = append(g.queue, o)
 	g.mu.Unlock()
 	select {
@@ -229,7 +233,9 @@ func (g *group) loop() {
 		if o == nil {
 			return
 		}
+		g.flight.start(o)
 		err := g.execute(o)
+		g.flight.end(o, err)
 		g.mu.Lock()
 		g.running = nil
 		g.mu.Unlock()
@@ -368,13 +374,6 @@ func isPeerErr(err error) bool {
 	return errors.As(err, &pe)
 }
 
-// Abort notices travel under a tag no op uses: seq 2^64−1 of the group.
-const (
-	noticeLen   = 512
-	noticeMagic = 0x61686f63 // "coha"
-	noticeSeq   = ^uint64(0)
-)
-
 func (g *group) noticeTag() transport.Tag { return transport.Tag{Group: g.id, Seq: noticeSeq} }
 
 // notify sends cause to every peer, each send bounded by a short timeout.
@@ -387,37 +386,6 @@ func (g *group) notify(cause *OpError) {
 			_ = g.t.Send(ctx, tr, g.noticeTag(), msg) // best effort: the peer may be dead
 		}
 	}
-}
-
-// encodeNotice lays out an abort notice: magic, culprit peer, seq, the op
-// name (up to 15 bytes) and the cause's text (truncated to fit).
-func encodeNotice(cause *OpError) []byte {
-	msg := make([]byte, noticeLen)
-	le := binary.LittleEndian
-	le.PutUint32(msg[0:], noticeMagic)
-	le.PutUint32(msg[4:], uint32(int32(cause.Peer)))
-	le.PutUint64(msg[8:], cause.Seq)
-	name := cause.Op
-	if len(name) > 15 {
-		name = name[:15]
-	}
-	msg[16] = byte(len(name))
-	copy(msg[17:32], name)
-	n := copy(msg[34:], cause.Err.Error())
-	le.PutUint16(msg[32:], uint16(n))
-	return msg
-}
-
-// decodeNotice reads a notice from rank from into the cause it carries.
-func decodeNotice(msg []byte, from int) (*OpError, error) {
-	le := binary.LittleEndian
-	if len(msg) != noticeLen || le.Uint32(msg) != noticeMagic {
-		return nil, fmt.Errorf("dist: malformed abort notice from rank %d", from)
-	}
-	name := string(msg[17 : 17+min(int(msg[16]), 15)])
-	text := string(msg[34 : 34+min(int(le.Uint16(msg[32:])), noticeLen-34)])
-	return &OpError{Op: name, Seq: le.Uint64(msg[8:]), Rank: from, Peer: int(int32(le.Uint32(msg[4:]))),
-		Err: &RemoteAbortError{From: from, Msg: text}}, nil
 }
 
 // listen waits for an abort notice from group rank p.
@@ -531,6 +499,7 @@ func (g *group) NewGroup(ctx context.Context, ranks []int) (ProcessGroup, error)
 	if err != nil {
 		return nil, err
 	}
+	g.watchChild(child)
 	g.mu.Lock()
 	closed := g.closed
 	if !closed {
