@@ -51,6 +51,10 @@ type Options struct {
 	// Log receives Init's progress ("waiting for ranks [1 3] to join")
 	// about every 10 s while it waits; nil means slog.Default().
 	Log *slog.Logger
+	// Watchdog attributes hangs: an op running longer than its interval
+	// is diagnosed from every rank's recent ops (watchdog.go). The zero
+	// value turns it on with DefaultWatchdog (60 s).
+	Watchdog WatchdogOptions
 
 	localRanks   int           // ranks on this host, once known
 	hostID       string        // this rank's host identity; "" means hostIdentity() (tests set it)
@@ -124,6 +128,7 @@ func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 	}
 	if dupKey != "" {
 		g.watchDuplicate(opts.Store, dupKey)
+		g.watch(opts.Store, opts.Prefix, opts.Watchdog)
 	}
 	return g, nil
 }
@@ -338,13 +343,21 @@ func InitFromEnv(ctx context.Context) (ProcessGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)
 	}
-	return InitFromInfo(ctx, info, Options{})
+	wd, err := WatchdogFromEnv(os.Getenv)
+	if err != nil {
+		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)
+	}
+	return InitFromInfo(ctx, info, Options{Watchdog: wd})
 }
 
 // InitFromInfo is InitFromEnv for a rendezvous.Info already read, with
 // options: Store, Rank, WorldSize and (unless set) Token and Host come
 // from info, and Prefix is suffixed with the run id and restart count.
 func InitFromInfo(ctx context.Context, info rendezvous.Info, opts Options) (ProcessGroup, error) {
+	info, err := rendezvous.ResolveMaster(ctx, info, rendezvous.Resolver{}) // Slurm node names not in DNS
+	if err != nil {
+		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)
+	}
 	st, err := rendezvous.Connect(ctx, info, rendezvous.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)

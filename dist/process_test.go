@@ -6,6 +6,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"log/slog"
 	"net"
 	"os"
 	"os/exec"
@@ -43,9 +44,16 @@ func runChild(scenario string) int {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
+	wd, err := dist.WatchdogFromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	wd.Log = slog.New(slog.NewTextHandler(os.Stdout, nil)) // the parent reads diagnoses from stdout
 	pg, err := dist.InitFromInfo(ctx, info, dist.Options{
 		Transport: os.Getenv("COHORT_DIST_TEST_TRANSPORT"),
 		Group:     dist.GroupOptions{Timeout: 30 * time.Second},
+		Watchdog:  wd,
 	})
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -178,13 +186,14 @@ func freePort(t *testing.T) int {
 	return l.Addr().(*net.TCPAddr).Port
 }
 
-// spawn starts world children running scenario over transport.
-func spawn(t *testing.T, world int, transport, scenario string) []*child {
+// spawn starts world children running scenario over transport, with
+// extra added to each one's environment.
+func spawn(t *testing.T, world int, transport, scenario string, extra ...string) []*child {
 	t.Helper()
 	port := freePort(t)
 	children := make([]*child, world)
 	for r := range world {
-		children[r] = startChild(t, rankEnv(scenario, transport, r, world, port, "test-token")...)
+		children[r] = startChild(t, append(rankEnv(scenario, transport, r, world, port, "test-token"), extra...)...)
 	}
 	return children
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"runtime"
 	"time"
@@ -61,8 +62,14 @@ type Config struct {
 	// meanwhile); 0 means 5 min.
 	ExitBarrierTimeout time.Duration
 	// Restart decides whether a failure restarts the workers; nil never
-	// restarts. Restarts are supported on a single node only for now.
+	// restarts. It serves fixed-size jobs on a single node; an elastic job
+	// counts restarts with Elastic.MaxRestarts instead.
 	Restart RestartPolicy
+	// Elastic, when its Endpoint is set, makes the job elastic: nodes
+	// meet in rounds through the store at Endpoint (see elastic.go), and
+	// NNodes, NodeRank, MasterAddr, MasterPort and Restart must be left
+	// zero.
+	Elastic Elastic
 
 	// Stdout and Stderr receive the workers' output, line by line, each
 	// line prefixed with "[rank N] "; nil discards.
@@ -120,7 +127,15 @@ func (c *Config) validate() error {
 			bad("COHORT_TOKEN must be set, to the same secret on every node, with %d nodes", nnodes)
 		}
 		if c.Restart != nil {
-			bad("restarts are supported on a single node only, not with %d nodes", nnodes)
+			bad("restarts of a fixed-size job are supported on a single node only, not with %d nodes: use an elastic job (--nnodes MIN:MAX --rdzv-endpoint)", nnodes)
+		}
+	}
+	if c.Elastic.Endpoint != "" {
+		if err := c.Elastic.validate(); err != nil {
+			errs = append(errs, err)
+		}
+		if c.NNodes > 1 || c.NodeRank != 0 || c.MasterPort != 0 || c.Restart != nil {
+			bad("an elastic job (--rdzv-endpoint) assigns node ranks itself: leave --nnodes N, --node-rank, --master-port and the restart policy unset")
 		}
 	}
 	for _, d := range []struct {
@@ -173,7 +188,96 @@ func (c Config) withDefaults() Config {
 	if c.GoCommand == "" {
 		c.GoCommand = "go"
 	}
+	if c.Elastic.Endpoint != "" {
+		c.Elastic = c.Elastic.withDefaults()
+	}
 	return c
+}
+
+// HostMode says whether an elastic agent serves the rendezvous store.
+type HostMode int
+
+const (
+	// HostAuto serves the store when the endpoint's host is this machine
+	// (a loopback address, one of its interface addresses or its host
+	// name) and the port is free; otherwise dials it.
+	HostAuto HostMode = iota
+	// HostYes always serves the store (torchrun's is_host=true).
+	HostYes
+	// HostNo never serves it.
+	HostNo
+)
+
+// Elastic configures an elastic job (torchrun's c10d rendezvous). The zero
+// value of every field but Endpoint works.
+type Elastic struct {
+	// Endpoint is the rendezvous store's host:port (--rdzv-endpoint).
+	Endpoint string
+	// ID names the job in the store (--rdzv-id); "" means "default".
+	ID string
+	// MinNodes and MaxNodes bound the nodes of a round (--nnodes MIN:MAX);
+	// 0 means 1 and MinNodes.
+	MinNodes, MaxNodes int
+	// MaxRestarts is how many worker failures the job survives
+	// (--max-restarts); scale events are not counted.
+	MaxRestarts int
+	// Host says whether this agent serves the store.
+	Host HostMode
+	// KeepAliveInterval is how often an agent heartbeats; 0 means 5 s.
+	KeepAliveInterval time.Duration
+	// KeepAliveMaxAttempt: a node whose heartbeat was not seen for
+	// KeepAliveInterval × KeepAliveMaxAttempt is dead; 0 means 3 (15 s
+	// with the default interval, as torchrun). While a round is open
+	// (after a failure, a leave or a join), a node the round expects that
+	// has not joined is left out of it once its heartbeat was not seen for
+	// KeepAliveInterval + 1 s: a live agent beats within the interval and
+	// joins within MonitorInterval, so the survivors of a lost node resume
+	// within about that much (it may join again later).
+	KeepAliveMaxAttempt int
+	// LastCallTimeout is how long a round with MinNodes ≤ nodes < MaxNodes
+	// stays open for more nodes; 0 means 30 s. Rounds after the first close
+	// without it as soon as every node they expect has joined.
+	LastCallTimeout time.Duration
+	// MonitorInterval is how often the agent reads the rendezvous state;
+	// 0 means 250 ms.
+	MonitorInterval time.Duration
+}
+
+func (e *Elastic) validate() error {
+	var errs []error
+	if _, _, err := net.SplitHostPort(e.Endpoint); err != nil {
+		errs = append(errs, fmt.Errorf("--rdzv-endpoint %q: want HOST:PORT: %w", e.Endpoint, err))
+	}
+	if e.MinNodes < 0 || e.MaxNodes < 0 || (e.MaxNodes > 0 && e.MaxNodes < max(e.MinNodes, 1)) {
+		errs = append(errs, fmt.Errorf("--nnodes %d:%d: want 1 <= MIN <= MAX", e.MinNodes, e.MaxNodes))
+	}
+	if e.MaxRestarts < 0 || e.KeepAliveMaxAttempt < 0 || e.KeepAliveInterval < 0 || e.LastCallTimeout < 0 || e.MonitorInterval < 0 {
+		errs = append(errs, fmt.Errorf("--max-restarts and the rendezvous timeouts must be >= 0"))
+	}
+	return errors.Join(errs...)
+}
+
+func (e Elastic) withDefaults() Elastic {
+	e.MinNodes = max(e.MinNodes, 1)
+	if e.MaxNodes == 0 {
+		e.MaxNodes = e.MinNodes
+	}
+	if e.ID == "" {
+		e.ID = "default"
+	}
+	if e.KeepAliveInterval == 0 {
+		e.KeepAliveInterval = 5 * time.Second
+	}
+	if e.KeepAliveMaxAttempt == 0 {
+		e.KeepAliveMaxAttempt = 3
+	}
+	if e.LastCallTimeout == 0 {
+		e.LastCallTimeout = 30 * time.Second
+	}
+	if e.MonitorInterval == 0 {
+		e.MonitorInterval = 250 * time.Millisecond
+	}
+	return e
 }
 
 // WorldSize is the number of workers in the job.

@@ -75,7 +75,7 @@ func TestWorkerEnv(t *testing.T) {
 		NProcPerNode: 4, NNodes: 2, NodeRank: 1, MasterAddr: "node0",
 		Env: []string{"PATH=/bin", "RANK=7", "OMP_NUM_THREADS=3", "COHORT_RENDEZVOUS=openmpi", "WEIRD"},
 	}, port: 29500, storeAddr: "node0:29500", token: "tok", runID: "run"}
-	env := a.workerEnv(2, 6, 2, 1)
+	env := a.workerEnv(2, a.staticGeneration(1), 2)
 	get := func(k string) []string {
 		var vs []string
 		for _, e := range env {
@@ -91,10 +91,34 @@ func TestWorkerEnv(t *testing.T) {
 		"MASTER_ADDR": "node0", "MASTER_PORT": "29500", "COHORT_STORE_ADDR": "node0:29500",
 		"COHORT_TOKEN": "tok", "COHORT_RUN_ID": "run", "COHORT_RESTART_COUNT": "1",
 		"COHORT_NUM_THREADS": "2", "OMP_NUM_THREADS": "3", "COHORT_RENDEZVOUS": "torchrun",
+		"TORCHELASTIC_RUN_ID": "run", "TORCHELASTIC_RESTART_COUNT": "1",
 	}
 	for k, w := range want {
 		if vs := get(k); len(vs) != 1 || vs[0] != w {
 			t.Errorf("%s = %q; want exactly one %q", k, vs, w)
 		}
+	}
+	for _, k := range []string{"COHORT_STORE_PREFIX", "COHORT_ROUND"} {
+		if vs := get(k); len(vs) != 0 {
+			t.Errorf("%s = %q in a fixed-size job; want it unset", k, vs)
+		}
+	}
+}
+
+// TestWorkerEnvElastic: an elastic round's workers get its store prefix
+// and round, and an inherited prefix is replaced.
+func TestWorkerEnvElastic(t *testing.T) {
+	a := &agent{cfg: Config{NProcPerNode: 2, Env: []string{"COHORT_STORE_PREFIX=old/", "COHORT_ROUND=9"}}, token: "tok", runID: "job"}
+	g := generation{nodeRank: 1, numNodes: 2, rankBase: 2, world: 4, nproc: 2, restarts: 1, masterAddr: "10.0.0.1",
+		masterPort: 29400, storeAddr: "10.0.0.1:29400", storePrefix: "cohort/elastic/job/round/3/", round: 3}
+	env := strings.Join(a.workerEnv(1, g, 1), "\n") + "\n"
+	for _, want := range []string{"RANK=3\n", "WORLD_SIZE=4\n", "GROUP_RANK=1\n", "COHORT_STORE_PREFIX=cohort/elastic/job/round/3/\n",
+		"COHORT_ROUND=3\n", "COHORT_RESTART_COUNT=1\n", "TORCHELASTIC_RESTART_COUNT=1\n", "TORCHELASTIC_RUN_ID=job\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("environment lacks %q:\n%s", want, env)
+		}
+	}
+	if strings.Contains(env, "old/") || strings.Contains(env, "COHORT_ROUND=9") {
+		t.Errorf("inherited COHORT_STORE_PREFIX or COHORT_ROUND kept:\n%s", env)
 	}
 }

@@ -39,6 +39,9 @@ func Run(ctx context.Context, cfg Config) error {
 	c := cfg.withDefaults()
 	a := &agent{cfg: c, log: c.Logger, out: &lineWriter{w: c.Stdout}, errOut: &lineWriter{w: c.Stderr}}
 	defer a.cleanup()
+	if c.Elastic.Endpoint != "" {
+		return a.runElastic(ctx)
+	}
 	if err := a.prepareInterruptibly(ctx); err != nil {
 		return err
 	}
@@ -84,6 +87,7 @@ type agent struct {
 	srv          *tcpstore.Server
 	st           store.Store
 
+	gen     generation // the workers' generation
 	workers []*worker
 	events  chan event    // worker exits and remote failures
 	waiters chan struct{} // one send per finished worker waiter goroutine
@@ -112,6 +116,9 @@ func (a *agent) prepare(ctx context.Context) error {
 		a.log.Info("launch: built", "package", res.path, "took", time.Since(start).Round(time.Millisecond))
 	}
 
+	if c.Elastic.Endpoint != "" {
+		return a.prepareElastic(ctx)
+	}
 	a.token = c.Token
 	if a.token == "" {
 		if a.token, err = randomHex(32); err != nil {
@@ -232,8 +239,32 @@ func (a *agent) stopWatch() {
 	}
 }
 
-// spawn starts generation restarts of the workers.
-func (a *agent) spawn(restarts int) error {
+// generation describes one start of this node's workers: where they sit
+// in the job and where the job's store is.
+type generation struct {
+	nodeRank, numNodes int
+	rankBase, world    int // rank of local rank 0; workers in the job
+	nproc              int
+	restarts           int
+	masterAddr         string
+	masterPort         int
+	storeAddr          string
+	storePrefix        string // "" on a static job (a fresh store each generation)
+	round              int    // elastic round, -1 on a static job
+}
+
+// staticGeneration is generation restarts of a fixed-size job.
+func (a *agent) staticGeneration(restarts int) generation {
+	c := &a.cfg
+	return generation{
+		nodeRank: c.NodeRank, numNodes: c.NNodes, rankBase: c.NodeRank * c.NProcPerNode, world: c.WorldSize(),
+		nproc: c.NProcPerNode, restarts: restarts, masterAddr: c.MasterAddr, masterPort: a.port,
+		storeAddr: a.storeAddr, round: -1,
+	}
+}
+
+// spawn starts the workers of generation g.
+func (a *agent) spawn(g generation) error {
 	c := &a.cfg
 	// Room for every exit plus one remote failure, so senders never block.
 	a.events = make(chan event, c.NProcPerNode+1)
@@ -241,11 +272,14 @@ func (a *agent) spawn(restarts int) error {
 		a.waiters = make(chan struct{}, c.NProcPerNode)
 	}
 	a.workers = a.workers[:0]
-	a.startWatch()
+	a.gen = g
+	if g.round < 0 {
+		a.startWatch()
+	}
 	threads := max(1, c.NumCPU/c.NProcPerNode)
 	for local := range c.NProcPerNode {
-		rank := c.NodeRank*c.NProcPerNode + local
-		env := a.workerEnv(local, rank, threads, restarts)
+		rank := g.rankBase + local
+		env := a.workerEnv(local, g, threads)
 		w, err := startWorker(a.bin, c.Args, env, c.Dir, local, rank, a.out, a.errOut, c.TailLines, a.events, a.waiters)
 		if err != nil {
 			return err
@@ -253,33 +287,40 @@ func (a *agent) spawn(restarts int) error {
 		a.pending++
 		a.workers = append(a.workers, w)
 	}
-	a.log.Info("launch: started workers", "node", c.NodeRank, "nodes", c.NNodes, "workers", c.NProcPerNode,
-		"world", c.WorldSize(), "store", a.storeAddr, "run_id", a.runID, "restart", restarts, "threads", threads)
+	a.log.Info("launch: started workers", "node", g.nodeRank, "nodes", g.numNodes, "workers", c.NProcPerNode,
+		"world", g.world, "store", g.storeAddr, "run_id", a.runID, "restart", g.restarts, "round", g.round, "threads", threads)
 	return nil
 }
 
 // workerEnv is the base environment with the launcher's variables
 // replacing any of the same name.
-func (a *agent) workerEnv(local, rank, threads, restarts int) []string {
+func (a *agent) workerEnv(local int, g generation, threads int) []string {
 	c := &a.cfg
+	rank := g.rankBase + local
 	vars := []struct{ k, v string }{
 		{"RANK", strconv.Itoa(rank)},
 		{"LOCAL_RANK", strconv.Itoa(local)},
-		{"WORLD_SIZE", strconv.Itoa(c.WorldSize())},
-		{"LOCAL_WORLD_SIZE", strconv.Itoa(c.NProcPerNode)},
-		{"GROUP_RANK", strconv.Itoa(c.NodeRank)},
-		{"NODE_RANK", strconv.Itoa(c.NodeRank)},
-		{"GROUP_WORLD_SIZE", strconv.Itoa(c.NNodes)},
+		{"WORLD_SIZE", strconv.Itoa(g.world)},
+		{"LOCAL_WORLD_SIZE", strconv.Itoa(g.nproc)},
+		{"GROUP_RANK", strconv.Itoa(g.nodeRank)},
+		{"NODE_RANK", strconv.Itoa(g.nodeRank)},
+		{"GROUP_WORLD_SIZE", strconv.Itoa(g.numNodes)},
 		{"ROLE_RANK", strconv.Itoa(rank)},
-		{"ROLE_WORLD_SIZE", strconv.Itoa(c.WorldSize())},
-		{"MASTER_ADDR", c.MasterAddr},
-		{"MASTER_PORT", strconv.Itoa(a.port)},
+		{"ROLE_WORLD_SIZE", strconv.Itoa(g.world)},
+		{"MASTER_ADDR", g.masterAddr},
+		{"MASTER_PORT", strconv.Itoa(g.masterPort)},
 		{"COHORT_RENDEZVOUS", string(rendezvous.Torchrun)},
-		{"COHORT_STORE_ADDR", a.storeAddr},
+		{"COHORT_STORE_ADDR", g.storeAddr},
+		{"COHORT_STORE_PREFIX", g.storePrefix},
 		{"COHORT_TOKEN", a.token},
 		{"COHORT_RUN_ID", a.runID},
-		{"COHORT_RESTART_COUNT", strconv.Itoa(restarts)},
+		{"COHORT_RESTART_COUNT", strconv.Itoa(g.restarts)},
 		{"COHORT_NUM_THREADS", strconv.Itoa(threads)},
+		{"TORCHELASTIC_RUN_ID", a.runID},
+		{"TORCHELASTIC_RESTART_COUNT", strconv.Itoa(g.restarts)},
+	}
+	if g.round >= 0 {
+		vars = append(vars, struct{ k, v string }{"COHORT_ROUND", strconv.Itoa(g.round)})
 	}
 	names := make(map[string]bool, len(vars))
 	for _, kv := range vars {
@@ -289,13 +330,16 @@ func (a *agent) workerEnv(local, rank, threads, restarts int) []string {
 	hasOMP := false
 	for _, e := range c.Env {
 		k, _, _ := strings.Cut(e, "=")
-		if names[k] {
+		if names[k] || k == "COHORT_ROUND" {
 			continue
 		}
 		hasOMP = hasOMP || k == "OMP_NUM_THREADS"
 		env = append(env, e)
 	}
 	for _, kv := range vars {
+		if kv.v == "" && kv.k == "COHORT_STORE_PREFIX" {
+			continue
+		}
 		env = append(env, kv.k+"="+kv.v)
 	}
 	if !hasOMP {
@@ -308,7 +352,7 @@ func (a *agent) workerEnv(local, rank, threads, restarts int) []string {
 func (a *agent) supervise(ctx context.Context) error {
 	c := &a.cfg
 	m := newMonitor(c.NProcPerNode, c.Restart, a.describe)
-	if err := a.spawn(0); err != nil {
+	if err := a.spawn(a.staticGeneration(0)); err != nil {
 		return err
 	}
 	var grace *time.Timer
@@ -380,7 +424,7 @@ func (a *agent) restart(ctx context.Context, restarts int) error {
 	if _, err := join(ctx, a.st, &a.cfg, a.runID); err != nil {
 		return err
 	}
-	return a.spawn(restarts)
+	return a.spawn(a.staticGeneration(restarts))
 }
 
 // finish ends the job on this node: no process left, the exit barrier
@@ -410,7 +454,7 @@ func (a *agent) finish(ctx context.Context, m *monitor) error {
 func (a *agent) describe(local int, st ExitStatus) *WorkerError {
 	w := a.workers[local]
 	return &WorkerError{
-		Rank: w.rank, LocalRank: local, NodeRank: a.cfg.NodeRank, PID: w.pid,
+		Rank: w.rank, LocalRank: local, NodeRank: a.gen.nodeRank, PID: w.pid,
 		Status: st, StderrTail: w.stderrTail.snapshot(),
 	}
 }

@@ -25,6 +25,9 @@ import (
 var workerBin string
 
 func TestMain(m *testing.M) {
+	if spec := os.Getenv(agentEnv); spec != "" {
+		runAgentProcess(spec) // a child agent of TestElasticProcessKill
+	}
 	dir, err := os.MkdirTemp("", "launch-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)

@@ -20,6 +20,8 @@ func commands() map[string]command {
 	return map[string]command{
 		"run":   {"launch workers with torchrun's environment contract", runRun},
 		"bench": {"measure kernels, collectives and training throughput", runBench},
+		"trace": {"merge the ranks' COHORT_TRACE timelines into one (trace merge DIR)", runTrace},
+		"k8s":   {"write Kubernetes manifests (PyTorchJob, Indexed Job, JobSet) for a job", runK8s},
 	}
 }
 

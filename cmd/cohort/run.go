@@ -7,8 +7,11 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"net"
 	"os"
 	"os/signal"
+	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -28,6 +31,15 @@ Kubeflow PyTorchJob, --nnodes, --node-rank, --master-addr and
 --master-port default to what the cluster says. Multi-node jobs need
 COHORT_TOKEN set to the same secret on every node.
 
+Elastic jobs (torchrun's c10d rendezvous): --nnodes MIN:MAX with
+--rdzv-endpoint HOST:PORT (the agent on HOST serves the rendezvous store
+there) and --rdzv-id. Nodes meet in rounds; ranks are assigned per round;
+a failed worker restarts every node's workers (at most --max-restarts
+times); a node that leaves, dies (no heartbeat) or joins starts a new
+round at the new world size without counting as a restart. Workers get
+COHORT_RESTART_COUNT (TORCHELASTIC_RESTART_COUNT) and resume from their
+own checkpoints.
+
 flags:
 `
 
@@ -35,6 +47,9 @@ flags:
 type runFlags struct {
 	cfg     launch.Config
 	verbose bool
+	// resolveMaster: MasterAddr came with Slurm and may be a node name
+	// that is not in DNS (see rendezvous.Resolver).
+	resolveMaster bool
 }
 
 // parseRunArgs turns the command line (and, for defaults, the cluster's
@@ -51,10 +66,12 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		fs.PrintDefaults()
 	}
 	var (
-		nproc, nnodes, nodeRank, masterPort, maxRestarts int
-		masterAddr, runID                                string
-		grace, joinTimeout                               time.Duration
-		standalone, verbose                              bool
+		nproc, nodeRank, masterPort, maxRestarts int
+		nnodes, masterAddr, runID                string
+		rdzvEndpoint, rdzvID, rdzvBackend        string
+		rdzvConf                                 string
+		grace, joinTimeout                       time.Duration
+		standalone, verbose                      bool
 	)
 	// torchrun spells its flags with underscores too; accept both.
 	intFlag := func(p *int, name, alt string, def int, usage string) {
@@ -66,12 +83,20 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		fs.StringVar(p, alt, def, "same as --"+name)
 	}
 	intFlag(&nproc, "nproc-per-node", "nproc_per_node", 1, "workers on this node")
-	fs.IntVar(&nnodes, "nnodes", max(node.NumNodes, 1), "number of nodes")
+	defNodes := strconv.Itoa(max(node.NumNodes, 1))
+	if node.MaxNodes > 0 {
+		defNodes = fmt.Sprintf("%d:%d", node.MinNodes, node.MaxNodes)
+	}
+	fs.StringVar(&nnodes, "nnodes", defNodes, "number of nodes, or MIN:MAX for an elastic job")
 	intFlag(&nodeRank, "node-rank", "node_rank", node.NodeRank, "this node's index, 0..nnodes-1")
 	strFlag(&masterAddr, "master-addr", "master_addr", node.MasterAddr, "node 0's address (default 127.0.0.1 on one node)")
 	intFlag(&masterPort, "master-port", "master_port", node.MasterPort, "port of the job's store on node 0 (0: a free port, one node only)")
 	strFlag(&runID, "run-id", "run_id", node.RunID, "job id passed to workers as COHORT_RUN_ID (default: random)")
-	intFlag(&maxRestarts, "max-restarts", "max_restarts", 0, "restart the workers after a failure at most this many times (one node only)")
+	intFlag(&maxRestarts, "max-restarts", "max_restarts", 0, "restart the workers after a failure at most this many times (one node, or an elastic job)")
+	strFlag(&rdzvEndpoint, "rdzv-endpoint", "rdzv_endpoint", node.RdzvEndpoint, "elastic: HOST:PORT of the rendezvous store (served by the agent on HOST)")
+	strFlag(&rdzvID, "rdzv-id", "rdzv_id", node.RdzvID, "elastic: the job's id at the rendezvous (default \"default\")")
+	strFlag(&rdzvBackend, "rdzv-backend", "rdzv_backend", "", "c10d (elastic, the default with --rdzv-endpoint) or static")
+	strFlag(&rdzvConf, "rdzv-conf", "rdzv_conf", "", "elastic: KEY=VALUE,…: join_timeout, last_call_timeout, keep_alive_interval (seconds or durations), keep_alive_max_attempt, is_host")
 	fs.DurationVar(&grace, "grace-period", 5*time.Second, "time workers get to exit after SIGTERM before SIGKILL")
 	fs.DurationVar(&joinTimeout, "join-timeout", 5*time.Minute, "how long to wait for every node's launcher")
 	fs.BoolVar(&standalone, "standalone", false, "single node, free port (torchrun compatibility)")
@@ -83,29 +108,119 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		fs.Usage()
 		return runFlags{}, errors.New("no program given")
 	}
+	minNodes, maxNodes, err := parseNNodes(nnodes)
+	if err != nil {
+		return runFlags{}, err
+	}
+	if maxRestarts < 0 {
+		return runFlags{}, fmt.Errorf("--max-restarts %d: want >= 0", maxRestarts)
+	}
+	cfg := launch.Config{
+		NProcPerNode: nproc, Program: fs.Arg(0), Args: fs.Args()[1:],
+		Token: node.Token, RunID: runID, GracePeriod: grace, JoinTimeout: joinTimeout,
+	}
+	switch rdzvBackend {
+	case "", "c10d", "static":
+	default:
+		return runFlags{}, fmt.Errorf("--rdzv-backend %q: want c10d or static", rdzvBackend)
+	}
+	elastic := rdzvBackend != "static" && (rdzvEndpoint != "" || minNodes != maxNodes || rdzvBackend == "c10d")
+	if elastic && !standalone {
+		if rdzvEndpoint == "" {
+			if masterAddr == "" || masterPort == 0 {
+				return runFlags{}, fmt.Errorf("--nnodes %s is an elastic job: give --rdzv-endpoint HOST:PORT (the host serving the rendezvous)", nnodes)
+			}
+			rdzvEndpoint = net.JoinHostPort(masterAddr, strconv.Itoa(masterPort))
+		}
+		cfg.Elastic = launch.Elastic{Endpoint: rdzvEndpoint, ID: rdzvID, MinNodes: minNodes, MaxNodes: maxNodes, MaxRestarts: maxRestarts}
+		if err := parseRdzvConf(rdzvConf, &cfg); err != nil {
+			return runFlags{}, err
+		}
+		return runFlags{cfg: cfg, verbose: verbose}, nil
+	}
+	if minNodes != maxNodes {
+		return runFlags{}, fmt.Errorf("--nnodes %s: a node range needs an elastic job (not --standalone or --rdzv-backend static)", nnodes)
+	}
 	if standalone {
-		nnodes, nodeRank, masterPort = 1, 0, 0
+		minNodes, nodeRank, masterPort = 1, 0, 0
 		if masterAddr == node.MasterAddr {
 			masterAddr = ""
 		}
 	}
-	var policy launch.RestartPolicy
-	if maxRestarts < 0 {
-		return runFlags{}, fmt.Errorf("--max-restarts %d: want >= 0", maxRestarts)
-	}
+	cfg.NNodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort = minNodes, nodeRank, masterAddr, masterPort
 	if maxRestarts > 0 {
-		policy = launch.MaxRestarts(maxRestarts)
+		cfg.Restart = launch.MaxRestarts(maxRestarts)
 	}
-	return runFlags{
-		cfg: launch.Config{
-			NProcPerNode: nproc, NNodes: nnodes, NodeRank: nodeRank,
-			MasterAddr: masterAddr, MasterPort: masterPort,
-			Program: fs.Arg(0), Args: fs.Args()[1:],
-			Token: node.Token, RunID: runID,
-			GracePeriod: grace, JoinTimeout: joinTimeout, Restart: policy,
-		},
-		verbose: verbose,
-	}, nil
+	return runFlags{cfg: cfg, verbose: verbose, resolveMaster: node.Source == rendezvous.Slurm && minNodes > 1 && masterAddr != ""}, nil
+}
+
+// parseNNodes parses --nnodes N or MIN:MAX.
+func parseNNodes(v string) (minNodes, maxNodes int, err error) {
+	if lo, hi, ok := strings.Cut(v, ":"); ok {
+		minNodes, maxNodes, err = rendezvous.ParseNodeRange(lo, hi)
+		if err != nil {
+			return 0, 0, fmt.Errorf("--nnodes %s: %w", v, err)
+		}
+		return minNodes, maxNodes, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n < 1 {
+		return 0, 0, fmt.Errorf("--nnodes %q: want a node count >= 1 or MIN:MAX", v)
+	}
+	return n, n, nil
+}
+
+// parseRdzvConf applies torchrun's --rdzv-conf keys to an elastic job.
+func parseRdzvConf(conf string, cfg *launch.Config) error {
+	if conf == "" {
+		return nil
+	}
+	for _, kv := range strings.Split(conf, ",") {
+		k, v, ok := strings.Cut(strings.TrimSpace(kv), "=")
+		if !ok {
+			return fmt.Errorf("--rdzv-conf %q: want KEY=VALUE,…", kv)
+		}
+		dur := func() (time.Duration, error) {
+			if s, err := strconv.ParseFloat(v, 64); err == nil {
+				return time.Duration(s * float64(time.Second)), nil
+			}
+			d, err := time.ParseDuration(v)
+			if err != nil {
+				return 0, fmt.Errorf("--rdzv-conf %s=%q: want seconds or a duration", k, v)
+			}
+			return d, nil
+		}
+		var err error
+		e := &cfg.Elastic
+		switch k {
+		case "join_timeout":
+			cfg.JoinTimeout, err = dur()
+		case "last_call_timeout":
+			e.LastCallTimeout, err = dur()
+		case "keep_alive_interval":
+			e.KeepAliveInterval, err = dur()
+		case "keep_alive_max_attempt":
+			e.KeepAliveMaxAttempt, err = strconv.Atoi(v)
+			if err != nil {
+				err = fmt.Errorf("--rdzv-conf %s=%q: want an integer", k, v)
+			}
+		case "is_host":
+			switch strings.ToLower(v) {
+			case "1", "true", "yes":
+				e.Host = launch.HostYes
+			case "0", "false", "no":
+				e.Host = launch.HostNo
+			default:
+				err = fmt.Errorf("--rdzv-conf is_host=%q: want true or false", v)
+			}
+		default:
+			err = fmt.Errorf("--rdzv-conf: unknown key %q (want join_timeout, last_call_timeout, keep_alive_interval, keep_alive_max_attempt or is_host)", k)
+		}
+		if err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // runRun is `cohort run`.
@@ -123,6 +238,16 @@ func runRun(args []string) int {
 		level = slog.LevelInfo
 	}
 	cfg := rf.cfg
+	if rf.resolveMaster {
+		ctx, cancel := context.WithTimeout(context.Background(), 15*time.Second)
+		addr, err := rendezvous.Resolver{}.Resolve(ctx, cfg.MasterAddr)
+		cancel()
+		if err != nil {
+			fmt.Fprintf(os.Stderr, "cohort run: node 0 (where the job's store runs): %v\n", err)
+			return 2
+		}
+		cfg.MasterAddr = addr
+	}
 	cfg.Env = os.Environ()
 	cfg.Stdout, cfg.Stderr = os.Stdout, os.Stderr
 	cfg.Logger = slog.New(slog.NewTextHandler(os.Stderr, &slog.HandlerOptions{Level: level}))

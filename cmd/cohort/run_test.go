@@ -8,6 +8,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"cohort/launch"
 )
 
 func TestParseRunArgs(t *testing.T) {
@@ -87,7 +89,44 @@ func TestParseRunArgs(t *testing.T) {
 		},
 		{name: "no-program", args: []string{"--nproc-per-node", "2"}, wantErr: "no program"},
 		{name: "bad-flag", args: []string{"--nproc-per-node", "two", "prog"}, wantErr: "invalid value"},
-		{name: "bad-env", args: []string{"prog"}, env: map[string]string{"PET_NNODES": "1:2", "PET_NODE_RANK": "0"}, wantErr: "elastic"},
+		{
+			name: "elastic",
+			args: []string{"--nnodes", "1:4", "--nproc_per_node", "2", "--rdzv_endpoint", "h0:29400", "--rdzv-id", "job7", "--max-restarts", "3",
+				"--rdzv-conf", "last_call_timeout=2,keep_alive_interval=1s,keep_alive_max_attempt=4,is_host=false,join_timeout=60", "prog"},
+			check: func(t *testing.T, rf runFlags) {
+				c := rf.cfg
+				want := launch.Elastic{Endpoint: "h0:29400", ID: "job7", MinNodes: 1, MaxNodes: 4, MaxRestarts: 3, Host: launch.HostNo,
+					KeepAliveInterval: time.Second, KeepAliveMaxAttempt: 4, LastCallTimeout: 2 * time.Second}
+				if c.Elastic != want || c.NNodes != 0 || c.Restart != nil || c.JoinTimeout != time.Minute {
+					t.Fatalf("config %+v", c)
+				}
+			},
+		},
+		{
+			name: "elastic-from-kubeflow",
+			args: []string{"prog"},
+			env:  map[string]string{"PET_NNODES": "2:3", "PET_RDZV_ENDPOINT": "m:29400", "PET_RDZV_ID": "pj"},
+			check: func(t *testing.T, rf runFlags) {
+				if e := rf.cfg.Elastic; e.Endpoint != "m:29400" || e.ID != "pj" || e.MinNodes != 2 || e.MaxNodes != 3 {
+					t.Fatalf("config %+v", rf.cfg)
+				}
+			},
+		},
+		{
+			name: "elastic-endpoint-from-master",
+			args: []string{"--nnodes", "1:2", "--master-addr", "h", "--master-port", "29500", "prog"},
+			check: func(t *testing.T, rf runFlags) {
+				if e := rf.cfg.Elastic; e.Endpoint != "h:29500" || rf.cfg.MasterPort != 0 {
+					t.Fatalf("config %+v", rf.cfg)
+				}
+			},
+		},
+		{name: "elastic-no-endpoint", args: []string{"--nnodes", "1:2", "prog"}, wantErr: "--rdzv-endpoint"},
+		{name: "bad-range", args: []string{"--nnodes", "3:2", "prog"}, wantErr: "MIN <= MAX"},
+		{name: "bad-nnodes", args: []string{"--nnodes", "x", "prog"}, wantErr: "--nnodes"},
+		{name: "range-static", args: []string{"--nnodes", "1:2", "--rdzv-backend", "static", "prog"}, wantErr: "elastic job"},
+		{name: "bad-conf", args: []string{"--rdzv-endpoint", "h:1", "--rdzv-conf", "nope=1", "prog"}, wantErr: "unknown key"},
+		{name: "bad-env", args: []string{"prog"}, env: map[string]string{"PET_NNODES": "3:1"}, wantErr: "MIN <= MAX"},
 		{name: "negative-restarts", args: []string{"--max-restarts", "-1", "prog"}, wantErr: "--max-restarts -1"},
 	}
 	for _, tc := range tests {

@@ -30,11 +30,14 @@ type Options struct {
 
 // Connect returns the job's store:
 //
-//   - info.StoreAddr set (a launcher serves the store): every rank dials it;
+//   - info.StoreAddr set (a launcher serves the store): every rank dials it,
+//     and sees it through info.StorePrefix (WithPrefix) when that is set;
 //   - a world of 1 with no StoreAddr: an in-process memstore;
 //   - otherwise rank 0 serves a tcpstore on ListenAddr (see Options) and
 //     every rank, rank 0 included, dials MasterAddr:MasterPort.
 //
+// A Slurm node name that is not in DNS is first replaced by its NodeAddr
+// (ResolveMaster); when neither is found Connect fails within seconds.
 // Dialing is retried with backoff until it succeeds or ctx ends, so ranks
 // may start in any order; bound ctx (a few minutes) to turn a missing
 // rank 0 into an error. A refused token is not retried. On rank 0 the
@@ -47,10 +50,18 @@ func Connect(ctx context.Context, info Info, opts Options) (store.Store, error) 
 	}
 	topts := tcpstore.Options{Token: info.Token, MaxFrameBytes: opts.MaxFrameBytes, Logger: log}
 	if info.StoreAddr != "" {
-		return dialRank(ctx, info, info.StoreAddr, topts, log)
+		c, err := dialRank(ctx, info, info.StoreAddr, topts, log)
+		if err != nil {
+			return nil, err
+		}
+		return WithPrefix(c, info.StorePrefix), nil
 	}
 	if info.WorldSize <= 1 {
 		return memstore.New(), nil
+	}
+	info, err := ResolveMaster(ctx, info, Resolver{})
+	if err != nil {
+		return nil, err
 	}
 	if info.MasterAddr == "" || info.MasterPort <= 0 || info.MasterPort > 65535 {
 		return nil, fmt.Errorf("rendezvous: rank %d of %d: no store address: MasterAddr %q, MasterPort %d", info.Rank, info.WorldSize, info.MasterAddr, info.MasterPort)

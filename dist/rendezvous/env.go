@@ -57,6 +57,10 @@ type Info struct {
 	// served by a launcher; when set no rank serves one and every rank,
 	// rank 0 included, dials it.
 	StoreAddr string
+	// StorePrefix (COHORT_STORE_PREFIX) namespaces every key this
+	// process uses in the store at StoreAddr: an elastic launcher gives
+	// each round its own, so a round never sees an earlier one's keys.
+	StorePrefix string
 	// Token is the store's shared secret (COHORT_TOKEN); may be empty.
 	Token string
 	// RunID names the job (COHORT_RUN_ID, else TORCHELASTIC_RUN_ID).
@@ -152,8 +156,9 @@ func (e env) need(name string, min int, what string) (int, error) {
 // Launcher variables rank below those of the program's own launch, so
 // `srun cohort run …` workers follow cohort run's RANK, not srun's.
 // MASTER_ADDR and MASTER_PORT, when set, override any default above.
-// Every source also reads COHORT_TOKEN, COHORT_STORE_ADDR, COHORT_RUN_ID,
-// COHORT_RESTART_COUNT and COHORT_NUM_THREADS.
+// Every source also reads COHORT_TOKEN, COHORT_STORE_ADDR,
+// COHORT_STORE_PREFIX, COHORT_RUN_ID, COHORT_RESTART_COUNT and
+// COHORT_NUM_THREADS.
 //
 // A missing, malformed or contradictory variable is an error wrapping
 // ErrEnv that names the variable and what was expected.
@@ -403,6 +408,12 @@ func (e env) common(in *Info) error {
 			return envErr("COHORT_STORE_ADDR=%q: port %q is not a TCP port", v, port)
 		}
 		in.StoreAddr = v
+	}
+	if v := e("COHORT_STORE_PREFIX"); v != "" {
+		if !validPrefix(v) {
+			return envErr("COHORT_STORE_PREFIX=%q: a key prefix cannot hold NUL or newline", v)
+		}
+		in.StorePrefix = v
 	}
 	in.Token = e("COHORT_TOKEN")
 	_, in.RunID = e.first("COHORT_RUN_ID", "TORCHELASTIC_RUN_ID")

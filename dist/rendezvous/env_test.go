@@ -235,6 +235,8 @@ func TestNodeFromEnv(t *testing.T) {
 			rendezvous.Node{Source: rendezvous.Slurm, NumNodes: 3, NodeRank: 2, MasterAddr: "cn7", MasterPort: 10000 + 81}},
 		{"kubeflow", map[string]string{"PET_NNODES": "2", "PET_NODE_RANK": "1", "PET_MASTER_ADDR": "m", "PET_MASTER_PORT": "23456", "MASTER_ADDR": "ignored"},
 			rendezvous.Node{Source: rendezvous.Kubeflow, NumNodes: 2, NodeRank: 1, MasterAddr: "m", MasterPort: 23456}},
+		{"kubeflow-elastic", map[string]string{"PET_NNODES": "1:4", "PET_RDZV_ENDPOINT": "job-master-0:29400", "PET_RDZV_ID": "job", "PET_MASTER_PORT": "23456"},
+			rendezvous.Node{Source: rendezvous.Kubeflow, MinNodes: 1, MaxNodes: 4, RdzvEndpoint: "job-master-0:29400", RdzvID: "job", MasterPort: 23456}},
 		{"indexed-job", map[string]string{"JOB_COMPLETION_INDEX": "3", "MASTER_ADDR": "j-0.svc", "MASTER_PORT": "29500", "COHORT_RUN_ID": "r"},
 			rendezvous.Node{Source: rendezvous.IndexedJob, NodeRank: 3, MasterAddr: "j-0.svc", MasterPort: 29500, RunID: "r"}},
 	}
@@ -259,7 +261,8 @@ func TestNodeFromEnvErrors(t *testing.T) {
 	}{
 		{"srun-several-tasks-per-node", map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "4", "SLURM_LOCALID": "1", "SLURM_NODEID": "0",
 			"SLURM_TASKS_PER_NODE": "2(x2)", "SLURM_JOB_NODELIST": "a,b"}, "--ntasks-per-node=1"},
-		{"kubeflow-elastic", map[string]string{"PET_NNODES": "1:4", "PET_NODE_RANK": "0"}, "elastic"},
+		{"kubeflow-bad-range", map[string]string{"PET_NNODES": "4:1"}, "1 <= MIN <= MAX"},
+		{"kubeflow-bad-range-text", map[string]string{"PET_NNODES": "1:x"}, `PET_NNODES="1:x"`},
 		{"kubeflow-rank-beyond", map[string]string{"PET_NNODES": "2", "PET_NODE_RANK": "2"}, "node rank 2 but 2 nodes"},
 		{"bad-port", map[string]string{"MASTER_PORT": "x"}, `MASTER_PORT="x"`},
 	}

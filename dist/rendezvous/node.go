@@ -13,8 +13,15 @@ type Node struct {
 	// "kubeflow" (PyTorchJob's PET_* variables), IndexedJob, or "" when
 	// the environment says nothing about nodes.
 	Source Source
-	// NumNodes is the node count, 0 when not given.
+	// NumNodes is the node count, 0 when not given or elastic.
 	NumNodes int
+	// MinNodes and MaxNodes are an elastic node range (PET_NNODES=MIN:MAX),
+	// both 0 when the node count is fixed.
+	MinNodes, MaxNodes int
+	// RdzvEndpoint and RdzvID are an elastic job's rendezvous store
+	// (host:port) and job id in it: PET_RDZV_ENDPOINT and PET_RDZV_ID, as
+	// an elastic PyTorchJob sets them ("" when not given).
+	RdzvEndpoint, RdzvID string
 	// NodeRank is this node's index, 0 when not given.
 	NodeRank int
 	// MasterAddr and MasterPort locate node 0 ("" and 0 when not given).
@@ -33,6 +40,9 @@ const Kubeflow Source = "kubeflow"
 //
 //  1. PET_NNODES set: Kubeflow PyTorchJob's torchrun variables
 //     (PET_NNODES, PET_NODE_RANK, PET_MASTER_ADDR, PET_MASTER_PORT).
+//     PET_NNODES=MIN:MAX is an elastic job: MinNodes and MaxNodes are set,
+//     PET_NODE_RANK is not needed (the rendezvous assigns node ranks) and
+//     PET_RDZV_ENDPOINT / PET_RDZV_ID name its rendezvous.
 //  2. SLURM_PROCID set (`srun cohort run …`): one launcher per node is
 //     required (srun --ntasks-per-node=1); SLURM_NODEID is the node rank,
 //     the step's node count the node count, the first host of its node
@@ -51,14 +61,18 @@ func NodeFromEnv(getenv func(string) string) (Node, error) {
 	case e.has("PET_NNODES"):
 		n.Source = Kubeflow
 		v := e("PET_NNODES")
-		if strings.Contains(v, ":") {
-			return Node{}, envErr("PET_NNODES=%q: elastic node ranges are not supported yet; give a fixed node count", v)
-		}
-		if n.NumNodes, err = e.need("PET_NNODES", 1, ""); err != nil {
-			return Node{}, err
-		}
-		if n.NodeRank, err = e.need("PET_NODE_RANK", 0, "PyTorchJob sets it with PET_NNODES"); err != nil {
-			return Node{}, err
+		if lo, hi, ok := strings.Cut(v, ":"); ok {
+			if n.MinNodes, n.MaxNodes, err = ParseNodeRange(lo, hi); err != nil {
+				return Node{}, envErr("PET_NNODES=%q: %v", v, err)
+			}
+			n.RdzvEndpoint, n.RdzvID = e("PET_RDZV_ENDPOINT"), e("PET_RDZV_ID")
+		} else {
+			if n.NumNodes, err = e.need("PET_NNODES", 1, ""); err != nil {
+				return Node{}, err
+			}
+			if n.NodeRank, err = e.need("PET_NODE_RANK", 0, "PyTorchJob sets it with PET_NNODES"); err != nil {
+				return Node{}, err
+			}
 		}
 		n.MasterAddr = e("PET_MASTER_ADDR")
 		if p, ok, err := e.intVar("PET_MASTER_PORT", 1); err != nil {
@@ -106,6 +120,17 @@ func NodeFromEnv(getenv func(string) string) (Node, error) {
 		return Node{}, envErr("node rank %d but %d nodes (from %s): node rank must be < node count", n.NodeRank, n.NumNodes, n.Source)
 	}
 	return n, nil
+}
+
+// ParseNodeRange parses the two halves of a MIN:MAX node range
+// (torchrun's --nnodes 1:4): 1 <= MIN <= MAX.
+func ParseNodeRange(lo, hi string) (minNodes, maxNodes int, err error) {
+	minNodes, err1 := strconv.Atoi(strings.TrimSpace(lo))
+	maxNodes, err2 := strconv.Atoi(strings.TrimSpace(hi))
+	if err1 != nil || err2 != nil || minNodes < 1 || maxNodes < minNodes {
+		return 0, 0, fmt.Errorf("node range %s:%s: want MIN:MAX with 1 <= MIN <= MAX", lo, hi)
+	}
+	return minNodes, maxNodes, nil
 }
 
 // String formats Node for logs.

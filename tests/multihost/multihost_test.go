@@ -76,6 +76,7 @@ func TestMultiHost(t *testing.T) {
 	t.Run("collectives", s.testCollectives)
 	t.Run("kill", s.testKill)
 	t.Run("ratelimit", s.testRateLimit)
+	t.Run("elastic", s.testElastic)
 }
 
 // build compiles cmd/cohort and the worker into a temporary directory.

@@ -10,6 +10,13 @@
 //	signal              wait for a signal, print it, exit 0
 //	restart             rank 1 exits 3 on the first run, all exit 0 afterwards
 //	streams             write one line to stdout and one to stderr, exit 0
+//	elastic DIR [failonce]
+//	                    print "ELASTIC round=… world=… rank=… restart=…", then
+//	                    heartbeat through the store and watch the other
+//	                    ranks' beats (as a collective would notice a dead
+//	                    peer): exit 1 naming a peer silent for 1.5 s, exit 0
+//	                    once DIR/stop exists; with failonce rank 1 exits 3
+//	                    on its first run (COHORT_RESTART_COUNT=0)
 //
 // Modes that sleep start a grandchild ("sleep 300", printed as "child N")
 // in their process group, so the tests can check it is killed too.
@@ -115,6 +122,8 @@ func main() {
 		if info.Rank == 1 && info.RestartCount == 0 {
 			os.Exit(3)
 		}
+	case "elastic":
+		elasticLoop(ctx, st, info)
 	case "streams":
 		fmt.Println("to stdout")
 		fmt.Fprintln(os.Stderr, "to stderr")
@@ -124,6 +133,46 @@ func main() {
 	// Rank 0 may serve nothing (the launcher does) but wait so no rank
 	// closes the store under another's feet.
 	st.Close()
+}
+
+func elasticLoop(ctx context.Context, st interface {
+	Add(context.Context, string, int64) (int64, error)
+}, info rendezvous.Info) {
+	if len(os.Args) < 3 {
+		fatal("elastic: missing DIR")
+	}
+	stop := os.Args[2] + "/stop"
+	fmt.Printf("ELASTIC round=%s world=%d rank=%d restart=%d telastic=%s run=%s prefix=%s\n", os.Getenv("COHORT_ROUND"),
+		info.WorldSize, info.Rank, info.RestartCount, os.Getenv("TORCHELASTIC_RESTART_COUNT"), info.RunID, info.StorePrefix)
+	if len(os.Args) > 3 && os.Args[3] == "failonce" && info.Rank == 1 && info.RestartCount == 0 {
+		fmt.Fprintln(os.Stderr, "failing once")
+		os.Exit(3)
+	}
+	seen := make([]int64, info.WorldSize)
+	changed := make([]time.Time, info.WorldSize)
+	for r := range changed {
+		changed[r] = time.Now()
+	}
+	for {
+		if _, err := os.Stat(stop); err == nil {
+			return
+		}
+		if _, err := st.Add(ctx, "beat/"+strconv.Itoa(info.Rank), 1); err != nil {
+			fatal(err.Error())
+		}
+		for r := range seen {
+			n, err := st.Add(ctx, "beat/"+strconv.Itoa(r), 0)
+			if err != nil {
+				fatal(err.Error())
+			}
+			if n != seen[r] {
+				seen[r], changed[r] = n, time.Now()
+			} else if time.Since(changed[r]) > 1500*time.Millisecond {
+				fatal(fmt.Sprintf("peer rank %d lost", r))
+			}
+		}
+		time.Sleep(100 * time.Millisecond)
+	}
 }
 
 func startChild() {

@@ -8,7 +8,8 @@
 //	       connections this process holds (TCP sockets, shared file
 //	       mappings), optionally times a large all-reduce, and prints OK.
 //	loop   all-reduces and verifies a buffer over and over until the group
-//	       fails (then it exits 1) or --loop-for has passed (exit 0).
+//	       fails (then it exits 1) or --loop-for has passed or --stop-file
+//	       exists (exit 0).
 //
 // Every report is one stdout line starting with a keyword (READY, SOCKETS,
 // SHM, BENCH, LOOPING, OK) followed by key=value fields, which the tests
@@ -39,6 +40,7 @@ func main() {
 		benchBytes = flag.Int64("bench-bytes", 0, "time an all-reduce of this many bytes (check mode; 0: none)")
 		benchIters = flag.Int("bench-iters", 3, "timed all-reduces after one warm-up")
 		loopFor    = flag.Duration("loop-for", time.Minute, "loop mode: stop after this long")
+		stopFile   = flag.String("stop-file", "", "loop mode: also stop (exit 0) once this file exists")
 		timeout    = flag.Duration("timeout", 2*time.Minute, "bound on the whole run")
 	)
 	flag.Parse()
@@ -49,7 +51,7 @@ func main() {
 	case "check":
 		err = check(ctx, *world, *benchBytes, *benchIters)
 	case "loop":
-		err = loop(ctx, *loopFor)
+		err = loop(ctx, *loopFor, *stopFile)
 	default:
 		err = fmt.Errorf("unknown --mode %q (want check or loop)", *mode)
 	}
@@ -258,7 +260,7 @@ func bench(ctx context.Context, pg dist.ProcessGroup, n, iters int) (time.Durati
 	return times[len(times)/2], nil
 }
 
-func loop(ctx context.Context, loopFor time.Duration) (err error) {
+func loop(ctx context.Context, loopFor time.Duration, stopFile string) (err error) {
 	pg, err := join(ctx, 0)
 	if err != nil {
 		return err
@@ -273,6 +275,11 @@ func loop(ctx context.Context, loopFor time.Duration) (err error) {
 	end := time.Now().Add(loopFor)
 	ranks := float32(pg.Size() * (pg.Size() + 1) / 2)
 	for it := 0; time.Now().Before(end); it++ {
+		if stopFile != "" && it%16 == 0 {
+			if _, err := os.Stat(stopFile); err == nil {
+				break
+			}
+		}
 		for i := range buf {
 			buf[i] = float32(pg.Rank() + 1)
 		}
@@ -285,7 +292,8 @@ func loop(ctx context.Context, loopFor time.Duration) (err error) {
 			}
 		}
 		if it == 0 {
-			fmt.Printf("LOOPING rank=%d pid=%d\n", pg.Rank(), os.Getpid())
+			fmt.Printf("LOOPING rank=%d pid=%d world=%d round=%s restart=%s\n", pg.Rank(), os.Getpid(), pg.Size(),
+				os.Getenv("COHORT_ROUND"), os.Getenv("COHORT_RESTART_COUNT"))
 		}
 	}
 	return nil
