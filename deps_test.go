@@ -34,6 +34,7 @@ var importRules = []struct {
 	{"cohort/dist", []string{"cohort/dist/...", "cohort/tensor"}},
 	{"cohort/ddp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/tp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/models", "cohort/optim"}},
+	{"cohort/pipeline", []string{"cohort/dist", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/obs/...", []string{"cohort/obs/..."}},
 	{"cohort/launch/...", []string{"cohort/launch/...", "cohort/dist/rendezvous", "cohort/dist/store/..."}},
 }

@@ -81,10 +81,15 @@ type sink struct {
 	n          *node
 	settled    []bool // input i's contribution is complete
 	settledBuf [4]bool
+	// only, when non-nil, limits the pass to the inputs it marks (the
+	// weight pass of BackwardSplit): the others need nothing.
+	only []bool
 }
 
 // need reports whether input i requires a gradient.
-func (s *sink) need(i int) bool { return s.n.inputs[i].requiresGrad }
+func (s *sink) need(i int) bool {
+	return (s.only == nil || s.only[i]) && s.n.inputs[i].requiresGrad
+}
 
 // into returns the tensor to accumulate input i's gradient into directly
 // (dst += contribution), or nil when the op must deliver through add. It
@@ -93,7 +98,7 @@ func (s *sink) need(i int) bool { return s.n.inputs[i].requiresGrad }
 // whole contribution to it, then call settle(i).
 func (s *sink) into(i int) *tensor.Tensor {
 	in := s.n.inputs[i]
-	if !in.requiresGrad || in.node != nil || in.Grad == nil {
+	if !s.need(i) || in.node != nil || in.Grad == nil {
 		return nil
 	}
 	if !in.Grad.IsContiguous() || !in.Grad.SameShape(in.Value) {
@@ -107,7 +112,7 @@ func (s *sink) into(i int) *tensor.Tensor {
 // keep it instead of copying.
 func (s *sink) add(i int, g *tensor.Tensor, owned bool) {
 	in := s.n.inputs[i]
-	if !in.requiresGrad {
+	if !s.need(i) {
 		return
 	}
 	defer s.settle(i)
@@ -149,6 +154,10 @@ func accumulateLeaf(v *Var, g *tensor.Tensor, owned bool) {
 type engine struct {
 	leafPending map[*Var]int
 	ready       nodeHeap
+	// split, in the input pass of BackwardSplit, holds the weights whose
+	// consumers are deferred (into deferred) to the weight pass.
+	split    map[*Var]bool
+	deferred []deferredNode
 }
 
 // Backward computes the gradient of the scalar (one-element) v with
@@ -237,6 +246,9 @@ func (e *engine) count(root *node) {
 func (e *engine) run(n *node) {
 	g := n.grad
 	n.grad = nil
+	if e.split != nil && e.deferWeights(n, g) {
+		return
+	}
 	s := &sink{e: e, n: n}
 	if len(n.inputs) <= len(s.settledBuf) {
 		s.settled = s.settledBuf[:len(n.inputs)]
@@ -263,7 +275,7 @@ func (s *sink) settle(i int) {
 	}
 	s.settled[i] = true
 	in := s.n.inputs[i]
-	if !in.requiresGrad {
+	if !s.need(i) {
 		return
 	}
 	if in.node == nil {

@@ -34,6 +34,7 @@ func benchCommands() map[string]command {
 		"broadcast":     {"broadcast latency and bandwidth across local processes", benchBroadcast},
 		"allgather":     {"all-gather latency and bandwidth across local processes", benchAllGather},
 		"reducescatter": {"reduce-scatter latency and bandwidth across local processes", benchReduceScatter},
+		"pipeline":      {"pipeline-parallel GPT-mini tokens/s: schedule, stages, microbatches", benchPipeline},
 	}
 }
 

@@ -1,0 +1,23 @@
+package main
+
+import "testing"
+
+// Bad input is a usage error (exit 2) before any worker starts.
+func TestBenchPipelineBadInput(t *testing.T) {
+	cases := map[string][]string{
+		"more stages than layers":         {"--stages", "8", "--microbatches", "8"},
+		"microbatches do not divide":      {"--stages", "2", "--microbatches", "5", "--batch", "32"},
+		"unknown schedule":                {"--schedule", "zigzag"},
+		"interleaved needs a multiple":    {"--schedule", "interleaved", "--stages", "2", "--microbatches", "3", "--batch", "3"},
+		"no timed steps":                  {"--steps", "0"},
+		"stray argument":                  {"extra"},
+		"interleaved beyond the 4 layers": {"--schedule", "interleaved", "--stages", "4", "--microbatches", "4"},
+	}
+	for name, args := range cases {
+		t.Run(name, func(t *testing.T) {
+			if code := benchPipeline(args); code != 2 {
+				t.Errorf("benchPipeline(%q) = %d, want 2", args, code)
+			}
+		})
+	}
+}

@@ -1,0 +1,85 @@
+// Package pipeline is pipeline model parallelism: a model cut into
+// stages, one group of stages per rank, microbatches flowing forward
+// through the ranks and gradients flowing back.
+//
+// # Schedules
+//
+// A Schedule is a pure plan: for each rank, the ordered list of its
+// actions for one training step (forward of microbatch m, backward, the
+// split backward's input and weight passes, and the sends and receives
+// between them). NewSchedule builds GPipe, 1F1B, interleaved 1F1B
+// (virtual stages: stage s on rank s mod P) and ZB-H1; each is written in
+// its own file with a reference. Goldens of the plans live in
+// testdata/schedules (go test -update rewrites them).
+//
+// Simulate runs a schedule symbolically (sends never block, a receive
+// waits for its send, messages between two ranks arrive in order) with
+// given costs for F, B, W and communication. It proves the plan sound: no
+// deadlock, every receive gets the message it expects, nothing is used
+// before it is produced, every microbatch-stage is computed exactly once;
+// and it measures the makespan, the bubble (idle fraction) and the peak
+// number of microbatches whose activations each rank holds. The tests run
+// it over stages 1–8 × microbatches 1–16 (× virtual stages 1–4 for
+// interleaved) and check GPipe's and 1F1B's bubble, (P−1)/(M+P−1), and
+// ZB-H1's idle time, a third of 1F1B's at the same peak memory.
+//
+// # Splitting a model
+//
+// A split of n layers into stages is a list of bounds. Uniform cuts evenly;
+// Balance cuts layers with measured costs so that the slowest stage is as
+// fast as possible; CheckSplit validates a split given by hand. Asking for
+// more stages than layers is an error, as are microbatches that do not
+// divide the batch (MicrobatchSize).
+//
+// # Executor
+//
+// New builds a Pipeline for one rank from a process group (the pipeline
+// ranks), a schedule and the rank's stages (the Stage interface: Forward
+// on a microbatch, and Parameters). Step runs one step: it posts every
+// receive of the step at once on per-link subgroups, performs the
+// schedule's actions in order, sends asynchronously as soon as data is
+// ready, and waits only where compute needs a message, so transfers
+// overlap with computation. The last stage's Forward returns the loss;
+// Step scales it by 1/M (Options.LossScale) before backward, so the
+// gradients equal those of the whole batch, and returns the mean loss on
+// every rank. The executor is a state machine over the action list with
+// its I/O (dist's Send/Recv, the stages' compute) injected.
+//
+// Ranks first all-gather a fingerprint of the schedule, the microbatches,
+// the activation shape, recomputation and the split: ranks that disagree
+// get an error naming which ranks have what. A rank that fails (its stage
+// errors or panics, or a peer dies) aborts every subgroup the pipeline
+// uses; dist then fails the peers' pending operations at once, and every
+// rank's error names the rank where the failure began (carried in the tag
+// of the abort, see abortTagBase).
+//
+// # Split backward (zero bubble)
+//
+// ZB-H1 needs the backward pass in two parts: B, the gradient of the
+// stage's input, which the previous stage waits for, and W, the gradient
+// of the stage's weights, which nobody waits for and which fills the
+// bubbles. The executor uses autograd.BackwardSplit, a real split rather
+// than a deferred copy: during B, every op that consumes a weight skips
+// the weight's gradient (Linear skips its weight GEMM, an Embedding does
+// not run at all) and keeps its saved tensors and output gradient; W runs
+// those ops again for the weights only. The simpler alternative, running
+// the whole backward at B and only accumulating the parameter gradients at
+// W, would keep the numbers but not the point: W would cost nothing, and
+// the bubble would stay 1F1B's. The ops that compute all their input
+// gradients in one go (LayerNorm) do that work twice; for a transformer
+// that is a few percent.
+//
+// # Also
+//
+//   - Options.Recompute: the forward pass keeps only each stage's input and
+//     runs without a graph; the stage's forward runs again, tracked, just
+//     before its backward.
+//   - Options.Tied: parameters shared by the first and the last stage (GPT's
+//     token embedding and head) have their gradients summed between those
+//     two ranks at the end of Step, so both copies take the same step.
+//   - Pipeline.ClipGradNorm: global-norm clipping over all stages, the
+//     squared norms all-reduced over the pipeline group (ClipGradNorm for
+//     any group), the tied copy counted once.
+//
+// Every wait is bounded by the caller's ctx and by dist's op timeout.
+package pipeline

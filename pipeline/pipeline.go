@@ -1,0 +1,730 @@
+package pipeline
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"slices"
+	"time"
+
+	"cohort/autograd"
+	"cohort/dist"
+	"cohort/tensor"
+)
+
+// Stage is the part of the model one pipeline stage runs.
+//
+// Forward runs the stage on microbatch mb. in is the previous stage's
+// output as a leaf that requires grad, or nil for the first stage, which
+// reads its own input (the caller arranges which microbatch of data mb
+// means). The last stage returns the microbatch's scalar loss; every other
+// stage its output activation, of shape Options.Shape. With
+// Options.Recompute, Forward is called twice per microbatch and must
+// return the same values both times.
+//
+// Parameters lists the stage's trainable parameters: a split backward
+// (the zero-bubble schedule) holds back their gradients between the input
+// pass and the weight pass, and recomputation runs the first forward
+// without tracking them.
+type Stage interface {
+	Forward(mb int, in *autograd.Var) (*autograd.Var, error)
+	Parameters() []*autograd.Var
+}
+
+// Options configures a Pipeline; the zero value works for one stage.
+type Options struct {
+	// Shape is the shape of the activation passed between stages (and of
+	// its gradient), e.g. [microbatch, T, D]. Required with more than one
+	// stage.
+	Shape []int
+	// Recompute keeps only each stage's input during the forward pass and
+	// runs the stage again, tracking the graph, just before its backward
+	// pass (activation checkpointing at stage granularity).
+	Recompute bool
+	// LossScale multiplies each microbatch's loss before backward; 0 means
+	// 1/Microbatches, so that gradients are those of the mean loss over
+	// the step's batch.
+	LossScale float64
+	// Tied lists parameters shared by the first and the last stage (GPT's
+	// token embedding and output head). The ranks holding those two stages
+	// pass their copies, in the same order; other ranks pass nil. After the
+	// backward passes of a step their gradients are summed between the two
+	// ranks, so both copies take the same optimizer step.
+	Tied []*autograd.Var
+	// Split records how the model was cut into stages (see Split); ranks
+	// check that they agree on it. Optional.
+	Split []int
+}
+
+// Pipeline executes a Schedule on one rank of a pipeline group: each rank
+// of pg holds the stages s with s mod pg.Size() == pg.Rank().
+//
+// Communication: activations and gradients travel between ranks on
+// two-rank subgroups of pg, one per direction and kind, so that a receive
+// waiting for its message never holds back a send (ops of one group run in
+// issue order). Every receive of a step is posted when the step starts and
+// every send when its data is ready; compute waits only for the message it
+// consumes, so transfers overlap with computation.
+//
+// Failure: when an action fails on one rank (a stage returns an error or
+// panics, or a peer goes away), that rank aborts every subgroup the
+// pipeline uses, which fails its peers' pending and later operations
+// promptly (they name the failed rank); the Pipeline is then broken and
+// every later call returns the first error.
+//
+// A Pipeline is used by one goroutine at a time.
+type Pipeline struct {
+	pg     dist.ProcessGroup
+	sched  *Schedule
+	rank   int
+	acts   []Action
+	stages map[int]Stage // by global stage index
+	opts   Options
+	last   int // last global stage
+
+	links map[linkKey]dist.ProcessGroup
+	ctl   dist.ProcessGroup // all ranks: loss, tied gradients, norms, abort
+	tied  dist.ProcessGroup // ranks of the first and last stage, when they differ
+	err   error
+	stats Stats
+}
+
+// Stats are a Pipeline's cumulative timings over its successful steps.
+// Compute is the time spent in the stages' forward and backward passes;
+// the rest of Wall went to waiting for peers and to bookkeeping, so
+// 1 − Compute/Wall is this rank's measured bubble.
+type Stats struct {
+	Steps   int
+	Wall    time.Duration // time inside Step
+	Compute time.Duration
+}
+
+type linkKey struct {
+	from, to int
+	grad     bool
+}
+
+// New builds the pipeline executor for this rank. stages are this rank's
+// stages in chunk order: stages[c] is global stage c·Stages + rank. New is a
+// collective op of pg: every rank calls it, and the ranks first exchange a
+// fingerprint of their schedule, options and split, so ranks that
+// disagree get an error naming them instead of a hang.
+func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage, o Options) (*Pipeline, error) {
+	if pg == nil || s == nil {
+		return nil, errors.New("pipeline: New: nil process group or schedule")
+	}
+	if pg.Size() != s.Stages {
+		return nil, fmt.Errorf("pipeline: schedule %s has %d stages but the process group has %d ranks", s.Name, s.Stages, pg.Size())
+	}
+	r := pg.Rank()
+	if len(stages) != s.Virtual {
+		return nil, fmt.Errorf("pipeline: rank %d: %d stages given, schedule %s holds %d per rank", r, len(stages), s.Name, s.Virtual)
+	}
+	if s.NumStages() > 1 && len(o.Shape) == 0 {
+		return nil, fmt.Errorf("pipeline: rank %d: Options.Shape (the activation shape between stages) is required with %d stages", r, s.NumStages())
+	}
+	for _, d := range o.Shape {
+		if d <= 0 {
+			return nil, fmt.Errorf("pipeline: rank %d: Options.Shape %v has a non-positive size", r, o.Shape)
+		}
+	}
+	if o.LossScale == 0 {
+		o.LossScale = 1 / float64(s.Microbatches)
+	}
+	p := &Pipeline{pg: pg, sched: s, rank: r, acts: s.Ranks[r], stages: map[int]Stage{}, opts: o,
+		last: s.NumStages() - 1, links: map[linkKey]dist.ProcessGroup{}}
+	for c, st := range stages {
+		if st == nil {
+			return nil, fmt.Errorf("pipeline: rank %d: stage %d is nil", r, c*s.Stages+r)
+		}
+		p.stages[c*s.Stages+r] = st
+	}
+	if s.Stages == 1 {
+		return p, nil
+	}
+	if err := checkFingerprint(ctx, pg, p.fingerprint(), s.RankOf(0), s.RankOf(p.last)); err != nil {
+		return nil, err
+	}
+	// Subgroups, created in the same order on every rank (the schedule is
+	// the same everywhere, as the fingerprint just showed).
+	used := map[linkKey]bool{}
+	for rr, acts := range s.Ranks {
+		for _, a := range acts {
+			if a.Kind == SendAct || a.Kind == SendGrad {
+				used[linkKey{rr, a.Peer, a.Kind == SendGrad}] = true
+			}
+		}
+	}
+	fail := func(err error) (*Pipeline, error) {
+		p.closeGroups(false, -1)
+		return nil, fmt.Errorf("pipeline: rank %d: forming subgroups: %w", r, err)
+	}
+	for from := range s.Stages {
+		for to := range s.Stages {
+			for _, grad := range []bool{false, true} {
+				k := linkKey{from, to, grad}
+				if !used[k] {
+					continue
+				}
+				g, err := dist.NewGroup(ctx, pg, []int{from, to})
+				if err != nil {
+					return fail(err)
+				}
+				if g != nil {
+					p.links[k] = g
+				}
+			}
+		}
+	}
+	all := make([]int, s.Stages)
+	for i := range all {
+		all[i] = i
+	}
+	g, err := dist.NewGroup(ctx, pg, all)
+	if err != nil {
+		return fail(err)
+	}
+	p.ctl = g
+	first, lastRank := s.RankOf(0), s.RankOf(p.last)
+	if first != lastRank {
+		g, err := dist.NewGroup(ctx, pg, []int{first, lastRank})
+		if err != nil {
+			return fail(err)
+		}
+		p.tied = g
+	}
+	return p, nil
+}
+
+// Schedule returns the schedule the pipeline runs.
+func (p *Pipeline) Schedule() *Schedule { return p.sched }
+
+// holdsTiedCopy reports whether this rank holds the last stage's copy of
+// the tied parameters on a rank of its own (counted once in norms).
+func (p *Pipeline) holdsTiedCopy() bool {
+	return p.tied != nil && p.rank == p.sched.RankOf(p.last)
+}
+
+// stepState is what one Step holds between actions.
+type stepState struct {
+	recvs  map[msgKey]*pendingRecv
+	local  map[msgKey]*tensor.Tensor // data passed between stages of this rank
+	fwd    map[fwdKey]*fwdState
+	sends  []pendingSend
+	losses float64
+	wait   time.Duration // spent waiting for received data
+}
+
+type msgKey struct {
+	grad      bool
+	stage, mb int // the consuming stage
+}
+
+type fwdKey struct{ stage, mb int }
+
+type pendingRecv struct {
+	w    dist.Work
+	buf  *tensor.Tensor
+	peer int
+}
+
+type pendingSend struct {
+	w    dist.Work
+	peer int
+}
+
+type fwdState struct {
+	inVal      *tensor.Tensor // the stage's input value (nil for stage 0)
+	in, out    *autograd.Var  // graph (nil between a recomputing forward and its backward)
+	outVal     *tensor.Tensor // the output's value, contiguous, for sending
+	weightPass func()         // split backward: what is left after the input pass
+}
+
+// tag numbers a message by microbatch and producing stage.
+func (p *Pipeline) tag(producer, mb int) int { return mb*p.sched.NumStages() + producer }
+
+// Step runs one training step: the forward and backward passes of every
+// microbatch as the schedule orders them, then the tied-parameter
+// gradient sum. Gradients accumulate into the stages' parameters (zero
+// them between steps). It returns the mean loss over the microbatches, on
+// every rank.
+func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
+	if p.err != nil {
+		return 0, p.err
+	}
+	start := time.Now()
+	st := &stepState{recvs: map[msgKey]*pendingRecv{}, local: map[msgKey]*tensor.Tensor{}, fwd: map[fwdKey]*fwdState{}}
+	for _, a := range p.acts {
+		if a.Kind != RecvAct && a.Kind != RecvGrad {
+			continue
+		}
+		grad := a.Kind == RecvGrad
+		producer := a.Stage - 1
+		if grad {
+			producer = a.Stage + 1
+		}
+		buf := tensor.New(p.opts.Shape...)
+		g := p.links[linkKey{a.Peer, p.rank, grad}]
+		st.recvs[msgKey{grad, a.Stage, a.Microbatch}] = &pendingRecv{w: g.Recv(ctx, dist.FromTensor(buf), 0, p.tag(producer, a.Microbatch)), buf: buf, peer: a.Peer}
+	}
+	var compute time.Duration
+	for i, a := range p.acts {
+		t0, wait0 := time.Now(), st.wait
+		if err := p.do(ctx, st, a); err != nil {
+			return 0, p.fail(ctx, fmt.Errorf("pipeline: rank %d: action %d (%v): %w", p.rank, i, a, err))
+		}
+		if a.Kind.IsCompute() {
+			compute += time.Since(t0) - (st.wait - wait0)
+		}
+	}
+	for _, s := range st.sends {
+		if err := waitWork(ctx, s.w); err != nil {
+			return 0, p.fail(ctx, fmt.Errorf("pipeline: rank %d: send to rank %d: %w", p.rank, s.peer, &linkError{s.peer, err}))
+		}
+	}
+	if err := p.reduceTied(ctx); err != nil {
+		return 0, p.fail(ctx, err)
+	}
+	loss = st.losses / float64(p.sched.Microbatches)
+	if p.ctl != nil {
+		buf := []float64{loss}
+		if err := waitWork(ctx, p.ctl.Broadcast(ctx, dist.F64(buf), p.sched.RankOf(p.last))); err != nil {
+			return 0, p.fail(ctx, fmt.Errorf("pipeline: rank %d: loss broadcast: %w", p.rank, err))
+		}
+		loss = buf[0]
+	}
+	p.stats.Steps++
+	p.stats.Wall += time.Since(start)
+	p.stats.Compute += compute
+	return loss, nil
+}
+
+// Stats returns the timings of the steps so far.
+func (p *Pipeline) Stats() Stats { return p.stats }
+
+// do performs one action.
+func (p *Pipeline) do(ctx context.Context, st *stepState, a Action) error {
+	k := fwdKey{a.Stage, a.Microbatch}
+	switch a.Kind {
+	case RecvAct, RecvGrad:
+		return nil // posted when the step started; waited for by its consumer
+	case Forward:
+		return p.forward(ctx, st, a)
+	case Backward, BackwardInput:
+		return p.backward(ctx, st, a)
+	case BackwardWeight:
+		f := st.fwd[k]
+		if f == nil || f.weightPass == nil {
+			return errors.New("weight pass without an input pass")
+		}
+		delete(st.fwd, k)
+		return guard(fmt.Sprintf("stage %d weight pass", a.Stage), f.weightPass)
+	case SendAct:
+		f := st.fwd[k]
+		if f == nil || f.outVal == nil {
+			return errors.New("sending an activation not computed")
+		}
+		g := p.links[linkKey{p.rank, a.Peer, false}]
+		st.sends = append(st.sends, pendingSend{g.Send(ctx, dist.FromTensor(f.outVal), 1, p.tag(a.Stage, a.Microbatch)), a.Peer})
+		return nil
+	case SendGrad:
+		buf := st.local[msgKey{true, a.Stage - 1, a.Microbatch}]
+		if buf == nil {
+			return errors.New("sending a gradient not computed")
+		}
+		delete(st.local, msgKey{true, a.Stage - 1, a.Microbatch})
+		g := p.links[linkKey{p.rank, a.Peer, true}]
+		st.sends = append(st.sends, pendingSend{g.Send(ctx, dist.FromTensor(buf), 1, p.tag(a.Stage, a.Microbatch)), a.Peer})
+		return nil
+	}
+	return fmt.Errorf("unknown action kind %v", a.Kind)
+}
+
+// input returns the data stage consumes for microbatch mb: an activation
+// (grad false) or an output gradient, local or received.
+func (p *Pipeline) input(ctx context.Context, st *stepState, grad bool, stage, mb int) (*tensor.Tensor, error) {
+	k := msgKey{grad, stage, mb}
+	if t, ok := st.local[k]; ok {
+		delete(st.local, k)
+		return t, nil
+	}
+	r := st.recvs[k]
+	if r == nil {
+		return nil, errors.New("input neither computed on this rank nor received")
+	}
+	delete(st.recvs, k)
+	t0 := time.Now()
+	err := waitWork(ctx, r.w)
+	st.wait += time.Since(t0)
+	if err != nil {
+		return nil, &linkError{r.peer, err}
+	}
+	return r.buf, nil
+}
+
+// guard runs fn, turning a panic into an error.
+func guard(what string, fn func()) (err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			err = fmt.Errorf("%s panicked: %v", what, v)
+		}
+	}()
+	fn()
+	return nil
+}
+
+// run calls the stage's Forward, turning a panic into an error.
+func (p *Pipeline) run(stage, mb int, in *autograd.Var) (out *autograd.Var, err error) {
+	defer func() {
+		if v := recover(); v != nil {
+			out, err = nil, fmt.Errorf("stage %d panicked: %v", stage, v)
+		}
+	}()
+	out, err = p.stages[stage].Forward(mb, in)
+	if err == nil && out == nil {
+		err = fmt.Errorf("stage %d returned no output", stage)
+	}
+	return out, err
+}
+
+func (p *Pipeline) forward(ctx context.Context, st *stepState, a Action) error {
+	f := &fwdState{}
+	if a.Stage > 0 {
+		t, err := p.input(ctx, st, false, a.Stage, a.Microbatch)
+		if err != nil {
+			return err
+		}
+		f.inVal = t
+	}
+	var in *autograd.Var
+	if f.inVal != nil {
+		in = autograd.NewVar(f.inVal, !p.opts.Recompute)
+	}
+	var restore func()
+	if p.opts.Recompute {
+		restore = autograd.NoGrad(p.stages[a.Stage].Parameters()...)
+	}
+	out, err := p.run(a.Stage, a.Microbatch, in)
+	if restore != nil {
+		restore()
+	}
+	if err != nil {
+		return err
+	}
+	if a.Stage == p.last {
+		if out.Value.Len() != 1 {
+			return fmt.Errorf("last stage returned shape %v, want a scalar loss", out.Value.Shape())
+		}
+		st.losses += float64(out.Value.Item())
+	} else {
+		if !slices.Equal(out.Value.Shape(), p.opts.Shape) {
+			return fmt.Errorf("stage %d output shape %v, Options.Shape %v", a.Stage, out.Value.Shape(), p.opts.Shape)
+		}
+		f.outVal = out.Value.Contiguous()
+		if p.sched.RankOf(a.Stage+1) == p.rank {
+			st.local[msgKey{false, a.Stage + 1, a.Microbatch}] = f.outVal
+		}
+	}
+	if !p.opts.Recompute {
+		f.in, f.out = in, out
+	}
+	st.fwd[fwdKey{a.Stage, a.Microbatch}] = f
+	return nil
+}
+
+func (p *Pipeline) backward(ctx context.Context, st *stepState, a Action) error {
+	k := fwdKey{a.Stage, a.Microbatch}
+	f := st.fwd[k]
+	if f == nil {
+		return errors.New("backward before forward")
+	}
+	var g *tensor.Tensor
+	if a.Stage == p.last {
+		g = tensor.Full(float32(p.opts.LossScale))
+	} else {
+		t, err := p.input(ctx, st, true, a.Stage, a.Microbatch)
+		if err != nil {
+			return err
+		}
+		g = t
+	}
+	if p.opts.Recompute {
+		if f.inVal != nil {
+			f.in = autograd.NewVar(f.inVal, true)
+		}
+		out, err := p.run(a.Stage, a.Microbatch, f.in)
+		if err != nil {
+			return fmt.Errorf("recomputing: %w", err)
+		}
+		f.out = out
+	}
+	if a.Stage == p.last {
+		g = g.Reshape(f.out.Value.Shape()...)
+	}
+	if !f.out.RequiresGrad() {
+		return fmt.Errorf("stage %d output does not require grad", a.Stage)
+	}
+	err := guard(fmt.Sprintf("stage %d backward", a.Stage), func() {
+		if a.Kind == BackwardInput {
+			f.weightPass = autograd.BackwardSplit(f.out, g, p.stages[a.Stage].Parameters())
+		} else {
+			autograd.BackwardGrad(f.out, g)
+		}
+	})
+	if err != nil {
+		return err
+	}
+	if a.Stage > 0 {
+		gin := f.in.Grad
+		if gin == nil {
+			gin = tensor.New(f.inVal.Shape()...)
+		}
+		st.local[msgKey{true, a.Stage - 1, a.Microbatch}] = gin.Contiguous()
+	}
+	f.in, f.out, f.inVal, f.outVal = nil, nil, nil, nil
+	if a.Kind == Backward {
+		delete(st.fwd, k)
+	}
+	return nil
+}
+
+// reduceTied sums the tied parameters' gradients between the first and
+// the last stage's ranks.
+func (p *Pipeline) reduceTied(ctx context.Context) error {
+	if p.tied == nil || len(p.opts.Tied) == 0 {
+		return nil
+	}
+	n := 0
+	for _, v := range p.opts.Tied {
+		n += v.Value.Len()
+	}
+	flat := make([]float32, 0, n)
+	for _, v := range p.opts.Tied {
+		if v.Grad == nil {
+			v.Grad = tensor.New(v.Value.Shape()...)
+		}
+		flat = append(flat, v.Grad.Contiguous().Data()...)
+	}
+	if err := waitWork(ctx, p.tied.AllReduce(ctx, dist.F32(flat), dist.Sum)); err != nil {
+		return fmt.Errorf("pipeline: rank %d: tied gradient all-reduce: %w", p.rank, err)
+	}
+	off := 0
+	for _, v := range p.opts.Tied {
+		d := v.Grad.Data()
+		off += copy(d, flat[off:off+len(d)])
+	}
+	return nil
+}
+
+func waitWork(ctx context.Context, w dist.Work) error {
+	select {
+	case <-w.Done():
+		return w.Wait()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// noticeGrace bounds how long a rank that failed because of a peer waits
+// for the abort notice that names the rank where the failure began.
+const noticeGrace = 200 * time.Millisecond
+
+// Aborting: a rank that fails posts, on every subgroup, a receive that
+// never completes and then closes the subgroup, which makes dist notify
+// the subgroup's peers (a closed group with a pending op tells them). The
+// receive's tag is abortTagBase + the pipeline rank where the failure
+// began, and the notice carries the op's sequence number, which holds the
+// tag; so every rank can name that rank, even when the failure reached it
+// through others.
+const abortTagBase = 1 << 30
+
+// linkError is the failure of a transfer with a peer rank.
+type linkError struct {
+	peer int
+	err  error
+}
+
+func (e *linkError) Error() string { return e.err.Error() }
+func (e *linkError) Unwrap() error { return e.err }
+
+// fail breaks the pipeline with err: it aborts every subgroup (telling
+// the peers) and records the error, naming the rank where the failure
+// began when that is another one.
+func (p *Pipeline) fail(ctx context.Context, err error) error {
+	if p.err != nil {
+		return p.err
+	}
+	culprit := p.culprit(err)
+	if culprit != p.rank && p.ctl != nil {
+		// If the control group was aborted, a receive there fails at once
+		// with the notice, which names the rank where the failure began.
+		w := p.ctl.Recv(context.WithoutCancel(ctx), dist.F32(make([]float32, 1)), (p.rank+1)%p.sched.Stages, abortTagBase+culprit)
+		select {
+		case <-w.Done():
+			// The error is this receive's own (tagged with this rank's
+			// guess); the notice is its cause.
+			var own *dist.OpError
+			if e := w.Wait(); errors.As(e, &own) {
+				if c := abortCulprit(own.Err); c >= 0 && c < p.sched.Stages {
+					culprit = c
+				}
+			}
+		case <-time.After(noticeGrace):
+		}
+	}
+	if culprit != p.rank {
+		var held []int
+		for st := culprit; st < p.sched.NumStages(); st += p.sched.Stages {
+			held = append(held, st)
+		}
+		err = fmt.Errorf("%w (the failure began on pipeline rank %d, holding stages %v)", err, culprit, held)
+	}
+	p.err = err
+	p.closeGroups(true, culprit)
+	return err
+}
+
+// culprit returns the pipeline rank where the failure err began, as far as
+// this rank can tell: the one an abort notice names, else the peer of a
+// failed transfer, else this rank.
+func (p *Pipeline) culprit(err error) int {
+	if c := abortCulprit(err); c >= 0 && c < p.sched.Stages {
+		return c
+	}
+	var le *linkError
+	if errors.As(err, &le) {
+		return le.peer
+	}
+	return p.rank
+}
+
+// abortCulprit finds, in err's tree, an op whose sequence number is that
+// of an abort receive and returns the rank its tag names, or −1.
+func abortCulprit(err error) int {
+	if err == nil {
+		return -1
+	}
+	if oe, ok := err.(*dist.OpError); ok && oe.Seq>>63 == 1 {
+		if tag := int(oe.Seq >> 32 & (1<<31 - 1)); tag >= abortTagBase {
+			return tag - abortTagBase
+		}
+	}
+	switch u := err.(type) {
+	case interface{ Unwrap() []error }:
+		for _, e := range u.Unwrap() {
+			if c := abortCulprit(e); c >= 0 {
+				return c
+			}
+		}
+	case interface{ Unwrap() error }:
+		return abortCulprit(u.Unwrap())
+	}
+	return -1
+}
+
+// closeGroups closes the pipeline's subgroups; with abort, each first gets
+// a pending receive tagged with the culprit, so that closing it tells its
+// peers (see abortTagBase).
+func (p *Pipeline) closeGroups(abort bool, culprit int) {
+	gs := []dist.ProcessGroup{p.ctl, p.tied}
+	for _, g := range p.links {
+		gs = append(gs, g)
+	}
+	for _, g := range gs {
+		if g == nil {
+			continue
+		}
+		if abort {
+			peer := 0
+			if g.Rank() == 0 {
+				peer = 1
+			}
+			g.Recv(context.Background(), dist.F32(make([]float32, 1)), peer, abortTagBase+culprit)
+		}
+		g.Close()
+	}
+}
+
+// Close releases the pipeline's subgroups (not pg). It does not
+// synchronise with the peers: call it once every rank is done stepping.
+func (p *Pipeline) Close() error {
+	p.closeGroups(false, -1)
+	if p.err == nil {
+		p.err = errors.New("pipeline: closed")
+	}
+	return nil
+}
+
+// ClipGradNorm scales the gradients of params, this rank's parameters,
+// so that the norm over every stage's parameters is at most maxNorm, and
+// returns that norm before scaling (see the package function). The last
+// stage's copy of the tied parameters is left out of the norm, as the
+// first stage's copy counts them.
+func (p *Pipeline) ClipGradNorm(ctx context.Context, params []*autograd.Var, maxNorm float64) (float64, error) {
+	if p.err != nil {
+		return 0, p.err
+	}
+	var counted, extra []*autograd.Var
+	for _, v := range params {
+		if p.holdsTiedCopy() && slices.Contains(p.opts.Tied, v) {
+			extra = append(extra, v)
+		} else {
+			counted = append(counted, v)
+		}
+	}
+	n, err := ClipGradNorm(ctx, p.ctl, counted, extra, maxNorm)
+	if err != nil && errors.Is(err, dist.ErrAborted) {
+		return n, p.fail(ctx, err)
+	}
+	return n, err
+}
+
+// ClipGradNorm is optim.ClipGradNorm (2-norm) across the ranks of pg: the
+// squared norms of each rank's counted gradients are summed over pg, and
+// every rank scales its counted and extra gradients by
+// maxNorm/(norm + 1e-6) when that is below 1. It returns the total norm,
+// the same on every rank. pg may be nil for a single rank. A NaN or
+// infinite norm is an error and leaves the gradients unchanged.
+func ClipGradNorm(ctx context.Context, pg dist.ProcessGroup, counted, extra []*autograd.Var, maxNorm float64) (float64, error) {
+	if math.IsNaN(maxNorm) || maxNorm < 0 {
+		return 0, fmt.Errorf("pipeline: ClipGradNorm: maxNorm = %v, want >= 0", maxNorm)
+	}
+	var sum float64
+	for _, v := range counted {
+		if v.Grad == nil {
+			continue
+		}
+		for _, x := range v.Grad.Contiguous().Data() {
+			sum += float64(x) * float64(x)
+		}
+	}
+	if pg != nil && pg.Size() > 1 {
+		buf := []float64{sum}
+		if err := waitWork(ctx, pg.AllReduce(ctx, dist.F64(buf), dist.Sum)); err != nil {
+			return 0, fmt.Errorf("pipeline: ClipGradNorm: rank %d: %w", pg.Rank(), err)
+		}
+		sum = buf[0]
+	}
+	total := math.Sqrt(sum)
+	if math.IsNaN(total) || math.IsInf(total, 0) {
+		return total, fmt.Errorf("pipeline: ClipGradNorm: total norm is %v", total)
+	}
+	coef := maxNorm / (total + 1e-6)
+	if coef < 1 {
+		c := float32(coef)
+		for _, v := range slices.Concat(counted, extra) {
+			if v.Grad == nil {
+				continue
+			}
+			if !v.Grad.IsContiguous() {
+				return total, fmt.Errorf("pipeline: ClipGradNorm: a gradient of shape %v is not contiguous", v.Grad.Shape())
+			}
+			d := v.Grad.Data()
+			for i := range d {
+				d[i] *= c
+			}
+		}
+	}
+	return total, nil
+}

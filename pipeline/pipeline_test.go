@@ -1,0 +1,287 @@
+package pipeline
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+
+	"cohort/autograd"
+	"cohort/dist"
+	"cohort/dist/disttest"
+	"cohort/models"
+	"cohort/nn"
+	"cohort/optim"
+)
+
+var _ Stage = (*models.GPTStage)(nil)
+
+// trainCfg is one GPT-mini training run: a batch of batch sequences of
+// length seqLen per step, AdamW with clipping at 1.0.
+type trainCfg struct {
+	schedule     string
+	stages       int // ranks
+	virtual      int
+	microbatches int
+	recompute    bool
+	steps        int
+	batch        int
+	seqLen       int
+}
+
+func (c trainCfg) String() string {
+	s := fmt.Sprintf("%s/p=%d/v=%d/m=%d/steps=%d", c.schedule, c.stages, c.virtual, c.microbatches, c.steps)
+	if c.recompute {
+		s += "/recompute"
+	}
+	return s
+}
+
+// batchFor returns step's token ids and targets (a fixed random stream).
+func batchFor(step, n, vocab int) (idx, tgt []int64) {
+	rng := rand.New(rand.NewPCG(uint64(step), 99))
+	idx, tgt = make([]int64, n), make([]int64, n)
+	for i := range idx {
+		idx[i] = int64(rng.IntN(vocab))
+		tgt[i] = int64((int(idx[i])*7 + 3) % vocab) // learnable: the next token is a function of this one
+	}
+	return idx, tgt
+}
+
+func newAdamW(params []*autograd.Var) *optim.Adam {
+	opt, err := optim.NewAdamW([]optim.Group{{Params: params, LR: 1e-3, WeightDecay: 0.1}}, optim.AdamDefaults())
+	if err != nil {
+		panic(err)
+	}
+	return opt
+}
+
+func newGPT(t testing.TB, cfg models.GPTConfig) *models.GPT {
+	g, err := models.NewGPT(rand.New(rand.NewPCG(5, 6)), cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}
+
+// reference trains GPT-mini in one process and returns its final
+// parameters by name and the losses.
+func reference(t testing.TB, c trainCfg) (map[string][]float32, []float64) {
+	g := newGPT(t, models.GPTMini())
+	init := map[string][]float32{}
+	for _, p := range g.NamedParameters() {
+		init[p.Name] = p.Param.Value.Clone().Data()
+	}
+	params := nn.Parameters(g)
+	opt := newAdamW(params)
+	var losses []float64
+	for step := range c.steps {
+		idx, tgt := batchFor(step, c.batch*c.seqLen, g.Config.Vocab)
+		nn.ZeroGrad(g)
+		loss := g.Loss(g.Forward(idx, c.batch, c.seqLen), tgt)
+		autograd.Backward(loss)
+		if _, err := optim.ClipGradNorm(params, 1.0, 2); err != nil {
+			t.Fatal(err)
+		}
+		opt.Step()
+		losses = append(losses, float64(loss.Value.Item()))
+	}
+	out := map[string][]float32{}
+	moved := 0.0
+	for _, p := range g.NamedParameters() {
+		out[p.Name] = p.Param.Value.Clone().Data()
+		for i, v := range out[p.Name] {
+			moved = max(moved, math.Abs(float64(v-init[p.Name][i])))
+		}
+	}
+	if moved < 1e-3 {
+		t.Fatalf("reference training moved no parameter by more than %v", moved)
+	}
+	return out, losses
+}
+
+// rankRun is one rank's part of a pipelined run.
+type rankRun struct {
+	params map[string][]float32
+	losses []float64
+}
+
+// trainRank trains this rank's stages of GPT-mini under the pipeline.
+func trainRank(ctx context.Context, pg dist.ProcessGroup, c trainCfg) (rankRun, error) {
+	g, err := models.NewGPT(rand.New(rand.NewPCG(5, 6)), models.GPTMini())
+	if err != nil {
+		return rankRun{}, err
+	}
+	sched, err := NewSchedule(c.schedule, c.stages, c.virtual, c.microbatches)
+	if err != nil {
+		return rankRun{}, err
+	}
+	split, err := Uniform(g.Config.NLayer, sched.NumStages())
+	if err != nil {
+		return rankRun{}, err
+	}
+	mbSize, err := MicrobatchSize(c.batch, c.microbatches)
+	if err != nil {
+		return rankRun{}, err
+	}
+	r := pg.Rank()
+	var stages []Stage
+	var gs []*models.GPTStage
+	var named []nn.NamedParameter
+	seen := map[*autograd.Var]bool{}
+	for chunk := range sched.Virtual {
+		s := chunk*sched.Stages + r
+		st, err := g.NewStage(split[s], split[s+1], s == 0, s == sched.NumStages()-1)
+		if err != nil {
+			return rankRun{}, err
+		}
+		stages, gs = append(stages, st), append(gs, st)
+		for _, p := range st.NamedParameters() {
+			if !seen[p.Param] {
+				seen[p.Param] = true
+				named = append(named, p)
+			}
+		}
+	}
+	var tied []*autograd.Var
+	if r == sched.RankOf(0) || r == sched.RankOf(sched.NumStages()-1) {
+		tied = []*autograd.Var{g.Wte}
+	}
+	pl, err := New(ctx, pg, sched, stages, Options{
+		Shape: []int{mbSize, c.seqLen, g.Config.D}, Recompute: c.recompute, Tied: tied, Split: split,
+	})
+	if err != nil {
+		return rankRun{}, err
+	}
+	defer pl.Close()
+	var params []*autograd.Var
+	for _, p := range named {
+		params = append(params, p.Param)
+	}
+	opt := newAdamW(params)
+	var run rankRun
+	for step := range c.steps {
+		idx, tgt := batchFor(step, c.batch*c.seqLen, g.Config.Vocab)
+		for _, st := range gs {
+			if err := st.SetBatch(idx, tgt, c.batch, c.seqLen, c.microbatches); err != nil {
+				return run, err
+			}
+		}
+		for _, p := range params {
+			p.ZeroGrad()
+		}
+		loss, err := pl.Step(ctx)
+		if err != nil {
+			return run, err
+		}
+		if _, err := pl.ClipGradNorm(ctx, params, 1.0); err != nil {
+			return run, err
+		}
+		opt.Step()
+		run.losses = append(run.losses, loss)
+	}
+	if st := pl.Stats(); st.Steps != c.steps || st.Compute <= 0 || st.Compute > st.Wall {
+		return run, fmt.Errorf("stats %+v after %d steps: want that many steps and 0 < compute ≤ wall", st, c.steps)
+	}
+	run.params = map[string][]float32{}
+	for _, p := range named {
+		run.params[p.Name] = p.Param.Value.Clone().Data()
+	}
+	return run, nil
+}
+
+// compare checks the pipelined runs against the reference.
+func compare(t *testing.T, ref map[string][]float32, refLoss []float64, runs []rankRun) {
+	t.Helper()
+	covered := map[string]bool{}
+	for r, run := range runs {
+		if len(run.losses) != len(refLoss) {
+			t.Fatalf("rank %d: %d losses, want %d", r, len(run.losses), len(refLoss))
+		}
+		for i, l := range run.losses {
+			if math.Abs(l-refLoss[i]) > 1e-4*math.Max(1, math.Abs(refLoss[i])) {
+				t.Errorf("rank %d step %d: loss %v, want %v", r, i, l, refLoss[i])
+			}
+		}
+		for name, got := range run.params {
+			covered[name] = true
+			want := ref[name]
+			for i := range got {
+				if d := math.Abs(float64(got[i] - want[i])); d > 2e-5+1e-4*math.Abs(float64(want[i])) {
+					t.Fatalf("rank %d: %s[%d] = %v, want %v", r, name, i, got[i], want[i])
+				}
+			}
+		}
+	}
+	if len(covered) != len(ref) {
+		t.Errorf("%d of %d parameters held by some rank", len(covered), len(ref))
+	}
+}
+
+func runPipelined(t *testing.T, c trainCfg) []rankRun {
+	t.Helper()
+	runs := make([]rankRun, c.stages)
+	disttest.Run(t, c.stages, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := disttest.Context(t, time.Minute)
+		run, err := trainRank(ctx, pg, c)
+		if err != nil {
+			t.Errorf("rank %d: %v", pg.Rank(), err)
+			return
+		}
+		runs[pg.Rank()] = run
+	})
+	return runs
+}
+
+// Training GPT-mini on two stages with every schedule, for 20 steps,
+// equals training it in one process, to float32 rounding: losses and
+// final parameters. A few more layouts run 3 steps.
+func TestGPTMiniEqualsOneProcess(t *testing.T) {
+	base := trainCfg{stages: 2, virtual: 1, microbatches: 4, steps: 20, batch: 4, seqLen: 16}
+	var cfgs []trainCfg
+	for _, name := range Names() {
+		c := base
+		c.schedule = name
+		if name == "interleaved" {
+			c.virtual = 2
+		}
+		cfgs = append(cfgs, c)
+	}
+	short := base
+	short.steps, short.batch = 3, 8
+	rec := short
+	rec.schedule, rec.recompute = "zb", true
+	rec1 := short
+	rec1.schedule, rec1.recompute = "1f1b", true
+	one := short
+	one.schedule, one.stages = "1f1b", 1
+	local := short // one rank, two virtual stages: data passes locally
+	local.schedule, local.stages, local.virtual = "interleaved", 1, 2
+	four := short
+	four.schedule, four.stages = "gpipe", 4
+	eight := short // more microbatches than 1F1B's warm-up, two per microbatch
+	eight.schedule, eight.microbatches = "zb", 8
+	cfgs = append(cfgs, rec, rec1, one, local, four, eight)
+	type refRun struct {
+		params map[string][]float32
+		losses []float64
+	}
+	refs := map[[2]int]refRun{} // by steps and batch
+	for _, c := range cfgs {
+		t.Run(c.String(), func(t *testing.T) {
+			key := [2]int{c.steps, c.batch}
+			ref, ok := refs[key]
+			if !ok {
+				ref.params, ref.losses = reference(t, c)
+				refs[key] = ref
+			}
+			runs := runPipelined(t, c)
+			if t.Failed() {
+				return
+			}
+			compare(t, ref.params, ref.losses, runs)
+		})
+	}
+}

@@ -1,0 +1,116 @@
+package pipeline
+
+import (
+	"flag"
+	"fmt"
+	"math"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the schedule goldens in testdata/schedules")
+
+type gridCase struct {
+	name            string
+	stages, virtual int
+	microbatches    int
+}
+
+// grid lists every schedule configuration the simulator must accept:
+// stages 1–8 × microbatches 1–16, and virtual stages 1–4 for interleaved
+// (whose microbatches must be a multiple of the stages).
+func grid() []gridCase {
+	var out []gridCase
+	for _, name := range Names() {
+		for p := 1; p <= 8; p++ {
+			for m := 1; m <= 16; m++ {
+				vs := []int{1}
+				if name == "interleaved" {
+					if m%p != 0 {
+						continue
+					}
+					vs = []int{1, 2, 3, 4}
+				}
+				for _, v := range vs {
+					out = append(out, gridCase{name, p, v, m})
+				}
+			}
+		}
+	}
+	return out
+}
+
+func TestSimulateGrid(t *testing.T) {
+	for _, g := range grid() {
+		t.Run(fmt.Sprintf("%s/p=%d/v=%d/m=%d", g.name, g.stages, g.virtual, g.microbatches), func(t *testing.T) {
+			s, err := NewSchedule(g.name, g.stages, g.virtual, g.microbatches)
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, c := range []Costs{UnitCosts(), {F: 1, B: 2, W: 1, Comm: 0.1}, {F: 1, B: 1, W: 2, Comm: 0.5}} {
+				res, err := Simulate(s, c)
+				if err != nil {
+					t.Fatalf("costs %+v: %v", c, err)
+				}
+				if res.Bubble < -1e-9 || res.Bubble >= 1 {
+					t.Errorf("costs %+v: bubble %v", c, res.Bubble)
+				}
+			}
+			res, err := Simulate(s, UnitCosts())
+			if err != nil {
+				t.Fatal(err)
+			}
+			p, m := g.stages, g.microbatches
+			switch g.name {
+			case "gpipe", "1f1b":
+				if want := IdealBubble(p, 1, m); math.Abs(res.Bubble-want) > 1e-9 {
+					t.Errorf("bubble %v, want (p−1)/(m+p−1) = %v", res.Bubble, want)
+				}
+			case "interleaved":
+				if want := IdealBubble(p, g.virtual, m); res.Bubble > want+1e-9 {
+					t.Errorf("bubble %v, want at most (p−1)/(vm+p−1) = %v", res.Bubble, want)
+				}
+			}
+			switch g.name {
+			case "gpipe":
+				if res.PeakMax() != m {
+					t.Errorf("peak activations %v, want %d", res.Peak, m)
+				}
+			case "1f1b", "zb":
+				if res.PeakMax() > min(p, m) {
+					t.Errorf("peak activations %v, want at most min(p, m) = %d", res.Peak, min(p, m))
+				}
+			}
+		})
+	}
+}
+
+// ZB-H1 against 1F1B at unit costs: the same peak activation memory and
+// about a third of the idle time ((p−1)(F+B−W) against (p−1)(F+B+W)).
+func TestZBH1Bubble(t *testing.T) {
+	for p := 2; p <= 8; p++ {
+		for _, m := range []int{p, 2 * p, 16} {
+			t.Run(fmt.Sprintf("p=%d/m=%d", p, m), func(t *testing.T) {
+				f, _ := NewSchedule("1f1b", p, 1, m)
+				z, _ := NewSchedule("zb", p, 1, m)
+				rf, err := Simulate(f, UnitCosts())
+				if err != nil {
+					t.Fatal(err)
+				}
+				rz, err := Simulate(z, UnitCosts())
+				if err != nil {
+					t.Fatal(err)
+				}
+				t.Logf("1f1b idle %v bubble %.3f peak %v; zb idle %v bubble %.3f peak %v", rf.Idle, rf.Bubble, rf.Peak, rz.Idle, rz.Bubble, rz.Peak)
+				if rz.PeakMax() > rf.PeakMax() {
+					t.Errorf("zb peak %v above 1f1b's %v", rz.Peak, rf.Peak)
+				}
+				if want := 3 * float64(p-1); math.Abs(rf.Idle-want) > 1e-9 {
+					t.Errorf("1f1b idle %v, want (p−1)(F+B+W) = %v", rf.Idle, want)
+				}
+				if want := float64(p - 1); rz.Idle > want+1e-9 {
+					t.Errorf("zb idle %v, want at most (p−1)(F+B−W) = %v, a third of 1f1b's %v", rz.Idle, want, rf.Idle)
+				}
+			})
+		}
+	}
+}
