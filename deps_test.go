@@ -35,6 +35,7 @@ var importRules = []struct {
 	{"cohort/ddp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/tp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/models", "cohort/optim"}},
 	{"cohort/pipeline", []string{"cohort/dist", "cohort/autograd", "cohort/tensor"}},
+	{"cohort/checkpoint", []string{"cohort/tensor", "cohort/nn", "cohort/optim"}},
 	{"cohort/obs/...", []string{"cohort/obs/..."}},
 	{"cohort/launch/...", []string{"cohort/launch/...", "cohort/dist/rendezvous", "cohort/dist/store/..."}},
 }

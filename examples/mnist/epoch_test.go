@@ -1,0 +1,67 @@
+package main
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"testing"
+)
+
+// TestPositionDealsEachSampleOnce deals epochs in random turns (world
+// sizes and how far each turn got) and checks that, with the last turn
+// run to its end, every sample is used at least once and repeats come
+// only from the splits' padding.
+func TestPositionDealsEachSampleOnce(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 200 {
+		n := rng.IntN(50)
+		turns := 1 + rng.IntN(4)
+		t.Run(fmt.Sprintf("trial=%d/n=%d/turns=%d", trial, n, turns), func(t *testing.T) {
+			pos := position{Epoch: rng.IntN(3)}
+			used := map[int]int{}
+			total, padding := 0, 0
+			for k := range turns {
+				world := 1 + rng.IntN(5)
+				pos.Splits = append(pos.Splits, split{World: world})
+				var shares [][]int
+				for r := range world {
+					s, err := pos.share(n, 7, r)
+					if err != nil {
+						t.Fatal(err)
+					}
+					shares = append(shares, s)
+				}
+				left := n
+				if k > 0 {
+					l, err := pos.unseen(n, 7, k)
+					if err != nil {
+						t.Fatal(err)
+					}
+					left = len(l)
+				}
+				padding += world*len(shares[0]) - left
+				consumed := len(shares[0])
+				if k < turns-1 {
+					consumed = rng.IntN(len(shares[0]) + 1)
+				}
+				for _, s := range shares {
+					if len(s) != len(shares[0]) {
+						t.Fatalf("turn %d: shares of unequal length", k)
+					}
+					for _, i := range s[:consumed] {
+						used[i]++
+						total++
+					}
+				}
+				pos.Splits[k].Consumed = consumed
+			}
+			for i := range n {
+				if used[i] == 0 {
+					t.Errorf("sample %d never used (position %+v)", i, pos)
+				}
+			}
+			if len(used) != n || total-n > padding {
+				t.Errorf("%d uses of %d distinct samples of %d, padding %d (position %+v)", total, len(used), n, padding, pos)
+			}
+		})
+	}
+}
