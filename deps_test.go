@@ -36,6 +36,7 @@ var importRules = []struct {
 	{"cohort/tp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/models", "cohort/optim"}},
 	{"cohort/pipeline", []string{"cohort/dist", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/checkpoint", []string{"cohort/tensor", "cohort/nn", "cohort/optim"}},
+	{"cohort/layout", []string{"cohort/dist", "cohort/pipeline", "cohort/tp", "cohort/models", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/obs/...", []string{"cohort/obs/..."}},
 	{"cohort/launch/...", []string{"cohort/launch/...", "cohort/dist/rendezvous", "cohort/dist/store/..."}},
 }

@@ -22,6 +22,9 @@
 // maxima, the sums of exponentials and the target logits (Megatron's
 // vocab-parallel cross-entropy). GPT is a tensor-parallel GPT-mini built by
 // sharding a models.GPT, so every layout starts from the same weights.
+// GPTStage (stage.go) is the part of such a GPT that one pipeline stage
+// runs, a pipeline.Stage; package layout composes stages, pipeline and
+// data parallelism into dp × pp × tp.
 //
 // Conventions: a tensor is either replicated (every rank holds the same
 // values; its gradient on every rank is the full gradient) or sharded

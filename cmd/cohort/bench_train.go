@@ -48,15 +48,24 @@ const (
 
 const benchTrainUsage = `usage: cohort bench train [flags]
 
-Training throughput of the anchor workload (the MLP or LeNet CNN on 60000
-synthetic MNIST-shaped samples, batch 64 per rank, SGD): --world worker
-processes of this executable are started through the launcher (as cohort
-run does), each trains its replica with ddp, and rank 0 reports
+Training throughput of an anchor workload: --world worker processes of
+this executable are started through the launcher (as cohort run does),
+each trains its replica with data parallelism, and rank 0 reports
 
-    train: MODEL world N samples/s X
+    train: MODEL world N samples/s X      (mlp, cnn)
+    train: gpt world N tokens/s X         (gpt)
 
-with the step time, the share of time spent waiting for data, and the
-share of gradient communication hidden behind backward.
+with the step time and the share of time spent waiting for data.
+
+  mlp, cnn  the MLP or LeNet CNN on 60000 synthetic MNIST-shaped samples,
+            batch 64 per rank, SGD, ddp (with the share of gradient
+            communication hidden behind backward); 20 warm-up and 200
+            timed steps by default.
+  gpt       GPT-mini on the bytes of Opticks (gpt_mini.py's recipe: random
+            windows, batch 32×64 tokens per rank, AdamW, clipping at 1.0;
+            gradients averaged by one all-reduce after backward); 10
+            warm-up and 100 timed steps by default. tokens/s =
+            world·32·64·steps / rank 0's wall time.
 
 By default the workers run as under cohort run: the transport dist picks
 (shared memory on one host), Go's default GOMAXPROCS, and 1 GEMM thread
@@ -77,15 +86,32 @@ type trainSpec struct {
 	transport  string
 	threads    int // GEMM threads per rank (COHORT_NUM_THREADS)
 	gomaxprocs int // each worker's GOMAXPROCS; 0: Go's default (every core), as under cohort run
-	steps      int
-	warmup     int
+	steps      int // 0: the model's default (withDefaults)
+	warmup     int // -1: the model's default
 	cpuprofile string
+}
+
+// withDefaults fills in the anchor's step counts for s.model where the
+// flags left them open: 20 warm-up + 200 timed steps for the MNIST models
+// (ddp_mlp_bench.py), 10 + 100 for gpt (gpt_bench.py).
+func (s trainSpec) withDefaults() trainSpec {
+	steps, warmup := 200, 20
+	if s.model == "gpt" {
+		steps, warmup = 100, 10
+	}
+	if s.steps == 0 {
+		s.steps = steps
+	}
+	if s.warmup == -1 {
+		s.warmup = warmup
+	}
+	return s
 }
 
 func (s trainSpec) validate() error {
 	var errs []error
-	if s.model != "mlp" && s.model != "cnn" {
-		errs = append(errs, fmt.Errorf("--model %q: want mlp or cnn", s.model))
+	if s.model != "mlp" && s.model != "cnn" && s.model != "gpt" {
+		errs = append(errs, fmt.Errorf("--model %q: want mlp, cnn or gpt", s.model))
 	}
 	if s.world < 1 || s.threads < 1 || s.steps < 1 || s.warmup < 0 || s.gomaxprocs < 0 {
 		errs = append(errs, fmt.Errorf("--world %d, --threads %d, --steps %d, --warmup %d, --gomaxprocs %d: want world, threads and steps ≥ 1, warmup and gomaxprocs ≥ 0",
@@ -115,43 +141,15 @@ func (s trainSpec) workerArgs(result string) []string {
 
 // benchTrain runs `cohort bench train`.
 func benchTrain(args []string) int {
-	fs := flag.NewFlagSet("cohort bench train", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchTrainUsage)
-		fs.PrintDefaults()
+	cmd, code := parseBenchTrain(args, os.Stderr)
+	if code >= 0 {
+		return code
 	}
-	var s trainSpec
-	fs.StringVar(&s.model, "model", "mlp", "mlp or cnn")
-	fs.IntVar(&s.world, "world", 1, "worker processes (ranks) on this machine")
-	fs.BoolVar(&s.ddp, "ddp", true, "wrap the model in ddp; --ddp=false (world 1 only) measures the plain training loop")
-	fs.BoolVar(&s.view, "view", true, "gradients as views into ddp's buckets (GradientAsBucketView)")
-	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
-	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per rank (COHORT_NUM_THREADS); the anchor uses 1")
-	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: Go's default, every core (what cohort run's workers get)")
-	fs.IntVar(&s.steps, "steps", 200, "timed steps")
-	fs.IntVar(&s.warmup, "warmup", 20, "untimed steps before timing")
-	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
-	worker := fs.Bool("worker", false, "internal: run as one rank of the job")
-	asJSON := fs.Bool("json", false, "print the result as one JSON object instead of text")
-	result := fs.String("result", "", "internal: where rank 0 writes its result")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(os.Stderr, "cohort bench train: unexpected argument %q\n", fs.Arg(0))
-		return 2
-	}
-	if err := s.validate(); err != nil {
-		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
-		return 2
-	}
+	s := cmd.spec
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
-	if *worker {
-		if err := trainWorker(ctx, s, *result); err != nil {
+	if cmd.worker {
+		if err := trainWorker(ctx, s, cmd.result); err != nil {
 			fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
 			return 1
 		}
@@ -168,7 +166,7 @@ func benchTrain(args []string) int {
 		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
 		return 1
 	}
-	if *asJSON {
+	if cmd.asJSON {
 		err = printTrainJSON(os.Stdout, s, r)
 	} else {
 		printTrain(os.Stdout, s, r)
@@ -178,6 +176,57 @@ func benchTrain(args []string) int {
 		return 1
 	}
 	return 0
+}
+
+// benchTrainCmd is `cohort bench train`'s command line.
+type benchTrainCmd struct {
+	spec   trainSpec
+	worker bool   // run as one rank of the job
+	asJSON bool   // report as one JSON object
+	result string // worker: where rank 0 writes its result
+}
+
+// parseBenchTrain parses `cohort bench train`'s flags, with the model's
+// default step counts filled in. code is the exit code when the command
+// is done already (0 after --help, 2 for a usage error, reported to
+// stderr), else −1.
+func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code int) {
+	s := &cmd.spec
+	fs := flag.NewFlagSet("cohort bench train", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(fs.Output(), benchTrainUsage)
+		fs.PrintDefaults()
+	}
+	fs.StringVar(&s.model, "model", "mlp", "mlp, cnn or gpt")
+	fs.IntVar(&s.world, "world", 1, "worker processes (ranks) on this machine")
+	fs.BoolVar(&s.ddp, "ddp", true, "wrap the model in ddp; --ddp=false (world 1 only) measures the plain training loop")
+	fs.BoolVar(&s.view, "view", true, "gradients as views into ddp's buckets (GradientAsBucketView; gpt: always)")
+	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
+	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per rank (COHORT_NUM_THREADS); the anchor uses 1")
+	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: Go's default, every core (what cohort run's workers get)")
+	fs.IntVar(&s.steps, "steps", 0, "timed steps (0: the anchor's, 200 for mlp and cnn, 100 for gpt)")
+	fs.IntVar(&s.warmup, "warmup", -1, "untimed steps before timing (-1: the anchor's, 20 for mlp and cnn, 10 for gpt)")
+	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
+	fs.BoolVar(&cmd.worker, "worker", false, "internal: run as one rank of the job")
+	fs.BoolVar(&cmd.asJSON, "json", false, "print the result as one JSON object instead of text")
+	fs.StringVar(&cmd.result, "result", "", "internal: where rank 0 writes its result")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return cmd, 0
+		}
+		return cmd, 2
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(stderr, "cohort bench train: unexpected argument %q\n", fs.Arg(0))
+		return cmd, 2
+	}
+	*s = s.withDefaults()
+	if err := s.validate(); err != nil {
+		fmt.Fprintf(stderr, "cohort bench train: %v\n", err)
+		return cmd, 2
+	}
+	return cmd, -1
 }
 
 // spawnTrain runs s as s.world worker processes started through the
@@ -222,8 +271,12 @@ func spawnTrain(ctx context.Context, s trainSpec, self []string, env []string, o
 }
 
 // printTrain reports a run; its last line is `train: MODEL world N
-// samples/s X`.
+// samples/s X`, or for gpt `train: gpt world N tokens/s X`.
 func printTrain(w io.Writer, s trainSpec, r trainResult) {
+	if s.model == "gpt" {
+		printTrainGPT(w, s, r)
+		return
+	}
 	mode := "no ddp"
 	if s.ddp {
 		mode = fmt.Sprintf("ddp (transport %s, bucket views %v)", s.transport, s.view)
@@ -243,6 +296,9 @@ func printTrain(w io.Writer, s trainSpec, r trainResult) {
 // printTrainJSON reports a run as one JSON object on one line, with the
 // field names of the PyTorch anchor's records where they exist.
 func printTrainJSON(w io.Writer, s trainSpec, r trainResult) error {
+	if s.model == "gpt" {
+		return printTrainGPTJSON(w, s, r)
+	}
 	mode := "noddp"
 	if s.ddp {
 		mode = "ddp"
@@ -274,7 +330,8 @@ type trainResult struct {
 	Wall       time.Duration // the timed steps, between the two barriers
 	Data       time.Duration // time spent waiting for the next batch
 	LastLoss   float32
-	DDP        *ddp.Stats // over the timed steps; nil without ddp
+	DDP        *ddp.Stats    // over the timed steps; nil without ddp (and for gpt)
+	AllReduce  time.Duration // gpt: time in the gradient all-reduce
 	GOMAXPROCS int
 	Gemm       string
 }
@@ -315,7 +372,11 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 	if profile != "" && rank > 0 {
 		profile += "." + strconv.Itoa(rank)
 	}
-	r, err := trainRun(ctx, s, pg, profile)
+	run := trainRun
+	if s.model == "gpt" {
+		run = gptTrainRun
+	}
+	r, err := run(ctx, s, pg, profile)
 	if err != nil {
 		return fmt.Errorf("rank %d: %w", rank, err)
 	}

@@ -3,14 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"flag"
 	"math"
 	"os"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
 
+	"cohort/datasets"
 	"cohort/dist"
 )
 
@@ -57,6 +60,82 @@ func TestTrainRun(t *testing.T) {
 	}
 }
 
+// TestGPTTrainRun runs a few steps of the GPT-mini benchmark in this
+// process (world 1) and checks the result: the anchor's parameter count, a
+// loss that starts near ln 256 and falls, and the report's last line.
+func TestGPTTrainRun(t *testing.T) {
+	if testing.Short() {
+		t.Skip("trains GPT-mini for a few steps")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	if _, err := datasets.OpticksPath(ctx); err != nil {
+		t.Skipf("Opticks text not available: %v", err)
+	}
+	s := trainSpec{model: "gpt", world: 1, ddp: false, transport: "auto", threads: 1, steps: 3, warmup: 2}
+	r, err := gptTrainRun(ctx, s, nil, "")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Params != 834304 {
+		t.Errorf("%d parameters, want 834,304 (GPT-mini)", r.Params)
+	}
+	if r.Wall <= 0 || r.Data < 0 || r.Data > r.Wall || r.AllReduce != 0 || r.DDP != nil {
+		t.Errorf("result %+v: want 0 ≤ data ≤ wall and no communication in a world of one", r)
+	}
+	// Untrained, the loss is about ln 256 = 5.55; 5 AdamW steps at lr 3e-4
+	// bring it down by a few tenths (PyTorch: 5.58, then 4.76 at step 5).
+	if l := float64(r.LastLoss); math.IsNaN(l) || l > 5.3 || l < 4 {
+		t.Errorf("loss after 5 steps %v, want between 4 and 5.3", l)
+	}
+	var rep, js bytes.Buffer
+	printTrain(&rep, s, r)
+	lines := strings.Split(strings.TrimSpace(rep.String()), "\n")
+	if last := lines[len(lines)-1]; !regexp.MustCompile(`^train: gpt world 1 tokens/s \d+$`).MatchString(last) {
+		t.Errorf("last line %q, want `train: gpt world 1 tokens/s X`", last)
+	}
+	if err := printTrainJSON(&js, s, r); err != nil {
+		t.Fatal(err)
+	}
+	var rec map[string]any
+	if err := json.Unmarshal(js.Bytes(), &rec); err != nil {
+		t.Fatalf("JSON report %q: %v", js.String(), err)
+	}
+	if tok, _ := rec["tokens_per_s"].(float64); rec["bench"] != "gpt_tput" || math.Abs(tok-float64(3*32*64)/r.Wall.Seconds()) > 1e-6*tok {
+		t.Errorf("JSON report %v: want bench gpt_tput and tokens_per_s = 3·32·64 / wall", rec)
+	}
+}
+
+// TestParseBenchTrain checks the flags that are accepted: each model's
+// anchor step counts by default, and explicit values kept.
+func TestParseBenchTrain(t *testing.T) {
+	for _, tc := range []struct {
+		name         string
+		args         []string
+		want         trainSpec
+		worker, json bool
+	}{
+		{"mlp defaults", nil, trainSpec{model: "mlp", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20}, false, false},
+		{"cnn world 2", []string{"--model", "cnn", "--world", "2"}, trainSpec{model: "cnn", world: 2, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20}, false, false},
+		{"gpt defaults", []string{"--model", "gpt"}, trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 100, warmup: 10}, false, false},
+		{"gpt world 2 threads 2 json", []string{"--model", "gpt", "--threads", "2", "--world", "2", "--json"},
+			trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto", threads: 2, steps: 100, warmup: 10}, false, true},
+		{"gpt explicit steps", []string{"--model=gpt", "--steps", "7", "--warmup", "0", "--transport", "tcp", "--worker"},
+			trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "tcp", threads: 1, steps: 7, warmup: 0}, true, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cmd, code := parseBenchTrain(tc.args, &stderr)
+			if code != -1 {
+				t.Fatalf("parseBenchTrain(%q): exit code %d, stderr %q", tc.args, code, stderr.String())
+			}
+			if cmd.spec != tc.want || cmd.worker != tc.worker || cmd.asJSON != tc.json {
+				t.Errorf("parseBenchTrain(%q) = %+v, want %+v worker %v json %v", tc.args, cmd, tc.want, tc.worker, tc.json)
+			}
+		})
+	}
+}
+
 // workerArgsEnv carries, in a copy of this test binary started by
 // spawnTrain, the benchmark's worker flags (separated by newlines).
 const workerArgsEnv = "COHORT_TEST_BENCH_TRAIN_WORKER"
@@ -87,6 +166,7 @@ func TestSpawnTrain(t *testing.T) {
 		{"world=1/no-ddp", trainSpec{model: "mlp", world: 1, ddp: false, transport: "auto"}},
 		{"world=2/tcp", trainSpec{model: "mlp", world: 2, ddp: true, view: true, transport: "tcp", gomaxprocs: 1}},
 		{"world=2/shm/copy", trainSpec{model: "cnn", world: 2, ddp: true, view: false, transport: "shm"}},
+		{"gpt/world=2", trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.spec
@@ -104,17 +184,22 @@ func TestSpawnTrain(t *testing.T) {
 			if s.gomaxprocs > 0 && r.GOMAXPROCS != s.gomaxprocs {
 				t.Errorf("workers ran with GOMAXPROCS %d, want --gomaxprocs %d", r.GOMAXPROCS, s.gomaxprocs)
 			}
-			if s.ddp != (r.DDP != nil) || (r.DDP != nil && r.DDP.Steps != 4) {
+			switch {
+			case s.model == "gpt":
+				if r.DDP != nil || r.AllReduce <= 0 {
+					t.Errorf("gpt at world %d: ddp statistics %+v and all-reduce time %v, want none and some", s.world, r.DDP, r.AllReduce)
+				}
+			case s.ddp != (r.DDP != nil) || (r.DDP != nil && r.DDP.Steps != 4):
 				t.Errorf("ddp statistics %+v, want 4 timed steps iff ddp", r.DDP)
-			}
-			if s.world > 1 && (r.DDP == nil || r.DDP.Comm <= 0 || r.DDP.Bytes == 0) {
+			case s.world > 1 && (r.DDP == nil || r.DDP.Comm <= 0 || r.DDP.Bytes == 0):
 				t.Errorf("ddp statistics %+v: want gradient communication at world %d", r.DDP, s.world)
 			}
 			var rep bytes.Buffer
 			printTrain(&rep, s, r)
 			lines := strings.Split(strings.TrimSpace(rep.String()), "\n")
 			last := lines[len(lines)-1]
-			if want := "train: " + s.model + " world " + strconv.Itoa(s.world) + " samples/s "; !strings.HasPrefix(last, want) {
+			unit := map[bool]string{false: " samples/s ", true: " tokens/s "}[s.model == "gpt"]
+			if want := "train: " + s.model + " world " + strconv.Itoa(s.world) + unit; !strings.HasPrefix(last, want) {
 				t.Errorf("last line %q, want it to start %q", last, want)
 			}
 		})
@@ -136,8 +221,9 @@ func TestBenchTrainFlags(t *testing.T) {
 	for name, args := range map[string][]string{
 		"unknown model":     {"--model", "resnet"},
 		"zero threads":      {"--threads", "0"},
-		"zero steps":        {"--steps", "0"},
-		"negative warm":     {"--warmup", "-1"},
+		"negative steps":    {"--steps", "-1"},
+		"negative warm":     {"--warmup", "-2"},
+		"gpt negative warm": {"--model", "gpt", "--warmup", "-3"},
 		"zero world":        {"--world", "0"},
 		"no ddp at world 2": {"--world", "2", "--ddp=false"},
 		"bad transport":     {"--transport", "ib"},
@@ -146,8 +232,9 @@ func TestBenchTrainFlags(t *testing.T) {
 		"unknown flag":      {"--bogus"},
 	} {
 		t.Run(name, func(t *testing.T) {
-			if code := benchTrain(args); code != 2 {
-				t.Errorf("benchTrain(%q) = %d, want 2 (usage error)", args, code)
+			var stderr bytes.Buffer
+			if _, code := parseBenchTrain(args, &stderr); code != 2 || stderr.Len() == 0 {
+				t.Errorf("parseBenchTrain(%q): exit code %d, stderr %q; want 2 (usage error) and a message", args, code, stderr.String())
 			}
 		})
 	}

@@ -1,0 +1,69 @@
+package main
+
+import (
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"math"
+	"os"
+
+	"cohort/models"
+	"cohort/nn"
+	"cohort/tensor"
+)
+
+// initManifest is the FILE.json that gpt_bench.py --dump-init writes next
+// to FILE: the tensors' names (cohort's parameter names), shapes and
+// offsets in floats into FILE, which holds them as little-endian float32.
+type initManifest struct {
+	Numel   int `json:"numel"`
+	Tensors []struct {
+		Name   string `json:"name"`
+		Shape  []int  `json:"shape"`
+		Offset int    `json:"offset"`
+	} `json:"tensors"`
+}
+
+// loadInit replaces the model's weights by those in path (and path.json).
+// Every parameter must be there with its shape, and nothing else.
+func loadInit(model *models.GPT, path string) error {
+	raw, err := os.ReadFile(path + ".json")
+	if err != nil {
+		return fmt.Errorf("-init: %w", err)
+	}
+	var man initManifest
+	if err := json.Unmarshal(raw, &man); err != nil {
+		return fmt.Errorf("-init: %s.json: %w", path, err)
+	}
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return fmt.Errorf("-init: %w", err)
+	}
+	if len(b) != 4*man.Numel {
+		return fmt.Errorf("-init: %s has %d bytes, its manifest says %d float32 values", path, len(b), man.Numel)
+	}
+	sd := make(map[string]*tensor.Tensor, len(man.Tensors))
+	for _, t := range man.Tensors {
+		n := 1
+		for _, d := range t.Shape {
+			if d < 0 || d > man.Numel {
+				n = man.Numel + 1
+				break
+			}
+			n *= d
+			n = min(n, man.Numel+1) // no overflow: anything larger is an error anyway
+		}
+		if t.Offset < 0 || t.Offset > man.Numel || n > man.Numel-t.Offset {
+			return fmt.Errorf("-init: %s.json: tensor %q (shape %v at offset %d) lies outside the %d values", path, t.Name, t.Shape, t.Offset, man.Numel)
+		}
+		v := make([]float32, n)
+		for i := range v {
+			v[i] = math.Float32frombits(binary.LittleEndian.Uint32(b[4*(t.Offset+i):]))
+		}
+		sd[t.Name] = tensor.FromSlice(v, t.Shape...)
+	}
+	if err := nn.LoadStateDict(model, sd); err != nil {
+		return fmt.Errorf("-init %s: %w", path, err)
+	}
+	return nil
+}

@@ -1,0 +1,380 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strconv"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cohort/datasets"
+	"cohort/dist"
+	"cohort/dist/disttest"
+	"cohort/launch"
+	"cohort/models"
+)
+
+// tiny is the model of testdata/tiny_golden.json: GPT-mini's shape at a
+// size that trains in milliseconds.
+var tiny = models.GPTConfig{Vocab: 256, Ctx: 16, NLayer: 2, D: 16, NHead: 2}
+
+// opticks returns the path of the anchor's text, or skips the test.
+func opticks(t *testing.T) string {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	p, err := datasets.OpticksPath(ctx)
+	if err != nil {
+		t.Skipf("Opticks text not available: %v", err)
+	}
+	return p
+}
+
+// opticksHead writes the first n bytes of Opticks to a file and returns
+// its path: a text whose validation split is quick to evaluate.
+func opticksHead(t *testing.T, n int) string {
+	t.Helper()
+	b, err := os.ReadFile(opticks(t))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := filepath.Join(t.TempDir(), "head.txt")
+	if err := os.WriteFile(p, b[:min(n, len(b))], 0o644); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+// trace collects what config.record sees.
+type trace struct {
+	mu    sync.Mutex
+	train map[int]float64
+	val   map[int]float64
+}
+
+func newTrace() *trace { return &trace{train: map[int]float64{}, val: map[int]float64{}} }
+
+func (tr *trace) record(what string, step int, loss float64) {
+	tr.mu.Lock()
+	defer tr.mu.Unlock()
+	map[string]map[int]float64{"train": tr.train, "val": tr.val}[what][step] = loss
+}
+
+// TestMatchesPyTorch trains the small model of testdata/tiny_golden.json
+// (written by make_golden.py with the anchor's gpt_mini.py) from the same
+// initial weights on the same batches and checks every step's loss and the
+// final val loss against PyTorch's.
+func TestMatchesPyTorch(t *testing.T) {
+	path := opticks(t)
+	raw, err := os.ReadFile(filepath.Join("testdata", "tiny_golden.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		Seed      uint64    `json:"seed"`
+		Batch     int       `json:"batch"`
+		Steps     int       `json:"steps"`
+		ValAfter  float64   `json:"val_loss_after"`
+		TrainLoss []float64 `json:"train_loss"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	tr := newTrace()
+	c := config{steps: g.Steps, batch: g.Batch, seed: g.Seed, logEvery: 10, data: path,
+		init: filepath.Join("testdata", "tiny_init.bin"), model: tiny, record: tr.record}
+	var out bytes.Buffer
+	if err := run(context.Background(), c, &out); err != nil {
+		t.Fatalf("%v\noutput:\n%s", err, out.String())
+	}
+	worst := 0.0
+	for i, want := range g.TrainLoss {
+		d := math.Abs(tr.train[i+1] - want)
+		worst = max(worst, d)
+		if d > 2e-5 {
+			t.Errorf("step %d: loss %.7f, PyTorch %.7f", i+1, tr.train[i+1], want)
+		}
+	}
+	t.Logf("largest loss difference from PyTorch over %d steps: %.2g", g.Steps, worst)
+	if v := tr.val[g.Steps]; math.Abs(v-g.ValAfter) > 2e-5 {
+		t.Errorf("val loss %.7f, PyTorch %.7f", v, g.ValAfter)
+	}
+}
+
+// TestTrainLearns runs the program on a small model and checks its report:
+// the loss falls, validation happens every -eval-every steps, and the last
+// line is the val loss.
+func TestTrainLearns(t *testing.T) {
+	path := opticksHead(t, 100_000)
+	c := config{steps: 40, batch: 8, seed: 1, evalEvery: 20, logEvery: 10, data: path,
+		model: models.GPTConfig{Vocab: 256, Ctx: 16, NLayer: 1, D: 32, NHead: 2}}
+	var out bytes.Buffer
+	if err := run(context.Background(), c, &out); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	t.Logf("output:\n%s", out.String())
+	last := regexp.MustCompile(`^val loss: (\d+\.\d{4})$`).FindStringSubmatch(lines[len(lines)-1])
+	if last == nil {
+		t.Fatalf("last line %q, want `val loss: X`", lines[len(lines)-1])
+	}
+	var train []float64
+	for _, m := range regexp.MustCompile(`(?m)^step \d+: train loss (\d+\.\d+)`).FindAllStringSubmatch(out.String(), -1) {
+		v, _ := strconv.ParseFloat(m[1], 64)
+		train = append(train, v)
+	}
+	if len(train) != 4 {
+		t.Fatalf("%d training-loss lines for 40 steps logged every 10, want 4", len(train))
+	}
+	if !(train[3] < train[0]-0.2) {
+		t.Errorf("training loss went %v: want it to fall by more than 0.2", train)
+	}
+	if n := strings.Count(out.String(), ": val loss "); n != 1 {
+		t.Errorf("%d intermediate validations, want 1 (step 20)", n)
+	}
+	// An untrained byte model scores about ln 256 = 5.55.
+	if v, _ := strconv.ParseFloat(last[1], 64); !(v < math.Log(256)-0.2) {
+		t.Errorf("val loss %v after 40 steps, want below ln 256 − 0.2", v)
+	}
+}
+
+// TestDataParallelEqualsOneProcess checks data parallelism over the
+// in-process transport: world W with batch B follows, step by step, one
+// process with batch W·B (the ranks split one draw and average their
+// gradients), within float32 rounding.
+func TestDataParallelEqualsOneProcess(t *testing.T) {
+	path := opticksHead(t, 30_000) // 187 validation windows: 3 batches
+	const steps, batch = 6, 4
+	base := config{steps: steps, seed: 5, logEvery: 3, evalEvery: 3, data: path, model: tiny}
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			one := newTrace()
+			c := base
+			c.batch, c.record = world*batch, one.record
+			disttest.Run(t, 1, func(t *testing.T, pg dist.ProcessGroup) {
+				if err := train(disttest.Context(t, time.Minute), c, pg, &bytes.Buffer{}); err != nil {
+					t.Error(err)
+				}
+			})
+			ranks := make([]*trace, world)
+			outs := make([]bytes.Buffer, world)
+			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+				tr := newTrace()
+				ranks[pg.Rank()] = tr
+				c := base
+				c.batch, c.record = batch, tr.record
+				if err := train(disttest.Context(t, time.Minute), c, pg, &outs[pg.Rank()]); err != nil {
+					t.Error(err)
+				}
+			})
+			if t.Failed() {
+				return
+			}
+			for step := 1; step <= steps; step++ {
+				mean := 0.0
+				for _, tr := range ranks {
+					mean += tr.train[step] / float64(world)
+				}
+				if d := math.Abs(mean - one.train[step]); d > 1e-5 {
+					t.Errorf("step %d: mean loss over %d ranks %.7f, one process %.7f", step, world, mean, one.train[step])
+				}
+			}
+			for _, step := range []int{3, steps} {
+				for r, tr := range ranks {
+					if d := math.Abs(tr.val[step] - one.val[step]); d > 1e-5 {
+						t.Errorf("step %d: rank %d val loss %.7f, one process %.7f", step, r, tr.val[step], one.val[step])
+					}
+				}
+			}
+			if outs[1].Len() != 0 {
+				t.Errorf("rank 1 printed %q; only rank 0 reports", outs[1].String())
+			}
+			if !strings.HasSuffix(outs[0].String(), fmt.Sprintf("val loss: %.4f\n", one.val[steps])) {
+				t.Errorf("rank 0's report ends %q, want the val loss %.4f", outs[0].String(), one.val[steps])
+			}
+		})
+	}
+}
+
+// workerEnv marks a copy of this test binary started by TestDistributed as
+// one rank of the job.
+const workerEnv = "COHORT_GPT_TEST_WORKER"
+
+// TestDistributed runs the program as two real processes under the
+// launcher (this test binary, re-executed as the ranks).
+func TestDistributed(t *testing.T) {
+	cfg := config{steps: 4, batch: 4, seed: 2, logEvery: 2, data: os.Getenv("OPTICKS"), model: tiny}
+	// The workers read the text from $OPTICKS, set below.
+	if os.Getenv(workerEnv) != "" {
+		if err := run(context.Background(), cfg, os.Stdout); err != nil {
+			t.Fatal(err)
+		}
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts two processes")
+	}
+	path := opticksHead(t, 30_000)
+	var stdout, stderr bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	err := launch.Run(ctx, launch.Config{
+		NProcPerNode: 2,
+		Program:      os.Args[0],
+		Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
+		Env:          append(os.Environ(), workerEnv+"=1", "OPTICKS="+path),
+		Stdout:       &stdout,
+		Stderr:       &stderr,
+	})
+	t.Logf("workers' output:\n%s%s", stdout.String(), stderr.String())
+	if err != nil {
+		t.Fatal(err)
+	}
+	out := stdout.String()
+	if !strings.Contains(out, "[rank 0] GPT 2 layers, width 16, 2 heads, 10944 parameters; 2 rank(s) × batch 4 × 16 tokens") {
+		t.Errorf("rank 0 did not describe the job of 2 ranks")
+	}
+	if !regexp.MustCompile(`(?m)^\[rank 0\] val loss: \d+\.\d{4}$`).MatchString(out) {
+		t.Errorf("rank 0 printed no val loss")
+	}
+	if strings.Contains(out, "[rank 1] val loss") {
+		t.Errorf("rank 1 reported: only rank 0 should")
+	}
+}
+
+// TestPyTorchCurve follows the anchor's GPT-mini run (seed 0) from
+// PyTorch's own initial weights, written by the anchors' gpt_bench.py
+// --dump-init, and compares the first steps' losses with PyTorch's
+// (testdata/pytorch_seed0.json: the anchor's recorded curve). It needs
+// COHORT_ANCHORS (the anchors directory) and a Python with torch;
+// COHORT_GPT_LONG=1 runs all 300 steps and checks the val loss.
+func TestPyTorchCurve(t *testing.T) {
+	anchors := os.Getenv("COHORT_ANCHORS")
+	if anchors == "" {
+		t.Skip("set COHORT_ANCHORS to the anchors directory (with gpt_bench.py) to run")
+	}
+	python := os.Getenv("PYTHON")
+	if python == "" {
+		python = "/usr/bin/python3"
+	}
+	if err := exec.Command(python, "-c", "import torch").Run(); err != nil {
+		t.Skipf("%s has no torch: %v", python, err)
+	}
+	path := opticks(t)
+	raw, err := os.ReadFile(filepath.Join("testdata", "pytorch_seed0.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var g struct {
+		TrainLoss []float64          `json:"train_loss"`
+		ValLoss   map[string]float64 `json:"val_loss"`
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatal(err)
+	}
+	init := filepath.Join(t.TempDir(), "init0.bin")
+	cmd := exec.Command(python, filepath.Join(anchors, "gpt_bench.py"), "--dump-init", init, "--dump-seed", "0")
+	cmd.Dir = anchors
+	if b, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("gpt_bench.py --dump-init: %v\n%s", err, b)
+	}
+	steps := 20
+	if os.Getenv("COHORT_GPT_LONG") != "" {
+		steps = 300
+	}
+	tr := newTrace()
+	c := config{steps: steps, batch: 32, seed: 0, logEvery: 10, data: path, init: init,
+		model: models.GPTMini(), record: tr.record}
+	var out bytes.Buffer
+	if err := run(context.Background(), c, &out); err != nil {
+		t.Fatalf("%v\n%s", err, out.String())
+	}
+	worst := 0.0
+	for s := 1; s <= steps; s++ {
+		d := math.Abs(tr.train[s] - g.TrainLoss[s-1])
+		worst = max(worst, d)
+		if d > 1e-4 {
+			t.Errorf("step %d: loss %.6f, PyTorch %.6f", s, tr.train[s], g.TrainLoss[s-1])
+		}
+	}
+	t.Logf("largest loss difference from PyTorch over %d steps: %.2g", steps, worst)
+	if want, ok := g.ValLoss[strconv.Itoa(steps)]; ok {
+		if d := math.Abs(tr.val[steps] - want); d > 1e-3 {
+			t.Errorf("val loss after %d steps %.6f, PyTorch %.6f", steps, tr.val[steps], want)
+		}
+		t.Logf("val loss after %d steps %.6f, PyTorch %.6f", steps, tr.val[steps], want)
+	}
+}
+
+func TestRunRejectsBadFlags(t *testing.T) {
+	good := config{steps: 1, batch: 1, logEvery: 1, model: tiny}
+	for _, tc := range []struct {
+		name   string
+		modify func(*config)
+		want   string
+	}{
+		{"steps", func(c *config) { c.steps = 0 }, "-steps 0"},
+		{"batch", func(c *config) { c.batch = -1 }, "-batch -1"},
+		{"eval-every", func(c *config) { c.evalEvery = -1 }, "-eval-every -1"},
+		{"log-every", func(c *config) { c.logEvery = 0 }, "-log-every 0"},
+		{"missing text", func(c *config) { c.data = filepath.Join(t.TempDir(), "none.txt") }, "none.txt"},
+		{"missing init", func(c *config) { c.data = opticks(t); c.init = filepath.Join(t.TempDir(), "w.bin") }, "w.bin.json"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			c := good
+			tc.modify(&c)
+			err := run(context.Background(), c, &bytes.Buffer{})
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("run: %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// TestLoadInitErrors checks that a manifest that does not fit the model or
+// the data file is an error naming the problem.
+func TestLoadInitErrors(t *testing.T) {
+	dir := t.TempDir()
+	write := func(name string, numel int, tensors string) string {
+		p := filepath.Join(dir, name)
+		if err := os.WriteFile(p, make([]byte, 4*numel), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		man := fmt.Sprintf(`{"numel": %d, "tensors": [%s]}`, numel, tensors)
+		if err := os.WriteFile(p+".json", []byte(man), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	short := write("short.bin", 10, `{"name": "wte", "shape": [4, 4], "offset": 0}`)
+	if err := os.WriteFile(short, make([]byte, 8), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name, path, want string
+	}{
+		{"size", short, "has 8 bytes"},
+		{"outside", write("out.bin", 10, `{"name": "wte", "shape": [4, 4], "offset": 0}`), `tensor "wte"`},
+		{"missing keys", write("few.bin", 16, `{"name": "wte", "shape": [4, 4], "offset": 0}`), "missing key"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			m, err := models.NewGPT(rand.New(rand.NewPCG(1, 0)), tiny)
+			if err == nil {
+				err = loadInit(m, tc.path)
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("loadInit: %v, want an error mentioning %q", err, tc.want)
+			}
+		})
+	}
+}

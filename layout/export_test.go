@@ -1,0 +1,14 @@
+package layout
+
+import (
+	"context"
+
+	"cohort/tensor"
+	"cohort/tp"
+)
+
+// FullGrads gathers the whole model's gradients by name, as FullStateDict
+// gathers the parameters (for the equality tests).
+func (t *Trainer) FullGrads(ctx context.Context) (map[string]*tensor.Tensor, error) {
+	return t.gather(ctx, func(s tp.Shard) *tensor.Tensor { return s.Param.Grad })
+}

@@ -1,0 +1,455 @@
+package layout
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"slices"
+	"strconv"
+	"strings"
+
+	"cohort/autograd"
+	"cohort/dist"
+	"cohort/models"
+	"cohort/optim"
+	"cohort/pipeline"
+	"cohort/tensor"
+	"cohort/tp"
+)
+
+// Config describes a layout and the shape of its steps. The zero value of
+// every size means 1 (and "" the 1F1B schedule); Batch and SeqLen are
+// required.
+type Config struct {
+	// DP, PP and TP are the sizes of the mesh's data-, pipeline- and
+	// tensor-parallel dimensions; their product must be the world size.
+	DP, PP, TP int
+	// Microbatches is the number of microbatches each step's batch is cut
+	// into for the pipeline; it must divide Batch.
+	Microbatches int
+	// Schedule is the pipeline schedule: "gpipe", "1f1b", "interleaved"
+	// or "zb" (pipeline.Names).
+	Schedule string
+	// Virtual is the number of stages per pipeline rank for the
+	// interleaved schedule (0 means 2 there, 1 otherwise).
+	Virtual int
+	// Recompute recomputes each stage's forward pass before its backward
+	// pass instead of keeping its activations (pipeline.Options.Recompute).
+	Recompute bool
+	// Batch is the number of sequences each data-parallel replica trains
+	// on per step (the global batch is DP·Batch), SeqLen their length.
+	Batch, SeqLen int
+	// Split optionally gives the stage bounds over the blocks (stage s
+	// holds blocks [Split[s], Split[s+1]); see pipeline.Balance); nil cuts
+	// them uniformly.
+	Split []int
+}
+
+func (c Config) withDefaults() Config {
+	one := func(v *int) {
+		if *v == 0 {
+			*v = 1
+		}
+	}
+	one(&c.DP)
+	one(&c.PP)
+	one(&c.TP)
+	one(&c.Microbatches)
+	if c.Schedule == "" {
+		c.Schedule = "1f1b"
+	}
+	if c.Virtual == 0 {
+		c.Virtual = 1
+		if c.Schedule == "interleaved" {
+			c.Virtual = 2
+		}
+	}
+	return c
+}
+
+// String describes the layout, e.g. "dp 2 × pp 2 × tp 1, 1f1b, 4 microbatches of 2×16".
+func (c Config) String() string {
+	s := fmt.Sprintf("dp %d × pp %d × tp %d, %s", c.DP, c.PP, c.TP, c.Schedule)
+	if c.Virtual > 1 {
+		s += fmt.Sprintf(" (%d virtual stages per rank)", c.Virtual)
+	}
+	if c.Microbatches > 0 {
+		s += fmt.Sprintf(", %d microbatches of %d×%d", c.Microbatches, c.Batch/c.Microbatches, c.SeqLen)
+	}
+	if c.Recompute {
+		s += ", recompute"
+	}
+	if c.Split != nil {
+		s += fmt.Sprintf(", split %v", c.Split)
+	}
+	return s
+}
+
+// check validates c (with defaults applied) for a model of config m on
+// world ranks and returns the schedule and the split.
+func (c Config) check(m models.GPTConfig, world int) (*pipeline.Schedule, []int, error) {
+	for _, d := range []struct {
+		name string
+		v    int
+	}{{"dp", c.DP}, {"pp", c.PP}, {"tp", c.TP}, {"microbatches", c.Microbatches}, {"virtual", c.Virtual}} {
+		if d.v < 1 {
+			return nil, nil, fmt.Errorf("layout: %s = %d, want >= 1", d.name, d.v)
+		}
+	}
+	if n := c.DP * c.PP * c.TP; n != world {
+		return nil, nil, fmt.Errorf("layout: dp %d × pp %d × tp %d = %d ranks, but the process group has %d", c.DP, c.PP, c.TP, n, world)
+	}
+	if c.Batch < 1 || c.SeqLen < 1 {
+		return nil, nil, fmt.Errorf("layout: batch %d × sequence length %d, want both >= 1", c.Batch, c.SeqLen)
+	}
+	if c.SeqLen > m.Ctx {
+		return nil, nil, fmt.Errorf("layout: sequence length %d exceeds the model's context %d", c.SeqLen, m.Ctx)
+	}
+	if c.Batch%c.Microbatches != 0 {
+		return nil, nil, fmt.Errorf("layout: %d microbatches do not divide a batch of %d sequences per data-parallel replica", c.Microbatches, c.Batch)
+	}
+	if err := tp.CheckConfig(m, c.TP); err != nil {
+		return nil, nil, fmt.Errorf("layout: tp %d: %w", c.TP, err)
+	}
+	sched, err := pipeline.NewSchedule(c.Schedule, c.PP, c.Virtual, c.Microbatches)
+	if err != nil {
+		return nil, nil, fmt.Errorf("layout: %w", err)
+	}
+	stages := sched.NumStages()
+	if stages > m.NLayer {
+		return nil, nil, fmt.Errorf("layout: %d pipeline stages (pp %d × %d per rank) for %d layers: every stage needs at least one layer", stages, c.PP, c.Virtual, m.NLayer)
+	}
+	split := c.Split
+	if split == nil {
+		if split, err = pipeline.Uniform(m.NLayer, stages); err != nil {
+			return nil, nil, fmt.Errorf("layout: %w", err)
+		}
+	} else {
+		if len(split) != stages+1 {
+			return nil, nil, fmt.Errorf("layout: split %v has %d stages, the layout has %d (pp %d × %d per rank)", split, len(split)-1, stages, c.PP, c.Virtual)
+		}
+		if err := pipeline.CheckSplit(m.NLayer, split); err != nil {
+			return nil, nil, fmt.Errorf("layout: %w", err)
+		}
+	}
+	return sched, split, nil
+}
+
+// Trainer is one rank's part of a GPT trained on a dp × pp × tp mesh: its
+// pipeline stages (sharded over tp), the pipeline executor over the pp
+// group and the gradient average over the dp group.
+//
+// Every rank of the mesh must call Step, ClipGradNorm, FullStateDict,
+// GatherInto, LoadFull and Eval in the same order (they communicate). A
+// Trainer is used by one goroutine at a time. After an error from Step,
+// ClipGradNorm or Eval (a peer failing, a ctx ending, or a batch of the
+// wrong size) the Trainer is broken: it has aborted the mesh's groups, so
+// its peers fail promptly too, and every later call returns that error.
+type Trainer struct {
+	cfg    Config
+	model  models.GPTConfig
+	split  []int
+	mesh   *dist.Mesh
+	comm   *tp.Comm
+	pl     *pipeline.Pipeline
+	stages []*tp.GPTStage
+	shards []tp.Shard // distinct parameters of this rank, in stage order
+	// counted[i] reports whether shards[i] counts in the gradient norm and
+	// is this pipeline rank's to contribute to FullStateDict: false only
+	// for the last stage's copy of the tied embedding, on its own rank.
+	counted []bool
+	names   []string // the full model's parameter names, in order
+	shape   map[string][]int
+
+	flat []float32 // dp all-reduce buffer
+	err  error
+}
+
+// Build sets this rank's part of the layout up: it checks cfg, arranges
+// pg's ranks as a mesh dp × pp × tp, shards the stages this rank holds of
+// full (every rank passes a model with the same weights, for example
+// built from the same seed; full is not used afterwards) and forms the
+// pipeline. It is a collective op of pg: every rank calls it with the
+// same cfg. A bad cfg gets an error naming the sizes on every rank, and
+// ranks whose cfgs differ get an error naming them; neither hangs.
+func Build(ctx context.Context, pg dist.ProcessGroup, cfg Config, full *models.GPT) (*Trainer, error) {
+	if pg == nil || full == nil {
+		return nil, errors.New("layout: Build: nil process group or model")
+	}
+	cfg = cfg.withDefaults()
+	sched, split, cerr := cfg.check(full.Config, pg.Size())
+	if err := agree(ctx, pg, cfg, full.Config, cerr); err != nil {
+		return nil, err
+	}
+	mesh, err := dist.NewMesh(ctx, pg, dist.MeshDim{Name: "dp", Size: cfg.DP}, dist.MeshDim{Name: "pp", Size: cfg.PP}, dist.MeshDim{Name: "tp", Size: cfg.TP})
+	if err != nil {
+		return nil, fmt.Errorf("layout: %w", err)
+	}
+	t := &Trainer{cfg: cfg, model: full.Config, split: split, mesh: mesh, comm: tp.NewComm(mesh.Group("tp")), shape: map[string][]int{}}
+	for _, p := range full.NamedParameters() {
+		t.names = append(t.names, p.Name)
+		t.shape[p.Name] = p.Param.Value.Shape()
+	}
+	ppRank := mesh.Coord("pp")
+	var want []int
+	for c := range sched.Virtual {
+		want = append(want, c*sched.Stages+ppRank)
+	}
+	if t.stages, err = tp.NewGPTStages(t.comm, full, split, want); err != nil {
+		return nil, fmt.Errorf("layout: rank %d: %w", pg.Rank(), err)
+	}
+	holdsFirst := sched.RankOf(0) == ppRank
+	var tied []*autograd.Var
+	var pstages []pipeline.Stage
+	for _, st := range t.stages {
+		pstages = append(pstages, st)
+		if st.First || st.Last {
+			tied = append(tied, st.Wte.Weight)
+		}
+	}
+	tied = slices.Compact(tied) // one Var when a rank holds both ends
+	mb := cfg.Batch / cfg.Microbatches
+	t.pl, err = pipeline.New(ctx, mesh.Group("pp"), sched, pstages, pipeline.Options{
+		Shape: []int{mb, cfg.SeqLen, full.Config.D}, Recompute: cfg.Recompute, Tied: tied, Split: split,
+	})
+	if err != nil {
+		return nil, fmt.Errorf("layout: rank %d: %w", pg.Rank(), err)
+	}
+	t.shards = tp.StageShards(t.stages)
+	for _, s := range t.shards {
+		isTied := slices.Contains(tied, s.Param)
+		// The tied embedding counts (and is gathered) on the first stage's
+		// rank only.
+		t.counted = append(t.counted, !isTied || holdsFirst)
+	}
+	return t, nil
+}
+
+// agree all-gathers, over pg, a fingerprint of cfg and whether it checked
+// out, and returns an error on every rank if any rank's check failed or
+// the ranks' configurations differ, naming the ranks.
+func agree(ctx context.Context, pg dist.ProcessGroup, cfg Config, m models.GPTConfig, cerr error) error {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s|%+v|%d", cfg, m, cfg.Batch)
+	bad := int64(0)
+	if cerr != nil {
+		bad = 1
+	}
+	mine := []int64{int64(h.Sum64()), bad}
+	all := make([]int64, 2*pg.Size())
+	if err := pg.AllGather(ctx, dist.I64(all), dist.I64(mine)).Wait(); err != nil {
+		if cerr != nil {
+			return cerr
+		}
+		return fmt.Errorf("layout: rank %d: agreeing on the layout: %w", pg.Rank(), err)
+	}
+	if cerr != nil {
+		return cerr
+	}
+	var failed, differ []string
+	for r := range pg.Size() {
+		if all[2*r+1] != 0 {
+			failed = append(failed, strconv.Itoa(r))
+		} else if all[2*r] != mine[0] {
+			differ = append(differ, strconv.Itoa(r))
+		}
+	}
+	if len(failed) > 0 {
+		return fmt.Errorf("layout: rank %d: the layout is invalid on rank(s) %s", pg.Rank(), strings.Join(failed, ", "))
+	}
+	if len(differ) > 0 {
+		return fmt.Errorf("layout: ranks disagree on the layout: rank %d has %s (model %+v) but rank(s) %s have another",
+			pg.Rank(), cfg, m, strings.Join(differ, ", "))
+	}
+	return nil
+}
+
+// Config returns the layout's configuration, defaults filled in.
+func (t *Trainer) Config() Config { return t.cfg }
+
+// Mesh returns the dp × pp × tp mesh.
+func (t *Trainer) Mesh() *dist.Mesh { return t.mesh }
+
+// Pipeline returns the pipeline executor (for its Stats).
+func (t *Trainer) Pipeline() *pipeline.Pipeline { return t.pl }
+
+// DataRank returns this rank's data-parallel replica, in [0, DP): the
+// replica trains on sequences [DataRank()·Batch, (DataRank()+1)·Batch) of a
+// global batch of DP·Batch sequences.
+func (t *Trainer) DataRank() int { return t.mesh.Coord("dp") }
+
+// Split returns the stage bounds over the blocks.
+func (t *Trainer) Split() []int { return slices.Clone(t.split) }
+
+// Stages returns this rank's stages, in chunk order.
+func (t *Trainer) Stages() []*tp.GPTStage { return slices.Clone(t.stages) }
+
+// Shards returns this rank's distinct parameters with their names (the
+// full model's) and placements, in stage order.
+func (t *Trainer) Shards() []tp.Shard { return slices.Clone(t.shards) }
+
+// Parameters returns this rank's distinct parameters, in Shards order: what
+// the optimizer on this rank updates.
+func (t *Trainer) Parameters() []*autograd.Var {
+	out := make([]*autograd.Var, len(t.shards))
+	for i, s := range t.shards {
+		out[i] = s.Param
+	}
+	return out
+}
+
+// Step runs one training step on this replica's batch: idx and targets are
+// Batch·SeqLen token ids and next-token targets, row-major, the same on
+// every rank of the replica (the ranks with the same DataRank; a rank
+// reads only what its stages need, so the others may pass nil). It zeroes
+// the gradients, runs the forward and backward passes of every microbatch
+// under the schedule, sums the tied embedding's gradient between the first
+// and the last stage, and averages every gradient over the data-parallel
+// replicas. It returns the mean loss over the global batch, on every rank.
+func (t *Trainer) Step(ctx context.Context, idx, targets []int64) (float64, error) {
+	if t.err != nil {
+		return 0, t.err
+	}
+	for _, s := range t.shards {
+		if s.Param.Grad == nil {
+			s.Param.Grad = tensor.New(s.Param.Value.Shape()...)
+		} else {
+			s.Param.Grad.Zero()
+		}
+	}
+	for _, st := range t.stages {
+		if err := st.SetBatch(ctx, idx, targets, t.cfg.Batch, t.cfg.SeqLen, t.cfg.Microbatches); err != nil {
+			return 0, t.fail(fmt.Errorf("layout: rank %d: %w", t.mesh.Rank(), err))
+		}
+	}
+	loss, err := t.pl.Step(ctx)
+	if err == nil {
+		err = t.comm.Err()
+	}
+	if err != nil {
+		return 0, t.fail(err)
+	}
+	if t.cfg.DP > 1 {
+		if loss, err = t.syncGrads(ctx, loss); err != nil {
+			return 0, t.fail(err)
+		}
+	}
+	return loss, nil
+}
+
+// syncGrads averages every gradient of this rank and the loss over the dp
+// group, in one all-reduce.
+func (t *Trainer) syncGrads(ctx context.Context, loss float64) (float64, error) {
+	n := 0
+	for _, s := range t.shards {
+		n += s.Param.Grad.Len()
+	}
+	t.flat = slices.Grow(t.flat[:0], n)
+	for _, s := range t.shards {
+		t.flat = append(t.flat, s.Param.Grad.Contiguous().Data()...)
+	}
+	dp := t.mesh.Group("dp")
+	l := []float64{loss}
+	w1 := dp.AllReduce(ctx, dist.F32(t.flat), dist.Avg)
+	w2 := dp.AllReduce(ctx, dist.F64(l), dist.Avg)
+	for _, w := range []dist.Work{w1, w2} {
+		if err := wait(ctx, w); err != nil {
+			return 0, fmt.Errorf("layout: rank %d: data-parallel gradient all-reduce: %w", t.mesh.Rank(), err)
+		}
+	}
+	off := 0
+	for _, s := range t.shards {
+		g := s.Param.Grad
+		if !g.IsContiguous() {
+			g = tensor.New(g.Shape()...)
+			s.Param.Grad = g
+		}
+		off += copy(g.Data(), t.flat[off:off+g.Len()])
+	}
+	return l[0], nil
+}
+
+// ClipGradNorm scales this rank's gradients so that the 2-norm of the
+// whole model's gradient is at most maxNorm, and returns that norm before
+// scaling, on every rank: optim.ClipGradNorm(params, maxNorm, 2) on the
+// unsharded model (scale maxNorm/(norm+1e-6) when below 1). Sharded
+// parameters count their shard on every tp rank, replicated ones once per
+// stage, the tied embedding once. A non-finite norm leaves the gradients
+// unchanged and returns an error wrapping optim.ErrNonFiniteNorm.
+func (t *Trainer) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error) {
+	if t.err != nil {
+		return 0, t.err
+	}
+	if math.IsNaN(maxNorm) || maxNorm < 0 {
+		return 0, t.fail(fmt.Errorf("layout: ClipGradNorm: maxNorm = %v, want >= 0", maxNorm))
+	}
+	var counted []tp.Shard
+	for i, s := range t.shards {
+		if t.counted[i] {
+			counted = append(counted, s)
+		}
+	}
+	sharded, replicated := tp.SumSquares(counted)
+	sum := []float64{sharded}
+	if t.comm.Rank() == 0 {
+		sum[0] += replicated
+	}
+	for _, dim := range []string{"tp", "pp"} {
+		if g := t.mesh.Group(dim); g.Size() > 1 {
+			if err := wait(ctx, g.AllReduce(ctx, dist.F64(sum), dist.Sum)); err != nil {
+				return 0, t.fail(fmt.Errorf("layout: rank %d: ClipGradNorm: %s all-reduce: %w", t.mesh.Rank(), dim, err))
+			}
+		}
+	}
+	norm := math.Sqrt(sum[0])
+	if math.IsNaN(norm) || math.IsInf(norm, 0) {
+		return norm, fmt.Errorf("layout: ClipGradNorm: gradient 2-norm is %v: %w", norm, optim.ErrNonFiniteNorm)
+	}
+	tp.ScaleGrads(t.shards, maxNorm/(norm+1e-6))
+	return norm, nil
+}
+
+// Close releases the pipeline's subgroups (not pg or the mesh's groups,
+// which close with pg). Call it once every rank is done.
+func (t *Trainer) Close() error {
+	if t.err == nil {
+		t.err = errors.New("layout: trainer closed")
+	}
+	return t.pl.Close()
+}
+
+// fail breaks the trainer with err and aborts the mesh's groups, so that
+// peers waiting on this rank fail promptly instead of at their deadline:
+// each group gets a receive that never completes and is closed, which
+// makes dist send its peers an abort notice naming this rank. The failure
+// spreads along the mesh, as each peer that fails aborts its own groups.
+func (t *Trainer) fail(err error) error {
+	if t.err != nil {
+		return t.err
+	}
+	t.err = err
+	for _, name := range []string{"tp", "pp", "dp"} {
+		g := t.mesh.Group(name)
+		if g.Size() < 2 {
+			continue
+		}
+		g.Recv(context.Background(), dist.F32(make([]float32, 1)), (g.Rank()+1)%g.Size(), abortTag)
+		g.Close()
+	}
+	return err
+}
+
+// abortTag is the tag of the receive fail leaves pending on each group
+// before closing it (no message ever carries it).
+const abortTag = 1<<30 - 1
+
+func wait(ctx context.Context, w dist.Work) error {
+	select {
+	case <-w.Done():
+		return w.Wait()
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
