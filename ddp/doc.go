@@ -17,7 +17,20 @@
 //
 // Wrap checks that every rank has the same parameters and buffers (names,
 // shapes, dtypes; a mismatch is an error naming the rank and the
-// parameter) and copies rank 0's values to every rank.
+// parameter; CheckSameModel is that check on its own) and copies rank 0's
+// values to every rank.
+//
+// A module whose forward pass is not Forward(x) (a language model's
+// Forward(idx, B, T)) is wrapped with WrapModule and run with Call:
+//
+//	m, err := ddp.WrapModule(ctx, gpt, pg, ddp.Options{})
+//	logits, err := m.Call(ctx, func() *autograd.Var { return gpt.Forward(idx, B, T) })
+//
+// The backward pass may be Model.Backward or plain autograd.Backward:
+// when every trainable parameter receives a gradient, the step completes
+// inside the last gradient hook, so autograd.Backward returns with the
+// gradients averaged. Otherwise (unused parameters) only Backward can
+// finish the step, and the next Forward or Call says so.
 //
 // # Buckets and overlap
 //
@@ -34,6 +47,8 @@
 // Every parameter's slot in the flat buffer starts on a 64-byte boundary,
 // so kernels writing gradients into bucket views store whole cache lines.
 //
+// The bucket bookkeeping is the state machine of package ddp/reducer,
+// shared with the sharded wrappers (zero, fsdp); Model supplies its I/O.
 // Autograd's per-parameter gradient-ready hooks mark parameters ready
 // during backward. When every parameter of a bucket is ready, and every
 // earlier bucket has been started, the bucket's reduction starts

@@ -119,16 +119,16 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	m.join = &joinState{}
 	defer func() { m.join = nil }()
 	if err := body(); err != nil {
-		if !m.join.broken && !(m.armed && m.syncing && m.anyReady) {
+		if !m.join.broken && !m.red.InFlight() {
 			// Best effort: the others learn of it in their next round.
 			_, _ = m.round(ctx, joinFailed)
 		}
 		return err
 	}
-	if m.armed && m.syncing && m.anyReady {
+	if m.red.InFlight() {
 		return fmt.Errorf("ddp: Join: the last backward pass was not finished with Backward")
 	}
-	m.armed = false
+	m.red.Disarm()
 	for {
 		r, err := m.round(ctx, joinJoined)
 		if err != nil {
@@ -165,9 +165,6 @@ func (m *Model) shadowStep(ctx context.Context, r joinRound) error {
 	clear(m.flat)
 	m.ctx = ctx
 	defer func() { m.ctx = nil }()
-	for k := range m.buckets {
-		m.pending[k] = 0
-	}
-	m.launchReady()
+	m.red.StartAll()
 	return m.finishStep(ctx)
 }

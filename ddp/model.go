@@ -8,15 +8,22 @@ import (
 	"time"
 
 	"cohort/autograd"
+	"cohort/ddp/reducer"
 	"cohort/dist"
 	"cohort/nn"
 	"cohort/tensor"
 )
 
 // Model is a module replicated across a process group. Create it with
-// Wrap; drive it with Forward and Backward from one goroutine.
+// Wrap (a Layer) or WrapModule (any Module, with a forward function per
+// call); drive it with Forward or Call and Backward from one goroutine.
+//
+// The bucket bookkeeping (which gradients are ready, which buckets have
+// started) is a reducer.Reducer; Model is its I/O: the flat buffer the
+// buckets live in, the communication hook, the rebuild broadcast.
 type Model struct {
-	module      nn.Layer
+	module      nn.Module
+	layer       nn.Layer // module as a Layer, or nil
 	pg          dist.ProcessGroup
 	o           Options
 	rank, world int
@@ -27,34 +34,25 @@ type Model struct {
 	removes []func()
 	closed  bool
 
-	// Buckets. Invariant: flat has plan.Len() elements; bucketOf[p] is the
-	// bucket of tracked parameter p (-1 otherwise); in view mode
-	// views[p] is the Grad the parameter should have.
-	plan     Plan
-	flat     []float32
-	buckets  []*bucketState
-	bucketOf []int
-	views    []*tensor.Tensor
-	rebuilt  bool
-	step     int64 // synchronised steps finished, equal on every rank
+	// Buckets. Invariant: flat has plan.Len() elements; in view mode
+	// views[p] is the Grad parameter p should have.
+	plan    Plan
+	flat    []float32
+	buckets []*bucketState
+	views   []*tensor.Tensor
+	red     *reducer.Reducer
+	step    int64 // synchronised steps finished, equal on every rank
 	// identity is set when reducing is the identity (one rank, exact
 	// all-reduce): gradients then stay where autograd put them.
 	identity bool
 
-	// The current step. armed is set by Forward and cleared by Backward.
-	noSync   bool
-	armed    bool
-	syncing  bool
-	shadow   bool
-	divisor  int
-	anyReady bool
-	ready    []bool
-	observed []int // ready order of the first synchronised step
-	pending  []int // per bucket: tracked parameters not yet ready
-	next     int   // first bucket not started
-	ctx      context.Context
-	hookErr  error
-	bufFlat  []float32
+	// The current step.
+	noSync  bool
+	shadow  bool
+	divisor int
+	ctx     context.Context // the step's context, from Forward or Backward
+	hookErr error
+	bufFlat []float32
 
 	join *joinState
 
@@ -69,8 +67,6 @@ type bucketState struct {
 	b          Bucket
 	paramBytes int64
 	red        Reduction
-	launched   time.Time
-	done       time.Time
 }
 
 // Wrap replicates model across pg. It checks that every rank's model has
@@ -80,6 +76,16 @@ type bucketState struct {
 // check and the copy are done. Wrap registers gradient-ready hooks on the
 // model's trainable parameters; Close removes them.
 func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) (*Model, error) {
+	if model == nil {
+		return nil, errors.New("ddp: Wrap: nil model or process group")
+	}
+	return WrapModule(ctx, model, pg, o)
+}
+
+// WrapModule is Wrap for a module without a single-input forward pass
+// (a language model's Forward(idx, B, T)): drive it with Call instead of
+// Forward. When module is also an nn.Layer, Forward works too.
+func WrapModule(ctx context.Context, model nn.Module, pg dist.ProcessGroup, o Options) (*Model, error) {
 	if model == nil || pg == nil {
 		return nil, errors.New("ddp: Wrap: nil model or process group")
 	}
@@ -87,26 +93,20 @@ func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) 
 		return nil, err
 	}
 	m := &Model{module: model, pg: pg, o: o, rank: pg.Rank(), world: pg.Size()}
+	m.layer, _ = model.(nn.Layer)
 	switch o.Hook.(type) {
 	case AllReduceHook, *AllReduceHook:
 		m.identity = m.world == 1
 	}
 	m.params = model.NamedParameters()
 	m.buffers = model.NamedBuffers()
-	specs, err := m.describe()
-	if err != nil {
-		return nil, err
-	}
-	if err := m.checkSpecs(ctx, specs); err != nil {
+	if err := CheckSameModel(ctx, pg, m.params, m.buffers); err != nil {
 		return nil, err
 	}
 	if err := m.broadcastState(ctx, 0, true); err != nil {
 		return nil, fmt.Errorf("ddp: Wrap: broadcast from rank 0: %w", err)
 	}
-	m.bucketOf = make([]int, len(m.params))
-	m.ready = make([]bool, len(m.params))
 	for i, np := range m.params {
-		m.bucketOf[i] = -1
 		if np.Param.RequiresGrad() {
 			m.tracked = append(m.tracked, i)
 		}
@@ -114,8 +114,12 @@ func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) 
 	// Before any step, expect gradients in the reverse of registration order.
 	order := slices.Clone(m.tracked)
 	slices.Reverse(order)
-	if err := m.setPlan(order); err != nil {
+	buckets, err := m.setPlan(order)
+	if err != nil {
 		return nil, err
+	}
+	if m.red, err = reducer.New(len(m.params), buckets, (*reducerIO)(m), false); err != nil {
+		return nil, fmt.Errorf("ddp: Wrap: %w", err)
 	}
 	for _, i := range m.tracked {
 		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
@@ -123,8 +127,13 @@ func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) 
 	return m, nil
 }
 
-// Module returns the wrapped module (for evaluation, or saving).
-func (m *Model) Module() nn.Layer { return m.module }
+// Module returns the wrapped module as a Layer (for evaluation, or
+// saving), or nil when it was wrapped by WrapModule and is not a Layer;
+// Unwrap returns it in every case.
+func (m *Model) Module() nn.Layer { return m.layer }
+
+// Unwrap returns the wrapped module.
+func (m *Model) Unwrap() nn.Module { return m.module }
 
 // NamedParameters implements nn.Module: the wrapped module's parameters,
 // so optimizers can be built from the Model.
@@ -162,7 +171,7 @@ func (m *Model) usable(op string) error {
 	}
 	if err := m.hookErr; err != nil {
 		m.hookErr = nil
-		m.armed = false
+		m.red.Disarm()
 		return err
 	}
 	return nil
@@ -179,17 +188,33 @@ func (m *Model) NoSync(fn func() error) error {
 	return fn()
 }
 
-// Forward runs the wrapped module's forward pass on x and prepares the
+// Forward runs the wrapped Layer's forward pass on x; see Call.
+func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, error) {
+	if m.layer == nil {
+		return nil, fmt.Errorf("ddp: Forward: the wrapped %T is not an nn.Layer; use Call", m.module)
+	}
+	return m.Call(ctx, func() *autograd.Var { return m.layer.Forward(x) })
+}
+
+// Call runs forward, a forward pass through the wrapped module (any
+// signature: func() { return gpt.Forward(idx, B, T) }), and prepares the
 // gradient reduction of the backward pass that follows. Before a
 // synchronised forward it broadcasts rank 0's buffers (unless
 // Options.NoBroadcastBuffers); inside Join it first takes part in the
 // join round. It blocks on those collectives.
-func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, error) {
+//
+// The backward pass may run through Backward, or through plain
+// autograd.Backward: when every trainable parameter receives a gradient,
+// the step completes inside the last gradient hook, so the gradients are
+// averaged when autograd.Backward returns (ctx bounds the reductions).
+// When some parameter receives none, only Backward can finish the step;
+// the next Call then fails, naming the missing Backward.
+func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autograd.Var, error) {
 	if err := m.usable("Forward"); err != nil {
 		return nil, err
 	}
-	if m.armed && m.syncing && m.anyReady {
-		return nil, fmt.Errorf("ddp: Forward: the previous backward pass was not finished with Backward")
+	if m.red.InFlight() {
+		return nil, fmt.Errorf("ddp: Forward: the previous backward pass was not finished with Backward (some parameter received no gradient, so it could not complete on its own)")
 	}
 	r := joinRound{authority: 0, syncing: !m.noSync}
 	if m.join != nil {
@@ -210,24 +235,23 @@ func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, er
 	}
 	t1 := time.Now()
 	m.beginStep(r, false)
-	out := m.module.Forward(x)
+	m.ctx = ctx
+	out := forward()
 	m.cur = stepTimes{forward: time.Since(t1), buffers: t1.Sub(t0)}
 	return out, nil
 }
 
 // beginStep arms the reducer for one backward pass.
 func (m *Model) beginStep(r joinRound, shadow bool) {
-	m.armed, m.syncing, m.shadow, m.anyReady = true, r.syncing, shadow, false
+	m.shadow = shadow
 	m.divisor = m.world
 	if m.join != nil && !m.o.JoinDivideByWorldSize {
 		m.divisor = len(r.active)
 	}
-	clear(m.ready)
-	for k, bs := range m.buckets {
-		m.pending[k] = len(bs.b.Params)
+	for _, bs := range m.buckets {
 		bs.red = nil
 	}
-	m.next = 0
+	m.red.Arm(r.syncing, shadow)
 }
 
 // Backward runs autograd's backward pass from loss and, for a
@@ -241,7 +265,7 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	if err := m.usable("Backward"); err != nil {
 		return err
 	}
-	if !m.armed {
+	if !m.red.Armed() {
 		return fmt.Errorf("ddp: Backward: no Forward through the Model since the last Backward")
 	}
 	m.ctx = ctx
@@ -249,6 +273,14 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	t0 := time.Now()
 	autograd.Backward(loss)
 	m.cur.backward = time.Since(t0)
+	if !m.red.Armed() { // completed inside the last gradient hook
+		m.stats.Backward += m.cur.backward
+		if err := m.hookErr; err != nil {
+			m.hookErr = nil
+			return err
+		}
+		return nil
+	}
 	m.cur.backwardEnd = time.Now()
 	return m.finishStep(ctx) // issues the step's collectives even after a hook error
 }

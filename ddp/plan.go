@@ -3,6 +3,8 @@ package ddp
 import (
 	"fmt"
 	"strings"
+
+	"cohort/ddp/reducer"
 )
 
 // Default bucket caps, as in PyTorch: a small first bucket so that the
@@ -119,19 +121,5 @@ func PlanBuckets(numel []int, order []int, firstCapBytes, capBytes int64) (Plan,
 }
 
 // completeOrder returns observed followed by the indices of want that
-// observed lacks, in want's order: the rebuilt order when some parameters
-// never became ready (unused parameters go last).
-func completeOrder(observed, want []int) []int {
-	seen := make(map[int]bool, len(observed))
-	out := make([]int, 0, len(want))
-	for _, i := range observed {
-		seen[i] = true
-		out = append(out, i)
-	}
-	for _, i := range want {
-		if !seen[i] {
-			out = append(out, i)
-		}
-	}
-	return out
-}
+// observed lacks, in want's order (reducer.CompleteOrder).
+func completeOrder(observed, want []int) []int { return reducer.CompleteOrder(observed, want) }

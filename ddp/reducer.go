@@ -1,40 +1,43 @@
 package ddp
 
-// The reducer: gradient-ready hooks mark parameters ready, full buckets
-// start their reduction in plan order while backward continues, and
-// finishStep waits for them once autograd returns.
+// The reducer's I/O: the flat gradient buffer the buckets live in, the
+// communication hook that reduces them, and the broadcast that agrees on
+// the rebuilt bucket order. The state machine itself is reducer.Reducer.
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"strings"
 	"time"
 	"unsafe"
 
+	"cohort/ddp/reducer"
 	"cohort/dist"
 	"cohort/tensor"
 )
 
 // setPlan lays the tracked parameters out in buckets in the given order
 // and (re)allocates the flat gradient buffer, carrying existing gradient
-// views over.
-func (m *Model) setPlan(order []int) error {
+// views over. It returns each bucket's parameters for the reducer.
+func (m *Model) setPlan(order []int) ([][]int, error) {
 	numel := make([]int, len(m.params))
 	for i, np := range m.params {
 		numel[i] = np.Param.Value.Len()
 	}
 	plan, err := PlanBuckets(numel, order, m.o.FirstBucketCapBytes, m.o.BucketCapBytes)
 	if err != nil {
-		return err
+		return nil, err
 	}
 	flat := alignedFloats(plan.Len())
 	buckets := make([]*bucketState, len(plan.Buckets))
 	views := make([]*tensor.Tensor, len(m.params))
+	members := make([][]int, len(plan.Buckets))
 	for k, bp := range plan.Buckets {
+		members[k] = slices.Clone(bp.Params)
 		bs := &bucketState{b: Bucket{Index: k, Grad: flat[bp.Start:bp.End]}, paramBytes: bp.ParamBytes}
 		for _, i := range bp.Params {
-			m.bucketOf[i] = k
 			off, n := plan.Offset[i], numel[i]
 			bs.b.Params = append(bs.b.Params, BucketParam{Name: m.params[i].Name, Shape: m.params[i].Param.Value.Shape(), Offset: off - bp.Start, Len: n})
 			if m.o.GradientAsBucketView {
@@ -50,8 +53,7 @@ func (m *Model) setPlan(order []int) error {
 		buckets[k] = bs
 	}
 	m.plan, m.flat, m.buckets, m.views = plan, flat, buckets, views
-	m.pending = make([]int, len(buckets))
-	return nil
+	return members, nil
 }
 
 // alignedFloats returns n zeroed float32s starting on a 64-byte boundary,
@@ -71,38 +73,35 @@ func copyInto(dst []float32, t *tensor.Tensor) {
 	copy(dst, t.Contiguous().Data())
 }
 
-// onReady runs from autograd when parameter i's gradient is final.
+// onReady runs from autograd when parameter i's gradient is final. When
+// the last bucket has started, the step completes right here, so a plain
+// autograd.Backward leaves averaged gradients too.
 func (m *Model) onReady(i int) {
-	if !m.armed {
-		if m.hookErr == nil {
-			m.hookErr = fmt.Errorf("ddp: gradient of parameter %q computed by a backward pass that did not start from Model.Forward (use Module() for local passes, or NoSync)", m.params[i].Name)
-		}
-		return
+	err := m.red.Ready(i)
+	switch {
+	case errors.Is(err, reducer.ErrNotArmed):
+		err = fmt.Errorf("ddp: gradient of parameter %q computed by a backward pass that did not start from Model.Forward (use Module() for local passes, or NoSync)", m.params[i].Name)
+	case errors.Is(err, reducer.ErrTwice):
+		err = fmt.Errorf("ddp: parameter %q received its gradient twice in one step (two Backward calls after one Forward?)", m.params[i].Name)
 	}
-	if !m.syncing {
-		return
-	}
-	if m.ready[i] {
-		if m.hookErr == nil {
-			m.hookErr = fmt.Errorf("ddp: parameter %q received its gradient twice in one step (two Backward calls after one Forward?)", m.params[i].Name)
-		}
-		return
-	}
-	m.ready[i] = true
-	m.anyReady = true
-	if !m.rebuilt {
-		m.observed = append(m.observed, i)
-	}
-	if err := m.gradIn(i); err != nil && m.hookErr == nil {
+	if err != nil && m.hookErr == nil {
 		m.hookErr = err
 	}
-	m.pending[m.bucketOf[i]]--
-	m.launchReady()
-	m.pollDone(time.Now())
+	if m.red.Armed() && m.red.Syncing() && m.red.AllStarted() {
+		m.cur.backwardEnd = time.Now()
+		if err := m.finishStep(m.ctx); err != nil && m.hookErr == nil {
+			m.hookErr = err
+		}
+	}
 }
 
-// gradIn brings parameter i's current gradient into its bucket slot.
-func (m *Model) gradIn(i int) error {
+// reducerIO is the Model seen as the reducer's I/O.
+type reducerIO Model
+
+// Take implements reducer.IO: it brings parameter i's current gradient
+// into its bucket slot.
+func (io *reducerIO) Take(i int, used bool) error {
+	m := (*Model)(io)
 	p := m.params[i].Param
 	off := m.plan.Offset[i]
 	slot := m.flat[off : off+p.Value.Len()]
@@ -135,71 +134,83 @@ func (m *Model) gradIn(i int) error {
 	return nil
 }
 
-// launchReady starts, in plan order, every bucket whose parameters are all
-// ready.
-func (m *Model) launchReady() {
-	for m.next < len(m.buckets) && m.pending[m.next] == 0 {
-		bs := m.buckets[m.next]
-		bs.b.Divisor, bs.b.Step, bs.b.Shadow = m.divisor, m.step, m.shadow
-		bs.launched = time.Now()
-		bs.red = m.o.Hook.Start(m.ctx, m.pg, &bs.b)
-		bs.done = time.Time{}
-		m.next++
+// Start implements reducer.IO: it hands bucket k to the communication hook.
+func (io *reducerIO) Start(k int) reducer.Handle {
+	m := (*Model)(io)
+	bs := m.buckets[k]
+	bs.b.Divisor, bs.b.Step, bs.b.Shadow = m.divisor, m.step, m.shadow
+	ctx := m.ctx
+	if ctx == nil {
+		ctx = context.Background()
 	}
+	bs.red = m.o.Hook.Start(ctx, m.pg, &bs.b)
+	return bs.red
 }
 
-// pollDone stamps the buckets whose communication has completed since the
-// last poll. It runs at every gradient-ready hook and when autograd's
-// backward returns, so a stamp is late by at most one parameter's
-// backward computation.
-func (m *Model) pollDone(now time.Time) {
-	for _, bs := range m.buckets[:m.next] {
-		if !bs.done.IsZero() {
-			continue
+// Agree implements reducer.IO: the lowest active rank's gradient order,
+// broadcast so every rank uses the same plan.
+func (io *reducerIO) Agree(order []int) ([]int, error) {
+	m := (*Model)(io)
+	root := 0
+	if m.join != nil && len(m.join.lastActive) > 0 {
+		root = m.join.lastActive[0]
+	}
+	order64 := make([]int64, len(order))
+	for k, i := range order {
+		order64[k] = int64(i)
+	}
+	if m.world > 1 {
+		ctx := m.ctx
+		if ctx == nil {
+			ctx = context.Background()
 		}
-		select {
-		case <-bs.red.Done():
-			bs.done = now
-		default:
+		if err := m.pg.Broadcast(ctx, dist.I64(order64), root).Wait(); err != nil {
+			return nil, fmt.Errorf("ddp: rebuilding buckets: broadcast of rank %d's gradient order: %w", root, err)
 		}
 	}
+	out := make([]int, len(order64))
+	for k, v := range order64 {
+		if v < 0 || int(v) >= len(m.params) {
+			return nil, fmt.Errorf("ddp: rebuilding buckets: rank %d's gradient order names parameter %d, not a trainable parameter here", root, v)
+		}
+		out[k] = int(v)
+	}
+	return out, nil
 }
 
-// finishStep completes a step after autograd's backward returned: it
-// starts the buckets still waiting (parameters without a gradient), waits
-// for every reduction, copies the averages out, and rebuilds the buckets
-// after the first synchronised step.
+// Replan implements reducer.IO.
+func (io *reducerIO) Replan(order []int) ([][]int, error) {
+	m := (*Model)(io)
+	b, err := m.setPlan(order)
+	if err != nil {
+		return nil, fmt.Errorf("ddp: rebuilding buckets: %w", err)
+	}
+	return b, nil
+}
+
+// finishStep completes a step after autograd's backward returned (or in
+// the last gradient hook): it takes the parameters without a gradient,
+// waits for every reduction, copies the averages out, and rebuilds the
+// buckets after the first synchronised step.
 func (m *Model) finishStep(ctx context.Context) error {
-	m.armed = false
-	if !m.syncing {
+	if !m.red.Syncing() {
+		m.red.Disarm()
 		m.stats.LocalSteps++
 		m.stats.Forward += m.cur.forward
 		m.stats.Backward += m.cur.backward
 		return nil
 	}
-	m.pollDone(m.cur.backwardEnd)
+	prev := m.ctx
+	m.ctx = ctx
+	defer func() { m.ctx = prev }()
+	m.red.Poll(m.cur.backwardEnd)
+	unusedIdx, takeErr, firstErr := m.red.Finish()
 	var unused []string
-	if !m.shadow {
-		for _, i := range m.tracked {
-			if m.ready[i] {
-				continue
-			}
-			unused = append(unused, fmt.Sprintf("%q", m.params[i].Name))
-			if err := m.gradIn(i); err != nil && m.hookErr == nil {
-				m.hookErr = err
-			}
-			m.pending[m.bucketOf[i]]--
-		}
-		m.launchReady()
+	for _, i := range unusedIdx {
+		unused = append(unused, fmt.Sprintf("%q", m.params[i].Name))
 	}
-	var firstErr error
-	for _, bs := range m.buckets {
-		if err := bs.red.Finish(); err != nil && firstErr == nil {
-			firstErr = err
-		}
-		if bs.done.IsZero() {
-			bs.done = time.Now()
-		}
+	if takeErr != nil && m.hookErr == nil {
+		m.hookErr = takeErr // reported after the step, like a hook's
 	}
 	if firstErr != nil {
 		return firstErr
@@ -210,10 +221,8 @@ func (m *Model) finishStep(ctx context.Context) error {
 	if !m.shadow {
 		m.recordStep(time.Now())
 	}
-	if !m.rebuilt {
-		if err := m.rebuild(ctx); err != nil {
-			return err
-		}
+	if err := m.red.Rebuild(); err != nil {
+		return err
 	}
 	m.step++
 	if err := m.hookErr; err != nil {
@@ -243,36 +252,4 @@ func (m *Model) copyOut() {
 		}
 		copy(p.Grad.Data(), slot)
 	}
-}
-
-// rebuild re-plans the buckets in the order the gradients became ready on
-// the lowest active rank, broadcast so every rank uses the same plan.
-func (m *Model) rebuild(ctx context.Context) error {
-	root := 0
-	if m.join != nil && len(m.join.lastActive) > 0 {
-		root = m.join.lastActive[0]
-	}
-	want := slices.Clone(m.tracked)
-	slices.Reverse(want)
-	order64 := make([]int64, len(want))
-	for k, i := range completeOrder(m.observed, want) {
-		order64[k] = int64(i)
-	}
-	if m.world > 1 {
-		if err := m.pg.Broadcast(ctx, dist.I64(order64), root).Wait(); err != nil {
-			return fmt.Errorf("ddp: rebuilding buckets: broadcast of rank %d's gradient order: %w", root, err)
-		}
-	}
-	order := make([]int, len(order64))
-	for k, v := range order64 {
-		if v < 0 || int(v) >= len(m.params) || m.bucketOf[v] < 0 {
-			return fmt.Errorf("ddp: rebuilding buckets: rank %d's gradient order names parameter %d, not a trainable parameter here", root, v)
-		}
-		order[k] = int(v)
-	}
-	if err := m.setPlan(order); err != nil {
-		return fmt.Errorf("ddp: rebuilding buckets from rank %d's gradient order: %w", root, err)
-	}
-	m.rebuilt, m.observed = true, nil
-	return nil
 }

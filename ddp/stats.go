@@ -67,13 +67,14 @@ func (m *Model) recordStep(end time.Time) {
 	if len(m.buckets) == 0 {
 		return
 	}
-	first, last := m.buckets[0].launched, m.buckets[0].done
-	for _, bs := range m.buckets {
-		if bs.launched.Before(first) {
-			first = bs.launched
+	first, last := m.red.Times(0)
+	for k, bs := range m.buckets {
+		launched, done := m.red.Times(k)
+		if launched.Before(first) {
+			first = launched
 		}
-		if bs.done.After(last) {
-			last = bs.done
+		if done.After(last) {
+			last = done
 		}
 		s.Bytes += bs.paramBytes
 	}

@@ -7,15 +7,32 @@ import (
 
 	"cohort/autograd"
 	"cohort/dist"
+	"cohort/nn"
 	"cohort/tensor"
 )
 
+// CheckSameModel checks that every rank of pg holds a model with the same
+// parameters and buffers (names, shapes, dtypes, which parameters are
+// trainable) and that each can travel through the collectives (non-nil,
+// contiguous leaves, none listed twice). On a mismatch the error names the
+// first differing rank and what it has where rank 0 has something else.
+// Every rank must call it at the same point; it blocks on one small
+// all-gather (more only on a mismatch). The sharded wrappers (zero, fsdp)
+// use it as Wrap does.
+func CheckSameModel(ctx context.Context, pg dist.ProcessGroup, params []nn.NamedParameter, buffers []nn.NamedBuffer) error {
+	specs, err := describe(params, buffers)
+	if err != nil {
+		return err
+	}
+	return checkSpecs(ctx, pg, specs)
+}
+
 // describe lists the parameters and buffers for the cross-rank check and
 // rejects what the collectives cannot carry.
-func (m *Model) describe() ([]tensorSpec, error) {
-	specs := make([]tensorSpec, 0, len(m.params)+len(m.buffers))
+func describe(params []nn.NamedParameter, buffers []nn.NamedBuffer) ([]tensorSpec, error) {
+	specs := make([]tensorSpec, 0, len(params)+len(buffers))
 	seen := map[*autograd.Var]string{}
-	for _, np := range m.params {
+	for _, np := range params {
 		p := np.Param
 		switch {
 		case p == nil || p.Value == nil:
@@ -31,7 +48,7 @@ func (m *Model) describe() ([]tensorSpec, error) {
 		seen[p] = np.Name
 		specs = append(specs, tensorSpec{Kind: "parameter", Name: np.Name, Shape: p.Value.Shape(), DType: "float32", Grad: p.RequiresGrad()})
 	}
-	for _, nb := range m.buffers {
+	for _, nb := range buffers {
 		switch {
 		case nb.Buffer == nil:
 			return nil, fmt.Errorf("ddp: Wrap: buffer %q is nil", nb.Name)
@@ -46,18 +63,19 @@ func (m *Model) describe() ([]tensorSpec, error) {
 // checkSpecs compares every rank's description with rank 0's. The common
 // case costs one small all-gather; on a mismatch rank 0's full description
 // is broadcast so that every rank can name the culprit.
-func (m *Model) checkSpecs(ctx context.Context, specs []tensorSpec) error {
-	if m.world == 1 {
+func checkSpecs(ctx context.Context, pg dist.ProcessGroup, specs []tensorSpec) error {
+	rank, world := pg.Rank(), pg.Size()
+	if world == 1 {
 		return nil
 	}
 	enc := encodeSpecs(specs)
 	mine := []int64{int64(len(specs)), specHash(enc), int64(len(enc))}
-	all := make([]int64, 3*m.world)
-	if err := m.pg.AllGather(ctx, dist.I64(all), dist.I64(mine)).Wait(); err != nil {
+	all := make([]int64, 3*world)
+	if err := pg.AllGather(ctx, dist.I64(all), dist.I64(mine)).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: exchanging model fingerprints: %w", err)
 	}
 	same := true
-	for r := 1; r < m.world; r++ {
+	for r := 1; r < world; r++ {
 		if all[3*r] != all[0] || all[3*r+1] != all[1] || all[3*r+2] != all[2] {
 			same = false
 		}
@@ -67,10 +85,10 @@ func (m *Model) checkSpecs(ctx context.Context, specs []tensorSpec) error {
 	}
 	rootLen := int(all[2])
 	rootWords := make([]int64, (rootLen+7)/8)
-	if m.rank == 0 {
+	if rank == 0 {
 		copy(rootWords, packBytes(enc))
 	}
-	if err := m.pg.Broadcast(ctx, dist.I64(rootWords), 0).Wait(); err != nil {
+	if err := pg.Broadcast(ctx, dist.I64(rootWords), 0).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; broadcasting rank 0's description: %w", err)
 	}
 	root, err := decodeSpecs(unpackBytes(rootWords, rootLen))
@@ -78,8 +96,8 @@ func (m *Model) checkSpecs(ctx context.Context, specs []tensorSpec) error {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; rank 0's description: %w", err)
 	}
 	at := []int64{int64(firstSpecMismatch(specs, root))}
-	ats := make([]int64, m.world)
-	if err := m.pg.AllGather(ctx, dist.I64(ats), dist.I64(at)).Wait(); err != nil {
+	ats := make([]int64, world)
+	if err := pg.AllGather(ctx, dist.I64(ats), dist.I64(at)).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; exchanging where: %w", err)
 	}
 	bad, at0 := -1, -1
@@ -97,18 +115,18 @@ func (m *Model) checkSpecs(ctx context.Context, specs []tensorSpec) error {
 	}
 	// The first differing rank tells everyone what it has there.
 	var desc []byte
-	if m.rank == bad {
+	if rank == bad {
 		desc = []byte(describeAt(specs, at0))
 	}
 	n := []int64{int64(len(desc))}
-	if err := m.pg.Broadcast(ctx, dist.I64(n), bad).Wait(); err != nil {
+	if err := pg.Broadcast(ctx, dist.I64(n), bad).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
 	}
 	words := make([]int64, (n[0]+7)/8)
-	if m.rank == bad {
+	if rank == bad {
 		copy(words, packBytes(desc))
 	}
-	if err := m.pg.Broadcast(ctx, dist.I64(words), bad).Wait(); err != nil {
+	if err := pg.Broadcast(ctx, dist.I64(words), bad).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
 	}
 	return fmt.Errorf("ddp: Wrap: model differs across ranks: rank %d has %s where rank 0 has %s (differences: %s)",

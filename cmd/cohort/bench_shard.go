@@ -1,0 +1,323 @@
+package main
+
+// The worker side of `cohort bench train --shard none|zero1|zero2|fsdp`:
+// one rank trains the MLP, the LeNet CNN or GPT-mini with AdamW and
+// global-norm clipping under DDP (none) or a sharded wrapper, and reports
+// samples/s and the per-rank memory of the training state. The flag
+// plumbing (spawning the workers) lives in bench_train.go; it calls
+// shardTrainRun in each worker and printShardTrain with rank 0's result.
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"math/rand/v2"
+	"syscall"
+	"time"
+
+	"cohort/autograd"
+	"cohort/ddp"
+	"cohort/dist"
+	"cohort/fsdp"
+	"cohort/models"
+	"cohort/nn"
+	"cohort/optim"
+	"cohort/tensor"
+	"cohort/zero"
+)
+
+// shardSpec is one sharded-training benchmark configuration.
+type shardSpec struct {
+	Model  string // mlp, cnn or gpt
+	Shard  string // none (ddp), zero1, zero2 or fsdp
+	Batch  int    // samples per rank and step (gpt: sequences of shardSeqLen tokens); 0: 64 (mlp, cnn) or 8 (gpt)
+	Warmup int    // untimed steps
+	Steps  int    // timed steps
+}
+
+const (
+	shardSeqLen  = 64 // GPT-mini's context
+	shardLR      = 3e-4
+	shardWD      = 0.1
+	shardMaxNorm = 1.0
+)
+
+func (s shardSpec) validate() error {
+	var errs []error
+	switch s.Model {
+	case "mlp", "cnn", "gpt":
+	default:
+		errs = append(errs, fmt.Errorf("--model %q: want mlp, cnn or gpt", s.Model))
+	}
+	switch s.Shard {
+	case "none", "zero1", "zero2", "fsdp":
+	default:
+		errs = append(errs, fmt.Errorf("--shard %q: want none, zero1, zero2 or fsdp", s.Shard))
+	}
+	if s.Batch < 0 || s.Warmup < 0 || s.Steps < 1 {
+		errs = append(errs, fmt.Errorf("batch %d, warmup %d, steps %d: want batch, warmup ≥ 0 and steps ≥ 1", s.Batch, s.Warmup, s.Steps))
+	}
+	return errors.Join(errs...)
+}
+
+// shardResult is one rank's measurement.
+type shardResult struct {
+	Params       int
+	Wall         time.Duration // the timed steps, between two barriers
+	Samples      int           // samples trained by all ranks in the timed steps
+	Memory       zero.Memory   // between steps, after the last one
+	PeakRSSBytes int64         // of this process (0 where unknown)
+	LastLoss     float32
+	// CPU is the process's user+system CPU time over the timed steps: a
+	// measure of the work done that contention on a shared machine
+	// disturbs less than wall time (in a one-process group, all ranks').
+	CPU time.Duration
+}
+
+// SamplesPerSec is the group's training throughput.
+func (r shardResult) SamplesPerSec() float64 { return float64(r.Samples) / r.Wall.Seconds() }
+
+// printShardTrain writes the report; its last line is
+//
+//	train: MODEL world N shard S samples/s X state-bytes/rank Y param-bytes/rank Z peak-rss-MiB R
+func printShardTrain(w io.Writer, s shardSpec, world int, r shardResult) {
+	fmt.Fprintf(w, "train: %s, %d params, world %d, shard %s, batch %d per rank, %d warm-up + %d timed steps, wall %.2f s, cpu %.2f s, last loss %.4f, gradient bytes/rank %d\n",
+		s.Model, r.Params, world, s.Shard, s.batch(), s.Warmup, s.Steps, r.Wall.Seconds(), r.CPU.Seconds(), r.LastLoss, r.Memory.GradBytes)
+	fmt.Fprintf(w, "train: %s world %d shard %s samples/s %.1f state-bytes/rank %d param-bytes/rank %d peak-rss-MiB %.1f\n",
+		s.Model, world, s.Shard, r.SamplesPerSec(), r.Memory.OptimizerBytes, r.Memory.ParamBytes, float64(r.PeakRSSBytes)/(1<<20))
+}
+
+func (s shardSpec) batch() int {
+	switch {
+	case s.Batch > 0:
+		return s.Batch
+	case s.Model == "gpt":
+		return 8
+	}
+	return 64
+}
+
+// shardAdamW builds AdamW over ps (full parameters or a shard).
+func shardAdamW(ps []nn.NamedParameter) (optim.Optimizer, error) {
+	return optim.NewAdamW([]optim.Group{{Params: zero.Vars(ps), LR: shardLR, WeightDecay: shardWD}}, optim.AdamOptions{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+}
+
+// shardBatch is one step's data on one rank: the plain forward pass, the
+// same pass through fsdp units, and the loss of the output.
+type shardBatch struct {
+	plain func() *autograd.Var
+	units func(*fsdp.Units) *autograd.Var
+	loss  func(*autograd.Var) *autograd.Var
+}
+
+// shardWorkload builds the model (seed 0, the same on every rank) and a
+// generator of random batches for rank (deterministic in rank and step).
+func shardWorkload(s shardSpec, rank int) (nn.Module, []nn.Module, func(step int) shardBatch, error) {
+	rng := rand.New(rand.NewPCG(0, 0))
+	B := s.batch()
+	if s.Model == "gpt" {
+		g, err := models.NewGPT(rng, models.GPTMini())
+		if err != nil {
+			return nil, nil, nil, err
+		}
+		var units []nn.Module
+		for _, b := range g.Blocks {
+			units = append(units, b)
+		}
+		return g, units, func(step int) shardBatch {
+			r := rand.New(rand.NewPCG(uint64(step), uint64(rank)))
+			var idx, tgt []int64
+			for range B {
+				row := make([]int64, shardSeqLen+1)
+				for i := range row {
+					row[i] = int64(r.IntN(256))
+				}
+				idx, tgt = append(idx, row[:shardSeqLen]...), append(tgt, row[1:]...)
+			}
+			return shardBatch{
+				plain: func() *autograd.Var { return g.Forward(idx, B, shardSeqLen) },
+				units: func(u *fsdp.Units) *autograd.Var {
+					h := autograd.Add(autograd.Embedding(g.Wte, idx, B, shardSeqLen), autograd.Narrow(g.Wpe, 0, 0, shardSeqLen))
+					for i, b := range g.Blocks {
+						h = u.Run(i, h, b.Forward)
+					}
+					return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
+				},
+				loss: func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) },
+			}
+		}, nil
+	}
+	shape := []int{784}
+	seq := models.MLP(rng)
+	if s.Model == "cnn" {
+		shape, seq = []int{1, 28, 28}, models.LeNet(rng)
+	}
+	units, fwd := fsdp.SequentialUnits(seq)
+	return seq, units, func(step int) shardBatch {
+		r := rand.New(rand.NewPCG(uint64(step), uint64(rank)))
+		x := tensor.New(append([]int{B}, shape...)...)
+		for i := range x.Data() {
+			x.Data()[i] = float32(r.NormFloat64())
+		}
+		y := make([]int64, B)
+		for i := range y {
+			y[i] = int64(r.IntN(10))
+		}
+		xv := autograd.NewVar(x, false)
+		return shardBatch{
+			plain: func() *autograd.Var { return seq.Forward(xv) },
+			units: fwd(xv),
+			loss:  func(out *autograd.Var) *autograd.Var { return nn.CrossEntropy(out, y) },
+		}
+	}, nil
+}
+
+// shardTrainRun is one rank of the benchmark over pg (every rank calls it
+// with the same spec): s.Warmup untimed and s.Steps timed steps of
+// forward, backward, clipping and AdamW, under s.Shard.
+func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shardResult, error) {
+	if err := s.validate(); err != nil {
+		return shardResult{}, err
+	}
+	if pg == nil {
+		return shardResult{}, errors.New("shard benchmark: nil process group")
+	}
+	mod, units, batch, err := shardWorkload(s, pg.Rank())
+	if err != nil {
+		return shardResult{}, err
+	}
+	res := shardResult{Params: nn.NumParameters(mod)}
+	// step runs one training step and returns its loss; memory reports
+	// the state between steps.
+	var step func(i int) (*autograd.Var, error)
+	var memory func() zero.Memory
+	switch s.Shard {
+	case "none":
+		m, err := ddp.WrapModule(ctx, mod, pg, ddp.Options{GradientAsBucketView: true})
+		if err != nil {
+			return res, err
+		}
+		defer m.Close()
+		opt, err := shardAdamW(mod.NamedParameters())
+		if err != nil {
+			return res, err
+		}
+		step = func(i int) (*autograd.Var, error) {
+			b := batch(i)
+			out, err := m.Call(ctx, b.plain)
+			if err != nil {
+				return nil, err
+			}
+			loss := b.loss(out)
+			if err := m.Backward(ctx, loss); err != nil {
+				return nil, err
+			}
+			if _, err := optim.ClipGradNorm(nn.Parameters(mod), shardMaxNorm, 2); err != nil {
+				return nil, err
+			}
+			opt.Step()
+			opt.ZeroGrad()
+			return loss, nil
+		}
+		memory = func() zero.Memory {
+			var mem zero.Memory
+			for _, p := range mod.NamedParameters() {
+				mem.ParamBytes += 4 * int64(p.Param.Value.Len())
+				mem.GradBytes += 4 * int64(p.Param.Value.Len())
+			}
+			mem.OptimizerBytes = zero.OptimizerBytes(opt)
+			return mem
+		}
+	case "zero1", "zero2":
+		stage := zero.Stage1
+		if s.Shard == "zero2" {
+			stage = zero.Stage2
+		}
+		m, err := zero.Wrap(ctx, mod, pg, zero.Options{Stage: stage, Optimizer: shardAdamW})
+		if err != nil {
+			return res, err
+		}
+		defer m.Close()
+		step = func(i int) (*autograd.Var, error) {
+			b := batch(i)
+			out, err := m.Call(ctx, b.plain)
+			if err != nil {
+				return nil, err
+			}
+			loss := b.loss(out)
+			if err := m.Backward(ctx, loss); err != nil {
+				return nil, err
+			}
+			if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
+				return nil, err
+			}
+			if err := m.Step(ctx); err != nil {
+				return nil, err
+			}
+			m.ZeroGrad()
+			return loss, nil
+		}
+		memory = m.Memory
+	case "fsdp":
+		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW})
+		if err != nil {
+			return res, err
+		}
+		defer m.Close()
+		step = func(i int) (*autograd.Var, error) {
+			b := batch(i)
+			out, err := m.Call(ctx, b.units)
+			if err != nil {
+				return nil, err
+			}
+			loss := b.loss(out)
+			if err := m.Backward(ctx, loss); err != nil {
+				return nil, err
+			}
+			if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
+				return nil, err
+			}
+			if err := m.Step(ctx); err != nil {
+				return nil, err
+			}
+			m.ZeroGrad()
+			return loss, nil
+		}
+		memory = m.Memory
+	}
+	for i := range s.Warmup {
+		if _, err := step(i); err != nil {
+			return res, err
+		}
+	}
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		return res, fmt.Errorf("barrier after warm-up: %w", err)
+	}
+	start, cpu0 := time.Now(), processCPU()
+	for i := range s.Steps {
+		loss, err := step(s.Warmup + i)
+		if err != nil {
+			return res, err
+		}
+		res.LastLoss = loss.Value.Item()
+	}
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		return res, fmt.Errorf("barrier after the timed steps: %w", err)
+	}
+	res.Wall, res.CPU = time.Since(start), processCPU()-cpu0
+	res.Samples = pg.Size() * s.batch() * s.Steps
+	res.Memory = memory()
+	res.PeakRSSBytes, _ = zero.PeakRSSBytes() // 0 where /proc is missing
+	return res, nil
+}
+
+// processCPU returns the process's user+system CPU time so far (0 where
+// getrusage fails).
+func processCPU() time.Duration {
+	var ru syscall.Rusage
+	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
+		return 0
+	}
+	return time.Duration(ru.Utime.Nano() + ru.Stime.Nano())
+}

@@ -1,0 +1,385 @@
+package fsdp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+
+	"cohort/autograd"
+	"cohort/ddp"
+	"cohort/ddp/reducer"
+	"cohort/dist"
+	"cohort/nn"
+	"cohort/optim"
+	"cohort/tensor"
+	"cohort/zero"
+)
+
+// Options configures Wrap. Optimizer is required.
+type Options struct {
+	// Optimizer builds this rank's optimizer over its parameter pieces
+	// (see zero.OptimizerFunc); one built on the full parameters is an
+	// error.
+	Optimizer zero.OptimizerFunc
+	// NoPrefetch turns off gathering the next unit while the current one
+	// runs its forward pass.
+	NoPrefetch bool
+	// PrefetchAcrossSteps makes Step start gathering the root and the
+	// first unit for the next Call; they are then held between steps
+	// (Memory counts them).
+	PrefetchAcrossSteps bool
+	// FindUnusedParameters lets a synchronised backward leave parameters
+	// without a gradient (they contribute zero).
+	FindUnusedParameters bool
+}
+
+// Model is a module whose parameters, gradients and optimizer state are
+// sharded across a process group. Create it with Wrap; drive it from one
+// goroutine: Call, Backward, optionally ClipGradNorm, Step, ZeroGrad.
+type Model struct {
+	module      nn.Module
+	pg          dist.ProcessGroup
+	o           Options
+	rank, world int
+
+	params []nn.NamedParameter
+	shapes [][]int
+	units  [][]int // parameter indices of each unit; the last is the root
+	plan   zero.Plan
+	pieces []zero.Piece
+	shard  []nn.NamedParameter
+	opt    optim.Optimizer
+	red    *reducer.Reducer
+
+	// Invariants: shardParam and shardGrad hold this rank's shard of every
+	// bucket (bucket k = unit len(units)−2−k for k < len(units)−1, then
+	// the root). Between steps every sharded parameter's Value is
+	// placeholder[i] (no elements) and its Grad nil, except under NoSync,
+	// where stash[i] accumulates the local gradient.
+	shardParam  []float32
+	shardGrad   []float32
+	placeholder []*tensor.Tensor
+	stash       []*tensor.Tensor
+	views       []*tensor.Tensor // during a synchronised step: the Grad each parameter should have
+	scratch     [][]float32
+	gathered    [][]float32 // per unit: the gathered full values, while held
+	inflight    []dist.Work // per unit: a gather in flight
+	removes     []func()
+	closed      bool
+
+	noSync   bool
+	ctx      context.Context
+	hookErr  error
+	heldPeak int64 // most gathered parameter bytes held at once in the last step
+}
+
+var _ nn.Module = (*Model)(nil)
+
+// Wrap shards model across pg in units: units[u] is a submodule (a layer,
+// a transformer block) whose parameters are gathered together just in
+// time for its forward pass; parameters in no unit form a root unit held
+// for the whole forward pass. Every rank must call Wrap with the same
+// model and units; it checks the models agree (ddp.CheckSameModel),
+// shards rank 0's parameters, and builds this rank's optimizer. After
+// Wrap the module's trainable parameters hold no values between steps:
+// use Call to run it and FullStateDict to read it.
+func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg dist.ProcessGroup, o Options) (*Model, error) {
+	if model == nil || pg == nil {
+		return nil, errors.New("fsdp: Wrap: nil model or process group")
+	}
+	if o.Optimizer == nil {
+		return nil, errors.New("fsdp: Wrap: Options.Optimizer is nil (a function building the optimizer over this rank's shard)")
+	}
+	m := &Model{module: model, pg: pg, o: o, rank: pg.Rank(), world: pg.Size()}
+	m.params = model.NamedParameters()
+	if err := ddp.CheckSameModel(ctx, pg, m.params, model.NamedBuffers()); err != nil {
+		return nil, fmt.Errorf("fsdp: %w", err)
+	}
+	index := map[*autograd.Var]int{}
+	for i, np := range m.params {
+		index[np.Param] = i
+	}
+	owner := make([]int, len(m.params))
+	for i := range owner {
+		owner[i] = -1
+	}
+	for u, sub := range units {
+		var ids []int
+		for _, np := range sub.NamedParameters() {
+			i, ok := index[np.Param]
+			if !ok {
+				return nil, fmt.Errorf("fsdp: Wrap: unit %d's parameter %q is not a parameter of the model", u, np.Name)
+			}
+			if owner[i] >= 0 {
+				return nil, fmt.Errorf("fsdp: Wrap: parameter %q is in units %d and %d (a parameter shared between units belongs in the root: leave it out of both)", m.params[i].Name, owner[i], u)
+			}
+			owner[i] = u
+			if np.Param.RequiresGrad() {
+				ids = append(ids, i)
+			}
+		}
+		m.units = append(m.units, ids)
+	}
+	var root []int
+	for i, np := range m.params {
+		if owner[i] < 0 && np.Param.RequiresGrad() {
+			root = append(root, i)
+		}
+	}
+	m.units = append(m.units, root)
+	// Buckets in the order gradients become ready: last unit first, the
+	// root (embeddings, often used again at the end) last.
+	var buckets [][]int
+	for u := len(m.units) - 2; u >= 0; u-- {
+		buckets = append(buckets, m.units[u])
+	}
+	buckets = append(buckets, root)
+	numel := make([]int, len(m.params))
+	m.shapes = make([][]int, len(m.params))
+	for i, np := range m.params {
+		numel[i] = np.Param.Value.Len()
+		m.shapes[i] = np.Param.Value.Shape()
+	}
+	var err error
+	if m.plan, err = zero.PlanShards(numel, buckets, m.world); err != nil {
+		return nil, err
+	}
+	if err := m.shardParams(ctx); err != nil {
+		return nil, err
+	}
+	if m.red, err = reducer.New(len(m.params), buckets, (*reducerIO)(m), true); err != nil {
+		return nil, fmt.Errorf("fsdp: Wrap: %w", err)
+	}
+	if m.opt, err = o.Optimizer(slices.Clone(m.shard)); err != nil {
+		return nil, fmt.Errorf("fsdp: Wrap: building the shard optimizer: %w", err)
+	}
+	if err := m.checkOptimizer(); err != nil {
+		return nil, err
+	}
+	for i, np := range m.params { // release the full values
+		if m.plan.Offset[i] >= 0 {
+			m.placeholder[i] = placeholder(m.shapes[i])
+			np.Param.Value, np.Param.Grad = m.placeholder[i], nil
+		}
+	}
+	for _, i := range m.red.Tracked() {
+		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
+	}
+	return m, nil
+}
+
+// bucketOfUnit maps a unit to its bucket.
+func (m *Model) bucketOfUnit(u int) int {
+	if u == len(m.units)-1 {
+		return u
+	}
+	return len(m.units) - 2 - u
+}
+
+// shardParams copies rank 0's values of this rank's shard out of the
+// full parameters and replaces the parameters' values by placeholders.
+func (m *Model) shardParams(ctx context.Context) error {
+	p := m.plan
+	full := make([]float32, p.Len())
+	for i, np := range m.params {
+		if off := p.Offset[i]; off >= 0 {
+			copy(full[off:], np.Param.Value.Data())
+		}
+	}
+	if m.world > 1 {
+		if err := m.pg.Broadcast(ctx, dist.F32(full), 0).Wait(); err != nil {
+			return fmt.Errorf("fsdp: Wrap: broadcast from rank 0: %w", err)
+		}
+		// Frozen parameters and buffers stay whole: copy rank 0's.
+		for i, np := range m.params {
+			if p.Offset[i] < 0 {
+				if err := m.pg.Broadcast(ctx, dist.F32(np.Param.Value.Data()), 0).Wait(); err != nil {
+					return fmt.Errorf("fsdp: Wrap: broadcast of %q from rank 0: %w", np.Name, err)
+				}
+			}
+		}
+		for _, nb := range m.module.NamedBuffers() {
+			if err := m.pg.Broadcast(ctx, dist.F32(nb.Buffer.Data()), 0).Wait(); err != nil {
+				return fmt.Errorf("fsdp: Wrap: broadcast of buffer %q from rank 0: %w", nb.Name, err)
+			}
+		}
+	}
+	m.shardParam = zero.AlignedFloats(p.ShardLen())
+	m.shardGrad = zero.AlignedFloats(p.ShardLen())
+	for k, b := range p.Buckets {
+		lo, hi := b.ShardRange(m.rank)
+		copy(m.shardParam[p.ShardOffset(k):], full[lo:hi])
+	}
+	m.placeholder = make([]*tensor.Tensor, len(m.params))
+	m.stash = make([]*tensor.Tensor, len(m.params))
+	m.views = make([]*tensor.Tensor, len(m.params))
+	m.scratch = make([][]float32, len(p.Buckets))
+	m.gathered = make([][]float32, len(m.units))
+	m.inflight = make([]dist.Work, len(m.units))
+	m.pieces = p.Pieces(m.rank)
+	m.shard = make([]nn.NamedParameter, len(m.pieces))
+	for j, pc := range m.pieces {
+		at := m.local(pc)
+		v := autograd.NewVar(tensor.FromSlice(m.shardParam[at:at+pc.Len], pc.Len), true)
+		v.Grad = tensor.FromSlice(m.shardGrad[at:at+pc.Len], pc.Len)
+		m.shard[j] = nn.NamedParameter{Name: m.params[pc.Param].Name, Param: v}
+	}
+	return nil
+}
+
+// local returns where piece pc lives in this rank's shard buffers.
+func (m *Model) local(pc zero.Piece) int {
+	lo, _ := m.plan.Buckets[pc.Bucket].ShardRange(m.rank)
+	return m.plan.ShardOffset(pc.Bucket) + pc.Flat - lo
+}
+
+// checkOptimizer makes sure the optimizer steps exactly this rank's pieces.
+func (m *Model) checkOptimizer() error {
+	saved := make([]*tensor.Tensor, len(m.params))
+	for i, np := range m.params {
+		saved[i] = np.Param.Grad
+		np.Param.Grad = tensor.Full(1, m.shapes[i]...)
+	}
+	for _, s := range m.shard {
+		s.Param.Grad.Fill(1)
+	}
+	m.opt.ZeroGrad()
+	var err error
+	for i, np := range m.params {
+		if err == nil && slices.Contains(np.Param.Grad.Data(), 0) {
+			err = fmt.Errorf("fsdp: Wrap: the optimizer was built on the full parameters (it zeroes the gradient of %q); build it from the shard parameters Options.Optimizer receives", np.Name)
+		}
+		np.Param.Grad = saved[i]
+	}
+	for _, s := range m.shard {
+		if err == nil && slices.ContainsFunc(s.Param.Grad.Data(), func(x float32) bool { return x != 0 }) {
+			err = fmt.Errorf("fsdp: Wrap: the optimizer does not cover this rank's shard of %q (rank %d)", s.Name, m.rank)
+		}
+		s.Param.Grad.Fill(0)
+	}
+	return err
+}
+
+// startGather begins all-gathering unit u's parameters.
+func (m *Model) startGather(ctx context.Context, u int) {
+	if m.gathered[u] != nil || m.inflight[u] != nil {
+		return
+	}
+	k := m.bucketOfUnit(u)
+	b := m.plan.Buckets[k]
+	buf := zero.AlignedFloats(b.End - b.Start)
+	at := m.plan.ShardOffset(k)
+	in := m.shardParam[at : at+b.Shard]
+	if m.world == 1 {
+		copy(buf, in)
+		m.gathered[u] = buf
+		return
+	}
+	m.gathered[u] = buf
+	m.inflight[u] = m.pg.AllGather(ctx, dist.F32(buf), dist.F32(slices.Clone(in)))
+}
+
+// hold waits for unit u's gather and points its parameters at the values.
+func (m *Model) hold(ctx context.Context, u int) error {
+	m.startGather(ctx, u)
+	if w := m.inflight[u]; w != nil {
+		m.inflight[u] = nil
+		if err := w.Wait(); err != nil {
+			m.gathered[u] = nil
+			return fmt.Errorf("fsdp: all-gather of unit %d's parameters: %w", u, err)
+		}
+	}
+	b := m.plan.Buckets[m.bucketOfUnit(u)]
+	buf := m.gathered[u]
+	for _, i := range m.units[u] {
+		off := m.plan.Offset[i] - b.Start
+		m.params[i].Param.Value = tensor.FromSlice(buf[off:off+m.plan.Numel[i]], m.shapes[i]...)
+	}
+	var held int64
+	for _, g := range m.gathered {
+		held += 4 * int64(len(g))
+	}
+	m.heldPeak = max(m.heldPeak, held)
+	return nil
+}
+
+// release drops unit u's gathered values (the autograd graph keeps what
+// the backward pass needs).
+func (m *Model) release(u int) {
+	for _, i := range m.units[u] {
+		m.params[i].Param.Value = m.placeholder[i]
+	}
+	m.gathered[u] = nil
+}
+
+// Units runs the units of one forward pass; Call hands it to the forward
+// function.
+type Units struct {
+	m   *Model
+	ctx context.Context
+	err error
+}
+
+// Run runs f, the forward pass of unit u, on x with the unit's parameters
+// gathered (waiting for a prefetch, and prefetching unit u+1), and
+// releases them afterwards. After an error Run returns x unchanged and
+// Call reports the error.
+func (us *Units) Run(u int, x *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var {
+	m := us.m
+	if us.err != nil {
+		return x
+	}
+	if u < 0 || u >= len(m.units)-1 {
+		us.err = fmt.Errorf("fsdp: Run: unit %d of %d", u, len(m.units)-1)
+		return x
+	}
+	if err := m.hold(us.ctx, u); err != nil {
+		us.err = err
+		return x
+	}
+	if !m.o.NoPrefetch && u+1 < len(m.units)-1 {
+		m.startGather(us.ctx, u+1)
+	}
+	y := f(x)
+	m.release(u)
+	return y
+}
+
+// placeholder returns a tensor of the given shape backed by one element
+// (a broadcast view): what a released parameter's Value is, so that
+// autograd's shape checks pass while no values are held. Reading its data
+// is a programming error (the parameter is released).
+func placeholder(shape []int) *tensor.Tensor {
+	ones := make([]int, len(shape))
+	for i := range ones {
+		ones[i] = 1
+	}
+	return tensor.New(ones...).Expand(shape...)
+}
+
+// SequentialUnits makes every layer of s that has parameters a unit and
+// returns the units and, for an input x, the forward function Call takes
+// (the layers applied one by one, each unit through Units.Run).
+func SequentialUnits(s *nn.Sequential) (units []nn.Module, forward func(x *autograd.Var) func(*Units) *autograd.Var) {
+	unitOf := make([]int, len(s.Layers))
+	for i, l := range s.Layers {
+		unitOf[i] = -1
+		if len(l.NamedParameters()) > 0 {
+			unitOf[i] = len(units)
+			units = append(units, l)
+		}
+	}
+	return units, func(x *autograd.Var) func(*Units) *autograd.Var {
+		return func(u *Units) *autograd.Var {
+			for i, l := range s.Layers {
+				if unitOf[i] >= 0 {
+					x = u.Run(unitOf[i], x, l.Forward)
+				} else {
+					x = l.Forward(x)
+				}
+			}
+			return x
+		}
+	}
+}

@@ -1,0 +1,525 @@
+package fsdp
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"cohort/autograd"
+	"cohort/ddp"
+	"cohort/dist"
+	"cohort/dist/disttest"
+	"cohort/models"
+	"cohort/nn"
+	"cohort/optim"
+	"cohort/tensor"
+	"cohort/zero"
+)
+
+const (
+	globalBatch = 12
+	lr, wd      = 1e-3, 0.1
+	maxNorm     = 0.5
+)
+
+// step is one step's batch for rows [lo, hi): the plain forward pass, the
+// same pass through fsdp units, and the loss of the output.
+type step struct {
+	plain func() *autograd.Var
+	units func(*Units) *autograd.Var
+	loss  func(*autograd.Var) *autograd.Var
+}
+
+type workload struct {
+	name  string
+	model func() nn.Module
+	units func(nn.Module) []nn.Module
+	batch func(mod nn.Module, s, lo, hi int) step
+}
+
+func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []int) workload {
+	return workload{name: name,
+		model: func() nn.Module { return build(rand.New(rand.NewPCG(1, 2))) },
+		units: func(mod nn.Module) []nn.Module { u, _ := SequentialUnits(mod.(*nn.Sequential)); return u },
+		batch: func(mod nn.Module, s, lo, hi int) step {
+			rng := rand.New(rand.NewPCG(uint64(s), 7))
+			per := 1
+			for _, d := range shape {
+				per *= d
+			}
+			xs := make([]float32, globalBatch*per)
+			for i := range xs {
+				xs[i] = float32(rng.NormFloat64())
+			}
+			ys := make([]int64, globalBatch)
+			for i := range ys {
+				ys[i] = int64(rng.IntN(10))
+			}
+			seq := mod.(*nn.Sequential)
+			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...), false)
+			_, fwd := SequentialUnits(seq)
+			return step{plain: func() *autograd.Var { return seq.Forward(x) }, units: fwd(x),
+				loss: func(out *autograd.Var) *autograd.Var {
+					return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+				}}
+		}}
+}
+
+// gptUnits runs GPT's forward pass with each block as a unit (the
+// embeddings and the final LayerNorm form the root).
+func gptUnits(g *models.GPT, idx []int64, B, T int) func(*Units) *autograd.Var {
+	return func(u *Units) *autograd.Var {
+		h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
+		for i, b := range g.Blocks {
+			h = u.Run(i, h, b.Forward)
+		}
+		return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
+	}
+}
+
+func gptWorkload() workload {
+	const T = 8
+	return workload{name: "gpt-mini",
+		model: func() nn.Module {
+			g, err := models.NewGPT(rand.New(rand.NewPCG(3, 4)), models.GPTMini())
+			if err != nil {
+				panic(err)
+			}
+			return g
+		},
+		units: func(mod nn.Module) []nn.Module {
+			var us []nn.Module
+			for _, b := range mod.(*models.GPT).Blocks {
+				us = append(us, b)
+			}
+			return us
+		},
+		batch: func(mod nn.Module, s, lo, hi int) step {
+			rng := rand.New(rand.NewPCG(uint64(s), 9))
+			toks := make([]int64, globalBatch*(T+1))
+			for i := range toks {
+				toks[i] = int64(rng.IntN(256))
+			}
+			var idx, tgt []int64
+			for b := lo; b < hi; b++ {
+				row := toks[b*(T+1) : (b+1)*(T+1)]
+				idx = append(idx, row[:T]...)
+				tgt = append(tgt, row[1:]...)
+			}
+			g := mod.(*models.GPT)
+			return step{plain: func() *autograd.Var { return g.Forward(idx, hi-lo, T) }, units: gptUnits(g, idx, hi-lo, T),
+				loss: func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }}
+		}}
+}
+
+func workloads() []workload {
+	return []workload{
+		imageWorkload("mlp", models.MLP, []int{784}),
+		imageWorkload("cnn", models.LeNet, []int{1, 28, 28}),
+		gptWorkload(),
+	}
+}
+
+func adamW(ps []nn.NamedParameter) (optim.Optimizer, error) {
+	return optim.NewAdamW([]optim.Group{{Params: zero.Vars(ps), LR: lr, WeightDecay: wd}}, optim.AdamDefaults())
+}
+
+func snapshot(m nn.Module) [][]float32 {
+	var out [][]float32
+	for _, p := range m.NamedParameters() {
+		out = append(out, append([]float32(nil), p.Param.Value.Data()...))
+	}
+	return out
+}
+
+func reference(t *testing.T, w workload, steps int) [][]float32 {
+	mod := w.model()
+	opt, err := adamW(mod.NamedParameters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range steps {
+		b := w.batch(mod, s, 0, globalBatch)
+		autograd.Backward(b.loss(b.plain()))
+		if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
+			t.Fatal(err)
+		}
+		opt.Step()
+		opt.ZeroGrad()
+	}
+	return snapshot(mod)
+}
+
+func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) ([][]float32, error) {
+	mod := w.model()
+	m, err := ddp.WrapModule(ctx, mod, pg, ddp.Options{GradientAsBucketView: true})
+	if err != nil {
+		return nil, err
+	}
+	opt, err := adamW(mod.NamedParameters())
+	if err != nil {
+		return nil, err
+	}
+	n, r := pg.Size(), pg.Rank()
+	for s := range steps {
+		b := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
+		out, err := m.Call(ctx, b.plain)
+		if err != nil {
+			return nil, err
+		}
+		if err := m.Backward(ctx, b.loss(out)); err != nil {
+			return nil, err
+		}
+		if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
+			return nil, err
+		}
+		opt.Step()
+		opt.ZeroGrad()
+	}
+	return snapshot(mod), nil
+}
+
+// trainFSDP trains with fsdp on one rank and returns the full parameters
+// (in module order) and the model.
+func trainFSDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) ([][]float32, *Model, error) {
+	mod := w.model()
+	m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})
+	if err != nil {
+		return nil, nil, err
+	}
+	n, r := pg.Size(), pg.Rank()
+	for s := range steps {
+		b := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
+		out, err := m.Call(ctx, b.units)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := m.Backward(ctx, b.loss(out)); err != nil {
+			return nil, nil, err
+		}
+		if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+			return nil, nil, err
+		}
+		if err := m.Step(ctx); err != nil {
+			return nil, nil, err
+		}
+		m.ZeroGrad()
+	}
+	sd, err := m.FullStateDict(ctx)
+	if err != nil {
+		return nil, nil, err
+	}
+	var out [][]float32
+	for _, p := range mod.NamedParameters() {
+		out = append(out, sd[p.Name].Data())
+	}
+	return out, m, nil
+}
+
+func compare(got, want [][]float32) error {
+	for i := range want {
+		for j := range want[i] {
+			g, w := float64(got[i][j]), float64(want[i][j])
+			if math.Abs(g-w) > 2e-5+1e-4*math.Abs(w) {
+				return fmt.Errorf("parameter %d element %d: %v, want %v", i, j, g, w)
+			}
+		}
+	}
+	return nil
+}
+
+func compareNorm(got, want [][]float32) error {
+	for i := range want {
+		var d, n float64
+		for j := range want[i] {
+			e := float64(got[i][j]) - float64(want[i][j])
+			d += e * e
+			n += float64(want[i][j]) * float64(want[i][j])
+		}
+		if math.Sqrt(d) > 5e-4*math.Sqrt(n)+1e-6 {
+			return fmt.Errorf("parameter %d: difference norm %g, parameter norm %g", i, math.Sqrt(d), math.Sqrt(n))
+		}
+	}
+	return nil
+}
+
+// stepsFor is 20 steps for CNN and GPT-mini at world 2 (the full check),
+// 2 elsewhere to keep the grid fast (the MLP is 1.9M parameters);
+// COHORT_LONG_TESTS=1 runs 20 everywhere.
+func stepsFor(model string, world int) int {
+	if (world == 2 && model != "mlp") || os.Getenv("COHORT_LONG_TESTS") != "" {
+		return 20
+	}
+	return 2
+}
+
+// TestEqualsDDPAndOneProcess: AdamW steps with clipping (see stepsFor)
+// give DDP's parameters element by element within float32 rounding, and
+// one process's in norm.
+func TestEqualsDDPAndOneProcess(t *testing.T) {
+	for _, w := range workloads() {
+		wants := map[int][][]float32{}
+		for _, world := range []int{1, 2, 3, 4} {
+			steps := stepsFor(w.name, world)
+			if wants[steps] == nil {
+				wants[steps] = reference(t, w, steps)
+			}
+			want := wants[steps]
+			t.Run(fmt.Sprintf("%s/world=%d", w.name, world), func(t *testing.T) {
+				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+					ctx := context.Background()
+					ref, err := trainDDP(ctx, w, pg, steps)
+					if err != nil {
+						t.Fatalf("rank %d ddp: %v", pg.Rank(), err)
+					}
+					got, _, err := trainFSDP(ctx, w, pg, steps)
+					if err != nil {
+						t.Fatalf("rank %d fsdp: %v", pg.Rank(), err)
+					}
+					if err := compare(got, ref); err != nil {
+						t.Errorf("rank %d: fsdp vs ddp: %v", pg.Rank(), err)
+					}
+					if err := compareNorm(got, want); err != nil {
+						t.Errorf("rank %d: fsdp vs one process: %v", pg.Rank(), err)
+					}
+				})
+			})
+		}
+	}
+}
+
+// TestMemory: between steps a rank holds 1/N of the parameters (within
+// 1 %), and 1/N of the optimizer state; during forward it held at most the
+// root and two units gathered.
+func TestMemory(t *testing.T) {
+	w := gptWorkload()
+	var total, root, unit int64
+	mod := w.model()
+	for _, p := range mod.NamedParameters() {
+		total += 4 * int64(p.Param.Value.Len())
+	}
+	for _, p := range w.units(mod)[0].NamedParameters() {
+		unit += 4 * int64(p.Param.Value.Len())
+	}
+	root = total - int64(len(w.units(mod)))*unit
+	for _, world := range []int{2, 4} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+				_, m, err := trainFSDP(context.Background(), w, pg, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				mem := m.Memory()
+				want := float64(total) / float64(world)
+				if got := float64(mem.ParamBytes); math.Abs(got-want) > 0.01*want {
+					t.Errorf("rank %d: %d parameter bytes between steps, want %.0f ± 1%%", pg.Rank(), mem.ParamBytes, want)
+				}
+				if got := float64(mem.OptimizerBytes); math.Abs(got-2*want) > 0.01*2*want {
+					t.Errorf("rank %d: %d optimizer bytes, want %.0f ± 1%%", pg.Rank(), mem.OptimizerBytes, 2*want)
+				}
+				// Padding adds at most 16·N elements per bucket.
+				limit := root + 2*unit + int64(3*16*world*4)
+				if peak := m.PeakGatheredBytes(); peak > limit || peak <= root {
+					t.Errorf("rank %d: peak gathered %d bytes, want in (root %d, root + 2 units = %d]", pg.Rank(), peak, root, limit)
+				}
+			})
+		})
+	}
+}
+
+// TestStateDicts: the full state dict equals the module's parameters, and
+// sharded state saved at world 3 loads at world 2.
+func TestStateDicts(t *testing.T) {
+	w := workloads()[1] // LeNet
+	var saved []zero.ShardedTensor
+	var full map[string]*tensor.Tensor
+	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
+		_, m, err := trainFSDP(context.Background(), w, pg, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		sd, err := m.FullStateDict(context.Background())
+		if err != nil {
+			t.Fatal(err)
+		}
+		shard := append(m.ShardedStateDict(), m.OptimizerShards()...)
+		if pg.Rank() == 0 {
+			full = sd
+		}
+		for r := range 3 { // serialise the appends
+			if err := pg.Barrier(context.Background()).Wait(); err != nil {
+				t.Fatal(err)
+			}
+			if r == pg.Rank() {
+				for _, e := range shard {
+					e.Data = append([]float32(nil), e.Data...)
+					saved = append(saved, e)
+				}
+			}
+		}
+	})
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		mod := w.model()
+		m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.LoadShardedStateDict(saved); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.LoadOptimizerShards(saved); err != nil {
+			t.Fatal(err)
+		}
+		sd, err := m.FullStateDict(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for k, want := range full {
+			if err := compare([][]float32{sd[k].Data()}, [][]float32{want.Data()}); err != nil {
+				t.Errorf("rank %d: key %q after loading at world 2: %v", pg.Rank(), k, err)
+			}
+		}
+		bad := append([]zero.ShardedTensor{{Name: "fc.weight", Shape: []int{2}, Data: []float32{1, 2}}}, saved...)
+		if err := m.LoadShardedStateDict(bad); err == nil || !strings.Contains(err.Error(), `unexpected keys "fc.weight"`) {
+			t.Errorf("another model's state: err = %v", err)
+		}
+		// saved[0] is the start of rank 0's first bucket at world 3, which
+		// rank 0 owns at any world size.
+		if err := m.LoadShardedStateDict(saved[1:]); pg.Rank() == 0 && (err == nil || !strings.Contains(err.Error(), `key "`+saved[0].Name+`"`)) {
+			t.Errorf("a shard missing: err = %v", err)
+		}
+	})
+}
+
+// TestWrapErrors: bad input fails at once, naming the culprit.
+func TestWrapErrors(t *testing.T) {
+	small := func(hidden int) *nn.Sequential {
+		rng := rand.New(rand.NewPCG(1, 1))
+		return nn.NewSequential(nn.NewLinear(rng, 4, hidden, true), nn.ReLU{}, nn.NewLinear(rng, hidden, 3, true))
+	}
+	tests := []struct {
+		name  string
+		world int
+		wrap  func(ctx context.Context, pg dist.ProcessGroup) error
+		want  string
+	}{
+		{"optimizer on full parameters", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+			net := small(5)
+			u, _ := SequentialUnits(net)
+			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
+				return optim.NewAdamW([]optim.Group{{Params: nn.Parameters(net), LR: 1e-3}}, optim.AdamDefaults())
+			}})
+			return err
+		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
+		{"models differ", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+			net := small(5 + pg.Rank())
+			u, _ := SequentialUnits(net)
+			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: adamW})
+			return err
+		}, `rank 1 has parameter "0.weight" float32[6 4]`},
+		{"parameter in two units", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+			net := small(5)
+			_, err := Wrap(ctx, net, []nn.Module{net.Layers[0], net.Layers[0]}, pg, Options{Optimizer: adamW})
+			return err
+		}, `parameter "0.weight" is in units 0 and 1`},
+		{"unit of another model", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+			_, err := Wrap(ctx, small(5), []nn.Module{small(5).Layers[0]}, pg, Options{Optimizer: adamW})
+			return err
+		}, "not a parameter of the model"},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				disttest.Run(t, tt.world, func(t *testing.T, pg dist.ProcessGroup) {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					if err := tt.wrap(ctx, pg); err == nil || !strings.Contains(err.Error(), tt.want) {
+						t.Errorf("rank %d: err = %v, want one containing %q", pg.Rank(), err, tt.want)
+					}
+				})
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("hung")
+			}
+		})
+	}
+}
+
+// TestPlainBackwardAndNoSync: autograd.Backward instead of Model.Backward,
+// NoSync accumulation over two micro-batches, and prefetching across
+// steps give the parameters of Model.Backward over whole batches.
+func TestPlainBackwardAndNoSync(t *testing.T) {
+	w := gptWorkload()
+	const steps = 3
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		want, _, err := trainFSDP(ctx, w, pg, steps)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, mode := range []string{"plain", "nosync", "prefetch"} {
+			mod := w.model()
+			m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, PrefetchAcrossSteps: mode == "prefetch"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			lo := pg.Rank() * globalBatch / 2
+			for s := range steps {
+				pass := func(a, b int, scale float32, plain bool) error {
+					st := w.batch(mod, s, a, b)
+					out, err := m.Call(ctx, st.units)
+					if err != nil {
+						return err
+					}
+					loss := autograd.Scale(st.loss(out), scale)
+					if plain {
+						autograd.Backward(loss)
+						return nil
+					}
+					return m.Backward(ctx, loss)
+				}
+				switch mode {
+				case "plain":
+					err = pass(lo, lo+6, 1, true)
+				case "prefetch":
+					err = pass(lo, lo+6, 1, false)
+				default:
+					if err = m.NoSync(func() error { return pass(lo, lo+3, 0.5, false) }); err == nil {
+						err = pass(lo+3, lo+6, 0.5, false)
+					}
+				}
+				if err != nil {
+					t.Fatalf("%s: %v", mode, err)
+				}
+				if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
+				m.ZeroGrad()
+			}
+			sd, err := m.FullStateDict(ctx)
+			if err != nil {
+				t.Fatal(err)
+			}
+			var got [][]float32
+			for _, p := range mod.NamedParameters() {
+				got = append(got, sd[p.Name].Data())
+			}
+			if err := compareNorm(got, want); err != nil {
+				t.Errorf("rank %d: %s: %v", pg.Rank(), mode, err)
+			}
+		}
+	})
+}

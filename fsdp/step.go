@@ -1,0 +1,478 @@
+package fsdp
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+
+	"cohort/autograd"
+	"cohort/ddp/reducer"
+	"cohort/dist"
+	"cohort/nn"
+	"cohort/optim"
+	"cohort/tensor"
+	"cohort/zero"
+)
+
+// NamedParameters implements nn.Module: the module's parameters (between
+// steps the sharded ones hold no values; see FullStateDict).
+func (m *Model) NamedParameters() []nn.NamedParameter { return m.module.NamedParameters() }
+
+// NamedBuffers implements nn.Module.
+func (m *Model) NamedBuffers() []nn.NamedBuffer { return m.module.NamedBuffers() }
+
+// SetTraining implements nn.Module.
+func (m *Model) SetTraining(on bool) { m.module.SetTraining(on) }
+
+// Unwrap returns the wrapped module.
+func (m *Model) Unwrap() nn.Module { return m.module }
+
+// Plan returns the shard plan (bucket k is unit len(units)−1−k; the last
+// bucket is the root).
+func (m *Model) Plan() zero.Plan { return m.plan }
+
+// Shard returns this rank's parameter pieces, the variables its optimizer
+// steps.
+func (m *Model) Shard() []nn.NamedParameter { return m.shard }
+
+// Optimizer returns this rank's shard optimizer.
+func (m *Model) Optimizer() optim.Optimizer { return m.opt }
+
+// Close removes the gradient hooks. It is idempotent.
+func (m *Model) Close() error {
+	for _, rm := range m.removes {
+		rm()
+	}
+	m.removes, m.closed = nil, true
+	return nil
+}
+
+func (m *Model) usable(op string) error {
+	if m.closed {
+		return fmt.Errorf("fsdp: %s: model is closed", op)
+	}
+	if err := m.hookErr; err != nil {
+		m.hookErr = nil
+		m.red.Disarm()
+		return err
+	}
+	return nil
+}
+
+// NoSync runs fn with gradient synchronisation off: gradients accumulate
+// locally, in full, until the next synchronised Backward.
+func (m *Model) NoSync(fn func() error) error {
+	prev := m.noSync
+	m.noSync = true
+	defer func() { m.noSync = prev }()
+	return fn()
+}
+
+// Call runs forward, a forward pass through the wrapped module that runs
+// each unit through Units.Run, with the root unit's parameters gathered
+// for the whole pass and each unit's gathered just in time (the next one
+// prefetched). Every parameter is released when it returns; the autograd
+// graph keeps the values its backward pass needs.
+func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) (*autograd.Var, error) {
+	if err := m.usable("Call"); err != nil {
+		return nil, err
+	}
+	if m.red.InFlight() {
+		return nil, errors.New("fsdp: Call: the previous backward pass was not finished with Backward")
+	}
+	m.ctx = ctx
+	m.heldPeak = 0
+	root := len(m.units) - 1
+	if !m.o.NoPrefetch {
+		m.startGather(ctx, root)
+		if len(m.units) > 1 {
+			m.startGather(ctx, 0)
+		}
+	}
+	if err := m.hold(ctx, root); err != nil {
+		m.releaseAll()
+		return nil, err
+	}
+	us := &Units{m: m, ctx: ctx}
+	m.red.Arm(!m.noSync, false)
+	if !m.noSync {
+		m.armViews()
+	}
+	out := forward(us)
+	m.releaseAll()
+	if us.err != nil {
+		m.red.Disarm()
+		return nil, us.err
+	}
+	return out, nil
+}
+
+// releaseAll releases every unit, waiting for any prefetch in flight.
+func (m *Model) releaseAll() {
+	for u := range m.units {
+		if w := m.inflight[u]; w != nil {
+			_ = w.Wait() // an unused prefetch; its error resurfaces in the group
+			m.inflight[u] = nil
+		}
+		m.release(u)
+	}
+}
+
+// Backward runs autograd's backward pass from loss and, in a synchronised
+// step, completes the reduce-scatter of every unit's gradients: this
+// rank's shard variables then hold their averaged gradient pieces.
+func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
+	if err := m.usable("Backward"); err != nil {
+		return err
+	}
+	if !m.red.Armed() {
+		return errors.New("fsdp: Backward: no Call since the last Backward")
+	}
+	m.ctx = ctx
+	autograd.Backward(loss)
+	if !m.red.Armed() {
+		err := m.hookErr
+		m.hookErr = nil
+		return err
+	}
+	return m.finish()
+}
+
+// onReady runs from autograd when parameter i's gradient is final.
+func (m *Model) onReady(i int) {
+	p := m.params[i].Param
+	if m.red.Armed() && !m.red.Syncing() {
+		// NoSync: keep the sum locally, the parameter holds no shape.
+		if g := p.Grad; g != nil && g.Len() == m.plan.Numel[i] {
+			if m.stash[i] == nil {
+				m.stash[i] = g.Contiguous()
+			} else {
+				tensor.AddScaled(m.stash[i], 1, g.Reshape(m.stash[i].Shape()...))
+			}
+		}
+		p.Grad = nil
+	}
+	err := m.red.Ready(i)
+	switch {
+	case errors.Is(err, reducer.ErrNotArmed):
+		err = fmt.Errorf("fsdp: gradient of parameter %q computed by a backward pass that did not start from Model.Call", m.params[i].Name)
+	case errors.Is(err, reducer.ErrTwice):
+		err = fmt.Errorf("fsdp: parameter %q received its gradient twice in one step", m.params[i].Name)
+	}
+	if err != nil && m.hookErr == nil {
+		m.hookErr = err
+	}
+	if m.red.Armed() && m.red.Syncing() && m.red.AllStarted() {
+		if err := m.finish(); err != nil && m.hookErr == nil {
+			m.hookErr = err
+		}
+	}
+}
+
+// finish completes the armed step.
+func (m *Model) finish() error {
+	if !m.red.Syncing() {
+		m.red.Disarm()
+		return nil
+	}
+	unused, takeErr, err := m.red.Finish()
+	if err != nil {
+		return err
+	}
+	if takeErr != nil {
+		return takeErr
+	}
+	if err := m.hookErr; err != nil {
+		m.hookErr = nil
+		return err
+	}
+	if len(unused) > 0 && !m.o.FindUnusedParameters {
+		names := make([]string, len(unused))
+		for k, i := range unused {
+			names[k] = fmt.Sprintf("%q", m.params[i].Name)
+		}
+		return fmt.Errorf("fsdp: Backward: parameters received no gradient in this step: %s (set Options.FindUnusedParameters if some parameters are legitimately unused, or freeze them)", strings.Join(names, ", "))
+	}
+	return nil
+}
+
+func (m *Model) stepCtx() context.Context {
+	if m.ctx == nil {
+		return context.Background()
+	}
+	return m.ctx
+}
+
+// reducerIO is the Model seen as the reducer's I/O.
+type reducerIO Model
+
+// Take implements reducer.IO: the gradient (plus any NoSync sum) goes into
+// the bucket's scratch buffer and the parameter's Grad is dropped.
+func (io *reducerIO) Take(i int, used bool) error {
+	m := (*Model)(io)
+	p := m.params[i].Param
+	k := m.red.BucketOf(i)
+	b := m.plan.Buckets[k]
+	if m.scratch[k] == nil {
+		m.scratch[k] = make([]float32, b.End-b.Start)
+	}
+	off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
+	slot := m.scratch[k][off : off+n]
+	if v := m.views[i]; v != nil && p.Grad == v {
+		return nil // autograd accumulated into the bucket
+	}
+	defer func() { p.Grad, m.stash[i] = nil, nil }()
+	switch g := p.Grad; {
+	case g == nil || (g.Len() == 0 && n != 0): // no contribution
+		clear(slot)
+	case g.Len() != n:
+		return fmt.Errorf("fsdp: parameter %q: gradient has %d elements, parameter %d", m.params[i].Name, g.Len(), n)
+	default:
+		copy(slot, g.Contiguous().Data())
+	}
+	if s := m.stash[i]; s != nil {
+		for j, v := range s.Data() {
+			slot[j] += v
+		}
+	}
+	return nil
+}
+
+// Start implements reducer.IO: reduce-scatter into this rank's shard.
+func (io *reducerIO) Start(k int) reducer.Handle {
+	m := (*Model)(io)
+	b := m.plan.Buckets[k]
+	at := m.plan.ShardOffset(k)
+	out := m.shardGrad[at : at+b.Shard]
+	in := m.scratch[k]
+	if in == nil {
+		in = make([]float32, b.End-b.Start)
+	}
+	m.scratch[k] = nil
+	for _, i := range b.Params { // the step's full gradients are dropped
+		m.params[i].Param.Grad, m.views[i] = nil, nil
+	}
+	if m.world == 1 {
+		copy(out, in)
+		return doneHandle{}
+	}
+	w := m.pg.ReduceScatter(m.stepCtx(), dist.F32(out), dist.F32(in), dist.Avg)
+	return workHandle{w: w, k: k, n: len(in)}
+}
+
+// Agree implements reducer.IO (fsdp never rebuilds its buckets).
+func (io *reducerIO) Agree(order []int) ([]int, error) { return order, nil }
+
+// Replan implements reducer.IO; it is never called.
+func (io *reducerIO) Replan([]int) ([][]int, error) {
+	return nil, errors.New("fsdp: buckets cannot be rebuilt")
+}
+
+type workHandle struct {
+	w    dist.Work
+	k, n int
+}
+
+func (h workHandle) Done() <-chan struct{} { return h.w.Done() }
+func (h workHandle) Finish() error {
+	if err := h.w.Wait(); err != nil {
+		return fmt.Errorf("fsdp: bucket %d: reduce-scatter of %d gradients: %w", h.k, h.n, err)
+	}
+	return nil
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+type doneHandle struct{}
+
+func (doneHandle) Done() <-chan struct{} { return closedChan }
+func (doneHandle) Finish() error         { return nil }
+
+// ZeroGrad clears the gradient shards and any NoSync sums.
+func (m *Model) ZeroGrad() {
+	clear(m.shardGrad)
+	for i := range m.stash {
+		m.stash[i] = nil
+	}
+}
+
+// ClipGradNorm scales the gradient shards so that the whole gradient's
+// norm is at most maxNorm (zero.ClipShardNorm); every rank must call it.
+func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
+	return zero.ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType)
+}
+
+// Step runs this rank's shard optimizer. With Options.PrefetchAcrossSteps
+// it then starts gathering the root and the first unit for the next Call,
+// which the rest of the loop (zeroing, loading the next batch) overlaps;
+// otherwise nothing is communicated and nothing gathered is held between
+// steps. Call gathers the units as it reaches them.
+func (m *Model) Step(ctx context.Context) error {
+	if err := m.usable("Step"); err != nil {
+		return err
+	}
+	if m.red.Armed() {
+		return errors.New("fsdp: Step: the backward pass was not finished with Backward")
+	}
+	m.releaseAll() // nothing is held between steps; drop a stale prefetch
+	m.opt.Step()
+	if m.o.PrefetchAcrossSteps && !m.o.NoPrefetch {
+		m.startGather(ctx, len(m.units)-1)
+		if len(m.units) > 1 {
+			m.startGather(ctx, 0)
+		}
+	}
+	return nil
+}
+
+// Memory reports this rank's resident training state: ParamBytes is the
+// parameter shard plus any gathered unit held now (none between steps),
+// GradBytes the gradient shard plus NoSync sums.
+func (m *Model) Memory() zero.Memory {
+	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)), GradBytes: 4 * int64(len(m.shardGrad))}
+	for _, g := range m.gathered {
+		mem.ParamBytes += 4 * int64(len(g))
+	}
+	for i, np := range m.params {
+		if m.plan.Offset[i] < 0 {
+			mem.ParamBytes += 4 * int64(np.Param.Value.Len())
+		}
+		if s := m.stash[i]; s != nil {
+			mem.GradBytes += 4 * int64(s.Len())
+		}
+	}
+	mem.OptimizerBytes = zero.OptimizerBytes(m.opt)
+	return mem
+}
+
+// PeakGatheredBytes returns the most gathered (full) parameter bytes the
+// Model held at once during the last forward pass: the root and at most
+// two units (the current one and the prefetched next).
+func (m *Model) PeakGatheredBytes() int64 { return m.heldPeak }
+
+// targets lists this rank's pieces (and replicated tensors) as load targets.
+func (m *Model) targets() []zero.ShardTarget {
+	var ts []zero.ShardTarget
+	for j, pc := range m.pieces {
+		ts = append(ts, zero.ShardTarget{Name: m.params[pc.Param].Name, Shape: m.shapes[pc.Param], Lo: pc.Lo, Data: m.shard[j].Param.Value.Data()})
+	}
+	for i, np := range m.params {
+		if m.plan.Offset[i] < 0 {
+			ts = append(ts, zero.ShardTarget{Name: np.Name, Shape: m.shapes[i], Data: np.Param.Value.Data()})
+		}
+	}
+	for _, nb := range m.module.NamedBuffers() {
+		ts = append(ts, zero.ShardTarget{Name: nb.Name, Shape: nb.Buffer.Shape(), Data: nb.Buffer.Data()})
+	}
+	return ts
+}
+
+// ShardedStateDict returns this rank's part of the model state: its
+// parameter pieces (aliasing the live shard) and, replicated, frozen
+// parameters and buffers. No communication.
+func (m *Model) ShardedStateDict() []zero.ShardedTensor {
+	var out []zero.ShardedTensor
+	for _, t := range m.targets() {
+		out = append(out, zero.ShardedTensor{Name: t.Name, Shape: t.Shape, Offset: t.Lo, Data: t.Data, Replicated: m.plan.Offset[m.indexOf(t.Name)] < 0})
+	}
+	return out
+}
+
+func (m *Model) indexOf(name string) int {
+	for i, np := range m.params {
+		if np.Name == name {
+			return i
+		}
+	}
+	return -1
+}
+
+// LoadShardedStateDict loads entries saved at any world size (all saved
+// ranks' entries together, or zero.FullEntries of a full state dict) into
+// this rank's shard. Errors name the key; nothing changes on an error.
+func (m *Model) LoadShardedStateDict(entries []zero.ShardedTensor) error {
+	m.releaseAll() // a prefetch of the old values
+	ts := m.targets()
+	keys := map[string]bool{}
+	for _, np := range m.params {
+		keys[np.Name] = true
+	}
+	for _, nb := range m.module.NamedBuffers() {
+		keys[nb.Name] = true
+	}
+	if err := zero.CheckKeys(keys, entries); err != nil {
+		return fmt.Errorf("fsdp: %w", err)
+	}
+	if err := zero.LoadShards(ts, entries); err != nil {
+		return fmt.Errorf("fsdp: %w", err)
+	}
+	return nil
+}
+
+// FullStateDict all-gathers the parameters and returns the full state
+// dict (nn state-dict keys, fresh tensors) on every rank. Every rank must
+// call it at the same point, between steps.
+func (m *Model) FullStateDict(ctx context.Context) (map[string]*tensor.Tensor, error) {
+	sd := map[string]*tensor.Tensor{}
+	for k, b := range m.plan.Buckets {
+		full := make([]float32, b.End-b.Start)
+		at := m.plan.ShardOffset(k)
+		in := m.shardParam[at : at+b.Shard]
+		if m.world == 1 {
+			copy(full, in)
+		} else if err := m.pg.AllGather(ctx, dist.F32(full), dist.F32(slices.Clone(in))).Wait(); err != nil {
+			return nil, fmt.Errorf("fsdp: FullStateDict: all-gather of bucket %d: %w", k, err)
+		}
+		for _, i := range b.Params {
+			off := m.plan.Offset[i] - b.Start
+			sd[m.params[i].Name] = tensor.FromSlice(slices.Clone(full[off:off+m.plan.Numel[i]]), m.shapes[i]...)
+		}
+	}
+	for i, np := range m.params {
+		if m.plan.Offset[i] < 0 {
+			sd[np.Name] = np.Param.Value.Clone()
+		}
+	}
+	for _, nb := range m.module.NamedBuffers() {
+		sd[nb.Name] = nb.Buffer.Clone()
+	}
+	return sd, nil
+}
+
+// OptimizerShards returns this rank's optimizer state as sharded-state
+// entries that load at any world size (zero.OptimizerShards).
+func (m *Model) OptimizerShards() []zero.ShardedTensor {
+	return zero.OptimizerShards(m.opt, m.shard, m.pieces, m.shapes)
+}
+
+// LoadOptimizerShards loads optimizer state saved by OptimizerShards at
+// any world size (every saved rank's entries together).
+func (m *Model) LoadOptimizerShards(entries []zero.ShardedTensor) error {
+	if err := zero.LoadOptimizerShards(m.opt, m.shard, m.pieces, m.shapes, entries); err != nil {
+		return fmt.Errorf("fsdp: %w", err)
+	}
+	return nil
+}
+
+// armViews gives every bucket of a synchronised step a scratch buffer and
+// makes the parameters' Grads views of it, so that autograd accumulates
+// straight into the buffer that is reduce-scattered (NoSync sums are
+// carried in). Start drops each bucket's buffer and views.
+func (m *Model) armViews() {
+	for k, b := range m.plan.Buckets {
+		if m.scratch[k] == nil {
+			m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
+		}
+		for _, i := range b.Params {
+			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
+			v := tensor.FromSlice(m.scratch[k][off:off+n], m.shapes[i]...)
+			if s := m.stash[i]; s != nil {
+				copy(v.Data(), s.Data())
+				m.stash[i] = nil
+			}
+			m.params[i].Param.Grad, m.views[i] = v, v
+		}
+	}
+}

@@ -1,0 +1,353 @@
+package zero
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"cohort/autograd"
+	"cohort/dist"
+	"cohort/dist/disttest"
+	"cohort/nn"
+	"cohort/optim"
+	"cohort/tensor"
+)
+
+// TestOptimizerMemory: each rank's optimizer state is 1/N of the whole
+// (within 1 %), and Stage2 keeps only a 1/N gradient shard between steps.
+func TestOptimizerMemory(t *testing.T) {
+	w := workloads()[0] // the anchor MLP
+	var total int64
+	for _, p := range w.model().NamedParameters() {
+		total += 2 * 4 * int64(p.Param.Value.Len()) // AdamW: exp_avg, exp_avg_sq
+	}
+	for _, world := range []int{2, 3, 4} {
+		for _, stage := range []Stage{Stage1, Stage2} {
+			t.Run(fmt.Sprintf("%v/world=%d", stage, world), func(t *testing.T) {
+				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+					_, m, err := trainZero(context.Background(), w, pg, stage, 1, false)
+					if err != nil {
+						t.Fatal(err)
+					}
+					mem := m.Memory()
+					want := float64(total) / float64(world)
+					if got := float64(mem.OptimizerBytes); math.Abs(got-want) > 0.01*want {
+						t.Errorf("rank %d: optimizer state %d bytes, want %.0f ± 1%%", pg.Rank(), mem.OptimizerBytes, want)
+					}
+					if stage == Stage2 {
+						if got, want := float64(mem.GradBytes), float64(total)/2/float64(world); math.Abs(got-want) > 0.01*want {
+							t.Errorf("rank %d: Stage2 keeps %d gradient bytes, want %.0f ± 1%%", pg.Rank(), mem.GradBytes, want)
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
+func smallNet(seed uint64, hidden int) *nn.Sequential {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	return nn.NewSequential(nn.NewLinear(rng, 4, hidden, true), nn.ReLU{}, nn.NewLinear(rng, hidden, 3, true))
+}
+
+// TestWrapErrors: bad input fails at once on every rank with an error
+// naming the culprit, and nothing hangs.
+func TestWrapErrors(t *testing.T) {
+	tests := []struct {
+		name  string
+		world int
+		wrap  func(ctx context.Context, pg dist.ProcessGroup) error
+		want  string
+	}{
+		{"optimizer on full parameters", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+			net := smallNet(1, 5)
+			_, err := Wrap(ctx, net, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
+				return optim.NewAdamW([]optim.Group{{Params: nn.Parameters(net), LR: 1e-3}}, optim.AdamDefaults())
+			}})
+			return err
+		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
+		{"optimizer missing part of the shard", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Optimizer: func(s []nn.NamedParameter) (optim.Optimizer, error) {
+				return optim.NewSGD([]optim.Group{{Params: Vars(s[1:]), LR: 0.1}}, optim.SGDOptions{})
+			}})
+			return err
+		}, "does not cover this rank's shard"},
+		{"models differ", 3, func(ctx context.Context, pg dist.ProcessGroup) error {
+			hidden := 5
+			if pg.Rank() == 2 {
+				hidden = 6
+			}
+			_, err := Wrap(ctx, smallNet(1, hidden), pg, Options{Stage: Stage1, Optimizer: adamW})
+			return err
+		}, `rank 2 has parameter "0.weight" float32[6 4]`},
+		{"no optimizer", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{})
+			return err
+		}, "Options.Optimizer is nil"},
+		{"stage 3", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Stage: 3, Optimizer: adamW})
+			return err
+		}, "fsdp"},
+		{"backward without call", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+			net := smallNet(1, 5)
+			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
+			if err != nil {
+				return err
+			}
+			x := autograd.NewVar(randTensor(2, 4), false)
+			return m.Backward(ctx, autograd.CrossEntropy(net.Forward(x), []int64{0, 1}, autograd.CrossEntropyOptions{}))
+		}, "no Forward"},
+		{"unused parameter", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+			net := smallNet(1, 5)
+			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
+			if err != nil {
+				return err
+			}
+			x := autograd.NewVar(randTensor(2, 4), false)
+			out, err := m.Call(ctx, func() *autograd.Var { return net.Layers[0].Forward(x) })
+			if err != nil {
+				return err
+			}
+			return m.Backward(ctx, autograd.Sum(out))
+		}, `received no gradient in this step: "2.weight", "2.bias"`},
+	}
+	for _, tt := range tests {
+		t.Run(tt.name, func(t *testing.T) {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				disttest.Run(t, tt.world, func(t *testing.T, pg dist.ProcessGroup) {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					err := tt.wrap(ctx, pg)
+					if err == nil || !strings.Contains(err.Error(), tt.want) {
+						t.Errorf("rank %d: err = %v, want one containing %q", pg.Rank(), err, tt.want)
+					}
+				})
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("hung")
+			}
+		})
+	}
+}
+
+func randTensor(shape ...int) *tensor.Tensor {
+	rng := rand.New(rand.NewPCG(5, 5))
+	t := tensor.New(shape...)
+	for i := range t.Data() {
+		t.Data()[i] = float32(rng.NormFloat64())
+	}
+	return t
+}
+
+// TestPlainBackwardAndNoSync: autograd.Backward instead of Model.Backward
+// gives the same parameters; NoSync accumulation equals one step over the
+// concatenated batches.
+func TestPlainBackwardAndNoSync(t *testing.T) {
+	w := workloads()[1] // LeNet
+	const steps = 3
+	for _, stage := range []Stage{Stage1, Stage2} {
+		t.Run(stage.String(), func(t *testing.T) {
+			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+				ctx := context.Background()
+				want, _, err := trainZero(ctx, w, pg, stage, steps, false)
+				if err != nil {
+					t.Fatal(err)
+				}
+				got, _, err := trainZero(ctx, w, pg, stage, steps, true)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := compare(got, want); err != nil {
+					t.Errorf("rank %d: plain autograd.Backward: %v", pg.Rank(), err)
+				}
+				// NoSync: each rank's 6 rows in two micro-batches of 3,
+				// losses halved so that the sum is the mean over 6.
+				mod := w.model()
+				m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW})
+				if err != nil {
+					t.Fatal(err)
+				}
+				r := pg.Rank()
+				for s := range steps {
+					lo := r * globalBatch / 2
+					micro := func(a, b int) (*autograd.Var, error) {
+						fwd, loss := w.batch(mod, s, a, b)
+						out, err := m.Call(ctx, fwd)
+						if err != nil {
+							return nil, err
+						}
+						return autograd.Scale(loss(out), 0.5), nil
+					}
+					err := m.NoSync(func() error {
+						l, err := micro(lo, lo+3)
+						if err != nil {
+							return err
+						}
+						return m.Backward(ctx, l)
+					})
+					if err != nil {
+						t.Fatal(err)
+					}
+					l, err := micro(lo+3, lo+6)
+					if err != nil {
+						t.Fatal(err)
+					}
+					if err := m.Backward(ctx, l); err != nil {
+						t.Fatal(err)
+					}
+					if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+						t.Fatal(err)
+					}
+					if err := m.Step(ctx); err != nil {
+						t.Fatal(err)
+					}
+					m.ZeroGrad()
+				}
+				if err := compareNorm(snapshot(mod), want); err != nil {
+					t.Errorf("rank %d: NoSync accumulation: %v", pg.Rank(), err)
+				}
+			})
+		})
+	}
+}
+
+// TestSGDWithSchedule: SGD with momentum, weight decay and a StepLR
+// schedule driven through Model.Optimizer equals one process.
+func TestSGDWithSchedule(t *testing.T) {
+	w := workload{name: "gpt", model: gptWorkload().model, batch: gptWorkload().batch}
+	const steps = 4
+	sched := optim.StepLR{StepSize: 2, Gamma: 0.5}
+	sgd := func(ps []nn.NamedParameter) (optim.Optimizer, error) {
+		return optim.NewSGD([]optim.Group{{Params: Vars(ps), LR: 0.05, WeightDecay: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+	}
+	mod := w.model()
+	opt, _ := sgd(mod.NamedParameters())
+	sc, _ := optim.NewScheduler(opt, sched)
+	for s := range steps {
+		fwd, loss := w.batch(mod, s, 0, globalBatch)
+		autograd.Backward(loss(fwd()))
+		opt.Step()
+		opt.ZeroGrad()
+		sc.Step()
+	}
+	want := snapshot(mod)
+	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		mod := w.model()
+		m, err := Wrap(ctx, mod, pg, Options{Optimizer: sgd})
+		if err != nil {
+			t.Fatal(err)
+		}
+		sc, err := optim.NewScheduler(m.Optimizer(), sched)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := pg.Rank()
+		for s := range steps {
+			fwd, loss := w.batch(mod, s, r*4, r*4+4)
+			out, err := m.Call(ctx, fwd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Backward(ctx, loss(out)); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m.ZeroGrad()
+			sc.Step()
+		}
+		if err := compareNorm(snapshot(mod), want); err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	})
+}
+
+// TestReshardCheckpoint: model and optimizer state saved as shards at
+// world 3 after 2 steps load at world 2, and 2 more steps there give the
+// parameters of 4 steps at world 2 (the same global batches).
+func TestReshardCheckpoint(t *testing.T) {
+	w := workloads()[1] // LeNet
+	run := func(m *Model, mod nn.Module, pg dist.ProcessGroup, from, to int) error {
+		ctx := context.Background()
+		n, r := pg.Size(), pg.Rank()
+		for s := from; s < to; s++ {
+			fwd, loss := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
+			out, err := m.Call(ctx, fwd)
+			if err != nil {
+				return err
+			}
+			if err := m.Backward(ctx, loss(out)); err != nil {
+				return err
+			}
+			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+				return err
+			}
+			if err := m.Step(ctx); err != nil {
+				return err
+			}
+			m.ZeroGrad()
+		}
+		return nil
+	}
+	var saved []ShardedTensor
+	var mu sync.Mutex
+	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
+		mod := w.model()
+		m, err := Wrap(context.Background(), mod, pg, Options{Optimizer: adamW})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := run(m, mod, pg, 0, 2); err != nil {
+			t.Fatal(err)
+		}
+		mu.Lock()
+		defer mu.Unlock()
+		for _, e := range append(m.ShardedStateDict(), m.OptimizerShards()...) {
+			if e.Replicated && pg.Rank() != 0 {
+				continue
+			}
+			e.Data = append([]float32(nil), e.Data...)
+			saved = append(saved, e)
+		}
+	})
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		mod := w.model()
+		want, _, err := trainZero(ctx, w, pg, Stage2, 4, false)
+		if err != nil {
+			t.Fatal(err)
+		}
+		m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := m.LoadShardedStateDict(saved); err != nil {
+			t.Fatal(err)
+		}
+		if err := m.LoadOptimizerShards(saved); err != nil {
+			t.Fatal(err)
+		}
+		if err := run(m, mod, pg, 2, 4); err != nil {
+			t.Fatal(err)
+		}
+		if err := compareNorm(snapshot(mod), want); err != nil {
+			t.Errorf("rank %d: resumed at world 2: %v", pg.Rank(), err)
+		}
+		// Another model's state is refused, naming a key.
+		other := append([]ShardedTensor{{Name: "fc.weight", Shape: []int{1}, Data: []float32{0}}}, saved...)
+		if err := m.LoadShardedStateDict(other); err == nil || !strings.Contains(err.Error(), `"fc.weight"`) {
+			t.Errorf("another model's state: err = %v", err)
+		}
+	})
+}

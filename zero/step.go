@@ -1,0 +1,348 @@
+package zero
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"os"
+	"strconv"
+	"strings"
+
+	"cohort/autograd"
+	"cohort/ddp/reducer"
+	"cohort/dist"
+	"cohort/nn"
+	"cohort/optim"
+	"cohort/tensor"
+)
+
+// reducerIO is the Model seen as the reducer's I/O.
+type reducerIO Model
+
+// Take implements reducer.IO: it brings parameter i's gradient into its
+// bucket (Stage1: the flat gradient buffer the Grad is a view of; Stage2:
+// the bucket's scratch buffer, releasing the Grad).
+func (io *reducerIO) Take(i int, used bool) error {
+	m := (*Model)(io)
+	p := m.params[i].Param
+	off, n := m.plan.Offset[i], m.plan.Numel[i]
+	var slot []float32
+	if m.o.Stage == Stage1 {
+		slot = m.flatGrad[off : off+n]
+		if p.Grad == m.views[i] {
+			return nil
+		}
+		defer func() { p.Grad = m.views[i] }()
+	} else {
+		k := m.red.BucketOf(i)
+		b := m.plan.Buckets[k]
+		if m.scratch[k] == nil {
+			m.scratch[k] = AlignedFloats(b.End - b.Start)
+		}
+		slot = m.scratch[k][off-b.Start : off-b.Start+n]
+		if v := m.views[i]; v != nil && p.Grad == v {
+			return nil // autograd accumulated into the bucket
+		}
+	}
+	switch {
+	case p.Grad == nil:
+		clear(slot)
+	case p.Grad.Len() != n:
+		return fmt.Errorf("zero: parameter %q: gradient has shape %v, parameter %v", m.params[i].Name, p.Grad.Shape(), p.Value.Shape())
+	default:
+		copy(slot, p.Grad.Contiguous().Data())
+	}
+	return nil
+}
+
+// Start implements reducer.IO: an averaging all-reduce of the bucket
+// (Stage1) or reduce-scatter into this rank's gradient shard (Stage2).
+func (io *reducerIO) Start(k int) reducer.Handle {
+	m := (*Model)(io)
+	b := m.plan.Buckets[k]
+	ctx := m.stepCtx()
+	if m.o.Stage == Stage1 {
+		if m.world == 1 {
+			return doneHandle{}
+		}
+		w := m.pg.AllReduce(ctx, dist.F32(m.flatGrad[b.Start:b.End]), dist.Avg)
+		return workHandle{w, func(err error) error {
+			return fmt.Errorf("zero: bucket %d: all-reduce of %d gradients: %w", k, b.End-b.Start, err)
+		}, nil}
+	}
+	at := m.plan.ShardOffset(k)
+	out := m.shardGrad[at : at+b.Shard]
+	in := m.scratch[k]
+	if in == nil { // a bucket without parameters taken (shadow): zeros
+		in = make([]float32, b.End-b.Start)
+	}
+	release := func() {
+		m.scratch[k] = nil
+		for _, i := range b.Params { // the step's full gradients are gone
+			m.params[i].Param.Grad, m.views[i] = nil, nil
+		}
+	}
+	if m.world == 1 {
+		copy(out, in)
+		release()
+		return doneHandle{}
+	}
+	w := m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
+	return workHandle{w, func(err error) error {
+		return fmt.Errorf("zero: bucket %d: reduce-scatter of %d gradients: %w", k, len(in), err)
+	}, release}
+}
+
+// Agree implements reducer.IO; zero never rebuilds its buckets (the
+// optimizer state is laid out along them).
+func (io *reducerIO) Agree(order []int) ([]int, error) { return order, nil }
+
+// Replan implements reducer.IO; it is never called.
+func (io *reducerIO) Replan([]int) ([][]int, error) {
+	return nil, fmt.Errorf("zero: buckets cannot be rebuilt")
+}
+
+type workHandle struct {
+	w    dist.Work
+	wrap func(error) error
+	done func()
+}
+
+func (h workHandle) Done() <-chan struct{} { return h.w.Done() }
+func (h workHandle) Finish() error {
+	err := h.w.Wait()
+	if h.done != nil {
+		h.done()
+	}
+	if err != nil {
+		return h.wrap(err)
+	}
+	return nil
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+type doneHandle struct{}
+
+func (doneHandle) Done() <-chan struct{} { return closedChan }
+func (doneHandle) Finish() error         { return nil }
+
+// ZeroGrad clears every gradient the Model keeps: the shard gradients
+// and, under Stage1, the full gradient buffer (Stage2 drops the
+// parameters' Grads). Use it instead of the shard optimizer's ZeroGrad.
+func (m *Model) ZeroGrad() {
+	clear(m.flatGrad)
+	clear(m.shardGrad)
+	if m.o.Stage == Stage2 {
+		for _, np := range m.params {
+			np.Param.Grad = nil
+		}
+	}
+}
+
+// ClipGradNorm scales the averaged gradient shards so that the norm of the
+// whole (unsharded) gradient is at most maxNorm, and returns that norm
+// before scaling, as optim.ClipGradNorm does on full gradients. normType
+// is 2 or math.Inf(1). Every rank must call it at the same point, after
+// Backward: it all-gathers one float64 per rank.
+func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
+	return ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType)
+}
+
+// ClipShardNorm is ClipGradNorm over the shard variables of any sharded
+// wrapper (their Grads hold this rank's averaged gradient pieces; the
+// pieces of all ranks together cover the gradient once).
+func ClipShardNorm(ctx context.Context, pg dist.ProcessGroup, shard []nn.NamedParameter, maxNorm, normType float64) (float64, error) {
+	if !(maxNorm >= 0) || (normType != 2 && !math.IsInf(normType, 1)) {
+		return 0, fmt.Errorf("zero: ClipGradNorm: maxNorm %v, normType %v (want maxNorm >= 0 and normType 2 or +Inf)", maxNorm, normType)
+	}
+	inf := math.IsInf(normType, 1)
+	vars := make([]*autograd.Var, len(shard))
+	for j, s := range shard {
+		vars[j] = s.Param
+	}
+	// optim's norm kernel over this rank's pieces (no scaling with an
+	// infinite maxNorm); a non-finite local norm still takes part in the
+	// exchange, so that no rank is left waiting.
+	local, err := optim.ClipGradNorm(vars, math.Inf(1), normType)
+	if err != nil && !errors.Is(err, optim.ErrNonFiniteNorm) {
+		local = math.NaN()
+	}
+	if !inf {
+		local *= local // back to the sum of squares
+	}
+	all := []float64{local}
+	if world := pg.Size(); world > 1 {
+		all = make([]float64, world)
+		if err := pg.AllGather(ctx, dist.F64(all), dist.F64([]float64{local})).Wait(); err != nil {
+			return 0, fmt.Errorf("zero: ClipGradNorm: exchanging partial norms: %w", err)
+		}
+	}
+	var total float64
+	for _, v := range all { // rank order: the same sum on every rank
+		if inf {
+			total = max(total, v)
+		} else {
+			total += v
+		}
+	}
+	if !inf {
+		total = math.Sqrt(total)
+	}
+	if math.IsNaN(total) || math.IsInf(total, 0) {
+		return total, fmt.Errorf("zero: ClipGradNorm: total norm is %v; gradients left unchanged: %w", total, optim.ErrNonFiniteNorm)
+	}
+	if coef := maxNorm / (total + 1e-6); coef < 1 {
+		c := float32(coef)
+		for _, s := range shard {
+			d := s.Param.Grad.Data()
+			for i := range d {
+				d[i] *= c
+			}
+		}
+	}
+	return total, nil
+}
+
+// Step runs the shard optimizer's step, then all-gathers the updated
+// shards so that every rank holds the full updated parameters. The update
+// runs bucket by bucket, each bucket's all-gather starting while the next
+// is updated (the optimizer steps only variables with a gradient, and
+// updates are elementwise: the bits equal one whole step). Every rank
+// must call it at the same point; it returns when every all-gather is done.
+func (m *Model) Step(ctx context.Context) error {
+	if err := m.usable("Step"); err != nil {
+		return err
+	}
+	if m.red.Armed() {
+		return fmt.Errorf("zero: Step: the backward pass was not finished with Backward")
+	}
+	m.steps++
+	if m.world == 1 || len(m.plan.Buckets) == 1 {
+		m.opt.Step()
+		return m.gather(ctx, -1)
+	}
+	grads := make([]*tensor.Tensor, len(m.shard))
+	for j, s := range m.shard {
+		grads[j] = s.Param.Grad
+	}
+	defer func() {
+		for j, s := range m.shard {
+			s.Param.Grad = grads[j]
+		}
+	}()
+	works := make([]dist.Work, len(m.plan.Buckets))
+	for k := range m.plan.Buckets {
+		for j, pc := range m.pieces {
+			m.shard[j].Param.Grad = nil
+			if pc.Bucket == k {
+				m.shard[j].Param.Grad = grads[j]
+			}
+		}
+		m.opt.Step()
+		works[k] = m.startGather(ctx, k)
+	}
+	return m.wait(works)
+}
+
+// gather all-gathers bucket k's updated shards, or every bucket's for
+// k < 0, and waits.
+func (m *Model) gather(ctx context.Context, k int) error {
+	if m.world == 1 {
+		return nil
+	}
+	works := make([]dist.Work, len(m.plan.Buckets))
+	for j := range m.plan.Buckets {
+		if k < 0 || j == k {
+			works[j] = m.startGather(ctx, j)
+		}
+	}
+	return m.wait(works)
+}
+
+// startGather starts all-gathering bucket k's shards into the flat
+// parameter buffer (nil in a group of one).
+func (m *Model) startGather(ctx context.Context, k int) dist.Work {
+	if m.world == 1 {
+		return nil
+	}
+	if len(m.gatherIn) < m.plan.ShardLen() {
+		m.gatherIn = AlignedFloats(m.plan.ShardLen())
+	}
+	b := m.plan.Buckets[k]
+	lo, hi := b.ShardRange(m.rank)
+	at := m.plan.ShardOffset(k)
+	in := m.gatherIn[at : at+b.Shard]
+	copy(in, m.flatParam[lo:hi])
+	return m.pg.AllGather(ctx, dist.F32(m.flatParam[b.Start:b.End]), dist.F32(in))
+}
+
+// wait waits for every started all-gather and returns the first error.
+func (m *Model) wait(works []dist.Work) error {
+	var first error
+	for k, w := range works {
+		if w == nil {
+			continue
+		}
+		if err := w.Wait(); err != nil && first == nil {
+			first = fmt.Errorf("zero: Step: all-gather of bucket %d's parameters: %w", k, err)
+		}
+	}
+	return first
+}
+
+// Memory is what one rank keeps resident for training, in bytes.
+type Memory struct {
+	ParamBytes     int64 // parameter values (the flat buffer, padding included)
+	GradBytes      int64 // gradients kept between steps
+	OptimizerBytes int64 // optimizer state tensors
+}
+
+// Memory reports this rank's resident training state.
+func (m *Model) Memory() Memory {
+	var mem Memory
+	mem.ParamBytes = 4 * int64(len(m.flatParam))
+	for i, np := range m.params {
+		if m.plan.Offset[i] < 0 {
+			mem.ParamBytes += 4 * int64(np.Param.Value.Len())
+		}
+		if m.o.Stage == Stage2 && np.Param.Grad != nil {
+			mem.GradBytes += 4 * int64(np.Param.Grad.Len())
+		}
+	}
+	mem.GradBytes += 4 * int64(len(m.flatGrad)+len(m.shardGrad))
+	mem.OptimizerBytes = OptimizerBytes(m.opt)
+	return mem
+}
+
+// OptimizerBytes returns the bytes of an optimizer's state tensors.
+func OptimizerBytes(opt optim.Optimizer) int64 {
+	var n int64
+	for _, t := range opt.StateDict().Tensors {
+		n += 4 * int64(t.Len())
+	}
+	return n
+}
+
+// PeakRSSBytes returns this process's peak resident set size (VmHWM on
+// Linux), or an error where it cannot be read.
+func PeakRSSBytes() (int64, error) {
+	b, err := os.ReadFile("/proc/self/status")
+	if err != nil {
+		return 0, fmt.Errorf("zero: peak RSS: %w", err)
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "VmHWM:"); ok {
+			f := strings.Fields(v)
+			if len(f) >= 1 {
+				kb, err := strconv.ParseInt(f[0], 10, 64)
+				if err != nil {
+					return 0, fmt.Errorf("zero: peak RSS: %q: %w", line, err)
+				}
+				return kb << 10, nil
+			}
+		}
+	}
+	return 0, fmt.Errorf("zero: peak RSS: no VmHWM in /proc/self/status")
+}
