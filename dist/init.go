@@ -1,6 +1,7 @@
 package dist
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"log/slog"
@@ -351,14 +352,24 @@ func InitFromEnv(ctx context.Context) (ProcessGroup, error) {
 }
 
 // InitFromInfo is InitFromEnv for a rendezvous.Info already read, with
-// options: Store, Rank, WorldSize and (unless set) Token and Host come
-// from info, and Prefix is suffixed with the run id and restart count.
+// options: Store, Rank, WorldSize and (unless set) Token, Host and
+// Group.Timeout (COHORT_TIMEOUT, which also bounds reaching the store)
+// come from info, and Prefix is suffixed with the run id and restart
+// count.
 func InitFromInfo(ctx context.Context, info rendezvous.Info, opts Options) (ProcessGroup, error) {
 	info, err := rendezvous.ResolveMaster(ctx, info, rendezvous.Resolver{}) // Slurm node names not in DNS
 	if err != nil {
 		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)
 	}
-	st, err := rendezvous.Connect(ctx, info, rendezvous.Options{})
+	if opts.Group.Timeout == 0 {
+		opts.Group.Timeout = info.Timeout // COHORT_TIMEOUT; 0 keeps DefaultTimeout
+	}
+	if info.ErrorFile != "" { // a signal that ends ctx is the launcher's culprit
+		context.AfterFunc(ctx, func() { rendezvous.RecordSignal(ctx, info.ErrorFile) })
+	}
+	cctx, cancel := context.WithTimeout(ctx, cmp.Or(opts.Group.Timeout, DefaultTimeout))
+	defer cancel()
+	st, err := rendezvous.Connect(cctx, info, rendezvous.Options{})
 	if err != nil {
 		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)
 	}

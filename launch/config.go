@@ -81,6 +81,27 @@ type Config struct {
 	// is forwarded to every worker's process group, the first one starts
 	// the grace period and a second one kills the workers.
 	Signals <-chan os.Signal
+	// LogDir, when set, keeps each worker's output in files, as
+	// torchrun's --log-dir: LogDir/RUN_ID/attempt_K/RANK/stdout.log and
+	// stderr.log (K counts restarts; an elastic job's directories are
+	// round_K), beside error.json, the worker's TORCHELASTIC_ERROR_FILE.
+	// The output then goes to the files only, unless Tee.
+	LogDir string
+	// Tee, with LogDir, also streams the output to Stdout and Stderr.
+	Tee bool
+	// Timeout, when > 0, is passed to the workers as COHORT_TIMEOUT: it
+	// bounds their joining the job and every collective op
+	// (dist.InitFromEnv), so a rank that never arrives is named when it
+	// ends instead of after 30 minutes.
+	Timeout time.Duration
+	// Watchdog, when not 0, is passed as COHORT_WATCHDOG: the interval
+	// after which the workers' hang watchdog reports a stuck collective;
+	// negative turns it off.
+	Watchdog time.Duration
+	// Dashboard, when set, is passed as COHORT_DASHBOARD: the address
+	// (host:port) where rank 0 serves the live run page.
+	Dashboard string
+
 	// Logger receives the launcher's progress and the store server's
 	// log; nil discards.
 	Logger *slog.Logger
@@ -145,6 +166,12 @@ func (c *Config) validate() error {
 		if d.v < 0 {
 			bad("%s %v: want >= 0", d.name, d.v)
 		}
+	}
+	if c.Timeout < 0 {
+		bad("--timeout %v: want > 0 (or 0 for the workers' default)", c.Timeout)
+	}
+	if c.Tee && c.LogDir == "" {
+		bad("--tee copies the output to the console and to the files of --log-dir: give --log-dir")
 	}
 	if c.NumCPU < 0 || c.TailLines < 0 {
 		bad("NumCPU %d, TailLines %d: want >= 0", c.NumCPU, c.TailLines)

@@ -26,6 +26,13 @@
 //	COHORT_RESTART_COUNT  0, then 1, 2, … after restarts
 //	COHORT_NUM_THREADS    max(1, cores / N); OMP_NUM_THREADS too unless already set
 //	COHORT_RENDEZVOUS     "torchrun", so these variables win over inherited Slurm/MPI ones
+//	TORCHELASTIC_ERROR_FILE  where the worker records why it failed (rendezvous.Fail)
+//	COHORT_TIMEOUT        Config.Timeout (--timeout): bounds joining and every collective
+//	COHORT_WATCHDOG       Config.Watchdog (--watchdog): the hang watchdog's interval, or off
+//	COHORT_DASHBOARD      Config.Dashboard (--dashboard): where rank 0 serves the run page
+//
+// The last three are set only when given; otherwise an inherited value
+// stands.
 //
 // The rest of the environment is inherited. rendezvous.FromEnv reads all
 // of this on the worker side.
@@ -64,10 +71,23 @@
 //
 // Each worker runs in its own process group. Its stdout and stderr are
 // streamed line by line to the launcher's stdout and stderr (kept apart),
-// each line prefixed "[rank N] ". When a worker exits non-zero or is
-// killed by a signal, the other workers get SIGTERM, then SIGKILL after
-// the grace period, and Run returns a *WorkerError naming the rank, its
-// exit code or signal and the last lines of its stderr. Signals given to
+// each line prefixed "[rank N] "; with Config.LogDir (--log-dir) they go
+// to LogDir/RUN_ID/attempt_K/RANK/stdout.log and stderr.log instead, or
+// to both with Tee (--tee), as torchrun's --log-dir, --redirects and
+// --tee do. When a worker exits non-zero or is killed by a signal, the
+// other workers get SIGTERM, then SIGKILL after the grace period, and Run
+// returns a *WorkerError naming the rank, how it ended, what it recorded
+// in its error file (TORCHELASTIC_ERROR_FILE, torchrun's JSON; see
+// rendezvous.Fail) and the last lines of its stderr.
+//
+// The rank named is the one whose failure began first, not the first
+// exit seen: a worker stopped by a signal from outside records when the
+// signal came (rendezvous.Fail, SignalContext, or dist.InitFromEnv for a
+// signal.NotifyContext context), so SIGTERM to rank 1 names rank 1 and
+// SIGTERM even when rank 0, aborted by rank 1's leaving, exits first; the
+// report lists the other failures after it. An exit code 128+N reads as
+// "stopped by signal N". A signal to the launcher itself (Ctrl-C) stops
+// the job as a *SignalError and blames no rank. Signals given to
 // the launcher (Config.Signals; cohort run passes SIGINT and SIGTERM) are
 // forwarded to every worker; a second signal kills them. Before Run
 // returns every worker's process group is killed, so no process the
@@ -77,7 +97,11 @@
 // The supervision logic is a small state machine without I/O (monitor.go)
 // with a restart-policy hook: Config.Restart may restart the workers of a
 // single node after a failure (each generation gets a fresh store and
-// COHORT_RESTART_COUNT+1).
+// COHORT_RESTART_COUNT+1); the restart message names the rank and how it
+// ended.
+//
+// A Go package that is not a main package is refused ("not a main
+// package") after its build.
 //
 // # Elastic jobs
 //

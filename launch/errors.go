@@ -6,6 +6,9 @@ import (
 	"os"
 	"strings"
 	"syscall"
+	"time"
+
+	"cohort/dist/rendezvous"
 )
 
 // ExitStatus is how a worker process ended.
@@ -23,7 +26,21 @@ func (s ExitStatus) String() string {
 	if s.Signal != 0 {
 		return fmt.Sprintf("was killed by signal %d (%s)", int(s.Signal), signalName(s.Signal))
 	}
+	if sig, ok := s.exitSignal(); ok {
+		return fmt.Sprintf("exited with code %d (128+%s: it was stopped by that signal)", s.Code, rendezvous.SignalName(sig))
+	}
 	return fmt.Sprintf("exited with code %d", s.Code)
+}
+
+// exitSignal reads an exit code of 128+N, for the common signals N, as
+// the shell's way of saying signal N stopped the process (rendezvous.Fail
+// exits so).
+func (s ExitStatus) exitSignal() (syscall.Signal, bool) {
+	switch sig := syscall.Signal(s.Code - 128); sig {
+	case syscall.SIGHUP, syscall.SIGINT, syscall.SIGQUIT, syscall.SIGABRT, syscall.SIGKILL, syscall.SIGTERM:
+		return sig, s.Signal == 0
+	}
+	return 0, false
 }
 
 func signalName(sig syscall.Signal) string {
@@ -57,6 +74,18 @@ type WorkerError struct {
 	// Restarts is how many times the workers had been restarted before
 	// this failure.
 	Restarts int
+	// ExitTime is when the launcher saw the worker exit.
+	ExitTime time.Time
+	// ErrorFile is the worker's TORCHELASTIC_ERROR_FILE, and Record what
+	// the worker wrote there (rendezvous.Fail); nil when it wrote nothing.
+	ErrorFile string
+	Record    *rendezvous.ErrorRecord
+	// StderrLog is the file holding the worker's whole stderr
+	// (Config.LogDir); "" without one.
+	StderrLog string
+	// Others summarises the other workers of this node that failed after
+	// it in the same generation (usually because it failed), in order.
+	Others []string
 }
 
 func (e *WorkerError) Error() string {
@@ -64,18 +93,79 @@ func (e *WorkerError) Error() string {
 }
 
 func (e *WorkerError) summary() string {
-	return fmt.Sprintf("rank %d (local rank %d on node %d, pid %d) %s", e.Rank, e.LocalRank, e.NodeRank, e.PID, e.Status)
+	return fmt.Sprintf("rank %d (local rank %d on node %d, pid %d) %s", e.Rank, e.LocalRank, e.NodeRank, e.PID, e.how())
+}
+
+// how says how the worker ended: its exit status, and the signal its
+// error file names when the status does not show it.
+func (e *WorkerError) how() string {
+	if e.Record != nil && e.Record.Signal != "" && e.Status.Signal == 0 {
+		if _, ok := e.Status.exitSignal(); !ok {
+			return fmt.Sprintf("was stopped by %s (then %s)", e.Record.Signal, e.Status)
+		}
+	}
+	return e.Status.String()
+}
+
+// failedAt is when the worker's failure began, as far as the launcher
+// knows: the signal that stopped it, the failure it recorded, or its exit,
+// whichever is earliest.
+func (e *WorkerError) failedAt() time.Time {
+	t := e.ExitTime
+	if r := e.Record; r != nil {
+		for _, rt := range []time.Time{r.SignalTime, r.Time} {
+			if !rt.IsZero() && (t.IsZero() || rt.Before(t)) {
+				t = rt
+			}
+		}
+	}
+	return t
+}
+
+// blame picks, among the failed workers of one generation (in the order
+// their exits were seen), the one whose failure began first: the root
+// cause, the others failing because it left (a peer's abort notice, the
+// launcher's SIGTERM). A worker stopped from outside by a signal records
+// when the signal came, so it is named rather than the peers that saw it
+// go; ties go to the earlier exit. The others are listed in its Others.
+func blame(failed []*WorkerError) *WorkerError {
+	if len(failed) == 0 {
+		return nil
+	}
+	first := 0
+	for i, f := range failed {
+		if f.failedAt().Before(failed[first].failedAt()) {
+			first = i
+		}
+	}
+	root := *failed[first]
+	root.Others = nil
+	for i, f := range failed {
+		if i != first {
+			root.Others = append(root.Others, fmt.Sprintf("rank %d %s", f.Rank, f.how()))
+		}
+	}
+	return &root
 }
 
 // Report is a multi-line account for the user: the failure, then the tail
 // of the worker's stderr.
 func (e *WorkerError) Report() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "rank %d failed: local rank %d on node %d, pid %d, %s", e.Rank, e.LocalRank, e.NodeRank, e.PID, e.Status)
+	fmt.Fprintf(&b, "rank %d failed: local rank %d on node %d, pid %d, %s", e.Rank, e.LocalRank, e.NodeRank, e.PID, e.how())
 	if e.Restarts > 0 {
 		fmt.Fprintf(&b, " (after %d restarts)", e.Restarts)
 	}
 	b.WriteString("\n")
+	if e.Record != nil {
+		fmt.Fprintf(&b, "its error (%s): %s\n", e.ErrorFile, e.Record.Message)
+	}
+	if len(e.Others) > 0 {
+		fmt.Fprintf(&b, "after it: %s\n", strings.Join(e.Others, "; "))
+	}
+	if e.StderrLog != "" {
+		fmt.Fprintf(&b, "its whole stderr: %s\n", e.StderrLog)
+	}
 	if len(e.StderrTail) == 0 {
 		b.WriteString("(it wrote nothing to stderr)\n")
 		return b.String()

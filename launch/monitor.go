@@ -17,6 +17,11 @@ import (
 //	stopping ──grace expires or second signal──▶ stopping (SIGKILL sent)
 //	stopping ──last worker exits──▶ done, or running again (restart)
 //
+// The failure reported (outcome) is not simply the first exit seen: of the
+// workers that failed in the generation, the one whose failure began
+// first is blamed (see blame), so a worker stopped by a signal is named
+// rather than the peers that exited before it because it left.
+//
 // Invariant: alive counts the workers of the current generation that have
 // not been reported exited; 0 <= alive <= len(exited).
 
@@ -79,18 +84,21 @@ const (
 
 // monitor tracks one node's workers across generations.
 type monitor struct {
-	phase    phase
-	exited   []bool // per local rank, current generation
-	alive    int
-	cause    stopCause
-	failure  *WorkerError // first failure of the current generation
-	signal   os.Signal    // causeSignal
-	remote   string       // causeRemote
-	restarts int          // generations restarted so far
-	restart  bool         // the current stop ends in a restart
-	killed   bool         // SIGKILL already sent this generation
-	policy   RestartPolicy
-	describe func(local int, st ExitStatus) *WorkerError
+	phase   phase
+	exited  []bool // per local rank, current generation
+	alive   int
+	cause   stopCause
+	failure *WorkerError   // first failure of the current generation
+	failed  []*WorkerError // every failure of the current generation, in order
+	// restarted is the failure blamed for the last restart.
+	restarted *WorkerError
+	signal    os.Signal // causeSignal
+	remote    string    // causeRemote
+	restarts  int       // generations restarted so far
+	restart   bool      // the current stop ends in a restart
+	killed    bool      // SIGKILL already sent this generation
+	policy    RestartPolicy
+	describe  func(local int, st ExitStatus) *WorkerError
 }
 
 // newMonitor starts generation 0 with n workers running.
@@ -104,7 +112,7 @@ func (m *monitor) startGeneration(n int) {
 	m.phase = phaseRunning
 	m.exited = make([]bool, n)
 	m.alive = n
-	m.cause, m.failure, m.signal, m.remote = causeNone, nil, nil, ""
+	m.cause, m.failure, m.failed, m.signal, m.remote = causeNone, nil, nil, nil, ""
 	m.restart, m.killed = false, false
 }
 
@@ -135,6 +143,7 @@ func (m *monitor) running(ev event) []action {
 		m.cause = causeFailure
 		m.failure = m.describe(ev.local, ev.status)
 		m.failure.Restarts = m.restarts
+		m.failed = append(m.failed, m.failure)
 		m.restart = m.policy != nil && m.policy(m.failure, m.restarts)
 		var acts []action
 		if !m.restart {
@@ -168,6 +177,11 @@ func (m *monitor) stopping(ev event) []action {
 	case evExit:
 		if !m.markExited(ev.local) {
 			return nil
+		}
+		if m.cause == causeFailure && ev.status.Failed() {
+			f := m.describe(ev.local, ev.status)
+			f.Restarts = m.restarts
+			m.failed = append(m.failed, f)
 		}
 		if m.alive == 0 {
 			return m.finish()
@@ -207,6 +221,7 @@ func (m *monitor) markExited(local int) bool {
 
 func (m *monitor) finish() []action {
 	if m.restart {
+		m.restarted = blame(m.failed)
 		m.restarts++
 		m.startGeneration(len(m.exited))
 		return []action{{kind: actRestart}}
@@ -219,7 +234,7 @@ func (m *monitor) finish() []action {
 func (m *monitor) outcome() error {
 	switch m.cause {
 	case causeFailure:
-		return m.failure
+		return blame(m.failed)
 	case causeSignal:
 		return &SignalError{Signal: m.signal}
 	case causeRemote:

@@ -4,9 +4,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 	"syscall"
 	"testing"
+	"time"
+
+	"cohort/dist/rendezvous"
 )
 
 // TestMonitor walks the state machine through event sequences and checks
@@ -188,5 +192,63 @@ func TestOutcomeTypes(t *testing.T) {
 	var se *SignalError
 	if err := m.outcome(); !errors.As(err, &se) || se.ExitCode() != 130 {
 		t.Fatalf("outcome %v; want a *SignalError with exit code 130", err)
+	}
+}
+
+// TestBlame: of a generation's failures the one that began first is
+// named; a worker's recorded signal or error time counts before its exit.
+func TestBlame(t *testing.T) {
+	t0 := time.Unix(1_700_000_000, 0)
+	at := func(ms int) time.Time { return t0.Add(time.Duration(ms) * time.Millisecond) }
+	fail := func(rank, code, exitMs int, rec *rendezvous.ErrorRecord) *WorkerError {
+		return &WorkerError{Rank: rank, LocalRank: rank, Status: ExitStatus{Code: code}, ExitTime: at(exitMs), Record: rec}
+	}
+	tests := []struct {
+		name   string
+		failed []*WorkerError
+		rank   int
+		others []string
+	}{
+		{"first-exit", []*WorkerError{fail(0, 1, 10, nil), fail(1, 1, 20, nil)}, 0, []string{"rank 1 exited with code 1"}},
+		{"signal-before-peer-exit", []*WorkerError{
+			fail(0, 1, 10, &rendezvous.ErrorRecord{Time: at(9)}),
+			fail(1, 143, 300, &rendezvous.ErrorRecord{Time: at(299), Signal: "SIGTERM", SignalTime: at(5)}),
+		}, 1, []string{"rank 0 exited with code 1"}},
+		{"recorded-error-before-exit", []*WorkerError{fail(2, 1, 10, nil), fail(3, 1, 50, &rendezvous.ErrorRecord{Time: at(4)})}, 3, []string{"rank 2 exited with code 1"}},
+		{"launchers-sigterm-is-not-blamed", []*WorkerError{
+			fail(0, 1, 10, nil),
+			fail(1, 1, 40, &rendezvous.ErrorRecord{Time: at(39), Signal: "SIGTERM", SignalTime: at(11)}),
+		}, 0, []string{"rank 1 was stopped by SIGTERM (then exited with code 1)"}},
+		{"tie-keeps-order", []*WorkerError{fail(1, 1, 10, nil), fail(0, 1, 10, nil)}, 1, []string{"rank 0 exited with code 1"}},
+		{"alone", []*WorkerError{fail(4, 2, 10, nil)}, 4, nil},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got := blame(tc.failed)
+			if got.Rank != tc.rank || !slices.Equal(got.Others, tc.others) {
+				t.Fatalf("blame = rank %d, others %q; want rank %d, others %q", got.Rank, got.Others, tc.rank, tc.others)
+			}
+		})
+	}
+	if blame(nil) != nil {
+		t.Fatal("blame(nil) != nil")
+	}
+}
+
+// TestExitStatusString: 128+N reads as "stopped by signal N".
+func TestExitStatusString(t *testing.T) {
+	for _, tc := range []struct {
+		st   ExitStatus
+		want string
+	}{
+		{ExitStatus{Code: 1}, "exited with code 1"},
+		{ExitStatus{Code: 143}, "exited with code 143 (128+SIGTERM: it was stopped by that signal)"},
+		{ExitStatus{Code: 130}, "exited with code 130 (128+SIGINT: it was stopped by that signal)"},
+		{ExitStatus{Code: 140}, "exited with code 140"},
+		{ExitStatus{Code: -1, Signal: syscall.SIGTERM}, "was killed by signal 15 (SIGTERM)"},
+	} {
+		if got := tc.st.String(); got != tc.want {
+			t.Errorf("%+v: %q; want %q", tc.st, got, tc.want)
+		}
 	}
 }

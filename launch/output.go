@@ -60,17 +60,26 @@ func (t *tail) snapshot() []string {
 	return append(append([]string(nil), t.lines[t.next:]...), t.lines[:t.next]...)
 }
 
-// pump copies lines from r to out with prefix (and into keep, if not nil)
+// sink is one destination of a worker's stream: a writer and the prefix
+// its lines get.
+type sink struct {
+	w      *lineWriter
+	prefix []byte
+}
+
+// pump copies lines from r to every sink (and into keep, if not nil)
 // until EOF or a read error (a deadline set to cut off descendants that
 // hold the pipe). A final line without a newline is completed.
-func pump(r *os.File, prefix []byte, out *lineWriter, keep *tail) {
+func pump(r *os.File, sinks []sink, keep *tail) {
 	br := bufio.NewReaderSize(r, maxLineBytes)
 	for {
 		line, err := br.ReadSlice('\n')
 		if len(line) > 0 {
 			line = bytes.TrimSuffix(line, []byte{'\n'})
 			line = bytes.TrimSuffix(line, []byte{'\r'})
-			out.writeLine(prefix, line)
+			for _, s := range sinks {
+				s.w.writeLine(s.prefix, line)
+			}
 			if keep != nil {
 				keep.add(line)
 			}

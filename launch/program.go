@@ -129,5 +129,17 @@ func buildPackage(ctx context.Context, goCmd, pkg, dir string, env []string) (bi
 		}
 		return "", "", fmt.Errorf("launch: go build %s failed:\n%s", pkg, msg)
 	}
+	// go build -o writes a library package as an archive: refuse it here
+	// rather than fail to start it ("permission denied").
+	if fi, err := os.Stat(bin); err != nil || fi.Mode().Perm()&0o111 == 0 {
+		os.RemoveAll(tmp)
+		name := "not main"
+		cmd := exec.CommandContext(ctx, goPath, "list", "-f", "{{.Name}}", pkg)
+		cmd.Dir, cmd.Env = dir, env
+		if out, err := cmd.Output(); err == nil {
+			name = "package " + strings.TrimSpace(string(out))
+		}
+		return "", "", fmt.Errorf("launch: %s is not a main package (%s): cohort run starts programs, built from a package main", pkg, name)
+	}
 	return bin, tmp, nil
 }

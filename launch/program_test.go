@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestResolveProgram(t *testing.T) {
@@ -73,9 +74,10 @@ func TestResolveProgram(t *testing.T) {
 func TestWorkerEnv(t *testing.T) {
 	a := &agent{cfg: Config{
 		NProcPerNode: 4, NNodes: 2, NodeRank: 1, MasterAddr: "node0",
-		Env: []string{"PATH=/bin", "RANK=7", "OMP_NUM_THREADS=3", "COHORT_RENDEZVOUS=openmpi", "WEIRD"},
+		Env:     []string{"PATH=/bin", "RANK=7", "OMP_NUM_THREADS=3", "COHORT_RENDEZVOUS=openmpi", "WEIRD", "COHORT_TIMEOUT=1h"},
+		Timeout: 90 * time.Second, Watchdog: 2 * time.Second, Dashboard: "127.0.0.1:8080",
 	}, port: 29500, storeAddr: "node0:29500", token: "tok", runID: "run"}
-	env := a.workerEnv(2, a.staticGeneration(1), 2)
+	env := a.workerEnv(2, a.staticGeneration(1), 2, "/logs/run/attempt_1/6/error.json")
 	get := func(k string) []string {
 		var vs []string
 		for _, e := range env {
@@ -92,6 +94,8 @@ func TestWorkerEnv(t *testing.T) {
 		"COHORT_TOKEN": "tok", "COHORT_RUN_ID": "run", "COHORT_RESTART_COUNT": "1",
 		"COHORT_NUM_THREADS": "2", "OMP_NUM_THREADS": "3", "COHORT_RENDEZVOUS": "torchrun",
 		"TORCHELASTIC_RUN_ID": "run", "TORCHELASTIC_RESTART_COUNT": "1",
+		"TORCHELASTIC_ERROR_FILE": "/logs/run/attempt_1/6/error.json",
+		"COHORT_TIMEOUT":          "1m30s", "COHORT_WATCHDOG": "2s", "COHORT_DASHBOARD": "127.0.0.1:8080",
 	}
 	for k, w := range want {
 		if vs := get(k); len(vs) != 1 || vs[0] != w {
@@ -105,13 +109,25 @@ func TestWorkerEnv(t *testing.T) {
 	}
 }
 
+// TestWorkerEnvWatchdogOff: a negative Config.Watchdog turns the
+// workers' watchdog off; unset options leave inherited values alone.
+func TestWorkerEnvWatchdogOff(t *testing.T) {
+	a := &agent{cfg: Config{NProcPerNode: 1, Watchdog: -1, Env: []string{"COHORT_TIMEOUT=7s", "COHORT_DASHBOARD=:9"}}}
+	env := strings.Join(a.workerEnv(0, a.staticGeneration(0), 1, "e.json"), "\n") + "\n"
+	for _, want := range []string{"COHORT_WATCHDOG=off\n", "COHORT_TIMEOUT=7s\n", "COHORT_DASHBOARD=:9\n"} {
+		if !strings.Contains(env, want) {
+			t.Errorf("environment lacks %q:\n%s", want, env)
+		}
+	}
+}
+
 // TestWorkerEnvElastic: an elastic round's workers get its store prefix
 // and round, and an inherited prefix is replaced.
 func TestWorkerEnvElastic(t *testing.T) {
 	a := &agent{cfg: Config{NProcPerNode: 2, Env: []string{"COHORT_STORE_PREFIX=old/", "COHORT_ROUND=9"}}, token: "tok", runID: "job"}
 	g := generation{nodeRank: 1, numNodes: 2, rankBase: 2, world: 4, nproc: 2, restarts: 1, masterAddr: "10.0.0.1",
 		masterPort: 29400, storeAddr: "10.0.0.1:29400", storePrefix: "cohort/elastic/job/round/3/", round: 3}
-	env := strings.Join(a.workerEnv(1, g, 1), "\n") + "\n"
+	env := strings.Join(a.workerEnv(1, g, 1, "e.json"), "\n") + "\n"
 	for _, want := range []string{"RANK=3\n", "WORLD_SIZE=4\n", "GROUP_RANK=1\n", "COHORT_STORE_PREFIX=cohort/elastic/job/round/3/\n",
 		"COHORT_ROUND=3\n", "COHORT_RESTART_COUNT=1\n", "TORCHELASTIC_RESTART_COUNT=1\n", "TORCHELASTIC_RUN_ID=job\n"} {
 		if !strings.Contains(env, want) {

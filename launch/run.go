@@ -4,10 +4,12 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"log/slog"
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +40,9 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	c := cfg.withDefaults()
 	a := &agent{cfg: c, log: c.Logger, out: &lineWriter{w: c.Stdout}, errOut: &lineWriter{w: c.Stderr}}
+	if c.LogDir != "" && !c.Tee {
+		a.out, a.errOut = nil, nil // the workers' output goes to the files only
+	}
 	defer a.cleanup()
 	if c.Elastic.Endpoint != "" {
 		return a.runElastic(ctx)
@@ -80,6 +85,7 @@ type agent struct {
 
 	bin    string // the program to start
 	tmpDir string // holds a built binary; removed by cleanup
+	errDir string // holds the workers' error files without LogDir; removed by cleanup
 
 	token, runID string
 	port         int    // the store's port (MASTER_PORT)
@@ -189,6 +195,9 @@ func (a *agent) cleanup() {
 	if a.tmpDir != "" {
 		os.RemoveAll(a.tmpDir)
 	}
+	if a.errDir != "" {
+		os.RemoveAll(a.errDir)
+	}
 }
 
 func (a *agent) killAll() {
@@ -279,8 +288,21 @@ func (a *agent) spawn(g generation) error {
 	threads := max(1, c.NumCPU/c.NProcPerNode)
 	for local := range c.NProcPerNode {
 		rank := g.rankBase + local
-		env := a.workerEnv(local, g, threads)
-		w, err := startWorker(a.bin, c.Args, env, c.Dir, local, rank, a.out, a.errOut, c.TailLines, a.events, a.waiters)
+		dir, err := a.workerDir(g, rank)
+		if err != nil {
+			return err
+		}
+		errorFile := filepath.Join(dir, "error.json")
+		if err := os.Remove(errorFile); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return fmt.Errorf("launch: rank %d: stale error file: %w", rank, err)
+		}
+		env := a.workerEnv(local, g, threads, errorFile)
+		sp := workerSpec{path: a.bin, args: c.Args, env: env, dir: c.Dir, local: local, rank: rank,
+			out: a.out, errOut: a.errOut, errorFile: errorFile, tailLines: c.TailLines}
+		if c.LogDir != "" {
+			sp.logDir = dir
+		}
+		w, err := startWorker(sp, a.events, a.waiters)
 		if err != nil {
 			return err
 		}
@@ -292,9 +314,41 @@ func (a *agent) spawn(g generation) error {
 	return nil
 }
 
+// workerDir is the directory of rank's files in generation g (its error
+// file and, with Config.LogDir, its output), created if needed: under
+// LogDir/RUN_ID, or under a temporary directory removed when Run returns.
+func (a *agent) workerDir(g generation, rank int) (string, error) {
+	root := ""
+	if a.cfg.LogDir != "" {
+		id := a.runID
+		if id == "" {
+			id = "run"
+		}
+		root = filepath.Join(a.cfg.LogDir, id)
+	} else {
+		if a.errDir == "" {
+			d, err := os.MkdirTemp("", "cohort-run-errors-")
+			if err != nil {
+				return "", fmt.Errorf("launch: directory for the workers' error files: %w", err)
+			}
+			a.errDir = d
+		}
+		root = a.errDir
+	}
+	attempt := "attempt_" + strconv.Itoa(g.restarts)
+	if g.round >= 0 {
+		attempt = "round_" + strconv.Itoa(g.round)
+	}
+	dir := filepath.Join(root, attempt, strconv.Itoa(rank))
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", fmt.Errorf("launch: rank %d: %w", rank, err)
+	}
+	return dir, nil
+}
+
 // workerEnv is the base environment with the launcher's variables
 // replacing any of the same name.
-func (a *agent) workerEnv(local int, g generation, threads int) []string {
+func (a *agent) workerEnv(local int, g generation, threads int, errorFile string) []string {
 	c := &a.cfg
 	rank := g.rankBase + local
 	vars := []struct{ k, v string }{
@@ -318,9 +372,22 @@ func (a *agent) workerEnv(local int, g generation, threads int) []string {
 		{"COHORT_NUM_THREADS", strconv.Itoa(threads)},
 		{"TORCHELASTIC_RUN_ID", a.runID},
 		{"TORCHELASTIC_RESTART_COUNT", strconv.Itoa(g.restarts)},
+		{"TORCHELASTIC_ERROR_FILE", errorFile},
 	}
 	if g.round >= 0 {
 		vars = append(vars, struct{ k, v string }{"COHORT_ROUND", strconv.Itoa(g.round)})
+	}
+	if c.Timeout > 0 {
+		vars = append(vars, struct{ k, v string }{"COHORT_TIMEOUT", c.Timeout.String()})
+	}
+	switch {
+	case c.Watchdog > 0:
+		vars = append(vars, struct{ k, v string }{"COHORT_WATCHDOG", c.Watchdog.String()})
+	case c.Watchdog < 0:
+		vars = append(vars, struct{ k, v string }{"COHORT_WATCHDOG", "off"})
+	}
+	if c.Dashboard != "" {
+		vars = append(vars, struct{ k, v string }{"COHORT_DASHBOARD", c.Dashboard})
 	}
 	names := make(map[string]bool, len(vars))
 	for _, kv := range vars {
@@ -365,20 +432,36 @@ func (a *agent) supervise(ctx context.Context) error {
 	}
 	defer stopGrace()
 	ctxDone := ctx.Done()
+	var queued []event // events to handle before the next select
 	for {
 		var ev event
-		select {
-		case ev = <-a.events:
-		case sig := <-c.Signals:
-			a.log.Info("launch: forwarding signal to workers", "signal", sig)
-			ev = event{kind: evSignal, sig: sig}
-		case <-ctxDone:
-			ctxDone = nil
-			ev = event{kind: evCancel}
-		case <-graceC:
-			grace, graceC = nil, nil
-			a.log.Warn("launch: workers did not exit within the grace period; killing them", "grace", c.GracePeriod)
-			ev = event{kind: evGrace}
+		if len(queued) > 0 {
+			ev, queued = queued[0], queued[1:]
+		} else {
+			select {
+			case ev = <-a.events:
+				if ev.kind == evExit && ev.status.Failed() {
+					// A signal to the launcher that raced with this exit
+					// (Ctrl-C reaching a worker first) goes first: it stops
+					// the job and blames no rank.
+					select {
+					case sig := <-c.Signals:
+						a.log.Info("launch: forwarding signal to workers", "signal", sig)
+						ev, queued = event{kind: evSignal, sig: sig}, append(queued, ev)
+					default:
+					}
+				}
+			case sig := <-c.Signals:
+				a.log.Info("launch: forwarding signal to workers", "signal", sig)
+				ev = event{kind: evSignal, sig: sig}
+			case <-ctxDone:
+				ctxDone = nil
+				ev = event{kind: evCancel}
+			case <-graceC:
+				grace, graceC = nil, nil
+				a.log.Warn("launch: workers did not exit within the grace period; killing them", "grace", c.GracePeriod)
+				ev = event{kind: evGrace}
+			}
 		}
 		if ev.kind == evExit {
 			w := a.workers[ev.local]
@@ -400,6 +483,10 @@ func (a *agent) supervise(ctx context.Context) error {
 				}
 			case actRestart:
 				stopGrace()
+				if f := m.restarted; f != nil {
+					fmt.Fprintf(c.Stderr, "cohort run: %s; restarting the workers (restart %d)\n", f.summary(), m.restarts)
+					a.log.Warn("launch: restarting workers", "rank", f.Rank, "status", f.how(), "restart", m.restarts)
+				}
 				if err := a.restart(ctx, m.restarts); err != nil {
 					return err
 				}
@@ -413,7 +500,6 @@ func (a *agent) supervise(ctx context.Context) error {
 // restart tears the generation down and starts the next one with a fresh
 // store (single node only), so no key of the failed generation survives.
 func (a *agent) restart(ctx context.Context, restarts int) error {
-	a.log.Warn("launch: restarting workers", "restart", restarts)
 	a.killAll()
 	a.waitWorkers()
 	a.stopWatch()
@@ -453,8 +539,15 @@ func (a *agent) finish(ctx context.Context, m *monitor) error {
 // describe builds the WorkerError for a failed worker.
 func (a *agent) describe(local int, st ExitStatus) *WorkerError {
 	w := a.workers[local]
-	return &WorkerError{
+	e := &WorkerError{
 		Rank: w.rank, LocalRank: local, NodeRank: a.gen.nodeRank, PID: w.pid,
-		Status: st, StderrTail: w.stderrTail.snapshot(),
+		Status: st, StderrTail: w.stderrTail.snapshot(), ExitTime: w.exitTime,
+		ErrorFile: w.errorFile, StderrLog: w.stderrLog,
 	}
+	if rec, err := rendezvous.ReadErrorFile(w.errorFile); err == nil {
+		e.Record = &rec
+	} else if !errors.Is(err, fs.ErrNotExist) {
+		a.log.Warn("launch: unreadable error file", "rank", w.rank, "err", err)
+	}
+	return e
 }

@@ -28,6 +28,9 @@ func TestMain(m *testing.M) {
 	if spec := os.Getenv(agentEnv); spec != "" {
 		runAgentProcess(spec) // a child agent of TestElasticProcessKill
 	}
+	if spec := os.Getenv(floodAgentEnv); spec != "" {
+		runFloodAgent(spec) // the launcher of TestFaultStoreFlood
+	}
 	dir, err := os.MkdirTemp("", "launch-test-")
 	if err != nil {
 		fmt.Fprintln(os.Stderr, err)
@@ -589,7 +592,7 @@ func TestPumpLongAndUnterminatedLines(t *testing.T) {
 		w.Close()
 	}()
 	var out capture
-	pump(r, []byte("[rank 0] "), &lineWriter{w: &out}, nil)
+	pump(r, []sink{{w: &lineWriter{w: &out}, prefix: []byte("[rank 0] ")}}, nil)
 	want := "[rank 0] a\n[rank 0] \n[rank 0] " + long[:maxLineBytes] + "\n[rank 0] " + long[maxLineBytes:] + "\n[rank 0] last\n"
 	if got := out.String(); got != want {
 		t.Fatalf("pump output (%d bytes) differs from the expected %d bytes", len(got), len(want))

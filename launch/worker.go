@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strconv"
 	"syscall"
 	"time"
@@ -20,29 +21,86 @@ type worker struct {
 	cmd         *exec.Cmd
 	pid         int
 	stderrTail  *tail
+	// errorFile is the worker's TORCHELASTIC_ERROR_FILE; logs are its
+	// output files ("" without Config.LogDir).
+	errorFile            string
+	stdoutLog, stderrLog string
+	// exitTime is set by the waiter goroutine before it sends the exit
+	// event, and read only after that event is received.
+	exitTime time.Time
+}
+
+// workerSpec says how to start one worker.
+type workerSpec struct {
+	path      string
+	args, env []string
+	dir       string
+	local     int
+	rank      int
+	// out and errOut are the console streams; nil leaves the console out
+	// (Config.LogDir without Tee).
+	out, errOut *lineWriter
+	// logDir, when set, receives stdout.log and stderr.log.
+	logDir    string
+	errorFile string
+	tailLines int
 }
 
 // startWorker starts one worker and the goroutines that stream its output
 // and wait for it. When the process has exited and its output is drained,
 // the exit is sent on exits. The caller owns the goroutines through
 // spawned: each signals it once, when done.
-func startWorker(path string, args, env []string, dir string, local, rank int, out, errOut *lineWriter, tailLines int, exits chan<- event, spawned chan<- struct{}) (*worker, error) {
-	cmd := exec.Command(path, args...)
-	cmd.Env = env
-	cmd.Dir = dir
+func startWorker(sp workerSpec, exits chan<- event, spawned chan<- struct{}) (*worker, error) {
+	rank := sp.rank
+	prefix := []byte("[rank " + strconv.Itoa(rank) + "] ")
+	var outSinks, errSinks []sink
+	if sp.out != nil {
+		outSinks = append(outSinks, sink{w: sp.out, prefix: prefix})
+	}
+	if sp.errOut != nil {
+		errSinks = append(errSinks, sink{w: sp.errOut, prefix: prefix})
+	}
+	var files []*os.File
+	closeFiles := func() {
+		for _, f := range files {
+			f.Close()
+		}
+	}
+	var stdoutLog, stderrLog string
+	if sp.logDir != "" {
+		stdoutLog, stderrLog = filepath.Join(sp.logDir, "stdout.log"), filepath.Join(sp.logDir, "stderr.log")
+		for _, l := range []struct {
+			path  string
+			sinks *[]sink
+		}{{stdoutLog, &outSinks}, {stderrLog, &errSinks}} {
+			f, err := os.OpenFile(l.path, os.O_WRONLY|os.O_CREATE|os.O_APPEND, 0o644)
+			if err != nil {
+				closeFiles()
+				return nil, fmt.Errorf("launch: rank %d: log file: %w", rank, err)
+			}
+			files = append(files, f)
+			*l.sinks = append(*l.sinks, sink{w: &lineWriter{w: f}})
+		}
+	}
+	cmd := exec.Command(sp.path, sp.args...)
+	cmd.Env = sp.env
+	cmd.Dir = sp.dir
 	cmd.SysProcAttr = sysProcAttr()
 	outR, outW, err := os.Pipe()
 	if err != nil {
+		closeFiles()
 		return nil, fmt.Errorf("launch: rank %d: stdout pipe: %w", rank, err)
 	}
 	errR, errW, err := os.Pipe()
 	if err != nil {
+		closeFiles()
 		outR.Close()
 		outW.Close()
 		return nil, fmt.Errorf("launch: rank %d: stderr pipe: %w", rank, err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
 	if err := cmd.Start(); err != nil {
+		closeFiles()
 		outR.Close()
 		outW.Close()
 		errR.Close()
@@ -52,20 +110,21 @@ func startWorker(path string, args, env []string, dir string, local, rank int, o
 	// The child holds its own copies of the write ends.
 	outW.Close()
 	errW.Close()
-	w := &worker{local: local, rank: rank, cmd: cmd, pid: cmd.Process.Pid, stderrTail: newTail(tailLines)}
-	prefix := []byte("[rank " + strconv.Itoa(rank) + "] ")
+	w := &worker{local: sp.local, rank: rank, cmd: cmd, pid: cmd.Process.Pid, stderrTail: newTail(sp.tailLines),
+		errorFile: sp.errorFile, stdoutLog: stdoutLog, stderrLog: stderrLog}
 	outDone, errDone := make(chan struct{}), make(chan struct{})
 	go func() {
 		defer close(outDone)
-		pump(outR, prefix, out, nil)
+		pump(outR, outSinks, nil)
 	}()
 	go func() {
 		defer close(errDone)
-		pump(errR, prefix, errOut, w.stderrTail)
+		pump(errR, errSinks, w.stderrTail)
 	}()
 	go func() {
 		defer func() { spawned <- struct{}{} }()
 		st := waitStatus(cmd.Wait())
+		w.exitTime = time.Now()
 		// Read what is left; cut off descendants that keep the pipes.
 		deadline := time.Now().Add(drainTimeout)
 		outR.SetReadDeadline(deadline)
@@ -74,7 +133,8 @@ func startWorker(path string, args, env []string, dir string, local, rank int, o
 		<-errDone
 		outR.Close()
 		errR.Close()
-		exits <- event{kind: evExit, local: local, status: st}
+		closeFiles()
+		exits <- event{kind: evExit, local: sp.local, status: st}
 	}()
 	return w, nil
 }

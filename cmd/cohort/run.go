@@ -31,6 +31,13 @@ Kubeflow PyTorchJob, --nnodes, --node-rank, --master-addr and
 --master-port default to what the cluster says. Multi-node jobs need
 COHORT_TOKEN set to the same secret on every node.
 
+The rank blamed for a failure is the one whose failure began first (a
+worker stopped by a signal is named with it); its error file
+(TORCHELASTIC_ERROR_FILE) is part of the report. --timeout bounds the
+workers' joining and collectives (COHORT_TIMEOUT), --log-dir keeps each
+rank's output in files (--tee: on the console too), --watchdog and
+--dashboard set COHORT_WATCHDOG and COHORT_DASHBOARD.
+
 Elastic jobs (torchrun's c10d rendezvous): --nnodes MIN:MAX with
 --rdzv-endpoint HOST:PORT (the agent on HOST serves the rendezvous store
 there) and --rdzv-id. Nodes meet in rounds; ranks are assigned per round;
@@ -70,8 +77,10 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		nnodes, masterAddr, runID                string
 		rdzvEndpoint, rdzvID, rdzvBackend        string
 		rdzvConf                                 string
-		grace, joinTimeout                       time.Duration
+		grace, joinTimeout, timeout              time.Duration
 		standalone, verbose                      bool
+		logDir, watchdog, dashboard              string
+		tee                                      teeFlag
 	)
 	// torchrun spells its flags with underscores too; accept both.
 	intFlag := func(p *int, name, alt string, def int, usage string) {
@@ -99,6 +108,11 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	strFlag(&rdzvConf, "rdzv-conf", "rdzv_conf", "", "elastic: KEY=VALUE,…: join_timeout, last_call_timeout, keep_alive_interval (seconds or durations), keep_alive_max_attempt, is_host")
 	fs.DurationVar(&grace, "grace-period", 5*time.Second, "time workers get to exit after SIGTERM before SIGKILL")
 	fs.DurationVar(&joinTimeout, "join-timeout", 5*time.Minute, "how long to wait for every node's launcher")
+	fs.DurationVar(&timeout, "timeout", 0, "bound on the workers' joining and on every collective op (COHORT_TIMEOUT); 0: the workers' default (30m)")
+	strFlag(&logDir, "log-dir", "log_dir", "", "keep each rank's output in DIR/RUN_ID/attempt_K/RANK/{stdout,stderr}.log (and its error.json) instead of the console")
+	fs.Var(&tee, "tee", "with --log-dir, also copy the output to the console (torchrun's --tee 3)")
+	fs.StringVar(&watchdog, "watchdog", "", "the workers' hang watchdog interval, e.g. 60s, or off (COHORT_WATCHDOG)")
+	fs.StringVar(&dashboard, "dashboard", "", "HOST:PORT where rank 0 serves the live run page (COHORT_DASHBOARD)")
 	fs.BoolVar(&standalone, "standalone", false, "single node, free port (torchrun compatibility)")
 	fs.BoolVar(&verbose, "verbose", false, "log the launcher's progress")
 	if err := fs.Parse(args); err != nil {
@@ -115,9 +129,20 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	if maxRestarts < 0 {
 		return runFlags{}, fmt.Errorf("--max-restarts %d: want >= 0", maxRestarts)
 	}
+	if timeout < 0 {
+		return runFlags{}, fmt.Errorf("--timeout %v: want > 0", timeout)
+	}
+	wd, err := parseWatchdog(watchdog)
+	if err != nil {
+		return runFlags{}, err
+	}
+	if tee && logDir == "" {
+		return runFlags{}, errors.New("--tee copies the workers' output to the console and to --log-dir's files: give --log-dir")
+	}
 	cfg := launch.Config{
 		NProcPerNode: nproc, Program: fs.Arg(0), Args: fs.Args()[1:],
 		Token: node.Token, RunID: runID, GracePeriod: grace, JoinTimeout: joinTimeout,
+		Timeout: timeout, LogDir: logDir, Tee: bool(tee), Watchdog: wd, Dashboard: dashboard,
 	}
 	switch rdzvBackend {
 	case "", "c10d", "static":
@@ -152,6 +177,40 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		cfg.Restart = launch.MaxRestarts(maxRestarts)
 	}
 	return runFlags{cfg: cfg, verbose: verbose, resolveMaster: node.Source == rendezvous.Slurm && minNodes > 1 && masterAddr != ""}, nil
+}
+
+// parseWatchdog parses --watchdog: a duration, or off (0, off, false);
+// "" leaves the workers' setting alone.
+func parseWatchdog(v string) (time.Duration, error) {
+	switch strings.ToLower(strings.TrimSpace(v)) {
+	case "":
+		return 0, nil
+	case "0", "off", "false":
+		return -1, nil
+	}
+	d, err := time.ParseDuration(v)
+	if err != nil || d <= 0 {
+		return 0, fmt.Errorf("--watchdog %q: want a duration such as 60s, or off", v)
+	}
+	return d, nil
+}
+
+// teeFlag is --tee: a boolean that also takes torchrun's stream numbers
+// (--tee=3 copies both streams; 0 none).
+type teeFlag bool
+
+func (f *teeFlag) String() string   { return strconv.FormatBool(bool(*f)) }
+func (f *teeFlag) IsBoolFlag() bool { return true }
+func (f *teeFlag) Set(v string) error {
+	switch v {
+	case "1", "2", "3", "t", "T", "true", "TRUE", "True":
+		*f = true
+	case "0", "f", "F", "false", "FALSE", "False":
+		*f = false
+	default:
+		return fmt.Errorf("want true, false or torchrun's 0..3")
+	}
+	return nil
 }
 
 // parseNNodes parses --nnodes N or MIN:MAX.

@@ -38,6 +38,28 @@ func TestParseRunArgs(t *testing.T) {
 			},
 		},
 		{
+			name: "observability-and-timeout",
+			args: []string{"--timeout", "5s", "--log_dir", "/tmp/logs", "--tee", "--watchdog", "2s", "--dashboard", "127.0.0.1:8080", "prog"},
+			check: func(t *testing.T, rf runFlags) {
+				c := rf.cfg
+				if c.Timeout != 5*time.Second || c.LogDir != "/tmp/logs" || !c.Tee || c.Watchdog != 2*time.Second || c.Dashboard != "127.0.0.1:8080" {
+					t.Fatalf("config %+v", c)
+				}
+			},
+		},
+		{
+			name: "tee-torchrun-streams-watchdog-off",
+			args: []string{"--log-dir", "d", "--tee=3", "--watchdog", "off", "prog"},
+			check: func(t *testing.T, rf runFlags) {
+				if !rf.cfg.Tee || rf.cfg.Watchdog >= 0 {
+					t.Fatalf("config %+v; want Tee and the watchdog off", rf.cfg)
+				}
+			},
+		},
+		{name: "tee-without-log-dir", args: []string{"--tee", "prog"}, wantErr: "give --log-dir"},
+		{name: "bad-watchdog", args: []string{"--watchdog", "soon", "prog"}, wantErr: `--watchdog "soon"`},
+		{name: "negative-timeout", args: []string{"--timeout", "-1s", "prog"}, wantErr: "--timeout -1s"},
+		{
 			name: "double-dash",
 			args: []string{"--nproc-per-node", "3", "--", "python3", "--nproc-per-node", "x"},
 			check: func(t *testing.T, rf runFlags) {

@@ -18,4 +18,10 @@
 //	st, err := rendezvous.Connect(ctx, info, rendezvous.Options{})
 //
 // and the store then carries transport addresses and barriers.
+//
+// A worker tells its launcher why it failed through the error file
+// TORCHELASTIC_ERROR_FILE names (torchrun's JSON, which cohort run sets
+// and reads): Fail writes it and returns the exit status (128+N after
+// signal N), SignalContext remembers which signal stopped the worker and
+// when, and RecordSignal notes a signal as soon as it ends a context.
 package rendezvous

@@ -6,6 +6,7 @@ import (
 	"net"
 	"strconv"
 	"strings"
+	"time"
 )
 
 // ErrEnv is wrapped by every error about the environment: a variable
@@ -71,6 +72,14 @@ type Info struct {
 	// NumThreads is the compute threads this process should use
 	// (COHORT_NUM_THREADS); 0 when not set.
 	NumThreads int
+	// Timeout (COHORT_TIMEOUT, a Go duration such as 5m) bounds joining
+	// the job and every collective op; 0 when not set (the process
+	// group's default applies).
+	Timeout time.Duration
+	// ErrorFile (TORCHELASTIC_ERROR_FILE) is where this worker records
+	// why it failed, for its launcher (see WriteErrorFile, Fail); "" when
+	// no launcher asked for one.
+	ErrorFile string
 }
 
 // String formats Info for logs.
@@ -157,8 +166,8 @@ func (e env) need(name string, min int, what string) (int, error) {
 // `srun cohort run …` workers follow cohort run's RANK, not srun's.
 // MASTER_ADDR and MASTER_PORT, when set, override any default above.
 // Every source also reads COHORT_TOKEN, COHORT_STORE_ADDR,
-// COHORT_STORE_PREFIX, COHORT_RUN_ID, COHORT_RESTART_COUNT and
-// COHORT_NUM_THREADS.
+// COHORT_STORE_PREFIX, COHORT_RUN_ID, COHORT_RESTART_COUNT,
+// COHORT_NUM_THREADS, COHORT_TIMEOUT and TORCHELASTIC_ERROR_FILE.
 //
 // A missing, malformed or contradictory variable is an error wrapping
 // ErrEnv that names the variable and what was expected.
@@ -429,7 +438,21 @@ func (e env) common(in *Info) error {
 	} else {
 		in.NumThreads = n
 	}
+	if v := strings.TrimSpace(e("COHORT_TIMEOUT")); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d <= 0 {
+			return envErr("COHORT_TIMEOUT=%q: want a positive Go duration such as 90s or 10m", v)
+		}
+		in.Timeout = d
+	}
+	in.ErrorFile = errorFilePath(e)
 	return nil
+}
+
+// errorFilePath is where a worker records its failure: torchrun's
+// TORCHELASTIC_ERROR_FILE, which cohort run sets too.
+func errorFilePath(getenv func(string) string) string {
+	return strings.TrimSpace(getenv("TORCHELASTIC_ERROR_FILE"))
 }
 
 // check enforces the invariants between the fields, naming the variables

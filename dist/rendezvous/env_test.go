@@ -4,6 +4,7 @@ import (
 	"errors"
 	"strings"
 	"testing"
+	"time"
 
 	"cohort/dist/rendezvous"
 )
@@ -41,6 +42,12 @@ func TestFromEnv(t *testing.T) {
 			want: rendezvous.Info{Source: rendezvous.Torchrun, Rank: 3, WorldSize: 4, LocalRank: 1, LocalWorldSize: 2,
 				NodeRank: 1, NumNodes: 2, MasterAddr: "node0", MasterPort: 29500, StoreAddr: "node0:29500",
 				Token: "secret", RunID: "job7", RestartCount: 2, NumThreads: 8},
+		},
+		{
+			name: "torchrun/timeout-and-error-file",
+			env:  with(torchrun, map[string]string{"COHORT_TIMEOUT": "90s", "TORCHELASTIC_ERROR_FILE": "/tmp/e/error.json"}),
+			want: rendezvous.Info{Source: rendezvous.Torchrun, Rank: 3, WorldSize: 4, LocalRank: 1, LocalWorldSize: 2,
+				NodeRank: 1, NumNodes: 2, MasterAddr: "node0", MasterPort: 29500, Timeout: 90 * time.Second, ErrorFile: "/tmp/e/error.json"},
 		},
 		{
 			name: "torchrun/node-rank-derived",
@@ -189,6 +196,8 @@ func TestFromEnvErrors(t *testing.T) {
 		{"port-out-of-range", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "h", "MASTER_PORT": "70000"}, []string{"MASTER_PORT=70000"}},
 		{"bad-store-addr", map[string]string{"COHORT_STORE_ADDR": "nohostport"}, []string{"COHORT_STORE_ADDR", "host:port"}},
 		{"bad-num-threads", map[string]string{"COHORT_NUM_THREADS": "0"}, []string{"COHORT_NUM_THREADS=0"}},
+		{"bad-timeout", map[string]string{"COHORT_TIMEOUT": "5"}, []string{"COHORT_TIMEOUT=\"5\"", "Go duration"}},
+		{"negative-timeout", map[string]string{"COHORT_TIMEOUT": "-1s"}, []string{"COHORT_TIMEOUT=\"-1s\""}},
 		{"unknown-forced-source", map[string]string{"COHORT_RENDEZVOUS": "pbs"}, []string{`COHORT_RENDEZVOUS="pbs"`, "slurm"}},
 		{"slurm/no-ntasks", map[string]string{"SLURM_PROCID": "0"}, []string{"SLURM_NTASKS is not"}},
 		{"slurm/procid-beyond", with(slurmEnv(), map[string]string{"SLURM_PROCID": "7"}), []string{"SLURM_PROCID=7 but SLURM_NTASKS=7"}},

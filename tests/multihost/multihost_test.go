@@ -77,6 +77,7 @@ func TestMultiHost(t *testing.T) {
 	t.Run("kill", s.testKill)
 	t.Run("ratelimit", s.testRateLimit)
 	t.Run("elastic", s.testElastic)
+	t.Run("elastic-mnist", s.testElasticMNIST)
 }
 
 // build compiles cmd/cohort and the worker into a temporary directory.

@@ -10,6 +10,13 @@
 //	signal              wait for a signal, print it, exit 0
 //	restart             rank 1 exits 3 on the first run, all exit 0 afterwards
 //	streams             write one line to stdout and one to stderr, exit 0
+//	slow MS             wait MS milliseconds before joining, then exit 0
+//	peerabort [code1]   wait; a rank that gets SIGINT or SIGTERM tells the
+//	                    others through the store, waits 300 ms (so they exit
+//	                    first, as peers of a collective do on an abort
+//	                    notice) and exits by rendezvous.Fail (128+signal, or 1
+//	                    with code1); a rank told so exits 1 at once, having
+//	                    recorded "peer rank N aborted" in its error file
 //	elastic DIR [failonce]
 //	                    print "ELASTIC round=… world=… rank=… restart=…", then
 //	                    heartbeat through the store and watch the other
@@ -56,8 +63,18 @@ func main() {
 	if mode == "env" {
 		return
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+	sctx := context.Background() // the other modes see signals the default way
+	if mode == "peerabort" {
+		var stop context.CancelFunc
+		sctx, stop = rendezvous.SignalContext(sctx)
+		defer stop()
+	}
+	ctx, cancel := context.WithTimeout(sctx, 60*time.Second)
 	defer cancel()
+	if mode == "slow" && len(os.Args) > 2 {
+		ms, _ := strconv.Atoi(os.Args[2])
+		time.Sleep(time.Duration(ms) * time.Millisecond)
+	}
 	st, err := rendezvous.Connect(ctx, info, rendezvous.Options{})
 	if err != nil {
 		fatal(err.Error())
@@ -124,6 +141,9 @@ func main() {
 		}
 	case "elastic":
 		elasticLoop(ctx, st, info)
+	case "peerabort":
+		peerAbort(sctx, st, info)
+	case "slow":
 	case "streams":
 		fmt.Println("to stdout")
 		fmt.Fprintln(os.Stderr, "to stderr")
@@ -172,6 +192,39 @@ func elasticLoop(ctx context.Context, st interface {
 			}
 		}
 		time.Sleep(100 * time.Millisecond)
+	}
+}
+
+func peerAbort(sctx context.Context, st interface {
+	Set(context.Context, string, []byte) error
+	Get(context.Context, string) ([]byte, error)
+}, info rendezvous.Info) {
+	told := make(chan string, 1)
+	wctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	go func() {
+		if v, err := st.Get(wctx, "test/abort"); err == nil {
+			told <- string(v)
+		}
+	}()
+	fmt.Println("waiting")
+	select {
+	case <-sctx.Done():
+		bg, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		st.Set(bg, "test/abort", []byte(strconv.Itoa(info.Rank)))
+		time.Sleep(300 * time.Millisecond)
+		err := fmt.Errorf("rank %d: all_reduce: cancelled locally: %w", info.Rank, context.Cause(sctx))
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		code := rendezvous.Fail(sctx, err)
+		if len(os.Args) > 2 && os.Args[2] == "code1" {
+			code = 1
+		}
+		os.Exit(code)
+	case r := <-told:
+		err := fmt.Errorf("rank %d: all_reduce: process group aborted by peer rank %s", info.Rank, r)
+		fmt.Fprintln(os.Stderr, "worker:", err)
+		os.Exit(rendezvous.Fail(sctx, err))
 	}
 }
 
