@@ -149,6 +149,13 @@ func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) e
 	if c.testLimit > 0 && c.testLimit < test.Len() {
 		test = subset(test, c.testLimit)
 	}
+	// An empty set would train nothing or report an accuracy of NaN.
+	switch {
+	case trainSet.Len() == 0:
+		return errors.New("the MNIST training set is empty (see -data / COHORT_MNIST_DIR): nothing to train on")
+	case test.Len() == 0:
+		return errors.New("the MNIST test set is empty (see -data / COHORT_MNIST_DIR): there would be no accuracy to report")
+	}
 	rank, world := pg.Rank(), pg.Size()
 
 	// Resume: every rank opens the newest complete checkpoint before
