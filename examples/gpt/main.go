@@ -2,31 +2,68 @@
 // (834,304 parameters), on Isaac Newton's Opticks with the recipe of the
 // PyTorch anchor (gpt_mini.py): AdamW (lr 3e-4, betas 0.9/0.95, eps 1e-8,
 // weight decay 0.1 on every parameter), gradient clipping at norm 1.0,
-// batches of 32 random 64-byte windows per rank, constant lr. It prints
-// the training loss as it goes and, as its last line,
+// batches of 32 random 64-byte windows per data-parallel replica, constant
+// lr. It prints the training loss as it goes and, as its last line,
 //
 //	val loss: X
 //
 // the mean cross-entropy over every non-overlapping window of the held-out
-// last 10 % of the text. The same program runs alone or as the ranks of a
-// data-parallel job:
-//
-//	go run ./examples/gpt -steps 300
-//	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -steps 300
-//
-// Under a launcher every rank holds a full replica, takes its share of each
-// step's random windows (all ranks draw from one identically seeded
-// generator, so world W with batch B sees the batch a single process would
-// draw with batch W·B), and the replicas' gradients are averaged before
-// the update. After 300 steps PyTorch reaches a val loss of 2.4166 (seed 0;
+// last 10 % of the text. After 300 steps PyTorch reaches 2.4166 (seed 0;
 // 2.411–2.417 across seeds).
 //
-// -batch is per rank, as in the anchor's DDP benchmark: W ranks train on
-// W·batch windows a step, and so reach a lower loss in 300 steps. W ranks
-// with -batch 32/W draw exactly the windows of one process with -batch 32
-// and follow its run to float32 rounding:
+// # Layouts
+//
+// The same program runs alone or as the ranks of a job, on any mix of data
+// (-dp), pipeline (-pp) and tensor (-tp) parallelism, dp·pp·tp = the
+// number of ranks (-dp defaults to ranks/(pp·tp)):
+//
+//	go run ./examples/gpt -steps 300
+//	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -steps 300          # dp 2
+//	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -pp 2 -steps 300    # 2 pipeline stages
+//	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -tp 2 -steps 300    # heads split in 2
+//	go run ./cmd/cohort run --nproc-per-node 4 ./examples/gpt -dp 2 -pp 2 -schedule zb -microbatches 8
+//
+// Pure data parallelism (pp = tp = 1) wraps the model with ddp, whose
+// bucketed gradient all-reduce overlaps the backward pass. Any other
+// layout goes through package layout: the model is cut into -pp pipeline
+// stages run under -schedule (gpipe, 1f1b, interleaved with -virtual
+// stages per rank, or zb), each split over -tp ranks, each -batch cut into
+// -microbatches; -recompute recomputes activations in backward.
+//
+// -batch is the number of sequences per data-parallel replica and step,
+// whatever the pipeline and tensor sizes: -pp 2 on 2 ranks trains on the
+// 32 windows a single process trains on, and follows its loss curve to
+// float32 rounding. dp replicas train on dp·batch windows a step: all
+// replicas draw from one identically seeded generator and replica r keeps
+// its slice r of the draw, so dp replicas with -batch 32/dp see exactly
+// the windows of one process with -batch 32:
 //
 //	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -batch 16
+//
+// # Saving and resuming
+//
+// -save FILE.safetensors writes the final weights with the anchor's
+// PyTorch names (checkpoint.GPTNames), so gpt_mini.py loads them with
+// load_state_dict(safetensors.torch.load_file(FILE)). With -checkpoint-dir
+// DIR the training state (weights, AdamW's moments and step, the position
+// in the window stream) is saved every -checkpoint-every steps, and a run
+// started again with the same flags resumes from the newest complete
+// checkpoint in DIR and ends exactly as an uninterrupted run would. The
+// state is saved whole, by parameter name, whatever the layout: pipeline
+// and tensor-parallel ranks gather their shards to full tensors, rank 0
+// writes them, and on resume every rank reads the full state and keeps its
+// own shards. So a checkpoint resumes under another -pp, -tp or schedule;
+// -dp, -batch, -seed and the model must stay the same (they fix the data
+// stream).
+//
+// # Watching
+//
+// Rank 0 shows a progress line (step, loss, throughput — counted in
+// tokens — and ETA); COHORT_TRACE=DIR writes each rank's timeline of data,
+// forward+backward and optimizer spans, COHORT_DASHBOARD=host:port serves
+// a live page (package obs).
+//
+// # Data and initial weights
 //
 // The text ships with Go: $(go env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt,
 // or the file named by -data or $OPTICKS. With -init FILE the model starts
@@ -40,11 +77,9 @@ import (
 	"flag"
 	"fmt"
 	"io"
-	"math/rand/v2"
 	"os"
 	"os/signal"
 	"syscall"
-	"time"
 
 	"cohort/datasets"
 	"cohort/dist"
@@ -53,28 +88,58 @@ import (
 
 type config struct {
 	steps     int
-	batch     int    // sequences per rank and step
+	batch     int    // sequences per data-parallel replica and step
 	seed      uint64 // initialisation and data stream, the same on every rank
 	evalEvery int    // steps between validations; 0: only at the end
 	logEvery  int    // steps between training-loss lines
 	data      string // the text; "" finds Opticks in the Go installation
 	init      string // weights from gpt_bench.py --dump-init; "" draws them from seed
 
+	// The layout: dp × pp × tp ranks (0: dp = ranks/(pp·tp), pp = tp =
+	// 1), and the pipeline's schedule ("": 1f1b), microbatches (0: 2·pp),
+	// virtual stages and recomputation.
+	dp, pp, tp   int
+	microbatches int
+	schedule     string
+	virtual      int
+	recompute    bool
+
+	save      string // final weights, safetensors with PyTorch names; "" for none
+	ckptDir   string // training-state checkpoints; "" for none
+	ckptEvery int    // steps between checkpoints (and one at the end)
+	ckptKeep  int    // checkpoints kept; 0 keeps all
+
 	model models.GPTConfig // GPT-mini; tests use smaller ones
 	// record, when set, sees this rank's loss of every step ("train") and
 	// every validation ("val"); tests compare them with PyTorch's.
 	record func(what string, step int, loss float64)
+	// stopAfter, when set, ends the run with errStopped right after that
+	// step (and its checkpoint), as a crash would: tests resume from it.
+	stopAfter int
+	// progress receives rank 0's progress line; nil turns it off.
+	progress io.Writer
 }
 
 func main() {
-	c := config{model: models.GPTMini()}
+	c := config{model: models.GPTMini(), progress: os.Stdout}
 	flag.IntVar(&c.steps, "steps", 300, "training steps")
-	flag.IntVar(&c.batch, "batch", 32, "sequences of 64 bytes per rank and step")
+	flag.IntVar(&c.batch, "batch", 32, "sequences of 64 bytes per data-parallel replica and step")
 	flag.Uint64Var(&c.seed, "seed", 0, "seed of the initial weights and of the data stream (the same on every rank)")
 	flag.IntVar(&c.evalEvery, "eval-every", 100, "validate every N steps (0: only at the end)")
 	flag.IntVar(&c.logEvery, "log-every", 25, "print the training loss every N steps")
 	flag.StringVar(&c.data, "data", os.Getenv("OPTICKS"), "the training text (default $OPTICKS, else Opticks from `go env GOROOT`)")
 	flag.StringVar(&c.init, "init", "", "initial weights written by gpt_bench.py --dump-init (raw float32 and FILE.json)")
+	flag.IntVar(&c.dp, "dp", 0, "data-parallel replicas (default: ranks / (pp·tp))")
+	flag.IntVar(&c.pp, "pp", 1, "pipeline stages (ranks per pipeline)")
+	flag.IntVar(&c.tp, "tp", 1, "tensor-parallel ranks per stage")
+	flag.IntVar(&c.microbatches, "microbatches", 0, "microbatches per step in the pipeline (default: 2·pp, or 1 without a pipeline)")
+	flag.StringVar(&c.schedule, "schedule", "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved or zb")
+	flag.IntVar(&c.virtual, "virtual", 0, "stages per pipeline rank for -schedule interleaved (default 2)")
+	flag.BoolVar(&c.recompute, "recompute", false, "recompute each stage's activations in backward instead of keeping them")
+	flag.StringVar(&c.save, "save", "", "write the final weights to this .safetensors file (PyTorch names)")
+	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
+	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
+	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
 	flag.Parse()
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c, os.Stdout)
@@ -103,104 +168,37 @@ func (c config) validate() error {
 		return fmt.Errorf("-steps %d, -batch %d, -eval-every %d, -log-every %d: want steps, batch and log-every ≥ 1, eval-every ≥ 0",
 			c.steps, c.batch, c.evalEvery, c.logEvery)
 	}
+	if c.dp < 0 || c.pp < 0 || c.tp < 0 || c.microbatches < 0 || c.virtual < 0 {
+		return fmt.Errorf("-dp %d, -pp %d, -tp %d, -microbatches %d, -virtual %d: want sizes ≥ 1 (or 0: the default)",
+			c.dp, c.pp, c.tp, c.microbatches, c.virtual)
+	}
+	if (c.ckptDir != "" && c.ckptEvery < 1) || c.ckptKeep < 0 {
+		return fmt.Errorf("-checkpoint-every %d, -checkpoint-keep %d: want every ≥ 1 and keep ≥ 0", c.ckptEvery, c.ckptKeep)
+	}
 	return nil
 }
 
-// train runs the job on this rank of pg; rank 0 reports to out.
-func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) error {
-	if err := c.validate(); err != nil {
-		return err
+// layout completes the layout for a world of ranks: pipeline and tensor
+// sizes 1 when unset, the data-parallel size and the number of
+// microbatches.
+func (c config) layout(world int) (config, error) {
+	c.pp, c.tp = max(c.pp, 1), max(c.tp, 1)
+	if world%(c.pp*c.tp) != 0 {
+		return c, fmt.Errorf("-pp %d × -tp %d does not divide the %d ranks", c.pp, c.tp, world)
 	}
-	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
-	if err != nil {
-		return err
+	if c.dp == 0 {
+		c.dp = world / (c.pp * c.tp)
 	}
-	rank, world := pg.Rank(), pg.Size()
-	record := c.record
-	if record == nil {
-		record = func(string, int, float64) {}
+	if c.dp*c.pp*c.tp != world {
+		return c, fmt.Errorf("-dp %d × -pp %d × -tp %d = %d ranks, but the job has %d", c.dp, c.pp, c.tp, c.dp*c.pp*c.tp, world)
 	}
-
-	model, err := models.NewGPT(rand.New(rand.NewPCG(c.seed, 0)), c.model)
-	if err != nil {
-		return err
-	}
-	if c.init != "" {
-		if err := loadInit(model, c.init); err != nil {
-			return err
+	if c.microbatches == 0 {
+		c.microbatches = 1
+		if c.pp > 1 {
+			c.microbatches = 2 * c.pp
 		}
 	}
-	// Every rank holds the whole model and takes part of the batch; this
-	// is where pipeline or tensor parallelism would split it instead.
-	tr, err := newReplicated(ctx, model, pg)
-	if err != nil {
-		return err
-	}
-	stream, err := corpus.NewWindowStream(c.seed, world, rank, c.batch)
-	if err != nil {
-		return err
-	}
-	if rank == 0 {
-		fmt.Fprintf(out, "GPT %d layers, width %d, %d heads, %d parameters; %d rank(s) × batch %d × %d tokens; %d training, %d validation bytes\n",
-			c.model.NLayer, c.model.D, c.model.NHead, tr.numParams(), world, c.batch, c.model.Ctx, len(corpus.Train), len(corpus.Val))
-	}
-
-	var x, y []int64
-	var lossSum float64        // this rank's losses since the last log line
-	var evalTime time.Duration // spent in intermediate validations
-	start, logStart := time.Now(), time.Now()
-	for step := 1; step <= c.steps; step++ {
-		x, y = stream.Next(x, y)
-		loss, err := tr.step(ctx, x, y)
-		if err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
-		}
-		lossSum += float64(loss)
-		record("train", step, float64(loss))
-		if step%c.logEvery == 0 || step == c.steps {
-			n := (step-1)%c.logEvery + 1
-			// The mean over the ranks is the loss of the job's whole batch.
-			mean, err := meanOverRanks(ctx, pg, []float64{float64(loss), lossSum / float64(n)})
-			if err != nil {
-				return fmt.Errorf("step %d: %w", step, err)
-			}
-			secs := time.Since(logStart).Seconds()
-			if rank == 0 {
-				fmt.Fprintf(out, "step %d: train loss %.4f, mean of steps %d–%d %.4f, %.0f tokens/s\n",
-					step, mean[0], step-n+1, step, mean[1], float64(world*n*len(x))/secs)
-			}
-			lossSum, logStart = 0, time.Now()
-		}
-		if c.evalEvery > 0 && step%c.evalEvery == 0 && step < c.steps {
-			t := time.Now()
-			v, err := valLoss(ctx, tr, pg, corpus)
-			if err != nil {
-				return fmt.Errorf("step %d: validation: %w", step, err)
-			}
-			record("val", step, v)
-			if rank == 0 {
-				fmt.Fprintf(out, "step %d: val loss %.4f\n", step, v)
-			}
-			evalTime += time.Since(t)
-			logStart = time.Now() // validation is not training throughput
-		}
-	}
-	elapsed := time.Since(start) - evalTime
-	v, err := valLoss(ctx, tr, pg, corpus)
-	if err != nil {
-		return fmt.Errorf("final validation: %w", err)
-	}
-	record("val", c.steps, v)
-	// No rank leaves (closing its links) before every rank is done.
-	if err := pg.Barrier(ctx).Wait(); err != nil {
-		return fmt.Errorf("final barrier: %w", err)
-	}
-	if rank == 0 {
-		fmt.Fprintf(out, "%d steps in %.1f s of training (%.0f tokens/s)\n", c.steps, elapsed.Seconds(),
-			float64(world*c.steps*c.batch*c.model.Ctx)/elapsed.Seconds())
-		fmt.Fprintf(out, "val loss: %.4f\n", v)
-	}
-	return nil
+	return c, nil
 }
 
 // loadCorpus reads the text at path, or Opticks from the Go installation

@@ -55,16 +55,16 @@ func opticksHead(t *testing.T, n int) string {
 	return p
 }
 
-// trace collects what config.record sees.
-type trace struct {
+// lossTrace collects what config.record sees.
+type lossTrace struct {
 	mu    sync.Mutex
 	train map[int]float64
 	val   map[int]float64
 }
 
-func newTrace() *trace { return &trace{train: map[int]float64{}, val: map[int]float64{}} }
+func newTrace() *lossTrace { return &lossTrace{train: map[int]float64{}, val: map[int]float64{}} }
 
-func (tr *trace) record(what string, step int, loss float64) {
+func (tr *lossTrace) record(what string, step int, loss float64) {
 	tr.mu.Lock()
 	defer tr.mu.Unlock()
 	map[string]map[int]float64{"train": tr.train, "val": tr.val}[what][step] = loss
@@ -166,7 +166,7 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 					t.Error(err)
 				}
 			})
-			ranks := make([]*trace, world)
+			ranks := make([]*lossTrace, world)
 			outs := make([]bytes.Buffer, world)
 			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
 				tr := newTrace()
@@ -207,15 +207,20 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 }
 
 // workerEnv marks a copy of this test binary started by TestDistributed as
-// one rank of the job.
+// one rank of the job; its value is the layout's -pp.
 const workerEnv = "COHORT_GPT_TEST_WORKER"
 
 // TestDistributed runs the program as two real processes under the
-// launcher (this test binary, re-executed as the ranks).
+// launcher (this test binary, re-executed as the ranks), data parallel and
+// as a two-stage pipeline; both print the val loss of one process.
 func TestDistributed(t *testing.T) {
 	cfg := config{steps: 4, batch: 4, seed: 2, logEvery: 2, data: os.Getenv("OPTICKS"), model: tiny}
 	// The workers read the text from $OPTICKS, set below.
-	if os.Getenv(workerEnv) != "" {
+	if pp := os.Getenv(workerEnv); pp != "" {
+		cfg.pp, _ = strconv.Atoi(pp)
+		if cfg.pp == 1 {
+			cfg.batch /= 2 // two replicas of 2 draw the 4 windows of one process
+		}
 		if err := run(context.Background(), cfg, os.Stdout); err != nil {
 			t.Fatal(err)
 		}
@@ -225,30 +230,50 @@ func TestDistributed(t *testing.T) {
 		t.Skip("starts two processes")
 	}
 	path := opticksHead(t, 30_000)
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
-	err := launch.Run(ctx, launch.Config{
-		NProcPerNode: 2,
-		Program:      os.Args[0],
-		Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
-		Env:          append(os.Environ(), workerEnv+"=1", "OPTICKS="+path),
-		Stdout:       &stdout,
-		Stderr:       &stderr,
-	})
-	t.Logf("workers' output:\n%s%s", stdout.String(), stderr.String())
-	if err != nil {
+	one := newTrace()
+	c := cfg
+	c.data, c.record = path, one.record
+	if err := run(context.Background(), c, &bytes.Buffer{}); err != nil {
 		t.Fatal(err)
 	}
-	out := stdout.String()
-	if !strings.Contains(out, "[rank 0] GPT 2 layers, width 16, 2 heads, 10944 parameters; 2 rank(s) × batch 4 × 16 tokens") {
-		t.Errorf("rank 0 did not describe the job of 2 ranks")
-	}
-	if !regexp.MustCompile(`(?m)^\[rank 0\] val loss: \d+\.\d{4}$`).MatchString(out) {
-		t.Errorf("rank 0 printed no val loss")
-	}
-	if strings.Contains(out, "[rank 1] val loss") {
-		t.Errorf("rank 1 reported: only rank 0 should")
+	for _, tc := range []struct{ name, pp, describe string }{
+		{"dp=2", "1", "data parallel over 2 rank(s) (ddp); 2 replica(s) × batch 2"},
+		{"pp=2", "2", "dp 1 × pp 2 × tp 1, 1f1b, 4 microbatches of 1×16; 1 replica(s) × batch 4"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var stdout, stderr bytes.Buffer
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			err := launch.Run(ctx, launch.Config{
+				NProcPerNode: 2,
+				Program:      os.Args[0],
+				Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
+				Env:          append(os.Environ(), workerEnv+"="+tc.pp, "OPTICKS="+path),
+				Stdout:       &stdout,
+				Stderr:       &stderr,
+			})
+			t.Logf("workers' output:\n%s%s", stdout.String(), stderr.String())
+			if err != nil {
+				t.Fatal(err)
+			}
+			out := stdout.String()
+			if !strings.Contains(out, "[rank 0] GPT 2 layers, width 16, 2 heads, 10944 parameters; "+tc.describe) {
+				t.Errorf("rank 0 did not describe the job as %q", tc.describe)
+			}
+			// Rank 0's last line (before the test binary's PASS).
+			var last string
+			for _, l := range strings.Split(out, "\n") {
+				if strings.HasPrefix(l, "[rank 0] ") && l != "[rank 0] PASS" {
+					last = l
+				}
+			}
+			if want := fmt.Sprintf("[rank 0] val loss: %.4f", one.val[cfg.steps]); last != want {
+				t.Errorf("rank 0's last line %q, want the val loss of one process, %q", last, want)
+			}
+			if strings.Contains(out, "[rank 1] val loss") {
+				t.Errorf("rank 1 reported: only rank 0 should")
+			}
+		})
 	}
 }
 
@@ -327,6 +352,10 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"batch", func(c *config) { c.batch = -1 }, "-batch -1"},
 		{"eval-every", func(c *config) { c.evalEvery = -1 }, "-eval-every -1"},
 		{"log-every", func(c *config) { c.logEvery = 0 }, "-log-every 0"},
+		{"negative size", func(c *config) { c.tp = -1 }, "-tp -1"},
+		{"stages without ranks", func(c *config) { c.data = opticks(t); c.pp = 2 }, "-pp 2 × -tp 1 does not divide the 1 ranks"},
+		{"replicas without ranks", func(c *config) { c.data = opticks(t); c.dp = 2 }, "-dp 2 × -pp 1 × -tp 1 = 2 ranks, but the job has 1"},
+		{"checkpoint-every", func(c *config) { c.ckptDir, c.ckptEvery = t.TempDir(), 0 }, "-checkpoint-every 0"},
 		{"missing text", func(c *config) { c.data = filepath.Join(t.TempDir(), "none.txt") }, "none.txt"},
 		{"missing init", func(c *config) { c.data = opticks(t); c.init = filepath.Join(t.TempDir(), "w.bin") }, "w.bin.json"},
 	} {

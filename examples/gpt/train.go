@@ -2,141 +2,196 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
+	"io"
+	"math/rand/v2"
+	"os"
+	"sync"
+	"time"
 
-	"cohort/autograd"
-	"cohort/datasets"
 	"cohort/dist"
 	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"cohort/obs"
+	"cohort/obs/trace"
 )
 
-// The anchor's recipe (gpt_mini.py).
-const (
-	lr          = 3e-4
-	beta1       = 0.9
-	beta2       = 0.95
-	eps         = 1e-8
-	weightDecay = 0.1 // on every parameter, biases and LayerNorms included
-	clipNorm    = 1.0
-	valBatch    = 64 // validation windows per forward pass
-)
+// errStopped ends a run at config.stopAfter, as a crash would.
+var errStopped = errors.New("stopped after the requested number of steps")
 
-// trainer is one rank's part of the job's model: it trains on this rank's
-// batch and evaluates windows. replicated (data parallelism) is the only
-// layout so far; a pipeline stage or a tensor-parallel shard would be
-// another.
-type trainer interface {
-	// step runs one training step on this rank's batch (token ids x and
-	// targets y, row-major [batch, context]) in step with the other ranks
-	// and returns this rank's mean loss.
-	step(ctx context.Context, x, y []int64) (float32, error)
-	// lossSum returns the summed cross-entropy over the windows x, y
-	// (forward only, no gradients).
-	lossSum(ctx context.Context, x, y []int64) (float64, error)
-	numParams() int
-}
-
-// replicated is data parallelism: every rank holds the whole model, and
-// after backward the gradients are averaged over the ranks with one
-// all-reduce, so every replica takes the same AdamW step.
-//
-// TODO(ddp): the gradient all-reduce is done by hand here because ddp.Wrap
-// takes an nn.Layer and GPT's forward takes token ids; once ddp accepts
-// any module, wrap the model instead (its bucketed all-reduce overlaps
-// backward).
-type replicated struct {
-	model  *models.GPT
-	pg     dist.ProcessGroup
-	params []*autograd.Var
-	grads  []float32 // every parameter's Grad is a view into grads
-	opt    optim.Optimizer
-}
-
-// newReplicated copies rank 0's initial weights to every rank and builds
-// the optimizer.
-func newReplicated(ctx context.Context, model *models.GPT, pg dist.ProcessGroup) (*replicated, error) {
-	r := &replicated{model: model, pg: pg, params: nn.Parameters(model)}
-	n := 0
-	for _, p := range r.params {
-		n += p.Value.Len()
+// train runs the job on this rank of pg; rank 0 reports to out.
+func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) error {
+	if err := c.validate(); err != nil {
+		return err
 	}
-	r.grads = make([]float32, n)
-	flat := make([]float32, n)
-	off := 0
-	for _, p := range r.params {
-		k := p.Value.Len()
-		copy(flat[off:off+k], p.Value.Data())
-		p.Grad = tensor.FromSlice(r.grads[off:off+k:off+k], p.Value.Shape()...)
-		off += k
-	}
-	if pg.Size() > 1 {
-		if err := pg.Broadcast(ctx, dist.F32(flat), 0).Wait(); err != nil {
-			return nil, fmt.Errorf("broadcasting rank 0's initial weights: %w", err)
-		}
-		off = 0
-		for _, p := range r.params {
-			off += copy(p.Value.Data(), flat[off:])
-		}
-	}
-	opt, err := optim.NewAdamW([]optim.Group{{Params: r.params, LR: lr, WeightDecay: weightDecay}},
-		optim.AdamOptions{Beta1: beta1, Beta2: beta2, Eps: eps})
+	c, err := c.layout(pg.Size())
 	if err != nil {
-		return nil, err
+		return err
 	}
-	r.opt = opt
-	return r, nil
-}
+	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
+	if err != nil {
+		return err
+	}
+	rank, world := pg.Rank(), pg.Size()
+	record := c.record
+	if record == nil {
+		record = func(string, int, float64) {}
+	}
 
-func (r *replicated) numParams() int { return len(r.grads) }
-
-func (r *replicated) step(ctx context.Context, x, y []int64) (float32, error) {
-	m := r.model
-	r.opt.ZeroGrad()
-	loss := m.Loss(m.Forward(x, len(x)/m.Config.Ctx, m.Config.Ctx), y)
-	autograd.Backward(loss)
-	if r.pg.Size() > 1 {
-		if err := r.pg.AllReduce(ctx, dist.F32(r.grads), dist.Avg).Wait(); err != nil {
-			return 0, fmt.Errorf("gradient all-reduce: %w", err)
+	// Every rank builds the whole model from the same seed (or -init, or
+	// the checkpoint it resumes from); the trainer keeps this rank's part.
+	model, err := models.NewGPT(rand.New(rand.NewPCG(c.seed, 0)), c.model)
+	if err != nil {
+		return err
+	}
+	if c.init != "" {
+		if err := loadInit(model, c.init); err != nil {
+			return err
 		}
 	}
-	if _, err := optim.ClipGradNorm(r.params, clipNorm, 2); err != nil {
-		return 0, err
+	resume, err := openLatest(c, model)
+	if err != nil {
+		return err
 	}
-	r.opt.Step()
-	return loss.Value.Item(), nil
-}
+	tr, err := newTrainer(ctx, c, pg, model)
+	if err != nil {
+		return err
+	}
+	defer tr.close()
+	step := 0 // steps done
+	if resume != nil {
+		if err := tr.setMoments(resume.expAvg, resume.expAvgSq, resume.step); err != nil {
+			return fmt.Errorf("checkpoint %s: %w", resume.dir, err)
+		}
+		step = int(resume.step)
+	}
 
-func (r *replicated) lossSum(_ context.Context, x, y []int64) (float64, error) {
-	m := r.model
-	defer nn.NoGrad(m)()
-	loss := m.Loss(m.Forward(x, len(x)/m.Config.Ctx, m.Config.Ctx), y)
-	return float64(loss.Value.Item()) * float64(len(y)), nil
-}
+	// Replica r of dp takes slice r of each step's draw of dp·batch windows.
+	replica, replicas := tr.replica()
+	stream, err := corpus.NewWindowStream(c.seed, replicas, replica, c.batch)
+	if err != nil {
+		return err
+	}
+	if resume != nil {
+		stream.Skip(resume.dataSteps)
+	}
+	tokens := replicas * c.batch * c.model.Ctx // the job's tokens per step
+	if rank == 0 {
+		fmt.Fprintf(out, "GPT %d layers, width %d, %d heads, %d parameters; %s; %d replica(s) × batch %d × %d tokens; %d training, %d validation bytes\n",
+			c.model.NLayer, c.model.D, c.model.NHead, numParams(model), tr.describe(), replicas, c.batch, c.model.Ctx, len(corpus.Train), len(corpus.Val))
+		if resume != nil {
+			fmt.Fprintf(out, "resumed at step %d from %s\n", step, resume.dir)
+		}
+	}
 
-// valLoss returns the mean cross-entropy over every validation window,
-// evaluated in batches of valBatch windows as the anchor does; the ranks
-// share the batches (rank r takes batches r, r+W, …) and sum the results.
-func valLoss(ctx context.Context, tr trainer, pg dist.ProcessGroup, c *datasets.ByteCorpus) (float64, error) {
+	watch, err := obs.Start(ctx, obs.FromEnv(os.Getenv, obs.Options{Name: "gpt", TotalSteps: c.steps,
+		Rank: rank, WorldSize: world, Progress: c.progress, NoProgress: c.progress == nil}))
+	if err != nil {
+		return err
+	}
+	closeWatch := sync.OnceValue(watch.Close) // prints the progress line's last words
+	defer closeWatch()
+	spans := watch.Tracer()
+
 	var x, y []int64
-	sum := []float64{0, 0} // cross-entropy, tokens
-	for b := pg.Rank(); b*valBatch < c.ValWindows(); b += pg.Size() {
-		x, y = c.ValBatch(b*valBatch, min((b+1)*valBatch, c.ValWindows()), x, y)
-		s, err := tr.lossSum(ctx, x, y)
+	var lossSum float64        // this rank's losses since the last log line
+	var evalTime time.Duration // spent in intermediate validations and checkpoints
+	first := step + 1
+	start, logStart := time.Now(), time.Now()
+	for step < c.steps {
+		step++
+		t0 := time.Now()
+		sp := spans.Begin(trace.Data, "batch")
+		x, y = stream.Next(x, y)
+		sp.End()
+		t1 := time.Now()
+		sp = spans.Begin(trace.Compute, "forward+backward")
+		loss, err := tr.forwardBackward(ctx, x, y)
+		sp.End()
 		if err != nil {
-			return 0, err
+			return fmt.Errorf("step %d: %w", step, err)
 		}
-		sum[0] += s
-		sum[1] += float64(len(y))
-	}
-	if pg.Size() > 1 {
-		if err := pg.AllReduce(ctx, dist.F64(sum), dist.Sum).Wait(); err != nil {
-			return 0, fmt.Errorf("summing the ranks' losses: %w", err)
+		sp = spans.Begin(trace.Compute, "optimizer")
+		err = tr.update(ctx)
+		sp.End()
+		if err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		}
+		// Samples counts tokens: this rank's share of the job's, so that the
+		// progress line (which multiplies by the ranks) shows the job's tokens/s.
+		watch.Step(obs.Step{Step: step - 1, Loss: loss, Samples: tokens / world, Duration: time.Since(t0),
+			Compute: time.Since(t1), DataWait: t1.Sub(t0)})
+		lossSum += loss
+		record("train", step, loss)
+
+		if step%c.logEvery == 0 || step == c.steps {
+			n := min((step-1)%c.logEvery+1, step-first+1)
+			// The mean over the ranks is the loss of the job's whole batch.
+			mean, err := meanOverRanks(ctx, pg, []float64{loss, lossSum / float64(n)})
+			if err != nil {
+				return fmt.Errorf("step %d: %w", step, err)
+			}
+			secs := time.Since(logStart).Seconds()
+			if rank == 0 {
+				fmt.Fprintf(out, "step %d: train loss %.4f, mean of steps %d–%d %.4f, %.0f tokens/s\n",
+					step, mean[0], step-n+1, step, mean[1], float64(n*tokens)/secs)
+			}
+			lossSum, logStart = 0, time.Now()
+		}
+		if c.evalEvery > 0 && step%c.evalEvery == 0 && step < c.steps {
+			t := time.Now()
+			v, err := tr.valLoss(ctx, corpus)
+			if err != nil {
+				return fmt.Errorf("step %d: validation: %w", step, err)
+			}
+			record("val", step, v)
+			if rank == 0 {
+				fmt.Fprintf(out, "step %d: val loss %.4f\n", step, v)
+			}
+			evalTime += time.Since(t)
+			logStart = time.Now() // validation is not training throughput
+		}
+		if c.ckptDir != "" && (step%c.ckptEvery == 0 || step == c.steps) {
+			t := time.Now()
+			if err := saveCheckpoint(ctx, c, pg, tr, model, step, stream.Steps()); err != nil {
+				return fmt.Errorf("step %d: checkpoint: %w", step, err)
+			}
+			evalTime += time.Since(t)
+			logStart = time.Now()
+		}
+		if step == c.stopAfter {
+			return errStopped
 		}
 	}
-	return sum[0] / sum[1], nil
+	elapsed := time.Since(start) - evalTime
+	v, err := tr.valLoss(ctx, corpus)
+	if err != nil {
+		return fmt.Errorf("final validation: %w", err)
+	}
+	record("val", c.steps, v)
+	if c.save != "" {
+		if err := saveWeights(ctx, c, pg, tr, model); err != nil {
+			return fmt.Errorf("-save: %w", err)
+		}
+	}
+	// No rank leaves (closing its links) before every rank is done.
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		return fmt.Errorf("final barrier: %w", err)
+	}
+	if err := closeWatch(); err != nil { // before the result
+		return err
+	}
+	if rank == 0 {
+		if c.save != "" {
+			fmt.Fprintf(out, "weights saved to %s\n", c.save)
+		}
+		if done := c.steps - first + 1; done > 0 {
+			fmt.Fprintf(out, "%d steps in %.1f s of training (%.0f tokens/s)\n", done, elapsed.Seconds(),
+				float64(done*tokens)/elapsed.Seconds())
+		}
+		fmt.Fprintf(out, "val loss: %.4f\n", v)
+	}
+	return nil
 }
 
 // meanOverRanks averages v element-wise over the ranks.
@@ -148,4 +203,12 @@ func meanOverRanks(ctx context.Context, pg dist.ProcessGroup, v []float64) ([]fl
 		return nil, fmt.Errorf("averaging the loss over the ranks: %w", err)
 	}
 	return v, nil
+}
+
+func numParams(m *models.GPT) int {
+	n := 0
+	for _, p := range m.NamedParameters() {
+		n += p.Param.Value.Len()
+	}
+	return n
 }
