@@ -42,8 +42,24 @@
 #   GPT_STEPS    [100]
 #   GPT_WARMUP   [10]
 #   MAX_FOREIGN  [10]
+#   SHARD_MODELS []                  models for the sharded-training comparison (mlp, gpt)
+#   SHARD_MODES  [none zero2 fsdp]   cohort's --shard modes
+#   SHARD_MLP_STEPS [200]  SHARD_MLP_WARMUP [20]  SHARD_GPT_STEPS [30]  SHARD_GPT_WARMUP [5]
 #   COHORT_FLAGS []                  extra flags for cohort bench train, e.g. "--transport tcp"
 #   OUT          []                  a JSONL file to append the raw records to
+#
+# Sharded training (SHARD_MODELS, e.g. "mlp gpt"): in every round, for each
+# model, `cohort bench train --world 2 --shard S` for each S in SHARD_MODES
+# and zero_bench.py's ddp and zero modes (DDP + AdamW, and DDP +
+# ZeroRedundancyOptimizer(AdamW)), one after the other. Both sides train
+# with AdamW at world 2, 1 thread per rank, batch 64 (mlp) or 32×64
+# tokens (gpt) per rank, with SHARD_MLP_STEPS/SHARD_MLP_WARMUP or
+# SHARD_GPT_STEPS/SHARD_GPT_WARMUP steps (zero_bench.py's defaults); cohort
+# clips at 1.0 for both models and draws random batches (the data path is
+# no part of the comparison). It prints each run, then per model the
+# median samples/s of each mode with the ratios zero2/none, fsdp/none and
+# each cohort mode over PyTorch's ZeroRedundancyOptimizer, and the
+# foreign CPU load. CONFIGS="" runs only this part.
 #
 # It exits 0 after printing a reason, without measuring, when the anchors
 # directory or torch is missing.
@@ -51,7 +67,7 @@ set -euo pipefail
 
 anchors="${1:-${COHORT_ANCHORS:-}}"
 python="${PYTHON:-/usr/bin/python3}"
-configs="${CONFIGS:-mlp:1:noddp mlp:1:ddp mlp:2:ddp cnn:1:noddp cnn:1:ddp cnn:2:ddp gpt:1:noddp gpt:1:noddp:2 gpt:2:ddp}"
+configs="${CONFIGS-mlp:1:noddp mlp:1:ddp mlp:2:ddp cnn:1:noddp cnn:1:ddp cnn:2:ddp gpt:1:noddp gpt:1:noddp:2 gpt:2:ddp}"
 repeats="${REPEATS:-3}"
 steps="${STEPS:-200}"
 warmup="${WARMUP:-20}"
@@ -59,6 +75,8 @@ gpt_steps="${GPT_STEPS:-100}"
 gpt_warmup="${GPT_WARMUP:-10}"
 max_foreign="${MAX_FOREIGN:-10}"
 cohort_flags="${COHORT_FLAGS:-}"
+shard_models="${SHARD_MODELS:-}"
+shard_modes="${SHARD_MODES:-none zero2 fsdp}"
 
 if [[ -z "$anchors" ]]; then
 	echo "vs_pytorch: skipped: no anchors directory (pass it as the argument or set COHORT_ANCHORS)"
@@ -67,6 +85,7 @@ fi
 needed="cpuload.py"
 [[ " $configs" == *" mlp:"* || " $configs" == *" cnn:"* ]] && needed="$needed ddp_mlp_bench.py"
 [[ " $configs" == *" gpt:"* ]] && needed="$needed gpt_bench.py gpt_mini.py"
+[[ -n "$shard_models" ]] && needed="$needed zero_bench.py ddp_mlp_bench.py gpt_mini.py"
 for f in $needed; do
 	if [[ ! -f "$anchors/$f" ]]; then
 		echo "vs_pytorch: skipped: $anchors/$f not found"
@@ -83,7 +102,9 @@ work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 (cd "$root" && go build -o "$work/cohort" ./cmd/cohort)
 records="$work/records.jsonl"
+shard_records="$work/shard.jsonl"
 : >"$records"
+: >"$shard_records"
 
 for ((r = 1; r <= repeats; r++)); do
 	for cfg in $configs; do
@@ -133,10 +154,71 @@ for ((r = 1; r <= repeats; r++)); do
 			      f"pytorch {t[key]:.0f} {unit} (foreign {t['foreign_busy_pct']}%){extra}", flush=True)
 		EOF
 	done
+	for model in $shard_models; do
+		msteps="${SHARD_MLP_STEPS:-200}" mwarmup="${SHARD_MLP_WARMUP:-20}"
+		if [[ "$model" == gpt ]]; then
+			msteps="${SHARD_GPT_STEPS:-30}" mwarmup="${SHARD_GPT_WARMUP:-5}"
+		fi
+		for mode in $shard_modes; do
+			# shellcheck disable=SC2086
+			line="$(cd "$anchors" && "$python" cpuload.py -- "$work/cohort" bench train --json --shard "$mode" \
+				--model "$model" --world 2 --threads 1 --steps "$msteps" --warmup "$mwarmup" $cohort_flags | tail -n 1)"
+			"$python" - "$line" "$r" >>"$shard_records" <<-'EOF'
+				import json, sys
+				r = json.loads(sys.argv[1])
+				r["round"] = int(sys.argv[2])
+				print(json.dumps(r))
+				print(f"vs_pytorch: round {r['round']} {r['model']} world 2 cohort --shard {r['mode']}: {r['samples_per_s']:.1f} samples/s, "
+				      f"state {r['opt_state_bytes']} B/rank, params {r['param_bytes']} B/rank, peak RSS {r['peak_rss_mib']:.1f} MiB "
+				      f"(foreign {r['foreign_busy_pct']}%)", file=sys.stderr, flush=True)
+			EOF
+		done
+		rm -f "$work/torch.jsonl"
+		(cd "$anchors" && "$python" zero_bench.py --models "$model" --modes ddp zero --repeats 1 --no-check \
+			--mlp-steps "${SHARD_MLP_STEPS:-200}" --mlp-warmup "${SHARD_MLP_WARMUP:-20}" \
+			--gpt-steps "${SHARD_GPT_STEPS:-30}" --gpt-warmup "${SHARD_GPT_WARMUP:-5}" --out "$work/torch.jsonl" >/dev/null)
+		"$python" - "$work/torch.jsonl" "$r" >>"$shard_records" <<-'EOF'
+			import json, sys
+			for l in open(sys.argv[1]):
+			    t = json.loads(l)
+			    t.update({"impl": "pytorch", "round": int(sys.argv[2])})
+			    print(json.dumps(t))
+			    print(f"vs_pytorch: round {t['round']} {t['model']} world 2 pytorch {t['mode']}: {t['samples_per_s']:.1f} samples/s, "
+			          f"state {t['ranks'][0]['opt_state_bytes']} B on rank 0 (foreign {t['foreign_busy_pct']}%)", file=sys.stderr, flush=True)
+		EOF
+	done
 done
 if [[ -n "${OUT:-}" ]]; then
-	cat "$records" >>"$OUT"
+	cat "$records" "$shard_records" >>"$OUT"
 fi
+
+if [[ -n "$shard_models" ]]; then
+	"$python" - "$shard_records" <<'EOF'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+med = statistics.median
+for model in dict.fromkeys(r["model"] for r in recs):
+    rate, load = {}, []
+    for r in recs:
+        if r["model"] != model:
+            continue
+        side = ("cohort " if r["impl"] == "cohort" else "pytorch ") + r["mode"]
+        rate.setdefault(side, []).append(r["samples_per_s"])
+        load.append(r["foreign_busy_pct"])
+    m = {k: med(v) for k, v in rate.items()}
+    print(f"vs_pytorch: shard {model} world 2, medians of {max(len(v) for v in rate.values())} rounds, samples/s [min..max]: "
+          + ", ".join(f"{k} {m[k]:.1f} [{min(v):.1f}..{max(v):.1f}]" for k, v in rate.items()))
+    ratios = [f"{a}/ddp {m['cohort ' + a] / m['cohort none']:.2f}" for a in ("zero1", "zero2", "fsdp")
+              if "cohort " + a in m and "cohort none" in m]
+    if "pytorch zero" in m:
+        ratios += [f"cohort {k.split()[1]}/pytorch-zero {m[k] / m['pytorch zero']:.2f}" for k in m if k.startswith("cohort ")]
+        if "pytorch ddp" in m:
+            ratios.append(f"pytorch zero/ddp {m['pytorch zero'] / m['pytorch ddp']:.2f}")
+    print(f"vs_pytorch: shard {model} ratios of medians: " + ", ".join(ratios)
+          + f"; foreign CPU load median {med(load):.1f}% (max {max(load):.1f}%)")
+EOF
+fi
+[[ -z "$configs" ]] && exit 0
 
 "$python" - "$records" "$max_foreign" <<'EOF'
 import json, statistics, sys

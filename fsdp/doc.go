@@ -1,8 +1,8 @@
 // Package fsdp is fully sharded data parallelism (ZeRO stage 3, PyTorch
 // FSDP): parameters, gradients and optimizer state all exist only as 1/N
 // shards between steps; each unit's parameters are all-gathered just
-// before the unit's forward pass and its gradients reduce-scattered as
-// soon as they are ready in backward.
+// before the unit's forward pass, gathered again just before its backward
+// pass, and its gradients reduce-scattered as soon as they are ready.
 //
 // # Usage
 //
@@ -27,17 +27,47 @@
 //
 // Each unit's trainable parameters form one bucket of a zero.Plan, the
 // parameters in no unit a root bucket; every bucket is split into N equal
-// contiguous shards (zero.PlanShards). Call all-gathers the root (held for
-// the whole forward pass: embeddings tied to an output head live there)
-// and prefetches unit 0; Units.Run(u, …) waits for unit u's gather, starts
-// unit u+1's, runs the unit and releases its parameters. Backward uses
-// ddp's bucket state machine (ddp/reducer) with a reduce-scatter per unit,
-// started as soon as the unit's gradients are all ready, last unit first;
-// the optimizer steps this rank's pieces of the parameters (1-D variables
-// named like their parameters, see zero). Traffic per step: one all-gather
-// and one reduce-scatter of the parameters, DDP's all-reduce bytes (ZeRO-3
-// gathers a second time for backward, 1.5×; this package does not, see
-// below).
+// contiguous shards (zero.PlanShards). Call all-gathers the root (held
+// from the forward pass to the end of backward: embeddings tied to an
+// output head live there) and prefetches unit 0; Units.Run(u, …) waits
+// for unit u's gather, starts unit u+1's, runs the unit and releases its
+// parameters. Backward uses ddp's bucket state machine (ddp/reducer) with
+// a reduce-scatter per unit, started as soon as the unit's gradients are
+// all ready, last unit first; the optimizer steps this rank's pieces of
+// the parameters (1-D variables named like their parameters, see zero).
+// Traffic per step with K units: one all-gather of the parameters for the
+// forward pass, a second one of units 0 … K−3 for the backward pass (the
+// last two are still in place), and one reduce-scatter: about ZeRO-3's
+// 1.5× DDP's all-reduce bytes when K is large.
+//
+// # The backward all-gather
+//
+// An autograd op keeps the tensors it read (a Linear its weight) until
+// backward has run through it, and package tensor cannot swap a tensor's
+// storage. So units are gathered into two slot buffers that are reused:
+// unit u into slot u%2, each slot as large as the largest unit of its
+// parity. The forward graph therefore refers to no parameter memory but
+// the root and the two slots, and during the forward pass each unit
+// overwrites the one two before it. Units.Run marks the unit's output with
+// an identity op ("fsdp.unit"); every backward op of the unit consumes
+// that output, so the marker's backward runs first: it gathers the unit
+// into its slot again (unless the slot still holds it) and starts the
+// gather of unit u−1 into the other slot, whose previous unit (u+1) has
+// finished its backward. The values the graph's closures read are
+// therefore the unit's own again, and no forward compute is repeated
+// (unlike a checkpoint-style recomputation, which would cost a third more
+// compute). After the last gradient is ready the slots and the root are
+// dropped. Peak parameter memory per rank is 1/N of the model plus the
+// root and two units (PeakGatheredBytes; tested).
+//
+// The contract this puts on a unit's forward function (Units.Run): it is
+// deterministic in its input, and it reads its parameters, in backward,
+// only in ops that also consume (a value computed from) the unit's input,
+// as layers do. An op on the parameters alone may pass them through or
+// change their gradient (GPT's key-bias mask does), but its backward runs
+// after the unit's slot is reused and must not read their values. A
+// backward pass through the graph of an earlier Call (two Calls, then two
+// backward passes) is reported as an error.
 //
 // # Memory, and what differs from PyTorch
 //
@@ -48,16 +78,12 @@
 // and LoadOptimizerShards do the same for the optimizer state, see zero). Memory reports
 // the parameter, gradient and optimizer bytes this rank holds: 1/N of each
 // between steps. PeakGatheredBytes is the most gathered parameter bytes the
-// Model held at once during a forward pass: the root plus two units.
+// Model held at once in the last step's forward and backward passes: the
+// root plus two slots.
 //
-// Unlike PyTorch's reshard-after-forward, a released unit's gathered
-// values stay reachable from the autograd graph, whose backward closures
-// captured them, until backward has run through the unit; backward
-// therefore needs no second all-gather, and the process's peak memory
-// during a step includes every unit's gathered parameters (freed by the
-// garbage collector after backward). Bounding that peak needs a tensor
-// whose storage can be dropped and refilled, which package tensor does not
-// offer.
+// As PyTorch FSDP with reshard_after_forward, except that the last two
+// units stay gathered into backward (PyTorch keeps the last one) and the
+// root stays gathered for the whole step (as PyTorch's root unit does).
 //
 // NoSync accumulates full gradients locally until the next synchronised
 // Backward. Plain autograd.Backward works when every trainable parameter

@@ -63,15 +63,33 @@ type Model struct {
 	stash       []*tensor.Tensor
 	views       []*tensor.Tensor // during a synchronised step: the Grad each parameter should have
 	scratch     [][]float32
-	gathered    [][]float32 // per unit: the gathered full values, while held
-	inflight    []dist.Work // per unit: a gather in flight
 	removes     []func()
 	closed      bool
 
-	noSync   bool
-	ctx      context.Context
-	hookErr  error
-	heldPeak int64 // most gathered parameter bytes held at once in the last step
+	// Gathered parameters (gather.go). Invariants: the root's full values
+	// are in rootBuf from Call to the end of the backward pass; unit u's
+	// are in slots[u%2], a buffer as large as the largest unit of that
+	// parity, which holds unit slotUnit[s] (−1: none) once slotWork[s] (a
+	// gather in flight, or nil) is done. The forward graph's closures see
+	// a unit's parameters only through its slot: backward re-gathers the
+	// unit into the same slot before its gradients are computed.
+	rootBuf  []float32
+	rootWork dist.Work
+	slots    [2][]float32
+	slotCap  [2]int
+	slotUnit [2]int
+	slotWork [2]dist.Work
+	unitOf   []int // per parameter: its unit (the root is len(units)−1), −1 if not sharded
+	ready    []int // per unit: trainable parameters whose gradient is final in this pass
+	nReady   int   // the sum of ready
+	inBack   bool  // the backward pass has reached a unit
+	gen      int   // counts Calls; a unit's backward checks it runs on the latest graph
+
+	noSync      bool
+	ctx         context.Context
+	hookErr     error
+	heldPeak    int64 // most gathered parameter bytes held at once since the last Call
+	gatherBytes int64 // parameter bytes all-gathered so far (traffic accounting)
 }
 
 var _ nn.Module = (*Model)(nil)
@@ -163,6 +181,7 @@ func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg dist.Proce
 			np.Param.Value, np.Param.Grad = m.placeholder[i], nil
 		}
 	}
+	m.initGather()
 	for _, i := range m.red.Tracked() {
 		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
 	}
@@ -215,8 +234,6 @@ func (m *Model) shardParams(ctx context.Context) error {
 	m.stash = make([]*tensor.Tensor, len(m.params))
 	m.views = make([]*tensor.Tensor, len(m.params))
 	m.scratch = make([][]float32, len(p.Buckets))
-	m.gathered = make([][]float32, len(m.units))
-	m.inflight = make([]dist.Work, len(m.units))
 	m.pieces = p.Pieces(m.rank)
 	m.shard = make([]nn.NamedParameter, len(m.pieces))
 	for j, pc := range m.pieces {
@@ -259,91 +276,6 @@ func (m *Model) checkOptimizer() error {
 		s.Param.Grad.Fill(0)
 	}
 	return err
-}
-
-// startGather begins all-gathering unit u's parameters.
-func (m *Model) startGather(ctx context.Context, u int) {
-	if m.gathered[u] != nil || m.inflight[u] != nil {
-		return
-	}
-	k := m.bucketOfUnit(u)
-	b := m.plan.Buckets[k]
-	buf := zero.AlignedFloats(b.End - b.Start)
-	at := m.plan.ShardOffset(k)
-	in := m.shardParam[at : at+b.Shard]
-	if m.world == 1 {
-		copy(buf, in)
-		m.gathered[u] = buf
-		return
-	}
-	m.gathered[u] = buf
-	m.inflight[u] = m.pg.AllGather(ctx, dist.F32(buf), dist.F32(slices.Clone(in)))
-}
-
-// hold waits for unit u's gather and points its parameters at the values.
-func (m *Model) hold(ctx context.Context, u int) error {
-	m.startGather(ctx, u)
-	if w := m.inflight[u]; w != nil {
-		m.inflight[u] = nil
-		if err := w.Wait(); err != nil {
-			m.gathered[u] = nil
-			return fmt.Errorf("fsdp: all-gather of unit %d's parameters: %w", u, err)
-		}
-	}
-	b := m.plan.Buckets[m.bucketOfUnit(u)]
-	buf := m.gathered[u]
-	for _, i := range m.units[u] {
-		off := m.plan.Offset[i] - b.Start
-		m.params[i].Param.Value = tensor.FromSlice(buf[off:off+m.plan.Numel[i]], m.shapes[i]...)
-	}
-	var held int64
-	for _, g := range m.gathered {
-		held += 4 * int64(len(g))
-	}
-	m.heldPeak = max(m.heldPeak, held)
-	return nil
-}
-
-// release drops unit u's gathered values (the autograd graph keeps what
-// the backward pass needs).
-func (m *Model) release(u int) {
-	for _, i := range m.units[u] {
-		m.params[i].Param.Value = m.placeholder[i]
-	}
-	m.gathered[u] = nil
-}
-
-// Units runs the units of one forward pass; Call hands it to the forward
-// function.
-type Units struct {
-	m   *Model
-	ctx context.Context
-	err error
-}
-
-// Run runs f, the forward pass of unit u, on x with the unit's parameters
-// gathered (waiting for a prefetch, and prefetching unit u+1), and
-// releases them afterwards. After an error Run returns x unchanged and
-// Call reports the error.
-func (us *Units) Run(u int, x *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var {
-	m := us.m
-	if us.err != nil {
-		return x
-	}
-	if u < 0 || u >= len(m.units)-1 {
-		us.err = fmt.Errorf("fsdp: Run: unit %d of %d", u, len(m.units)-1)
-		return x
-	}
-	if err := m.hold(us.ctx, u); err != nil {
-		us.err = err
-		return x
-	}
-	if !m.o.NoPrefetch && u+1 < len(m.units)-1 {
-		m.startGather(us.ctx, u+1)
-	}
-	y := f(x)
-	m.release(u)
-	return y
 }
 
 // placeholder returns a tensor of the given shape backed by one element

@@ -294,7 +294,7 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 }
 
 // TestMemory: between steps a rank holds 1/N of the parameters (within
-// 1 %), and 1/N of the optimizer state; during forward it held at most the
+// 1 %), and 1/N of the optimizer state; during forward and backward it held at most the
 // root and two units gathered.
 func TestMemory(t *testing.T) {
 	w := gptWorkload()

@@ -73,8 +73,10 @@ func (m *Model) NoSync(fn func() error) error {
 // Call runs forward, a forward pass through the wrapped module that runs
 // each unit through Units.Run, with the root unit's parameters gathered
 // for the whole pass and each unit's gathered just in time (the next one
-// prefetched). Every parameter is released when it returns; the autograd
-// graph keeps the values its backward pass needs.
+// prefetched). When it returns every parameter's Value is a placeholder
+// again; the root stays gathered, and the last two units stay in their
+// slots, for the backward pass, which gathers the other units again (see
+// gather.go). Each Call's backward pass must run before the next Call.
 func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) (*autograd.Var, error) {
 	if err := m.usable("Call"); err != nil {
 		return nil, err
@@ -83,16 +85,24 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 		return nil, errors.New("fsdp: Call: the previous backward pass was not finished with Backward")
 	}
 	m.ctx = ctx
+	m.gen++
+	m.inBack = false
+	clear(m.ready)
+	m.nReady = 0
 	m.heldPeak = 0
+	m.account()
 	root := len(m.units) - 1
-	if !m.o.NoPrefetch {
-		m.startGather(ctx, root)
-		if len(m.units) > 1 {
-			m.startGather(ctx, 0)
+	if err := m.startGather(ctx, root); err != nil {
+		return nil, err
+	}
+	if !m.o.NoPrefetch && len(m.units) > 1 {
+		if err := m.startGather(ctx, 0); err != nil {
+			m.dropGathered()
+			return nil, err
 		}
 	}
 	if err := m.hold(ctx, root); err != nil {
-		m.releaseAll()
+		m.dropGathered()
 		return nil, err
 	}
 	us := &Units{m: m, ctx: ctx}
@@ -101,23 +111,15 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 		m.armViews()
 	}
 	out := forward(us)
-	m.releaseAll()
+	for u := range m.units {
+		m.release(u)
+	}
 	if us.err != nil {
+		m.dropGathered()
 		m.red.Disarm()
 		return nil, us.err
 	}
 	return out, nil
-}
-
-// releaseAll releases every unit, waiting for any prefetch in flight.
-func (m *Model) releaseAll() {
-	for u := range m.units {
-		if w := m.inflight[u]; w != nil {
-			_ = w.Wait() // an unused prefetch; its error resurfaces in the group
-			m.inflight[u] = nil
-		}
-		m.release(u)
-	}
 }
 
 // Backward runs autograd's backward pass from loss and, in a synchronised
@@ -132,6 +134,7 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	}
 	m.ctx = ctx
 	autograd.Backward(loss)
+	m.dropGathered() // parameters that received no gradient kept them
 	if !m.red.Armed() {
 		err := m.hookErr
 		m.hookErr = nil
@@ -169,6 +172,7 @@ func (m *Model) onReady(i int) {
 			m.hookErr = err
 		}
 	}
+	m.gradReady(i)
 }
 
 // finish completes the armed step.
@@ -316,12 +320,17 @@ func (m *Model) Step(ctx context.Context) error {
 	if m.red.Armed() {
 		return errors.New("fsdp: Step: the backward pass was not finished with Backward")
 	}
-	m.releaseAll() // nothing is held between steps; drop a stale prefetch
+	m.dropGathered() // nothing is held between steps; drop a stale prefetch
 	m.opt.Step()
 	if m.o.PrefetchAcrossSteps && !m.o.NoPrefetch {
-		m.startGather(ctx, len(m.units)-1)
+		m.heldPeak = 0
+		if err := m.startGather(ctx, len(m.units)-1); err != nil {
+			return err
+		}
 		if len(m.units) > 1 {
-			m.startGather(ctx, 0)
+			if err := m.startGather(ctx, 0); err != nil {
+				return err
+			}
 		}
 	}
 	return nil
@@ -331,10 +340,7 @@ func (m *Model) Step(ctx context.Context) error {
 // parameter shard plus any gathered unit held now (none between steps),
 // GradBytes the gradient shard plus NoSync sums.
 func (m *Model) Memory() zero.Memory {
-	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)), GradBytes: 4 * int64(len(m.shardGrad))}
-	for _, g := range m.gathered {
-		mem.ParamBytes += 4 * int64(len(g))
-	}
+	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)+len(m.rootBuf)+len(m.slots[0])+len(m.slots[1])), GradBytes: 4 * int64(len(m.shardGrad))}
 	for i, np := range m.params {
 		if m.plan.Offset[i] < 0 {
 			mem.ParamBytes += 4 * int64(np.Param.Value.Len())
@@ -348,8 +354,9 @@ func (m *Model) Memory() zero.Memory {
 }
 
 // PeakGatheredBytes returns the most gathered (full) parameter bytes the
-// Model held at once during the last forward pass: the root and at most
-// two units (the current one and the prefetched next).
+// Model held at once since the last Call began (its forward and backward
+// passes): the root and two slots, each as large as the largest unit of
+// its parity (the current unit and the prefetched next).
 func (m *Model) PeakGatheredBytes() int64 { return m.heldPeak }
 
 // targets lists this rank's pieces (and replicated tensors) as load targets.
@@ -393,7 +400,7 @@ func (m *Model) indexOf(name string) int {
 // ranks' entries together, or zero.FullEntries of a full state dict) into
 // this rank's shard. Errors name the key; nothing changes on an error.
 func (m *Model) LoadShardedStateDict(entries []zero.ShardedTensor) error {
-	m.releaseAll() // a prefetch of the old values
+	m.dropGathered() // a prefetch of the old values
 	ts := m.targets()
 	keys := map[string]bool{}
 	for _, np := range m.params {

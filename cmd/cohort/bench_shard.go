@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -31,7 +32,7 @@ import (
 type shardSpec struct {
 	Model  string // mlp, cnn or gpt
 	Shard  string // none (ddp), zero1, zero2 or fsdp
-	Batch  int    // samples per rank and step (gpt: sequences of shardSeqLen tokens); 0: 64 (mlp, cnn) or 8 (gpt)
+	Batch  int    // samples per rank and step (gpt: sequences of shardSeqLen tokens); 0: 64 (mlp, cnn) or 32 (gpt), zero_bench.py's
 	Warmup int    // untimed steps
 	Steps  int    // timed steps
 }
@@ -59,6 +60,62 @@ func (s shardSpec) validate() error {
 		errs = append(errs, fmt.Errorf("batch %d, warmup %d, steps %d: want batch, warmup ≥ 0 and steps ≥ 1", s.Batch, s.Warmup, s.Steps))
 	}
 	return errors.Join(errs...)
+}
+
+// validateShard checks the --shard flag of `cohort bench train`.
+func (s trainSpec) validateShard() error {
+	switch {
+	case s.shard != "none" && s.shard != "zero1" && s.shard != "zero2" && s.shard != "fsdp":
+		return fmt.Errorf("--shard %q: want none, zero1, zero2 or fsdp", s.shard)
+	case !s.ddp:
+		return fmt.Errorf("--shard %s with --ddp=false: the sharded workload always runs in a process group", s.shard)
+	}
+	return nil
+}
+
+// shardSpec is the sharded-training configuration of a `cohort bench
+// train --shard` run.
+func (s trainSpec) shardSpec() shardSpec {
+	return shardSpec{Model: s.model, Shard: s.shard, Warmup: s.warmup, Steps: s.steps}
+}
+
+// shardWorkerRun is trainWorker's run function under --shard: it returns
+// the measurement in trainResult.Shard (and the common fields).
+func shardWorkerRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, _ string) (trainResult, error) {
+	r, err := shardTrainRun(ctx, s.shardSpec(), pg)
+	if err != nil {
+		return trainResult{}, err
+	}
+	return trainResult{Params: r.Params, Wall: r.Wall, LastLoss: r.LastLoss, Shard: &r}, nil
+}
+
+// printShardReport writes the parent's report of a --shard run: the text
+// of printShardTrain, or one JSON object (asJSON) whose fields follow
+// zero_bench.py's records where they exist.
+func printShardReport(w io.Writer, s trainSpec, r trainResult, asJSON bool) error {
+	if r.Shard == nil {
+		return errors.New("rank 0 reported no sharded-training result")
+	}
+	sr := *r.Shard
+	if !asJSON {
+		printShardTrain(w, s.shardSpec(), s.world, sr)
+		return nil
+	}
+	rec := map[string]any{
+		"bench": "shard_train", "impl": "cohort", "model": s.model, "world": s.world, "mode": s.shard,
+		"threads": s.threads, "gomaxprocs": r.GOMAXPROCS, "transport": s.transport, "params": sr.Params,
+		"steps": s.steps, "warmup": s.warmup, "batch_per_rank": s.shardSpec().batch(),
+		"wall_s": sr.Wall.Seconds(), "cpu_s": sr.CPU.Seconds(), "step_ms": sr.Wall.Seconds() * 1e3 / float64(s.steps),
+		"samples_per_s": sr.SamplesPerSec(), "last_loss": sr.LastLoss,
+		"opt_state_bytes": sr.Memory.OptimizerBytes, "param_bytes": sr.Memory.ParamBytes,
+		"grad_bytes": sr.Memory.GradBytes, "peak_rss_mib": float64(sr.PeakRSSBytes) / (1 << 20),
+	}
+	b, err := json.Marshal(rec)
+	if err != nil {
+		return err
+	}
+	_, err = fmt.Fprintf(w, "%s\n", b)
+	return err
 }
 
 // shardResult is one rank's measurement.
@@ -93,7 +150,7 @@ func (s shardSpec) batch() int {
 	case s.Batch > 0:
 		return s.Batch
 	case s.Model == "gpt":
-		return 8
+		return 32
 	}
 	return 64
 }

@@ -1,8 +1,10 @@
 package main
 
 import (
+	"bytes"
 	"cmp"
 	"context"
+	"encoding/json"
 	"fmt"
 	"os"
 	"regexp"
@@ -10,6 +12,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"cohort/dist"
 	"cohort/dist/disttest"
@@ -98,5 +101,78 @@ func TestShardSpeed(t *testing.T) {
 			fmt.Printf("%s(%.2f× ddp, median of 3; cpu %.3f ms/sample, %.2f× ddp's)\n", out.String(), r.SamplesPerSec()/base,
 				1e3*r.CPU.Seconds()/float64(r.Samples), (r.CPU.Seconds()/float64(r.Samples))/baseCPU)
 		}
+	}
+}
+
+// TestParseShardFlag: --shard reaches the spec (and the workers' flags);
+// a bad mode, or one without a process group, is a usage error.
+func TestParseShardFlag(t *testing.T) {
+	for _, shard := range []string{"none", "zero1", "zero2", "fsdp"} {
+		t.Run("ok/"+shard, func(t *testing.T) {
+			var stderr bytes.Buffer
+			cmd, code := parseBenchTrain([]string{"--model", "gpt", "--world", "2", "--shard", shard}, &stderr)
+			if code != -1 || cmd.spec.shard != shard {
+				t.Fatalf("exit code %d, spec %+v, stderr %q; want --shard %s accepted", code, cmd.spec, stderr.String(), shard)
+			}
+			args := cmd.spec.workerArgs("r.json")
+			if i := slices.Index(args, "--shard"); i < 0 || args[i+1] != shard {
+				t.Errorf("worker flags %q do not pass --shard %s", args, shard)
+			}
+			if s := cmd.spec.shardSpec(); s.Model != "gpt" || s.Shard != shard || s.Steps != 100 || s.Warmup != 10 || s.batch() != 32 {
+				t.Errorf("shard spec %+v (batch %d), want gpt, %s, 100 + 10 steps, batch 32", s, s.batch(), shard)
+			}
+		})
+	}
+	for name, args := range map[string][]string{
+		"unknown mode": {"--shard", "zero3"},
+		"no ddp":       {"--shard", "zero1", "--ddp=false"},
+	} {
+		t.Run("bad/"+name, func(t *testing.T) {
+			var stderr bytes.Buffer
+			if _, code := parseBenchTrain(args, &stderr); code != 2 || !strings.Contains(stderr.String(), "--shard") {
+				t.Errorf("parseBenchTrain(%q): exit code %d, stderr %q; want 2 and a message naming --shard", args, code, stderr.String())
+			}
+		})
+	}
+}
+
+// TestSpawnShardTrain runs `cohort bench train --shard` as two real worker
+// processes under the launcher and checks the report (text and JSON).
+func TestSpawnShardTrain(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts worker processes")
+	}
+	self := []string{os.Args[0], "-test.run=^TestBenchTrainWorker$", "-test.timeout=2m", "--"}
+	env := append(os.Environ(), workerArgsEnv+"=1")
+	for _, shard := range []string{"zero2", "fsdp"} {
+		t.Run("mlp/world=2/"+shard, func(t *testing.T) {
+			s := trainSpec{model: "mlp", world: 2, ddp: true, view: true, transport: "auto", threads: 1, steps: 2, warmup: 1, shard: shard}
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			var out bytes.Buffer
+			r, err := spawnTrain(ctx, s, self, env, &out)
+			if err != nil {
+				t.Fatalf("%v\nworkers' output:\n%s", err, out.String())
+			}
+			var rep, js bytes.Buffer
+			if err := printShardReport(&rep, s, r, false); err != nil {
+				t.Fatal(err)
+			}
+			m := shardLine.FindStringSubmatch(rep.String())
+			if m == nil || m[1] != "mlp" || m[2] != "2" || m[3] != shard {
+				t.Fatalf("report does not end in the train: line for mlp world 2 shard %s:\n%s", shard, rep.String())
+			}
+			// AdamW state of half of the MLP's 1,863,690 parameters: 8 bytes each.
+			if state, _ := strconv.ParseInt(m[5], 10, 64); state < 7_400_000 || state > 7_600_000 {
+				t.Errorf("state bytes/rank %d, want about 8·1,863,690/2", state)
+			}
+			if err := printShardReport(&js, s, r, true); err != nil {
+				t.Fatal(err)
+			}
+			var rec map[string]any
+			if err := json.Unmarshal(js.Bytes(), &rec); err != nil || rec["mode"] != shard || rec["samples_per_s"].(float64) <= 0 {
+				t.Errorf("JSON report %q (%v): want mode %s and samples_per_s", js.String(), err, shard)
+			}
+		})
 	}
 }

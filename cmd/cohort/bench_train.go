@@ -57,6 +57,13 @@ each trains its replica with data parallelism, and rank 0 reports
 
 with the step time and the share of time spent waiting for data.
 
+With --shard none|zero1|zero2|fsdp each rank instead trains the model
+with AdamW and clipping at 1.0 on random batches (64 samples, or 32×64
+tokens for gpt, per rank) under ddp (none) or a sharded wrapper, and the
+report ends
+
+    train: MODEL world N shard S samples/s X state-bytes/rank Y param-bytes/rank Z peak-rss-MiB R
+
   mlp, cnn  the MLP or LeNet CNN on 60000 synthetic MNIST-shaped samples,
             batch 64 per rank, SGD, ddp (with the share of gradient
             communication hidden behind backward); 20 warm-up and 200
@@ -89,6 +96,7 @@ type trainSpec struct {
 	steps      int // 0: the model's default (withDefaults)
 	warmup     int // -1: the model's default
 	cpuprofile string
+	shard      string // none, zero1, zero2 or fsdp: the sharded-training workload (bench_shard.go); "": the anchor's
 }
 
 // withDefaults fills in the anchor's step counts for s.model where the
@@ -125,6 +133,9 @@ func (s trainSpec) validate() error {
 	default:
 		errs = append(errs, fmt.Errorf("--transport %q: want auto, tcp or shm", s.transport))
 	}
+	if s.shard != "" {
+		errs = append(errs, s.validateShard())
+	}
 	return errors.Join(errs...)
 }
 
@@ -136,7 +147,7 @@ func (s trainSpec) workerArgs(result string) []string {
 		"--transport", s.transport, "--threads", strconv.Itoa(s.threads),
 		"--gomaxprocs", strconv.Itoa(s.gomaxprocs), "--steps", strconv.Itoa(s.steps),
 		"--warmup", strconv.Itoa(s.warmup), "--cpuprofile", s.cpuprofile,
-		"--worker", "--result", result}
+		"--shard", s.shard, "--worker", "--result", result}
 }
 
 // benchTrain runs `cohort bench train`.
@@ -166,7 +177,9 @@ func benchTrain(args []string) int {
 		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
 		return 1
 	}
-	if cmd.asJSON {
+	if s.shard != "" {
+		err = printShardReport(os.Stdout, s, r, cmd.asJSON)
+	} else if cmd.asJSON {
 		err = printTrainJSON(os.Stdout, s, r)
 	} else {
 		printTrain(os.Stdout, s, r)
@@ -208,6 +221,7 @@ func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code i
 	fs.IntVar(&s.steps, "steps", 0, "timed steps (0: the anchor's, 200 for mlp and cnn, 100 for gpt)")
 	fs.IntVar(&s.warmup, "warmup", -1, "untimed steps before timing (-1: the anchor's, 20 for mlp and cnn, 10 for gpt)")
 	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
+	fs.StringVar(&s.shard, "shard", "", "none, zero1, zero2 or fsdp: train the sharded-training workload (AdamW, clipping) under ddp or a sharded wrapper")
 	fs.BoolVar(&cmd.worker, "worker", false, "internal: run as one rank of the job")
 	fs.BoolVar(&cmd.asJSON, "json", false, "print the result as one JSON object instead of text")
 	fs.StringVar(&cmd.result, "result", "", "internal: where rank 0 writes its result")
@@ -334,6 +348,7 @@ type trainResult struct {
 	AllReduce  time.Duration // gpt: time in the gradient all-reduce
 	GOMAXPROCS int
 	Gemm       string
+	Shard      *shardResult // --shard: rank 0's sharded-training measurement
 }
 
 // trainWorker is one rank: it joins the job described by the environment
@@ -375,6 +390,9 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 	run := trainRun
 	if s.model == "gpt" {
 		run = gptTrainRun
+	}
+	if s.shard != "" {
+		run = shardWorkerRun
 	}
 	r, err := run(ctx, s, pg, profile)
 	if err != nil {

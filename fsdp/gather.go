@@ -1,0 +1,255 @@
+package fsdp
+
+// Gathering parameters just in time, for the forward pass and again for
+// the backward pass.
+//
+// A recorded autograd op keeps the tensors it read (a Linear keeps its
+// weight) until backward has run through it, and a tensor's storage
+// cannot be swapped out from under it. So the forward pass gathers every
+// unit into one of two reusable slot buffers (unit u into slot u%2): the
+// graph's closures point into the slots, never into memory of their own,
+// and the units of one parity overwrite each other's values during the
+// forward pass. Units.Run marks each unit's output with an identity op
+// ("fsdp.unit") whose backward runs before any of the unit's own backward
+// ops (they all consume its output); it gathers the unit's parameters back
+// into its slot (unless the slot still holds them: the last two units)
+// and starts gathering the next unit in backward order into the other
+// slot. When the unit's backward has finished with its slot, that slot is
+// overwritten by the unit after next. The same idea as activation
+// recomputation, except that only the parameters are re-materialised, so
+// no forward compute is repeated.
+
+import (
+	"context"
+	"fmt"
+	"slices"
+
+	"cohort/autograd"
+	"cohort/dist"
+	"cohort/tensor"
+	"cohort/zero"
+)
+
+// initGather sizes the slots and indexes parameters by unit.
+func (m *Model) initGather() {
+	m.unitOf = make([]int, len(m.params))
+	for i := range m.unitOf {
+		m.unitOf[i] = -1
+	}
+	for u, ids := range m.units {
+		for _, i := range ids {
+			m.unitOf[i] = u
+		}
+		if u < len(m.units)-1 {
+			b := m.plan.Buckets[m.bucketOfUnit(u)]
+			m.slotCap[u%2] = max(m.slotCap[u%2], b.End-b.Start)
+		}
+	}
+	m.slotUnit = [2]int{-1, -1}
+	m.ready = make([]int, len(m.units))
+}
+
+// gather starts all-gathering bucket k of the parameters into buf.
+func (m *Model) gather(ctx context.Context, k int, buf []float32) dist.Work {
+	at := m.plan.ShardOffset(k)
+	in := m.shardParam[at : at+m.plan.Buckets[k].Shard]
+	m.gatherBytes += 4 * int64(len(buf))
+	if m.world == 1 {
+		copy(buf, in)
+		return nil
+	}
+	return m.pg.AllGather(ctx, dist.F32(buf), dist.F32(slices.Clone(in)))
+}
+
+// startGather begins gathering unit u's parameters into its buffer, unless
+// the buffer holds them already (or they are on their way).
+func (m *Model) startGather(ctx context.Context, u int) error {
+	k := m.bucketOfUnit(u)
+	n := m.plan.Buckets[k].End - m.plan.Buckets[k].Start
+	if u == len(m.units)-1 {
+		if m.rootBuf == nil && n > 0 {
+			m.rootBuf = zero.AlignedFloats(n)
+			m.rootWork = m.gather(ctx, k, m.rootBuf)
+			m.account()
+		}
+		return nil
+	}
+	s := u % 2
+	if n == 0 || m.slotUnit[s] == u {
+		return nil
+	}
+	if err := m.waitSlot(s); err != nil {
+		return err
+	}
+	if m.slots[s] == nil {
+		m.slots[s] = zero.AlignedFloats(m.slotCap[s])
+		m.account()
+	}
+	m.slotUnit[s] = u
+	m.slotWork[s] = m.gather(ctx, k, m.slots[s][:n])
+	return nil
+}
+
+// waitSlot waits for the gather in flight into slot s, if any.
+func (m *Model) waitSlot(s int) error {
+	w := m.slotWork[s]
+	if w == nil {
+		return nil
+	}
+	m.slotWork[s] = nil
+	if err := w.Wait(); err != nil {
+		u := m.slotUnit[s]
+		m.slotUnit[s] = -1
+		return fmt.Errorf("fsdp: all-gather of unit %d's parameters: %w", u, err)
+	}
+	return nil
+}
+
+// hold gathers unit u (waiting for a prefetch) and points its parameters'
+// Values at the gathered values.
+func (m *Model) hold(ctx context.Context, u int) error {
+	if err := m.startGather(ctx, u); err != nil {
+		return err
+	}
+	var buf []float32
+	if u == len(m.units)-1 {
+		if w := m.rootWork; w != nil {
+			m.rootWork = nil
+			if err := w.Wait(); err != nil {
+				m.rootBuf = nil
+				return fmt.Errorf("fsdp: all-gather of the root unit's parameters: %w", err)
+			}
+		}
+		buf = m.rootBuf
+	} else {
+		if err := m.waitSlot(u % 2); err != nil {
+			return err
+		}
+		buf = m.slots[u%2]
+	}
+	b := m.plan.Buckets[m.bucketOfUnit(u)]
+	for _, i := range m.units[u] {
+		off := m.plan.Offset[i] - b.Start
+		m.params[i].Param.Value = tensor.FromSlice(buf[off:off+m.plan.Numel[i]], m.shapes[i]...)
+	}
+	return nil
+}
+
+// release points unit u's parameters back at their placeholders; the
+// gathered values stay in their buffer.
+func (m *Model) release(u int) {
+	for _, i := range m.units[u] {
+		m.params[i].Param.Value = m.placeholder[i]
+	}
+}
+
+// account records the gathered bytes held now in heldPeak.
+func (m *Model) account() {
+	held := 4 * int64(len(m.rootBuf)+len(m.slots[0])+len(m.slots[1]))
+	m.heldPeak = max(m.heldPeak, held)
+}
+
+// dropGathered releases every gathered buffer (waiting for any gather in
+// flight) and every parameter's values; the garbage collector frees the
+// buffers once no autograd graph refers to them.
+func (m *Model) dropGathered() {
+	if w := m.rootWork; w != nil {
+		_ = w.Wait() // an unused prefetch; its error resurfaces in the group
+	}
+	for s := range m.slots {
+		_ = m.waitSlot(s)
+	}
+	m.rootBuf, m.rootWork = nil, nil
+	m.slots, m.slotUnit = [2][]float32{}, [2]int{-1, -1}
+	for u := range m.units {
+		m.release(u)
+	}
+	m.inBack = false
+}
+
+// gradReady counts parameter i's gradient as final in this pass; when
+// every trainable parameter's is, the gathered buffers are dropped.
+func (m *Model) gradReady(i int) {
+	if u := m.unitOf[i]; u >= 0 {
+		m.ready[u]++
+		m.nReady++
+		if m.nReady == len(m.red.Tracked()) {
+			m.dropGathered()
+		}
+	}
+}
+
+// reenter is the backward of unit u's output marker: it gathers the unit's
+// parameters back (for the graph of Call number gen) and prefetches unit
+// u−1's. Errors go to hookErr (Backward reports them).
+func (m *Model) reenter(u, gen int) {
+	if gen != m.gen {
+		m.setHookErr(fmt.Errorf("fsdp: backward through unit %d of the graph of an earlier Call: finish each Call's backward pass before the next Call", u))
+		return
+	}
+	m.inBack = true
+	ctx := m.stepCtx()
+	if err := m.hold(ctx, u); err != nil {
+		m.setHookErr(err)
+		return
+	}
+	if !m.o.NoPrefetch && u > 0 {
+		if err := m.startGather(ctx, u-1); err != nil {
+			m.setHookErr(err)
+		}
+	}
+}
+
+func (m *Model) setHookErr(err error) {
+	if m.hookErr == nil {
+		m.hookErr = err
+	}
+}
+
+// Units runs the units of one forward pass; Call hands it to the forward
+// function.
+type Units struct {
+	m   *Model
+	ctx context.Context
+	err error
+}
+
+// Run runs f, the forward pass of unit u, on x with the unit's parameters
+// gathered (waiting for a prefetch, and prefetching unit u+1), and
+// releases them afterwards. Its output carries a marker whose backward
+// gathers the parameters again (see the package doc). f must read the
+// unit's parameters, in backward, only in ops that also take (a value
+// computed from) x, as layers do: an op on the parameters alone may pass
+// them through or change their gradient, but its backward must not read
+// their values (fsdp cannot check this). After an error Run returns x
+// unchanged and Call reports the error.
+func (us *Units) Run(u int, x *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var {
+	m := us.m
+	if us.err != nil {
+		return x
+	}
+	if u < 0 || u >= len(m.units)-1 {
+		us.err = fmt.Errorf("fsdp: Run: unit %d of %d", u, len(m.units)-1)
+		return x
+	}
+	if err := m.hold(us.ctx, u); err != nil {
+		us.err = err
+		return x
+	}
+	if !m.o.NoPrefetch && u+1 < len(m.units)-1 {
+		if err := m.startGather(us.ctx, u+1); err != nil {
+			us.err = err
+			return x
+		}
+	}
+	y := f(x)
+	m.release(u)
+	if !y.RequiresGrad() || len(m.units[u]) == 0 {
+		return y
+	}
+	gen := m.gen
+	return autograd.Record("fsdp.unit", y.Value, []*autograd.Var{y}, func(g *tensor.Tensor) []*tensor.Tensor {
+		m.reenter(u, gen)
+		return []*tensor.Tensor{g}
+	})
+}
