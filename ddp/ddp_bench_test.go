@@ -155,6 +155,7 @@ func BenchmarkWorld2(b *testing.B) {
 			{"copy", Options{}},
 			{"view", Options{GradientAsBucketView: true}},
 			{"view/first-cap=64KiB", Options{GradientAsBucketView: true, FirstBucketCapBytes: 64 << 10}},
+			{"view/verify-every=1", Options{GradientAsBucketView: true, VerifyEvery: 1}}, // the divergence guard's cost per check
 		} {
 			b.Run(fmt.Sprintf("%s/%s", nt.name, cfg.name), func(b *testing.B) {
 				ctx := context.Background()
@@ -236,9 +237,57 @@ func BenchmarkWorld2(b *testing.B) {
 				b.ReportMetric(float64(world*batch*n)/time.Since(start).Seconds(), "samples/s")
 				st := ranks[0].m.Stats()
 				b.ReportMetric(st.HiddenFraction(), "hidden-frac")
-				b.ReportMetric(float64(st.Comm.Microseconds())/float64(max(st.Steps, 1)), "comm-µs/step")
+				b.ReportMetric(float64(st.Busy.Microseconds())/float64(max(st.Steps, 1)), "busy-µs/step")
 				b.ReportMetric(float64(st.Exposed.Microseconds())/float64(max(st.Steps, 1)), "exposed-µs/step")
 			})
 		}
 	}
+}
+
+// BenchmarkVerifyReplicas measures one check of the divergence guard
+// (Options.VerifyEvery) on the MNIST MLP (1.86 M parameters in 6 tensors)
+// at world 2 over the in-process transport: both ranks hash their
+// parameters and all-gather the hashes. Compare µs/check with the step
+// time of BenchmarkWorld2/mlp/view to price a period N: the guard costs
+// µs/check / N per step.
+func BenchmarkVerifyReplicas(b *testing.B) {
+	const world = 2
+	ctx := context.Background()
+	mesh := inproc.NewMesh(world)
+	ms := make([]*Model, world)
+	errc := make(chan error, world)
+	for r := range world {
+		pg, err := dist.New(mesh[r], dist.GroupOptions{})
+		if err != nil {
+			b.Fatal(err)
+		}
+		defer pg.Close()
+		go func() {
+			m, err := Wrap(ctx, models.MLP(rand.New(rand.NewPCG(uint64(r), 0))), pg, Options{})
+			ms[r] = m
+			errc <- err
+		}()
+	}
+	for range world {
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+	}
+	var paramBytes int64
+	for _, np := range ms[0].params {
+		paramBytes += int64(np.Param.Value.Len()) * 4
+	}
+	b.SetBytes(paramBytes)
+	start, n := time.Now(), 0
+	for b.Loop() {
+		go func() { errc <- ms[1].VerifyReplicas(ctx) }()
+		if err := ms[0].VerifyReplicas(ctx); err != nil {
+			b.Fatal(err)
+		}
+		if err := <-errc; err != nil {
+			b.Fatal(err)
+		}
+		n++
+	}
+	b.ReportMetric(float64(time.Since(start).Microseconds())/float64(max(n, 1)), "µs/check")
 }

@@ -88,16 +88,30 @@
 // early: they shadow the collectives of the ranks still training, with
 // zero gradients, until every rank has joined.
 //
-// # Statistics
+// # Statistics and tracing
 //
-// Stats reports the time spent in forward and backward, the time the
-// gradient communication took, and how much of it was hidden behind
-// backward.
+// Stats reports the time spent in forward and backward and, kept apart,
+// the gradient communication's busy time (the union of the buckets'
+// launch-to-done intervals; gaps between buckets are not counted), the
+// part of it hidden behind backward, and the exposed time: what waiting
+// for and finishing the reductions added to the step after autograd
+// returned. Options.Span traces the same events as spans (one per bucket's
+// all-reduce, one for the exposed wait) without ddp depending on a tracer:
+// obs/trace's Tracer.Begin(track, name).End fits it.
 //
-// # Replica check
+// # Replica check and divergence guard
 //
 // VerifyReplicas compares a hash of every parameter across the ranks and
 // names the first rank and parameter that diverged from rank 0.
+// Options.VerifyEvery runs it before every N-th synchronised step and
+// stops the job (Forward returns the error on every rank). Its cost per
+// check is one read of the parameters and an all-gather of 8 bytes per
+// parameter tensor per rank. For the MNIST MLP (1.86 M parameters in 6
+// tensors) at world 2, BenchmarkVerifyReplicas measured 2.5–11 ms per
+// check (median 5.2 ms) on a shared 2-core machine at load 19, where a
+// training step (BenchmarkWorld2/mlp/view) took 140–245 ms: about 3 % of
+// one step per check, so VerifyEvery 100 costs about 0.03 % of training.
+// The hash reads 3–4 GB/s on one core (BenchmarkHashFloats).
 //
 // # Differences from PyTorch 1.13
 //

@@ -58,6 +58,15 @@ type Model struct {
 
 	stats Stats
 	cur   stepTimes
+	ivs   []interval // recordStep's scratch
+
+	// Tracing (Options.Span): the name of each bucket's span, and the
+	// closers of the spans open in this step.
+	spanNames []string
+	spanEnds  []func()
+	// verifiedAt is the step the divergence guard (VerifyEvery) last
+	// checked; 0: none yet.
+	verifiedAt int64
 }
 
 var _ nn.Module = (*Model)(nil)
@@ -201,7 +210,8 @@ func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, er
 // gradient reduction of the backward pass that follows. Before a
 // synchronised forward it broadcasts rank 0's buffers (unless
 // Options.NoBroadcastBuffers); inside Join it first takes part in the
-// join round. It blocks on those collectives.
+// join round; every Options.VerifyEvery steps it first runs
+// VerifyReplicas and returns its error. It blocks on those collectives.
 //
 // The backward pass may run through Backward, or through plain
 // autograd.Backward: when every trainable parameter receives a gradient,
@@ -225,6 +235,12 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 		var err error
 		if r, err = m.round(ctx, state); err != nil {
 			return nil, err
+		}
+	}
+	if n := int64(m.o.VerifyEvery); n > 0 && r.syncing && m.join == nil && m.step > 0 && m.step%n == 0 && m.verifiedAt != m.step {
+		m.verifiedAt = m.step
+		if err := m.VerifyReplicas(ctx); err != nil {
+			return nil, fmt.Errorf("ddp: Forward: divergence guard (Options.VerifyEvery %d) after step %d: %w", n, m.step, err)
 		}
 	}
 	t0 := time.Now()

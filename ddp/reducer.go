@@ -53,6 +53,13 @@ func (m *Model) setPlan(order []int) ([][]int, error) {
 		buckets[k] = bs
 	}
 	m.plan, m.flat, m.buckets, m.views = plan, flat, buckets, views
+	if m.o.Span != nil {
+		m.spanNames = make([]string, len(buckets))
+		for k := range buckets {
+			m.spanNames[k] = fmt.Sprintf("all_reduce bucket %d", k)
+		}
+		m.spanEnds = make([]func(), len(buckets))
+	}
 	return members, nil
 }
 
@@ -143,9 +150,30 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	if ctx == nil {
 		ctx = context.Background()
 	}
+	if m.o.Span != nil {
+		m.spanEnds[k] = m.o.Span(trackComm, m.spanNames[k])
+	}
 	bs.red = m.o.Hook.Start(ctx, m.pg, &bs.b)
 	return bs.red
 }
+
+// Seen implements reducer.Observer: bucket k's communication is done, so
+// its span closes.
+func (io *reducerIO) Seen(k int) {
+	m := (*Model)(io)
+	if k < len(m.spanEnds) {
+		if end := m.spanEnds[k]; end != nil {
+			m.spanEnds[k] = nil
+			end()
+		}
+	}
+}
+
+// Tracks of Options.Span, as package obs/trace names them.
+const (
+	trackCompute = "compute"
+	trackComm    = "comm"
+)
 
 // Agree implements reducer.IO: the lowest active rank's gradient order,
 // broadcast so every rank uses the same plan.
@@ -203,6 +231,9 @@ func (m *Model) finishStep(ctx context.Context) error {
 	prev := m.ctx
 	m.ctx = ctx
 	defer func() { m.ctx = prev }()
+	if m.o.Span != nil && !m.shadow {
+		defer m.o.Span(trackCompute, "wait for gradients")()
+	}
 	m.red.Poll(m.cur.backwardEnd)
 	unusedIdx, takeErr, firstErr := m.red.Finish()
 	var unused []string

@@ -64,7 +64,7 @@ func TestStats(t *testing.T) {
 		if s.Bytes != steps*gradBytes {
 			t.Fatalf("rank %d: %d bytes reduced, want %d", r, s.Bytes, steps*gradBytes)
 		}
-		if s.Forward <= 0 || s.Backward <= 0 || s.Comm <= 0 || s.Exposed < 0 || s.Hidden < 0 || s.Hidden > s.Comm {
+		if s.Forward <= 0 || s.Backward <= 0 || s.Busy <= 0 || s.Comm != s.Busy || s.Exposed < 0 || s.Hidden < 0 || s.Hidden > s.Busy {
 			t.Fatalf("rank %d: implausible stats %+v", r, s)
 		}
 		if f := s.HiddenFraction(); f < 0 || f > 1 {

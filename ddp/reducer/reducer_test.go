@@ -229,3 +229,60 @@ func TestNewRejectsBadLayouts(t *testing.T) {
 		t.Fatal("nil IO accepted")
 	}
 }
+
+// observerIO is a fakeIO that is also an Observer and whose handles the
+// test completes by hand.
+type observerIO struct {
+	fakeIO
+	handles []*fakeHandle
+	seen    []int
+}
+
+func (io *observerIO) Start(k int) Handle {
+	h := io.fakeIO.Start(k).(*fakeHandle)
+	io.handles = append(io.handles, h)
+	return h
+}
+
+func (io *observerIO) Seen(k int) { io.seen = append(io.seen, k) }
+
+// TestObserverSeesEachBucketOnce checks that an Observer IO hears of every
+// started bucket exactly once per step, when a poll (a later Ready, or
+// Finish before each bucket) first sees it complete, and that Times
+// agrees.
+func TestObserverSeesEachBucketOnce(t *testing.T) {
+	io := &observerIO{fakeIO: fakeIO{log: &strings.Builder{}, per: 1}}
+	r, err := New(4, chunk([]int{3, 2, 1, 0}, 1), io, true)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for step := range 2 {
+		io.handles, io.seen = nil, nil
+		r.Arm(true, false)
+		ready := func(i int) {
+			if err := r.Ready(i); err != nil {
+				t.Fatal(err)
+			}
+		}
+		ready(3) // starts bucket 0
+		close(io.handles[0].done)
+		ready(2) // sees bucket 0 done, starts bucket 1
+		if want := []int{0}; fmt.Sprint(io.seen) != fmt.Sprint(want) {
+			t.Fatalf("step %d: seen %v after bucket 0 completed, want %v", step, io.seen, want)
+		}
+		ready(1)
+		ready(0) // buckets 2 and 3 started
+		close(io.handles[2].done)
+		if _, _, err := r.Finish(); err != nil {
+			t.Fatal(err)
+		}
+		if want := []int{0, 2, 1, 3}; fmt.Sprint(io.seen) != fmt.Sprint(want) {
+			t.Fatalf("step %d: seen %v, want %v (bucket 2 seen by the poll before bucket 0 finishes)", step, io.seen, want)
+		}
+		for k := range 4 {
+			if launched, done := r.Times(k); launched.IsZero() || done.Before(launched) {
+				t.Fatalf("step %d: bucket %d times %v, %v", step, k, launched, done)
+			}
+		}
+	}
+}

@@ -28,6 +28,19 @@
 // shrunk to end with the new number of steps. Under a launcher rank 0
 // writes the replicated weights and optimizer state, and every rank its
 // own data position; DIR must be on a file system all ranks see.
+//
+// Watching it (package obs): rank 0 shows a progress line (step, epoch,
+// loss, samples/s, ETA), redrawn on a terminal and printed every 10 s
+// otherwise (COHORT_PROGRESS=off silences it). COHORT_TRACE=DIR writes
+// each rank's timeline to DIR/rank-N.json: spans for loading the batch,
+// forward, backward, each gradient bucket's all-reduce, the wait for the
+// gradients and the optimizer step; `cohort trace merge DIR` puts the
+// ranks on one timeline for Perfetto. COHORT_DASHBOARD=host:port (or
+// `cohort run --dashboard`) serves the live run page and /metrics from
+// rank 0, with each step's time split into compute, exposed communication
+// and data wait. -verify-every N checks every N steps that the replicas
+// are equal and stops the job naming the rank and parameter that
+// diverged.
 package main
 
 import (
@@ -40,6 +53,7 @@ import (
 	"math/rand/v2"
 	"os"
 	"os/signal"
+	"slices"
 	"syscall"
 	"time"
 
@@ -50,6 +64,7 @@ import (
 	"cohort/dist"
 	"cohort/models"
 	"cohort/nn"
+	"cohort/obs"
 	"cohort/optim"
 )
 
@@ -66,10 +81,14 @@ type config struct {
 	ckptEvery int    // steps between checkpoints
 	ckptKeep  int    // checkpoints kept
 
+	verifyEvery int                     // the divergence guard's period in steps (ddp.Options.VerifyEvery), 0: off
+	getenv      func(key string) string // the environment obs reads (COHORT_TRACE, COHORT_DASHBOARD, …); nil: none
+
 	stopAfter int                              // tests: return after this many steps in all (a crash), 0: never
 	testLimit int                              // tests: evaluate on the first N test images only, 0: all
 	sets      *[2]*datasets.MNIST              // tests: the train and test sets, loaded once
 	seen      func(rank, epoch int, idx []int) // tests: called with each batch's samples
+	stepSeen  func(rank int, s obs.Step)       // tests: called with each step's report
 }
 
 func main() {
@@ -86,7 +105,9 @@ func main() {
 	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "how many checkpoints to keep (0: all)")
+	flag.IntVar(&c.verifyEvery, "verify-every", 0, "check every N steps that all ranks' parameters are equal, stopping the job naming the rank and parameter that diverged (0: never)")
 	flag.Parse()
+	c.getenv = os.Getenv
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c, os.Stdout)
 	stop()
@@ -100,6 +121,9 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	if c.getenv == nil {
+		c.getenv = os.Getenv
+	}
 	// The job's process group: the launcher's world, or a world of one.
 	pg, err := dist.InitFromEnv(ctx)
 	if err != nil {
@@ -112,6 +136,9 @@ func run(ctx context.Context, c config, out io.Writer) error {
 func (c config) validate() error {
 	if c.epochs < 1 || c.batch < 1 || c.lr <= 0 || c.limit < 0 {
 		return fmt.Errorf("-epochs %d, -batch %d, -lr %g, -limit %d: want positive values (limit may be 0)", c.epochs, c.batch, c.lr, c.limit)
+	}
+	if c.verifyEvery < 0 {
+		return fmt.Errorf("-verify-every %d: want a number of steps, or 0 for never", c.verifyEvery)
 	}
 	if c.ckptDir != "" && (c.ckptEvery < 1 || c.ckptKeep < 0) {
 		return fmt.Errorf("-checkpoint-every %d, -checkpoint-keep %d: want a positive interval and a count ≥ 0", c.ckptEvery, c.ckptKeep)
@@ -181,19 +208,7 @@ func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) e
 		}
 	}
 
-	// Wrap copies rank 0's initial parameters to every rank; gradients
-	// become views into the buckets that are all-reduced.
-	m, err := ddp.Wrap(ctx, model, pg, ddp.Options{GradientAsBucketView: true})
-	if err != nil {
-		return err
-	}
-	defer m.Close()
-
 	lr := c.lr * math.Sqrt(float64(c.batch*world)/64)
-	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
-	if err != nil {
-		return err
-	}
 	sampler, err := data.NewDistributedSampler(trainSet.Len(), world, rank, true, c.seed, false)
 	if err != nil {
 		return err
@@ -226,6 +241,34 @@ func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) e
 			}
 			tmax = step + stepsFor(len(share)) + (c.epochs-pos.Epoch-1)*perEpoch
 		}
+	}
+
+	// Watching the run: rank 0's progress bar, the run page
+	// (COHORT_DASHBOARD), this rank's timeline (COHORT_TRACE).
+	getenv := c.getenv
+	if getenv == nil {
+		getenv = func(string) string { return "" }
+	}
+	ob, err := obs.Start(ctx, obs.FromEnv(getenv, obs.Options{Name: "mnist " + c.model, Rank: rank, WorldSize: world, TotalSteps: tmax, Progress: out}))
+	if err != nil {
+		return err
+	}
+	defer ob.Close()
+
+	// Wrap copies rank 0's initial parameters to every rank; gradients
+	// become views into the buckets that are all-reduced.
+	o := ddp.Options{GradientAsBucketView: true, VerifyEvery: c.verifyEvery}
+	if tr := ob.Tracer(); tr != nil {
+		o.Span = func(track, name string) func() { return tr.Begin(track, name).End }
+	}
+	m, err := ddp.Wrap(ctx, model, pg, o)
+	if err != nil {
+		return err
+	}
+	defer m.Close()
+	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
+	if err != nil {
+		return err
 	}
 	sched, err := optim.NewScheduler(opt, optim.CosineAnnealingLR{TMax: max(tmax, 1)})
 	if err != nil {
@@ -264,6 +307,13 @@ func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) e
 		_, err = checkpoint.Save(ctx, c.ckptDir, g, s, checkpoint.Options{Keep: c.ckptKeep})
 		return err
 	}
+	var stepTimes []time.Duration // this epoch's, for the median
+	stepSeen := func(s obs.Step) {
+		stepTimes = append(stepTimes, s.Duration)
+		if c.stepSeen != nil {
+			c.stepSeen(rank, s)
+		}
+	}
 	for pos.Epoch < c.epochs {
 		epoch := pos.Epoch
 		share, err := pos.share(trainSet.Len(), c.seed, rank)
@@ -295,15 +345,21 @@ func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) e
 			continue
 		}
 		start := time.Now()
-		loss, err := trainEpoch(ctx, m, opt, sched, trainSet, order, c.batch, shape, afterStep)
+		stepTimes = stepTimes[:0]
+		loss, err := trainEpoch(ctx, m, opt, sched, trainSet, order, c.batch, shape, watch{run: ob, epoch: epoch, step: step, seen: stepSeen}, afterStep)
 		if err != nil {
 			return fmt.Errorf("epoch %d: %w", epoch+1, err)
 		}
 		secs := time.Since(start).Seconds()
-		fmt.Fprintf(out, "epoch %d: train loss %.4f, %.1f s (%.0f samples/s on this rank)", epoch+1, loss, secs, float64(len(order))/secs)
+		slices.Sort(stepTimes)
+		fmt.Fprintf(out, "epoch %d: train loss %.4f, %.1f s (%.0f samples/s on this rank, median step %v)",
+			epoch+1, loss, secs, float64(len(order))/secs, stepTimes[len(stepTimes)/2].Round(time.Microsecond))
 		if st := m.Stats(); world > 1 {
-			fmt.Fprintf(out, ", gradient all-reduce %v per step, %.0f%% of it hidden behind backward",
-				(st.Comm / time.Duration(max(st.Steps, 1))).Round(time.Microsecond), 100*st.HiddenFraction())
+			per := func(d time.Duration) time.Duration {
+				return (d / time.Duration(max(st.Steps, 1))).Round(time.Microsecond)
+			}
+			fmt.Fprintf(out, ", gradient all-reduce busy %v per step (%.0f%% of it behind backward), exposed %v per step",
+				per(st.Busy), 100*st.HiddenFraction(), per(st.Exposed))
 		}
 		fmt.Fprintln(out)
 		m.ResetStats()

@@ -70,7 +70,7 @@ func TestTrainLearns(t *testing.T) {
 				t.Fatal(err)
 			}
 			order := rand.New(rand.NewPCG(2, 0)).Perm(train.Len())[:9600]
-			loss, err := trainEpoch(ctx, m, opt, sched, train, order, 64, tc.shape, nil)
+			loss, err := trainEpoch(ctx, m, opt, sched, train, order, 64, tc.shape, watch{}, nil)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -96,8 +96,10 @@ const workerDirEnv = "COHORT_MNIST_TEST_DIR"
 
 // TestDistributed runs the program as two real processes under the
 // launcher (this test binary, re-executed as the ranks) on a slice of
-// MNIST: both ranks train on their own half, rank 0 reports the accuracy,
-// both take part in checkpoints and rank 0 saves the weights.
+// MNIST: both ranks train on their own half, rank 0 reports the accuracy
+// and shows progress, both take part in checkpoints and rank 0 saves the
+// weights. With COHORT_TRACE set, the ranks' merged timeline shows the
+// first bucket's all-reduce overlapping backward in every step.
 func TestDistributed(t *testing.T) {
 	cfg := config{model: "mlp", epochs: 2, batch: 32, lr: 0.05, seed: 3, limit: 2560}
 	if d := os.Getenv(workerDirEnv); d != "" {
@@ -124,7 +126,7 @@ func TestDistributed(t *testing.T) {
 		NProcPerNode: 2,
 		Program:      os.Args[0],
 		Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
-		Env:          append(os.Environ(), workerEnv+"=1", workerDirEnv+"="+dir),
+		Env:          append(os.Environ(), workerEnv+"=1", workerDirEnv+"="+dir, "COHORT_TRACE="+filepath.Join(dir, "trace"), "COHORT_PROGRESS=on"),
 		Stdout:       &stdout,
 		Stderr:       &stderr,
 	})
@@ -136,6 +138,7 @@ func TestDistributed(t *testing.T) {
 	for _, want := range []string{
 		"[rank 0] mlp on 2 rank(s), batch 32 per rank, peak lr 0.0500, 80 steps", // 2560/2 samples, 40 batches, 2 epochs
 		"[rank 0] epoch 2: ", "[rank 1] epoch 2: ",
+		"[rank 0] step 1/80 (1%) epoch 1 loss ", "[rank 0] step 80/80 (100%) epoch 2 loss ", // the progress lines
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q", want)
@@ -144,6 +147,10 @@ func TestDistributed(t *testing.T) {
 	if strings.Contains(out, "[rank 1] test accuracy") {
 		t.Errorf("rank 1 evaluated: only rank 0 should")
 	}
+	if strings.Contains(out, "[rank 1] step ") {
+		t.Errorf("rank 1 printed progress: only rank 0 should")
+	}
+	checkTraceOverlap(t, filepath.Join(dir, "trace"), 2, 80)
 	m := regexp.MustCompile(`\[rank 0\] test accuracy: (0\.\d{4})`).FindStringSubmatch(out)
 	if m == nil {
 		t.Fatal("rank 0 printed no test accuracy")

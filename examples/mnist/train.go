@@ -2,37 +2,82 @@ package main
 
 import (
 	"context"
+	"time"
 
 	"cohort/autograd"
 	"cohort/datasets"
 	"cohort/ddp"
 	"cohort/nn"
+	"cohort/obs"
+	"cohort/obs/trace"
 	"cohort/optim"
 	"cohort/tensor"
 )
 
+// watch is where trainEpoch reports its steps: the run being observed
+// (progress bar, run page, trace; nil: nowhere) and where the epoch sits in
+// the job.
+type watch struct {
+	run   *obs.Run
+	epoch int            // 0-based
+	step  int            // steps done before this epoch
+	seen  func(obs.Step) // tests: called with each step's report too
+}
+
 // trainEpoch runs one synchronised SGD step per batch of order and returns
 // this rank's mean loss. afterStep, when not nil, runs after every step
 // with the batch's sample indices (checkpoints); its error ends the epoch.
-func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, afterStep func(idx []int) error) (float64, error) {
+//
+// Each step is traced (when w.run traces) as spans on obs/trace's tracks:
+// "batch" on data, "forward", "backward" and "optimizer" on compute, and,
+// from ddp's Options.Span, each bucket's all-reduce on comm. It is then
+// reported to w.run with its time split into data wait, exposed
+// communication (ddp.Stats.Exposed, what the all-reduce added to the step)
+// and compute (the rest).
+func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, w watch, afterStep func(idx []int) error) (float64, error) {
+	tr := w.run.Tracer()
 	var b batchBuf
 	var sum float64
 	steps := 0
 	for lo := 0; lo < len(order); lo += batch {
+		t0 := time.Now()
+		stepSpan := tr.Begin(trace.Step, "step")
 		idx := order[lo:min(lo+batch, len(order))]
+		sp := tr.Begin(trace.Data, "batch")
 		x, y := b.fill(ds, idx, shape)
+		sp.End()
+		dataWait := time.Since(t0)
+		before := m.Stats()
+
+		sp = tr.Begin(trace.Compute, "forward")
 		out, err := m.Forward(ctx, x)
 		if err != nil {
 			return 0, err
 		}
 		loss := nn.CrossEntropy(out, y)
+		sp.End()
+		sp = tr.Begin(trace.Compute, "backward")
 		if err := m.Backward(ctx, loss); err != nil { // gradients are now the average over the ranks
 			return 0, err
 		}
+		sp.End()
+		sp = tr.Begin(trace.Compute, "optimizer")
 		opt.Step()
 		opt.ZeroGrad()
 		sched.Step()
-		sum += float64(loss.Value.Item())
+		sp.End()
+		l := float64(loss.Value.Item())
+		sum += l
+		stepSpan.End()
+
+		d, after := time.Since(t0), m.Stats()
+		exposed := after.Exposed - before.Exposed
+		rep := obs.Step{Step: w.step + steps, Epoch: w.epoch + 1, Loss: l, Samples: len(idx),
+			Duration: d, DataWait: dataWait, Comm: exposed, Compute: d - dataWait - exposed, Bytes: after.Bytes - before.Bytes}
+		w.run.Step(rep)
+		if w.seen != nil {
+			w.seen(rep)
+		}
 		steps++
 		if afterStep != nil {
 			if err := afterStep(idx); err != nil {
