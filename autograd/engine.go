@@ -129,6 +129,9 @@ func (s *sink) add(i int, g *tensor.Tensor, owned bool) {
 		n.grad, n.owned = g, owned
 	case n.owned:
 		tensor.AddScaled(n.grad, 1, g)
+	case owned && g.IsContiguous():
+		tensor.AddScaled(g, 1, n.grad) // keep the fresh tensor instead of allocating a third
+		n.grad, n.owned = g, true
 	default:
 		n.grad, n.owned = tensor.Add(n.grad, g), true
 	}

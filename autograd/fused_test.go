@@ -15,25 +15,46 @@ func TestFusedOps(t *testing.T) {
 		shapes [][]int
 		fused  func(v []*Var) *Var
 		plain  func(v []*Var) *Var
+		tol    float32 // on values (relative to 1+|want|); gradients get max(tol, 1e-6)
 	}{
 		{"conv2d_relu", [][]int{{3, 2, 7, 6}, {4, 2, 3, 3}, {4}},
 			func(v []*Var) *Var { return Conv2dReLU(v[0], v[1], v[2], 1, 1) },
-			func(v []*Var) *Var { return ReLU(Conv2d(v[0], v[1], v[2], 1, 1)) }},
+			func(v []*Var) *Var { return ReLU(Conv2d(v[0], v[1], v[2], 1, 1)) }, 0},
 		{"conv2d_relu_stride2_nobias", [][]int{{2, 3, 9, 8}, {2, 3, 3, 3}},
 			func(v []*Var) *Var { return Conv2dReLU(v[0], v[1], nil, 2, 0) },
-			func(v []*Var) *Var { return ReLU(Conv2d(v[0], v[1], nil, 2, 0)) }},
+			func(v []*Var) *Var { return ReLU(Conv2d(v[0], v[1], nil, 2, 0)) }, 0},
 		{"conv2d_relu_maxpool2d", [][]int{{3, 1, 12, 12}, {3, 1, 5, 5}, {3}},
 			func(v []*Var) *Var { return Conv2dReLUMaxPool2d(v[0], v[1], v[2], 1, 2, 2) },
-			func(v []*Var) *Var { return MaxPool2d(ReLU(Conv2d(v[0], v[1], v[2], 1, 2)), 2, 2, 0) }},
+			func(v []*Var) *Var { return MaxPool2d(ReLU(Conv2d(v[0], v[1], v[2], 1, 2)), 2, 2, 0) }, 0},
 		{"conv2d_relu_maxpool3_odd", [][]int{{2, 2, 11, 10}, {3, 2, 2, 2}, {3}},
 			func(v []*Var) *Var { return Conv2dReLUMaxPool2d(v[0], v[1], v[2], 1, 0, 3) },
-			func(v []*Var) *Var { return MaxPool2d(ReLU(Conv2d(v[0], v[1], v[2], 1, 0)), 3, 3, 0) }},
+			func(v []*Var) *Var { return MaxPool2d(ReLU(Conv2d(v[0], v[1], v[2], 1, 0)), 3, 3, 0) }, 0},
 		{"linear_relu", [][]int{{5, 7}, {6, 7}, {6}},
 			func(v []*Var) *Var { return LinearReLU(v[0], v[1], v[2]) },
-			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], v[2])) }},
+			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], v[2])) }, 0},
 		{"linear_relu_3d_nobias", [][]int{{2, 3, 4}, {5, 4}},
 			func(v []*Var) *Var { return LinearReLU(v[0], v[1], nil) },
-			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], nil)) }},
+			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], nil)) }, 0},
+		{"linear_gelu_tanh", [][]int{{5, 7}, {9, 7}, {9}},
+			func(v []*Var) *Var { return LinearGELUTanh(v[0], v[1], v[2]) },
+			func(v []*Var) *Var { return GELUTanh(Linear(v[0], v[1], v[2])) }, 0},
+		{"linear_gelu_tanh_3d_nobias", [][]int{{2, 3, 8}, {16, 8}},
+			func(v []*Var) *Var { return LinearGELUTanh(v[0], v[1], nil) },
+			func(v []*Var) *Var { return GELUTanh(Linear(v[0], v[1], nil)) }, 0},
+		// r + b is added before the product rather than after: float32
+		// rounding differs.
+		{"add_linear", [][]int{{2, 3, 6}, {4, 6}, {4}, {2, 3, 4}},
+			func(v []*Var) *Var { return AddLinear(v[3], v[0], v[1], v[2]) },
+			func(v []*Var) *Var { return Add(v[3], Linear(v[0], v[1], v[2])) }, 1e-6},
+		{"add_linear_nobias", [][]int{{5, 6}, {4, 6}, {5, 4}},
+			func(v []*Var) *Var { return AddLinear(v[2], v[0], v[1], nil) },
+			func(v []*Var) *Var { return Add(v[2], Linear(v[0], v[1], nil)) }, 1e-6},
+		{"attention_qkv_causal", [][]int{{2, 9, 3 * 8}},
+			func(v []*Var) *Var { return AttentionQKV(v[0], 2, true) },
+			func(v []*Var) *Var { return splitAttention(v[0], 2, true) }, 1e-5},
+		{"attention_qkv_full_one_head", [][]int{{3, 5, 3 * 4}},
+			func(v []*Var) *Var { return AttentionQKV(v[0], 1, false) },
+			func(v []*Var) *Var { return splitAttention(v[0], 1, false) }, 1e-5},
 	}
 	for ci, c := range cases {
 		for _, accumulate := range []bool{false, true} {
@@ -70,9 +91,9 @@ func TestFusedOps(t *testing.T) {
 				dout := randn(rng, want.Shape()...)
 				want, wantGrads := run(c.plain, dout)
 				got, gotGrads := run(c.fused, dout)
-				assertSame(t, "value", got, want, 0)
+				assertSame(t, "value", got, want, c.tol)
 				for i := range gotGrads {
-					assertSame(t, "grad "+string(rune('0'+i)), gotGrads[i], wantGrads[i], 1e-6)
+					assertSame(t, "grad "+string(rune('0'+i)), gotGrads[i], wantGrads[i], max(c.tol, 1e-6))
 				}
 			})
 		}
@@ -94,4 +115,14 @@ func assertSame(t *testing.T, what string, got, want *tensor.Tensor, tol float32
 			t.Fatalf("%s[%d] = %g, want %g", what, i, g[i], w[i])
 		}
 	}
+}
+
+// splitAttention is AttentionQKV composed of plain ops: split qkv [B, T,
+// 3d] into heads, Attention, concatenate the heads.
+func splitAttention(qkv *Var, nHead int, causal bool) *Var {
+	s := qkv.Value.Shape()
+	B, T, d := s[0], s[1], s[2]/3
+	heads := Permute(Reshape(qkv, B, T, 3, nHead, d/nHead), 2, 0, 3, 1, 4)
+	y := Attention(Select(heads, 0, 0), Select(heads, 0, 1), Select(heads, 0, 2), causal)
+	return Reshape(Permute(y, 0, 2, 1, 3), B, T, d)
 }

@@ -220,27 +220,13 @@ func GELU(x *Var) *Var {
 	})
 }
 
-// GELUTanh returns the tanh approximation 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))).
-// The tanh is kept from the forward pass for the gradient.
+// GELUTanh returns the tanh approximation 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))),
+// vectorised (error bound in tensor's fused kernels). The gradient is
+// recomputed from x; nothing else is kept.
 func GELUTanh(x *Var) *Var {
-	const k = 0.7978845608028654 // √(2/π)
-	xd := x.Value.Contiguous().Data()
-	y := tensor.New(x.Value.Shape()...)
-	th := make([]float32, len(xd))
-	yd := y.Data()
-	for i, v := range xd {
-		x := float64(v)
-		t := math.Tanh(k * (x + 0.044715*x*x*x))
-		th[i] = float32(t)
-		yd[i] = float32(0.5 * x * (1 + t))
-	}
-	return unaryOp("GELUTanh", x, y, func(dx, g, xd, _ []float32) {
-		for i, v := range xd {
-			x := float64(v)
-			t := float64(th[i])
-			d := 0.5*(1+t) + 0.5*x*(1-t*t)*k*(1+3*0.044715*x*x)
-			dx[i] = g[i] * float32(d)
-		}
+	xv := x.Value
+	return record("GELUTanh", tensor.GELUTanh(xv), []*Var{x}, func(g *tensor.Tensor, s *sink) {
+		s.add(0, tensor.GELUTanhBackward(g, xv), true)
 	})
 }
 

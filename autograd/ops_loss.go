@@ -46,7 +46,8 @@ type CrossEntropyOptions struct {
 
 // CrossEntropy returns the cross-entropy between softmax(logits) and the
 // class targets, for logits [N, C] and len(target) == N, as one fused op
-// (log-softmax and the loss in one pass; the gradient is softmax − target).
+// (vectorised softmax rows with their log-sum-exp, then the loss; the
+// gradient, softmax − target, is written over the kept probabilities).
 // A target outside [0, C) that is not ignored panics, naming it and its
 // position. With ReduceMean and every sample ignored the result is NaN, as
 // in PyTorch.
@@ -60,10 +61,12 @@ func CrossEntropy(logits *Var, target []int64, o CrossEntropyOptions) *Var {
 	}
 	N, C := lv.Dim(0), lv.Dim(1)
 	eps := o.LabelSmoothing
-	x := lv.Contiguous().Data()
-	// prob holds softmax(logits), reused by the backward pass.
+	lc := lv.Contiguous()
+	x := lc.Data()
+	// prob holds softmax(logits) (vectorised exp, float32 sums), reused by
+	// the backward pass, which overwrites it with the gradient.
 	prob := tensor.New(N, C)
-	pd := prob.Data()
+	lse := tensor.SoftmaxRows(prob, lc)
 	losses := make([]float64, N)
 	count := 0
 	for i := 0; i < N; i++ {
@@ -76,26 +79,16 @@ func CrossEntropy(logits *Var, target []int64, o CrossEntropyOptions) *Var {
 		}
 		count++
 		row := x[i*C : (i+1)*C]
-		m := math.Inf(-1)
-		for _, v := range row {
-			m = math.Max(m, float64(v))
-		}
-		var z, sumLogit float64
-		for j, v := range row {
-			e := math.Exp(float64(v) - m)
-			pd[i*C+j] = float32(e)
-			z += e
-			sumLogit += float64(v)
-		}
-		lse := m + math.Log(z)
-		inv := 1 / z
-		for j := range row {
-			pd[i*C+j] = float32(float64(pd[i*C+j]) * inv)
-		}
 		// −Σ_c q_c·log p_c with q = (1−ε)·onehot + ε/C.
-		nll := lse - float64(row[t])
-		smooth := lse - sumLogit/float64(C)
-		losses[i] = (1-eps)*nll + eps*smooth
+		nll := lse[i] - float64(row[t])
+		losses[i] = nll
+		if eps != 0 {
+			var sumLogit float64
+			for _, v := range row {
+				sumLogit += float64(v)
+			}
+			losses[i] = (1-eps)*nll + eps*(lse[i]-sumLogit/float64(C))
+		}
 	}
 	var y *tensor.Tensor
 	switch o.Reduction {
@@ -119,30 +112,29 @@ func CrossEntropy(logits *Var, target []int64, o CrossEntropyOptions) *Var {
 	tgt := append([]int64(nil), target...)
 	return record("CrossEntropy", y, []*Var{logits}, func(g *tensor.Tensor, s *sink) {
 		gd := g.Contiguous().Data()
-		dx := tensor.New(N, C)
+		dx := prob // the graph runs backward once: overwrite the probabilities
 		dd := dx.Data()
 		for i := 0; i < N; i++ {
+			row := dd[i*C : (i+1)*C]
 			t := tgt[i]
 			if o.Ignore && t == o.IgnoreIndex {
+				clear(row)
 				continue
 			}
-			var gi float64
+			var gi float32
 			switch o.Reduction {
 			case ReduceNone:
-				gi = float64(gd[i])
+				gi = gd[i]
 			case ReduceSum:
-				gi = float64(gd[0])
+				gi = gd[0]
 			default:
-				gi = float64(gd[0]) / float64(count)
+				gi = float32(float64(gd[0]) / float64(count))
 			}
-			u := eps / float64(C)
-			for j := 0; j < C; j++ {
-				q := u
-				if int64(j) == t {
-					q += 1 - eps
-				}
-				dd[i*C+j] = float32(gi * (float64(pd[i*C+j]) - q))
+			u := gi * float32(eps/float64(C))
+			for j, p := range row {
+				row[j] = gi*p - u
 			}
+			row[t] -= gi * float32(1-eps)
 		}
 		s.add(0, dx, true)
 	})

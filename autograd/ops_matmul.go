@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"slices"
 
 	"cohort/tensor"
 )
@@ -46,15 +47,43 @@ func gemmInto(s *sink, i int, a, b *tensor.Tensor) {
 // Linear returns x @ wᵀ + b for x [..., in], weight w [out, in] (PyTorch's
 // layout) and bias b [out] (nil for none): one GEMM with the bias folded
 // in, over all leading dimensions of x at once.
-func Linear(x, w, b *Var) *Var { return linear("Linear", x, w, b, false) }
+func Linear(x, w, b *Var) *Var { return linear("Linear", nil, x, w, b, actNone) }
 
 // LinearReLU returns max(Linear(x, w, b), 0) as one op: the ReLU is applied
 // in place to the product and its gradient mask to the output gradient, so
 // no pre-activation tensor is kept. Values and gradients equal those of
 // Linear followed by ReLU.
-func LinearReLU(x, w, b *Var) *Var { return linear("LinearReLU", x, w, b, true) }
+func LinearReLU(x, w, b *Var) *Var { return linear("LinearReLU", nil, x, w, b, actReLU) }
 
-func linear(op string, x, w, b *Var, relu bool) *Var {
+// LinearGELUTanh returns GELUTanh(Linear(x, w, b)) as one op: the bias is
+// folded into the GEMM and the activation is one vectorised pass over its
+// output; the backward pass turns the output gradient into the
+// pre-activation's in one pass, from the kept pre-activation (nothing else
+// is saved). Values and gradients equal those of Linear followed by
+// GELUTanh.
+func LinearGELUTanh(x, w, b *Var) *Var {
+	return linear("LinearGELUTanh", nil, x, w, b, actGELUTanh)
+}
+
+// AddLinear returns r + Linear(x, w, b), the residual connection around a
+// projection, as one op: the product accumulates into a copy of r with
+// the bias added in the same pass, and r's gradient is the output
+// gradient itself (no copy). r must have the shape of Linear's output.
+func AddLinear(r, x, w, b *Var) *Var { return linear("AddLinear", r, x, w, b, actNone) }
+
+// activation is the elementwise function a linear op applies to its
+// product.
+type activation uint8
+
+const (
+	actNone activation = iota
+	actReLU
+	actGELUTanh
+)
+
+// linear is Linear, LinearReLU, LinearGELUTanh and (with a residual r)
+// AddLinear. Inputs are recorded as [x, w, b?, r?].
+func linear(op string, r, x, w, b *Var, act activation) *Var {
 	xv, wv := x.Value, w.Value
 	if wv.Dims() != 2 || xv.Dims() == 0 || xv.Dim(-1) != wv.Dim(1) {
 		panic(fmt.Sprintf("autograd: %s: input shape %v, weight shape %v (want [..., %d] and [out, in])", op, xv.Shape(), wv.Shape(), lastDim(xv)))
@@ -65,35 +94,67 @@ func linear(op string, x, w, b *Var, relu bool) *Var {
 	}
 	x2 := xv.Reshape(-1, in)
 	rows := x2.Dim(0)
+	yShape := append(append([]int(nil), xv.Shape()[:xv.Dims()-1]...), out)
+	if r != nil && !slices.Equal(r.Value.Shape(), yShape) {
+		panic(fmt.Sprintf("autograd: %s: residual shape %v, want %v", op, r.Value.Shape(), yShape))
+	}
 	y2 := tensor.New(rows, out)
 	beta := float32(0)
-	if b != nil {
+	switch {
+	case r != nil && b != nil:
+		tensor.AddInto(y2, r.Value.Reshape(rows, out), b.Value) // r + bias in one pass
+		beta = 1
+	case r != nil:
+		y2.CopyFrom(r.Value.Reshape(rows, out))
+		beta = 1
+	case b != nil:
 		y2.CopyFrom(b.Value) // broadcast the bias over the rows
 		beta = 1
 	}
 	tensor.Gemm(y2, x2, wv.T(), 1, beta)
-	if relu {
+	h2 := y2 // the pre-activation, kept for GELU's gradient
+	switch act {
+	case actReLU:
 		tensor.ReLUInto(y2, y2)
+	case actGELUTanh:
+		y2 = tensor.GELUTanh(h2)
 	}
-	yShape := append(append([]int(nil), xv.Shape()[:xv.Dims()-1]...), out)
 	inputs := []*Var{x, w}
+	bi, ri := -1, -1
 	if b != nil {
+		bi = len(inputs)
 		inputs = append(inputs, b)
 	}
+	if r != nil {
+		ri = len(inputs)
+		inputs = append(inputs, r)
+	}
+	var gh *tensor.Tensor // GELU's pre-activation gradient, written over h2
 	return record(op, y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
 		g2 := g.Reshape(-1, out)
-		if relu {
+		switch act {
+		case actReLU:
 			g2 = tensor.ReLUBackward(g2, y2)
+		case actGELUTanh:
+			// h2 is needed only for this; BackwardSplit's weight pass runs
+			// the function again with the same g and reuses gh.
+			if gh == nil {
+				gh = tensor.GELUTanhBackwardInto(h2, g2, h2)
+			}
+			g2 = gh
+		}
+		if ri >= 0 && s.need(ri) {
+			s.add(ri, g, false) // the residual's gradient is g itself
 		}
 		if s.need(1) {
 			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
 		}
-		if b != nil && s.need(2) {
-			if dst := s.into(2); dst != nil {
+		if bi >= 0 && s.need(bi) {
+			if dst := s.into(bi); dst != nil {
 				tensor.SumInto(dst, g2)
-				s.settle(2)
+				s.settle(bi)
 			} else {
-				s.add(2, tensor.SumInto(tensor.New(out), g2), true)
+				s.add(bi, tensor.SumInto(tensor.New(out), g2), true)
 			}
 		}
 		if s.need(0) {

@@ -340,6 +340,24 @@ func Attention(q, k, v *Var, causal bool) *Var {
 	})
 }
 
+// AttentionQKV returns multi-head attention computed straight from a
+// fused projection qkv [B, T, 3·d] (queries | keys | values, head h at
+// features h·hd:(h+1)·hd of each): y [B, T, d] with the heads concatenated,
+// equal to splitting qkv into heads, Attention on each and concatenating,
+// but without the permuted copies. The attention probabilities are kept
+// for the backward pass, which returns the gradient of qkv in one tensor.
+// qkv must be contiguous.
+func AttentionQKV(qkv *Var, nHead int, causal bool) *Var {
+	qv := qkv.Value
+	if !qv.IsContiguous() {
+		qv = qv.Contiguous()
+	}
+	y, p := tensor.AttentionQKV(qv, nHead, causal)
+	return record("AttentionQKV", y, []*Var{qkv}, func(g *tensor.Tensor, s *sink) {
+		s.add(0, tensor.AttentionQKVBackward(g, qv, p, nHead), true)
+	})
+}
+
 // maskedSoftmaxRows replaces each length-S row of scores (row r is query
 // r mod T) by softmax(scale·row), over keys j ≤ i only when causal.
 func maskedSoftmaxRows(d []float32, T, S int, scale float32, causal bool) {

@@ -9,7 +9,8 @@ import (
 )
 
 // splitNet is a small transformer-like graph: a tied embedding, a Linear
-// with bias, a LayerNorm, and the tied table again as the output head.
+// with bias (plain, then fused with GELU and a residual projection), a
+// LayerNorm, and the tied table again as the output head.
 func splitNet(seed uint64) (x, wte, w1, b1, lnw, lnb *Var, loss func(x *Var) *Var) {
 	rng := rand.New(rand.NewPCG(seed, 1))
 	p := func(shape ...int) *Var {
@@ -24,6 +25,7 @@ func splitNet(seed uint64) (x, wte, w1, b1, lnw, lnb *Var, loss func(x *Var) *Va
 	loss = func(x *Var) *Var {
 		h := Add(x, Embedding(wte, ids, 2, 3))
 		h = Add(h, GELUTanh(Linear(h, w1, b1)))
+		h = AddLinear(h, LinearGELUTanh(h, w1, b1), w1, nil) // the fused forms, weights reused
 		h = LayerNorm(h, lnw, lnb, 1e-5)
 		logits := Linear(h, wte, nil)
 		return CrossEntropy(Reshape(logits, -1, 11), tgt, CrossEntropyOptions{})

@@ -37,22 +37,25 @@ func NewCausalSelfAttention(rng *rand.Rand, d, nHead int) *CausalSelfAttention {
 
 // Forward applies attention to x [B, T, d].
 func (a *CausalSelfAttention) Forward(x *autograd.Var) *autograd.Var {
+	return a.Proj.Forward(a.heads(x))
+}
+
+// heads returns the heads' outputs concatenated, [B, T, d]: attention
+// before the output projection. The qkv bias is folded into the
+// projection's GEMM and the heads are read out of qkv in place
+// (autograd.AttentionQKV).
+func (a *CausalSelfAttention) heads(x *autograd.Var) *autograd.Var {
 	s := x.Value.Shape()
 	if len(s) != 3 {
 		panic(fmt.Sprintf("nn: CausalSelfAttention: input shape %v, want [B, T, d]", s))
 	}
-	B, T, d := s[0], s[1], s[2]
-	H := a.NHead
-	hd := d / H
-	qkv := autograd.Linear(x, a.QKV.Weight, nil) // [B, T, 3d]
-	if a.QKV.Bias != nil {
-		qkv = autograd.Add(qkv, keyBiasZeroGrad(a.QKV.Bias, d))
+	d := s[2]
+	bias := a.QKV.Bias
+	if bias != nil {
+		bias = keyBiasZeroGrad(bias, d)
 	}
-	heads := autograd.Permute(autograd.Reshape(qkv, B, T, 3, H, hd), 2, 0, 3, 1, 4) // [3, B, H, T, hd], a view
-	q, k, v := autograd.Select(heads, 0, 0), autograd.Select(heads, 0, 1), autograd.Select(heads, 0, 2)
-	y := autograd.Attention(q, k, v, true)                         // [B, H, T, hd]
-	y = autograd.Reshape(autograd.Permute(y, 0, 2, 1, 3), B, T, d) // heads concatenated
-	return a.Proj.Forward(y)
+	qkv := autograd.Linear(x, a.QKV.Weight, bias) // [B, T, 3d]
+	return autograd.AttentionQKV(qkv, a.NHead, true)
 }
 
 // keyBiasZeroGrad passes the qkv bias through unchanged and zeroes the
@@ -85,8 +88,10 @@ func NewMLP(rng *rand.Rand, d, hidden int) *MLP {
 	return &MLP{FC: NewLinear(rng, d, hidden, true), Proj: NewLinear(rng, hidden, d, true)}
 }
 
+// Forward applies the MLP to x [..., d]; FC and GELU run as one op
+// (autograd.LinearGELUTanh).
 func (m *MLP) Forward(x *autograd.Var) *autograd.Var {
-	return m.Proj.Forward(autograd.GELUTanh(m.FC.Forward(x)))
+	return m.Proj.Forward(autograd.LinearGELUTanh(x, m.FC.Weight, m.FC.Bias))
 }
 func (m *MLP) NamedParameters() []NamedParameter {
 	return ChildParameters(Child{"fc", m.FC}, Child{"proj", m.Proj})
@@ -116,10 +121,15 @@ func NewBlock(rng *rand.Rand, d, nHead int) *Block {
 	}
 }
 
-// Forward applies the block to x [B, T, d].
+// Forward applies the block to x [B, T, d]. Each residual add is fused
+// with the projection before it (autograd.AddLinear), and the MLP's
+// first layer with its GELU (autograd.LinearGELUTanh).
 func (b *Block) Forward(x *autograd.Var) *autograd.Var {
-	x = autograd.Add(x, b.Attn.Forward(b.LN1.Forward(x)))
-	return autograd.Add(x, b.MLP.Forward(b.LN2.Forward(x)))
+	p := b.Attn.Proj
+	x = autograd.AddLinear(x, b.Attn.heads(b.LN1.Forward(x)), p.Weight, p.Bias)
+	h := autograd.LinearGELUTanh(b.LN2.Forward(x), b.MLP.FC.Weight, b.MLP.FC.Bias)
+	p = b.MLP.Proj
+	return autograd.AddLinear(x, h, p.Weight, p.Bias)
 }
 
 func (b *Block) children() []Child {

@@ -42,8 +42,22 @@
 // mask, 2×2 max pooling with index capture, the convolution tiles) are
 // assembly kernels with Go references in tensor/internal/vec.
 //
-// Sums and statistics (Sum, SumDim, LayerNorm, BatchNormStats, Softmax)
-// accumulate in float64.
+// The transformer's kernels (fused.go) are vectorised and fused:
+// GELUTanh and GELUTanhBackward (recomputed from the input, nothing else
+// kept), Exp, SoftmaxRows (probabilities and log-sum-exp for
+// cross-entropy), the affine LayerNorm and its one-pass backward, and
+// AttentionQKV, multi-head attention read and written in place out of the
+// fused qkv projection through strided GEMMs, with the scale, causal mask
+// and softmax applied in one pass over each score row. They run on
+// AVX2+FMA assembly (tensor/internal/vec) unless COHORT_GEMM_KERNEL=go
+// selects the portable path; the error bounds (exp ≤ 2 ULP, GELU-tanh
+// ≤ 4 ULP + 3·|2u| ULP) are stated and tested there.
+//
+// Sums and statistics (Sum, SumDim, BatchNormStats, Softmax) accumulate in
+// float64; the vectorised kernels (SoftmaxRows, the affine LayerNorm's
+// row statistics, AttentionQKV's softmax) sum in float32 over 8 lanes, and
+// the LayerNorm weight gradients in float32 blocks of 64 rows added into
+// float64 totals.
 //
 // # Randomness
 //

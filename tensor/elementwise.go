@@ -238,8 +238,6 @@ const (
 	uPow       // x^c
 )
 
-const sqrt2OverPi = 0.7978845608028654 // √(2/π)
-
 func sigmoid64(x float64) float64 {
 	if x >= 0 {
 		return 1 / (1 + math.Exp(-x))
@@ -256,9 +254,7 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 			d[i] = -x
 		}
 	case uExp:
-		for i, x := range a {
-			d[i] = float32(math.Exp(float64(x)))
-		}
+		mathKernels().Exp(d, a) // ≤ 2 ULP (see fused.go)
 	case uLog:
 		for i, x := range a {
 			d[i] = float32(math.Log(float64(x)))
@@ -287,10 +283,7 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 			d[i] = float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
 		}
 	case uGELUTanh:
-		for i, x := range a {
-			v := float64(x)
-			d[i] = float32(0.5 * v * (1 + math.Tanh(sqrt2OverPi*(v+0.044715*v*v*v))))
-		}
+		mathKernels().GELUTanh(d, a) // see fused.go for the error bound
 	case uSiLU:
 		for i, x := range a {
 			v := float64(x)

@@ -21,6 +21,18 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 	xd := x.Contiguous().Data()
 	y = New(x.shape...)
 	yd := y.Data()
+	if w != nil && b != nil && D > 0 {
+		// The affine case, row by row on the vector kernels (float32
+		// statistics, 8-lane sums).
+		m := mathKernels()
+		wd, bd := w.Contiguous().Data(), b.Contiguous().Data()
+		rows := len(xd) / D
+		mean, rstd = make([]float32, rows), make([]float32, rows)
+		for r := 0; r < rows; r++ {
+			mean[r], rstd[r] = m.LayerNormRow(yd[r*D:][:D], xd[r*D:][:D], wd, bd, float32(eps))
+		}
+		return y, mean, rstd
+	}
 	var wd, bd []float32
 	if w != nil {
 		wd = w.Contiguous().Data()
@@ -74,6 +86,9 @@ func LayerNormBackward(dy, x, w *Tensor, mean, rstd []float32) (dx, dw, db *Tens
 	gd := dy.Contiguous().Data()
 	dx = New(x.shape...)
 	dxd := dx.Data()
+	if w != nil && D > 0 {
+		return layerNormBackwardRows(gd, xd, w.Contiguous().Data(), dx, mean, rstd, D)
+	}
 	var wd []float32
 	var dwAcc, dbAcc []float64
 	if w != nil {
@@ -234,6 +249,39 @@ func BatchNormBackward(dy, x, w *Tensor, mean, scale []float64, batchStats bool)
 				}
 			}
 		}
+	}
+	return dx, dw, db
+}
+
+// lnBlockRows is how many rows' weight and bias gradients are summed in
+// float32 before they are added into the float64 totals.
+const lnBlockRows = 64
+
+// layerNormBackwardRows is LayerNormBackward with a weight, row by row on
+// the vector kernels.
+func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, mean, rstd []float32, D int) (_, dw, db *Tensor) {
+	m := mathKernels()
+	dxd := dx.Data()
+	dw32, db32 := make([]float32, D), make([]float32, D)
+	dwAcc, dbAcc := make([]float64, D), make([]float64, D)
+	flush := func() {
+		for j := range dw32 {
+			dwAcc[j] += float64(dw32[j])
+			dbAcc[j] += float64(db32[j])
+		}
+		clear(dw32)
+		clear(db32)
+	}
+	for r := range mean {
+		m.LayerNormGradRow(dxd[r*D:][:D], gd[r*D:][:D], xd[r*D:][:D], wd, dw32, db32, mean[r], rstd[r])
+		if (r+1)%lnBlockRows == 0 {
+			flush()
+		}
+	}
+	flush()
+	dw, db = New(D), New(D)
+	for j := range dwAcc {
+		dw.storage[j], db.storage[j] = float32(dwAcc[j]), float32(dbAcc[j])
 	}
 	return dx, dw, db
 }

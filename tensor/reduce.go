@@ -3,6 +3,8 @@ package tensor
 import (
 	"math"
 	"slices"
+
+	"cohort/tensor/internal/vec"
 )
 
 // Reductions. Sums accumulate each innermost run in float64, so long rows
@@ -33,10 +35,7 @@ func SumInto(dst, src *Tensor) *Tensor {
 			}
 			d[o0] += float32(acc)
 		case s0 == 1 && s1 == 1:
-			dd, ss := d[o0:o0+n], s[o1:o1+n]
-			for i, v := range ss {
-				dd[i] += v
-			}
+			vec.Add(d[o0:o0+n], s[o1:o1+n]) // bit-for-bit the scalar sum
 		default:
 			for i := 0; i < n; i++ {
 				d[o0+i*s0] += s[o1+i*s1]

@@ -12,6 +12,13 @@
 // each window's first maximum or its last NaN, as tensor.MaxPool2d. The
 // convolution tiles agree with their references to float32 rounding.
 //
+// The transcendental kernels (math.go, math_amd64.s: exp, GELU-tanh and
+// its derivative, softmax rows, LayerNorm rows, dot, max, scale) are
+// methods of Math, which picks AVX2+FMA assembly or the portable Go
+// version of the same algorithm when it is made (NewMath); they are not
+// bit-for-bit equal across paths but both meet the error bounds stated
+// in math.go, which math_test.go checks against float64.
+//
 // The functions take slices and lengths and check only what the assembly
 // needs to stay inside the slices; the callers in package tensor validate
 // shapes.

@@ -42,3 +42,40 @@ func convTileAVX512(k int, a *float32, offs *int, x, c *float32, ldc, rows int, 
 
 //go:noescape
 func dot4x6AVX512(n, m int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5 *float32, aStride, bStride int, acc *float32)
+
+// hasFMA gates the transcendental kernels (math_amd64.s), which fuse
+// multiply and add.
+var hasFMA = cpu.X86.HasFMA
+
+// Implemented in math_amd64.s; n is a multiple of 8 (Max: and at least 8).
+
+//go:noescape
+func expAVX2(dst, src *float32, n int)
+
+//go:noescape
+func expShiftSumAVX2(dst, src *float32, n int, scale, shift float32) float32
+
+//go:noescape
+func geluTanhAVX2(dst, src *float32, n int)
+
+//go:noescape
+func geluTanhGradAVX2(dst, grad, x *float32, n int)
+
+//go:noescape
+func maxAVX2(src *float32, n int) float32
+
+//go:noescape
+func dotAVX2(a, b *float32, n int) float32
+
+//go:noescape
+func scaleAVX2(dst, src *float32, n int, a float32)
+
+// n is a positive multiple of 8.
+//
+//go:noescape
+func layerNormRowAVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *float32)
+
+// n is a positive multiple of 8.
+//
+//go:noescape
+func layerNormGradRowAVX2(dx, grad, x, w, dw, db *float32, n int, mean, rstd, invN float32)

@@ -27,3 +27,21 @@ func maxPool2PlaneAVX2(dst *float32, arg *int32, src *float32, rows, cols, strid
 func maxPool2Plane4AVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int) {
 	panic("unreachable")
 }
+
+var hasFMA = false
+
+func expAVX2(dst, src *float32, n int)                                       { panic("unreachable") }
+func expShiftSumAVX2(dst, src *float32, n int, scale, shift float32) float32 { panic("unreachable") }
+func geluTanhAVX2(dst, src *float32, n int)                                  { panic("unreachable") }
+func geluTanhGradAVX2(dst, grad, x *float32, n int)                          { panic("unreachable") }
+func maxAVX2(src *float32, n int) float32                                    { panic("unreachable") }
+func dotAVX2(a, b *float32, n int) float32                                   { panic("unreachable") }
+func scaleAVX2(dst, src *float32, n int, a float32)                          { panic("unreachable") }
+
+func layerNormRowAVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *float32) {
+	panic("unreachable")
+}
+
+func layerNormGradRowAVX2(dx, grad, x, w, dw, db *float32, n int, mean, rstd, invN float32) {
+	panic("unreachable")
+}

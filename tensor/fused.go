@@ -1,0 +1,166 @@
+package tensor
+
+import (
+	"math"
+	"sync"
+
+	"cohort/tensor/internal/gemm"
+	"cohort/tensor/internal/vec"
+)
+
+// Fused kernels of the transformer block: GELU-tanh and its gradient,
+// multi-head attention read straight out of the fused qkv projection,
+// softmax rows for cross-entropy. They run on vec.Math: AVX2+FMA assembly
+// where the CPU has it unless the GEMM configuration asks for the pure-Go
+// path (COHORT_GEMM_KERNEL=go), so that one setting runs the whole
+// portable path. Error bounds are stated in package vec (exp ≤ 2 ULP,
+// GELU-tanh ≤ 4 ULP + 3·|2u| ULP) and apply to both paths.
+
+// mathKernels is decided once, at the first call, when the GEMM reads its
+// configuration.
+var mathKernels = sync.OnceValue(func() vec.Math {
+	g, err := gemm.Default()
+	return vec.NewMath(err == nil && g.Kernel() == gemm.KernelGo)
+})
+
+// GELUTanhBackward returns dy·GELU-tanh′(x) for same-shaped dy and x.
+func GELUTanhBackward(dy, x *Tensor) *Tensor {
+	return GELUTanhBackwardInto(New(x.shape...), dy, x)
+}
+
+// GELUTanhBackwardInto writes dy·GELU-tanh′(x) into dst (contiguous, x's
+// shape; it may be dy or x) and returns dst.
+func GELUTanhBackwardInto(dst, dy, x *Tensor) *Tensor {
+	if !dy.SameShape(x) || !dst.SameShape(x) || !dst.IsContiguous() {
+		panicf("GELUTanhBackward: shapes dst %v, gradient %v, input %v", dst.shape, dy.shape, x.shape)
+	}
+	mathKernels().GELUTanhGrad(dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data())
+	return dst
+}
+
+// attentionQKVDims checks qkv [B, T, 3d] for nHead heads.
+func attentionQKVDims(name string, qkv *Tensor, nHead int) (B, T, d, hd int) {
+	if len(qkv.shape) != 3 || nHead <= 0 || qkv.shape[2]%(3*nHead) != 0 || !qkv.IsContiguous() {
+		panicf("%s: qkv shape %v (contiguous: %v) for %d heads, want contiguous [B, T, 3·d] with heads dividing d", name, qkv.shape, qkv.IsContiguous(), nHead)
+	}
+	B, T, d = qkv.shape[0], qkv.shape[1], qkv.shape[2]/3
+	return B, T, d, d / nHead
+}
+
+// AttentionQKV is multi-head scaled dot-product attention over a fused
+// projection qkv [B, T, 3·d]: features [0, d) are the queries, [d, 2d) the
+// keys, [2d, 3d) the values, head h using features h·hd:(h+1)·hd of each
+// (hd = d/nHead). It returns y [B, T, d], the heads' outputs concatenated
+// in order, and the attention probabilities p [B, nHead, T, T], which
+// AttentionQKVBackward needs. Scores are scaled by 1/√hd; with causal,
+// query i sees keys j ≤ i only (p is 0 above the diagonal).
+//
+// The heads are read and written in place through strided GEMMs: no
+// permuted copy of q, k, v or y is made.
+func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
+	B, T, d, hd := attentionQKVDims("AttentionQKV", qkv, nHead)
+	y = New(B, T, d)
+	p = New(B, nHead, T, T)
+	if B*T*d == 0 {
+		return y, p
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	qd, yd, pd := qkv.Data(), y.Data(), p.Data()
+	m := mathKernels()
+	for b := 0; b < B; b++ {
+		base := b * T * 3 * d
+		for h := 0; h < nHead; h++ {
+			q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
+			ph := pd[(b*nHead+h)*T*T:][:T*T]
+			gemm.Sgemm(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
+			softmaxRowsMasked(m, ph, T, causal)
+			gemm.Sgemm(false, false, T, hd, T, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
+		}
+	}
+	return y, p
+}
+
+// softmaxRowsMasked replaces each row i of the T×T block s by its
+// softmax, over columns j ≤ i only when causal (the rest set to 0).
+func softmaxRowsMasked(m vec.Math, s []float32, T int, causal bool) {
+	for i := 0; i < T; i++ {
+		row := s[i*T : (i+1)*T]
+		n := T
+		if causal {
+			n = i + 1
+		}
+		mx := m.Max(row[:n])
+		if math.IsInf(float64(mx), -1) {
+			mx = 0
+		}
+		sum := m.ExpShiftSum(row[:n], row[:n], 1, mx)
+		m.Scale(row[:n], row[:n], 1/sum)
+		clear(row[n:])
+	}
+}
+
+// AttentionQKVBackward returns the gradient of AttentionQKV's qkv [B, T,
+// 3d] given the output gradient dy [B, T, d], qkv and the saved
+// probabilities p.
+func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int) *Tensor {
+	B, T, d, hd := attentionQKVDims("AttentionQKVBackward", qkv, nHead)
+	if len(dy.shape) != 3 || dy.shape[0] != B || dy.shape[1] != T || dy.shape[2] != d ||
+		len(p.shape) != 4 || p.shape[0] != B || p.shape[1] != nHead || p.shape[2] != T || p.shape[3] != T {
+		panicf("AttentionQKVBackward: gradient shape %v, probabilities %v for qkv %v and %d heads", dy.shape, p.shape, qkv.shape, nHead)
+	}
+	dqkv := New(qkv.shape...)
+	if B*T*d == 0 {
+		return dqkv
+	}
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	qd, gd, pd, dd := qkv.Data(), dy.Contiguous().Data(), p.Contiguous().Data(), dqkv.Data()
+	ds := make([]float32, T*T)
+	m := mathKernels()
+	for b := 0; b < B; b++ {
+		base := b * T * 3 * d
+		for h := 0; h < nHead; h++ {
+			q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
+			dq, dk, dv := dd[base+h*hd:], dd[base+d+h*hd:], dd[base+2*d+h*hd:]
+			g := gd[b*T*d+h*hd:]
+			ph := pd[(b*nHead+h)*T*T:][:T*T]
+			gemm.Sgemm(true, false, T, hd, T, 1, ph, T, g, d, 0, dv, 3*d) // dv = pᵀ·g
+			gemm.Sgemm(false, true, T, T, hd, 1, g, d, v, 3*d, 0, ds, T)  // dp = g·vᵀ
+			// ds = p·(dp − Σ_j p·dp)·scale; entries with p = 0 get 0.
+			for i := 0; i < T; i++ {
+				row, prow := ds[i*T:(i+1)*T], ph[i*T:(i+1)*T]
+				dot := m.Dot(prow, row)
+				for j, pv := range prow {
+					row[j] = pv * (row[j] - dot) * scale
+				}
+			}
+			gemm.Sgemm(false, false, T, hd, T, 1, ds, T, k, 3*d, 0, dq, 3*d) // dq = ds·k
+			gemm.Sgemm(true, false, T, hd, T, 1, ds, T, q, 3*d, 0, dk, 3*d)  // dk = dsᵀ·q
+		}
+	}
+	return dqkv
+}
+
+// SoftmaxRows writes the softmax of each row of x [N, C] into dst [N, C]
+// (contiguous; it may be x) and returns each row's log-sum-exp,
+// log Σ_j exp(x_j), in float64. Rows of all −∞ give NaN probabilities, as
+// PyTorch.
+func SoftmaxRows(dst, x *Tensor) (lse []float64) {
+	if len(x.shape) != 2 || !dst.SameShape(x) || !dst.IsContiguous() {
+		panicf("SoftmaxRows: shapes dst %v, input %v, want contiguous [N, C] for both", dst.shape, x.shape)
+	}
+	N, C := x.shape[0], x.shape[1]
+	xd, dd := x.Contiguous().Data(), dst.Data()
+	lse = make([]float64, N)
+	m := mathKernels()
+	for i := 0; i < N; i++ {
+		row, out := xd[i*C:(i+1)*C], dd[i*C:(i+1)*C]
+		mx := m.Max(row)
+		if math.IsInf(float64(mx), -1) {
+			mx = 0
+		}
+		sum := m.ExpShiftSum(out, row, 1, mx)
+		m.Scale(out, out, 1/sum)
+		lse[i] = float64(mx) + math.Log(float64(sum))
+	}
+	return lse
+}

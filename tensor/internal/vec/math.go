@@ -1,0 +1,278 @@
+package vec
+
+import "math"
+
+// Transcendental kernels: exp (softmax, cross-entropy) and GELU-tanh with
+// its derivative, in float32. Math selects the implementation once: the
+// AVX2+FMA assembly (math_amd64.s) on CPUs that have it, otherwise a
+// portable Go version of the same algorithm (also the tail of every
+// assembly call).
+//
+// Error bounds, measured against float64 on every float32 in the stated
+// ranges and checked by the tests (math_test.go), on both paths:
+//
+//   - exp: ≤ 2 ULP for x in [−87.3, 88]; x < −87.33654 gives +0 (the exact
+//     value is below 2⁻¹²⁶), x > 88 gives e⁸⁸ (no +Inf), NaN stays NaN.
+//   - GELU-tanh, y = ½x·(1 + tanh(√(2/π)(x + 0.044715x³))), computed as
+//     x·σ(2u) with no cancellation: ≤ 4 ULP + 3·|2u| ULP (the float32
+//     rounding of the argument 2u, which exp amplifies by |2u|) for
+//     x ≥ −9; below, |y| < 1e-30 and the error is under 1e-30.
+//   - its derivative: within 8 ULP + 3·|2u| ULP of its magnitude or 2e-7
+//     absolute, whichever is larger (the derivative crosses zero near
+//     x = −0.75, where relative error means nothing).
+//
+// Reductions (ExpShiftSum, Dot, the LayerNorm row sums) sum in float32
+// over 8 (or 16) lanes, then across them, in the assembly, and in float64
+// on the portable path.
+type Math struct{ asm bool }
+
+// NewMath returns the kernels: the assembly where the CPU has AVX2 and FMA
+// unless portable is set (the pure-Go configuration, COHORT_GEMM_KERNEL=go).
+func NewMath(portable bool) Math { return Math{asm: !portable && useAVX2 && hasFMA} }
+
+// Asm reports whether m runs the assembly kernels.
+func (m Math) Asm() bool { return m.asm }
+
+// Exp writes exp(src[i]) into dst[i] for i < len(dst). dst may be src.
+func (m Math) Exp(dst, src []float32) {
+	src = src[:len(dst)]
+	n := 0
+	if m.asm {
+		n = len(dst) &^ 7
+		if n > 0 {
+			expAVX2(&dst[0], &src[0], n)
+		}
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] = exp32(src[i])
+	}
+}
+
+// ExpShiftSum writes exp(scale·src[i] − shift) into dst[i] for i <
+// len(dst) and returns their sum. dst may be src. With shift the maximum
+// of scale·src it is the numerator of a stable softmax.
+func (m Math) ExpShiftSum(dst, src []float32, scale, shift float32) float32 {
+	src = src[:len(dst)]
+	if m.asm {
+		n := len(dst) &^ 7
+		var sum float32
+		if n > 0 {
+			sum = expShiftSumAVX2(&dst[0], &src[0], n, scale, shift)
+		}
+		for i := n; i < len(dst); i++ {
+			e := exp32(scale*src[i] - shift)
+			dst[i] = e
+			sum += e
+		}
+		return sum
+	}
+	var sum float64 // the portable path sums in float64
+	for i := range dst {
+		e := exp32(scale*src[i] - shift)
+		dst[i] = e
+		sum += float64(e)
+	}
+	return float32(sum)
+}
+
+// GELUTanh writes GELU-tanh(src[i]) into dst[i] for i < len(dst). dst
+// may be src.
+func (m Math) GELUTanh(dst, src []float32) {
+	src = src[:len(dst)]
+	n := 0
+	if m.asm {
+		n = len(dst) &^ 7
+		if n > 0 {
+			geluTanhAVX2(&dst[0], &src[0], n)
+		}
+	}
+	for i := n; i < len(dst); i++ {
+		x := src[i]
+		dst[i] = x / (1 + exp32(x*(geluA+geluB*x*x)))
+	}
+}
+
+// GELUTanhGrad writes g[i]·GELU-tanh′(x[i]) into dst[i] for i < len(dst).
+// dst may be g or x.
+func (m Math) GELUTanhGrad(dst, g, x []float32) {
+	g = g[:len(dst)]
+	x = x[:len(dst)]
+	n := 0
+	if m.asm {
+		n = len(dst) &^ 7
+		if n > 0 {
+			geluTanhGradAVX2(&dst[0], &g[0], &x[0], n)
+		}
+	}
+	for i := n; i < len(dst); i++ {
+		v := x[i]
+		v2 := v * v
+		e := exp32(v * (geluA + geluB*v2))
+		s := 1 / (1 + e)
+		q := v * (geluD*v2 - geluA) * (e * s)
+		dst[i] = g[i] * (q*s + s)
+	}
+}
+
+// Max returns the largest element of src (−Inf when empty). With NaNs
+// present the result is unspecified.
+func (m Math) Max(src []float32) float32 {
+	mx := float32(math.Inf(-1))
+	n := 0
+	if m.asm && len(src) >= 8 {
+		n = len(src) &^ 7
+		mx = maxAVX2(&src[0], n)
+	}
+	for _, v := range src[n:] {
+		if v > mx {
+			mx = v
+		}
+	}
+	return mx
+}
+
+// Dot returns Σ a[i]·b[i] over i < len(a).
+func (m Math) Dot(a, b []float32) float32 {
+	b = b[:len(a)]
+	if m.asm {
+		n := len(a) &^ 7
+		var s float32
+		if n > 0 {
+			s = dotAVX2(&a[0], &b[0], n)
+		}
+		for i := n; i < len(a); i++ {
+			s += a[i] * b[i]
+		}
+		return s
+	}
+	var s float64 // the portable path sums in float64
+	for i := range a {
+		s += float64(a[i]) * float64(b[i])
+	}
+	return float32(s)
+}
+
+// Scale writes a·src[i] into dst[i] for i < len(dst). dst may be src.
+func (m Math) Scale(dst, src []float32, a float32) {
+	src = src[:len(dst)]
+	n := 0
+	if m.asm {
+		n = len(dst) &^ 7
+		if n > 0 {
+			scaleAVX2(&dst[0], &src[0], n, a)
+		}
+	}
+	for i := n; i < len(dst); i++ {
+		dst[i] = a * src[i]
+	}
+}
+
+// Constants of exp32 and the GELU kernels, the float32 values of the
+// assembly's tables.
+const (
+	expHi = 88.0
+	expLo = -87.33654
+	log2e = 1.44269504088896341
+	expC1 = 0.693359375
+	expC2 = -2.12194440e-4
+	expP0 = 1.9875691500e-4
+	expP1 = 1.3981999507e-3
+	expP2 = 8.3334519073e-3
+	expP3 = 4.1665795894e-2
+	expP4 = 1.6666665459e-1
+	expP5 = 5.0000001201e-1
+
+	geluA = -1.5957691216057308  // −2·√(2/π)
+	geluB = -0.07135481627159766 // −2·√(2/π)·0.044715
+	geluD = 0.21406444881479298  // 3·2·√(2/π)·0.044715
+)
+
+// exp32 is the portable exp: the assembly's algorithm (see
+// math_amd64.s) without fused multiply-adds.
+func exp32(x float32) float32 {
+	if x != x {
+		return x
+	}
+	if x < expLo {
+		return 0
+	}
+	x = min(x, expHi)
+	n := float32(math.Floor(float64(x*log2e) + 0.5)) // ties differ from the assembly's round-to-even; both are in range
+	r := x - n*expC1
+	r -= n * expC2
+	p := float32(expP0)
+	p = p*r + expP1
+	p = p*r + expP2
+	p = p*r + expP3
+	p = p*r + expP4
+	p = p*r + expP5
+	y := p*(r*r) + r + 1
+	return y * math.Float32frombits(uint32(int32(n)+127)<<23)
+}
+
+// LayerNormRow writes (src − mean)·rstd·w + b into dst (len(dst) = D;
+// dst may be src) and returns the row's mean and rstd = 1/√(var + eps),
+// var the biased variance, all in float32 (8-lane sums).
+func (m Math) LayerNormRow(dst, src, w, b []float32, eps float32) (mean, rstd float32) {
+	n := len(dst)
+	src, w, b = src[:n], w[:n], b[:n]
+	if n == 0 {
+		return 0, float32(1 / math.Sqrt(float64(eps)))
+	}
+	invN := 1 / float32(n)
+	if m.asm && n%8 == 0 {
+		var stats [2]float32
+		layerNormRowAVX2(&dst[0], &src[0], &w[0], &b[0], n, invN, eps, &stats[0])
+		return stats[0], stats[1]
+	}
+	// The portable path sums in float64 (a sequential float32 sum would
+	// round more than the assembly's eight lanes).
+	var s float64
+	for _, v := range src {
+		s += float64(v)
+	}
+	m64 := s / float64(n)
+	var ss float64
+	for _, v := range src {
+		d := float64(v) - m64
+		ss += d * d
+	}
+	mean = float32(m64)
+	rstd = float32(1 / math.Sqrt(ss/float64(n)+float64(eps)))
+	for j, v := range src {
+		dst[j] = (v-mean)*rstd*w[j] + b[j]
+	}
+	return mean, rstd
+}
+
+// LayerNormGradRow is the backward pass of LayerNormRow for one row: with
+// x̂ = (x − mean)·rstd and dh = grad·w, it adds grad·x̂ into dw and grad
+// into db, and writes dx = rstd·(dh − mean(dh) − x̂·mean(dh·x̂)). dx may
+// be grad.
+func (m Math) LayerNormGradRow(dx, grad, x, w, dw, db []float32, mean, rstd float32) {
+	n := len(dx)
+	grad, x, w, dw, db = grad[:n], x[:n], w[:n], dw[:n], db[:n]
+	if n == 0 {
+		return
+	}
+	invN := 1 / float32(n)
+	if m.asm && n%8 == 0 {
+		layerNormGradRowAVX2(&dx[0], &grad[0], &x[0], &w[0], &dw[0], &db[0], n, mean, rstd, invN)
+		return
+	}
+	var s1, s2 float64 // float64 on the portable path, as in LayerNormRow
+	for j, v := range x {
+		xh := (v - mean) * rstd
+		g := grad[j]
+		dw[j] += g * xh
+		db[j] += g
+		dh := g * w[j]
+		s1 += float64(dh)
+		s2 += float64(dh) * float64(xh)
+	}
+	m1, m2 := float32(s1*float64(invN)), float32(s2*float64(invN))
+	for j, v := range x {
+		xh := (v - mean) * rstd
+		dx[j] = rstd * (grad[j]*w[j] - m1 - xh*m2)
+	}
+}
