@@ -139,16 +139,21 @@ type p2pKey struct {
 	send      bool
 }
 
-// op is one queued call.
+// op is one queued call; it is its own Work.
 type op struct {
+	g       *group
 	call    collective.Call
 	in, out []byte
 	ctx     context.Context
 	seq     uint64
 	err     error // invalid arguments, reported when the op's turn comes
-	w       *work
 	// flightSlot is the op's place in the group's flight recorder.
 	flightSlot uint64
+	// runCtx is the context the op runs under (set by run).
+	runCtx opCtx
+
+	done   chan struct{}
+	result error // set before done is closed
 }
 
 func newGroup(t transport.Transport, owns bool, id uint32, ranks []int, opts GroupOptions) (*group, error) {
@@ -182,18 +187,30 @@ func newGroup(t transport.Transport, owns bool, id uint32, ranks []int, opts Gro
 func (g *group) Rank() int { return g.rank }
 func (g *group) Size() int { return len(g.ranks) }
 
-// work is the Work of one op.
-type work struct {
-	done chan struct{}
-	err  error
+// Wait blocks until the op is done and returns its error. When the op is
+// next in line and no other op is running, the waiting goroutine runs it
+// itself instead of handing it to the op goroutine and waiting to be
+// woken: on a fast transport the hand-offs would cost more than the op.
+func (o *op) Wait() error {
+	select {
+	case <-o.done:
+		return o.result
+	default:
+	}
+	if o.g.claim(o) {
+		o.g.run(o)
+		o.g.wg.Done()
+	}
+	<-o.done
+	return o.result
 }
 
-func (w *work) Wait() error           { <-w.done; return w.err }
-func (w *work) Done() <-chan struct{} { return w.done }
+// Done is closed when the op is done.
+func (o *op) Done() <-chan struct{} { return o.done }
 
-func (w *work) finish(err error) {
-	w.err = err
-	close(w.done)
+func (o *op) finish(err error) {
+	o.result = err
+	close(o.done)
 }
 
 // submit queues an op and returns its Work.
@@ -201,12 +218,12 @@ func (g *group) submit(ctx context.Context, c collective.Call, in, out []byte, e
 	if ctx == nil {
 		ctx = context.Background()
 	}
-	o := &op{call: c, in: in, out: out, ctx: ctx, err: err, w: &work{done: make(chan struct{})}}
+	o := &op{g: g, call: c, in: in, out: out, ctx: ctx, err: err, done: make(chan struct{})}
 	g.mu.Lock()
 	if g.closed {
 		g.mu.Unlock()
-		o.w.finish(&OpError{Op: c.Kind.String(), Rank: g.me, Peer: -1, Err: ErrClosed})
-		return o.w
+		o.finish(&OpError{Op: c.Kind.String(), Rank: g.me, Peer: -1, Err: ErrClosed})
+		return o
 	}
 	if c.Kind == collective.Send || c.Kind == collective.Recv {
 		k := p2pKey{peer: c.Peer, tag: c.Tag, send: c.Kind == collective.Send}
@@ -219,11 +236,30 @@ func (g *group) submit(ctx context.Context, c collective.Call, in, out []byte, e
 	g.flight.enqueue(o)
 	g.queue = append(g.queue, o)
 	g.mu.Unlock()
+	g.kickLoop()
+	return o
+}
+
+func (g *group) kickLoop() {
 	select {
 	case g.kick <- struct{}{}:
 	default:
 	}
-	return o.w
+}
+
+// claim takes o off the queue for the calling goroutine to run, if o is
+// next and nothing runs. The caller then calls run and g.wg.Done.
+func (g *group) claim(o *op) bool {
+	g.mu.Lock()
+	defer g.mu.Unlock()
+	if g.closed || g.running != nil || len(g.queue) == 0 || g.queue[0] != o {
+		return false
+	}
+	g.queue[0] = nil
+	g.queue = g.queue[1:]
+	g.running = o
+	g.wg.Add(1) // Close waits for the op, as for the op goroutine
+	return true
 }
 
 // loop is the op goroutine.
@@ -233,13 +269,22 @@ func (g *group) loop() {
 		if o == nil {
 			return
 		}
-		g.flight.start(o)
-		err := g.execute(o)
-		g.flight.end(o, err)
-		g.mu.Lock()
-		g.running = nil
-		g.mu.Unlock()
-		o.w.finish(err)
+		g.run(o)
+	}
+}
+
+// run runs o, which the caller has made g.running, and finishes it.
+func (g *group) run(o *op) {
+	g.flight.start(o)
+	err := g.execute(o)
+	g.flight.end(o, err)
+	g.mu.Lock()
+	g.running = nil
+	more := len(g.queue) > 0
+	g.mu.Unlock()
+	o.finish(err)
+	if more {
+		g.kickLoop() // an op queued behind o, perhaps with no one waiting for it
 	}
 }
 
@@ -251,7 +296,7 @@ func (g *group) next() *op {
 			g.mu.Unlock()
 			return nil
 		}
-		if len(g.queue) > 0 {
+		if len(g.queue) > 0 && g.running == nil {
 			o := g.queue[0]
 			g.queue[0] = nil
 			g.queue = g.queue[1:]
@@ -305,11 +350,10 @@ func (g *group) execute(o *op) (err error) {
 		g.abort(oe, true)
 		return oe
 	}
-	ctx, cancel := context.WithTimeout(o.ctx, g.opts.Timeout)
-	stop := context.AfterFunc(g.ctx, cancel)
+	ctx := &o.runCtx
+	ctx.init(o.ctx, g.ctx, time.Now().Add(g.opts.Timeout))
 	err = g.exec.Run(ctx, o.seq, p, o.in, o.out)
-	stop()
-	cancel()
+	ctx.release()
 	if err == nil {
 		return nil
 	}
@@ -431,13 +475,10 @@ func (g *group) Close() error {
 		g.notify(g.opError(o, -1, ErrClosed))
 	}
 	for _, o := range pending {
-		o.w.finish(g.opError(o, -1, ErrClosed))
+		o.finish(g.opError(o, -1, ErrClosed))
 	}
 	g.cancel()
-	select {
-	case g.kick <- struct{}{}:
-	default:
-	}
+	g.kickLoop()
 	g.wg.Wait()
 	g.exec.Close()
 	var errs []error

@@ -206,8 +206,11 @@ func (w *watchdog) check(reported *uint64) {
 	defer cancel()
 	me := []byte(strconv.Itoa(g.me))
 	got, err := w.st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", w.prefix, g.id, op.Seq), nil, me)
-	if err == nil && string(got) != string(me) {
-		return // another waiting rank has reported this op
+	if err == nil && string(got) != string(me) || g.ctx.Err() != nil {
+		// Another waiting rank has reported this op, or the group broke
+		// or closed while this rank looked (the op is over; the claim
+		// failed for that reason, not for a store gone bad).
+		return
 	}
 	w.opts.Log.Warn(fmt.Sprintf("dist: watchdog: rank %d: %s", g.me, d.Text))
 	if w.opts.Report != nil {

@@ -26,6 +26,10 @@ func childWatchdogSigstop(ctx context.Context, pg dist.ProcessGroup) error {
 		return err
 	}
 	if pg.Rank() == 1 {
+		// Stop only after the watchdog has published a heartbeat that
+		// holds the broadcast (it publishes every Interval/4 = 0.5 s):
+		// the broadcast may finish before the first one.
+		time.Sleep(750 * time.Millisecond)
 		if err := syscall.Kill(os.Getpid(), syscall.SIGSTOP); err != nil {
 			return err
 		}

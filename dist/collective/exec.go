@@ -30,6 +30,9 @@ type Executor struct {
 	staged                          [][]byte
 	got                             []bool
 
+	// cur is the state of the running op.
+	cur run
+
 	// Per-peer transfer queues, each worked by one goroutine started on
 	// first use and stopped by Close.
 	sends, recvs []*link
@@ -131,13 +134,19 @@ func (e *Executor) Run(ctx context.Context, seq uint64, p *Plan, in, out []byte)
 	if need := p.TmpLen * es; len(e.tmp)*8 < need {
 		e.tmp = make([]uint64, (need+7)/8)
 	}
-	r := &run{
-		e:    e,
-		p:    p,
-		seq:  seq,
-		es:   es,
-		bufs: [3][]byte{Out: out, In: in, Tmp: u64Bytes(e.tmp)},
-		got:  e.flags(&e.got),
+	// The run state is reused from op to op (Run returns only once every
+	// transfer it issued is done), keeping its slices' memory.
+	r := &e.cur
+	*r = run{
+		e:       e,
+		p:       p,
+		seq:     seq,
+		es:      es,
+		bufs:    [3][]byte{Out: out, In: in, Tmp: u64Bytes(e.tmp)},
+		got:     e.flags(&e.got),
+		pending: r.pending[:0],
+		used:    r.used[:0],
+		wake:    r.wake,
 	}
 	if err := r.checkBounds(); err != nil {
 		return err
@@ -476,7 +485,11 @@ const probeTime = 20 * time.Millisecond
 func (r *run) exec(parent context.Context) error {
 	r.ctx, r.cancel = context.WithCancel(parent)
 	defer r.cancel()
-	r.wake = make(chan struct{}, 1)
+	if r.wake == nil {
+		r.wake = make(chan struct{}, 1)
+	}
+	// A wake-up left over from the previous op is harmless: every wait
+	// on wake re-checks its condition.
 	for _, g := range r.announce {
 		r.issue(r.e.link(g, true), job{step: -1, p: r.e.hdr[:]})
 	}
@@ -561,10 +574,11 @@ func (e *Executor) work(l *link) {
 		l.q[l.head] = job{}
 		l.head++
 		l.mu.Unlock()
+		wake := j.r.wake // read before done: once done counts the job, the run may be reused
 		j.r.perform(l, j)
 		l.done.Add(1)
 		select {
-		case j.r.wake <- struct{}{}:
+		case wake <- struct{}{}:
 		default:
 		}
 	}
@@ -698,8 +712,9 @@ func (r *run) checkHeader(g int, p []byte) error {
 		if mine.Kind == Send || mine.Kind == Recv {
 			mine.Peer = r.e.ranks[mine.Peer]
 		}
+		pc := theirs // escapes only here, so a matching header allocates nothing
 		return &DesyncError{Group: r.e.group, Seq: r.seq,
-			Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[g], PeerCall: &theirs}
+			Rank: r.e.ranks[r.e.rank], Call: mine, Peer: r.e.ranks[g], PeerCall: &pc}
 	}
 	return nil
 }

@@ -3,20 +3,36 @@
 //
 // Each rank owns a segment, a file in a tmpfs directory (/dev/shm by
 // default) that every peer maps: one single-producer single-consumer ring
-// per sending peer, plus a doorbell. A sender copies a message into its
-// ring of the receiver's segment; the receiver's progress goroutine copies
-// it out, straight into the buffer of a Recv already waiting for the tag,
-// or into memory queued for a later Recv. Send thus never waits for the
-// matching Recv, only (briefly) for ring space.
+// per sending peer, plus a doorbell. Setup touches every page of the rings
+// (MADV_POPULATE_WRITE), so no message pays a page fault. A sender copies
+// a message into its ring of the receiver's segment. Send thus never waits
+// for the matching Recv, only (briefly) for ring space.
 //
-// A receiver first polls the rings itself for up to Options.Spin, so a
-// message arriving meanwhile reaches it without waking any thread; then it
-// blocks, and the rank's progress goroutine, which sleeps on a futex word
-// in shared memory (FUTEX_WAIT/FUTEX_WAKE, shared, not private) whenever
-// the rings are empty, delivers. Senders ring that doorbell only when the
-// progress goroutine sleeps and no receiver polls. A sender that finds a
-// ring full spins, then sleeps on a futex word the receiver wakes. Every
-// futex sleep also times out, as a backstop, so flags are re-checked.
+// A receiver takes its message itself, on its own goroutine: it watches
+// the ring's head word and copies the message straight out of the ring
+// into its buffer as the bytes are published, with no hand-off to another
+// goroutine, no system call and no allocation. Records for other tags it
+// meets on the way go to a per-peer queue (package demux) where their
+// receivers find them. While the ranks sharing memory fit the CPUs
+// (Options.Spin), it first spins for a while, yielding only to the Go
+// scheduler; then, or at once with more ranks than cores, it sleeps on a
+// futex word of the ring (FUTEX_WAIT, shared, not private), which senders
+// ring only while someone sleeps there. A receive that finds a message for
+// its tag already queued, or waits long (directWait), posts itself to the
+// queue instead, and the rank's progress goroutine, asleep on the segment's
+// doorbell futex, delivers: senders ring the doorbell only for the tags
+// such receivers wait for (a counter per tag hash in the ring's header),
+// or when a ring is full. A sender that finds a ring full spins, then
+// sleeps on a futex word the receiver wakes. Every futex sleep also times
+// out, as a backstop, so flags are re-checked.
+//
+// Messages of Options.RendezvousBytes or more go by single copy when the
+// receiver can read the sender's memory (process_vm_readv, tried at
+// setup): the ring carries a descriptor, the waiting receiver copies the
+// bytes straight from the sender's buffer into its own, and Send returns
+// once it has; if no receiver claims the descriptor within a few
+// milliseconds the sender withdraws it and sends the bytes through the
+// ring (see single_copy_linux.go).
 //
 // Setup mirrors package tcp: Listen creates the segment and a Unix-domain
 // socket beside it, the caller publishes Listener.Addr (the segment's

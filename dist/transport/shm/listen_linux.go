@@ -2,9 +2,13 @@ package shm
 
 import (
 	"context"
+	"crypto/rand"
+	"encoding/binary"
 	"fmt"
 	"net"
+	"os"
 	"sync"
+	"sync/atomic"
 
 	"cohort/dist/transport/internal/demux"
 	"cohort/dist/transport/internal/handshake"
@@ -20,6 +24,7 @@ type Listener struct {
 	opts            Options
 	peers           []int // ascending
 	seg             *segment
+	probe           *uint64 // read by peers to test single copy (see probePeer)
 	ln              *net.UnixListener
 	mu              sync.Mutex
 	used            bool
@@ -43,7 +48,13 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 	}
 	opts = opts.withDefaults(len(peers) + 1)
 	reclaimStale(opts.Dir, opts.Prefix)
-	seg, err := createSegment(opts.Dir, opts.Prefix, rank, worldSize, peers, int(opts.RingBytes))
+	var pv [8]byte
+	if _, err := rand.Read(pv[:]); err != nil {
+		return nil, fmt.Errorf("shm: random probe: %w", err)
+	}
+	probe := new(uint64)
+	*probe = binary.LittleEndian.Uint64(pv[:]) | 1
+	seg, err := createSegment(opts.Dir, opts.Prefix, rank, worldSize, peers, int(opts.RingBytes), probe)
 	if err != nil {
 		return nil, err
 	}
@@ -54,7 +65,7 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 		seg.unmap()
 		return nil, fmt.Errorf("shm: rank %d: listen: %w", rank, err)
 	}
-	return &Listener{rank: rank, worldSize: worldSize, opts: opts, peers: peers, seg: seg, ln: ln.(*net.UnixListener)}, nil
+	return &Listener{rank: rank, worldSize: worldSize, opts: opts, peers: peers, seg: seg, probe: probe, ln: ln.(*net.UnixListener)}, nil
 }
 
 // Addr returns the address to publish to the other ranks: the segment's
@@ -123,6 +134,13 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			return nil, fmt.Errorf("shm: rank %d: %w", l.rank, err)
 		}
 		segs[r] = s
+		// Tell r whether this rank can read its memory (single copy);
+		// r reads the answer once the handshake is done.
+		cma := uint32(0)
+		if l.opts.RendezvousBytes > 0 && probePeer(s) {
+			cma = 1
+		}
+		atomic.StoreUint32(l.seg.slot(r).cma, cma)
 	}
 	conns, err := mesh.Connect(ctx, mesh.Config{
 		Handshake: handshake.Config{Label: protocolLabel, Token: l.opts.Token, Rank: l.rank, WorldSize: l.worldSize},
@@ -140,7 +158,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 		return nil, err
 	}
 	t := &Transport{
-		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg,
+		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg, probe: l.probe, pid: os.Getpid(),
 		peers: make([]*peer, l.worldSize), self: demux.New(l.rank), pollerDone: make(chan struct{}),
 	}
 	for r, c := range conns {
@@ -153,7 +171,6 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			out:          s.slot(l.rank),
 			peerDoorbell: s.doorbell(),
 			peerSleeping: s.sleeping(),
-			peerPolling:  s.polling(),
 			in:           l.seg.slot(r),
 			box:          demux.New(r),
 			conn:         c,

@@ -34,6 +34,16 @@ type Options struct {
 	// more ranks than cores a spinning rank holds a core its peer needs to
 	// send. Negative means never.
 	Spin time.Duration
+	// RendezvousBytes: messages at least this long go by single copy,
+	// straight from the sender's memory into the receiver's buffer, when
+	// the receiver can read the sender's memory (process_vm_readv, checked
+	// at setup) and waits for the message; otherwise, and for shorter
+	// messages, through the ring. Such a Send returns once the receiver
+	// has read the message, or after a few milliseconds (then sending it
+	// through the ring) if no receiver comes. 0 means 2 MiB, above the
+	// collectives' default inline limit (whose sends and receives of a
+	// rank run in turn on one goroutine); negative means never.
+	RendezvousBytes int64
 	// HandshakeTimeout bounds the setup handshake with one peer. 0 means 30 s.
 	HandshakeTimeout time.Duration
 	// Logger receives refused connections and link failures; nil discards
@@ -93,6 +103,9 @@ func (o Options) withDefaults(ranks int) Options {
 		if ranks <= runtime.NumCPU() {
 			o.Spin = 200 * time.Microsecond
 		}
+	}
+	if o.RendezvousBytes == 0 {
+		o.RendezvousBytes = 2 << 20
 	}
 	if o.HandshakeTimeout == 0 {
 		o.HandshakeTimeout = 30 * time.Second

@@ -23,15 +23,22 @@ import (
 //
 //	control area: magic u64 | version u32 | worldSize u32 | rank u32 | pid u32 | ringBytes u64
 //	              slots u32 at +32 (number of slots)
+//	              probe address u64 at +40, probe value u64 at +48 (a word in the
+//	                owner's memory that peers read to test single copy; see probePeer)
 //	              doorbell u32 at +128 (futex word the owner sleeps on)
 //	              sleeping u32 at +256 (1 while the owner's progress goroutine is, or is about to be, asleep)
-//	              polling u32 at +384 (receivers of the owner now polling the rings themselves)
 //	              senders u32 × slots at +512 (the rank filling each slot, ascending)
 //	              (whole pages: one for up to 896 slots)
 //	slot header:  head u64 at +0   (bytes ever published by the producer)
 //	              tail u64 at +128 (bytes ever consumed by the owner)
 //	              space u32 at +256 (futex word a producer waiting for space sleeps on)
 //	              waiting u32 at +384 (1 while the producer is, or is about to be, asleep)
+//	              bell u32 at +512 (futex word a receiver waiting on this ring sleeps on)
+//	              sleepers u32 at +640 (receivers asleep, or about to be, on bell)
+//	              cma u32 at +896 (1: the owner reads the producer's memory itself; see single_copy_linux.go)
+//	              wantAll u32 at +960 (the sum of want)
+//	              want u32 × 512 at +1024 (receivers waiting for the owner's progress
+//	                goroutine to deliver a message, counted by a hash of its tag)
 //
 // head and tail only grow; the ring position of byte i is i mod ringBytes.
 // Invariant: tail <= head <= tail + ringBytes. Fields sit 128 bytes apart so
@@ -42,24 +49,33 @@ const (
 	pageBytes = 4096
 
 	segMagic   = 0x6d68732d74726f63 // "cort-shm", little-endian
-	segVersion = 2
+	segVersion = 3
 
-	offMagic     = 0
-	offVersion   = 8
-	offWorld     = 12
-	offRank      = 16
-	offPid       = 20
-	offRingBytes = 24
-	offSlots     = 32
-	offDoorbell  = 128
-	offSleeping  = 256
-	offPolling   = 384
-	offSenders   = 512
+	offMagic      = 0
+	offVersion    = 8
+	offWorld      = 12
+	offRank       = 16
+	offPid        = 20
+	offRingBytes  = 24
+	offSlots      = 32
+	offProbeAddr  = 40
+	offProbeValue = 48
+	offDoorbell   = 128
+	offSleeping   = 256
+	offSenders    = 512
 
-	offHead    = 0
-	offTail    = 128
-	offSpace   = 256
-	offWaiting = 384
+	offHead     = 0
+	offTail     = 128
+	offSpace    = 256
+	offWaiting  = 384
+	offBell     = 512
+	offSleepers = 640
+	offCMA      = 896
+	offWantAll  = 960
+	offWant     = 1024
+
+	// wantBuckets is the number of want counters in a slot header.
+	wantBuckets = 512
 )
 
 // segment is a mapped segment file.
@@ -76,6 +92,9 @@ type segment struct {
 type ring struct {
 	head, tail     *uint64
 	space, waiting *uint32
+	bell, sleepers *uint32
+	cma, wantAll   *uint32
+	want           *[wantBuckets]uint32
 	data           []byte
 	mask           uint64
 }
@@ -95,7 +114,6 @@ func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[
 
 func (s *segment) doorbell() *uint32 { return s.u32(offDoorbell) }
 func (s *segment) sleeping() *uint32 { return s.u32(offSleeping) }
-func (s *segment) polling() *uint32  { return s.u32(offPolling) }
 
 // slot returns the ring that rank sender fills; sender must be in
 // s.senders.
@@ -106,12 +124,17 @@ func (s *segment) slot(sender int) ring {
 	}
 	base := controlBytes(len(s.senders)) + i*(pageBytes+s.ringBytes)
 	return ring{
-		head:    s.u64(base + offHead),
-		tail:    s.u64(base + offTail),
-		space:   s.u32(base + offSpace),
-		waiting: s.u32(base + offWaiting),
-		data:    s.mem[base+pageBytes : base+pageBytes+s.ringBytes : base+pageBytes+s.ringBytes],
-		mask:    uint64(s.ringBytes - 1),
+		head:     s.u64(base + offHead),
+		tail:     s.u64(base + offTail),
+		space:    s.u32(base + offSpace),
+		waiting:  s.u32(base + offWaiting),
+		bell:     s.u32(base + offBell),
+		sleepers: s.u32(base + offSleepers),
+		cma:      s.u32(base + offCMA),
+		wantAll:  s.u32(base + offWantAll),
+		want:     (*[wantBuckets]uint32)(unsafe.Pointer(s.u32(base + offWant))),
+		data:     s.mem[base+pageBytes : base+pageBytes+s.ringBytes : base+pageBytes+s.ringBytes],
+		mask:     uint64(s.ringBytes - 1),
 	}
 }
 
@@ -155,8 +178,9 @@ func reclaimStale(dir, prefix string) (removed []string) {
 }
 
 // createSegment creates and maps a fresh segment for rank in dir, with a
-// slot for each of senders (ascending).
-func createSegment(dir, prefix string, rank, worldSize int, senders []int, ringBytes int) (*segment, error) {
+// slot for each of senders (ascending); probe is the word peers read to
+// test single copy.
+func createSegment(dir, prefix string, rank, worldSize int, senders []int, ringBytes int, probe *uint64) (*segment, error) {
 	var id [8]byte
 	if _, err := rand.Read(id[:]); err != nil {
 		return nil, fmt.Errorf("shm: random name: %w", err)
@@ -180,6 +204,7 @@ func createSegment(dir, prefix string, rank, worldSize int, senders []int, ringB
 		return fail("map", err)
 	}
 	s := &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes, senders: senders}
+	prefault(mem)
 	binary.LittleEndian.PutUint32(mem[offSlots:], uint32(len(senders)))
 	for i, r := range senders {
 		binary.LittleEndian.PutUint32(mem[offSenders+4*i:], uint32(r))
@@ -189,6 +214,8 @@ func createSegment(dir, prefix string, rank, worldSize int, senders []int, ringB
 	binary.LittleEndian.PutUint32(mem[offRank:], uint32(rank))
 	binary.LittleEndian.PutUint32(mem[offPid:], uint32(os.Getpid()))
 	binary.LittleEndian.PutUint64(mem[offRingBytes:], uint64(ringBytes))
+	binary.LittleEndian.PutUint64(mem[offProbeAddr:], uint64(uintptr(unsafe.Pointer(probe))))
+	binary.LittleEndian.PutUint64(mem[offProbeValue:], *probe)
 	atomic.StoreUint64(s.u64(offMagic), segMagic) // last: the header is complete
 	return s, nil
 }
@@ -255,7 +282,35 @@ func openSegment(path string, rank, worldSize, me int) (*segment, error) {
 		unix.Munmap(mem)
 		return nil, fmt.Errorf("shm: segment of rank %d has no ring for rank %d: rank %d does not count it among its peers (Options.Peers)", rank, me, rank)
 	}
-	return &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes, senders: senders}, nil
+	s := &segment{path: path, mem: mem, worldSize: worldSize, rank: rank, ringBytes: ringBytes, senders: senders}
+	// Map this rank's own slot (the ring it fills) now, so that the first
+	// message pays no page faults; the owner allocated the pages.
+	i, _ := slices.BinarySearch(senders, me)
+	base := controlBytes(slots) + i*(pageBytes+ringBytes)
+	prefault(mem[base : base+pageBytes+ringBytes])
+	return s, nil
+}
+
+// prefault maps every page of b (a part of a shared mapping) writable now,
+// allocating the tmpfs pages that are not yet: a first touch costs a minor
+// fault of about 10 µs per 4 KiB page (see the package doc), which the
+// first messages through a fresh ring would otherwise pay, up to thousands
+// of them. MADV_POPULATE_WRITE (Linux 5.14) does it in one call without
+// writing; older kernels get one read of each page (the mapping is shared,
+// so a read fault maps the page writable; reading never disturbs data a
+// peer may already be writing).
+func prefault(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	if unix.Madvise(b, unix.MADV_POPULATE_WRITE) == nil {
+		return
+	}
+	// An atomic load, which the compiler never elides; pages are
+	// page-aligned, so the word is too.
+	for off := 0; off < len(b); off += pageBytes {
+		atomic.LoadUint32((*uint32)(unsafe.Pointer(&b[off])))
+	}
 }
 
 // unlink removes the segment's file; the mappings stay valid.

@@ -199,7 +199,7 @@ func TestProtocolErrorBreaksLink(t *testing.T) {
 	p.mu.Lock()
 	copy(p.out.data, strings.Repeat("x", 32))
 	p.outHead += 32
-	p.publish(p.outHead)
+	p.publish(p.outHead, transport.Tag{})
 	p.mu.Unlock()
 	err := <-done
 	var pe *transport.PeerError

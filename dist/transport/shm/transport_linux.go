@@ -10,8 +10,6 @@ import (
 	"sync/atomic"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"cohort/dist/transport"
 	"cohort/dist/transport/internal/demux"
 	"cohort/dist/wire"
@@ -40,18 +38,16 @@ var (
 type Transport struct {
 	rank, size int
 	opts       Options
-	own        *segment   // this rank's segment: its inbound rings
+	own        *segment // this rank's segment: its inbound rings
+	probe      *uint64  // read by peers to test single copy
+	pid        int
 	peers      []*peer    // by rank; nil at this rank and at ranks that are not peers
 	self       *demux.Box // messages to itself
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	pollerDone chan struct{}
-	// progress is held by whoever copies records out of the inbound
-	// rings: the progress goroutine, or a receiver polling for its own
-	// message.
-	progress sync.Mutex
-	// mapped is read-held by receivers while they touch the mappings
-	// outside progress; Close write-locks it for good before unmapping.
+	// mapped is read-held by receivers while they touch the mappings;
+	// Close write-locks it for good before unmapping.
 	mapped sync.RWMutex
 }
 
@@ -67,21 +63,23 @@ type peer struct {
 	out          ring
 	peerDoorbell *uint32
 	peerSleeping *uint32
-	peerPolling  *uint32
 	mu           sync.Mutex // one sender at a time; guards outHead
 	outHead      uint64
 	sendErr      atomic.Pointer[transport.PeerError] // outbound side down
 
 	// Inbound: the peer's slot of this rank's segment, consumed by
-	// whoever holds Transport.progress.
+	// whoever holds inMu: the progress goroutine, or a receiver taking
+	// its own message straight out of the ring (recvDirect).
 	in          ring
 	box         *demux.Box
-	inTail      uint64     // guarded by Transport.progress
-	cur         *demux.Msg // message being copied out; guarded by Transport.progress
-	curRem      uint64     // its payload bytes still to copy
-	curPad      uint64     // its padding after the payload
+	inMu        sync.Mutex
+	inBusy      atomic.Int32 // a direct receiver holds inMu (and answers for the ring)
+	inTail      uint64       // guarded by inMu
+	cur         *demux.Msg   // message being copied out into the box; guarded by inMu
+	curRem      uint64       // its payload bytes still to copy
+	curPad      uint64       // its padding after the payload
 	gone        atomic.Pointer[error]
-	settled     bool        // the box has been failed after gone; guarded by Transport.progress
+	settled     bool        // the box has been failed after gone; guarded by inMu
 	settledFlag atomic.Bool // settled, for readers without the lock
 
 	// Liveness channel.
@@ -130,6 +128,13 @@ func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byt
 
 // Recv receives the next message from rank from under tag into p; see
 // transport.Transport. A Recv cancelled by ctx consumes no message.
+//
+// The receiver first looks for its message itself (recvDirect): it waits
+// on the ring's head word, spinning for Options.Spin and then sleeping on
+// the ring's futex, and copies its message straight out of the ring into
+// p. Only when a message for the tag is already queued, or none comes for
+// a while, does it post the receive and leave the delivery to the progress
+// goroutine.
 func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []byte) error {
 	if err := t.check("recv from", from); err != nil {
 		return err
@@ -141,11 +146,10 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	if from == t.rank {
 		err = t.self.Recv(ctx, tag, p)
 	} else {
-		var q *demux.Pending
-		q, err = t.peers[from].box.Post(tag, p)
-		if q != nil {
-			t.pollFor(ctx, q)
-			err = q.Wait(ctx)
+		pr := t.peers[from]
+		var done bool
+		if done, err = pr.recvDirect(ctx, tag, p); !done {
+			err = pr.recvBox(ctx, tag, p)
 		}
 	}
 	if err != nil {
@@ -154,69 +158,275 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	return nil
 }
 
-// pollFor copies records out of the rings in the receiver's own
-// goroutine, for up to Options.Spin, until q is done: a message that
-// arrives meanwhile reaches its receiver without waking any thread.
-// Senders do not ring the doorbell while a receiver polls, so on leaving
-// it rings it itself if records arrived that nobody has taken.
-func (t *Transport) pollFor(ctx context.Context, q *demux.Pending) {
-	if t.opts.Spin <= 0 || !t.mapped.TryRLock() {
-		return
+// recvBox receives through the box: the progress goroutine, woken by
+// the senders of messages under tag (see publish), delivers.
+func (p *peer) recvBox(ctx context.Context, tag transport.Tag, buf []byte) error {
+	q, err := p.box.Post(tag, buf)
+	if q == nil {
+		return err
+	}
+	if !p.t.mapped.TryRLock() {
+		return q.Wait(ctx) // closing: the box fails the receive
+	}
+	// Held across the wait, which Close ends by closing the box before
+	// it unmaps.
+	defer p.t.mapped.RUnlock()
+	want := &p.in.want[wantBucket(tag)]
+	atomic.AddUint32(want, 1)
+	atomic.AddUint32(p.in.wantAll, 1)
+	if atomic.LoadUint32(p.t.own.sleeping()) != 0 && atomic.LoadUint64(p.in.head) != atomic.LoadUint64(p.in.tail) {
+		p.t.wake() // the message may have come before the count went up
+	}
+	err = q.Wait(ctx)
+	atomic.AddUint32(p.in.wantAll, ^uint32(0))
+	atomic.AddUint32(want, ^uint32(0))
+	return err
+}
+
+// wantBucket is the want counter of a tag.
+func wantBucket(tag transport.Tag) uint32 {
+	h := uint64(tag.Group)*0x9e3779b97f4a7c15 ^ tag.Seq*0xc2b2ae3d27d4eb4f ^ uint64(tag.Step)*0x165667b19e3779f9
+	return uint32(h>>32) % wantBuckets
+}
+
+// Waiting in recvDirect and waitSpace.
+const (
+	// spinCheck is how many polls of a spin pass between looks at the
+	// clock, ctx and the link's state.
+	spinCheck = 64
+	// spinGosched is how many polls pass between yields to the Go
+	// scheduler (0.1 µs when nothing else is runnable), so that the
+	// process's other goroutines still run on a busy P. There is no
+	// OS-level yield: sched_yield costs a system call per pause and on a
+	// loaded host hands the core away for long stretches.
+	spinGosched = 16
+	// directSleep bounds one futex sleep of a receiver waiting on its
+	// ring, so that ctx is looked at regularly; directWait bounds the
+	// whole wait before the receive is handed to the progress goroutine
+	// (a receive that waits long, such as one for an abort notice, should
+	// not hold a thread and make every sender ring the ring's futex).
+	directSleep = 2 * time.Millisecond
+	directWait  = 20 * time.Millisecond
+)
+
+// recordState is what the next record of a ring means to a direct
+// receiver.
+type recordState uint8
+
+const (
+	recordNone  recordState = iota // nothing published yet
+	recordMine                     // the message the receiver waits for
+	recordOther                    // another message (or a broken record): service it into the box
+	recordBox                      // the box must deliver: it holds something for the tag, or the link is down
+)
+
+// recvDirect receives the message under tag into buf straight out of the
+// ring, on the caller's goroutine: no hand-off to another goroutine, no
+// allocation. It reports done false, having consumed nothing for the
+// tag, when the receive must go through the box instead: the box already
+// holds a message or a receiver for the tag, the message has another
+// length (the box reports the length error), the link is down, or nothing
+// came within Options.Spin plus directWait. Records for other tags met on
+// the way are serviced into the box.
+func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (done bool, err error) {
+	t := p.t
+	if !t.mapped.TryRLock() {
+		return false, nil
 	}
 	defer t.mapped.RUnlock()
-	if t.closed.Load() {
-		return
-	}
-	polling := t.own.polling()
-	atomic.AddUint32(polling, 1)
-	spinUntil := time.Now().Add(t.opts.Spin)
-	for i := 1; !q.Done(); i++ {
-		if t.progress.TryLock() {
-			t.serviceAll()
-			t.progress.Unlock()
-			if q.Done() {
-				break
+	r := &p.in
+	var spinUntil, waitUntil time.Time
+	// looked: at head last, this receiver held the ring and found nothing
+	// for it. Only then may it sleep until head moves: a look that failed
+	// to take the ring (the progress goroutine held it, and may have
+	// queued this receiver's message in the box) must be repeated.
+	looked := false
+	last := atomic.LoadUint64(r.head) + 1 // differs from head: look at once
+	for i := 1; ; i++ {
+		if head := atomic.LoadUint64(r.head); head != last || i%spinCheck == 0 {
+			last, looked = head, false
+			if p.inMu.TryLock() {
+				st, h := p.next(tag, len(buf))
+				switch st {
+				case recordMine:
+					p.inBusy.Add(1)
+					err := p.consume(ctx, tag, h, buf)
+					p.inBusy.Add(-1)
+					p.inMu.Unlock()
+					p.handOff()
+					return true, err
+				case recordOther:
+					p.service()
+					p.inMu.Unlock()
+					last = head + 1 // look again at once
+					continue
+				case recordBox:
+					p.inMu.Unlock()
+					return false, nil
+				}
+				p.inMu.Unlock()
+				looked = true
 			}
 		}
-		if t.closed.Load() || ctx.Err() != nil || (i%8 == 0 && time.Now().After(spinUntil)) {
-			break
+		if i%spinCheck != 0 {
+			if i%spinGosched == 0 {
+				runtime.Gosched()
+			}
+			continue
 		}
-		yield(i)
-	}
-	if atomic.AddUint32(polling, ^uint32(0)) == 0 && atomic.LoadUint32(t.own.sleeping()) != 0 && t.unread() {
-		t.wake()
+		if t.closed.Load() || ctx.Err() != nil || p.gone.Load() != nil {
+			return false, nil // the box path reports it
+		}
+		now := time.Now()
+		if spinUntil.IsZero() {
+			spinUntil = now.Add(t.opts.Spin)
+			waitUntil = spinUntil.Add(directWait)
+		}
+		if now.After(waitUntil) {
+			return false, nil
+		}
+		if now.Before(spinUntil) || !looked {
+			continue
+		}
+		p.sleepOnRing(last, directSleep)
+		last++ // look again at once
 	}
 }
 
-// yield is one pause of a spin: a Go-level yield, and every fourth time an
-// OS-level one (sched_yield), so that on a host whose cores are all busy a
-// spinning rank does not keep the peer it waits for off the CPU. Measured
-// on a loaded 2-core host, a spin without OS-level yields was bimodal
-// (1 µs or 30–200 µs per 4 KiB round trip); with them it stays near 10 µs.
-func yield(i int) {
-	if i%4 == 0 {
-		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
-		return
+// sleepOnRing sleeps on the ring's futex while its head stays at head, at
+// most d. Senders wake it (see publish); so do Close and a dead peer.
+func (p *peer) sleepOnRing(head uint64, d time.Duration) {
+	r := &p.in
+	v := atomic.LoadUint32(r.bell)
+	atomic.AddUint32(r.sleepers, 1)
+	if atomic.LoadUint64(r.head) == head && !p.t.closed.Load() && p.gone.Load() == nil {
+		futexSleep(r.bell, v, d)
 	}
-	runtime.Gosched()
+	atomic.AddUint32(r.sleepers, ^uint32(0))
 }
 
-// serviceAll services every inbound ring. Caller holds t.progress.
-func (t *Transport) serviceAll() bool {
-	progress := false
-	for _, p := range t.peers {
-		if p != nil && p.service() {
-			progress = true
+// handOff wakes the progress goroutine, after a direct receiver held the
+// ring, if records wait behind its message and a receiver waits for the
+// progress goroutine to deliver one: their senders' wake-up found the
+// ring held and the progress goroutine asleep again.
+func (p *peer) handOff() {
+	r := &p.in
+	if atomic.LoadUint32(r.wantAll) != 0 && atomic.LoadUint32(p.t.own.sleeping()) != 0 &&
+		atomic.LoadUint64(r.head) != atomic.LoadUint64(r.tail) {
+		p.t.wake()
+	}
+}
+
+// next classifies the ring's next record for a direct receive of n bytes
+// under tag, returning its header when it is the receiver's. Caller holds
+// inMu.
+func (p *peer) next(tag transport.Tag, n int) (recordState, wire.Header) {
+	if p.settled || p.cur != nil || !p.box.Quiet(tag) {
+		return recordBox, wire.Header{}
+	}
+	r := &p.in
+	head := atomic.LoadUint64(r.head)
+	if head-p.inTail < recordAlign {
+		if head != p.inTail {
+			return recordOther, wire.Header{} // service() reports the broken record
+		}
+		if p.gone.Load() != nil {
+			return recordBox, wire.Header{}
+		}
+		return recordNone, wire.Header{}
+	}
+	at := p.inTail & r.mask
+	h, err := wire.DecodeHeader(r.data[at:at+recordAlign], descBytes)
+	if err != nil || h.Kind != wire.KindData || (h.Length != 0 && (h.Length != descBytes || head-p.inTail < recordAlign+descBytes)) || h.Aux != uint64(n) ||
+		h.Group != tag.Group || h.Seq != tag.Seq || h.Step != tag.Step {
+		return recordOther, wire.Header{}
+	}
+	return recordMine, h
+}
+
+// consume copies the record at the ring's tail, whose header is h, into
+// buf (len(buf) == h.Aux) as its bytes are published, and releases it.
+// If ctx ends, the link breaks or the transport closes first, what was
+// copied becomes a message queued in the box, completed later by the
+// progress goroutine, and the receive fails: nothing is consumed. Caller
+// holds inMu.
+func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, buf []byte) error {
+	r := &p.in
+	n := h.Aux
+	pad := (recordAlign - n%recordAlign) % recordAlign
+	tail := p.inTail + recordAlign
+	if h.Length == descBytes {
+		if p.claim(p.inTail, buf) {
+			p.release(tail + descBytes)
+			return nil
+		}
+		tail += descBytes // inline: the payload follows the descriptor
+	}
+	var got uint64
+	var spinUntil time.Time
+	for i := 1; ; i++ {
+		head := atomic.LoadUint64(r.head)
+		for got < n && tail < head {
+			k := min(n-got, head-tail, publishBytes)
+			at := tail & r.mask
+			c := uint64(copy(buf[got:got+k], r.data[at:]))
+			copy(buf[got+c:got+k], r.data)
+			got += k
+			tail += k
+			if got < n {
+				p.release(tail) // let the sender refill while this copies on
+			}
+		}
+		if got == n && head-tail >= pad {
+			p.release(tail + pad)
+			return nil
+		}
+		if i%spinCheck != 0 {
+			if i%spinGosched == 0 {
+				runtime.Gosched()
+			}
+			continue
+		}
+		err := ctx.Err()
+		if gone := p.gone.Load(); err == nil && gone != nil {
+			if atomic.LoadUint64(r.head) != head {
+				continue // sent before the goodbye: copy it first
+			}
+			err = &transport.PeerError{Peer: p.rank, Err: *gone}
+		}
+		if err == nil && p.t.closed.Load() {
+			err = transport.ErrClosed
+		}
+		if err != nil {
+			// Give the part back: the box completes the message later
+			// (or fails it) and hands it to the next receive for the tag.
+			m := p.box.Begin(tag, int(n))
+			for off := uint64(0); off < got; {
+				k, _ := m.Write(func(dst []byte) (int, error) { return copy(dst, buf[off:got]), nil })
+				off += uint64(k)
+			}
+			p.cur, p.curRem, p.curPad = m, n-got, pad
+			if got == n {
+				p.curRem = 0
+			}
+			p.release(tail)
+			return err
+		}
+		now := time.Now()
+		if spinUntil.IsZero() {
+			spinUntil = now.Add(p.t.opts.Spin)
+		}
+		if now.After(spinUntil) {
+			p.sleepOnRing(head, directSleep)
 		}
 	}
-	return progress
 }
 
-// unread reports whether some ring holds bytes not yet released, from the
-// shared counters alone (no lock).
+// unread reports whether some ring holds bytes not yet released that no
+// direct receiver answers for, from the shared counters alone (no lock).
 func (t *Transport) unread() bool {
 	for _, p := range t.peers {
-		if p != nil && atomic.LoadUint64(p.in.head) != atomic.LoadUint64(p.in.tail) {
+		if p != nil && p.inBusy.Load() == 0 && atomic.LoadUint64(p.in.head) != atomic.LoadUint64(p.in.tail) {
 			return true
 		}
 	}
@@ -238,17 +448,35 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte) error {
 	n := uint64(len(msg))
 	pad := (recordAlign - n%recordAlign) % recordAlign
 	head := p.outHead
-	if err := p.waitSpace(ctx, head, recordAlign, false); err != nil {
-		return err
-	}
 	h := wire.Header{Kind: wire.KindData, Group: tag.Group, Step: tag.Step, Seq: tag.Seq, Aux: n}
-	h.Put(r.data[head&r.mask:])
-	head += recordAlign
-	published := head - recordAlign
+	var published uint64
+	if p.rendezvous(msg) {
+		if err := p.waitSpace(ctx, head, recordAlign+descBytes, false); err != nil {
+			return err
+		}
+		var done bool
+		var err error
+		if head, done, err = p.offer(ctx, tag, h, msg); err != nil {
+			p.breakLink(err)
+			return err
+		}
+		p.outHead = head
+		if done {
+			return nil
+		}
+		published = head // inline after all: the payload follows the descriptor
+	} else {
+		if err := p.waitSpace(ctx, head, recordAlign, false); err != nil {
+			return err
+		}
+		h.Put(r.data[head&r.mask:])
+		published = head
+		head += recordAlign
+	}
 	for off := uint64(0); off < n; {
 		free := capacity - (head - atomic.LoadUint64(r.tail))
 		if free == 0 {
-			p.publish(head)
+			p.publish(head, tag)
 			published = head
 			if err := p.waitSpace(ctx, head, 1, true); err != nil {
 				return err
@@ -262,30 +490,47 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte) error {
 		head += k
 		off += k
 		if off < n && head-published >= publishBytes {
-			p.publish(head)
+			p.publish(head, tag)
 			published = head
 		}
 	}
 	if pad > 0 {
 		if capacity-(head-atomic.LoadUint64(r.tail)) < pad {
 			// The receiver waits for the padding only after the payload.
-			p.publish(head)
+			p.publish(head, tag)
 			if err := p.waitSpace(ctx, head, pad, true); err != nil {
 				return err
 			}
 		}
 		head += pad
 	}
-	p.publish(head)
+	p.publish(head, tag)
 	p.outHead = head
 	return nil
 }
 
-// publish makes the ring's bytes up to head visible and rings the peer's
-// doorbell if its poller sleeps.
-func (p *peer) publish(head uint64) {
-	atomic.StoreUint64(p.out.head, head)
-	if atomic.LoadUint32(p.peerSleeping) != 0 && atomic.LoadUint32(p.peerPolling) == 0 {
+// publish makes the ring's bytes up to head, where the record under tag
+// ends or continues, visible, and wakes who sleeps waiting for them: a
+// receiver sleeping on the ring, and the peer's progress goroutine if a
+// receiver waits for it to deliver a message under tag (see recvBox).
+// Other records wait in the ring for their receivers, who take them
+// straight out of it (recvDirect); the progress goroutine is not woken for
+// them.
+func (p *peer) publish(head uint64, tag transport.Tag) {
+	r := &p.out
+	atomic.StoreUint64(r.head, head)
+	if atomic.LoadUint32(r.sleepers) != 0 {
+		atomic.AddUint32(r.bell, 1)
+		futexWakeAll(r.bell)
+	}
+	if atomic.LoadUint32(&r.want[wantBucket(tag)]) != 0 {
+		p.wakePeer()
+	}
+}
+
+// wakePeer rings the peer's doorbell if its progress goroutine sleeps.
+func (p *peer) wakePeer() {
+	if atomic.LoadUint32(p.peerSleeping) != 0 {
 		atomic.AddUint32(p.peerDoorbell, 1)
 		futexWakeAll(p.peerDoorbell)
 	}
@@ -305,6 +550,12 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 		if free() >= need {
 			return nil
 		}
+		if i%spinCheck != 0 {
+			if i%spinGosched == 0 {
+				runtime.Gosched()
+			}
+			continue
+		}
 		if p.t.closed.Load() {
 			return transport.ErrClosed
 		}
@@ -317,8 +568,7 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 			}
 			return err
 		}
-		if i%16 != 0 || time.Now().Before(spinUntil) {
-			yield(i)
+		if time.Now().Before(spinUntil) {
 			continue
 		}
 		atomic.StoreUint32(r.waiting, 1)
@@ -326,6 +576,9 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 		if free() >= need {
 			return nil
 		}
+		// No receiver may be taking records out of the ring: have the
+		// peer's progress goroutine drain it into its boxes.
+		p.wakePeer()
 		futexSleep(r.space, v, sleepMax)
 	}
 }
@@ -348,9 +601,9 @@ func (p *peer) writeFrame(kind wire.Kind) error {
 
 // poll is the progress goroutine: it copies records out of the inbound
 // rings into the boxes whenever no receiver is doing it, and sleeps on
-// the doorbell when they are empty. It does not spin: receivers that want
-// low latency poll themselves (see pollFor), and a spinning thread per
-// rank would starve them on a host with fewer cores than busy ranks.
+// the doorbell when they are empty. It does not spin: receivers wait for
+// their own messages (see recvDirect), and a spinning thread per rank
+// would starve them on a host with fewer cores than busy ranks.
 func (t *Transport) poll() {
 	defer close(t.pollerDone)
 	doorbell, sleeping := t.own.doorbell(), t.own.sleeping()
@@ -359,10 +612,22 @@ func (t *Transport) poll() {
 			return
 		}
 		progress, idle := false, true
-		if t.progress.TryLock() {
-			progress = t.serviceAll()
-			idle = !progress && t.idle()
-			t.progress.Unlock()
+		for _, p := range t.peers {
+			if p == nil {
+				continue
+			}
+			if !p.inMu.TryLock() {
+				// A direct receiver that holds the ring answers for it;
+				// anyone else lets go soon.
+				idle = idle && p.inBusy.Load() != 0
+				continue
+			}
+			if p.service() {
+				progress = true
+			} else if !p.settled && (atomic.LoadUint64(p.in.head) != p.inTail || p.gone.Load() != nil) {
+				idle = false
+			}
+			p.inMu.Unlock()
 		}
 		if progress {
 			// Let a receiver just readied run on this P at once.
@@ -381,22 +646,8 @@ func (t *Transport) poll() {
 	}
 }
 
-// idle reports whether no ring has unread bytes and no peer awaits
-// settling. Caller holds t.progress.
-func (t *Transport) idle() bool {
-	for _, p := range t.peers {
-		if p == nil || p.settled {
-			continue
-		}
-		if atomic.LoadUint64(p.in.head) != p.inTail || p.gone.Load() != nil {
-			return false
-		}
-	}
-	return true
-}
-
 // gonePending reports whether a peer has gone but not been settled; it
-// reads settled without t.progress, so it may err towards true.
+// reads settled without p.inMu, so it may err towards true.
 func (t *Transport) gonePending() bool {
 	for _, p := range t.peers {
 		if p != nil && p.gone.Load() != nil && !p.settledFlag.Load() {
@@ -413,7 +664,7 @@ func (t *Transport) wake() {
 }
 
 // service copies what the peer has published into its box and reports
-// whether it made progress. Caller holds t.progress.
+// whether it made progress. Caller holds p.inMu.
 func (p *peer) service() bool {
 	if p.settled {
 		return false
@@ -435,9 +686,12 @@ func (p *peer) service() bool {
 				return true
 			}
 			at := tail & r.mask
-			h, err := wire.DecodeHeader(r.data[at:at+recordAlign], 0)
+			h, err := wire.DecodeHeader(r.data[at:at+recordAlign], descBytes)
 			if err == nil && h.Kind != wire.KindData {
 				err = fmt.Errorf("unexpected %v record", h.Kind)
+			}
+			if err == nil && h.Length != 0 && (h.Length != descBytes || head-tail < recordAlign+descBytes) {
+				err = fmt.Errorf("record header with length %d, %d bytes published", h.Length, head-tail)
 			}
 			if err == nil && h.Aux > uint64(p.t.opts.MaxMessageBytes) {
 				err = &wire.LengthError{What: "message", Length: h.Aux, Limit: uint64(p.t.opts.MaxMessageBytes)}
@@ -445,6 +699,12 @@ func (p *peer) service() bool {
 			if err != nil {
 				p.settle(fmt.Errorf("protocol error: %w", err))
 				return true
+			}
+			if h.Length == descBytes {
+				// A single-copy offer: the box has no receiver's buffer
+				// to read into, so the sender sends the payload inline.
+				p.refuse(tail)
+				tail += descBytes
 			}
 			tail += recordAlign
 			p.cur = p.box.Begin(transport.Tag{Group: h.Group, Seq: h.Seq, Step: h.Step}, int(h.Aux))
@@ -485,7 +745,7 @@ func (p *peer) service() bool {
 }
 
 // release hands the ring's bytes before tail back to the sender, waking
-// it if it waits for space. Caller holds t.progress.
+// it if it waits for space. Caller holds p.inMu.
 func (p *peer) release(tail uint64) {
 	r := &p.in
 	p.inTail = tail
@@ -498,7 +758,7 @@ func (p *peer) release(tail uint64) {
 }
 
 // settle fails the peer's box once nothing more can come from it. Caller
-// holds t.progress.
+// holds p.inMu.
 func (p *peer) settle(cause error) {
 	p.settled = true
 	p.settledFlag.Store(true)
@@ -529,7 +789,14 @@ func (p *peer) markGone(cause error) {
 	p.gone.CompareAndSwap(nil, &cause)
 	p.sendErr.CompareAndSwap(nil, &transport.PeerError{Peer: p.rank, Err: cause})
 	p.t.wake()
+	p.wakeRing()
 	futexWakeAll(p.out.space)
+}
+
+// wakeRing rouses receivers sleeping on the inbound ring.
+func (p *peer) wakeRing() {
+	atomic.AddUint32(p.in.bell, 1)
+	futexWakeAll(p.in.bell)
 }
 
 // readLoop watches the liveness channel: a goodbye, a cancelled send, or
@@ -584,6 +851,7 @@ func (t *Transport) shutdown(goodbye bool) {
 		for _, p := range t.peers {
 			if p != nil {
 				futexWakeAll(p.out.space)
+				p.wakeRing()
 			}
 		}
 		<-t.pollerDone
@@ -604,10 +872,10 @@ func (t *Transport) shutdown(goodbye bool) {
 				<-p.readerDone
 			}
 		}
-		t.mapped.Lock() // no receiver polls any more; never unlocked
-		t.progress.Lock()
+		t.mapped.Lock() // no receiver touches the rings any more; never unlocked
 		for _, p := range t.peers {
 			if p != nil {
+				p.inMu.Lock() // never unlocked
 				p.seg.unmap()
 			}
 		}

@@ -426,6 +426,20 @@ func (b *Box) Post(tag transport.Tag, p []byte) (*Pending, error) {
 	return w, nil
 }
 
+// Quiet reports whether the box holds nothing under tag (no message, no
+// receiver waiting) and has neither failed nor closed: the next message
+// the source sees under tag is then the next one for a receiver of tag,
+// who may take it from the source directly instead of through the box.
+func (b *Box) Quiet(tag transport.Tag) bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.failed != nil || b.closed != nil {
+		return false
+	}
+	_, ok := b.streams[tag]
+	return !ok
+}
+
 // Done reports, without blocking, whether the receive has finished; Wait
 // then returns its result at once.
 func (w *Pending) Done() bool {

@@ -445,3 +445,39 @@ func TestLengthErrorPrefix(t *testing.T) {
 		}
 	})
 }
+
+// TestQuiet: a box is quiet under a tag while it holds nothing for it (no
+// message, no receiver) and has neither failed nor closed.
+func TestQuiet(t *testing.T) {
+	tagB := transport.Tag{Group: 1, Seq: 2}
+	b := New(1)
+	if !b.Quiet(tagA) {
+		t.Fatal("empty box not quiet")
+	}
+	m := b.Begin(tagA, 2)
+	if b.Quiet(tagA) || !b.Quiet(tagB) {
+		t.Fatal("a message under tagA: want tagA busy, tagB quiet")
+	}
+	write(t, m, []byte("hi"))
+	m.Done()
+	if err := b.Recv(context.Background(), tagA, make([]byte, 2)); err != nil {
+		t.Fatal(err)
+	}
+	if !b.Quiet(tagA) {
+		t.Fatal("not quiet after the message was received")
+	}
+	q, err := b.Post(tagB, make([]byte, 1))
+	if err != nil || q == nil {
+		t.Fatalf("Post: %v, %v", q, err)
+	}
+	if b.Quiet(tagB) {
+		t.Fatal("a receiver waits under tagB: want busy")
+	}
+	b.Fail(errors.New("gone"))
+	if b.Quiet(tagA) {
+		t.Fatal("a failed box is quiet")
+	}
+	if err := q.Wait(context.Background()); err == nil {
+		t.Fatal("receiver not failed")
+	}
+}
