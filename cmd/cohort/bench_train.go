@@ -27,6 +27,7 @@ import (
 	"cohort/launch"
 	"cohort/models"
 	"cohort/nn"
+	"cohort/obs/progress"
 	"cohort/optim"
 	"cohort/tensor/gemmbench"
 )
@@ -526,12 +527,14 @@ func trainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
-	for range s.steps {
+	report := benchProgress(pg, s.steps, trainBatch)
+	for i := range s.steps {
 		d, err := step()
 		res.Data += d
 		if err != nil {
 			return res, err
 		}
+		report(i+1, float64(res.LastLoss))
 	}
 	if err := barrier(); err != nil {
 		return res, fmt.Errorf("barrier after the timed steps: %w", err)
@@ -560,6 +563,24 @@ func epochs(ctx context.Context, l *data.Loader) iter.Seq2[*data.Batch, error] {
 				yield(nil, fmt.Errorf("loader yields no batches"))
 				return
 			}
+		}
+	}
+}
+
+// benchProgress is rank 0's progress over the timed steps, on stderr (the
+// report goes to stdout); nil elsewhere. Its update costs a clock read and
+// a lock per step, and writes a line at most every 10 s off a terminal.
+func benchProgress(pg dist.ProcessGroup, steps, samplesPerStep int) func(step int, loss float64) {
+	if pg != nil && pg.Rank() != 0 {
+		return func(int, float64) {}
+	}
+	bar := progress.New(progress.Options{Total: steps, Out: os.Stderr})
+	start := time.Now()
+	return func(done int, loss float64) { // done: steps finished, 1..steps
+		bar.Update(progress.Status{Step: done - 1, Epoch: 1, Loss: loss,
+			SamplesPerSec: float64(done*samplesPerStep) / time.Since(start).Seconds()})
+		if done == steps {
+			bar.Finish()
 		}
 	}
 }

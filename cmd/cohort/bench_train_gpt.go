@@ -128,13 +128,15 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprof
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
-	for range s.steps {
+	report := benchProgress(pg, s.steps, gptBatch*models.GPTMini().Ctx)
+	for i := range s.steps {
 		d, c, err := step()
 		res.Data += d
 		res.AllReduce += c
 		if err != nil {
 			return res, err
 		}
+		report(i+1, float64(res.LastLoss))
 	}
 	if err := barrier(); err != nil {
 		return res, fmt.Errorf("barrier after the timed steps: %w", err)
