@@ -213,3 +213,50 @@ func TestBadInput(t *testing.T) {
 		}
 	}
 }
+
+// A rank whose own context is cancelled stops every rank, and every rank
+// names it, not the neighbour it was waiting for.
+func TestCancelledStage(t *testing.T) {
+	for _, name := range []string{"gpipe", "1f1b", "zb"} {
+		for _, culprit := range []int{0, 1} {
+			t.Run(fmt.Sprintf("%s/rank%d", name, culprit), func(t *testing.T) {
+				defer disttest.CheckLeaks(t)()
+				s, err := NewSchedule(name, 2, 0, 4)
+				if err != nil {
+					t.Fatal(err)
+				}
+				errs := make([]error, 2)
+				disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+					ctx, cancel := context.WithCancel(disttest.Context(t, 30*time.Second))
+					defer cancel()
+					stages, opts := tinyRank(t, pg, s, func(st Stage) Stage {
+						if pg.Rank() != culprit {
+							return st
+						}
+						// Cancel before the forward pass of microbatch 1:
+						// the stage then stops at its next wait for a peer.
+						return failing{st, 1, func() error { cancel(); return nil }}
+					})
+					pl, err := New(ctx, pg, s, stages, opts)
+					if err != nil {
+						t.Errorf("rank %d: %v", pg.Rank(), err)
+						return
+					}
+					defer pl.Close()
+					_, errs[pg.Rank()] = pl.Step(ctx)
+				})
+				for r, err := range errs {
+					t.Logf("rank %d: %v", r, err)
+					switch {
+					case err == nil:
+						t.Errorf("rank %d: Step succeeded", r)
+					case r == culprit && (!errors.Is(err, context.Canceled) || strings.Contains(err.Error(), "failure began")):
+						t.Errorf("rank %d (cancelled): want its own cancellation, not blaming another rank: %v", r, err)
+					case r != culprit && !strings.Contains(err.Error(), fmt.Sprintf("failure began on pipeline rank %d", culprit)):
+						t.Errorf("rank %d: error does not name rank %d: %v", r, culprit, err)
+					}
+				}
+			})
+		}
+	}
+}

@@ -55,6 +55,14 @@ type Options struct {
 	// Split records how the model was cut into stages (see Split); ranks
 	// check that they agree on it. Optional.
 	Split []int
+	// Span, when not nil, traces the executor's work as a per-action
+	// timeline: it opens a span on a track and returns the function that
+	// closes it. Compute actions go on track "compute" (named like the
+	// schedule's goldens, e.g. "F3/s1"), waits for a received message on
+	// "wait" ("recvA3/s1"), and the step's end (waiting for sends, the
+	// tied-gradient sum, the loss) on "comm". obs/trace's
+	// Tracer.Begin(track, name).End fits.
+	Span func(track, name string) (end func())
 }
 
 // Pipeline executes a Schedule on one rank of a pipeline group: each rank
@@ -88,16 +96,58 @@ type Pipeline struct {
 	tied  dist.ProcessGroup // ranks of the first and last stage, when they differ
 	err   error
 	stats Stats
+
+	free []*tensor.Tensor // receive buffers of Options.Shape, reused across steps
+	flat []float32        // the tied gradients' all-reduce buffer
 }
 
 // Stats are a Pipeline's cumulative timings over its successful steps.
 // Compute is the time spent in the stages' forward and backward passes;
 // the rest of Wall went to waiting for peers and to bookkeeping, so
 // 1 − Compute/Wall is this rank's measured bubble.
+//
+// The breakdown says where the time went: Compute is Forward + Backward +
+// Input + Weight (whole backward passes, and a split backward's input and
+// weight passes), each with its count; RecvWait is time blocked on a
+// received activation or gradient, SendWait time at the step's end
+// waiting for this rank's sends to be taken, Sync the step-end
+// collectives (the tied-gradient sum and the loss broadcast).
 type Stats struct {
 	Steps   int
 	Wall    time.Duration // time inside Step
 	Compute time.Duration
+
+	Forward, Backward, Input, Weight     time.Duration
+	NForward, NBackward, NInput, NWeight int
+	RecvWait, SendWait, Sync             time.Duration
+}
+
+// Sub returns s − o, the timings between two snapshots.
+func (s Stats) Sub(o Stats) Stats {
+	return Stats{Steps: s.Steps - o.Steps, Wall: s.Wall - o.Wall, Compute: s.Compute - o.Compute,
+		Forward: s.Forward - o.Forward, Backward: s.Backward - o.Backward, Input: s.Input - o.Input, Weight: s.Weight - o.Weight,
+		NForward: s.NForward - o.NForward, NBackward: s.NBackward - o.NBackward, NInput: s.NInput - o.NInput, NWeight: s.NWeight - o.NWeight,
+		RecvWait: s.RecvWait - o.RecvWait, SendWait: s.SendWait - o.SendWait, Sync: s.Sync - o.Sync}
+}
+
+// Costs returns the mean durations, in seconds, of this rank's forward,
+// input-gradient and weight-gradient passes, for Simulate: a whole
+// backward pass counts half as B and half as W, as UnitCosts does.
+func (s Stats) Costs() Costs {
+	mean := func(d time.Duration, n int) float64 {
+		if n == 0 {
+			return 0
+		}
+		return d.Seconds() / float64(n)
+	}
+	c := Costs{F: mean(s.Forward, s.NForward)}
+	if s.NInput > 0 {
+		c.B, c.W = mean(s.Input, s.NInput), mean(s.Weight, s.NWeight)
+	} else {
+		c.B = mean(s.Backward, s.NBackward) / 2
+		c.W = c.B
+	}
+	return c
 }
 
 type linkKey struct {
@@ -214,6 +264,7 @@ type stepState struct {
 	sends  []pendingSend
 	losses float64
 	wait   time.Duration // spent waiting for received data
+	name   string        // the compute action's span name (with Options.Span)
 }
 
 type msgKey struct {
@@ -255,6 +306,18 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 	}
 	start := time.Now()
 	st := &stepState{recvs: map[msgKey]*pendingRecv{}, local: map[msgKey]*tensor.Tensor{}, fwd: map[fwdKey]*fwdState{}}
+	// Every receive of the step is posted now, into buffers reused from
+	// the last step (nothing holds them once a step is over).
+	// After a failure a receive may still be pending, so its buffer is
+	// dropped with the broken pipeline.
+	bufs := p.free
+	p.free = nil
+	taken := 0
+	defer func() {
+		if err == nil {
+			p.free = bufs
+		}
+	}()
 	for _, a := range p.acts {
 		if a.Kind != RecvAct && a.Kind != RecvGrad {
 			continue
@@ -264,25 +327,55 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 		if grad {
 			producer = a.Stage + 1
 		}
-		buf := tensor.New(p.opts.Shape...)
+		if taken == len(bufs) {
+			bufs = append(bufs, tensor.New(p.opts.Shape...))
+		}
+		buf := bufs[taken]
+		taken++
 		g := p.links[linkKey{a.Peer, p.rank, grad}]
 		st.recvs[msgKey{grad, a.Stage, a.Microbatch}] = &pendingRecv{w: g.Recv(ctx, dist.FromTensor(buf), 0, p.tag(producer, a.Microbatch)), buf: buf, peer: a.Peer}
 	}
-	var compute time.Duration
+	var stats Stats
+	virtual := p.sched.Virtual > 1
 	for i, a := range p.acts {
 		t0, wait0 := time.Now(), st.wait
+		if p.opts.Span != nil && a.Kind.IsCompute() {
+			st.name = a.format(virtual)
+		}
 		if err := p.do(ctx, st, a); err != nil {
 			return 0, p.fail(ctx, fmt.Errorf("pipeline: rank %d: action %d (%v): %w", p.rank, i, a, err))
 		}
 		if a.Kind.IsCompute() {
-			compute += time.Since(t0) - (st.wait - wait0)
+			d := time.Since(t0) - (st.wait - wait0)
+			stats.Compute += d
+			switch a.Kind {
+			case Forward:
+				stats.Forward += d
+				stats.NForward++
+			case Backward:
+				stats.Backward += d
+				stats.NBackward++
+			case BackwardInput:
+				stats.Input += d
+				stats.NInput++
+			case BackwardWeight:
+				stats.Weight += d
+				stats.NWeight++
+			}
 		}
 	}
+	stats.RecvWait = st.wait
+	t0 := time.Now()
+	end := p.span("comm", "sends")
 	for _, s := range st.sends {
-		if err := waitWork(ctx, s.w); err != nil {
-			return 0, p.fail(ctx, fmt.Errorf("pipeline: rank %d: send to rank %d: %w", p.rank, s.peer, &linkError{s.peer, err}))
+		if err := p.waitLink(ctx, s.w, s.peer); err != nil {
+			return 0, p.fail(ctx, fmt.Errorf("pipeline: rank %d: send to rank %d: %w", p.rank, s.peer, err))
 		}
 	}
+	end()
+	t1 := time.Now()
+	stats.SendWait = t1.Sub(t0)
+	end = p.span("comm", "tied+loss")
 	if err := p.reduceTied(ctx); err != nil {
 		return 0, p.fail(ctx, err)
 	}
@@ -294,10 +387,39 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 		}
 		loss = buf[0]
 	}
-	p.stats.Steps++
-	p.stats.Wall += time.Since(start)
-	p.stats.Compute += compute
+	end()
+	stats.Sync = time.Since(t1)
+	stats.Steps = 1
+	stats.Wall = time.Since(start)
+	p.stats = p.stats.add(stats)
 	return loss, nil
+}
+
+func (s Stats) add(o Stats) Stats {
+	z := Stats{}
+	return s.Sub(z.Sub(o))
+}
+
+// span opens a span when Options.Span is set.
+func (p *Pipeline) span(track, name string) func() {
+	if p.opts.Span == nil {
+		return func() {}
+	}
+	return p.opts.Span(track, name)
+}
+
+// waitLink waits for a transfer with peer. A failure is the peer's
+// (linkError), unless this rank's own context was cancelled: then it began
+// here.
+func (p *Pipeline) waitLink(ctx context.Context, w dist.Work, peer int) error {
+	err := waitWork(ctx, w)
+	if err == nil {
+		return nil
+	}
+	if errors.Is(ctx.Err(), context.Canceled) {
+		return fmt.Errorf("cancelled: %w", ctx.Err())
+	}
+	return &linkError{peer, err}
 }
 
 // Stats returns the timings of the steps so far.
@@ -319,6 +441,7 @@ func (p *Pipeline) do(ctx context.Context, st *stepState, a Action) error {
 			return errors.New("weight pass without an input pass")
 		}
 		delete(st.fwd, k)
+		defer p.span("compute", st.name)()
 		return guard(fmt.Sprintf("stage %d weight pass", a.Stage), f.weightPass)
 	case SendAct:
 		f := st.fwd[k]
@@ -355,10 +478,20 @@ func (p *Pipeline) input(ctx context.Context, st *stepState, grad bool, stage, m
 	}
 	delete(st.recvs, k)
 	t0 := time.Now()
-	err := waitWork(ctx, r.w)
+	select {
+	case <-r.w.Done():
+	default:
+		kind := RecvAct
+		if grad {
+			kind = RecvGrad
+		}
+		end := p.span("wait", Action{Kind: kind, Stage: stage, Microbatch: mb, Peer: r.peer}.format(p.sched.Virtual > 1))
+		defer end()
+	}
+	err := p.waitLink(ctx, r.w, r.peer)
 	st.wait += time.Since(t0)
 	if err != nil {
-		return nil, &linkError{r.peer, err}
+		return nil, err
 	}
 	return r.buf, nil
 }
@@ -397,6 +530,7 @@ func (p *Pipeline) forward(ctx context.Context, st *stepState, a Action) error {
 		}
 		f.inVal = t
 	}
+	defer p.span("compute", st.name)()
 	var in *autograd.Var
 	if f.inVal != nil {
 		in = autograd.NewVar(f.inVal, !p.opts.Recompute)
@@ -449,6 +583,7 @@ func (p *Pipeline) backward(ctx context.Context, st *stepState, a Action) error 
 		}
 		g = t
 	}
+	defer p.span("compute", st.name)()
 	if p.opts.Recompute {
 		if f.inVal != nil {
 			f.in = autograd.NewVar(f.inVal, true)
@@ -499,7 +634,10 @@ func (p *Pipeline) reduceTied(ctx context.Context) error {
 	for _, v := range p.opts.Tied {
 		n += v.Value.Len()
 	}
-	flat := make([]float32, 0, n)
+	if cap(p.flat) < n {
+		p.flat = make([]float32, 0, n)
+	}
+	flat := p.flat[:0]
 	for _, v := range p.opts.Tied {
 		if v.Grad == nil {
 			v.Grad = tensor.New(v.Value.Shape()...)
