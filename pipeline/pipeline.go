@@ -59,7 +59,7 @@ type Options struct {
 	// timeline: it opens a span on a track and returns the function that
 	// closes it. Compute actions go on track "compute" (named like the
 	// schedule's goldens, e.g. "F3/s1"), waits for a received message on
-	// "wait" ("recvA3/s1"), and the step's end (waiting for sends, the
+	// "p2p" ("recvA3<0/s1"), and the step's end (waiting for sends, the
 	// tied-gradient sum, the loss) on "comm". obs/trace's
 	// Tracer.Begin(track, name).End fits.
 	Span func(track, name string) (end func())
@@ -485,7 +485,7 @@ func (p *Pipeline) input(ctx context.Context, st *stepState, grad bool, stage, m
 		if grad {
 			kind = RecvGrad
 		}
-		end := p.span("wait", Action{Kind: kind, Stage: stage, Microbatch: mb, Peer: r.peer}.format(p.sched.Virtual > 1))
+		end := p.span("p2p", Action{Kind: kind, Stage: stage, Microbatch: mb, Peer: r.peer}.format(p.sched.Virtual > 1))
 		defer end()
 	}
 	err := p.waitLink(ctx, r.w, r.peer)

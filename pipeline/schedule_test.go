@@ -114,3 +114,26 @@ func TestZBH1Bubble(t *testing.T) {
 		}
 	}
 }
+
+// Per-rank costs: with 1F1B on 2 stages where stage 1 costs twice as much,
+// the step is stage 0's first forward, m whole microbatches on stage 1,
+// then stage 0's last backward.
+func TestSimulateRankCosts(t *testing.T) {
+	for _, m := range []int{2, 4, 8} {
+		s, err := NewSchedule("1f1b", 2, 1, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := Costs{Ranks: []Costs{{F: 1, B: 1, W: 1}, {F: 2, B: 2, W: 2}}}
+		r, err := Simulate(s, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if want := 1 + 6*float64(m) + 2; r.Makespan != want {
+			t.Errorf("m=%d: makespan %v, want %v", m, r.Makespan, want)
+		}
+		if r.Busy[0] != 3*float64(m) || r.Busy[1] != 6*float64(m) {
+			t.Errorf("m=%d: busy %v, want [%d %d]", m, r.Busy, 3*m, 6*m)
+		}
+	}
+}

@@ -10,6 +10,9 @@ import (
 // is the delay between a send and the earliest matching receive.
 type Costs struct {
 	F, B, W, Comm float64
+	// Ranks, when set, gives each rank its own F, B and W (stages of
+	// unequal cost, e.g. measured ones); Comm is taken from the top level.
+	Ranks []Costs
 }
 
 // UnitCosts gives forward, input-gradient and weight-gradient passes one
@@ -78,6 +81,10 @@ func Simulate(s *Schedule, c Costs) (*Result, error) {
 
 	// step tries to perform rank r's next action; it reports whether it did.
 	step := func(r int) (bool, error) {
+		c := c
+		if r < len(c.Ranks) {
+			c = Costs{F: c.Ranks[r].F, B: c.Ranks[r].B, W: c.Ranks[r].W, Comm: c.Comm}
+		}
 		a := s.Ranks[r][pc[r]]
 		st, mb := a.Stage, a.Microbatch
 		if st < 0 || st >= nst || s.RankOf(st) != r || mb < 0 || mb >= s.Microbatches {

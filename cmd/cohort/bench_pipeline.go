@@ -20,6 +20,7 @@ import (
 	"cohort/dist/rendezvous"
 	"cohort/launch"
 	"cohort/models"
+	"cohort/obs/trace"
 	"cohort/optim"
 	"cohort/pipeline"
 )
@@ -54,13 +55,14 @@ type pipeSpec struct {
 	warmup       int
 	threads      int
 	transport    string
+	trace        string
 }
 
 func (s pipeSpec) workerArgs(stages int, result string) []string {
 	return []string{"--schedule", s.schedule, "--stages", strconv.Itoa(stages), "--virtual", strconv.Itoa(s.virtual),
 		"--microbatches", strconv.Itoa(s.microbatches), "--batch", strconv.Itoa(s.batch),
 		"--steps", strconv.Itoa(s.steps), "--warmup", strconv.Itoa(s.warmup),
-		"--threads", strconv.Itoa(s.threads), "--transport", s.transport, "--worker", "--result", result}
+		"--threads", strconv.Itoa(s.threads), "--transport", s.transport, "--trace", s.trace, "--worker", "--result", result}
 }
 
 // pipeResult is what rank 0 of a run reports.
@@ -71,6 +73,11 @@ type pipeResult struct {
 	// Bubble is 1 − Σ compute / Σ time in Step over the ranks, from the
 	// executor's own timings of the timed steps (pipeline.Stats).
 	Bubble float64 `json:"bubble"`
+	// Ranks holds each rank's pipeline.Stats over the timed steps, and
+	// Outside the time each rank spent per step outside Step (clipping,
+	// the optimizer, the batch).
+	Ranks   []pipeline.Stats `json:"ranks"`
+	Outside []float64        `json:"outside"`
 }
 
 func benchPipeline(args []string) int {
@@ -91,6 +98,7 @@ func benchPipeline(args []string) int {
 	fs.IntVar(&s.warmup, "warmup", 5, "untimed steps first")
 	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per worker (COHORT_NUM_THREADS)")
 	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
+	fs.StringVar(&s.trace, "trace", "", "write each rank's per-action timeline of the pipelined run to this directory (merge with cohort trace merge)")
 	fs.BoolVar(&worker, "worker", false, "internal: run as one rank of the job")
 	fs.StringVar(&result, "result", "", "internal: where rank 0 writes its result")
 	if err := fs.Parse(args); err != nil {
@@ -141,7 +149,7 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 		return err
 	}
 	base := s
-	base.schedule, base.virtual = "1f1b", 1
+	base.schedule, base.virtual, base.trace = "1f1b", 1, ""
 	one, err := spawnPipe(base, 1, exe)
 	if err != nil {
 		return fmt.Errorf("baseline (1 stage): %w", err)
@@ -165,6 +173,9 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 	fmt.Fprintf(w, "%s: %d stages: tokens/s %.0f (%.3f s for %d steps), loss %.4f\n", s.schedule, s.stages, r.TokensSec, r.Seconds, s.steps, r.Loss)
 	fmt.Fprintf(w, "bubble: %.3f from speedup (1 − speedup/P), %.3f from the stages' compute time, %.3f simulated; speedup %.2f of ideal %.2f = %.2f\n",
 		1-speedup/float64(s.stages), r.Bubble, sim.Bubble, speedup, ideal, speedup/ideal)
+	if len(r.Ranks) == s.stages {
+		printBreakdown(w, sched, r)
+	}
 	fmt.Fprintf(w, "pipeline: schedule %s stages %d microbatches %d tokens/s %.0f speedup %.2f ideal %.2f\n",
 		s.schedule, s.stages, s.microbatches, r.TokensSec, speedup, ideal)
 	return nil
@@ -257,7 +268,22 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		tied = []*autograd.Var{g.Wte}
 	}
 	mb := s.batch / s.microbatches
-	pl, err := pipeline.New(ctx, pg, sched, stages, pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split})
+	opts := pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split}
+	var tr *trace.Tracer
+	tracing := false
+	if s.trace != "" {
+		if tr, err = trace.Open(s.trace, rank); err != nil {
+			return err
+		}
+		defer tr.Close()
+		opts.Span = func(track, name string) func() {
+			if !tracing {
+				return func() {}
+			}
+			return tr.Begin(track, name).End
+		}
+	}
+	pl, err := pipeline.New(ctx, pg, sched, stages, opts)
 	if err != nil {
 		return err
 	}
@@ -271,12 +297,18 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 	var start time.Time
 	var loss float64
 	var before pipeline.Stats
+	var outside time.Duration
 	for step := range s.warmup + s.steps {
 		if step == s.warmup {
 			if err := pg.Barrier(ctx).Wait(); err != nil {
 				return err
 			}
-			start, before = time.Now(), pl.Stats()
+			start, before, outside, tracing = time.Now(), pl.Stats(), 0, true
+		}
+		t0 := time.Now()
+		var sp trace.Span
+		if tracing {
+			sp = tr.Begin(trace.Step, fmt.Sprintf("step %d", step))
 		}
 		for i := range idx {
 			idx[i], tgt[i] = int64(rng.IntN(g.Config.Vocab)), int64(rng.IntN(g.Config.Vocab))
@@ -289,29 +321,81 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		for _, p := range params {
 			p.ZeroGrad()
 		}
+		t1 := time.Now()
 		if loss, err = pl.Step(ctx); err != nil {
 			return err
 		}
+		t2 := time.Now()
 		if _, err := pl.ClipGradNorm(ctx, params, 1.0); err != nil {
 			return err
 		}
 		opt.Step()
+		outside += t1.Sub(t0) + time.Since(t2)
+		sp.End()
 	}
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		return err
 	}
 	secs := time.Since(start).Seconds()
-	after := pl.Stats()
-	times := []float64{(after.Compute - before.Compute).Seconds(), (after.Wall - before.Wall).Seconds()}
-	if err := pg.AllReduce(ctx, dist.F64(times), dist.Sum).Wait(); err != nil {
+	// Every rank's timings, each in its own slot of one all-reduced
+	// buffer.
+	d := pl.Stats().Sub(before)
+	row := []time.Duration{d.Wall, d.Compute, d.Forward, d.Backward, d.Input, d.Weight,
+		time.Duration(d.NForward), time.Duration(d.NBackward), time.Duration(d.NInput), time.Duration(d.NWeight),
+		d.RecvWait, d.SendWait, d.Sync, outside}
+	all := make([]float64, len(row)*s.stages)
+	for i, v := range row {
+		all[rank*len(row)+i] = float64(v)
+	}
+	if err := pg.AllReduce(ctx, dist.F64(all), dist.Sum).Wait(); err != nil {
 		return err
 	}
 	if rank != 0 {
 		return nil
 	}
-	b, err := json.Marshal(pipeResult{Seconds: secs, TokensSec: float64(s.steps*s.batch*T) / secs, Loss: loss, Bubble: 1 - times[0]/times[1]})
+	res := pipeResult{Seconds: secs, TokensSec: float64(s.steps*s.batch*T) / secs, Loss: loss}
+	var compute, wall float64
+	for r := range s.stages {
+		v := func(i int) time.Duration { return time.Duration(all[r*len(row)+i]) }
+		st := pipeline.Stats{Steps: s.steps, Wall: v(0), Compute: v(1), Forward: v(2), Backward: v(3), Input: v(4), Weight: v(5),
+			NForward: int(v(6)), NBackward: int(v(7)), NInput: int(v(8)), NWeight: int(v(9)),
+			RecvWait: v(10), SendWait: v(11), Sync: v(12)}
+		res.Ranks = append(res.Ranks, st)
+		res.Outside = append(res.Outside, v(13).Seconds()/float64(s.steps))
+		compute += st.Compute.Seconds()
+		wall += st.Wall.Seconds()
+	}
+	res.Bubble = 1 - compute/wall
+	b, err := json.Marshal(res)
 	if err != nil {
 		return err
 	}
 	return os.WriteFile(resultFile, b, 0o644)
+}
+
+// printBreakdown prints where each rank's step time went and the bubble
+// the simulator predicts for the measured per-rank costs of the passes,
+// against the bubble measured.
+func printBreakdown(w io.Writer, sched *pipeline.Schedule, r pipeResult) {
+	ms := func(d time.Duration, steps int) float64 { return d.Seconds() * 1e3 / float64(max(steps, 1)) }
+	var c pipeline.Costs
+	for rank, st := range r.Ranks {
+		n := st.Steps
+		fmt.Fprintf(w, "rank %d per step (ms): in Step %.1f = compute %.1f (F %.1f, B %.1f, I %.1f, W %.1f) + waiting for receives %.1f + sends %.1f + step-end sync %.1f + other %.1f; outside Step %.1f\n",
+			rank, ms(st.Wall, n), ms(st.Compute, n), ms(st.Forward, n), ms(st.Backward, n), ms(st.Input, n), ms(st.Weight, n),
+			ms(st.RecvWait, n), ms(st.SendWait, n), ms(st.Sync, n),
+			ms(st.Wall-st.Compute-st.RecvWait-st.SendWait-st.Sync, n), r.Outside[rank]*1e3)
+		c.Ranks = append(c.Ranks, st.Costs())
+	}
+	sim, err := pipeline.Simulate(sched, c)
+	if err != nil {
+		fmt.Fprintf(w, "simulating the measured costs: %v\n", err)
+		return
+	}
+	var wall float64
+	for _, st := range r.Ranks {
+		wall = max(wall, st.Wall.Seconds()/float64(max(st.Steps, 1)))
+	}
+	fmt.Fprintf(w, "measured costs simulated: step %.1f ms, bubble %.3f; measured: step %.1f ms in Step, bubble %.3f\n",
+		sim.Makespan*1e3, sim.Bubble, wall*1e3, r.Bubble)
 }
