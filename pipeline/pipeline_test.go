@@ -14,6 +14,7 @@ import (
 	"cohort/models"
 	"cohort/nn"
 	"cohort/optim"
+	"cohort/tensor"
 )
 
 var _ Stage = (*models.GPTStage)(nil)
@@ -80,13 +81,22 @@ func reference(t testing.TB, c trainCfg) (map[string][]float32, []float64) {
 	for step := range c.steps {
 		idx, tgt := batchFor(step, c.batch*c.seqLen, g.Config.Vocab)
 		nn.ZeroGrad(g)
-		loss := g.Loss(g.Forward(idx, c.batch, c.seqLen), tgt)
-		autograd.Backward(loss)
+		// The gradient of the mean loss, accumulated over the step's
+		// microbatches in order (rows i·batch/m … of the batch), as the
+		// stages compute it.
+		m := max(c.microbatches, 1)
+		n := c.batch / m * c.seqLen
+		var loss float64
+		for i := range m {
+			l := g.Loss(g.Forward(idx[i*n:(i+1)*n], c.batch/m, c.seqLen), tgt[i*n:(i+1)*n])
+			autograd.BackwardGrad(l, tensor.Full(float32(1/float64(m))).Reshape(l.Value.Shape()...))
+			loss += float64(l.Value.Item())
+		}
 		if _, err := optim.ClipGradNorm(params, 1.0, 2); err != nil {
 			t.Fatal(err)
 		}
 		opt.Step()
-		losses = append(losses, float64(loss.Value.Item()))
+		losses = append(losses, loss/float64(m))
 	}
 	out := map[string][]float32{}
 	moved := 0.0
@@ -209,7 +219,7 @@ func compare(t *testing.T, ref map[string][]float32, refLoss []float64, runs []r
 			covered[name] = true
 			want := ref[name]
 			for i := range got {
-				if d := math.Abs(float64(got[i] - want[i])); d > 2e-5+1e-4*math.Abs(float64(want[i])) {
+				if d := math.Abs(float64(got[i] - want[i])); d > 2e-6+1e-5*math.Abs(float64(want[i])) {
 					t.Fatalf("rank %d: %s[%d] = %v, want %v", r, name, i, got[i], want[i])
 				}
 			}
@@ -238,6 +248,15 @@ func runPipelined(t *testing.T, c trainCfg) []rankRun {
 // Training GPT-mini on two stages with every schedule, for 20 steps,
 // equals training it in one process, to float32 rounding: losses and
 // final parameters. A few more layouts run 3 steps.
+//
+// The one process accumulates the gradient over the same microbatches.
+// Against a single full-batch pass the parameters reach 0.45–0.77 of a
+// bound ten times as loose (depending on the GEMM kernels): the
+// weight-gradient GEMMs sum over other lengths, and AdamW's normalised
+// update turns those rounding differences in small gradients into
+// differences of order lr·1e-2 over 20 steps. With the same microbatches
+// what is left (the order of accumulation, the tied gradient's sum, the
+// norm's sum) reaches about a tenth of this bound.
 func TestGPTMiniEqualsOneProcess(t *testing.T) {
 	base := trainCfg{stages: 2, virtual: 1, microbatches: 4, steps: 20, batch: 4, seqLen: 16}
 	var cfgs []trainCfg
@@ -268,10 +287,10 @@ func TestGPTMiniEqualsOneProcess(t *testing.T) {
 		params map[string][]float32
 		losses []float64
 	}
-	refs := map[[2]int]refRun{} // by steps and batch
+	refs := map[[3]int]refRun{} // by steps, batch and microbatches
 	for _, c := range cfgs {
 		t.Run(c.String(), func(t *testing.T) {
-			key := [2]int{c.steps, c.batch}
+			key := [3]int{c.steps, c.batch, c.microbatches}
 			ref, ok := refs[key]
 			if !ok {
 				ref.params, ref.losses = reference(t, c)
