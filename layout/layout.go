@@ -163,8 +163,24 @@ type Trainer struct {
 	names   []string // the full model's parameter names, in order
 	shape   map[string][]int
 
-	flat []float32 // dp all-reduce buffer
-	err  error
+	// The data-parallel gradient average overlaps the pipeline: each
+	// stage's gradients are all-reduced over dp as soon as the stage's
+	// last backward pass of the step is done (pipeline
+	// Options.StageDone), the tied embedding's once Step has summed it.
+	dpGroups map[int][]int     // global stage → indices into shards
+	dpRest   []int             // shards reduced after the pipeline step
+	dpBufs   map[int][]float32 // all-reduce buffers by stage (−1: the rest)
+	dpWork   []dpWork          // launched this step
+	stepCtx  context.Context
+	dpEarly  int // all-reduces launched inside the pipeline step, so far
+	err      error
+}
+
+// dpWork is one launched data-parallel all-reduce of a group of shards.
+type dpWork struct {
+	w   dist.Work
+	key int
+	idx []int
 }
 
 // Build sets this rank's part of the layout up: it checks cfg, arranges
@@ -211,13 +227,32 @@ func Build(ctx context.Context, pg dist.ProcessGroup, cfg Config, full *models.G
 	}
 	tied = slices.Compact(tied) // one Var when a rank holds both ends
 	mb := cfg.Batch / cfg.Microbatches
-	t.pl, err = pipeline.New(ctx, mesh.Group("pp"), sched, pstages, pipeline.Options{
-		Shape: []int{mb, cfg.SeqLen, full.Config.D}, Recompute: cfg.Recompute, Tied: tied, Split: split,
-	})
+	opts := pipeline.Options{Shape: []int{mb, cfg.SeqLen, full.Config.D}, Recompute: cfg.Recompute, Tied: tied, Split: split}
+	if cfg.DP > 1 {
+		opts.StageDone = t.stageDone
+	}
+	t.pl, err = pipeline.New(ctx, mesh.Group("pp"), sched, pstages, opts)
 	if err != nil {
 		return nil, fmt.Errorf("layout: rank %d: %w", pg.Rank(), err)
 	}
 	t.shards = tp.StageShards(t.stages)
+	t.dpGroups, t.dpBufs = map[int][]int{}, map[int][]float32{}
+	for j, s := range t.shards {
+		stage := -1
+		if !slices.Contains(tied, s.Param) {
+			for i, st := range t.stages {
+				if slices.Contains(st.Parameters(), s.Param) {
+					stage = want[i]
+					break
+				}
+			}
+		}
+		if stage < 0 {
+			t.dpRest = append(t.dpRest, j)
+		} else {
+			t.dpGroups[stage] = append(t.dpGroups[stage], j)
+		}
+	}
 	for _, s := range t.shards {
 		isTied := slices.Contains(tied, s.Param)
 		// The tied embedding counts (and is gathered) on the first stage's
@@ -324,7 +359,9 @@ func (t *Trainer) Step(ctx context.Context, idx, targets []int64) (float64, erro
 			return 0, t.fail(fmt.Errorf("layout: rank %d: %w", t.mesh.Rank(), err))
 		}
 	}
+	t.stepCtx, t.dpWork = ctx, t.dpWork[:0]
 	loss, err := t.pl.Step(ctx)
+	t.stepCtx = nil
 	if err == nil {
 		err = t.comm.Err()
 	}
@@ -339,35 +376,55 @@ func (t *Trainer) Step(ctx context.Context, idx, targets []int64) (float64, erro
 	return loss, nil
 }
 
-// syncGrads averages every gradient of this rank and the loss over the dp
-// group, in one all-reduce.
+// stageDone launches the dp all-reduce of a stage's gradients, final
+// once the pipeline reports the stage's last backward pass of the step.
+func (t *Trainer) stageDone(stage int) {
+	if t.stepCtx != nil && len(t.dpGroups[stage]) > 0 {
+		t.launchDP(t.stepCtx, stage, t.dpGroups[stage])
+		t.dpEarly++
+	}
+}
+
+// launchDP packs the gradients of shards idx into the buffer of key and
+// starts their average over the dp group.
+func (t *Trainer) launchDP(ctx context.Context, key int, idx []int) {
+	if len(idx) == 0 {
+		return
+	}
+	buf := t.dpBufs[key][:0]
+	for _, j := range idx {
+		buf = append(buf, t.shards[j].Param.Grad.Contiguous().Data()...)
+	}
+	t.dpBufs[key] = buf
+	t.dpWork = append(t.dpWork, dpWork{t.mesh.Group("dp").AllReduce(ctx, dist.F32(buf), dist.Avg), key, idx})
+}
+
+// syncGrads finishes the average of every gradient of this rank and of
+// the loss over the dp group: the stages' all-reduces were launched during
+// the pipeline step; the tied embedding's and the loss's start now.
 func (t *Trainer) syncGrads(ctx context.Context, loss float64) (float64, error) {
-	n := 0
-	for _, s := range t.shards {
-		n += s.Param.Grad.Len()
-	}
-	t.flat = slices.Grow(t.flat[:0], n)
-	for _, s := range t.shards {
-		t.flat = append(t.flat, s.Param.Grad.Contiguous().Data()...)
-	}
-	dp := t.mesh.Group("dp")
+	t.launchDP(ctx, -1, t.dpRest)
 	l := []float64{loss}
-	w1 := dp.AllReduce(ctx, dist.F32(t.flat), dist.Avg)
-	w2 := dp.AllReduce(ctx, dist.F64(l), dist.Avg)
-	for _, w := range []dist.Work{w1, w2} {
-		if err := wait(ctx, w); err != nil {
+	wl := t.mesh.Group("dp").AllReduce(ctx, dist.F64(l), dist.Avg)
+	for _, d := range append(t.dpWork, dpWork{w: wl}) {
+		if err := wait(ctx, d.w); err != nil {
 			return 0, fmt.Errorf("layout: rank %d: data-parallel gradient all-reduce: %w", t.mesh.Rank(), err)
 		}
 	}
-	off := 0
-	for _, s := range t.shards {
-		g := s.Param.Grad
-		if !g.IsContiguous() {
-			g = tensor.New(g.Shape()...)
-			s.Param.Grad = g
+	for _, d := range t.dpWork {
+		buf := t.dpBufs[d.key]
+		off := 0
+		for _, j := range d.idx {
+			s := t.shards[j]
+			g := s.Param.Grad
+			if !g.IsContiguous() {
+				g = tensor.New(g.Shape()...)
+				s.Param.Grad = g
+			}
+			off += copy(g.Data(), buf[off:off+g.Len()])
 		}
-		off += copy(g.Data(), t.flat[off:off+g.Len()])
 	}
+	t.dpWork = t.dpWork[:0]
 	return l[0], nil
 }
 

@@ -268,6 +268,7 @@ func TestEqualsOneProcess(t *testing.T) {
 		{layout.Config{PP: 2, TP: 2, Microbatches: 2, Schedule: "interleaved", Batch: 4, SeqLen: T}, 3},
 		{layout.Config{PP: 2, TP: 2, Microbatches: 2, Schedule: "gpipe", Recompute: true, Batch: 4, SeqLen: T}, 3},
 		{layout.Config{DP: 2, PP: 2, TP: 2, Microbatches: 2, Schedule: "1f1b", Batch: 2, SeqLen: T}, 4},
+		{layout.Config{DP: 2, PP: 2, Microbatches: 2, Schedule: "interleaved", Batch: 2, SeqLen: T}, 3},
 		{layout.Config{Batch: 4, SeqLen: T}, 2},
 	} {
 		cfg := tc.cfg
@@ -283,6 +284,40 @@ func TestEqualsOneProcess(t *testing.T) {
 					t.Fatalf("rank %d: %v", pg.Rank(), err)
 				}
 				compare(t, pg.Rank(), got, ref)
+			})
+		})
+	}
+}
+
+// With dp > 1 each stage's gradient all-reduce starts as soon as the
+// stage's last backward pass is done, inside the pipeline step: one per
+// stage a rank holds, every step.
+func TestDPOverlapsPipeline(t *testing.T) {
+	for _, sched := range []string{"1f1b", "zb", "interleaved"} {
+		t.Run(sched, func(t *testing.T) {
+			cfg := layout.Config{DP: 2, PP: 2, Microbatches: 2, Schedule: sched, Batch: 2, SeqLen: 16}
+			batches := makeBatches(2, 4, 16, models.GPTMini().Vocab)
+			disttest.Run(t, 4, func(t *testing.T, pg dist.ProcessGroup) {
+				ctx := disttest.Context(t, time.Minute)
+				full, err := models.NewGPT(newRNG(), models.GPTMini())
+				if err != nil {
+					t.Fatal(err)
+				}
+				tr, err := layout.Build(ctx, pg, cfg, full)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer tr.Close()
+				lo := tr.DataRank() * cfg.Batch
+				for s, gb := range batches {
+					b := gb.rows(lo, lo+cfg.Batch, 16)
+					if _, err := tr.Step(ctx, b.idx, b.tgt); err != nil {
+						t.Fatal(err)
+					}
+					if got, want := tr.EarlyDP(), (s+1)*len(tr.Stages()); got != want {
+						t.Errorf("rank %d after step %d: %d all-reduces launched inside the pipeline step, want %d (one per stage)", pg.Rank(), s, got, want)
+					}
+				}
 			})
 		})
 	}

@@ -63,6 +63,15 @@ type Options struct {
 	// tied-gradient sum, the loss) on "comm". obs/trace's
 	// Tracer.Begin(track, name).End fits.
 	Span func(track, name string) (end func())
+	// StageDone, when not nil, is called during Step right after the last
+	// backward action of each stage this rank holds (its last weight pass,
+	// for a split backward): that stage's parameter gradients are then
+	// final for the step, except the tied parameters, whose sum between
+	// the first and the last stage follows at the end of Step. A caller
+	// can start reducing them (e.g. a data-parallel all-reduce) while the
+	// rest of the step runs. It runs on Step's goroutine and should only
+	// launch work.
+	StageDone func(stage int)
 }
 
 // Pipeline executes a Schedule on one rank of a pipeline group: each rank
@@ -96,6 +105,8 @@ type Pipeline struct {
 	tied  dist.ProcessGroup // ranks of the first and last stage, when they differ
 	err   error
 	stats Stats
+
+	lastBackward map[int]int // action index → the stage whose last backward action it is
 
 	free []*tensor.Tensor // receive buffers of Options.Shape, reused across steps
 	flat []float32        // the tied gradients' all-reduce buffer
@@ -189,6 +200,16 @@ func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage,
 			return nil, fmt.Errorf("pipeline: rank %d: stage %d is nil", r, c*s.Stages+r)
 		}
 		p.stages[c*s.Stages+r] = st
+	}
+	last := map[int]int{} // stage → index of its last backward action
+	for i, a := range p.acts {
+		if a.Kind == Backward || a.Kind == BackwardWeight {
+			last[a.Stage] = i
+		}
+	}
+	p.lastBackward = map[int]int{}
+	for st, i := range last {
+		p.lastBackward[i] = st
 	}
 	if s.Stages == 1 {
 		return p, nil
@@ -361,6 +382,9 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 			case BackwardWeight:
 				stats.Weight += d
 				stats.NWeight++
+			}
+			if stage, ok := p.lastBackward[i]; ok && p.opts.StageDone != nil {
+				p.opts.StageDone(stage)
 			}
 		}
 	}

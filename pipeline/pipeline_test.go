@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"math"
+	"slices"
 	"math/rand/v2"
 	"testing"
 	"time"
@@ -301,6 +302,76 @@ func TestGPTMiniEqualsOneProcess(t *testing.T) {
 				return
 			}
 			compare(t, ref.params, ref.losses, runs)
+		})
+	}
+}
+
+// Options.StageDone fires once per step for each stage a rank holds, when
+// that stage's gradients are final: a snapshot taken in the hook equals
+// the gradients after Step (the tied embedding aside, summed at the end).
+// With virtual stages the later stage is done first.
+func TestStageDone(t *testing.T) {
+	for _, name := range []string{"gpipe", "1f1b", "zb", "interleaved"} {
+		t.Run(name, func(t *testing.T) {
+			s, err := NewSchedule(name, 2, 0, 4)
+			if err != nil {
+				t.Fatal(err)
+			}
+			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+				ctx := disttest.Context(t, 30*time.Second)
+				stages, opts := tinyRank(t, pg, s, func(st Stage) Stage { return st })
+				var order []int
+				snaps := map[int][][]float32{}
+				byStage := map[int]Stage{}
+				for c, st := range stages {
+					byStage[c*s.Stages+pg.Rank()] = st
+				}
+				opts.StageDone = func(stage int) {
+					order = append(order, stage)
+					var snap [][]float32
+					for _, v := range byStage[stage].Parameters() {
+						if v.Grad == nil {
+							snap = append(snap, nil)
+						} else {
+							snap = append(snap, v.Grad.Clone().Data())
+						}
+					}
+					snaps[stage] = snap
+				}
+				pl, err := New(ctx, pg, s, stages, opts)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer pl.Close()
+				for step := range 2 {
+					order = order[:0]
+					for _, st := range stages {
+						for _, v := range st.Parameters() {
+							v.ZeroGrad()
+						}
+					}
+					if _, err := pl.Step(ctx); err != nil {
+						t.Fatal(err)
+					}
+					want := []int{}
+					for c := s.Virtual - 1; c >= 0; c-- {
+						want = append(want, c*s.Stages+pg.Rank())
+					}
+					if !slices.Equal(order, want) {
+						t.Errorf("rank %d step %d: StageDone for stages %v, want %v", pg.Rank(), step, order, want)
+					}
+					for stage, snap := range snaps {
+						for i, v := range byStage[stage].Parameters() {
+							if v.Value.Len() == tinyGPT.Vocab*tinyGPT.D && (stage == 0 || stage == s.NumStages()-1) {
+								continue // the tied embedding
+							}
+							if v.Grad == nil || !slices.Equal(snap[i], v.Grad.Data()) {
+								t.Errorf("rank %d step %d: stage %d parameter %d changed after StageDone", pg.Rank(), step, stage, i)
+							}
+						}
+					}
+				}
+			})
 		})
 	}
 }
