@@ -80,6 +80,24 @@
 //   - Pipeline.ClipGradNorm: global-norm clipping over all stages, the
 //     squared norms all-reduced over the pipeline group (ClipGradNorm for
 //     any group), the tied copy counted once.
+//   - Options.StageDone: called right after the last backward pass of each
+//     stage of the rank in a step, when that stage's gradients are final
+//     (the tied ones aside); layout starts the stage's data-parallel
+//     all-reduce there, so it overlaps the rest of the pipeline step.
 //
-// Every wait is bounded by the caller's ctx and by dist's op timeout.
+// # Where the time goes
+//
+// Stats break each rank's time in Step down into the passes (F, whole B,
+// the split backward's input and weight passes, with counts), waiting for
+// received data, waiting for sends at the step's end and the step-end
+// collectives. Stats.Costs turns the measured pass durations into Costs,
+// and Costs.Ranks lets the simulator run stages of unequal cost, so the
+// bubble the schedule implies for the measured costs can be set beside
+// the bubble measured (cohort bench pipeline prints both). Options.Span
+// records a per-action timeline (cohort bench pipeline --trace DIR, then
+// cohort trace merge DIR) that shows where the idle time sits.
+//
+// Every wait is bounded by the caller's ctx and by dist's op timeout. A
+// rank whose own ctx is cancelled reports the failure as its own, so its
+// peers name it, not the neighbour it was waiting for.
 package pipeline

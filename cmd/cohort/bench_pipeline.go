@@ -39,8 +39,12 @@ the whole model over the same microbatches (the baseline), then with
 
 where speedup is tokens/s over the baseline's and ideal is the speedup the
 schedule's bubble allows with equal stage costs (the simulator's, for
-unit F, B and W costs). The line before reports the measured bubble,
-1 − speedup/P.
+unit F, B and W costs). The lines before report the measured bubble,
+1 − speedup/P; each rank's step broken down (compute by pass, waiting
+for receives and sends, the step-end sync, time outside Step); and the
+bubble the simulator gives for the measured per-rank pass costs beside
+the one measured. --trace DIR writes each rank's per-action timeline of
+the timed steps (cohort trace merge DIR puts them on one).
 
 `
 
