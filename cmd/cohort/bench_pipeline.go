@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -11,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -60,13 +62,14 @@ type pipeSpec struct {
 	threads      int
 	transport    string
 	trace        string
+	rounds       int
 }
 
 func (s pipeSpec) workerArgs(stages int, result string) []string {
 	return []string{"--schedule", s.schedule, "--stages", strconv.Itoa(stages), "--virtual", strconv.Itoa(s.virtual),
 		"--microbatches", strconv.Itoa(s.microbatches), "--batch", strconv.Itoa(s.batch),
 		"--steps", strconv.Itoa(s.steps), "--warmup", strconv.Itoa(s.warmup),
-		"--threads", strconv.Itoa(s.threads), "--transport", s.transport, "--trace", s.trace, "--worker", "--result", result}
+		"--threads", strconv.Itoa(s.threads), "--transport", s.transport, "--trace", s.trace, "--rounds", "1", "--worker", "--result", result}
 }
 
 // pipeResult is what rank 0 of a run reports.
@@ -100,6 +103,7 @@ func benchPipeline(args []string) int {
 	fs.IntVar(&s.batch, "batch", 32, "sequences of 64 tokens per step")
 	fs.IntVar(&s.steps, "steps", 30, "timed steps")
 	fs.IntVar(&s.warmup, "warmup", 5, "untimed steps first")
+	fs.IntVar(&s.rounds, "rounds", 1, "rounds of baseline then pipelined run, alternating; the medians are reported")
 	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per worker (COHORT_NUM_THREADS)")
 	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
 	fs.StringVar(&s.trace, "trace", "", "write each rank's per-action timeline of the pipelined run to this directory (merge with cohort trace merge)")
@@ -122,8 +126,8 @@ func benchPipeline(args []string) int {
 	if err == nil {
 		_, err = pipeline.Uniform(models.GPTMini().NLayer, sched.NumStages())
 	}
-	if err == nil && (s.steps < 1 || s.warmup < 0 || s.threads < 1) {
-		err = fmt.Errorf("--steps %d, --warmup %d, --threads %d: want steps and threads ≥ 1, warmup ≥ 0", s.steps, s.warmup, s.threads)
+	if err == nil && (s.steps < 1 || s.warmup < 0 || s.threads < 1 || s.rounds < 1) {
+		err = fmt.Errorf("--steps %d, --warmup %d, --threads %d, --rounds %d: want steps, threads and rounds ≥ 1, warmup ≥ 0", s.steps, s.warmup, s.threads, s.rounds)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cohort bench pipeline: %v\n", err)
@@ -154,16 +158,30 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 	}
 	base := s
 	base.schedule, base.virtual, base.trace = "1f1b", 1, ""
-	one, err := spawnPipe(base, 1, exe)
-	if err != nil {
-		return fmt.Errorf("baseline (1 stage): %w", err)
+	// Baseline and pipelined runs alternate, so that load from other
+	// processes hits both alike; the round with the median speedup is
+	// reported.
+	type round struct{ one, r pipeResult }
+	var rounds []round
+	for i := range s.rounds {
+		one, err := spawnPipe(base, 1, exe)
+		if err != nil {
+			return fmt.Errorf("baseline (1 stage): %w", err)
+		}
+		fmt.Fprintf(w, "round %d: baseline: 1 stage, %d microbatches of %d×64 tokens: tokens/s %.0f (%.3f s for %d steps)\n",
+			i+1, s.microbatches, s.batch/s.microbatches, one.TokensSec, one.Seconds, s.steps)
+		r, err := spawnPipe(s, s.stages, exe)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(w, "round %d: %s: %d stages: tokens/s %.0f, speedup %.2f, bubble %.3f\n",
+			i+1, s.schedule, s.stages, r.TokensSec, r.TokensSec/one.TokensSec, r.Bubble)
+		rounds = append(rounds, round{one, r})
 	}
-	fmt.Fprintf(w, "baseline: 1 stage, %d microbatches of %d×64 tokens: tokens/s %.0f (%.3f s for %d steps)\n",
-		s.microbatches, s.batch/s.microbatches, one.TokensSec, one.Seconds, s.steps)
-	r, err := spawnPipe(s, s.stages, exe)
-	if err != nil {
-		return err
-	}
+	slices.SortFunc(rounds, func(a, b round) int {
+		return cmp.Compare(a.r.TokensSec/a.one.TokensSec, b.r.TokensSec/b.one.TokensSec)
+	})
+	one, r := rounds[len(rounds)/2].one, rounds[len(rounds)/2].r
 	sim, err := pipeline.Simulate(sched, pipeline.UnitCosts())
 	if err != nil {
 		return err
@@ -174,7 +192,8 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 	}
 	ideal := busy / sim.Makespan
 	speedup := r.TokensSec / one.TokensSec
-	fmt.Fprintf(w, "%s: %d stages: tokens/s %.0f (%.3f s for %d steps), loss %.4f\n", s.schedule, s.stages, r.TokensSec, r.Seconds, s.steps, r.Loss)
+	fmt.Fprintf(w, "median of %d rounds: baseline tokens/s %.0f; %s: %d stages: tokens/s %.0f (%.3f s for %d steps), loss %.4f\n",
+		len(rounds), one.TokensSec, s.schedule, s.stages, r.TokensSec, r.Seconds, s.steps, r.Loss)
 	fmt.Fprintf(w, "bubble: %.3f from speedup (1 − speedup/P), %.3f from the stages' compute time, %.3f simulated; speedup %.2f of ideal %.2f = %.2f\n",
 		1-speedup/float64(s.stages), r.Bubble, sim.Bubble, speedup, ideal, speedup/ideal)
 	if len(r.Ranks) == s.stages {
