@@ -419,10 +419,8 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 	return loss, nil
 }
 
-func (s Stats) add(o Stats) Stats {
-	z := Stats{}
-	return s.Sub(z.Sub(o))
-}
+// add returns s + o (s minus the negated o).
+func (s Stats) add(o Stats) Stats { return s.Sub(Stats{}.Sub(o)) }
 
 // span opens a span when Options.Span is set.
 func (p *Pipeline) span(track, name string) func() {
