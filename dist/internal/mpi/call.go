@@ -1,0 +1,216 @@
+package mpi
+
+import (
+	"fmt"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+)
+
+// A Handle is an MPI_Comm, MPI_Datatype, MPI_Op or MPI_Request of either
+// ABI. Out-parameters are *Handle words the caller zeroes first.
+type Handle = uintptr
+
+// Error is a failed MPI call: the function, its code and MPI's message.
+type Error struct {
+	Func string
+	Code int
+	Msg  string
+}
+
+func (e *Error) Error() string {
+	return fmt.Sprintf("mpi: %s: %s (error %d)", e.Func, e.Msg, e.Code)
+}
+
+// Err returns nil for Success, else an *Error naming fn with MPI's message.
+func (l *Lib) Err(fn string, code int32) error {
+	if code == Success {
+		return nil
+	}
+	buf := make([]byte, 512) // MPI_MAX_ERROR_STRING in both ABIs
+	var n int32
+	msg := fmt.Sprintf("error code %d", code)
+	if r := l.call(l.errorString, uintptr(code), ptr(&buf[0]), ptr(&n)); r == Success && n > 0 && int(n) <= len(buf) {
+		msg = string(buf[:n])
+	}
+	return &Error{Func: fn, Code: int(code), Msg: msg}
+}
+
+func ptr[T any](p *T) uintptr { return uintptr(unsafe.Pointer(p)) }
+
+// call invokes fn and returns its int result.
+func (l *Lib) call(fn uintptr, args ...uintptr) int32 {
+	r, _, _ := purego.SyscallN(fn, args...)
+	return int32(r)
+}
+
+// InitThread calls MPI_Init_thread(NULL, NULL, required, &provided) unless
+// MPI is already initialised (then it reports MPI_Query_thread's level as
+// ThreadSingle's lower bound: the caller must be conservative).
+func (l *Lib) InitThread(required int) (provided int, err error) {
+	var flag int32
+	if err := l.Err("MPI_Initialized", l.call(l.initialized, ptr(&flag))); err != nil {
+		return 0, err
+	}
+	if flag != 0 {
+		return ThreadSingle, nil
+	}
+	var p int32
+	if err := l.Err("MPI_Init_thread", l.call(l.initThread, 0, 0, uintptr(required), ptr(&p))); err != nil {
+		return 0, err
+	}
+	return int(p), nil
+}
+
+// Finalize calls MPI_Finalize unless MPI is already finalised.
+func (l *Lib) Finalize() error {
+	var flag int32
+	if err := l.Err("MPI_Finalized", l.call(l.finalized, ptr(&flag))); err != nil || flag != 0 {
+		return err
+	}
+	return l.Err("MPI_Finalize", l.call(l.finalize))
+}
+
+// Abort calls MPI_Abort(comm, code): the launcher ends every process.
+func (l *Lib) Abort(comm Handle, code int) error {
+	return l.Err("MPI_Abort", l.call(l.abort, comm, uintptr(code)))
+}
+
+// CommRank and CommSize return the caller's rank in comm and comm's size.
+func (l *Lib) CommRank(comm Handle) (int, error) {
+	var r int32
+	err := l.Err("MPI_Comm_rank", l.call(l.commRank, comm, ptr(&r)))
+	return int(r), err
+}
+
+func (l *Lib) CommSize(comm Handle) (int, error) {
+	var n int32
+	err := l.Err("MPI_Comm_size", l.call(l.commSize, comm, ptr(&n)))
+	return int(n), err
+}
+
+// CommDup duplicates comm (a collective call over comm).
+func (l *Lib) CommDup(comm Handle) (Handle, error) {
+	var out uint64
+	err := l.Err("MPI_Comm_dup", l.call(l.commDup, comm, ptr(&out)))
+	return Handle(out), err
+}
+
+// CommSplit splits comm by color (Undefined: no new communicator, and the
+// result is CommNull), ordering the new ranks by key.
+func (l *Lib) CommSplit(comm Handle, color, key int) (Handle, error) {
+	var out uint64
+	err := l.Err("MPI_Comm_split", l.call(l.commSplit, comm, uintptr(color), uintptr(key), ptr(&out)))
+	return Handle(out), err
+}
+
+// CommFree frees comm.
+func (l *Lib) CommFree(comm Handle) error {
+	c := uint64(comm)
+	return l.Err("MPI_Comm_free", l.call(l.commFree, ptr(&c)))
+}
+
+// ErrorsReturn sets MPI_ERRORS_RETURN on comm: failed calls on it return
+// their code instead of aborting the job.
+func (l *Lib) ErrorsReturn(comm Handle) error {
+	return l.Err("MPI_Comm_set_errhandler", l.call(l.commSetErrhandler, comm, l.Handles.ErrorsReturn))
+}
+
+// TagUpperBound returns comm's MPI_TAG_UB attribute (at least 32767).
+func (l *Lib) TagUpperBound(comm Handle) (int, error) {
+	var val *int32
+	var flag int32
+	if err := l.Err("MPI_Comm_get_attr", l.call(l.commGetAttr, comm, l.Handles.TagUB, ptr(&val), ptr(&flag))); err != nil {
+		return 0, err
+	}
+	if flag == 0 || val == nil {
+		return 32767, nil // the standard's minimum
+	}
+	return int(*val), nil
+}
+
+// The nonblocking calls below start an op and write its request into
+// *req. Every pointer they are given must stay valid, and the buffers
+// untouched, until Test reports the request complete.
+
+// Iallreduce reduces count elements of buf in place across comm.
+func (l *Lib) Iallreduce(buf unsafe.Pointer, count int, dt, op, comm Handle, req *uint64) int32 {
+	return l.call(l.iallreduce, l.InPlace, uintptr(buf), uintptr(count), dt, op, comm, ptr(req))
+}
+
+// Ibcast broadcasts root's buf.
+func (l *Lib) Ibcast(buf unsafe.Pointer, count int, dt Handle, root int, comm Handle, req *uint64) int32 {
+	return l.call(l.ibcast, uintptr(buf), uintptr(count), dt, uintptr(root), comm, ptr(req))
+}
+
+// Ireduce reduces into root's buf: in place at root, from buf elsewhere.
+func (l *Lib) Ireduce(buf unsafe.Pointer, count int, dt, op Handle, root, me int, comm Handle, req *uint64) int32 {
+	send, recv := uintptr(buf), uintptr(0)
+	if me == root {
+		send, recv = l.InPlace, uintptr(buf)
+	}
+	return l.call(l.ireduce, send, recv, uintptr(count), dt, op, uintptr(root), comm, ptr(req))
+}
+
+// Iallgather gathers count elements from every rank into out.
+func (l *Lib) Iallgather(in, out unsafe.Pointer, count int, dt, comm Handle, req *uint64) int32 {
+	return l.call(l.iallgather, uintptr(in), uintptr(count), dt, uintptr(out), uintptr(count), dt, comm, ptr(req))
+}
+
+// IreduceScatterBlock reduces in (size·count elements) and leaves block
+// rank of the result (count elements) in out.
+func (l *Lib) IreduceScatterBlock(in, out unsafe.Pointer, count int, dt, op, comm Handle, req *uint64) int32 {
+	return l.call(l.ireduceScatterBlock, uintptr(in), uintptr(out), uintptr(count), dt, op, comm, ptr(req))
+}
+
+// Ialltoall exchanges count-element blocks.
+func (l *Lib) Ialltoall(in, out unsafe.Pointer, count int, dt, comm Handle, req *uint64) int32 {
+	return l.call(l.ialltoall, uintptr(in), uintptr(count), dt, uintptr(out), uintptr(count), dt, comm, ptr(req))
+}
+
+// Igather gathers count elements from every rank into root's out.
+func (l *Lib) Igather(in, out unsafe.Pointer, count int, dt Handle, root int, comm Handle, req *uint64) int32 {
+	return l.call(l.igather, uintptr(in), uintptr(count), dt, uintptr(out), uintptr(count), dt, uintptr(root), comm, ptr(req))
+}
+
+// Iscatter sends block j of root's in to rank j's out.
+func (l *Lib) Iscatter(in, out unsafe.Pointer, count int, dt Handle, root int, comm Handle, req *uint64) int32 {
+	return l.call(l.iscatter, uintptr(in), uintptr(count), dt, uintptr(out), uintptr(count), dt, uintptr(root), comm, ptr(req))
+}
+
+// Isend and Irecv move count elements to or from peer with tag.
+func (l *Lib) Isend(buf unsafe.Pointer, count int, dt Handle, peer, tag int, comm Handle, req *uint64) int32 {
+	return l.call(l.isend, uintptr(buf), uintptr(count), dt, uintptr(peer), uintptr(tag), comm, ptr(req))
+}
+
+func (l *Lib) Irecv(buf unsafe.Pointer, count int, dt Handle, peer, tag int, comm Handle, req *uint64) int32 {
+	return l.call(l.irecv, uintptr(buf), uintptr(count), dt, uintptr(peer), uintptr(tag), comm, ptr(req))
+}
+
+// Ibarrier starts a barrier.
+func (l *Lib) Ibarrier(comm Handle, req *uint64) int32 {
+	return l.call(l.ibarrier, comm, ptr(req))
+}
+
+// Status is storage for an MPI_Status of either ABI (24 bytes in Open
+// MPI, 20 in MPICH).
+type Status [4]uint64
+
+// Test reports whether req is complete, filling st (nil: ignored). A
+// completed request is freed by MPI and *req reset.
+func (l *Lib) Test(req *uint64, st *Status) (bool, int32) {
+	var flag int32
+	s := l.StatusIgnore
+	if st != nil {
+		s = ptr(st)
+	}
+	code := l.call(l.test, ptr(req), ptr(&flag), s)
+	return flag != 0, code
+}
+
+// GetCount returns the number of dt elements a completed receive got.
+func (l *Lib) GetCount(st *Status, dt Handle) (int, error) {
+	var n int32
+	err := l.Err("MPI_Get_count", l.call(l.getCount, ptr(st), dt, ptr(&n)))
+	return int(n), err
+}
