@@ -107,11 +107,11 @@ type Lib struct {
 	Handles
 
 	initThread, finalize, finalized, initialized, abort uintptr
-	commRank, commSize, commDup, commSplit, commFree      uintptr
-	commSetErrhandler, commGetAttr, errorString           uintptr
-	iallreduce, ibcast, ireduce, iallgather               uintptr
-	ireduceScatterBlock, ialltoall, igather, iscatter     uintptr
-	isend, irecv, ibarrier, test, getCount                uintptr
+	commRank, commSize, commDup, commSplit, commFree    uintptr
+	commSetErrhandler, commGetAttr, errorString         uintptr
+	iallreduce, ibcast, ireduce, iallgather             uintptr
+	ireduceScatterBlock, ialltoall, igather, iscatter   uintptr
+	isend, irecv, ibarrier, test, getCount              uintptr
 }
 
 // DefaultNames are the libraries Load tries, in order, when given none.
