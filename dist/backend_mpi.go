@@ -7,6 +7,7 @@ import (
 	"math"
 	"os"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -22,18 +23,23 @@ import (
 // have been started by mpirun, mpiexec or srun (or alone, as an MPI
 // singleton), and its rank and world size are MPI_COMM_WORLD's.
 //
-// Threading. MPI is initialised asking for MPI_THREAD_MULTIPLE, but every
-// MPI call is made by one goroutine locked to its OS thread (the thread
-// that called MPI_Init_thread), whatever level the library provides, so
-// FUNNELED suffices. Ops are started with MPI's nonblocking calls
-// (MPI_Iallreduce, …) and completed by polling MPI_Test: one goroutine
-// then drives the ops of every group at once, so ops of several groups
-// may be in flight together, as with the native backend, and a blocking
-// call on one communicator never holds up another. While ops are in
-// flight the MPI goroutine polls (yielding to the Go scheduler between
-// rounds), as MPI_Wait itself would; when none are, it polls for new ops
-// for a short while and then sleeps on a channel. Works complete in issue
-// order within a group.
+// Threading. MPI is initialised, asking for MPI_THREAD_MULTIPLE, by a
+// goroutine locked to its OS thread (the MPI goroutine), which also makes
+// the blocking calls (MPI_Comm_split, MPI_Comm_free, MPI_Finalize). Ops
+// are started with MPI's nonblocking calls (MPI_Iallreduce, …) and
+// completed by polling MPI_Test, so ops of several groups can be in
+// flight at once, as with the native backend, and an op on one
+// communicator never holds up another. Where the library provides
+// MPI_THREAD_MULTIPLE, the goroutine that issues an op starts it itself,
+// and Wait polls MPI_Test in the waiting goroutine: no hand-off between
+// goroutines on the data path, which on this kind of machine costs more
+// than a small collective (waking a goroutine on another thread is tens of
+// µs). The MPI goroutine then only completes, every 200 µs, the ops nobody
+// waits for (so that Done is closed). Where the library provides less
+// (or COHORT_MPI_FUNNELED=1 asks for it), every MPI call is made by the
+// MPI goroutine: it starts the ops callers queue and polls MPI_Test while
+// any are in flight, as MPI_Wait would, and waiters block on a channel.
+// Either way Works complete in issue order within a group.
 //
 // Errors. The communicators use MPI_ERRORS_RETURN, so a failed MPI call
 // comes back as an *OpError naming the op and carrying MPI's message
@@ -57,14 +63,17 @@ import (
 // every call into it. There is one per process because MPI itself is
 // process-wide state.
 type mpiProc struct {
-	lib   *mpi.Lib
-	level int           // the thread level MPI_Init_thread provided
-	tasks chan func()   // run on the MPI goroutine in order
-	quit  chan struct{} // closed when the MPI goroutine has finalised
+	lib      *mpi.Lib
+	level    int           // the thread level MPI_Init_thread provided
+	funneled bool          // every call through the MPI goroutine (set before loop starts)
+	direct   bool          // callers start and complete ops themselves (MULTIPLE and not funneled)
+	tasks    chan func()   // run on the MPI goroutine in order
+	wake     chan struct{} // a group has become active (direct mode)
+	quit     chan struct{} // closed when the MPI goroutine has finalised
+	stopped  bool          // the MPI goroutine's: Finalize has run
 
-	// The MPI goroutine's own state.
-	active  []*mpiGroup // groups with ops in flight
-	stopped bool
+	amu    sync.Mutex
+	active []*mpiGroup // groups with ops in flight
 
 	mu     sync.Mutex // guards worlds
 	worlds int        // open world groups
@@ -99,7 +108,8 @@ func startMPI() (*mpiProc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("dist: Init: backend mpi: %w", err)
 	}
-	p := &mpiProc{lib: lib, tasks: make(chan func(), 1024), quit: make(chan struct{})}
+	p := &mpiProc{lib: lib, tasks: make(chan func(), 1024), quit: make(chan struct{}), wake: make(chan struct{}, 1),
+		funneled: os.Getenv("COHORT_MPI_FUNNELED") == "1"}
 	ready := make(chan error)
 	go p.loop(ready)
 	if err := <-ready; err != nil {
@@ -109,11 +119,16 @@ func startMPI() (*mpiProc, error) {
 	return p, nil
 }
 
+// mpiBackgroundPoll is how often the MPI goroutine completes the ops
+// nobody waits for when callers drive MPI themselves.
+const mpiBackgroundPoll = 200 * time.Microsecond
+
 // loop is the MPI goroutine.
 func (p *mpiProc) loop(ready chan<- error) {
 	runtime.LockOSThread() // MPI's thread for good; the thread ends with the goroutine
 	level, err := p.lib.InitThread(mpi.ThreadMultiple)
 	p.level = level
+	p.direct = level == mpi.ThreadMultiple && !p.funneled
 	if err == nil {
 		// Open MPI reports some failures of nonblocking collectives (in
 		// MPI_Test) on MPI_COMM_WORLD rather than the op's communicator.
@@ -124,28 +139,41 @@ func (p *mpiProc) loop(ready chan<- error) {
 		return
 	}
 	defer close(p.quit)
+	tick := time.NewTimer(time.Hour)
+	tick.Stop()
 	for !p.stopped {
-		if len(p.active) == 0 {
+		busy := p.poll()
+		switch {
+		case !busy:
 			p.idle()
-			continue
-		}
-		for drained := false; !drained && !p.stopped; {
+		case p.direct:
+			tick.Reset(mpiBackgroundPoll)
 			select {
 			case f := <-p.tasks:
 				f()
-			default:
-				drained = true
+			case <-tick.C:
+			}
+			tick.Stop()
+		default:
+			for drained := false; !drained && !p.stopped; {
+				select {
+				case f := <-p.tasks:
+					f()
+				default:
+					drained = true
+				}
+			}
+			if runtime.GOMAXPROCS(0) == 1 {
+				runtime.Gosched() // let the waiting goroutines run
 			}
 		}
-		p.poll()
-		runtime.Gosched()
 	}
 }
 
 // idle waits for the next task: it polls for mpiIdleSpin, then sleeps.
 func (p *mpiProc) idle() {
 	deadline := time.Now().Add(mpiIdleSpin)
-	for i := 0; ; i++ {
+	for i := 0; !p.direct; i++ {
 		select {
 		case f := <-p.tasks:
 			f()
@@ -156,8 +184,11 @@ func (p *mpiProc) idle() {
 			break
 		}
 	}
-	f := <-p.tasks
-	f()
+	select {
+	case f := <-p.tasks:
+		f()
+	case <-p.wake:
+	}
 }
 
 // do runs f on the MPI goroutine and returns its error.
@@ -171,34 +202,53 @@ func (p *mpiProc) do(f func() error) error {
 	return <-errc
 }
 
-// poll completes the ops MPI has finished, in issue order per group.
-func (p *mpiProc) poll() {
-	keep := p.active[:0]
-	for _, g := range p.active {
-		for len(g.inflight) > 0 {
-			o := g.inflight[0]
-			if o.result == nil {
-				ok, code := p.lib.Test(&o.req, &o.st)
-				if code != mpi.Success {
-					o.result = g.fail(o, p.lib.Err(o.fn, code))
-				} else if !ok {
-					break
-				} else if o.post != nil {
-					if err := o.post(o); err != nil {
-						o.result = g.fail(o, err)
-					}
+// poll completes the finished ops of every group with ops in flight and
+// reports whether any remain. A group whose lock a waiter holds is being
+// completed by the waiter.
+func (p *mpiProc) poll() bool {
+	p.amu.Lock()
+	groups := slices.Clone(p.active)
+	p.amu.Unlock()
+	busy := false
+	for _, g := range groups {
+		if !g.pmu.TryLock() {
+			busy = true
+			continue
+		}
+		busy = g.progress() || busy
+		g.pmu.Unlock()
+	}
+	return busy
+}
+
+// progress completes g's finished ops in issue order and reports whether
+// ops remain in flight. The caller holds g.pmu.
+func (g *mpiGroup) progress() bool {
+	l := g.p.lib
+	for len(g.inflight) > 0 {
+		o := g.inflight[0]
+		if o.result == nil {
+			ok, code := l.Test(&o.req, &o.st)
+			if code != mpi.Success {
+				o.result = g.fail(o, l.Err(o.fn, code))
+			} else if !ok {
+				return true
+			} else if o.post != nil {
+				if err := o.post(o); err != nil {
+					o.result = g.fail(o, err)
 				}
 			}
-			g.inflight[0] = nil
-			g.inflight = g.inflight[1:]
-			o.finish()
 		}
-		if len(g.inflight) > 0 {
-			keep = append(keep, g)
-		}
+		g.inflight[0] = nil
+		g.inflight = g.inflight[1:]
+		o.finish()
 	}
-	clear(p.active[len(keep):])
-	p.active = keep
+	g.p.amu.Lock()
+	if i := slices.Index(g.p.active, g); i >= 0 {
+		g.p.active = slices.Delete(g.p.active, i, i+1)
+	}
+	g.p.amu.Unlock()
+	return false
 }
 
 // mpiGroup is a ProcessGroup over an MPI communicator.
@@ -218,8 +268,8 @@ type mpiGroup struct {
 	closed   bool
 	children []*mpiGroup
 
-	// The MPI goroutine's own state.
-	inflight []*mpiOp
+	pmu      sync.Mutex // guards inflight and broken
+	inflight []*mpiOp   // started (or failed) and not yet complete, in issue order
 	broken   *OpError
 }
 
@@ -307,8 +357,22 @@ type mpiOp struct {
 
 func (o *mpiOp) Done() <-chan struct{} { return o.done }
 
-// Wait polls briefly, then blocks, until the op is done.
+// Wait completes the group's ops up to this one by polling MPI_Test
+// (where callers drive MPI), or polls briefly and then blocks until the
+// MPI goroutine has completed it.
 func (o *mpiOp) Wait() error {
+	if o.g.p.direct {
+		for i := 0; !o.fin.Load(); i++ {
+			o.g.pmu.Lock()
+			o.g.progress()
+			o.g.pmu.Unlock()
+			if i%8 == 7 {
+				runtime.Gosched()
+			}
+		}
+		<-o.done
+		return o.result
+	}
 	if !o.fin.Load() {
 		deadline := time.Now().Add(mpiIdleSpin)
 		for i := 0; !o.fin.Load(); i++ {
@@ -348,6 +412,9 @@ func (g *mpiGroup) submit(ctx context.Context, o *mpiOp) Work {
 		ctx = context.Background()
 	}
 	o.g, o.ctx, o.done = g, ctx, make(chan struct{})
+	if g.p.direct {
+		g.pmu.Lock() // held from numbering to starting: seq order is issue order
+	}
 	g.mu.Lock()
 	closed := g.closed
 	if !closed {
@@ -357,12 +424,20 @@ func (g *mpiGroup) submit(ctx context.Context, o *mpiOp) Work {
 	}
 	g.mu.Unlock()
 	if closed {
+		if g.p.direct {
+			g.pmu.Unlock()
+		}
 		o.result = g.opError(o, ErrClosed)
 		o.finish()
 		return o
 	}
+	if g.p.direct {
+		g.issue(o)
+		g.pmu.Unlock()
+		return o
+	}
 	select {
-	case g.p.tasks <- func() { g.issue(o) }:
+	case g.p.tasks <- func() { g.pmu.Lock(); g.issue(o); g.pmu.Unlock() }:
 	case <-g.p.quit:
 		o.result = g.opError(o, ErrClosed)
 		o.finish()
@@ -370,8 +445,8 @@ func (g *mpiGroup) submit(ctx context.Context, o *mpiOp) Work {
 	return o
 }
 
-// issue starts o (MPI goroutine). Every op joins inflight, failed ones
-// too, so that Works complete in issue order.
+// issue starts o. Every op joins inflight, failed ones too, so that
+// Works complete in issue order. The caller holds g.pmu.
 func (g *mpiGroup) issue(o *mpiOp) {
 	switch {
 	case g.broken != nil:
@@ -386,7 +461,13 @@ func (g *mpiGroup) issue(o *mpiOp) {
 		}
 	}
 	if len(g.inflight) == 0 {
+		g.p.amu.Lock()
 		g.p.active = append(g.p.active, g)
+		g.p.amu.Unlock()
+		select {
+		case g.p.wake <- struct{}{}:
+		default:
+		}
 	}
 	g.inflight = append(g.inflight, o)
 }
@@ -738,8 +819,11 @@ func (g *mpiGroup) NewGroup(ctx context.Context, ranks []int) (ProcessGroup, err
 	}
 	child := &mpiGroup{p: g.p, parent: g, me: g.me}
 	err := g.p.do(func() error {
-		if g.broken != nil {
-			return g.broken
+		g.pmu.Lock()
+		broken := g.broken
+		g.pmu.Unlock()
+		if broken != nil {
+			return broken
 		}
 		l := g.p.lib
 		c, err := l.CommSplit(g.comm, color, key)

@@ -34,14 +34,18 @@ func mpirun(t *testing.T) string {
 
 // runUnderMPI runs this test binary's test named test under mpirun with
 // np processes, and fails t with the output if any process fails.
-func runUnderMPI(t *testing.T, np int, test string, timeout time.Duration) {
+func runUnderMPI(t *testing.T, np int, test string, timeout time.Duration, env ...string) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", fmt.Sprint(np),
-		"-x", "COHORT_MPI_TEST=1", os.Args[0], "-test.run=^" + test + "$", "-test.count=1"}
+	env = append(env, "COHORT_MPI_TEST=1")
+	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", fmt.Sprint(np)}
+	for _, kv := range env {
+		args = append(args, "-x", kv)
+	}
+	args = append(args, os.Args[0], "-test.run=^"+test+"$", "-test.count=1")
 	cmd := exec.CommandContext(ctx, mpirun(t), args...)
-	cmd.Env = append(os.Environ(), "COHORT_MPI_TEST=1")
+	cmd.Env = append(os.Environ(), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil || ctx.Err() != nil {
 		t.Fatalf("mpirun -np %d %s: %v (%v)\n%s", np, test, err, ctx.Err(), out)
@@ -53,13 +57,18 @@ func runUnderMPI(t *testing.T, np int, test string, timeout time.Duration) {
 }
 
 // TestMPIConformance runs the conformance suite on the MPI backend: from
-// go test it starts itself under mpirun with 2 and 4 processes, and under
-// mpirun each process runs the suite as one rank of MPI's world.
+// go test it starts itself under mpirun with 2 and 4 processes (and with 2
+// where every MPI call goes through the MPI goroutine, as with a library
+// that lacks MPI_THREAD_MULTIPLE), and under mpirun each process runs the
+// suite as one rank of MPI's world.
 func TestMPIConformance(t *testing.T) {
 	if !underMPI() {
-		for _, np := range []int{2, 4} {
-			t.Run(fmt.Sprintf("np=%d", np), func(t *testing.T) {
-				runUnderMPI(t, np, "TestMPIConformance", 4*time.Minute)
+		for _, c := range []struct {
+			np  int
+			env []string
+		}{{2, nil}, {4, nil}, {2, []string{"COHORT_MPI_FUNNELED=1"}}} {
+			t.Run(strings.Join(append([]string{fmt.Sprintf("np=%d", c.np)}, c.env...), ","), func(t *testing.T) {
+				runUnderMPI(t, c.np, "TestMPIConformance", 4*time.Minute, c.env...)
 			})
 		}
 		return

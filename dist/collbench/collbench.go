@@ -38,14 +38,17 @@ var DefaultSizes = []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
 
 // Config is one benchmark run.
 type Config struct {
-	Op        string        // one of Ops
-	World     int           // processes to spawn
-	Transport string        // "auto", "tcp", "shm"
-	Sizes     []int64       // message sizes in bytes (all-gather: the gathered output)
-	Budget    time.Duration // target duration of the timed loop per size
-	Repeats   int           // fresh process groups, one after the other
-	Timeout   time.Duration // bound on the whole run
-	Profile   string        // CPU profile path prefix ("" for none)
+	Op        string // one of Ops
+	World     int    // processes to spawn
+	Transport string // "auto", "tcp", "shm"
+	// Backend is "native" (or "") or "mpi": the MPI library's collectives,
+	// with the workers started by mpirun instead of this package.
+	Backend string
+	Sizes   []int64       // message sizes in bytes (all-gather: the gathered output)
+	Budget  time.Duration // target duration of the timed loop per size
+	Repeats int           // fresh process groups, one after the other
+	Timeout time.Duration // bound on the whole run
+	Profile string        // CPU profile path prefix ("" for none)
 	// Threads is each worker's GOMAXPROCS, passed as COHORT_NUM_THREADS
 	// like a launcher does; 0 means the cores divided among the workers
 	// (at least 1), as torchrun gives each worker one OpenMP thread.
@@ -94,6 +97,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	world := fs.Int("world", 2, "number of local processes")
 	transport := fs.String("transport", "auto", "transport: tcp, shm or auto")
+	backend := fs.String("backend", "native", "native (cohort's collectives) or mpi (the MPI library's, workers started by mpirun; MPIRUN overrides the command)")
 	sizes := fs.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated message sizes")
 	budget := fs.Duration("budget", time.Second, "target duration of the timed loop per size")
 	repeats := fs.Int("repeats", 1, "fresh process groups, one after the other (all rows are printed)")
@@ -112,7 +116,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "cohort bench %s: unexpected argument %q\n", op, fs.Arg(0))
 		return 2
 	}
-	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
+	cfg := Config{Op: op, World: *world, Transport: *transport, Backend: *backend, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
 	var err error
 	if *segment != "0" {
 		seg, err := ParseSizes(*segment)
@@ -200,6 +204,15 @@ func (c Config) validate() error {
 	case len(c.Sizes) == 0:
 		return errors.New("no sizes")
 	}
+	switch c.Backend {
+	case "", "native":
+	case "mpi":
+		if c.Algo != "" || c.SegmentBytes != 0 || c.InlineBytes != 0 {
+			return fmt.Errorf("--backend mpi: --algo, --segment and --inline tune cohort's own collectives; MPI chooses its own")
+		}
+	default:
+		return fmt.Errorf("--backend %q: want native or mpi", c.Backend)
+	}
 	switch c.Transport {
 	case "auto", "tcp", "shm":
 	default:
@@ -260,7 +273,7 @@ func (c Config) flags() []string {
 	for i, s := range c.Sizes {
 		sizes[i] = strconv.FormatInt(s, 10)
 	}
-	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport,
+	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport, "--backend", c.Backend,
 		"--sizes", strings.Join(sizes, ","), "--budget", c.Budget.String(), "--timeout", c.Timeout.String(),
 		"--cpuprofile", c.Profile, "--threads", strconv.Itoa(c.Threads),
 		"--segment", strconv.FormatInt(c.SegmentBytes, 10), "--inline", strconv.FormatInt(c.InlineBytes, 10), "--algo", c.Algo, "--worker"}
@@ -277,6 +290,9 @@ var torchrunVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZ
 func Spawn(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
+	if cfg.Backend == "mpi" {
+		return spawnMPI(ctx, cfg, self, stderr)
+	}
 	port, err := freePort()
 	if err != nil {
 		return nil, err
@@ -336,6 +352,52 @@ func Spawn(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]
 	return outs[0].res, nil
 }
 
+// label names what carried the collectives: the transport, or "mpi".
+func (c Config) label() string {
+	if c.Backend == "mpi" {
+		return "mpi"
+	}
+	return c.Transport
+}
+
+// spawnMPI starts the workers with mpirun (the MPIRUN environment
+// variable, else mpirun on PATH): MPI's launcher places them and MPI
+// tells each its rank. Rank 0's result lines come back on mpirun's
+// standard output.
+func spawnMPI(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]Result, error) {
+	mpirun := os.Getenv("MPIRUN")
+	if mpirun == "" {
+		var err error
+		if mpirun, err = exec.LookPath("mpirun"); err != nil {
+			return nil, fmt.Errorf("--backend mpi: no mpirun on PATH (set MPIRUN): %w", err)
+		}
+	}
+	args := []string{"--allow-run-as-root", "--oversubscribe", "-np", strconv.Itoa(cfg.World)}
+	args = append(append(args, self...), cfg.flags()...)
+	cmd := exec.CommandContext(ctx, mpirun, args...)
+	var errBuf strings.Builder
+	cmd.Stderr = &errBuf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
+	}
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", mpirun, err)
+	}
+	res, perr := readResults(stdout)
+	if err := cmd.Wait(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n%s", mpirun, err, errBuf.String())
+		return nil, fmt.Errorf("%s: %w", mpirun, err)
+	}
+	if perr != nil {
+		return nil, perr
+	}
+	if len(res) != len(cfg.Sizes) {
+		return nil, fmt.Errorf("rank 0 reported %d results for %d sizes", len(res), len(cfg.Sizes))
+	}
+	return res, nil
+}
+
 const resultPrefix = "result "
 
 func readResults(r io.Reader) ([]Result, error) {
@@ -375,6 +437,14 @@ func freePort() (int, error) {
 // (torchrun's contract) and, on rank 0, writes one "result {json}" line
 // per size to w.
 func Worker(ctx context.Context, cfg Config, w io.Writer) error {
+	if cfg.Backend == "mpi" {
+		runtime.GOMAXPROCS(cfg.threads())
+		pg, err := dist.Init(ctx, dist.Options{Backend: "mpi"})
+		if err != nil {
+			return err
+		}
+		return work(ctx, pg, cfg, w)
+	}
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -392,7 +462,14 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return work(ctx, pg, cfg, w)
+}
+
+// work measures every size on pg and closes it.
+func work(ctx context.Context, pg dist.ProcessGroup, cfg Config, w io.Writer) error {
 	defer pg.Close()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
 	for _, size := range cfg.Sizes {
 		res, err := measure(ctx, pg, cfg, size)
 		if err != nil {
@@ -528,7 +605,7 @@ func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) 
 	}
 	algbw := float64(moved) / med / 1e9
 	return Result{
-		Op: cfg.Op, Bytes: moved, World: n, Transport: cfg.Transport, Iters: iters, Warmup: warmup,
+		Op: cfg.Op, Bytes: moved, World: n, Transport: cfg.label(), Iters: iters, Warmup: warmup,
 		TimeS: med, MeanS: sum / float64(len(ts)), MinS: sorted[0], MaxS: sorted[len(sorted)-1], FirstS: wm[1],
 		AlgBW: algbw, BusBW: algbw * busFactor(cfg.Op, n), OK: ok,
 	}, nil
@@ -553,7 +630,7 @@ func allEqual(s []float32, v float32) bool {
 
 // PrintTable writes the results in the style of nccl-tests.
 func PrintTable(w io.Writer, cfg Config, res []Result) {
-	fmt.Fprintf(w, "# cohort bench %s: world %d, transport %s, %d thread(s) per rank, float32", cfg.Op, cfg.World, cfg.Transport, cfg.threads())
+	fmt.Fprintf(w, "# cohort bench %s: world %d, transport %s, %d thread(s) per rank, float32", cfg.Op, cfg.World, cfg.label(), cfg.threads())
 	if cfg.Op == "allreduce" || cfg.Op == "reducescatter" {
 		fmt.Fprint(w, " sum")
 	}
