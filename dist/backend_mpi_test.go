@@ -90,3 +90,52 @@ func TestMPIConformance(t *testing.T) {
 		t.Errorf("Init after MPI_Finalize: %v, want an error saying MPI is finalised", err)
 	}
 }
+
+// TestMPIPeerDeath documents what a dead peer does under mpirun: rank 1
+// exits in the middle of the job while rank 0 waits in an all-reduce for
+// it, and mpirun ends the whole job (exiting non-zero) rather than leave
+// rank 0 waiting.
+func TestMPIPeerDeath(t *testing.T) {
+	if !underMPI() {
+		ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+		defer cancel()
+		cmd := exec.CommandContext(ctx, mpirun(t), "--allow-run-as-root", "--oversubscribe", "-np", "2",
+			"-x", "COHORT_MPI_TEST=1", os.Args[0], "-test.run=^TestMPIPeerDeath$", "-test.count=1")
+		cmd.Env = append(os.Environ(), "COHORT_MPI_TEST=1")
+		out, err := cmd.CombinedOutput()
+		if ctx.Err() != nil {
+			t.Fatalf("mpirun did not end the job after rank 1 died:\n%s", out)
+		}
+		if err == nil {
+			t.Fatalf("mpirun exited 0 although rank 1 died:\n%s", out)
+		}
+		t.Logf("mpirun ended the job: %v", err)
+		return
+	}
+	ctx := context.Background()
+	pg, err := dist.Init(ctx, dist.Options{Backend: "mpi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		t.Fatal(err)
+	}
+	if pg.Rank() == 1 {
+		os.Exit(3) // dies without a word to its peer
+	}
+	err = pg.AllReduce(ctx, dist.F32(make([]float32, 4)), dist.Sum).Wait()
+	t.Errorf("rank %d: all-reduce with a dead peer returned %v instead of the job ending", pg.Rank(), err)
+	pg.Close()
+}
+
+func TestUnknownBackend(t *testing.T) {
+	_, err := dist.Init(context.Background(), dist.Options{Backend: "gloo", WorldSize: 1})
+	if err == nil || !strings.Contains(err.Error(), `unknown backend "gloo"`) {
+		t.Errorf("Init(Backend gloo) = %v, want an error naming the backend", err)
+	}
+	t.Setenv("COHORT_BACKEND", "nccl")
+	_, err = dist.InitFromEnv(context.Background())
+	if err == nil || !strings.Contains(err.Error(), `COHORT_BACKEND="nccl"`) {
+		t.Errorf("InitFromEnv with COHORT_BACKEND=nccl = %v, want an error naming the variable", err)
+	}
+}
