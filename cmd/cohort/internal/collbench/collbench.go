@@ -3,15 +3,12 @@ package collbench
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -19,12 +16,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"cohort/dist"
 	"cohort/dist/collective"
 	"cohort/dist/rendezvous"
+	"cohort/launch"
 )
 
 // Ops lists the collectives the benchmark measures.
@@ -279,77 +276,51 @@ func (c Config) flags() []string {
 		"--segment", strconv.FormatInt(c.SegmentBytes, 10), "--inline", strconv.FormatInt(c.InlineBytes, 10), "--algo", c.Algo, "--worker"}
 }
 
-// torchrunVars are the variables the parent sets for each worker; any
-// inherited value is dropped first.
-var torchrunVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-	"COHORT_TOKEN", "COHORT_STORE_ADDR", "COHORT_RENDEZVOUS", "GROUP_RANK", "NODE_RANK", "COHORT_NUM_THREADS"}
-
-// Spawn starts cfg.World workers (self plus the worker flags) on
-// loopback, waits for them and returns rank 0's results. A failing worker
-// stops the others; its stderr is copied to stderr.
+// Spawn starts cfg.World workers (self plus the worker flags) on this
+// host through the launcher of `cohort run` (package launch), which gives
+// them torchrun's environment and COHORT_NUM_THREADS, waits for them and
+// returns rank 0's results; a failing worker stops the others and its
+// report goes to stderr. With Backend "mpi", mpirun starts them instead.
 func Spawn(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
 	if cfg.Backend == "mpi" {
 		return spawnMPI(ctx, cfg, self, stderr)
 	}
-	port, err := freePort()
+	pr, pw := io.Pipe()
+	results := make(chan []Result, 1)
+	perr := make(chan error, 1)
+	go func() {
+		res, err := readResults(pr)
+		io.Copy(io.Discard, pr) // keep draining after a bad line
+		results <- res
+		perr <- err
+	}()
+	err := launch.Run(ctx, launch.Config{
+		NProcPerNode: cfg.World,
+		NumCPU:       cfg.threads() * cfg.World, // each worker: COHORT_NUM_THREADS = threads
+		Program:      self[0],
+		Args:         append(slices.Clone(self[1:]), cfg.flags()...),
+		Env:          os.Environ(),
+		Stdout:       pw,
+		Stderr:       stderr,
+	})
+	pw.Close()
+	res, rerr := <-results, <-perr
+	var we *launch.WorkerError
+	if errors.As(err, &we) {
+		return nil, errors.New(we.Report())
+	}
 	if err != nil {
 		return nil, err
 	}
-	token := make([]byte, 16)
-	rand.Read(token)
-	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		name, _, _ := strings.Cut(kv, "=")
-		return slices.Contains(torchrunVars, name)
-	})
-	type out struct {
-		res []Result
-		err error
+	if rerr != nil {
+		return nil, rerr
 	}
-	outs := make([]out, cfg.World)
-	var wg sync.WaitGroup
-	var stderrMu sync.Mutex
-	for r := range cfg.World {
-		cmd := exec.CommandContext(ctx, self[0], append(slices.Clone(self[1:]), cfg.flags()...)...)
-		cmd.Env = append(slices.Clone(base),
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(cfg.World),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.World),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"COHORT_TOKEN="+hex.EncodeToString(token), "COHORT_NUM_THREADS="+strconv.Itoa(cfg.threads()))
-		var errBuf strings.Builder
-		cmd.Stderr = &errBuf
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start rank %d: %w", r, err)
-		}
-		wg.Go(func() {
-			res, perr := readResults(stdout)
-			werr := cmd.Wait()
-			if werr != nil {
-				cancel() // one rank failed: stop the others
-				stderrMu.Lock()
-				fmt.Fprintf(stderr, "rank %d: %v\n%s", r, werr, errBuf.String())
-				stderrMu.Unlock()
-				outs[r] = out{err: fmt.Errorf("rank %d: %w", r, werr)}
-				return
-			}
-			outs[r] = out{res: res, err: perr}
-		})
+	if len(res) != len(cfg.Sizes) {
+		return nil, fmt.Errorf("rank 0 reported %d results for %d sizes", len(res), len(cfg.Sizes))
 	}
-	wg.Wait()
-	for _, o := range outs {
-		if o.err != nil {
-			return nil, o.err
-		}
-	}
-	if len(outs[0].res) != len(cfg.Sizes) {
-		return nil, fmt.Errorf("rank 0 reported %d results for %d sizes", len(outs[0].res), len(cfg.Sizes))
-	}
-	return outs[0].res, nil
+	return res, nil
 }
 
 // label names what carried the collectives: the transport, or "mpi".
@@ -407,7 +378,9 @@ func readResults(r io.Reader) ([]Result, error) {
 	var res []Result
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), resultPrefix)
+		// Rank 0's lines, with the launcher's "[rank 0] " prefix or, under
+		// mpirun, without one.
+		line, ok := strings.CutPrefix(strings.TrimPrefix(sc.Text(), "[rank 0] "), resultPrefix)
 		if !ok {
 			continue
 		}
@@ -425,15 +398,6 @@ func (c Config) threads() int {
 		return c.Threads
 	}
 	return max(1, runtime.NumCPU()/c.World)
-}
-
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
 // Worker measures as one rank of a job described by the environment
