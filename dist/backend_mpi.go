@@ -228,7 +228,7 @@ func (g *mpiGroup) progress() bool {
 	for len(g.inflight) > 0 {
 		o := g.inflight[0]
 		if o.result == nil {
-			ok, code := l.Test(&o.req, &o.st)
+			ok, code := l.Test(&o.r, false)
 			if code != mpi.Success {
 				o.result = g.fail(o, l.Err(o.fn, code))
 			} else if !ok {
@@ -346,8 +346,7 @@ type mpiOp struct {
 	err   error              // invalid arguments
 	start func(*mpiOp) int32 // starts the op, writing req
 	post  func(*mpiOp) error // after MPI completes it (Avg, 16-bit results, receive length)
-	req   uint64
-	st    mpi.Status
+	r     mpi.Request
 	pin   runtime.Pinner
 
 	done   chan struct{}
@@ -640,7 +639,7 @@ func (g *mpiGroup) AllReduce(ctx context.Context, buf Buffer, op ReduceOp) Work 
 	o := &mpiOp{kind: collective.AllReduce, fn: "MPI_Iallreduce", err: firstErr(g.checkBufs("allreduce", buf), g.checkOp("allreduce", op))}
 	n := buf.Len()
 	g.reduction(o, op, buf, buf, buf, func(o *mpiOp, _, p unsafe.Pointer, dt mpi.Handle) int32 {
-		return g.p.lib.Iallreduce(p, n, dt, g.reduceOp(op), g.comm, &o.req)
+		return g.p.lib.Iallreduce(p, n, dt, g.reduceOp(op), g.comm, &o.r.Req)
 	})
 	return g.submit(ctx, o)
 }
@@ -648,7 +647,7 @@ func (g *mpiGroup) AllReduce(ctx context.Context, buf Buffer, op ReduceOp) Work 
 func (g *mpiGroup) Broadcast(ctx context.Context, buf Buffer, root int) Work {
 	o := &mpiOp{kind: collective.Broadcast, fn: "MPI_Ibcast", err: firstErr(g.checkBufs("broadcast", buf), g.checkRoot("broadcast", root))}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Ibcast(o.data(buf), buf.Len(), g.dtype(buf.DType), root, g.comm, &o.req)
+		return g.p.lib.Ibcast(o.data(buf), buf.Len(), g.dtype(buf.DType), root, g.comm, &o.r.Req)
 	}
 	return g.submit(ctx, o)
 }
@@ -662,7 +661,7 @@ func (g *mpiGroup) Reduce(ctx context.Context, buf Buffer, root int, op ReduceOp
 	}
 	n := buf.Len()
 	g.reduction(o, op, buf, buf, result, func(o *mpiOp, _, p unsafe.Pointer, dt mpi.Handle) int32 {
-		return g.p.lib.Ireduce(p, n, dt, g.reduceOp(op), root, g.rank, g.comm, &o.req)
+		return g.p.lib.Ireduce(p, n, dt, g.reduceOp(op), root, g.rank, g.comm, &o.r.Req)
 	})
 	return g.submit(ctx, o)
 }
@@ -675,7 +674,7 @@ func (g *mpiGroup) AllGather(ctx context.Context, out, in Buffer) Work {
 	}
 	o := &mpiOp{kind: collective.AllGather, fn: "MPI_Iallgather", err: err}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Iallgather(o.data(in), o.data(out), in.Len(), g.dtype(in.DType), g.comm, &o.req)
+		return g.p.lib.Iallgather(o.data(in), o.data(out), in.Len(), g.dtype(in.DType), g.comm, &o.r.Req)
 	}
 	return g.submit(ctx, o)
 }
@@ -689,7 +688,7 @@ func (g *mpiGroup) ReduceScatter(ctx context.Context, out, in Buffer, op ReduceO
 	o := &mpiOp{kind: collective.ReduceScatter, fn: "MPI_Ireduce_scatter_block", err: err}
 	n := out.Len()
 	g.reduction(o, op, in, out, out, func(o *mpiOp, pin, pout unsafe.Pointer, dt mpi.Handle) int32 {
-		return g.p.lib.IreduceScatterBlock(pin, pout, n, dt, g.reduceOp(op), g.comm, &o.req)
+		return g.p.lib.IreduceScatterBlock(pin, pout, n, dt, g.reduceOp(op), g.comm, &o.r.Req)
 	})
 	return g.submit(ctx, o)
 }
@@ -705,7 +704,7 @@ func (g *mpiGroup) AllToAll(ctx context.Context, out, in Buffer) Work {
 	}
 	o := &mpiOp{kind: collective.AllToAll, fn: "MPI_Ialltoall", err: err}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Ialltoall(o.data(in), o.data(out), in.Len()/g.size, g.dtype(in.DType), g.comm, &o.req)
+		return g.p.lib.Ialltoall(o.data(in), o.data(out), in.Len()/g.size, g.dtype(in.DType), g.comm, &o.r.Req)
 	}
 	return g.submit(ctx, o)
 }
@@ -724,7 +723,7 @@ func (g *mpiGroup) Gather(ctx context.Context, out, in Buffer, root int) Work {
 	}
 	o := &mpiOp{kind: collective.Gather, fn: "MPI_Igather", err: err}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Igather(o.data(in), o.data(out), in.Len(), g.dtype(in.DType), root, g.comm, &o.req)
+		return g.p.lib.Igather(o.data(in), o.data(out), in.Len(), g.dtype(in.DType), root, g.comm, &o.r.Req)
 	}
 	return g.submit(ctx, o)
 }
@@ -743,7 +742,7 @@ func (g *mpiGroup) Scatter(ctx context.Context, out, in Buffer, root int) Work {
 	}
 	o := &mpiOp{kind: collective.Scatter, fn: "MPI_Iscatter", err: err}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Iscatter(o.data(in), o.data(out), out.Len(), g.dtype(out.DType), root, g.comm, &o.req)
+		return g.p.lib.Iscatter(o.data(in), o.data(out), out.Len(), g.dtype(out.DType), root, g.comm, &o.r.Req)
 	}
 	return g.submit(ctx, o)
 }
@@ -755,7 +754,7 @@ func (g *mpiGroup) Scatter(ctx context.Context, out, in Buffer, root int) Work {
 func (g *mpiGroup) Send(ctx context.Context, buf Buffer, to int, tag int) Work {
 	o := &mpiOp{kind: collective.Send, fn: "MPI_Isend", err: firstErr(g.checkBufs("send", buf), g.checkPeer("send", to, tag))}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Isend(o.data(buf), buf.Len(), g.dtype(buf.DType), to, tag, g.comm, &o.req)
+		return g.p.lib.Isend(o.data(buf), buf.Len(), g.dtype(buf.DType), to, tag, g.comm, &o.r.Req)
 	}
 	return g.submit(ctx, o)
 }
@@ -763,10 +762,10 @@ func (g *mpiGroup) Send(ctx context.Context, buf Buffer, to int, tag int) Work {
 func (g *mpiGroup) Recv(ctx context.Context, buf Buffer, from int, tag int) Work {
 	o := &mpiOp{kind: collective.Recv, fn: "MPI_Irecv", err: firstErr(g.checkBufs("recv", buf), g.checkPeer("recv", from, tag))}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Irecv(o.data(buf), buf.Len(), g.dtype(buf.DType), from, tag, g.comm, &o.req)
+		return g.p.lib.Irecv(o.data(buf), buf.Len(), g.dtype(buf.DType), from, tag, g.comm, &o.r.Req)
 	}
 	o.post = func(o *mpiOp) error {
-		n, err := g.p.lib.GetCount(&o.st, g.dtype(buf.DType))
+		n, err := g.p.lib.GetCount(&o.r.St, g.dtype(buf.DType))
 		if err != nil {
 			return err
 		}
@@ -780,7 +779,7 @@ func (g *mpiGroup) Recv(ctx context.Context, buf Buffer, from int, tag int) Work
 
 func (g *mpiGroup) Barrier(ctx context.Context) Work {
 	o := &mpiOp{kind: collective.Barrier, fn: "MPI_Ibarrier"}
-	o.start = func(o *mpiOp) int32 { return g.p.lib.Ibarrier(g.comm, &o.req) }
+	o.start = func(o *mpiOp) int32 { return g.p.lib.Ibarrier(g.comm, &o.r.Req) }
 	return g.submit(ctx, o)
 }
 

@@ -200,16 +200,29 @@ func (l *Lib) Ibarrier(comm Handle, req *uint64) int32 {
 // MPI, 20 in MPICH).
 type Status [4]uint64
 
-// Test reports whether req is complete, filling st (nil: ignored). A
-// completed request is freed by MPI and *req reset.
-func (l *Lib) Test(req *uint64, st *Status) (bool, int32) {
-	var flag int32
-	s := l.StatusIgnore
-	if st != nil {
-		s = uintptr(unsafe.Pointer(st))
+// Request is an op's MPI_Request with the storage MPI_Test needs. Keep it
+// in a heap object (a field of the op) for the op's lifetime: Test passes
+// MPI the addresses of its fields through an argument array inside it, so
+// that polling allocates nothing (a variadic call with pointers converted
+// in place would move a fresh argument slice to the heap on every poll).
+type Request struct {
+	Req  uint64 // the MPI_Request the nonblocking calls write
+	St   Status // the MPI_Status of the completed op
+	flag int32
+	args [3]uintptr
+}
+
+// Test reports whether r's request is complete, filling r.St (or
+// ignoring the status when noStatus). A completed request is freed by MPI
+// and r.Req reset.
+func (l *Lib) Test(r *Request, noStatus bool) (bool, int32) {
+	r.flag = 0
+	r.args = [3]uintptr{uintptr(unsafe.Pointer(&r.Req)), uintptr(unsafe.Pointer(&r.flag)), uintptr(unsafe.Pointer(&r.St))}
+	if noStatus {
+		r.args[2] = l.StatusIgnore
 	}
-	code := l.call(l.test, uintptr(unsafe.Pointer(req)), uintptr(unsafe.Pointer(&flag)), s)
-	return flag != 0, code
+	code, _, _ := purego.SyscallN(l.test, r.args[:]...)
+	return r.flag != 0, int32(code)
 }
 
 // GetCount returns the number of dt elements a completed receive got.
