@@ -25,6 +25,8 @@ var importRules = []struct {
 	{"cohort/datasets", []string{"cohort/tensor", "cohort/data"}},
 	{"cohort/dist/wire", nil},
 	{"cohort/dist/internal/admit", nil},
+	{"cohort/dist/internal/mpi", nil},
+	{"cohort/dist/grouptest", []string{"cohort/dist"}},
 	{"cohort/dist/transport/...", []string{"cohort/dist/transport/...", "cohort/dist/wire", "cohort/dist/internal/admit"}},
 	{"cohort/dist/store/...", []string{"cohort/dist/store/...", "cohort/dist/wire", "cohort/dist/internal/admit"}},
 	{"cohort/dist/rendezvous", []string{"cohort/dist/store/..."}},

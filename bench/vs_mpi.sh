@@ -27,7 +27,9 @@
 #   SIZES       [4096 65536 1048576 16777216 67108864]  bytes
 #   ROUNDS      [3]
 #   BUDGET      [0.5]            seconds of timed loop per size
-#   TRANSPORTS  [shm tcp]        cohort transports (MPI btls: vader, tcp)
+#   TRANSPORTS  [shm tcp]        cohort transports (MPI btls: vader, tcp); "mpi" is
+#                                cohort's MPI backend (`--backend mpi`), set against
+#                                MPI over vader: the cost of the Go binding per op
 #   SEED        [12]             for the size order
 #   STRICT      [0]
 #   PYTHON      [python3]        any Python 3 (for shuffling and the summary)
@@ -86,7 +88,9 @@ run_cohort() { # world transport sizes round [base]
 	if [[ -n "${5:-}" ]]; then
 		name=base bin="$work/cohort-base"
 	fi
-	if ! "$bin" bench allreduce --world "$1" --transport "$2" --sizes "$csv" \
+	local how=(--transport "$2")
+	[[ $2 == mpi ]] && how=(--backend mpi) # cohort's MPI backend: the same MPI under Go
+	if ! "$bin" bench allreduce --world "$1" "${how[@]}" --sizes "$csv" \
 		--budget "${budget}s" --json "$work/$name.jsonl" >"$work/out.txt" 2>&1; then
 		echo "vs_mpi: round $4 $name-$2 world $1 FAILED:"
 		sed 's/^/    /' "$work/out.txt"
@@ -130,7 +134,7 @@ for ((r = 1; r <= rounds; r++)); do
 			run_cohort "$world" "$tr" "$ord" "$r"
 			if [[ $mpi == 1 ]]; then
 				btl=$tr
-				[[ $tr == shm ]] && btl=vader
+				[[ $tr == shm || $tr == mpi ]] && btl=vader
 				run_mpi "$world" "$btl" "$ord" "$r"
 			fi
 		done
@@ -161,7 +165,7 @@ set +e
 	short = []
 	for world in sorted({k[1] for k in med}):
 	    for impl in sorted({k[0] for k in med if k[0].startswith(("cohort-", "base-")) and k[1] == world}):
-	        other = "mpi-" + impl.split("-", 1)[1]
+	        other = "mpi-" + impl.split("-", 1)[1].replace("mpi", "shm")  # cohort-mpi runs over MPI's shm
 	        sizes = sorted(k[2] for k in med if k[0] == impl and k[1] == world)
 	        for size in sizes:
 	            c = med[(impl, world, size)]

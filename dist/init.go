@@ -23,6 +23,12 @@ import (
 // Options configures Init. Store, Rank and WorldSize are required (Store
 // only for WorldSize > 1); the zero value of every other field works.
 type Options struct {
+	// Backend is "native" (or "") for cohort's own collectives over
+	// Transport, or "mpi" for the MPI library's (backend_mpi.go), which
+	// takes the rank and world size from MPI itself: Store, Transport and
+	// the other connection fields are then unused, and Rank and WorldSize,
+	// if WorldSize is set, must match MPI's.
+	Backend string
 	// Store carries the ranks' transport addresses. The caller owns it.
 	Store store.Store
 	// Rank and WorldSize place this process in the job.
@@ -94,6 +100,13 @@ func (o *Options) validate() error {
 // still waits for about every 10 s; the error names the missing ranks.
 // Each Init needs a Prefix of its own within one store.
 func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
+	switch opts.Backend {
+	case "", "native":
+	case "mpi":
+		return initMPI(opts)
+	default:
+		return nil, fmt.Errorf("dist: Init: unknown backend %q (want native or mpi)", opts.Backend)
+	}
 	if err := opts.validate(); err != nil {
 		return nil, err
 	}
@@ -339,7 +352,18 @@ func hostName(identity string) string {
 // options: it connects to the job's store, then calls Init. The returned
 // group also owns the store (on rank 0, the store's server) and closes it
 // last.
+//
+// COHORT_BACKEND=mpi selects the MPI backend instead (Options.Backend):
+// the process was started by mpirun, mpiexec or srun, and MPI itself says
+// who is rank what, so no store is needed.
 func InitFromEnv(ctx context.Context) (ProcessGroup, error) {
+	switch b := os.Getenv("COHORT_BACKEND"); b {
+	case "", "native":
+	case "mpi":
+		return Init(ctx, Options{Backend: "mpi"})
+	default:
+		return nil, fmt.Errorf("dist: InitFromEnv: COHORT_BACKEND=%q: want native or mpi", b)
+	}
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
 		return nil, fmt.Errorf("dist: InitFromEnv: %w", err)

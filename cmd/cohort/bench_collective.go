@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"cohort/dist/collbench"
+	"cohort/cmd/cohort/internal/collbench"
 )
 
 // benchCollective runs `cohort bench <op>` through package collbench; the

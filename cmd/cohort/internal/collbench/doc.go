@@ -1,6 +1,8 @@
 // Package collbench is `cohort bench allreduce` (and broadcast, allgather,
-// reducescatter): it spawns --world local processes of the running binary
-// on loopback, joins them through torchrun's environment contract and
+// reducescatter): it starts --world local processes of the running binary
+// through the launcher of `cohort run` (package launch, so one list of
+// torchrun's variables serves both), or under mpirun with --backend mpi,
+// joins them through the environment and
 // measures one collective over a list of sizes with the method of the
 // PyTorch/Gloo anchor: float32 buffers, a warm-up of 20 iterations (5 from
 // 16 MiB) whose mean — the maximum over ranks — sets the iteration count

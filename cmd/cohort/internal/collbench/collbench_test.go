@@ -5,6 +5,7 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -127,6 +128,30 @@ func TestSpawn(t *testing.T) {
 				}
 				t.Logf("%s%s", out.String(), line)
 			})
+		}
+	}
+}
+
+// TestSpawnMPI runs the all-reduce benchmark on the MPI backend, its
+// workers started by mpirun.
+func TestSpawnMPI(t *testing.T) {
+	if testing.Short() {
+		t.Skip("spawns processes")
+	}
+	if _, err := exec.LookPath("mpirun"); err != nil {
+		t.Skipf("skipping: no mpirun on PATH (%v)", err)
+	}
+	t.Setenv(workerEnv, "allreduce")
+	cfg := Config{Op: "allreduce", World: 2, Backend: "mpi", Transport: "auto", Sizes: []int64{4096, 1 << 20},
+		Budget: 20 * time.Millisecond, Repeats: 1, Timeout: time.Minute}
+	var stderr bytes.Buffer
+	res, err := Spawn(context.Background(), cfg, []string{os.Args[0]}, &stderr)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, stderr.String())
+	}
+	for _, r := range res {
+		if !r.OK || r.Iters < 10 || r.TimeS <= 0 || r.World != 2 || r.Transport != "mpi" {
+			t.Errorf("bad result %+v", r)
 		}
 	}
 }

@@ -3,15 +3,12 @@ package collbench
 import (
 	"bufio"
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"math"
-	"net"
 	"os"
 	"os/exec"
 	"runtime"
@@ -19,12 +16,12 @@ import (
 	"slices"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"cohort/dist"
 	"cohort/dist/collective"
 	"cohort/dist/rendezvous"
+	"cohort/launch"
 )
 
 // Ops lists the collectives the benchmark measures.
@@ -38,14 +35,17 @@ var DefaultSizes = []int64{4 << 10, 64 << 10, 1 << 20, 16 << 20, 64 << 20}
 
 // Config is one benchmark run.
 type Config struct {
-	Op        string        // one of Ops
-	World     int           // processes to spawn
-	Transport string        // "auto", "tcp", "shm"
-	Sizes     []int64       // message sizes in bytes (all-gather: the gathered output)
-	Budget    time.Duration // target duration of the timed loop per size
-	Repeats   int           // fresh process groups, one after the other
-	Timeout   time.Duration // bound on the whole run
-	Profile   string        // CPU profile path prefix ("" for none)
+	Op        string // one of Ops
+	World     int    // processes to spawn
+	Transport string // "auto", "tcp", "shm"
+	// Backend is "native" (or "") or "mpi": the MPI library's collectives,
+	// with the workers started by mpirun instead of this package.
+	Backend string
+	Sizes   []int64       // message sizes in bytes (all-gather: the gathered output)
+	Budget  time.Duration // target duration of the timed loop per size
+	Repeats int           // fresh process groups, one after the other
+	Timeout time.Duration // bound on the whole run
+	Profile string        // CPU profile path prefix ("" for none)
 	// Threads is each worker's GOMAXPROCS, passed as COHORT_NUM_THREADS
 	// like a launcher does; 0 means the cores divided among the workers
 	// (at least 1), as torchrun gives each worker one OpenMP thread.
@@ -94,6 +94,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	world := fs.Int("world", 2, "number of local processes")
 	transport := fs.String("transport", "auto", "transport: tcp, shm or auto")
+	backend := fs.String("backend", "native", "native (cohort's collectives) or mpi (the MPI library's, workers started by mpirun; MPIRUN overrides the command)")
 	sizes := fs.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated message sizes")
 	budget := fs.Duration("budget", time.Second, "target duration of the timed loop per size")
 	repeats := fs.Int("repeats", 1, "fresh process groups, one after the other (all rows are printed)")
@@ -112,7 +113,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		fmt.Fprintf(stderr, "cohort bench %s: unexpected argument %q\n", op, fs.Arg(0))
 		return 2
 	}
-	cfg := Config{Op: op, World: *world, Transport: *transport, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
+	cfg := Config{Op: op, World: *world, Transport: *transport, Backend: *backend, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
 	var err error
 	if *segment != "0" {
 		seg, err := ParseSizes(*segment)
@@ -200,6 +201,15 @@ func (c Config) validate() error {
 	case len(c.Sizes) == 0:
 		return errors.New("no sizes")
 	}
+	switch c.Backend {
+	case "", "native":
+	case "mpi":
+		if c.Algo != "" || c.SegmentBytes != 0 || c.InlineBytes != 0 {
+			return fmt.Errorf("--backend mpi: --algo, --segment and --inline tune cohort's own collectives; MPI chooses its own")
+		}
+	default:
+		return fmt.Errorf("--backend %q: want native or mpi", c.Backend)
+	}
 	switch c.Transport {
 	case "auto", "tcp", "shm":
 	default:
@@ -260,80 +270,106 @@ func (c Config) flags() []string {
 	for i, s := range c.Sizes {
 		sizes[i] = strconv.FormatInt(s, 10)
 	}
-	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport,
+	return []string{"--world", strconv.Itoa(c.World), "--transport", c.Transport, "--backend", c.Backend,
 		"--sizes", strings.Join(sizes, ","), "--budget", c.Budget.String(), "--timeout", c.Timeout.String(),
 		"--cpuprofile", c.Profile, "--threads", strconv.Itoa(c.Threads),
 		"--segment", strconv.FormatInt(c.SegmentBytes, 10), "--inline", strconv.FormatInt(c.InlineBytes, 10), "--algo", c.Algo, "--worker"}
 }
 
-// torchrunVars are the variables the parent sets for each worker; any
-// inherited value is dropped first.
-var torchrunVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT",
-	"COHORT_TOKEN", "COHORT_STORE_ADDR", "COHORT_RENDEZVOUS", "GROUP_RANK", "NODE_RANK", "COHORT_NUM_THREADS"}
-
-// Spawn starts cfg.World workers (self plus the worker flags) on
-// loopback, waits for them and returns rank 0's results. A failing worker
-// stops the others; its stderr is copied to stderr.
+// Spawn starts cfg.World workers (self plus the worker flags) on this
+// host through the launcher of `cohort run` (package launch), which gives
+// them torchrun's environment and COHORT_NUM_THREADS, waits for them and
+// returns rank 0's results; a failing worker stops the others and its
+// report goes to stderr. With Backend "mpi", mpirun starts them instead.
 func Spawn(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]Result, error) {
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	port, err := freePort()
+	if cfg.Backend == "mpi" {
+		return spawnMPI(ctx, cfg, self, stderr)
+	}
+	pr, pw := io.Pipe()
+	results := make(chan []Result, 1)
+	perr := make(chan error, 1)
+	go func() {
+		res, err := readResults(pr)
+		io.Copy(io.Discard, pr) // keep draining after a bad line
+		results <- res
+		perr <- err
+	}()
+	err := launch.Run(ctx, launch.Config{
+		NProcPerNode: cfg.World,
+		NumCPU:       cfg.threads() * cfg.World, // each worker: COHORT_NUM_THREADS = threads
+		Program:      self[0],
+		Args:         append(slices.Clone(self[1:]), cfg.flags()...),
+		Env:          os.Environ(),
+		Stdout:       pw,
+		Stderr:       stderr,
+	})
+	pw.Close()
+	res, rerr := <-results, <-perr
+	var we *launch.WorkerError
+	if errors.As(err, &we) {
+		return nil, errors.New(we.Report())
+	}
 	if err != nil {
 		return nil, err
 	}
-	token := make([]byte, 16)
-	rand.Read(token)
-	base := slices.DeleteFunc(os.Environ(), func(kv string) bool {
-		name, _, _ := strings.Cut(kv, "=")
-		return slices.Contains(torchrunVars, name)
-	})
-	type out struct {
-		res []Result
-		err error
+	if rerr != nil {
+		return nil, rerr
 	}
-	outs := make([]out, cfg.World)
-	var wg sync.WaitGroup
-	var stderrMu sync.Mutex
-	for r := range cfg.World {
-		cmd := exec.CommandContext(ctx, self[0], append(slices.Clone(self[1:]), cfg.flags()...)...)
-		cmd.Env = append(slices.Clone(base),
-			"RANK="+strconv.Itoa(r), "WORLD_SIZE="+strconv.Itoa(cfg.World),
-			"LOCAL_RANK="+strconv.Itoa(r), "LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.World),
-			"MASTER_ADDR=127.0.0.1", "MASTER_PORT="+strconv.Itoa(port),
-			"COHORT_TOKEN="+hex.EncodeToString(token), "COHORT_NUM_THREADS="+strconv.Itoa(cfg.threads()))
-		var errBuf strings.Builder
-		cmd.Stderr = &errBuf
-		stdout, err := cmd.StdoutPipe()
-		if err != nil {
-			return nil, err
-		}
-		if err := cmd.Start(); err != nil {
-			return nil, fmt.Errorf("start rank %d: %w", r, err)
-		}
-		wg.Go(func() {
-			res, perr := readResults(stdout)
-			werr := cmd.Wait()
-			if werr != nil {
-				cancel() // one rank failed: stop the others
-				stderrMu.Lock()
-				fmt.Fprintf(stderr, "rank %d: %v\n%s", r, werr, errBuf.String())
-				stderrMu.Unlock()
-				outs[r] = out{err: fmt.Errorf("rank %d: %w", r, werr)}
-				return
-			}
-			outs[r] = out{res: res, err: perr}
-		})
+	if len(res) != len(cfg.Sizes) {
+		return nil, fmt.Errorf("rank 0 reported %d results for %d sizes", len(res), len(cfg.Sizes))
 	}
-	wg.Wait()
-	for _, o := range outs {
-		if o.err != nil {
-			return nil, o.err
+	return res, nil
+}
+
+// label names what carried the collectives: the transport, or "mpi".
+func (c Config) label() string {
+	if c.Backend == "mpi" {
+		return "mpi"
+	}
+	return c.Transport
+}
+
+// spawnMPI starts the workers with mpirun (the MPIRUN environment
+// variable, else mpirun on PATH): MPI's launcher places them and MPI
+// tells each its rank. Open MPI's own settings come from the environment
+// as usual (OMPI_MCA_btl=self,vader …). Rank 0's result lines come back on mpirun's
+// standard output.
+func spawnMPI(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]Result, error) {
+	mpirun := os.Getenv("MPIRUN")
+	if mpirun == "" {
+		var err error
+		if mpirun, err = exec.LookPath("mpirun"); err != nil {
+			return nil, fmt.Errorf("--backend mpi: no mpirun on PATH (set MPIRUN): %w", err)
 		}
 	}
-	if len(outs[0].res) != len(cfg.Sizes) {
-		return nil, fmt.Errorf("rank 0 reported %d results for %d sizes", len(outs[0].res), len(cfg.Sizes))
+	// Unbound, as bench/vs_mpi.sh runs MPI's own benchmark: a bound rank
+	// would share its one core with the Go runtime's other threads.
+	args := []string{"--allow-run-as-root", "--oversubscribe", "--bind-to", "none", "-np", strconv.Itoa(cfg.World)}
+	args = append(append(args, self...), cfg.flags()...)
+	cmd := exec.CommandContext(ctx, mpirun, args...)
+	var errBuf strings.Builder
+	cmd.Stderr = &errBuf
+	stdout, err := cmd.StdoutPipe()
+	if err != nil {
+		return nil, err
 	}
-	return outs[0].res, nil
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("start %s: %w", mpirun, err)
+	}
+	res, perr := readResults(stdout)
+	if err := cmd.Wait(); err != nil {
+		fmt.Fprintf(stderr, "%s: %v\n%s", mpirun, err, errBuf.String())
+		return nil, fmt.Errorf("%s: %w", mpirun, err)
+	}
+	if perr != nil {
+		return nil, perr
+	}
+	if len(res) != len(cfg.Sizes) {
+		return nil, fmt.Errorf("rank 0 reported %d results for %d sizes", len(res), len(cfg.Sizes))
+	}
+	return res, nil
 }
 
 const resultPrefix = "result "
@@ -342,7 +378,9 @@ func readResults(r io.Reader) ([]Result, error) {
 	var res []Result
 	sc := bufio.NewScanner(r)
 	for sc.Scan() {
-		line, ok := strings.CutPrefix(sc.Text(), resultPrefix)
+		// Rank 0's lines, with the launcher's "[rank 0] " prefix or, under
+		// mpirun, without one.
+		line, ok := strings.CutPrefix(strings.TrimPrefix(sc.Text(), "[rank 0] "), resultPrefix)
 		if !ok {
 			continue
 		}
@@ -362,19 +400,18 @@ func (c Config) threads() int {
 	return max(1, runtime.NumCPU()/c.World)
 }
 
-func freePort() (int, error) {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		return 0, err
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port, nil
-}
-
 // Worker measures as one rank of a job described by the environment
 // (torchrun's contract) and, on rank 0, writes one "result {json}" line
 // per size to w.
 func Worker(ctx context.Context, cfg Config, w io.Writer) error {
+	if cfg.Backend == "mpi" {
+		runtime.GOMAXPROCS(cfg.threads())
+		pg, err := dist.Init(ctx, dist.Options{Backend: "mpi"})
+		if err != nil {
+			return err
+		}
+		return work(ctx, pg, cfg, w)
+	}
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -392,7 +429,14 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	if err != nil {
 		return err
 	}
+	return work(ctx, pg, cfg, w)
+}
+
+// work measures every size on pg and closes it.
+func work(ctx context.Context, pg dist.ProcessGroup, cfg Config, w io.Writer) error {
 	defer pg.Close()
+	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
+	defer cancel()
 	for _, size := range cfg.Sizes {
 		res, err := measure(ctx, pg, cfg, size)
 		if err != nil {
@@ -528,7 +572,7 @@ func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) 
 	}
 	algbw := float64(moved) / med / 1e9
 	return Result{
-		Op: cfg.Op, Bytes: moved, World: n, Transport: cfg.Transport, Iters: iters, Warmup: warmup,
+		Op: cfg.Op, Bytes: moved, World: n, Transport: cfg.label(), Iters: iters, Warmup: warmup,
 		TimeS: med, MeanS: sum / float64(len(ts)), MinS: sorted[0], MaxS: sorted[len(sorted)-1], FirstS: wm[1],
 		AlgBW: algbw, BusBW: algbw * busFactor(cfg.Op, n), OK: ok,
 	}, nil
@@ -553,7 +597,7 @@ func allEqual(s []float32, v float32) bool {
 
 // PrintTable writes the results in the style of nccl-tests.
 func PrintTable(w io.Writer, cfg Config, res []Result) {
-	fmt.Fprintf(w, "# cohort bench %s: world %d, transport %s, %d thread(s) per rank, float32", cfg.Op, cfg.World, cfg.Transport, cfg.threads())
+	fmt.Fprintf(w, "# cohort bench %s: world %d, transport %s, %d thread(s) per rank, float32", cfg.Op, cfg.World, cfg.label(), cfg.threads())
 	if cfg.Op == "allreduce" || cfg.Op == "reducescatter" {
 		fmt.Fprint(w, " sum")
 	}
