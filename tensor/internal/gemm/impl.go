@@ -15,6 +15,7 @@ type Impl struct {
 	wide    *arch          // optional second family for short, wide products
 	dot     dotKernel      // optional dot-product kernel for A·Bᵀ with long k
 	rowA    rowAKernel     // optional 6×64 kernel reading A in place, for A·Bᵀ with few rows
+	anyRowA bool           // tests: take the row-A path for any m ≤ 64, not only m ≥ rowAMinM
 	lib     *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
 	threads int
 	bufs    sync.Pool // *packBuf, one per running goroutine

@@ -10,7 +10,7 @@ import (
 )
 
 // TestRowAPath checks the transposed-output path for A·Bᵀ with at most 64
-// rows of C (a layer's forward product on a small batch): partial row
+// rows of C (taken for any m here, AnyRowA) (a layer's forward product on a small batch): partial row
 // tiles of B (n not a multiple of 6), several k slabs, both beta cases,
 // padded leading dimensions and a split over threads, to gemmtest's
 // rounding bound.
@@ -25,6 +25,7 @@ func TestRowAPath(t *testing.T) {
 			t.Fatal(err)
 		}
 		AlwaysSplit(g)
+		AnyRowA(g)
 		for _, c := range []gemmtest.Case{
 			{M: 64, N: 1024, K: 784, Alpha: 1, TransB: true},
 			{M: 64, N: 130, K: 300, Alpha: 1, Beta: 1, TransB: true, PadA: 3, PadB: 5, PadC: 7},
