@@ -19,6 +19,15 @@ type node struct {
 	backward func(g *tensor.Tensor, s *sink)
 	depth    int
 	released bool // Backward ran through it and dropped its saved state
+	// own is the op's output storage when the op allocated it afresh (not
+	// a view of an input); transient marks the output as read by nobody
+	// once Backward has run through the node (see Transient). Both set:
+	// the storage is recycled when the node is released.
+	own       *tensor.Tensor
+	transient bool
+	// scratch is storage the op saved for its backward alone (GELU's
+	// pre-activation): dead once the node is released.
+	scratch *tensor.Tensor
 
 	// Per-pass state, reset when a Backward first reaches the node.
 	pending int            // consumers that have not yet delivered
@@ -39,6 +48,7 @@ type BackwardFunc func(grad *tensor.Tensor) []*tensor.Tensor
 // pipeline stages) add differentiable operations.
 func Record(op string, value *tensor.Tensor, inputs []*Var, backward BackwardFunc) *Var {
 	return record(op, value, inputs, func(g *tensor.Tensor, s *sink) {
+		s.handedOn = true // a custom op may keep grad (send it on later): never recycle it
 		gs := backward(g)
 		if len(gs) != len(inputs) {
 			panic(fmt.Sprintf("autograd: %s backward returned %d gradients for %d inputs", op, len(gs), len(inputs)))
@@ -84,6 +94,17 @@ type sink struct {
 	// only, when non-nil, limits the pass to the inputs it marks (the
 	// weight pass of BackwardSplit): the others need nothing.
 	only []bool
+	// handedOn: the op delivered a tensor it does not own (which may be
+	// the node's gradient or a view of it), so that gradient lives on.
+	handedOn bool
+}
+
+// gradPrivate reports whether the node's incoming gradient is private to
+// this backward call: nothing else references it, and nothing will after
+// the call unless the op delivers it (or a view of it) through add. An op
+// may then write its input gradients over it (ReLU's mask in place).
+func (s *sink) gradPrivate() bool {
+	return s.n.owned && s.e.split == nil && s.only == nil
 }
 
 // need reports whether input i requires a gradient.
@@ -114,6 +135,9 @@ func (s *sink) add(i int, g *tensor.Tensor, owned bool) {
 	in := s.n.inputs[i]
 	if !s.need(i) {
 		return
+	}
+	if !owned {
+		s.handedOn = true
 	}
 	defer s.settle(i)
 	if !g.SameShape(in.Value) {
@@ -264,7 +288,45 @@ func (e *engine) run(n *node) {
 	for i := range n.inputs {
 		s.settle(i)
 	}
+	if n.transient && n.own != nil && e.split == nil {
+		// Every consumer ran before this node (they are deeper) and the
+		// caller promised nobody reads the value after Backward.
+		tensor.Recycle(n.own)
+	}
+	if n.scratch != nil && e.split == nil {
+		tensor.Recycle(n.scratch)
+	}
+	n.own, n.scratch = nil, nil
+	if g != nil && s.gradPrivate() && !s.handedOn {
+		// The gradient was the engine's own (summed from consumers or
+		// produced fresh by one) and the op kept no reference: its
+		// storage serves the next tensor of its size (tensor.Empty), so a
+		// steady-state step reuses last step's memory.
+		tensor.Recycle(g)
+	}
 	n.backward, n.inputs, n.released = nil, nil, true
+}
+
+// pass delivers t, the node's private gradient (see gradPrivate) or a view
+// of it, as input i's whole contribution, with its ownership: the input
+// may accumulate into it, and the engine does not recycle it here.
+func (s *sink) pass(i int, t *tensor.Tensor) {
+	s.handedOn = true
+	s.add(i, t, true)
+}
+
+// Transient declares that v, the output of an op inside a model, is read
+// by nothing but the ops recorded from it: once Backward has run through
+// v's node (after all its consumers), the storage of its value may be
+// reused for later tensors. It holds for the ops that compute their output
+// into storage of their own (Linear and its fused forms); for others, and
+// for leaves, it does nothing. A container calls it for the intermediate
+// outputs it never returns (nn.Sequential, between fused layers). Reading
+// v.Value after Backward is then an error.
+func Transient(v *Var) {
+	if v != nil && v.node != nil {
+		v.node.transient = true
+	}
 }
 
 // settle records that input i of the sink's node has received its whole

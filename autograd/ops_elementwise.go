@@ -195,6 +195,10 @@ func Sigmoid(x *Var) *Var {
 func ReLU(x *Var) *Var {
 	y := tensor.ReLU(x.Value)
 	return record("ReLU", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
+		if s.gradPrivate() && g.IsContiguous() {
+			s.pass(0, tensor.ReLUBackwardInto(g, g, y)) // mask in place, hand g on
+			return
+		}
 		s.add(0, tensor.ReLUBackward(g, y), true)
 	})
 }

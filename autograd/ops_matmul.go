@@ -98,7 +98,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	if r != nil && !slices.Equal(r.Value.Shape(), yShape) {
 		panic(fmt.Sprintf("autograd: %s: residual shape %v, want %v", op, r.Value.Shape(), yShape))
 	}
-	y2 := tensor.New(rows, out)
+	y2 := tensor.Empty(rows, out) // written whole: by the bias or residual copy, or by the GEMM with beta 0
 	beta := float32(0)
 	switch {
 	case r != nil && b != nil:
@@ -130,11 +130,15 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 		inputs = append(inputs, r)
 	}
 	var gh *tensor.Tensor // GELU's pre-activation gradient, written over h2
-	return record(op, y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
+	v := record(op, y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
 		g2 := g.Reshape(-1, out)
 		switch act {
 		case actReLU:
-			g2 = tensor.ReLUBackward(g2, y2)
+			if ri < 0 && s.gradPrivate() {
+				g2 = tensor.ReLUBackwardInto(g2, g2, y2) // g is the engine's and dead after this call
+			} else {
+				g2 = tensor.ReLUBackward(g2, y2)
+			}
 		case actGELUTanh:
 			// h2 is needed only for this; BackwardSplit's weight pass runs
 			// the function again with the same g and reuses gh.
@@ -162,6 +166,13 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 			s.add(0, dx.Reshape(xv.Shape()...), true)
 		}
 	})
+	if v.node != nil {
+		v.node.own = y2 // fresh storage: the output (GELU's, when there is one)
+		if act == actGELUTanh {
+			v.node.scratch = h2 // the pre-activation, then its gradient: read by nothing else
+		}
+	}
+	return v
 }
 
 func lastDim(t *tensor.Tensor) int {

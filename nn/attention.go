@@ -55,6 +55,7 @@ func (a *CausalSelfAttention) heads(x *autograd.Var) *autograd.Var {
 		bias = keyBiasZeroGrad(bias, d)
 	}
 	qkv := autograd.Linear(x, a.QKV.Weight, bias) // [B, T, 3d]
+	autograd.Transient(qkv)                       // read only by the attention
 	return autograd.AttentionQKV(qkv, a.NHead, true)
 }
 
@@ -127,7 +128,9 @@ func NewBlock(rng *rand.Rand, d, nHead int) *Block {
 func (b *Block) Forward(x *autograd.Var) *autograd.Var {
 	p := b.Attn.Proj
 	x = autograd.AddLinear(x, b.Attn.heads(b.LN1.Forward(x)), p.Weight, p.Bias)
+	autograd.Transient(x) // read only by LN2 and the residual add below
 	h := autograd.LinearGELUTanh(b.LN2.Forward(x), b.MLP.FC.Weight, b.MLP.FC.Bias)
+	autograd.Transient(h) // read only by the projection
 	p = b.MLP.Proj
 	return autograd.AddLinear(x, h, p.Weight, p.Bias)
 }

@@ -64,12 +64,25 @@ func (s *Sequential) children() []Child {
 
 // Forward runs x through every layer, fusing runs of layers as the type
 // documentation describes.
+//
+// An output that only the next layer reads, where both are Linear layers
+// (fused with a ReLU or not), is marked autograd.Transient: its storage is
+// reused once Backward has passed it, so a steady-state training step
+// allocates no new activation memory.
 func (s *Sequential) Forward(x *autograd.Var) *autograd.Var {
+	prevLinear := false // x is the output of a Linear (fused or not) inside s
 	for i := 0; i < len(s.Layers); {
 		y, n := forwardFused(s.Layers[i:], x)
 		if n == 0 {
 			y, n = s.Layers[i].Forward(x), 1
 		}
+		_, isLinear := s.Layers[i].(*Linear)
+		if prevLinear && isLinear {
+			// x was computed into storage of its own and is read only
+			// by this Linear, which computes y into fresh storage.
+			autograd.Transient(x)
+		}
+		prevLinear = isLinear
 		x = y
 		i += n
 	}

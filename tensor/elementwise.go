@@ -312,7 +312,7 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 
 func unary(name string, op unOp, c float32, dst, a *Tensor) *Tensor {
 	if dst == nil {
-		dst = New(a.shape...)
+		dst = Empty(a.shape...) // every element is written below
 	} else if !slices.Equal(dst.shape, a.shape) {
 		panicf("%s: destination shape %v, want %v", name, dst.shape, a.shape)
 	}
@@ -432,7 +432,7 @@ func ScaleInto(dst, a *Tensor, c float32) *Tensor { return unary("ScaleInto", uM
 // and ReLU's output y (same shape): dy where y > 0, 0 where y = 0 (PyTorch's
 // convention at 0). A NaN in y passes dy through.
 func ReLUBackward(dy, y *Tensor) *Tensor {
-	return ReLUBackwardInto(New(y.shape...), dy, y)
+	return ReLUBackwardInto(Empty(y.shape...), dy, y)
 }
 
 // ReLUBackwardInto writes ReLUBackward(dy, y) into dst and returns it; dst

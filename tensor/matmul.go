@@ -67,7 +67,7 @@ func matmulShape(name string, a, b *Tensor) (batch []int, m, k, n int) {
 // need at least two dimensions.
 func MatMul(a, b *Tensor) *Tensor {
 	batch, m, _, n := matmulShape("MatMul", a, b)
-	out := New(append(batch, m, n)...)
+	out := Empty(append(batch, m, n)...) // beta 0: Gemm writes every element
 	Gemm(out, a, b, 1, 0)
 	return out
 }

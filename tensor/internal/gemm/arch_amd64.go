@@ -16,6 +16,9 @@ func kernelAVX512x14x32(k int, a, b, c *float32, ldc int, alpha, beta float32, r
 func kernelAVX512x6x64(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
+func kernelAVX512x6x64r(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+
+//go:noescape
 func dotAVX512x4x6(k int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, acc *float32)
 
 //go:noescape

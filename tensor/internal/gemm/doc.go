@@ -20,7 +20,12 @@
 //     transpose, Cᵀ = op(B)ᵀ·op(A)ᵀ, so that the long side fills the
 //     vectors; and A·Bᵀ with k long next to m and n (a convolution's
 //     weight gradient) runs as dot products straight from the operands,
-//     without packing (dot.go). Work is split by blocks of C between the
+//     without packing (dot.go). With AVX-512, A·Bᵀ with 49 to 64 rows
+//     (a layer's forward product on a batch of 64, B the weight) is
+//     computed as Cᵀ = B·Aᵀ by a 6×64 kernel that broadcasts B straight
+//     from its rows, packing only the small Aᵀ, and transposed back into
+//     C: the weight is read once in place instead of transposed into
+//     slivers it would be used from only m times (rowa.go). Work is split by blocks of C between the
 //     calling goroutine and helper goroutines the Impl keeps (pool.go):
 //     a helper polls for the next call for 100 µs after its part, so
 //     calls that follow each other closely skip the wake of a sleeping

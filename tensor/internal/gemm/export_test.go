@@ -4,3 +4,11 @@ package gemm
 // small one that finds no helper polling, so that tests reach the
 // parallel path whatever the timing.
 func AlwaysSplit(g *Impl) { g.coldMin = 0 }
+
+// NoRowA turns off the transposed-output path (rowa.go), so that tests and
+// benchmarks can compare it with the blocked path.
+func NoRowA(g *Impl) { g.rowA = nil }
+
+// AnyRowA makes g take the row-A path for every A·Bᵀ with at most 64 rows
+// of C, so that tests reach it with partial column tiles.
+func AnyRowA(g *Impl) { g.anyRowA = true }

@@ -14,6 +14,8 @@ type Impl struct {
 	arch    *arch          // cohort's kernel family; nil when lib is set
 	wide    *arch          // optional second family for short, wide products
 	dot     dotKernel      // optional dot-product kernel for A·Bᵀ with long k
+	rowA    rowAKernel     // optional 6×64 kernel reading A in place, for A·Bᵀ with few rows
+	anyRowA bool           // tests: take the row-A path for any m ≤ 64, not only m ≥ rowAMinM
 	lib     *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
 	threads int
 	bufs    sync.Pool // *packBuf, one per running goroutine
@@ -82,6 +84,7 @@ func New(o Options) (*Impl, error) {
 		g.arch = avx512Arch()
 		g.wide = avx512WideArch()
 		g.dot = dotAVX512x4x6
+		g.rowA = kernelAVX512x6x64r
 	case KernelAVX2:
 		g.arch = avx2Arch()
 	default:
@@ -144,6 +147,10 @@ func (g *Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float3
 	if g.lib != nil {
 		g.lib.SetThreads(g.threads)
 		g.lib.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	if g.useRowA(transA, transB, m, n, k) {
+		g.runRowA(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 		return
 	}
 	if g.useDot(transA, transB, m, n, k) {

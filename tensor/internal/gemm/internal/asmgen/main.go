@@ -69,6 +69,7 @@ func y(n int) string { return fmt.Sprintf("Y%d", n) }
 func genAVX512(e *emitter) {
 	genKernel512(e, 14, 2)
 	genKernel512(e, 6, 4)
+	genKernel512RowA(e, 6, 4)
 	genPackT16(e)
 	genPackCopy32(e)
 	for _, nr := range []int{6, 14, 32, 64} {
@@ -282,9 +283,32 @@ func genPackRows(e *emitter, nr int) {
 //
 // When beta is ±0, C is not read. Rows at or beyond rows and columns whose
 // mask bit is clear are neither read nor written.
-func genKernel512(e *emitter, mr, nv int) {
+func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, false) }
+
+// genKernel512RowA emits the variant of genKernel512's kernel that reads A
+// in place, row-major (mr rows of lda floats, all valid), instead of from a
+// packed sliver: for products whose A is read once (few columns of C), so
+// that packing it would be pure cost.
+//
+// func name(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+//
+// with name kernelAVX512x{mr}x{16·nv}r. rows limits the rows of C stored;
+// all mr rows of A are read.
+func genKernel512RowA(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, true) }
+
+func genKernel512x(e *emitter, mr, nv int, rowA bool) {
 	const unroll = 4
 	name := fmt.Sprintf("kernelAVX512x%dx%d", mr, 16*nv)
+	// Argument offsets: the packed kernel's, or the row-A kernel's with
+	// lda after a.
+	offB, offC, offLdc, offAlpha, offBeta, offRows, offMask, frame := 16, 24, 32, 40, 44, 48, 56, 64
+	if rowA {
+		if mr > 6 {
+			panic("asmgen: row-A kernel addresses at most 6 rows")
+		}
+		name += "r"
+		offB, offC, offLdc, offAlpha, offBeta, offRows, offMask, frame = 24, 32, 40, 48, 52, 56, 64, 72
+	}
 	nacc := mr * nv
 	breg := func(v int) string { return z(nacc + v) }
 	nbc := 32 - nacc - nv // broadcast registers left over
@@ -297,15 +321,26 @@ func genKernel512(e *emitter, mr, nv int) {
 	bc := func(r int) string { return z(nacc + nv + r%nbc) }
 	acc := func(r, v int) string { return z(r*nv + v) }
 
-	e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-64\n", name))
+	if rowA {
+		e.c("func %s(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
+	} else {
+		e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
+	}
+	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, frame))
 	e.i("MOVQ k+0(FP), CX")
 	e.i("MOVQ a+8(FP), AX")
-	e.i("MOVQ b+16(FP), BX")
-	e.i("MOVQ c+24(FP), DI")
-	e.i("MOVQ ldc+32(FP), SI")
+	if rowA {
+		// Rows 0-2 at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
+		e.i("MOVQ lda+16(FP), R12")
+		e.i("SHLQ $2, R12")
+		e.i("LEAQ (AX)(R12*2), R13")
+		e.i("ADDQ R12, R13")
+	}
+	e.i("MOVQ b+%d(FP), BX", offB)
+	e.i("MOVQ c+%d(FP), DI", offC)
+	e.i("MOVQ ldc+%d(FP), SI", offLdc)
 	e.i("SHLQ $2, SI")
-	e.i("MOVQ rows+48(FP), R10")
+	e.i("MOVQ rows+%d(FP), R10", offRows)
 	// Prefetch the C tile while the products accumulate.
 	e.i("MOVQ DI, R8")
 	for r := 0; r < mr; r++ {
@@ -325,7 +360,11 @@ func genKernel512(e *emitter, mr, nv int) {
 			e.i("VMOVUPS %d(BX), %s", bo+64*v, breg(v))
 		}
 		for r := 0; r < mr; r++ {
-			e.i("VBROADCASTSS %d(AX), %s", ao+4*r, bc(r))
+			if rowA {
+				e.i("VBROADCASTSS %s, %s", rowAddr(ao, r), bc(r))
+			} else {
+				e.i("VBROADCASTSS %d(AX), %s", ao+4*r, bc(r))
+			}
 			for v := 0; v < nv; v++ {
 				e.i("VFMADD231PS %s, %s, %s", breg(v), bc(r), acc(r, v))
 			}
@@ -337,11 +376,25 @@ func genKernel512(e *emitter, mr, nv int) {
 	e.i("TESTQ DX, DX")
 	e.i("JZ %s_tail", name)
 	e.l(name + "_loop")
-	for u := 0; u < unroll; u++ {
-		step(u*mr*4, u*nv*64)
-		e.i("PREFETCHT0 %d(AX)", 1024+64*u)
+	aStep := mr * 4 // bytes A advances per step along k
+	if rowA {
+		aStep = 4
 	}
-	e.i("ADDQ $%d, AX", unroll*mr*4)
+	for u := 0; u < unroll; u++ {
+		step(u*aStep, u*nv*64)
+		if !rowA {
+			e.i("PREFETCHT0 %d(AX)", 1024+64*u)
+		} else if u < (mr+1)/2 {
+			// Each row's stream, a few lines ahead: two rows per step.
+			for r := 2 * u; r < min(mr, 2*u+2); r++ {
+				e.i("PREFETCHT0 %s", rowAddr(512, r))
+			}
+		}
+	}
+	e.i("ADDQ $%d, AX", unroll*aStep)
+	if rowA {
+		e.i("ADDQ $%d, R13", unroll*aStep)
+	}
 	e.i("ADDQ $%d, BX", unroll*nv*64)
 	e.i("DECQ DX")
 	e.i("JNZ %s_loop", name)
@@ -350,27 +403,30 @@ func genKernel512(e *emitter, mr, nv int) {
 	e.i("JZ %s_store", name)
 	e.l(name + "_tailloop")
 	step(0, 0)
-	e.i("ADDQ $%d, AX", mr*4)
+	e.i("ADDQ $%d, AX", aStep)
+	if rowA {
+		e.i("ADDQ $%d, R13", aStep)
+	}
 	e.i("ADDQ $%d, BX", nv*64)
 	e.i("DECQ CX")
 	e.i("JNZ %s_tailloop", name)
 
 	e.l(name + "_store")
-	e.i("VBROADCASTSS alpha+40(FP), %s", breg(0))
+	e.i("VBROADCASTSS alpha+%d(FP), %s", offAlpha, breg(0))
 	for i := 0; i < nacc; i++ {
 		e.i("VMULPS %s, %s, %s", breg(0), z(i), z(i))
 	}
-	e.i("MOVQ nmask+56(FP), R9")
+	e.i("MOVQ nmask+%d(FP), R9", offMask)
 	for v := 0; v < nv; v++ {
 		e.i("KMOVW R9, K%d", v+1)
 		if v < nv-1 {
 			e.i("SHRQ $16, R9")
 		}
 	}
-	e.i("MOVL beta+44(FP), R11")
+	e.i("MOVL beta+%d(FP), R11", offBeta)
 	e.i("ANDL $0x7fffffff, R11")
 	e.i("JZ %s_nobeta", name)
-	e.i("VBROADCASTSS beta+44(FP), %s", breg(0))
+	e.i("VBROADCASTSS beta+%d(FP), %s", offBeta, breg(0))
 	for r := 0; r < mr; r++ {
 		if r > 0 {
 			e.i("CMPQ R10, $%d", r)
@@ -401,6 +457,19 @@ func genKernel512(e *emitter, mr, nv int) {
 	e.l(name + "_done")
 	e.i("VZEROUPPER")
 	e.i("RET")
+}
+
+// rowAddr is the operand addressing row r of the row-A kernel's A at byte
+// offset off along the row.
+func rowAddr(off, r int) string {
+	base := "AX"
+	if r >= 3 {
+		base, r = "R13", r-3
+	}
+	if r == 0 {
+		return fmt.Sprintf("%d(%s)", off, base)
+	}
+	return fmt.Sprintf("%d(%s)(R12*%d)", off, base, r)
 }
 
 // genPackT16 emits a transposing copy of up to 16 source rows:

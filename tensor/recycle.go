@@ -1,0 +1,90 @@
+package tensor
+
+import (
+	"math"
+	"os"
+	"sync"
+)
+
+// Storage reuse: a training step allocates the same activation and
+// gradient tensors every step. Fresh Go memory costs a page fault per page
+// on first touch until the heap has grown to its goal, and New zeroes what
+// is about to be overwritten anyway. Recycle hands back the storage of a
+// tensor its owner knows to be dead (autograd does so for the gradients it
+// consumed), and Empty reuses it for the next tensor of that size, without
+// zeroing.
+//
+// Invariant: a slice is in the free list at most once, and nothing else
+// references it while it is there (the caller of Recycle promises that).
+
+const (
+	spareMaxPerSize = 16       // buffers kept per element count
+	spareMaxFloats  = 32 << 20 // floats kept in all (128 MiB)
+)
+
+var spare = struct {
+	sync.Mutex
+	free   map[int][][]float32
+	floats int
+}{free: map[int][][]float32{}}
+
+// poisonEmpty makes Empty fill reused storage with NaN, so that a reader
+// of a tensor's unwritten elements (or a holder of storage that was
+// recycled too early) sees it in tests. COHORT_POISON_EMPTY=1 turns it on.
+var poisonEmpty = os.Getenv("COHORT_POISON_EMPTY") == "1"
+
+// Empty returns a contiguous tensor of the given shape whose elements are
+// unspecified: for a destination that is written whole before it is read
+// (a GEMM with beta 0, a copy, an elementwise result). It reuses storage
+// handed back by Recycle when there is some of the right size, and is
+// New otherwise.
+func Empty(shape ...int) *Tensor {
+	n := checkShape("Empty", shape)
+	if s := takeSpare(n); s != nil {
+		if poisonEmpty {
+			nan := float32(math.NaN())
+			for i := range s {
+				s[i] = nan
+			}
+		}
+		return &Tensor{storage: s, shape: cloneInts(shape), strides: contiguousStrides(shape)}
+	}
+	return New(shape...)
+}
+
+// Recycle hands t's storage back for reuse by a later Empty. The caller
+// promises that neither t nor any view of its storage is used again.
+// Tensors that do not own their whole storage (views with an offset or
+// gaps, or a part of their storage) and tiny ones are ignored.
+func Recycle(t *Tensor) {
+	if t == nil || t.offset != 0 || len(t.storage) != t.Len() || t.Len() < 256 || !t.IsContiguous() {
+		return
+	}
+	s := t.storage
+	t.storage = nil // a use after Recycle panics rather than reading reused data
+	n := len(s)
+	spare.Lock()
+	defer spare.Unlock()
+	if len(spare.free[n]) >= spareMaxPerSize || spare.floats+n > spareMaxFloats {
+		return
+	}
+	spare.free[n] = append(spare.free[n], s)
+	spare.floats += n
+}
+
+func takeSpare(n int) []float32 {
+	if n < 256 {
+		return nil
+	}
+	spare.Lock()
+	defer spare.Unlock()
+	l := spare.free[n]
+	if len(l) == 0 {
+		return nil
+	}
+	s := l[len(l)-1]
+	l[len(l)-1] = nil
+	spare.free[n] = l[:len(l)-1]
+	spare.floats -= n
+	return s[:n:n]
+}
