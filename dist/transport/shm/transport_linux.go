@@ -148,7 +148,10 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	} else {
 		pr := t.peers[from]
 		var done bool
-		if done, err = pr.recvDirect(ctx, tag, p); !done {
+		if tag.Seq != noticeSeq {
+			done, err = pr.recvDirect(ctx, tag, p)
+		}
+		if !done {
 			err = pr.recvBox(ctx, tag, p)
 		}
 	}
@@ -157,6 +160,13 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	}
 	return nil
 }
+
+// noticeSeq is the Seq of the process group's abort notices, whose
+// receives stay posted for the group's lifetime: they wait in the box
+// rather than in the ring, where they would take every data record they
+// meet out of their receivers' way (into the box: an allocation and a
+// copy more per message).
+const noticeSeq = ^uint64(0)
 
 // recvBox receives through the box: the progress goroutine, woken by
 // the senders of messages under tag (see publish), delivers.
