@@ -152,7 +152,14 @@ func TestSingleCopy(t *testing.T) {
 		msg, got := transporttest.Pattern(n, 11), make([]byte, n)
 		done := make(chan error, 1)
 		go func() { done <- ts[0].Recv(ctx, 1, transport.Tag{Seq: 1}, got) }()
-		time.Sleep(10 * time.Millisecond) // the receiver waits
+		// Send once the receiver sleeps on the ring, waiting for its
+		// message (a fixed pause is not enough on a loaded host).
+		for atomic.LoadUint32(ts[0].peers[1].in.sleepers) == 0 {
+			if ctx.Err() != nil {
+				t.Fatal("the receiver never waited on the ring")
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
 		if err := ts[1].Send(ctx, 0, transport.Tag{Seq: 1}, msg); err != nil {
 			t.Fatal(err)
 		}

@@ -22,7 +22,12 @@
 // queue instead, and the rank's progress goroutine, asleep on the segment's
 // doorbell futex, delivers: senders ring the doorbell only for the tags
 // such receivers wait for (a counter per tag hash in the ring's header),
-// or when a ring is full. A sender that finds a ring full spins, then
+// or when a ring is full. Once awake it moves records out of a ring only
+// as far as it must (up to the last one such a receiver waits for, or all
+// of them when the ring is full or the peer has gone); the rest wait in
+// the ring for their own receivers. Receives for the process group's abort
+// notices (Seq ^0), posted for the group's lifetime, always wait in the
+// queue. A sender that finds a ring full spins, then
 // sleeps on a futex word the receiver wakes. Every futex sleep also times
 // out, as a backstop, so flags are re-checked.
 //

@@ -148,7 +148,10 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	} else {
 		pr := t.peers[from]
 		var done bool
-		if done, err = pr.recvDirect(ctx, tag, p); !done {
+		if tag.Seq != noticeSeq {
+			done, err = pr.recvDirect(ctx, tag, p)
+		}
+		if !done {
 			err = pr.recvBox(ctx, tag, p)
 		}
 	}
@@ -157,6 +160,13 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	}
 	return nil
 }
+
+// noticeSeq is the Seq of the process group's abort notices, whose
+// receives stay posted for the group's lifetime: they wait in the box
+// rather than in the ring, where they would take every data record they
+// meet out of their receivers' way (into the box: an allocation and a
+// copy more per message).
+const noticeSeq = ^uint64(0)
 
 // recvBox receives through the box: the progress goroutine, woken by
 // the senders of messages under tag (see publish), delivers.
@@ -422,15 +432,82 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 	}
 }
 
-// unread reports whether some ring holds bytes not yet released that no
-// direct receiver answers for, from the shared counters alone (no lock).
-func (t *Transport) unread() bool {
+// needed reports whether some ring needs the progress goroutine (see
+// needsService), or may: a ring held by someone other than a direct
+// receiver is looked at again.
+func (t *Transport) needed() bool {
 	for _, p := range t.peers {
-		if p != nil && p.inBusy.Load() == 0 && atomic.LoadUint64(p.in.head) != atomic.LoadUint64(p.in.tail) {
+		if p == nil {
+			continue
+		}
+		if !p.inMu.TryLock() {
+			if p.inBusy.Load() == 0 {
+				return true
+			}
+			continue
+		}
+		need := p.needsService()
+		p.inMu.Unlock()
+		if need {
 			return true
 		}
 	}
 	return false
+}
+
+// scanRecords bounds how many records needsService looks through.
+const scanRecords = 256
+
+// needsService reports whether the progress goroutine must copy the
+// peer's ring into the box: a receiver waits in the box for the tag of a
+// record in the ring (the records before it must move out of its way),
+// the sender waits for space, a message is half copied into the box, the
+// ring holds something malformed, or the peer has gone. Otherwise the
+// records wait in the ring for their receivers, who copy them straight
+// into their buffers (recvDirect), with no allocation and one copy fewer,
+// and take offers of single copy. Caller holds p.inMu.
+func (p *peer) needsService() bool {
+	if p.settled {
+		return false
+	}
+	r := &p.in
+	if p.cur != nil || p.gone.Load() != nil || atomic.LoadUint32(r.waiting) != 0 {
+		return true
+	}
+	head := atomic.LoadUint64(r.head)
+	pos := p.inTail
+	for range scanRecords {
+		if pos == head {
+			return false
+		}
+		if head-pos < recordAlign {
+			return true // service reports the broken record
+		}
+		at := pos & r.mask
+		h, err := wire.DecodeHeader(r.data[at:at+recordAlign], descBytes)
+		if err != nil || h.Kind != wire.KindData || (h.Length != 0 && h.Length != descBytes) {
+			return true
+		}
+		if atomic.LoadUint32(&r.want[wantBucket(transport.Tag{Group: h.Group, Seq: h.Seq, Step: h.Step})]) != 0 {
+			return true
+		}
+		pos += recordAlign
+		if h.Length == descBytes {
+			if head-pos < descBytes {
+				return true
+			}
+			state, _, _ := p.descriptor(pos - recordAlign)
+			if atomic.LoadUint32(state) != stInline {
+				return false // offered: its extent is not known yet
+			}
+			pos += descBytes
+		}
+		pos += h.Aux + (recordAlign-h.Aux%recordAlign)%recordAlign
+		if pos-p.inTail > head-p.inTail {
+			return false // the record is still being written
+		}
+	}
+	return true
 }
 
 // send writes one record: header, payload, padding.
@@ -622,10 +699,12 @@ func (t *Transport) poll() {
 				idle = idle && p.inBusy.Load() != 0
 				continue
 			}
-			if p.service() {
-				progress = true
-			} else if !p.settled && (atomic.LoadUint64(p.in.head) != p.inTail || p.gone.Load() != nil) {
-				idle = false
+			if p.needsService() {
+				if p.service() {
+					progress = true
+				} else if !p.settled && (atomic.LoadUint64(p.in.head) != p.inTail || p.gone.Load() != nil) {
+					idle = false
+				}
 			}
 			p.inMu.Unlock()
 		}
@@ -636,7 +715,7 @@ func (t *Transport) poll() {
 		}
 		v := atomic.LoadUint32(doorbell)
 		atomic.StoreUint32(sleeping, 1)
-		if !idle || t.closed.Load() || t.unread() || t.gonePending() {
+		if !idle || t.closed.Load() || t.needed() || t.gonePending() {
 			atomic.StoreUint32(sleeping, 0)
 			runtime.Gosched()
 			continue
