@@ -282,3 +282,35 @@ func BenchmarkBothWays4MiB(b *testing.B) {
 		})
 	}
 }
+
+// TestBellRingsOncePerSleep is a transcript of the receiver's bell: a
+// publish rings it only while a receiver has armed it, and only the first
+// publish after the arming does.
+func TestBellRingsOncePerSleep(t *testing.T) {
+	ts := pair(t, -1)
+	p := ts[1].peers[0] // rank 1's ring in rank 0's segment
+	r := &p.out
+	tag := transport.Tag{Seq: 1}
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	bell := atomic.LoadUint32(r.bell)
+	step := func(what string, arm bool, wantRing bool) {
+		t.Helper()
+		if arm {
+			atomic.StoreUint32(r.sleepers, 1)
+		}
+		p.publish(p.outHead, tag)
+		rang := atomic.LoadUint32(r.bell) != bell
+		bell = atomic.LoadUint32(r.bell)
+		if rang != wantRing {
+			t.Errorf("%s: rang %v, want %v", what, rang, wantRing)
+		}
+		if a := atomic.LoadUint32(r.sleepers); a != 0 {
+			t.Errorf("%s: bell still armed (%d) after a publish", what, a)
+		}
+	}
+	step("publish, no receiver asleep", false, false)
+	step("publish after a receiver armed the bell", true, true)
+	step("second publish, the receiver not asleep again", false, false)
+	step("publish after it armed the bell again", true, true)
+}

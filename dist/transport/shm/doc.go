@@ -17,7 +17,7 @@
 // (Options.Spin), it first spins for a while, yielding only to the Go
 // scheduler; then, or at once with more ranks than cores, it sleeps on a
 // futex word of the ring (FUTEX_WAIT, shared, not private), which senders
-// ring only while someone sleeps there. A receive that finds a message for
+// ring once per sleep, and only while someone sleeps there. A receive that finds a message for
 // its tag already queued, or waits long (directWait), posts itself to the
 // queue instead, and the rank's progress goroutine, asleep on the segment's
 // doorbell futex, delivers: senders ring the doorbell only for the tags

@@ -34,7 +34,8 @@ import (
 //	              space u32 at +256 (futex word a producer waiting for space sleeps on)
 //	              waiting u32 at +384 (1 while the producer is, or is about to be, asleep)
 //	              bell u32 at +512 (futex word a receiver waiting on this ring sleeps on)
-//	              sleepers u32 at +640 (receivers asleep, or about to be, on bell)
+//	              sleepers u32 at +640 (1: a receiver is, or is about to be, asleep on bell;
+//	                the first producer to publish after clears it and rings)
 //	              cma u32 at +896 (1: the owner reads the producer's memory itself; see single_copy_linux.go)
 //	              wantAll u32 at +960 (the sum of want)
 //	              want u32 × 512 at +1024 (receivers waiting for the owner's progress

@@ -109,9 +109,7 @@ func (p *peer) offer(ctx context.Context, tag transport.Tag, h wire.Header, msg 
 			return head, false, fmt.Errorf("protocol error: descriptor state %d", atomic.LoadUint32(state))
 		}
 		if i%spinCheck != 0 {
-			if i%spinGosched == 0 {
-				runtime.Gosched()
-			}
+			p.t.pause(i)
 			continue
 		}
 		if v := atomic.LoadUint32(state); v == stOffered || v == stClaimed {

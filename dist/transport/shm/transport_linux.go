@@ -205,10 +205,7 @@ const (
 	// clock, ctx and the link's state.
 	spinCheck = 64
 	// spinGosched is how many polls pass between yields to the Go
-	// scheduler (0.1 µs when nothing else is runnable), so that the
-	// process's other goroutines still run on a busy P. There is no
-	// OS-level yield: sched_yield costs a system call per pause and on a
-	// loaded host hands the core away for long stretches.
+	// scheduler (see pause).
 	spinGosched = 16
 	// directSleep bounds one futex sleep of a receiver waiting on its
 	// ring, so that ctx is looked at regularly; directWait bounds the
@@ -216,7 +213,13 @@ const (
 	// (a receive that waits long, such as one for an abort notice, should
 	// not hold a thread and make every sender ring the ring's futex).
 	directSleep = 2 * time.Millisecond
-	directWait  = 20 * time.Millisecond
+	// drainAfter is how long a sender waiting for ring space lets the
+	// ring's tail stand still before it has the peer's progress goroutine
+	// drain the ring into the boxes. Draining sooner would move records a
+	// receiver is about to take, copying them once more into fresh heap
+	// memory, whenever the receiver is merely a segment behind.
+	drainAfter = 2 * time.Millisecond
+	directWait = 20 * time.Millisecond
 )
 
 // recordState is what the next record of a ring means to a direct
@@ -229,6 +232,19 @@ const (
 	recordOther                    // another message (or a broken record): service it into the box
 	recordBox                      // the box must deliver: it holds something for the tag, or the link is down
 )
+
+// pause is the pause between two polls of a spinning waiter: now and
+// then a yield to the Go scheduler (0.1 µs when nothing else is runnable),
+// so that the process's other goroutines still run on a busy P. There is
+// no OS-level yield: sched_yield costs a system call per pause and, on a
+// loaded host, hands the core to other tenants for whole time slices
+// (measured: four ranks on two cores beside other load took 2 ms per
+// 4 KiB all-reduce yielding on every poll, 0.7 ms sleeping at once).
+func (t *Transport) pause(i int) {
+	if i%spinGosched == 0 {
+		runtime.Gosched()
+	}
+}
 
 // recvDirect receives the message under tag into buf straight out of the
 // ring, on the caller's goroutine: no hand-off to another goroutine, no
@@ -279,9 +295,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 			}
 		}
 		if i%spinCheck != 0 {
-			if i%spinGosched == 0 {
-				runtime.Gosched()
-			}
+			p.t.pause(i)
 			continue
 		}
 		if t.closed.Load() || ctx.Err() != nil || p.gone.Load() != nil {
@@ -307,12 +321,14 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 // most d. Senders wake it (see publish); so do Close and a dead peer.
 func (p *peer) sleepOnRing(head uint64, d time.Duration) {
 	r := &p.in
+	// Arm the bell before reading it: a sender that publishes after the
+	// check below finds it armed and rings; one that rang before makes
+	// the futex word differ from v.
+	atomic.StoreUint32(r.sleepers, 1)
 	v := atomic.LoadUint32(r.bell)
-	atomic.AddUint32(r.sleepers, 1)
 	if atomic.LoadUint64(r.head) == head && !p.t.closed.Load() && p.gone.Load() == nil {
 		futexSleep(r.bell, v, d)
 	}
-	atomic.AddUint32(r.sleepers, ^uint32(0))
 }
 
 // handOff wakes the progress goroutine, after a direct receiver held the
@@ -392,9 +408,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 			return nil
 		}
 		if i%spinCheck != 0 {
-			if i%spinGosched == 0 {
-				runtime.Gosched()
-			}
+			p.t.pause(i)
 			continue
 		}
 		err := ctx.Err()
@@ -596,7 +610,10 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte) error {
 func (p *peer) publish(head uint64, tag transport.Tag) {
 	r := &p.out
 	atomic.StoreUint64(r.head, head)
-	if atomic.LoadUint32(r.sleepers) != 0 {
+	// Ring once per sleep: the first publish after a receiver armed the
+	// bell disarms it and wakes every sleeper; later ones, until someone
+	// sleeps again, make no system call.
+	if atomic.LoadUint32(r.sleepers) != 0 && atomic.SwapUint32(r.sleepers, 0) != 0 {
 		atomic.AddUint32(r.bell, 1)
 		futexWakeAll(r.bell)
 	}
@@ -622,15 +639,17 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 	if free() >= need {
 		return nil
 	}
-	spinUntil := time.Now().Add(p.t.opts.Spin)
+	now := time.Now()
+	spinUntil := now.Add(p.t.opts.Spin)
+	// The ring's tail, and when it last moved: while it moves a receiver
+	// is taking records out, and the sender only waits.
+	lastTail, moved := atomic.LoadUint64(r.tail), now
 	for i := 0; ; i++ {
 		if free() >= need {
 			return nil
 		}
 		if i%spinCheck != 0 {
-			if i%spinGosched == 0 {
-				runtime.Gosched()
-			}
+			p.t.pause(i)
 			continue
 		}
 		if p.t.closed.Load() {
@@ -645,16 +664,27 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 			}
 			return err
 		}
-		if time.Now().Before(spinUntil) {
+		now := time.Now()
+		if now.Before(spinUntil) {
 			continue
+		}
+		if tail := atomic.LoadUint64(r.tail); tail != lastTail {
+			lastTail, moved = tail, now
 		}
 		atomic.StoreUint32(r.waiting, 1)
 		v := atomic.LoadUint32(r.space)
 		if free() >= need {
 			return nil
 		}
-		// No receiver may be taking records out of the ring: have the
-		// peer's progress goroutine drain it into its boxes.
+		if now.Sub(moved) < drainAfter {
+			// A receiver is taking records out (it may be busy with the
+			// last one for a while): wait for it to free space.
+			futexSleep(r.space, v, drainAfter)
+			continue
+		}
+		// No receiver has taken anything out for a while: have the
+		// peer's progress goroutine drain the ring into its boxes (an
+		// allocation and a copy more per message).
 		p.wakePeer()
 		futexSleep(r.space, v, sleepMax)
 	}
