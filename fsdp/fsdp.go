@@ -32,6 +32,14 @@ type Options struct {
 	// FindUnusedParameters lets a synchronised backward leave parameters
 	// without a gradient (they contribute zero).
 	FindUnusedParameters bool
+	// KeepBuffers keeps the buffers of gathered parameters (the root and
+	// the two unit slots) and of full gradients (one per unit) between
+	// steps and reuses them, instead of freeing them after the backward
+	// pass and allocating them again in the next Call: no allocation and
+	// no fresh pages per step, for the memory of the root, two units and
+	// a full gradient (Memory counts the kept buffers: between steps
+	// ParamBytes is then the shard plus the root and two slots).
+	KeepBuffers bool
 }
 
 // Model is a module whose parameters, gradients and optimizer state are
@@ -74,6 +82,7 @@ type Model struct {
 	// a unit's parameters only through its slot: backward re-gathers the
 	// unit into the same slot before its gradients are computed.
 	rootBuf  []float32
+	rootOK   bool // rootBuf holds (or is gathering) this step's root values
 	rootWork dist.Work
 	slots    [2][]float32
 	slotCap  [2]int

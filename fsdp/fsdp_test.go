@@ -186,9 +186,10 @@ func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) 
 
 // trainFSDP trains with fsdp on one rank and returns the full parameters
 // (in module order) and the model.
-func trainFSDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) ([][]float32, *Model, error) {
+func trainFSDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int, o Options) ([][]float32, *Model, error) {
 	mod := w.model()
-	m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})
+	o.Optimizer = adamW
+	m, err := Wrap(ctx, mod, w.units(mod), pg, o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,15 +278,21 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 					if err != nil {
 						t.Fatalf("rank %d ddp: %v", pg.Rank(), err)
 					}
-					got, _, err := trainFSDP(ctx, w, pg, steps)
-					if err != nil {
-						t.Fatalf("rank %d fsdp: %v", pg.Rank(), err)
+					opts := []Options{{}}
+					if world == 2 {
+						opts = append(opts, Options{KeepBuffers: true})
 					}
-					if err := compare(got, ref); err != nil {
-						t.Errorf("rank %d: fsdp vs ddp: %v", pg.Rank(), err)
-					}
-					if err := compareNorm(got, want); err != nil {
-						t.Errorf("rank %d: fsdp vs one process: %v", pg.Rank(), err)
+					for _, o := range opts {
+						got, _, err := trainFSDP(ctx, w, pg, steps, o)
+						if err != nil {
+							t.Fatalf("rank %d fsdp keep-buffers %v: %v", pg.Rank(), o.KeepBuffers, err)
+						}
+						if err := compare(got, ref); err != nil {
+							t.Errorf("rank %d: fsdp keep-buffers %v vs ddp: %v", pg.Rank(), o.KeepBuffers, err)
+						}
+						if err := compareNorm(got, want); err != nil {
+							t.Errorf("rank %d: fsdp keep-buffers %v vs one process: %v", pg.Rank(), o.KeepBuffers, err)
+						}
 					}
 				})
 			})
@@ -310,7 +317,7 @@ func TestMemory(t *testing.T) {
 	for _, world := range []int{2, 4} {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
 			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
-				_, m, err := trainFSDP(context.Background(), w, pg, 1)
+				_, m, err := trainFSDP(context.Background(), w, pg, 1, Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -339,7 +346,7 @@ func TestStateDicts(t *testing.T) {
 	var saved []zero.ShardedTensor
 	var full map[string]*tensor.Tensor
 	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
-		_, m, err := trainFSDP(context.Background(), w, pg, 2)
+		_, m, err := trainFSDP(context.Background(), w, pg, 2, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +470,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 	const steps = 3
 	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
 		ctx := context.Background()
-		want, _, err := trainFSDP(ctx, w, pg, steps)
+		want, _, err := trainFSDP(ctx, w, pg, steps, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}

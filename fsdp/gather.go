@@ -22,7 +22,6 @@ package fsdp
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"cohort/autograd"
 	"cohort/dist"
@@ -58,7 +57,9 @@ func (m *Model) gather(ctx context.Context, k int, buf []float32) dist.Work {
 		copy(buf, in)
 		return nil
 	}
-	return m.pg.AllGather(ctx, dist.F32(buf), dist.F32(slices.Clone(in)))
+	// The shard is not written while a gather is in flight (Step and
+	// LoadShardedStateDict wait for every gather first): no copy.
+	return m.pg.AllGather(ctx, dist.F32(buf), dist.F32(in))
 }
 
 // startGather begins gathering unit u's parameters into its buffer, unless
@@ -67,9 +68,11 @@ func (m *Model) startGather(ctx context.Context, u int) error {
 	k := m.bucketOfUnit(u)
 	n := m.plan.Buckets[k].End - m.plan.Buckets[k].Start
 	if u == len(m.units)-1 {
-		if m.rootBuf == nil && n > 0 {
-			m.rootBuf = zero.AlignedFloats(n)
-			m.rootWork = m.gather(ctx, k, m.rootBuf)
+		if !m.rootOK && n > 0 {
+			if m.rootBuf == nil {
+				m.rootBuf = zero.AlignedFloats(n)
+			}
+			m.rootWork, m.rootOK = m.gather(ctx, k, m.rootBuf), true
 			m.account()
 		}
 		return nil
@@ -116,7 +119,7 @@ func (m *Model) hold(ctx context.Context, u int) error {
 		if w := m.rootWork; w != nil {
 			m.rootWork = nil
 			if err := w.Wait(); err != nil {
-				m.rootBuf = nil
+				m.rootOK = false
 				return fmt.Errorf("fsdp: all-gather of the root unit's parameters: %w", err)
 			}
 		}
@@ -159,8 +162,10 @@ func (m *Model) dropGathered() {
 	for s := range m.slots {
 		_ = m.waitSlot(s)
 	}
-	m.rootBuf, m.rootWork = nil, nil
-	m.slots, m.slotUnit = [2][]float32{}, [2]int{-1, -1}
+	m.rootWork, m.rootOK, m.slotUnit = nil, false, [2]int{-1, -1}
+	if !m.o.KeepBuffers {
+		m.rootBuf, m.slots = nil, [2][]float32{}
+	}
 	for u := range m.units {
 		m.release(u)
 	}

@@ -106,7 +106,7 @@ func processRank(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	params, _, err := trainFSDP(ctx, workloads()[pc.workload], pg, processSteps)
+	params, _, err := trainFSDP(ctx, workloads()[pc.workload], pg, processSteps, Options{})
 	if err != nil {
 		t.Fatalf("rank %d: %v", pg.Rank(), err)
 	}

@@ -220,7 +220,7 @@ func (io *reducerIO) Take(i int, used bool) error {
 	k := m.red.BucketOf(i)
 	b := m.plan.Buckets[k]
 	if m.scratch[k] == nil {
-		m.scratch[k] = make([]float32, b.End-b.Start)
+		m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
 	}
 	off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 	slot := m.scratch[k][off : off+n]
@@ -254,7 +254,9 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	if in == nil {
 		in = make([]float32, b.End-b.Start)
 	}
-	m.scratch[k] = nil
+	if !m.o.KeepBuffers {
+		m.scratch[k] = nil
+	}
 	for _, i := range b.Params { // the step's full gradients are dropped
 		m.params[i].Param.Grad, m.views[i] = nil, nil
 	}
@@ -341,6 +343,9 @@ func (m *Model) Step(ctx context.Context) error {
 // GradBytes the gradient shard plus NoSync sums.
 func (m *Model) Memory() zero.Memory {
 	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)+len(m.rootBuf)+len(m.slots[0])+len(m.slots[1])), GradBytes: 4 * int64(len(m.shardGrad))}
+	for _, s := range m.scratch { // kept between steps under KeepBuffers
+		mem.GradBytes += 4 * int64(len(s))
+	}
 	for i, np := range m.params {
 		if m.plan.Offset[i] < 0 {
 			mem.ParamBytes += 4 * int64(np.Param.Value.Len())
@@ -471,6 +476,8 @@ func (m *Model) armViews() {
 	for k, b := range m.plan.Buckets {
 		if m.scratch[k] == nil {
 			m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
+		} else {
+			clear(m.scratch[k]) // kept from the last step (KeepBuffers)
 		}
 		for _, i := range b.Params {
 			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]

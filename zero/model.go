@@ -417,6 +417,8 @@ func (m *Model) armViews() {
 	for k, b := range m.plan.Buckets {
 		if m.scratch[k] == nil {
 			m.scratch[k] = AlignedFloats(b.End - b.Start)
+		} else {
+			clear(m.scratch[k]) // kept from the last step (KeepBuffers)
 		}
 		for _, i := range b.Params {
 			p := m.params[i].Param

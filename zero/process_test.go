@@ -107,7 +107,7 @@ func processRank(t *testing.T, name string) {
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	params, _, err := trainZero(ctx, workloads()[pc.workload], pg, pc.stage, processSteps, false)
+	params, _, err := trainZero(ctx, workloads()[pc.workload], pg, Options{Stage: pc.stage}, processSteps, false)
 	if err != nil {
 		t.Fatalf("rank %d: %v", pg.Rank(), err)
 	}

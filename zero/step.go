@@ -78,7 +78,9 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 		in = make([]float32, b.End-b.Start)
 	}
 	release := func() {
-		m.scratch[k] = nil
+		if !m.o.KeepBuffers {
+			m.scratch[k] = nil
+		}
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
@@ -312,6 +314,11 @@ func (m *Model) Memory() Memory {
 		}
 	}
 	mem.GradBytes += 4 * int64(len(m.flatGrad)+len(m.shardGrad))
+	if m.o.Stage == Stage2 && !m.red.Armed() { // between steps: buffers kept (KeepBuffers)
+		for _, s := range m.scratch {
+			mem.GradBytes += 4 * int64(len(s))
+		}
+	}
 	mem.OptimizerBytes = OptimizerBytes(m.opt)
 	return mem
 }
