@@ -88,11 +88,12 @@ type Model struct {
 	slotCap  [2]int
 	slotUnit [2]int
 	slotWork [2]dist.Work
-	unitOf   []int // per parameter: its unit (the root is len(units)−1), −1 if not sharded
-	ready    []int // per unit: trainable parameters whose gradient is final in this pass
-	nReady   int   // the sum of ready
-	inBack   bool  // the backward pass has reached a unit
-	gen      int   // counts Calls; a unit's backward checks it runs on the latest graph
+	unitOf   []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
+	ready    []int  // per unit: trainable parameters whose gradient is final in this pass
+	nReady   int    // the sum of ready
+	inBack   bool   // the backward pass has reached a unit
+	entered  []bool // per unit: its backward began in this pass (reenter)
+	gen      int    // counts Calls; a unit's backward checks it runs on the latest graph
 
 	noSync      bool
 	ctx         context.Context

@@ -530,3 +530,62 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 		}
 	})
 }
+
+// TestOutsideUnit: a unit's parameter used outside Units.Run (a layer of
+// a unit called directly, or a unit's weight used again after the unit)
+// fails the step's Backward with an error naming the parameter and unit,
+// on every rank, without a hang; the next step through Units.Run works.
+func TestOutsideUnit(t *testing.T) {
+	tests := []struct {
+		name    string
+		forward func(net *nn.Sequential, x *autograd.Var) func(*Units) *autograd.Var
+		want    string
+	}{
+		{"layer called directly", func(net *nn.Sequential, x *autograd.Var) func(*Units) *autograd.Var {
+			return func(u *Units) *autograd.Var {
+				h := u.Run(0, x, net.Layers[0].Forward)
+				return net.Layers[2].Forward(autograd.ReLU(h))
+			}
+		}, `parameter "2.weight" of unit 1 was used outside the unit's forward (Units.Run): it received its gradient although the backward pass never reached the unit`},
+		{"weight reused after its unit", func(net *nn.Sequential, x *autograd.Var) func(*Units) *autograd.Var {
+			return func(u *Units) *autograd.Var {
+				h := u.Run(0, x, net.Layers[0].Forward)
+				h = u.Run(1, autograd.ReLU(h), net.Layers[2].Forward)
+				w := net.Layers[2].NamedParameters()[0].Param // 3×5, tied into a head
+				return autograd.MatMul(h, w)
+			}
+		}, `parameter "2.weight" of unit 1 was used outside the unit's forward (Units.Run): its gradient arrived before the unit's backward pass began`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+				ctx := context.Background()
+				rng := rand.New(rand.NewPCG(1, 1))
+				net := nn.NewSequential(nn.NewLinear(rng, 4, 5, true), nn.ReLU{}, nn.NewLinear(rng, 5, 3, true))
+				m, err := Wrap(ctx, net, []nn.Module{net.Layers[0], net.Layers[2]}, pg, Options{Optimizer: adamW})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				x := autograd.NewVar(tensor.Full(1, 2, 4), false)
+				out, err := m.Call(ctx, tc.forward(net, x))
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = m.Backward(ctx, autograd.Sum(out))
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("rank %d: Backward: %v, want an error containing %q", pg.Rank(), err, tc.want)
+				}
+				m.ZeroGrad()
+				_, fwd := SequentialUnits(net)
+				out, err = m.Call(ctx, fwd(x))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Backward(ctx, autograd.Sum(out)); err != nil {
+					t.Fatalf("rank %d: the next step: %v", pg.Rank(), err)
+				}
+			})
+		})
+	}
+}

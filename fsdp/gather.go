@@ -46,6 +46,7 @@ func (m *Model) initGather() {
 	}
 	m.slotUnit = [2]int{-1, -1}
 	m.ready = make([]int, len(m.units))
+	m.entered = make([]bool, len(m.units))
 }
 
 // gather starts all-gathering bucket k of the parameters into buf.
@@ -193,6 +194,17 @@ func (m *Model) reenter(u, gen int) {
 		return
 	}
 	m.inBack = true
+	m.entered[u] = true
+	for _, i := range m.units[u] {
+		// Gradients are armed per unit as its backward begins: one that
+		// is already there came from an op outside the unit.
+		if m.params[i].Param.Grad != nil {
+			m.setHookErr(m.outside(i, "its gradient arrived before the unit's backward pass began"))
+		}
+	}
+	if m.red.Armed() && m.red.Syncing() {
+		m.armBucket(m.bucketOfUnit(u))
+	}
 	ctx := m.stepCtx()
 	if err := m.hold(ctx, u); err != nil {
 		m.setHookErr(err)
@@ -203,6 +215,12 @@ func (m *Model) reenter(u, gen int) {
 			m.setHookErr(err)
 		}
 	}
+}
+
+// outside is the error for parameter i used outside its unit's forward.
+func (m *Model) outside(i int, why string) error {
+	u := m.unitOf[i]
+	return fmt.Errorf("fsdp: parameter %q of unit %d was used outside the unit's forward (Units.Run): %s; outside its unit a sharded parameter holds no values (a parameter that other code also uses belongs in the root: leave it out of the units)", m.params[i].Name, u, why)
 }
 
 func (m *Model) setHookErr(err error) {

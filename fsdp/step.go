@@ -88,6 +88,7 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 	m.gen++
 	m.inBack = false
 	clear(m.ready)
+	clear(m.entered)
 	m.nReady = 0
 	m.heldPeak = 0
 	m.account()
@@ -107,8 +108,13 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 	}
 	us := &Units{m: m, ctx: ctx}
 	m.red.Arm(!m.noSync, false)
+	for _, ids := range m.units[:root] { // armed as each unit's backward begins
+		for _, i := range ids {
+			m.params[i].Param.Grad, m.views[i] = nil, nil
+		}
+	}
 	if !m.noSync {
-		m.armViews()
+		m.armBucket(m.bucketOfUnit(root))
 	}
 	out := forward(us)
 	for u := range m.units {
@@ -146,6 +152,9 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 // onReady runs from autograd when parameter i's gradient is final.
 func (m *Model) onReady(i int) {
 	p := m.params[i].Param
+	if u := m.unitOf[i]; u >= 0 && u < len(m.units)-1 && !m.entered[u] {
+		m.setHookErr(m.outside(i, "it received its gradient although the backward pass never reached the unit"))
+	}
 	if m.red.Armed() && !m.red.Syncing() {
 		// NoSync: keep the sum locally, the parameter holds no shape.
 		if g := p.Grad; g != nil && g.Len() == m.plan.Numel[i] {
@@ -468,12 +477,14 @@ func (m *Model) LoadOptimizerShards(entries []zero.ShardedTensor) error {
 	return nil
 }
 
-// armViews gives every bucket of a synchronised step a scratch buffer and
-// makes the parameters' Grads views of it, so that autograd accumulates
+// armBucket gives bucket k of a synchronised step a scratch buffer and
+// makes its parameters' Grads views of it, so that autograd accumulates
 // straight into the buffer that is reduce-scattered (NoSync sums are
-// carried in). Start drops each bucket's buffer and views.
-func (m *Model) armViews() {
-	for k, b := range m.plan.Buckets {
+// carried in). The root's bucket is armed by Call, a unit's as its
+// backward begins. Start drops the bucket's buffer and views.
+func (m *Model) armBucket(k int) {
+	b := m.plan.Buckets[k]
+	{
 		if m.scratch[k] == nil {
 			m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
 		} else {

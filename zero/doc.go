@@ -46,7 +46,11 @@
 // rank's gradient shard as soon as it is full (the same traffic in total
 // with the parameter all-gather) and then drops the buffer and the Grads,
 // so that between steps only the 1/N shard is resident. The buckets are
-// never rebuilt (the optimizer state follows their layout).
+// never rebuilt (the optimizer state follows their layout). With
+// Options.KeepBuffers Stage2 keeps the scratch buffers and reuses them
+// (cleared at the next synchronised Call): no allocation and no freshly
+// faulted pages per step, for the memory of a full gradient, which
+// Memory.GradBytes then counts.
 //
 // Backward may also be plain autograd.Backward: when every trainable
 // parameter gets a gradient, the last gradient hook completes the step.
