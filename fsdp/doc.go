@@ -109,8 +109,10 @@
 // NoSync accumulates full gradients locally until the next synchronised
 // Backward. Plain autograd.Backward works when every trainable parameter
 // receives a gradient (the last gradient hook completes the step). Join
-// (uneven inputs) is not supported. Frozen parameters and buffers stay
-// whole on every rank (copied from rank 0 at Wrap).
+// (uneven inputs) is not supported: a rank out of data would have to
+// replay every per-unit gather of the forward and backward passes (zero
+// supports it). Frozen parameters and buffers stay whole on every rank
+// (copied from rank 0 at Wrap).
 //
 // # Concurrency
 //

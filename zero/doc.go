@@ -55,7 +55,17 @@
 // Backward may also be plain autograd.Backward: when every trainable
 // parameter gets a gradient, the last gradient hook completes the step.
 // NoSync accumulates gradients locally (in full) for the next synchronised
-// step. Join (uneven inputs) is not supported.
+// step.
+//
+// Join (uneven inputs) works for both stages: a rank out of data shadows
+// the others' steps with zero gradients and, since it still owns a shard
+// of the optimizer state, also their clipping (each ClipGradNorm and Step
+// inside Join announces itself in a small all-reduce) and its shard's
+// step, so every rank ends with the same parameters; gradients are
+// averaged over the ranks still training, as ddp.Join does (tested equal
+// to ddp.Join on uneven batches). fsdp does not support Join: a joined
+// rank would have to replay the forward and backward passes' per-unit
+// gathers.
 //
 // # Step
 //

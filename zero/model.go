@@ -53,6 +53,7 @@ type Model struct {
 	gatherIn  []float32
 
 	noSync  bool
+	join    *joinState // inside Join
 	ctx     context.Context
 	hookErr error
 	steps   int64
@@ -320,6 +321,15 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 	if m.red.InFlight() {
 		return nil, errors.New("zero: Forward: the previous backward pass was not finished with Backward (some parameter received no gradient, so it could not complete on its own)")
 	}
+	if m.join != nil {
+		state := int64(ddp.JoinSyncing)
+		if m.noSync {
+			state = ddp.JoinNoSync
+		}
+		if _, err := m.round(ctx, state); err != nil {
+			return nil, err
+		}
+	}
 	if !m.noSync && !m.o.NoBroadcastBuffers && len(m.buffers) > 0 {
 		if err := m.broadcast(ctx, false); err != nil {
 			return nil, fmt.Errorf("zero: Forward: buffer broadcast from rank 0: %w", err)
@@ -387,6 +397,7 @@ func (m *Model) finish() error {
 	if takeErr != nil {
 		return takeErr
 	}
+	m.averageOverActive()
 	if err := m.hookErr; err != nil {
 		m.hookErr = nil
 		return err

@@ -149,15 +149,30 @@ func (m *Model) ZeroGrad() {
 // is 2 or math.Inf(1). Every rank must call it at the same point, after
 // Backward: it all-gathers one float64 per rank.
 func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
+	if m.join != nil {
+		if err := checkClip(maxNorm, normType); err != nil {
+			return 0, err
+		}
+		if _, _, _, err := m.phase(ctx, phaseClip, maxNorm, normType); err != nil {
+			return 0, err
+		}
+	}
 	return ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType)
+}
+
+func checkClip(maxNorm, normType float64) error {
+	if !(maxNorm >= 0) || (normType != 2 && !math.IsInf(normType, 1)) {
+		return fmt.Errorf("zero: ClipGradNorm: maxNorm %v, normType %v (want maxNorm >= 0 and normType 2 or +Inf)", maxNorm, normType)
+	}
+	return nil
 }
 
 // ClipShardNorm is ClipGradNorm over the shard variables of any sharded
 // wrapper (their Grads hold this rank's averaged gradient pieces; the
 // pieces of all ranks together cover the gradient once).
 func ClipShardNorm(ctx context.Context, pg dist.ProcessGroup, shard []nn.NamedParameter, maxNorm, normType float64) (float64, error) {
-	if !(maxNorm >= 0) || (normType != 2 && !math.IsInf(normType, 1)) {
-		return 0, fmt.Errorf("zero: ClipGradNorm: maxNorm %v, normType %v (want maxNorm >= 0 and normType 2 or +Inf)", maxNorm, normType)
+	if err := checkClip(maxNorm, normType); err != nil {
+		return 0, err
 	}
 	inf := math.IsInf(normType, 1)
 	vars := make([]*autograd.Var, len(shard))
@@ -220,6 +235,16 @@ func (m *Model) Step(ctx context.Context) error {
 	if m.red.Armed() {
 		return fmt.Errorf("zero: Step: the backward pass was not finished with Backward")
 	}
+	if m.join != nil {
+		if _, _, _, err := m.phase(ctx, phaseStep, 0, 0); err != nil {
+			return err
+		}
+	}
+	return m.step(ctx)
+}
+
+// step updates this rank's shard and all-gathers every bucket.
+func (m *Model) step(ctx context.Context) error {
 	m.steps++
 	if m.world == 1 || len(m.plan.Buckets) == 1 {
 		m.opt.Step()

@@ -311,25 +311,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 			return res, err
 		}
 		defer m.Close()
-		step = func(i int) (*autograd.Var, error) {
-			b := batch(i)
-			out, err := m.Call(ctx, b.plain)
-			if err != nil {
-				return nil, err
-			}
-			loss := b.loss(out)
-			if err := m.Backward(ctx, loss); err != nil {
-				return nil, err
-			}
-			if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
-				return nil, err
-			}
-			if err := m.Step(ctx); err != nil {
-				return nil, err
-			}
-			m.ZeroGrad()
-			return loss, nil
-		}
+		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.plain) }, batch)
 		memory = m.Memory
 	case "fsdp":
 		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW, KeepBuffers: keepBuffers()})
@@ -337,25 +319,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 			return res, err
 		}
 		defer m.Close()
-		step = func(i int) (*autograd.Var, error) {
-			b := batch(i)
-			out, err := m.Call(ctx, b.units)
-			if err != nil {
-				return nil, err
-			}
-			loss := b.loss(out)
-			if err := m.Backward(ctx, loss); err != nil {
-				return nil, err
-			}
-			if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
-				return nil, err
-			}
-			if err := m.Step(ctx); err != nil {
-				return nil, err
-			}
-			m.ZeroGrad()
-			return loss, nil
-		}
+		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.units) }, batch)
 		memory = m.Memory
 	}
 	for i := range s.Warmup {
@@ -366,17 +330,11 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		return res, fmt.Errorf("barrier after warm-up: %w", err)
 	}
-	if s.CPUProfile != "" {
-		f, err := os.Create(s.CPUProfile)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
+	stop, err := shardProfile(s.CPUProfile)
+	if err != nil {
+		return res, err
 	}
+	defer stop()
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
 	start, cpu0 := time.Now(), processCPU()
@@ -400,6 +358,56 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 	res.Memory = memory()
 	res.PeakRSSBytes, _ = zero.PeakRSSBytes() // 0 where /proc is missing
 	return res, nil
+}
+
+// shardModel is what a sharded wrapper (zero.Model, fsdp.Model) offers
+// a training step after its forward pass.
+type shardModel interface {
+	Backward(ctx context.Context, loss *autograd.Var) error
+	ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error)
+	Step(ctx context.Context) error
+	ZeroGrad()
+}
+
+// shardStep returns the benchmark's training step under a sharded
+// wrapper: call runs the batch's forward pass through m, then backward,
+// clipping, the optimizer step and zeroing.
+func shardStep(ctx context.Context, m shardModel, call func(shardBatch) (*autograd.Var, error), batch func(int) shardBatch) func(int) (*autograd.Var, error) {
+	return func(i int) (*autograd.Var, error) {
+		b := batch(i)
+		out, err := call(b)
+		if err != nil {
+			return nil, err
+		}
+		loss := b.loss(out)
+		if err := m.Backward(ctx, loss); err != nil {
+			return nil, err
+		}
+		if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
+			return nil, err
+		}
+		if err := m.Step(ctx); err != nil {
+			return nil, err
+		}
+		m.ZeroGrad()
+		return loss, nil
+	}
+}
+
+// shardProfile starts a CPU profile into path (nothing if path is empty)
+// and returns the function that stops it.
+func shardProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
 // keepBuffers reports whether COHORT_SHARD_KEEP_BUFFERS=1 asks the
