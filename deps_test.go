@@ -35,6 +35,7 @@ var importRules = []struct {
 	{"cohort/ddp/reducer", nil},
 	{"cohort/ddp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/ddp/reducer"}},
 	{"cohort/zero", []string{"cohort/ddp", "cohort/ddp/reducer", "cohort/dist", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
+	{"cohort/internal/proctest", []string{"cohort/dist", "cohort/dist/rendezvous", "cohort/launch"}},
 	{"cohort/fsdp", []string{"cohort/zero", "cohort/ddp", "cohort/ddp/reducer", "cohort/dist", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/tp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/models", "cohort/optim"}},
 	{"cohort/pipeline", []string{"cohort/dist", "cohort/autograd", "cohort/tensor"}},
