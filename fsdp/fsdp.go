@@ -10,6 +10,7 @@ import (
 	"cohort/ddp"
 	"cohort/ddp/reducer"
 	"cohort/dist"
+	"cohort/internal/wrapcore"
 	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
@@ -71,8 +72,7 @@ type Model struct {
 	stash       []*tensor.Tensor
 	views       []*tensor.Tensor // during a synchronised step: the Grad each parameter should have
 	scratch     [][]float32
-	removes     []func()
-	closed      bool
+	core        wrapcore.Core // hooks, their error, NoSync, finishing a step
 
 	// Gathered parameters (gather.go). Invariants: the root's full values
 	// are in rootBuf from Call to the end of the backward pass; unit u's
@@ -95,9 +95,7 @@ type Model struct {
 	entered  []bool // per unit: its backward began in this pass (reenter)
 	gen      int    // counts Calls; a unit's backward checks it runs on the latest graph
 
-	noSync      bool
 	ctx         context.Context
-	hookErr     error
 	heldPeak    int64 // most gathered parameter bytes held at once since the last Call
 	gatherBytes int64 // parameter bytes all-gathered so far (traffic accounting)
 }
@@ -192,9 +190,8 @@ func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg dist.Proce
 		}
 	}
 	m.initGather()
-	for _, i := range m.red.Tracked() {
-		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
-	}
+	m.core = wrapcore.Core{Pkg: "fsdp", Params: m.params, Red: m.red}
+	m.core.Hook(m.onReady)
 	return m, nil
 }
 

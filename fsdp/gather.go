@@ -187,10 +187,10 @@ func (m *Model) gradReady(i int) {
 
 // reenter is the backward of unit u's output marker: it gathers the unit's
 // parameters back (for the graph of Call number gen) and prefetches unit
-// u−1's. Errors go to hookErr (Backward reports them).
+// u−1's. Errors are kept for Backward to report.
 func (m *Model) reenter(u, gen int) {
 	if gen != m.gen {
-		m.setHookErr(fmt.Errorf("fsdp: backward through unit %d of the graph of an earlier Call: finish each Call's backward pass before the next Call", u))
+		m.core.SetErr(fmt.Errorf("fsdp: backward through unit %d of the graph of an earlier Call: finish each Call's backward pass before the next Call", u))
 		return
 	}
 	m.inBack = true
@@ -199,7 +199,7 @@ func (m *Model) reenter(u, gen int) {
 		// Gradients are armed per unit as its backward begins: one that
 		// is already there came from an op outside the unit.
 		if m.params[i].Param.Grad != nil {
-			m.setHookErr(m.outside(i, "its gradient arrived before the unit's backward pass began"))
+			m.core.SetErr(m.outside(i, "its gradient arrived before the unit's backward pass began"))
 		}
 	}
 	if m.red.Armed() && m.red.Syncing() {
@@ -207,12 +207,12 @@ func (m *Model) reenter(u, gen int) {
 	}
 	ctx := m.stepCtx()
 	if err := m.hold(ctx, u); err != nil {
-		m.setHookErr(err)
+		m.core.SetErr(err)
 		return
 	}
 	if !m.o.NoPrefetch && u > 0 {
 		if err := m.startGather(ctx, u-1); err != nil {
-			m.setHookErr(err)
+			m.core.SetErr(err)
 		}
 	}
 }
@@ -221,12 +221,6 @@ func (m *Model) reenter(u, gen int) {
 func (m *Model) outside(i int, why string) error {
 	u := m.unitOf[i]
 	return fmt.Errorf("fsdp: parameter %q of unit %d was used outside the unit's forward (Units.Run): %s; outside its unit a sharded parameter holds no values (a parameter that other code also uses belongs in the root: leave it out of the units)", m.params[i].Name, u, why)
-}
-
-func (m *Model) setHookErr(err error) {
-	if m.hookErr == nil {
-		m.hookErr = err
-	}
 }
 
 // Units runs the units of one forward pass; Call hands it to the forward

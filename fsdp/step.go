@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"cohort/autograd"
 	"cohort/ddp/reducer"
@@ -41,34 +40,11 @@ func (m *Model) Shard() []nn.NamedParameter { return m.shard }
 func (m *Model) Optimizer() optim.Optimizer { return m.opt }
 
 // Close removes the gradient hooks. It is idempotent.
-func (m *Model) Close() error {
-	for _, rm := range m.removes {
-		rm()
-	}
-	m.removes, m.closed = nil, true
-	return nil
-}
-
-func (m *Model) usable(op string) error {
-	if m.closed {
-		return fmt.Errorf("fsdp: %s: model is closed", op)
-	}
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		m.red.Disarm()
-		return err
-	}
-	return nil
-}
+func (m *Model) Close() error { return m.core.Close() }
 
 // NoSync runs fn with gradient synchronisation off: gradients accumulate
 // locally, in full, until the next synchronised Backward.
-func (m *Model) NoSync(fn func() error) error {
-	prev := m.noSync
-	m.noSync = true
-	defer func() { m.noSync = prev }()
-	return fn()
-}
+func (m *Model) NoSync(fn func() error) error { return m.core.NoSync(fn) }
 
 // Call runs forward, a forward pass through the wrapped module that runs
 // each unit through Units.Run, with the root unit's parameters gathered
@@ -78,7 +54,7 @@ func (m *Model) NoSync(fn func() error) error {
 // slots, for the backward pass, which gathers the other units again (see
 // gather.go). Each Call's backward pass must run before the next Call.
 func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) (*autograd.Var, error) {
-	if err := m.usable("Call"); err != nil {
+	if err := m.core.Usable("Call"); err != nil {
 		return nil, err
 	}
 	if m.red.InFlight() {
@@ -107,13 +83,13 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 		return nil, err
 	}
 	us := &Units{m: m, ctx: ctx}
-	m.red.Arm(!m.noSync, false)
+	m.red.Arm(!m.core.Syncless, false)
 	for _, ids := range m.units[:root] { // armed as each unit's backward begins
 		for _, i := range ids {
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
 	}
-	if !m.noSync {
+	if !m.core.Syncless {
 		m.armBucket(m.bucketOfUnit(root))
 	}
 	out := forward(us)
@@ -132,7 +108,7 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 // step, completes the reduce-scatter of every unit's gradients: this
 // rank's shard variables then hold their averaged gradient pieces.
 func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
-	if err := m.usable("Backward"); err != nil {
+	if err := m.core.Usable("Backward"); err != nil {
 		return err
 	}
 	if !m.red.Armed() {
@@ -142,9 +118,7 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	autograd.Backward(loss)
 	m.dropGathered() // parameters that received no gradient kept them
 	if !m.red.Armed() {
-		err := m.hookErr
-		m.hookErr = nil
-		return err
+		return m.core.TakeErr()
 	}
 	return m.finish()
 }
@@ -153,7 +127,7 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 func (m *Model) onReady(i int) {
 	p := m.params[i].Param
 	if u := m.unitOf[i]; u >= 0 && u < len(m.units)-1 && !m.entered[u] {
-		m.setHookErr(m.outside(i, "it received its gradient although the backward pass never reached the unit"))
+		m.core.SetErr(m.outside(i, "it received its gradient although the backward pass never reached the unit"))
 	}
 	if m.red.Armed() && !m.red.Syncing() {
 		// NoSync: keep the sum locally, the parameter holds no shape.
@@ -166,50 +140,14 @@ func (m *Model) onReady(i int) {
 		}
 		p.Grad = nil
 	}
-	err := m.red.Ready(i)
-	switch {
-	case errors.Is(err, reducer.ErrNotArmed):
-		err = fmt.Errorf("fsdp: gradient of parameter %q computed by a backward pass that did not start from Model.Call", m.params[i].Name)
-	case errors.Is(err, reducer.ErrTwice):
-		err = fmt.Errorf("fsdp: parameter %q received its gradient twice in one step", m.params[i].Name)
-	}
-	if err != nil && m.hookErr == nil {
-		m.hookErr = err
-	}
-	if m.red.Armed() && m.red.Syncing() && m.red.AllStarted() {
-		if err := m.finish(); err != nil && m.hookErr == nil {
-			m.hookErr = err
-		}
+	if m.core.Ready(i) {
+		m.core.SetErr(m.finish())
 	}
 	m.gradReady(i)
 }
 
 // finish completes the armed step.
-func (m *Model) finish() error {
-	if !m.red.Syncing() {
-		m.red.Disarm()
-		return nil
-	}
-	unused, takeErr, err := m.red.Finish()
-	if err != nil {
-		return err
-	}
-	if takeErr != nil {
-		return takeErr
-	}
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		return err
-	}
-	if len(unused) > 0 && !m.o.FindUnusedParameters {
-		names := make([]string, len(unused))
-		for k, i := range unused {
-			names[k] = fmt.Sprintf("%q", m.params[i].Name)
-		}
-		return fmt.Errorf("fsdp: Backward: parameters received no gradient in this step: %s (set Options.FindUnusedParameters if some parameters are legitimately unused, or freeze them)", strings.Join(names, ", "))
-	}
-	return nil
-}
+func (m *Model) finish() error { return m.core.Finish(m.o.FindUnusedParameters, nil) }
 
 func (m *Model) stepCtx() context.Context {
 	if m.ctx == nil {
@@ -325,7 +263,7 @@ func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (fl
 // otherwise nothing is communicated and nothing gathered is held between
 // steps. Call gathers the units as it reaches them.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.usable("Step"); err != nil {
+	if err := m.core.Usable("Step"); err != nil {
 		return err
 	}
 	if m.red.Armed() {

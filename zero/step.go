@@ -229,7 +229,7 @@ func ClipShardNorm(ctx context.Context, pg dist.ProcessGroup, shard []nn.NamedPa
 // updates are elementwise: the bits equal one whole step). Every rank
 // must call it at the same point; it returns when every all-gather is done.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.usable("Step"); err != nil {
+	if err := m.core.Usable("Step"); err != nil {
 		return err
 	}
 	if m.red.Armed() {
