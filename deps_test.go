@@ -35,7 +35,7 @@ var importRules = []struct {
 	{"cohort/ddp/reducer", nil},
 	{"cohort/ddp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/ddp/reducer"}},
 	{"cohort/zero", []string{"cohort/internal/wrapcore", "cohort/ddp", "cohort/ddp/reducer", "cohort/dist", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
-	{"cohort/internal/wrapcore", []string{"cohort/ddp/reducer", "cohort/nn", "cohort/autograd"}},
+	{"cohort/internal/wrapcore", []string{"cohort/dist", "cohort/ddp/reducer", "cohort/nn", "cohort/autograd"}},
 	{"cohort/internal/proctest", []string{"cohort/dist", "cohort/dist/rendezvous", "cohort/launch"}},
 	{"cohort/fsdp", []string{"cohort/internal/wrapcore", "cohort/zero", "cohort/ddp", "cohort/ddp/reducer", "cohort/dist", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/tp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/models", "cohort/optim"}},

@@ -9,6 +9,7 @@ import (
 	"cohort/autograd"
 	"cohort/ddp/reducer"
 	"cohort/dist"
+	"cohort/internal/wrapcore"
 	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
@@ -207,12 +208,13 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	for _, i := range b.Params { // the step's full gradients are dropped
 		m.params[i].Param.Grad, m.views[i] = nil, nil
 	}
+	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in)}
 	if m.world == 1 {
 		copy(out, in)
-		return doneHandle{}
+	} else {
+		h.Work = m.pg.ReduceScatter(m.stepCtx(), dist.F32(out), dist.F32(in), dist.Avg)
 	}
-	w := m.pg.ReduceScatter(m.stepCtx(), dist.F32(out), dist.F32(in), dist.Avg)
-	return workHandle{w: w, k: k, n: len(in)}
+	return h
 }
 
 // Agree implements reducer.IO (fsdp never rebuilds its buckets).
@@ -222,26 +224,6 @@ func (io *reducerIO) Agree(order []int) ([]int, error) { return order, nil }
 func (io *reducerIO) Replan([]int) ([][]int, error) {
 	return nil, errors.New("fsdp: buckets cannot be rebuilt")
 }
-
-type workHandle struct {
-	w    dist.Work
-	k, n int
-}
-
-func (h workHandle) Done() <-chan struct{} { return h.w.Done() }
-func (h workHandle) Finish() error {
-	if err := h.w.Wait(); err != nil {
-		return fmt.Errorf("fsdp: bucket %d: reduce-scatter of %d gradients: %w", h.k, h.n, err)
-	}
-	return nil
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-type doneHandle struct{}
-
-func (doneHandle) Done() <-chan struct{} { return closedChan }
-func (doneHandle) Finish() error         { return nil }
 
 // ZeroGrad clears the gradient shards and any NoSync sums.
 func (m *Model) ZeroGrad() {

@@ -6,6 +6,7 @@ import (
 	"strings"
 	"testing"
 
+	"cohort/autograd"
 	"cohort/ddp"
 	"cohort/dist"
 	"cohort/dist/disttest"
@@ -29,25 +30,14 @@ func trainDDPJoin(ctx context.Context, w workload, pg dist.ProcessGroup) ([][]fl
 	if err != nil {
 		return nil, err
 	}
-	n, r := pg.Size(), pg.Rank()
-	err = m.Join(ctx, func() error {
-		for s := range joinSteps(r) {
-			fwd, loss := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
-			out, err := m.Call(ctx, fwd)
-			if err != nil {
-				return err
-			}
-			if err := m.Backward(ctx, loss(out)); err != nil {
-				return err
-			}
-			if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
-				return err
-			}
-			opt.Step()
-			opt.ZeroGrad()
+	err = m.Join(ctx, unevenLoop(ctx, w, mod, pg, m.Call, m.Backward, func() error {
+		if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
+			return err
 		}
+		opt.Step()
+		opt.ZeroGrad()
 		return nil
-	})
+	}))
 	return snapshot(mod), err
 }
 
@@ -61,30 +51,43 @@ func trainZeroJoin(ctx context.Context, w workload, pg dist.ProcessGroup, o Opti
 		return nil, err
 	}
 	defer m.Close()
-	n, r := pg.Size(), pg.Rank()
-	err = m.Join(ctx, func() error {
+	err = m.Join(ctx, unevenLoop(ctx, w, mod, pg, m.Call, m.Backward, func() error {
+		if clip {
+			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+				return err
+			}
+		}
+		if err := m.Step(ctx); err != nil {
+			return err
+		}
+		m.ZeroGrad()
+		return nil
+	}))
+	return snapshot(mod), err
+}
+
+// unevenLoop is the training loop of rank r inside Join: joinSteps(r)
+// steps of forward (call), backward and update.
+func unevenLoop(ctx context.Context, w workload, mod nn.Module, pg dist.ProcessGroup,
+	call func(context.Context, func() *autograd.Var) (*autograd.Var, error),
+	backward func(context.Context, *autograd.Var) error, update func() error) func() error {
+	return func() error {
+		n, r := pg.Size(), pg.Rank()
 		for s := range joinSteps(r) {
 			fwd, loss := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
-			out, err := m.Call(ctx, fwd)
+			out, err := call(ctx, fwd)
 			if err != nil {
 				return err
 			}
-			if err := m.Backward(ctx, loss(out)); err != nil {
+			if err := backward(ctx, loss(out)); err != nil {
 				return err
 			}
-			if clip {
-				if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-					return err
-				}
-			}
-			if err := m.Step(ctx); err != nil {
+			if err := update(); err != nil {
 				return err
 			}
-			m.ZeroGrad()
 		}
 		return nil
-	})
-	return snapshot(mod), err
+	}
 }
 
 // TestJoinUnevenEqualsDDP: with uneven inputs (rank r trains 4−r steps)

@@ -12,6 +12,7 @@ import (
 	"cohort/autograd"
 	"cohort/ddp/reducer"
 	"cohort/dist"
+	"cohort/internal/wrapcore"
 	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
@@ -63,13 +64,11 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	b := m.plan.Buckets[k]
 	ctx := m.stepCtx()
 	if m.o.Stage == Stage1 {
-		if m.world == 1 {
-			return doneHandle{}
+		h := wrapcore.Reduction{Pkg: "zero", Op: "all-reduce", Bucket: k, N: b.End - b.Start}
+		if m.world > 1 {
+			h.Work = m.pg.AllReduce(ctx, dist.F32(m.flatGrad[b.Start:b.End]), dist.Avg)
 		}
-		w := m.pg.AllReduce(ctx, dist.F32(m.flatGrad[b.Start:b.End]), dist.Avg)
-		return workHandle{w, func(err error) error {
-			return fmt.Errorf("zero: bucket %d: all-reduce of %d gradients: %w", k, b.End-b.Start, err)
-		}, nil}
+		return h
 	}
 	at := m.plan.ShardOffset(k)
 	out := m.shardGrad[at : at+b.Shard]
@@ -77,23 +76,20 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	if in == nil { // a bucket without parameters taken (shadow): zeros
 		in = make([]float32, b.End-b.Start)
 	}
-	release := func() {
+	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
 		if !m.o.KeepBuffers {
 			m.scratch[k] = nil
 		}
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
-	}
+	}}
 	if m.world == 1 {
 		copy(out, in)
-		release()
-		return doneHandle{}
+	} else {
+		h.Work = m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
 	}
-	w := m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
-	return workHandle{w, func(err error) error {
-		return fmt.Errorf("zero: bucket %d: reduce-scatter of %d gradients: %w", k, len(in), err)
-	}, release}
+	return h
 }
 
 // Agree implements reducer.IO; zero never rebuilds its buckets (the
@@ -104,31 +100,6 @@ func (io *reducerIO) Agree(order []int) ([]int, error) { return order, nil }
 func (io *reducerIO) Replan([]int) ([][]int, error) {
 	return nil, fmt.Errorf("zero: buckets cannot be rebuilt")
 }
-
-type workHandle struct {
-	w    dist.Work
-	wrap func(error) error
-	done func()
-}
-
-func (h workHandle) Done() <-chan struct{} { return h.w.Done() }
-func (h workHandle) Finish() error {
-	err := h.w.Wait()
-	if h.done != nil {
-		h.done()
-	}
-	if err != nil {
-		return h.wrap(err)
-	}
-	return nil
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-type doneHandle struct{}
-
-func (doneHandle) Done() <-chan struct{} { return closedChan }
-func (doneHandle) Finish() error         { return nil }
 
 // ZeroGrad clears every gradient the Model keeps: the shard gradients
 // and, under Stage1, the full gradient buffer (Stage2 drops the

@@ -11,6 +11,7 @@ import (
 
 	"cohort/autograd"
 	"cohort/ddp/reducer"
+	"cohort/dist"
 	"cohort/nn"
 )
 
@@ -124,6 +125,40 @@ func (c *Core) Finish(allowUnused bool, done func()) error {
 			names[k] = fmt.Sprintf("%q", c.Params[i].Name)
 		}
 		return fmt.Errorf("%s: Backward: parameters received no gradient in this step: %s (set Options.FindUnusedParameters if some parameters are legitimately unused, or freeze them)", c.Pkg, strings.Join(names, ", "))
+	}
+	return nil
+}
+
+// Reduction is the reducer.Handle of one bucket's collective.
+type Reduction struct {
+	Work      dist.Work // nil: nothing in flight (a group of one)
+	Pkg, Op   string    // for errors: "zero", "reduce-scatter"
+	Bucket, N int       // the bucket and its element count, for errors
+	After     func()    // if set, runs once the work is done, error or not
+}
+
+var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// Done implements reducer.Handle.
+func (h Reduction) Done() <-chan struct{} {
+	if h.Work == nil {
+		return closed
+	}
+	return h.Work.Done()
+}
+
+// Finish implements reducer.Handle: it waits for the work, runs After and
+// returns the work's error naming the bucket.
+func (h Reduction) Finish() error {
+	var err error
+	if h.Work != nil {
+		err = h.Work.Wait()
+	}
+	if h.After != nil {
+		h.After()
+	}
+	if err != nil {
+		return fmt.Errorf("%s: bucket %d: %s of %d gradients: %w", h.Pkg, h.Bucket, h.Op, h.N, err)
 	}
 	return nil
 }
