@@ -168,3 +168,27 @@ func (m *Model) shadowStep(ctx context.Context, r joinRound) error {
 	m.red.StartAll()
 	return m.finishStep(ctx)
 }
+
+// Join states of one rank in a round, for other wrappers that run Join
+// rounds like Model.Join (package zero): a rank writes its state into its
+// slot of a vector the group sums, and DecodeJoinRound reads the sum.
+const (
+	JoinJoined  = joinJoined  // out of data: shadows the others' collectives
+	JoinNoSync  = joinNoSync  // training, gradient sync off this round
+	JoinSyncing = joinSyncing // training, gradients reduced this round
+	JoinFailed  = joinFailed  // its training loop returned an error
+)
+
+// JoinRound is what one round tells every rank.
+type JoinRound struct {
+	Active  []int // ranks still training, ascending
+	Syncing bool  // the active ranks reduce gradients this round
+}
+
+// DecodeJoinRound interprets a round's summed state vector (one slot per
+// rank). Active ranks must agree on whether the round synchronises; a
+// failed rank or a state out of range is an error naming the ranks.
+func DecodeJoinRound(states []int64) (JoinRound, error) {
+	r, err := decodeJoinRound(states)
+	return JoinRound{Active: r.active, Syncing: r.syncing}, err
+}

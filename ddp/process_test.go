@@ -1,20 +1,14 @@
 package ddp
 
 import (
-	"bytes"
 	"context"
-	"encoding/gob"
 	"fmt"
 	"math"
 	"math/rand/v2"
-	"os"
-	"path/filepath"
 	"testing"
-	"time"
 
 	"cohort/dist"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
+	"cohort/internal/proctest"
 	"cohort/models"
 	"cohort/nn"
 )
@@ -26,10 +20,7 @@ import (
 // trained on batch N·b over the same samples.
 
 // Environment of a rank process: the case it runs and where it writes.
-const (
-	processCaseEnv = "COHORT_DDP_TEST_PROCESS_CASE"
-	processOutEnv  = "COHORT_DDP_TEST_PROCESS_OUT"
-)
+var processEnv = proctest.Env{Case: "COHORT_DDP_TEST_PROCESS_CASE", Out: "COHORT_DDP_TEST_PROCESS_OUT"}
 
 type processCase struct {
 	name      string
@@ -105,7 +96,7 @@ func processCases() []processCase {
 }
 
 func TestProcessEquivalence(t *testing.T) {
-	if name := os.Getenv(processCaseEnv); name != "" {
+	if name := processEnv.Child(); name != "" {
 		processRank(t, name)
 		return
 	}
@@ -115,34 +106,7 @@ func TestProcessEquivalence(t *testing.T) {
 	for _, pc := range processCases() {
 		t.Run(pc.name, func(t *testing.T) {
 			c := pc.cfg()
-			dir := t.TempDir()
-			var out bytes.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-			defer cancel()
-			err := launch.Run(ctx, launch.Config{
-				NProcPerNode: c.world,
-				Program:      os.Args[0],
-				Args:         []string{"-test.run=^TestProcessEquivalence$", "-test.timeout=1m"},
-				Env:          append(os.Environ(), processCaseEnv+"="+pc.name, processOutEnv+"="+dir),
-				Stdout:       &out,
-				Stderr:       &out,
-			})
-			if err != nil {
-				t.Fatalf("ranks failed: %v\nrank output:\n%s", err, out.String())
-			}
-			got := make([][][]float32, c.world)
-			for r := range got {
-				f, err := os.Open(filepath.Join(dir, fmt.Sprintf("rank%d.gob", r)))
-				if err != nil {
-					t.Fatalf("rank %d wrote no parameters: %v\nrank output:\n%s", r, err, out.String())
-				}
-				err = gob.NewDecoder(f).Decode(&got[r])
-				f.Close()
-				if err != nil {
-					t.Fatalf("rank %d's parameters: %v", r, err)
-				}
-			}
-			compareRanks(t, c, got)
+			compareRanks(t, c, processEnv.Launch(t, "TestProcessEquivalence", pc.name, c.world))
 		})
 	}
 }
@@ -159,36 +123,14 @@ func processRank(t *testing.T, name string) {
 	if pc == nil {
 		t.Fatalf("no process case %q", name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
-	defer cancel()
-	info, err := rendezvous.FromEnv(os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: pc.transport, Group: dist.GroupOptions{Timeout: 30 * time.Second}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
 	c := pc.cfg()
-	if pg.Size() != c.world {
-		t.Fatalf("world %d, case %q wants %d", pg.Size(), name, c.world)
-	}
-	params, _, err := c.rank(pg)
-	if err != nil {
-		t.Fatalf("rank %d: %v", pg.Rank(), err)
-	}
-	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(params); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.WriteFile(filepath.Join(os.Getenv(processOutEnv), fmt.Sprintf("rank%d.gob", pg.Rank())), buf.Bytes(), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	// Leave together: no rank closes its links while another still reads.
-	if err := pg.Barrier(ctx).Wait(); err != nil {
-		t.Fatal(err)
-	}
+	processEnv.Rank(t, pc.transport, func(_ context.Context, pg dist.ProcessGroup) ([][]float32, error) {
+		if pg.Size() != c.world {
+			return nil, fmt.Errorf("world %d, case %q wants %d", pg.Size(), name, c.world)
+		}
+		params, _, err := c.rank(pg)
+		return params, err
+	})
 }
 
 // compareRanks checks every rank's parameters against the single-process

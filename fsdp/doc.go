@@ -69,6 +69,27 @@
 // backward pass through the graph of an earlier Call (two Calls, then two
 // backward passes) is reported as an error.
 //
+// A unit's parameters hold values only inside its Units.Run. A use
+// outside is detected by the step's backward pass, before anything is
+// reduced into the shards, and Backward fails naming the parameter and
+// its unit (every rank still issues the step's collectives, so none
+// hangs): a parameter whose gradient arrives although the backward pass
+// never reached its unit (a unit's layer called directly), or whose
+// gradient arrives before its unit's backward begins (a unit's weight
+// tied into a later head). Gradients are armed per unit as its backward
+// begins, which is what makes the second case visible at no cost. Not
+// detected: an outside op on the parameters alone whose backward runs
+// after the unit's (for instance one that reads them before the unit in
+// the forward pass); its forward read zeros.
+//
+// # Buffers
+//
+// By default the gathered-parameter and full-gradient buffers are freed
+// after each backward pass, so that between steps a rank holds 1/N of
+// everything. Options.KeepBuffers keeps and reuses them instead: no
+// allocation and no freshly faulted pages per step, for the memory of the
+// root, two units and a full gradient (Memory counts them).
+//
 // # Memory, and what differs from PyTorch
 //
 // Between steps a released parameter's Value is a one-element broadcast
@@ -88,8 +109,10 @@
 // NoSync accumulates full gradients locally until the next synchronised
 // Backward. Plain autograd.Backward works when every trainable parameter
 // receives a gradient (the last gradient hook completes the step). Join
-// (uneven inputs) is not supported. Frozen parameters and buffers stay
-// whole on every rank (copied from rank 0 at Wrap).
+// (uneven inputs) is not supported: a rank out of data would have to
+// replay every per-unit gather of the forward and backward passes (zero
+// supports it). Frozen parameters and buffers stay whole on every rank
+// (copied from rank 0 at Wrap).
 //
 // # Concurrency
 //

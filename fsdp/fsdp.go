@@ -10,6 +10,7 @@ import (
 	"cohort/ddp"
 	"cohort/ddp/reducer"
 	"cohort/dist"
+	"cohort/internal/wrapcore"
 	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
@@ -32,6 +33,14 @@ type Options struct {
 	// FindUnusedParameters lets a synchronised backward leave parameters
 	// without a gradient (they contribute zero).
 	FindUnusedParameters bool
+	// KeepBuffers keeps the buffers of gathered parameters (the root and
+	// the two unit slots) and of full gradients (one per unit) between
+	// steps and reuses them, instead of freeing them after the backward
+	// pass and allocating them again in the next Call: no allocation and
+	// no fresh pages per step, for the memory of the root, two units and
+	// a full gradient (Memory counts the kept buffers: between steps
+	// ParamBytes is then the shard plus the root and two slots).
+	KeepBuffers bool
 }
 
 // Model is a module whose parameters, gradients and optimizer state are
@@ -63,8 +72,7 @@ type Model struct {
 	stash       []*tensor.Tensor
 	views       []*tensor.Tensor // during a synchronised step: the Grad each parameter should have
 	scratch     [][]float32
-	removes     []func()
-	closed      bool
+	core        wrapcore.Core // hooks, their error, NoSync, finishing a step
 
 	// Gathered parameters (gather.go). Invariants: the root's full values
 	// are in rootBuf from Call to the end of the backward pass; unit u's
@@ -74,20 +82,20 @@ type Model struct {
 	// a unit's parameters only through its slot: backward re-gathers the
 	// unit into the same slot before its gradients are computed.
 	rootBuf  []float32
+	rootOK   bool // rootBuf holds (or is gathering) this step's root values
 	rootWork dist.Work
 	slots    [2][]float32
 	slotCap  [2]int
 	slotUnit [2]int
 	slotWork [2]dist.Work
-	unitOf   []int // per parameter: its unit (the root is len(units)−1), −1 if not sharded
-	ready    []int // per unit: trainable parameters whose gradient is final in this pass
-	nReady   int   // the sum of ready
-	inBack   bool  // the backward pass has reached a unit
-	gen      int   // counts Calls; a unit's backward checks it runs on the latest graph
+	unitOf   []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
+	ready    []int  // per unit: trainable parameters whose gradient is final in this pass
+	nReady   int    // the sum of ready
+	inBack   bool   // the backward pass has reached a unit
+	entered  []bool // per unit: its backward began in this pass (reenter)
+	gen      int    // counts Calls; a unit's backward checks it runs on the latest graph
 
-	noSync      bool
 	ctx         context.Context
-	hookErr     error
 	heldPeak    int64 // most gathered parameter bytes held at once since the last Call
 	gatherBytes int64 // parameter bytes all-gathered so far (traffic accounting)
 }
@@ -182,9 +190,8 @@ func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg dist.Proce
 		}
 	}
 	m.initGather()
-	for _, i := range m.red.Tracked() {
-		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
-	}
+	m.core = wrapcore.Core{Pkg: "fsdp", Params: m.params, Red: m.red}
+	m.core.Hook(m.onReady)
 	return m, nil
 }
 

@@ -186,9 +186,10 @@ func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) 
 
 // trainFSDP trains with fsdp on one rank and returns the full parameters
 // (in module order) and the model.
-func trainFSDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) ([][]float32, *Model, error) {
+func trainFSDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int, o Options) ([][]float32, *Model, error) {
 	mod := w.model()
-	m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})
+	o.Optimizer = adamW
+	m, err := Wrap(ctx, mod, w.units(mod), pg, o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -277,15 +278,21 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 					if err != nil {
 						t.Fatalf("rank %d ddp: %v", pg.Rank(), err)
 					}
-					got, _, err := trainFSDP(ctx, w, pg, steps)
-					if err != nil {
-						t.Fatalf("rank %d fsdp: %v", pg.Rank(), err)
+					opts := []Options{{}}
+					if world == 2 {
+						opts = append(opts, Options{KeepBuffers: true})
 					}
-					if err := compare(got, ref); err != nil {
-						t.Errorf("rank %d: fsdp vs ddp: %v", pg.Rank(), err)
-					}
-					if err := compareNorm(got, want); err != nil {
-						t.Errorf("rank %d: fsdp vs one process: %v", pg.Rank(), err)
+					for _, o := range opts {
+						got, _, err := trainFSDP(ctx, w, pg, steps, o)
+						if err != nil {
+							t.Fatalf("rank %d fsdp keep-buffers %v: %v", pg.Rank(), o.KeepBuffers, err)
+						}
+						if err := compare(got, ref); err != nil {
+							t.Errorf("rank %d: fsdp keep-buffers %v vs ddp: %v", pg.Rank(), o.KeepBuffers, err)
+						}
+						if err := compareNorm(got, want); err != nil {
+							t.Errorf("rank %d: fsdp keep-buffers %v vs one process: %v", pg.Rank(), o.KeepBuffers, err)
+						}
 					}
 				})
 			})
@@ -310,7 +317,7 @@ func TestMemory(t *testing.T) {
 	for _, world := range []int{2, 4} {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
 			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
-				_, m, err := trainFSDP(context.Background(), w, pg, 1)
+				_, m, err := trainFSDP(context.Background(), w, pg, 1, Options{})
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -339,7 +346,7 @@ func TestStateDicts(t *testing.T) {
 	var saved []zero.ShardedTensor
 	var full map[string]*tensor.Tensor
 	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
-		_, m, err := trainFSDP(context.Background(), w, pg, 2)
+		_, m, err := trainFSDP(context.Background(), w, pg, 2, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -463,7 +470,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 	const steps = 3
 	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
 		ctx := context.Background()
-		want, _, err := trainFSDP(ctx, w, pg, steps)
+		want, _, err := trainFSDP(ctx, w, pg, steps, Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -522,4 +529,63 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 			}
 		}
 	})
+}
+
+// TestOutsideUnit: a unit's parameter used outside Units.Run (a layer of
+// a unit called directly, or a unit's weight used again after the unit)
+// fails the step's Backward with an error naming the parameter and unit,
+// on every rank, without a hang; the next step through Units.Run works.
+func TestOutsideUnit(t *testing.T) {
+	tests := []struct {
+		name    string
+		forward func(net *nn.Sequential, x *autograd.Var) func(*Units) *autograd.Var
+		want    string
+	}{
+		{"layer called directly", func(net *nn.Sequential, x *autograd.Var) func(*Units) *autograd.Var {
+			return func(u *Units) *autograd.Var {
+				h := u.Run(0, x, net.Layers[0].Forward)
+				return net.Layers[2].Forward(autograd.ReLU(h))
+			}
+		}, `parameter "2.weight" of unit 1 was used outside the unit's forward (Units.Run): it received its gradient although the backward pass never reached the unit`},
+		{"weight reused after its unit", func(net *nn.Sequential, x *autograd.Var) func(*Units) *autograd.Var {
+			return func(u *Units) *autograd.Var {
+				h := u.Run(0, x, net.Layers[0].Forward)
+				h = u.Run(1, autograd.ReLU(h), net.Layers[2].Forward)
+				w := net.Layers[2].NamedParameters()[0].Param // 3×5, tied into a head
+				return autograd.MatMul(h, w)
+			}
+		}, `parameter "2.weight" of unit 1 was used outside the unit's forward (Units.Run): its gradient arrived before the unit's backward pass began`},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+				ctx := context.Background()
+				rng := rand.New(rand.NewPCG(1, 1))
+				net := nn.NewSequential(nn.NewLinear(rng, 4, 5, true), nn.ReLU{}, nn.NewLinear(rng, 5, 3, true))
+				m, err := Wrap(ctx, net, []nn.Module{net.Layers[0], net.Layers[2]}, pg, Options{Optimizer: adamW})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				x := autograd.NewVar(tensor.Full(1, 2, 4), false)
+				out, err := m.Call(ctx, tc.forward(net, x))
+				if err != nil {
+					t.Fatal(err)
+				}
+				err = m.Backward(ctx, autograd.Sum(out))
+				if err == nil || !strings.Contains(err.Error(), tc.want) {
+					t.Fatalf("rank %d: Backward: %v, want an error containing %q", pg.Rank(), err, tc.want)
+				}
+				m.ZeroGrad()
+				_, fwd := SequentialUnits(net)
+				out, err = m.Call(ctx, fwd(x))
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Backward(ctx, autograd.Sum(out)); err != nil {
+					t.Fatalf("rank %d: the next step: %v", pg.Rank(), err)
+				}
+			})
+		})
+	}
 }

@@ -22,7 +22,6 @@ package fsdp
 import (
 	"context"
 	"fmt"
-	"slices"
 
 	"cohort/autograd"
 	"cohort/dist"
@@ -47,6 +46,7 @@ func (m *Model) initGather() {
 	}
 	m.slotUnit = [2]int{-1, -1}
 	m.ready = make([]int, len(m.units))
+	m.entered = make([]bool, len(m.units))
 }
 
 // gather starts all-gathering bucket k of the parameters into buf.
@@ -58,7 +58,9 @@ func (m *Model) gather(ctx context.Context, k int, buf []float32) dist.Work {
 		copy(buf, in)
 		return nil
 	}
-	return m.pg.AllGather(ctx, dist.F32(buf), dist.F32(slices.Clone(in)))
+	// The shard is not written while a gather is in flight (Step and
+	// LoadShardedStateDict wait for every gather first): no copy.
+	return m.pg.AllGather(ctx, dist.F32(buf), dist.F32(in))
 }
 
 // startGather begins gathering unit u's parameters into its buffer, unless
@@ -67,9 +69,11 @@ func (m *Model) startGather(ctx context.Context, u int) error {
 	k := m.bucketOfUnit(u)
 	n := m.plan.Buckets[k].End - m.plan.Buckets[k].Start
 	if u == len(m.units)-1 {
-		if m.rootBuf == nil && n > 0 {
-			m.rootBuf = zero.AlignedFloats(n)
-			m.rootWork = m.gather(ctx, k, m.rootBuf)
+		if !m.rootOK && n > 0 {
+			if m.rootBuf == nil {
+				m.rootBuf = zero.AlignedFloats(n)
+			}
+			m.rootWork, m.rootOK = m.gather(ctx, k, m.rootBuf), true
 			m.account()
 		}
 		return nil
@@ -116,7 +120,7 @@ func (m *Model) hold(ctx context.Context, u int) error {
 		if w := m.rootWork; w != nil {
 			m.rootWork = nil
 			if err := w.Wait(); err != nil {
-				m.rootBuf = nil
+				m.rootOK = false
 				return fmt.Errorf("fsdp: all-gather of the root unit's parameters: %w", err)
 			}
 		}
@@ -159,8 +163,10 @@ func (m *Model) dropGathered() {
 	for s := range m.slots {
 		_ = m.waitSlot(s)
 	}
-	m.rootBuf, m.rootWork = nil, nil
-	m.slots, m.slotUnit = [2][]float32{}, [2]int{-1, -1}
+	m.rootWork, m.rootOK, m.slotUnit = nil, false, [2]int{-1, -1}
+	if !m.o.KeepBuffers {
+		m.rootBuf, m.slots = nil, [2][]float32{}
+	}
 	for u := range m.units {
 		m.release(u)
 	}
@@ -181,29 +187,40 @@ func (m *Model) gradReady(i int) {
 
 // reenter is the backward of unit u's output marker: it gathers the unit's
 // parameters back (for the graph of Call number gen) and prefetches unit
-// u−1's. Errors go to hookErr (Backward reports them).
+// u−1's. Errors are kept for Backward to report.
 func (m *Model) reenter(u, gen int) {
 	if gen != m.gen {
-		m.setHookErr(fmt.Errorf("fsdp: backward through unit %d of the graph of an earlier Call: finish each Call's backward pass before the next Call", u))
+		m.core.SetErr(fmt.Errorf("fsdp: backward through unit %d of the graph of an earlier Call: finish each Call's backward pass before the next Call", u))
 		return
 	}
 	m.inBack = true
+	m.entered[u] = true
+	for _, i := range m.units[u] {
+		// Gradients are armed per unit as its backward begins: one that
+		// is already there came from an op outside the unit.
+		if m.params[i].Param.Grad != nil {
+			m.core.SetErr(m.outside(i, "its gradient arrived before the unit's backward pass began"))
+		}
+	}
+	if m.red.Armed() && m.red.Syncing() {
+		m.armBucket(m.bucketOfUnit(u))
+	}
 	ctx := m.stepCtx()
 	if err := m.hold(ctx, u); err != nil {
-		m.setHookErr(err)
+		m.core.SetErr(err)
 		return
 	}
 	if !m.o.NoPrefetch && u > 0 {
 		if err := m.startGather(ctx, u-1); err != nil {
-			m.setHookErr(err)
+			m.core.SetErr(err)
 		}
 	}
 }
 
-func (m *Model) setHookErr(err error) {
-	if m.hookErr == nil {
-		m.hookErr = err
-	}
+// outside is the error for parameter i used outside its unit's forward.
+func (m *Model) outside(i int, why string) error {
+	u := m.unitOf[i]
+	return fmt.Errorf("fsdp: parameter %q of unit %d was used outside the unit's forward (Units.Run): %s; outside its unit a sharded parameter holds no values (a parameter that other code also uses belongs in the root: leave it out of the units)", m.params[i].Name, u, why)
 }
 
 // Units runs the units of one forward pass; Call hands it to the forward

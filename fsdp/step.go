@@ -5,11 +5,11 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"cohort/autograd"
 	"cohort/ddp/reducer"
 	"cohort/dist"
+	"cohort/internal/wrapcore"
 	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
@@ -41,34 +41,11 @@ func (m *Model) Shard() []nn.NamedParameter { return m.shard }
 func (m *Model) Optimizer() optim.Optimizer { return m.opt }
 
 // Close removes the gradient hooks. It is idempotent.
-func (m *Model) Close() error {
-	for _, rm := range m.removes {
-		rm()
-	}
-	m.removes, m.closed = nil, true
-	return nil
-}
-
-func (m *Model) usable(op string) error {
-	if m.closed {
-		return fmt.Errorf("fsdp: %s: model is closed", op)
-	}
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		m.red.Disarm()
-		return err
-	}
-	return nil
-}
+func (m *Model) Close() error { return m.core.Close() }
 
 // NoSync runs fn with gradient synchronisation off: gradients accumulate
 // locally, in full, until the next synchronised Backward.
-func (m *Model) NoSync(fn func() error) error {
-	prev := m.noSync
-	m.noSync = true
-	defer func() { m.noSync = prev }()
-	return fn()
-}
+func (m *Model) NoSync(fn func() error) error { return m.core.NoSync(fn) }
 
 // Call runs forward, a forward pass through the wrapped module that runs
 // each unit through Units.Run, with the root unit's parameters gathered
@@ -78,7 +55,7 @@ func (m *Model) NoSync(fn func() error) error {
 // slots, for the backward pass, which gathers the other units again (see
 // gather.go). Each Call's backward pass must run before the next Call.
 func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) (*autograd.Var, error) {
-	if err := m.usable("Call"); err != nil {
+	if err := m.core.Usable("Call"); err != nil {
 		return nil, err
 	}
 	if m.red.InFlight() {
@@ -88,6 +65,7 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 	m.gen++
 	m.inBack = false
 	clear(m.ready)
+	clear(m.entered)
 	m.nReady = 0
 	m.heldPeak = 0
 	m.account()
@@ -106,9 +84,14 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 		return nil, err
 	}
 	us := &Units{m: m, ctx: ctx}
-	m.red.Arm(!m.noSync, false)
-	if !m.noSync {
-		m.armViews()
+	m.red.Arm(!m.core.Syncless, false)
+	for _, ids := range m.units[:root] { // armed as each unit's backward begins
+		for _, i := range ids {
+			m.params[i].Param.Grad, m.views[i] = nil, nil
+		}
+	}
+	if !m.core.Syncless {
+		m.armBucket(m.bucketOfUnit(root))
 	}
 	out := forward(us)
 	for u := range m.units {
@@ -126,7 +109,7 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 // step, completes the reduce-scatter of every unit's gradients: this
 // rank's shard variables then hold their averaged gradient pieces.
 func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
-	if err := m.usable("Backward"); err != nil {
+	if err := m.core.Usable("Backward"); err != nil {
 		return err
 	}
 	if !m.red.Armed() {
@@ -136,9 +119,7 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	autograd.Backward(loss)
 	m.dropGathered() // parameters that received no gradient kept them
 	if !m.red.Armed() {
-		err := m.hookErr
-		m.hookErr = nil
-		return err
+		return m.core.TakeErr()
 	}
 	return m.finish()
 }
@@ -146,6 +127,9 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 // onReady runs from autograd when parameter i's gradient is final.
 func (m *Model) onReady(i int) {
 	p := m.params[i].Param
+	if u := m.unitOf[i]; u >= 0 && u < len(m.units)-1 && !m.entered[u] {
+		m.core.SetErr(m.outside(i, "it received its gradient although the backward pass never reached the unit"))
+	}
 	if m.red.Armed() && !m.red.Syncing() {
 		// NoSync: keep the sum locally, the parameter holds no shape.
 		if g := p.Grad; g != nil && g.Len() == m.plan.Numel[i] {
@@ -157,50 +141,14 @@ func (m *Model) onReady(i int) {
 		}
 		p.Grad = nil
 	}
-	err := m.red.Ready(i)
-	switch {
-	case errors.Is(err, reducer.ErrNotArmed):
-		err = fmt.Errorf("fsdp: gradient of parameter %q computed by a backward pass that did not start from Model.Call", m.params[i].Name)
-	case errors.Is(err, reducer.ErrTwice):
-		err = fmt.Errorf("fsdp: parameter %q received its gradient twice in one step", m.params[i].Name)
-	}
-	if err != nil && m.hookErr == nil {
-		m.hookErr = err
-	}
-	if m.red.Armed() && m.red.Syncing() && m.red.AllStarted() {
-		if err := m.finish(); err != nil && m.hookErr == nil {
-			m.hookErr = err
-		}
+	if m.core.Ready(i) {
+		m.core.SetErr(m.finish())
 	}
 	m.gradReady(i)
 }
 
 // finish completes the armed step.
-func (m *Model) finish() error {
-	if !m.red.Syncing() {
-		m.red.Disarm()
-		return nil
-	}
-	unused, takeErr, err := m.red.Finish()
-	if err != nil {
-		return err
-	}
-	if takeErr != nil {
-		return takeErr
-	}
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		return err
-	}
-	if len(unused) > 0 && !m.o.FindUnusedParameters {
-		names := make([]string, len(unused))
-		for k, i := range unused {
-			names[k] = fmt.Sprintf("%q", m.params[i].Name)
-		}
-		return fmt.Errorf("fsdp: Backward: parameters received no gradient in this step: %s (set Options.FindUnusedParameters if some parameters are legitimately unused, or freeze them)", strings.Join(names, ", "))
-	}
-	return nil
-}
+func (m *Model) finish() error { return m.core.Finish(m.o.FindUnusedParameters, nil) }
 
 func (m *Model) stepCtx() context.Context {
 	if m.ctx == nil {
@@ -220,7 +168,7 @@ func (io *reducerIO) Take(i int, used bool) error {
 	k := m.red.BucketOf(i)
 	b := m.plan.Buckets[k]
 	if m.scratch[k] == nil {
-		m.scratch[k] = make([]float32, b.End-b.Start)
+		m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
 	}
 	off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 	slot := m.scratch[k][off : off+n]
@@ -254,16 +202,19 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	if in == nil {
 		in = make([]float32, b.End-b.Start)
 	}
-	m.scratch[k] = nil
+	if !m.o.KeepBuffers {
+		m.scratch[k] = nil
+	}
 	for _, i := range b.Params { // the step's full gradients are dropped
 		m.params[i].Param.Grad, m.views[i] = nil, nil
 	}
+	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in)}
 	if m.world == 1 {
 		copy(out, in)
-		return doneHandle{}
+	} else {
+		h.Work = m.pg.ReduceScatter(m.stepCtx(), dist.F32(out), dist.F32(in), dist.Avg)
 	}
-	w := m.pg.ReduceScatter(m.stepCtx(), dist.F32(out), dist.F32(in), dist.Avg)
-	return workHandle{w: w, k: k, n: len(in)}
+	return h
 }
 
 // Agree implements reducer.IO (fsdp never rebuilds its buckets).
@@ -273,26 +224,6 @@ func (io *reducerIO) Agree(order []int) ([]int, error) { return order, nil }
 func (io *reducerIO) Replan([]int) ([][]int, error) {
 	return nil, errors.New("fsdp: buckets cannot be rebuilt")
 }
-
-type workHandle struct {
-	w    dist.Work
-	k, n int
-}
-
-func (h workHandle) Done() <-chan struct{} { return h.w.Done() }
-func (h workHandle) Finish() error {
-	if err := h.w.Wait(); err != nil {
-		return fmt.Errorf("fsdp: bucket %d: reduce-scatter of %d gradients: %w", h.k, h.n, err)
-	}
-	return nil
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-type doneHandle struct{}
-
-func (doneHandle) Done() <-chan struct{} { return closedChan }
-func (doneHandle) Finish() error         { return nil }
 
 // ZeroGrad clears the gradient shards and any NoSync sums.
 func (m *Model) ZeroGrad() {
@@ -314,7 +245,7 @@ func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (fl
 // otherwise nothing is communicated and nothing gathered is held between
 // steps. Call gathers the units as it reaches them.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.usable("Step"); err != nil {
+	if err := m.core.Usable("Step"); err != nil {
 		return err
 	}
 	if m.red.Armed() {
@@ -341,6 +272,9 @@ func (m *Model) Step(ctx context.Context) error {
 // GradBytes the gradient shard plus NoSync sums.
 func (m *Model) Memory() zero.Memory {
 	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)+len(m.rootBuf)+len(m.slots[0])+len(m.slots[1])), GradBytes: 4 * int64(len(m.shardGrad))}
+	for _, s := range m.scratch { // kept between steps under KeepBuffers
+		mem.GradBytes += 4 * int64(len(s))
+	}
 	for i, np := range m.params {
 		if m.plan.Offset[i] < 0 {
 			mem.ParamBytes += 4 * int64(np.Param.Value.Len())
@@ -463,14 +397,18 @@ func (m *Model) LoadOptimizerShards(entries []zero.ShardedTensor) error {
 	return nil
 }
 
-// armViews gives every bucket of a synchronised step a scratch buffer and
-// makes the parameters' Grads views of it, so that autograd accumulates
+// armBucket gives bucket k of a synchronised step a scratch buffer and
+// makes its parameters' Grads views of it, so that autograd accumulates
 // straight into the buffer that is reduce-scattered (NoSync sums are
-// carried in). Start drops each bucket's buffer and views.
-func (m *Model) armViews() {
-	for k, b := range m.plan.Buckets {
+// carried in). The root's bucket is armed by Call, a unit's as its
+// backward begins. Start drops the bucket's buffer and views.
+func (m *Model) armBucket(k int) {
+	b := m.plan.Buckets[k]
+	{
 		if m.scratch[k] == nil {
 			m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
+		} else {
+			clear(m.scratch[k]) // kept from the last step (KeepBuffers)
 		}
 		for _, i := range b.Params {
 			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]

@@ -46,12 +46,26 @@
 // rank's gradient shard as soon as it is full (the same traffic in total
 // with the parameter all-gather) and then drops the buffer and the Grads,
 // so that between steps only the 1/N shard is resident. The buckets are
-// never rebuilt (the optimizer state follows their layout).
+// never rebuilt (the optimizer state follows their layout). With
+// Options.KeepBuffers Stage2 keeps the scratch buffers and reuses them
+// (cleared at the next synchronised Call): no allocation and no freshly
+// faulted pages per step, for the memory of a full gradient, which
+// Memory.GradBytes then counts.
 //
 // Backward may also be plain autograd.Backward: when every trainable
 // parameter gets a gradient, the last gradient hook completes the step.
 // NoSync accumulates gradients locally (in full) for the next synchronised
-// step. Join (uneven inputs) is not supported.
+// step.
+//
+// Join (uneven inputs) works for both stages: a rank out of data shadows
+// the others' steps with zero gradients and, since it still owns a shard
+// of the optimizer state, also their clipping (each ClipGradNorm and Step
+// inside Join announces itself in a small all-reduce) and its shard's
+// step, so every rank ends with the same parameters; gradients are
+// averaged over the ranks still training, as ddp.Join does (tested equal
+// to ddp.Join on uneven batches). fsdp does not support Join: a joined
+// rank would have to replay the forward and backward passes' per-unit
+// gathers.
 //
 // # Step
 //

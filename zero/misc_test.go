@@ -30,7 +30,7 @@ func TestOptimizerMemory(t *testing.T) {
 		for _, stage := range []Stage{Stage1, Stage2} {
 			t.Run(fmt.Sprintf("%v/world=%d", stage, world), func(t *testing.T) {
 				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
-					_, m, err := trainZero(context.Background(), w, pg, stage, 1, false)
+					_, m, err := trainZero(context.Background(), w, pg, Options{Stage: stage}, 1, false)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -158,11 +158,11 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 		t.Run(stage.String(), func(t *testing.T) {
 			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
 				ctx := context.Background()
-				want, _, err := trainZero(ctx, w, pg, stage, steps, false)
+				want, _, err := trainZero(ctx, w, pg, Options{Stage: stage}, steps, false)
 				if err != nil {
 					t.Fatal(err)
 				}
-				got, _, err := trainZero(ctx, w, pg, stage, steps, true)
+				got, _, err := trainZero(ctx, w, pg, Options{Stage: stage}, steps, true)
 				if err != nil {
 					t.Fatal(err)
 				}
@@ -324,7 +324,7 @@ func TestReshardCheckpoint(t *testing.T) {
 	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
 		ctx := context.Background()
 		mod := w.model()
-		want, _, err := trainZero(ctx, w, pg, Stage2, 4, false)
+		want, _, err := trainZero(ctx, w, pg, Options{Stage: Stage2}, 4, false)
 		if err != nil {
 			t.Fatal(err)
 		}

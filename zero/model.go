@@ -5,12 +5,12 @@ import (
 	"errors"
 	"fmt"
 	"slices"
-	"strings"
 
 	"cohort/autograd"
 	"cohort/ddp"
 	"cohort/ddp/reducer"
 	"cohort/dist"
+	"cohort/internal/wrapcore"
 	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
@@ -37,8 +37,7 @@ type Model struct {
 	shard   []nn.NamedParameter // this rank's pieces as Vars
 	opt     optim.Optimizer
 	red     *reducer.Reducer
-	removes []func()
-	closed  bool
+	core    wrapcore.Core // hooks, their error, NoSync, finishing a step
 
 	// Invariants: len(flatParam) == plan.Len(); every parameter's Value is
 	// a view of its slot. Stage1: len(flatGrad) == plan.Len() and every
@@ -52,10 +51,9 @@ type Model struct {
 	views     []*tensor.Tensor // the Grad each parameter should have (Stage2: during a synchronised step)
 	gatherIn  []float32
 
-	noSync  bool
-	ctx     context.Context
-	hookErr error
-	steps   int64
+	join  *joinState // inside Join
+	ctx   context.Context
+	steps int64
 }
 
 var _ nn.Module = (*Model)(nil)
@@ -124,9 +122,8 @@ func Wrap(ctx context.Context, model nn.Module, pg dist.ProcessGroup, o Options)
 	if err := m.checkOptimizer(); err != nil {
 		return nil, err
 	}
-	for _, i := range m.red.Tracked() {
-		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
-	}
+	m.core = wrapcore.Core{Pkg: "zero", Params: m.params, Red: m.red}
+	m.core.Hook(m.onReady)
 	return m, nil
 }
 
@@ -269,35 +266,12 @@ func (m *Model) Shard() []nn.NamedParameter { return m.shard }
 func (m *Model) Optimizer() optim.Optimizer { return m.opt }
 
 // Close removes the gradient hooks. It is idempotent.
-func (m *Model) Close() error {
-	for _, rm := range m.removes {
-		rm()
-	}
-	m.removes, m.closed = nil, true
-	return nil
-}
-
-func (m *Model) usable(op string) error {
-	if m.closed {
-		return fmt.Errorf("zero: %s: model is closed", op)
-	}
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		m.red.Disarm()
-		return err
-	}
-	return nil
-}
+func (m *Model) Close() error { return m.core.Close() }
 
 // NoSync runs fn with gradient synchronisation off: gradients accumulate
 // locally (in full, on every rank) and the next synchronised Backward
 // reduces the sums. Every rank must use NoSync for the same steps.
-func (m *Model) NoSync(fn func() error) error {
-	prev := m.noSync
-	m.noSync = true
-	defer func() { m.noSync = prev }()
-	return fn()
-}
+func (m *Model) NoSync(fn func() error) error { return m.core.NoSync(fn) }
 
 // Forward runs the wrapped Layer's forward pass on x; see Call.
 func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, error) {
@@ -314,20 +288,29 @@ func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, er
 // when every trainable parameter receives a gradient the step's
 // reductions complete inside the last gradient hook.
 func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autograd.Var, error) {
-	if err := m.usable("Forward"); err != nil {
+	if err := m.core.Usable("Forward"); err != nil {
 		return nil, err
 	}
 	if m.red.InFlight() {
 		return nil, errors.New("zero: Forward: the previous backward pass was not finished with Backward (some parameter received no gradient, so it could not complete on its own)")
 	}
-	if !m.noSync && !m.o.NoBroadcastBuffers && len(m.buffers) > 0 {
+	if m.join != nil {
+		state := int64(ddp.JoinSyncing)
+		if m.core.Syncless {
+			state = ddp.JoinNoSync
+		}
+		if _, err := m.round(ctx, state); err != nil {
+			return nil, err
+		}
+	}
+	if !m.core.Syncless && !m.o.NoBroadcastBuffers && len(m.buffers) > 0 {
 		if err := m.broadcast(ctx, false); err != nil {
 			return nil, fmt.Errorf("zero: Forward: buffer broadcast from rank 0: %w", err)
 		}
 	}
 	m.ctx = ctx
-	m.red.Arm(!m.noSync, false)
-	if !m.noSync && m.o.Stage == Stage2 {
+	m.red.Arm(!m.core.Syncless, false)
+	if !m.core.Syncless && m.o.Stage == Stage2 {
 		m.armViews()
 	}
 	return forward(), nil
@@ -339,7 +322,7 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 // Stage1, every parameter's Grad holds the full average). The collectives
 // of the step are all issued even after an error, so no rank hangs.
 func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
-	if err := m.usable("Backward"); err != nil {
+	if err := m.core.Usable("Backward"); err != nil {
 		return err
 	}
 	if !m.red.Armed() {
@@ -348,57 +331,21 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	m.ctx = ctx
 	autograd.Backward(loss)
 	if !m.red.Armed() {
-		err := m.hookErr
-		m.hookErr = nil
-		return err
+		return m.core.TakeErr()
 	}
 	return m.finish()
 }
 
 // onReady runs from autograd when parameter i's gradient is final.
 func (m *Model) onReady(i int) {
-	err := m.red.Ready(i)
-	switch {
-	case errors.Is(err, reducer.ErrNotArmed):
-		err = fmt.Errorf("zero: gradient of parameter %q computed by a backward pass that did not start from Model.Call", m.params[i].Name)
-	case errors.Is(err, reducer.ErrTwice):
-		err = fmt.Errorf("zero: parameter %q received its gradient twice in one step", m.params[i].Name)
-	}
-	if err != nil && m.hookErr == nil {
-		m.hookErr = err
-	}
-	if m.red.Armed() && m.red.Syncing() && m.red.AllStarted() {
-		if err := m.finish(); err != nil && m.hookErr == nil {
-			m.hookErr = err
-		}
+	if m.core.Ready(i) {
+		m.core.SetErr(m.finish())
 	}
 }
 
 // finish completes the armed step.
 func (m *Model) finish() error {
-	if !m.red.Syncing() {
-		m.red.Disarm()
-		return nil
-	}
-	unused, takeErr, err := m.red.Finish()
-	if err != nil {
-		return err
-	}
-	if takeErr != nil {
-		return takeErr
-	}
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		return err
-	}
-	if len(unused) > 0 && !m.o.FindUnusedParameters {
-		names := make([]string, len(unused))
-		for k, i := range unused {
-			names[k] = fmt.Sprintf("%q", m.params[i].Name)
-		}
-		return fmt.Errorf("zero: Backward: parameters received no gradient in this step: %s (set Options.FindUnusedParameters if some parameters are legitimately unused, or freeze them)", strings.Join(names, ", "))
-	}
-	return nil
+	return m.core.Finish(m.o.FindUnusedParameters, m.averageOverActive)
 }
 
 func (m *Model) stepCtx() context.Context {
@@ -417,6 +364,8 @@ func (m *Model) armViews() {
 	for k, b := range m.plan.Buckets {
 		if m.scratch[k] == nil {
 			m.scratch[k] = AlignedFloats(b.End - b.Start)
+		} else {
+			clear(m.scratch[k]) // kept from the last step (KeepBuffers)
 		}
 		for _, i := range b.Params {
 			p := m.params[i].Param

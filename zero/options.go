@@ -62,6 +62,13 @@ type Options struct {
 	// NoBroadcastBuffers keeps each rank's buffers instead of broadcasting
 	// rank 0's before each synchronised forward.
 	NoBroadcastBuffers bool
+
+	// KeepBuffers (Stage2) keeps each bucket's full-gradient buffer
+	// between steps and reuses it, instead of dropping it once the bucket
+	// is reduce-scattered and allocating it again for the next step: no
+	// allocation and no fresh pages per step, for the memory of a full
+	// gradient (Memory.GradBytes counts the kept buffers).
+	KeepBuffers bool
 }
 
 func (o *Options) validate() error {

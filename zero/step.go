@@ -12,6 +12,7 @@ import (
 	"cohort/autograd"
 	"cohort/ddp/reducer"
 	"cohort/dist"
+	"cohort/internal/wrapcore"
 	"cohort/nn"
 	"cohort/optim"
 	"cohort/tensor"
@@ -63,13 +64,11 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	b := m.plan.Buckets[k]
 	ctx := m.stepCtx()
 	if m.o.Stage == Stage1 {
-		if m.world == 1 {
-			return doneHandle{}
+		h := wrapcore.Reduction{Pkg: "zero", Op: "all-reduce", Bucket: k, N: b.End - b.Start}
+		if m.world > 1 {
+			h.Work = m.pg.AllReduce(ctx, dist.F32(m.flatGrad[b.Start:b.End]), dist.Avg)
 		}
-		w := m.pg.AllReduce(ctx, dist.F32(m.flatGrad[b.Start:b.End]), dist.Avg)
-		return workHandle{w, func(err error) error {
-			return fmt.Errorf("zero: bucket %d: all-reduce of %d gradients: %w", k, b.End-b.Start, err)
-		}, nil}
+		return h
 	}
 	at := m.plan.ShardOffset(k)
 	out := m.shardGrad[at : at+b.Shard]
@@ -77,21 +76,20 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	if in == nil { // a bucket without parameters taken (shadow): zeros
 		in = make([]float32, b.End-b.Start)
 	}
-	release := func() {
-		m.scratch[k] = nil
+	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
+		if !m.o.KeepBuffers {
+			m.scratch[k] = nil
+		}
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
-	}
+	}}
 	if m.world == 1 {
 		copy(out, in)
-		release()
-		return doneHandle{}
+	} else {
+		h.Work = m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
 	}
-	w := m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
-	return workHandle{w, func(err error) error {
-		return fmt.Errorf("zero: bucket %d: reduce-scatter of %d gradients: %w", k, len(in), err)
-	}, release}
+	return h
 }
 
 // Agree implements reducer.IO; zero never rebuilds its buckets (the
@@ -102,31 +100,6 @@ func (io *reducerIO) Agree(order []int) ([]int, error) { return order, nil }
 func (io *reducerIO) Replan([]int) ([][]int, error) {
 	return nil, fmt.Errorf("zero: buckets cannot be rebuilt")
 }
-
-type workHandle struct {
-	w    dist.Work
-	wrap func(error) error
-	done func()
-}
-
-func (h workHandle) Done() <-chan struct{} { return h.w.Done() }
-func (h workHandle) Finish() error {
-	err := h.w.Wait()
-	if h.done != nil {
-		h.done()
-	}
-	if err != nil {
-		return h.wrap(err)
-	}
-	return nil
-}
-
-var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
-
-type doneHandle struct{}
-
-func (doneHandle) Done() <-chan struct{} { return closedChan }
-func (doneHandle) Finish() error         { return nil }
 
 // ZeroGrad clears every gradient the Model keeps: the shard gradients
 // and, under Stage1, the full gradient buffer (Stage2 drops the
@@ -147,15 +120,30 @@ func (m *Model) ZeroGrad() {
 // is 2 or math.Inf(1). Every rank must call it at the same point, after
 // Backward: it all-gathers one float64 per rank.
 func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
+	if m.join != nil {
+		if err := checkClip(maxNorm, normType); err != nil {
+			return 0, err
+		}
+		if _, _, _, err := m.phase(ctx, phaseClip, maxNorm, normType); err != nil {
+			return 0, err
+		}
+	}
 	return ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType)
+}
+
+func checkClip(maxNorm, normType float64) error {
+	if !(maxNorm >= 0) || (normType != 2 && !math.IsInf(normType, 1)) {
+		return fmt.Errorf("zero: ClipGradNorm: maxNorm %v, normType %v (want maxNorm >= 0 and normType 2 or +Inf)", maxNorm, normType)
+	}
+	return nil
 }
 
 // ClipShardNorm is ClipGradNorm over the shard variables of any sharded
 // wrapper (their Grads hold this rank's averaged gradient pieces; the
 // pieces of all ranks together cover the gradient once).
 func ClipShardNorm(ctx context.Context, pg dist.ProcessGroup, shard []nn.NamedParameter, maxNorm, normType float64) (float64, error) {
-	if !(maxNorm >= 0) || (normType != 2 && !math.IsInf(normType, 1)) {
-		return 0, fmt.Errorf("zero: ClipGradNorm: maxNorm %v, normType %v (want maxNorm >= 0 and normType 2 or +Inf)", maxNorm, normType)
+	if err := checkClip(maxNorm, normType); err != nil {
+		return 0, err
 	}
 	inf := math.IsInf(normType, 1)
 	vars := make([]*autograd.Var, len(shard))
@@ -212,12 +200,22 @@ func ClipShardNorm(ctx context.Context, pg dist.ProcessGroup, shard []nn.NamedPa
 // updates are elementwise: the bits equal one whole step). Every rank
 // must call it at the same point; it returns when every all-gather is done.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.usable("Step"); err != nil {
+	if err := m.core.Usable("Step"); err != nil {
 		return err
 	}
 	if m.red.Armed() {
 		return fmt.Errorf("zero: Step: the backward pass was not finished with Backward")
 	}
+	if m.join != nil {
+		if _, _, _, err := m.phase(ctx, phaseStep, 0, 0); err != nil {
+			return err
+		}
+	}
+	return m.step(ctx)
+}
+
+// step updates this rank's shard and all-gathers every bucket.
+func (m *Model) step(ctx context.Context) error {
 	m.steps++
 	if m.world == 1 || len(m.plan.Buckets) == 1 {
 		m.opt.Step()
@@ -312,6 +310,11 @@ func (m *Model) Memory() Memory {
 		}
 	}
 	mem.GradBytes += 4 * int64(len(m.flatGrad)+len(m.shardGrad))
+	if m.o.Stage == Stage2 && !m.red.Armed() { // between steps: buffers kept (KeepBuffers)
+		for _, s := range m.scratch {
+			mem.GradBytes += 4 * int64(len(s))
+		}
+	}
 	mem.OptimizerBytes = OptimizerBytes(m.opt)
 	return mem
 }

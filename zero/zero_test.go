@@ -162,9 +162,10 @@ func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) 
 
 // trainZero trains with zero on one rank; plainBackward uses
 // autograd.Backward instead of Model.Backward.
-func trainZero(ctx context.Context, w workload, pg dist.ProcessGroup, stage Stage, steps int, plainBackward bool) ([][]float32, *Model, error) {
+func trainZero(ctx context.Context, w workload, pg dist.ProcessGroup, o Options, steps int, plainBackward bool) ([][]float32, *Model, error) {
 	mod := w.model()
-	m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW})
+	o.Optimizer = adamW
+	m, err := Wrap(ctx, mod, pg, o)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -255,16 +256,20 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 					if err := compareNorm(ref, want); err != nil {
 						t.Errorf("rank %d: ddp vs one process: %v", pg.Rank(), err)
 					}
-					for _, stage := range []Stage{Stage1, Stage2} {
-						got, _, err := trainZero(ctx, w, pg, stage, steps, false)
+					opts := []Options{{Stage: Stage1}, {Stage: Stage2}}
+					if world == 2 {
+						opts = append(opts, Options{Stage: Stage2, KeepBuffers: true})
+					}
+					for _, o := range opts {
+						got, _, err := trainZero(ctx, w, pg, o, steps, false)
 						if err != nil {
-							t.Fatalf("rank %d %v: %v", pg.Rank(), stage, err)
+							t.Fatalf("rank %d %v keep-buffers %v: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
 						}
 						if err := compare(got, ref); err != nil {
-							t.Errorf("rank %d: %v vs ddp: %v", pg.Rank(), stage, err)
+							t.Errorf("rank %d: %v keep-buffers %v vs ddp: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
 						}
 						if err := compareNorm(got, want); err != nil {
-							t.Errorf("rank %d: %v vs one process: %v", pg.Rank(), stage, err)
+							t.Errorf("rank %d: %v keep-buffers %v vs one process: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
 						}
 					}
 				})

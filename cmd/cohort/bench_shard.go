@@ -14,6 +14,9 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
+	"runtime"
+	"runtime/pprof"
 	"syscall"
 	"time"
 
@@ -35,6 +38,9 @@ type shardSpec struct {
 	Batch  int    // samples per rank and step (gpt: sequences of shardSeqLen tokens); 0: 64 (mlp, cnn) or 32 (gpt), zero_bench.py's
 	Warmup int    // untimed steps
 	Steps  int    // timed steps
+	// CPUProfile, if set, is where this rank writes a CPU profile of the
+	// timed steps.
+	CPUProfile string
 }
 
 const (
@@ -81,8 +87,10 @@ func (s trainSpec) shardSpec() shardSpec {
 
 // shardWorkerRun is trainWorker's run function under --shard: it returns
 // the measurement in trainResult.Shard (and the common fields).
-func shardWorkerRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, _ string) (trainResult, error) {
-	r, err := shardTrainRun(ctx, s.shardSpec(), pg)
+func shardWorkerRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile string) (trainResult, error) {
+	spec := s.shardSpec()
+	spec.CPUProfile = cpuprofile
+	r, err := shardTrainRun(ctx, spec, pg)
 	if err != nil {
 		return trainResult{}, err
 	}
@@ -109,6 +117,7 @@ func printShardReport(w io.Writer, s trainSpec, r trainResult, asJSON bool) erro
 		"samples_per_s": sr.SamplesPerSec(), "last_loss": sr.LastLoss,
 		"opt_state_bytes": sr.Memory.OptimizerBytes, "param_bytes": sr.Memory.ParamBytes,
 		"grad_bytes": sr.Memory.GradBytes, "peak_rss_mib": float64(sr.PeakRSSBytes) / (1 << 20),
+		"allocs_per_step": sr.AllocsPerStep, "alloc_bytes_per_step": sr.AllocBytesPerStep, "gcs": sr.GCs,
 	}
 	b, err := json.Marshal(rec)
 	if err != nil {
@@ -130,6 +139,11 @@ type shardResult struct {
 	// measure of the work done that contention on a shared machine
 	// disturbs less than wall time (in a one-process group, all ranks').
 	CPU time.Duration
+	// AllocsPerStep and AllocBytesPerStep are this process's heap
+	// allocations per timed step (the whole step: model, loss, wrapper),
+	// GCs the collections over the timed steps.
+	AllocsPerStep, AllocBytesPerStep float64
+	GCs                              uint32
 }
 
 // SamplesPerSec is the group's training throughput.
@@ -141,6 +155,7 @@ func (r shardResult) SamplesPerSec() float64 { return float64(r.Samples) / r.Wal
 func printShardTrain(w io.Writer, s shardSpec, world int, r shardResult) {
 	fmt.Fprintf(w, "train: %s, %d params, world %d, shard %s, batch %d per rank, %d warm-up + %d timed steps, wall %.2f s, cpu %.2f s, last loss %.4f, gradient bytes/rank %d\n",
 		s.Model, r.Params, world, s.Shard, s.batch(), s.Warmup, s.Steps, r.Wall.Seconds(), r.CPU.Seconds(), r.LastLoss, r.Memory.GradBytes)
+	fmt.Fprintf(w, "train: rank 0 heap allocations per step %.0f (%.1f MiB), %d GCs\n", r.AllocsPerStep, r.AllocBytesPerStep/(1<<20), r.GCs)
 	fmt.Fprintf(w, "train: %s world %d shard %s samples/s %.1f state-bytes/rank %d param-bytes/rank %d peak-rss-MiB %.1f\n",
 		s.Model, world, s.Shard, r.SamplesPerSec(), r.Memory.OptimizerBytes, r.Memory.ParamBytes, float64(r.PeakRSSBytes)/(1<<20))
 }
@@ -291,56 +306,20 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 		if s.Shard == "zero2" {
 			stage = zero.Stage2
 		}
-		m, err := zero.Wrap(ctx, mod, pg, zero.Options{Stage: stage, Optimizer: shardAdamW})
+		m, err := zero.Wrap(ctx, mod, pg, zero.Options{Stage: stage, Optimizer: shardAdamW, KeepBuffers: keepBuffers()})
 		if err != nil {
 			return res, err
 		}
 		defer m.Close()
-		step = func(i int) (*autograd.Var, error) {
-			b := batch(i)
-			out, err := m.Call(ctx, b.plain)
-			if err != nil {
-				return nil, err
-			}
-			loss := b.loss(out)
-			if err := m.Backward(ctx, loss); err != nil {
-				return nil, err
-			}
-			if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
-				return nil, err
-			}
-			if err := m.Step(ctx); err != nil {
-				return nil, err
-			}
-			m.ZeroGrad()
-			return loss, nil
-		}
+		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.plain) }, batch)
 		memory = m.Memory
 	case "fsdp":
-		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW})
+		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW, KeepBuffers: keepBuffers()})
 		if err != nil {
 			return res, err
 		}
 		defer m.Close()
-		step = func(i int) (*autograd.Var, error) {
-			b := batch(i)
-			out, err := m.Call(ctx, b.units)
-			if err != nil {
-				return nil, err
-			}
-			loss := b.loss(out)
-			if err := m.Backward(ctx, loss); err != nil {
-				return nil, err
-			}
-			if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
-				return nil, err
-			}
-			if err := m.Step(ctx); err != nil {
-				return nil, err
-			}
-			m.ZeroGrad()
-			return loss, nil
-		}
+		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.units) }, batch)
 		memory = m.Memory
 	}
 	for i := range s.Warmup {
@@ -351,6 +330,13 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		return res, fmt.Errorf("barrier after warm-up: %w", err)
 	}
+	stop, err := shardProfile(s.CPUProfile)
+	if err != nil {
+		return res, err
+	}
+	defer stop()
+	var ms0 runtime.MemStats
+	runtime.ReadMemStats(&ms0)
 	start, cpu0 := time.Now(), processCPU()
 	for i := range s.Steps {
 		loss, err := step(s.Warmup + i)
@@ -364,10 +350,71 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 	}
 	res.Wall, res.CPU = time.Since(start), processCPU()-cpu0
 	res.Samples = pg.Size() * s.batch() * s.Steps
+	var ms1 runtime.MemStats
+	runtime.ReadMemStats(&ms1)
+	res.AllocsPerStep = float64(ms1.Mallocs-ms0.Mallocs) / float64(s.Steps)
+	res.AllocBytesPerStep = float64(ms1.TotalAlloc-ms0.TotalAlloc) / float64(s.Steps)
+	res.GCs = ms1.NumGC - ms0.NumGC
 	res.Memory = memory()
 	res.PeakRSSBytes, _ = zero.PeakRSSBytes() // 0 where /proc is missing
 	return res, nil
 }
+
+// shardModel is what a sharded wrapper (zero.Model, fsdp.Model) offers
+// a training step after its forward pass.
+type shardModel interface {
+	Backward(ctx context.Context, loss *autograd.Var) error
+	ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error)
+	Step(ctx context.Context) error
+	ZeroGrad()
+}
+
+// shardStep returns the benchmark's training step under a sharded
+// wrapper: call runs the batch's forward pass through m, then backward,
+// clipping, the optimizer step and zeroing.
+func shardStep(ctx context.Context, m shardModel, call func(shardBatch) (*autograd.Var, error), batch func(int) shardBatch) func(int) (*autograd.Var, error) {
+	return func(i int) (*autograd.Var, error) {
+		b := batch(i)
+		out, err := call(b)
+		if err != nil {
+			return nil, err
+		}
+		loss := b.loss(out)
+		if err := m.Backward(ctx, loss); err != nil {
+			return nil, err
+		}
+		if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
+			return nil, err
+		}
+		if err := m.Step(ctx); err != nil {
+			return nil, err
+		}
+		m.ZeroGrad()
+		return loss, nil
+	}
+}
+
+// shardProfile starts a CPU profile into path (nothing if path is empty)
+// and returns the function that stops it.
+func shardProfile(path string) (stop func(), err error) {
+	if path == "" {
+		return func() {}, nil
+	}
+	f, err := os.Create(path)
+	if err == nil {
+		err = pprof.StartCPUProfile(f)
+	}
+	if err != nil {
+		return nil, errors.Join(err, f.Close())
+	}
+	return func() { pprof.StopCPUProfile(); f.Close() }, nil
+}
+
+// keepBuffers reports whether COHORT_SHARD_KEEP_BUFFERS=1 asks the
+// sharded wrappers to keep their gradient and gather buffers between steps
+// (zero.Options.KeepBuffers, fsdp.Options.KeepBuffers); the reported
+// memory then counts them.
+func keepBuffers() bool { return os.Getenv("COHORT_SHARD_KEEP_BUFFERS") == "1" }
 
 // processCPU returns the process's user+system CPU time so far (0 where
 // getrusage fails).

@@ -1,0 +1,95 @@
+// Package proctest runs test cases whose ranks are real processes: copies
+// of the calling test binary started by the launcher, each joining the
+// job's process group, training, and writing its final parameters to a
+// file the parent test reads back. Test code only.
+package proctest
+
+import (
+	"bytes"
+	"context"
+	"encoding/gob"
+	"fmt"
+	"os"
+	"path/filepath"
+	"testing"
+	"time"
+
+	"cohort/dist"
+	"cohort/dist/rendezvous"
+	"cohort/launch"
+)
+
+// Env names the two variables a parent test sets for its rank processes:
+// Case selects the case, Out the folder the ranks write to.
+type Env struct{ Case, Out string }
+
+// Child reports the case this process runs as a rank ("" in the parent
+// test).
+func (e Env) Child() string { return os.Getenv(e.Case) }
+
+// Launch runs world copies of this test binary restricted to the test
+// named test (a top-level Test function), with e.Case set to name, and
+// returns every rank's parameters in rank order. It fails t with the
+// ranks' output if a rank fails or writes nothing.
+func (e Env) Launch(t *testing.T, test, name string, world int) [][][]float32 {
+	t.Helper()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	err := launch.Run(ctx, launch.Config{
+		NProcPerNode: world,
+		Program:      os.Args[0],
+		Args:         []string{"-test.run=^" + test + "$", "-test.timeout=1m"},
+		Env:          append(os.Environ(), e.Case+"="+name, e.Out+"="+dir),
+		Stdout:       &out,
+		Stderr:       &out,
+	})
+	if err != nil {
+		t.Fatalf("ranks failed: %v\nrank output:\n%s", err, out.String())
+	}
+	got := make([][][]float32, world)
+	for r := range got {
+		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.gob", r)))
+		if err != nil {
+			t.Fatalf("rank %d wrote no parameters: %v\nrank output:\n%s", r, err, out.String())
+		}
+		if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&got[r]); err != nil {
+			t.Fatalf("rank %d's parameters: %v", r, err)
+		}
+	}
+	return got
+}
+
+// Rank is the body of one rank process: it joins the job's process group
+// over transport, runs train and writes the parameters it returns for
+// the parent, then waits for every rank (no rank closes its links while
+// another still reads).
+func (e Env) Rank(t *testing.T, transport string, train func(ctx context.Context, pg dist.ProcessGroup) ([][]float32, error)) {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	defer cancel()
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: transport, Group: dist.GroupOptions{Timeout: 30 * time.Second}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer pg.Close()
+	params, err := train(ctx, pg)
+	if err != nil {
+		t.Fatalf("rank %d: %v", pg.Rank(), err)
+	}
+	var buf bytes.Buffer
+	if err := gob.NewEncoder(&buf).Encode(params); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(os.Getenv(e.Out), fmt.Sprintf("rank%d.gob", pg.Rank())), buf.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := pg.Barrier(ctx).Wait(); err != nil {
+		t.Fatal(err)
+	}
+}

@@ -1,0 +1,196 @@
+package zero
+
+import (
+	"context"
+	"fmt"
+	"strings"
+	"testing"
+
+	"cohort/autograd"
+	"cohort/ddp"
+	"cohort/dist"
+	"cohort/dist/disttest"
+	"cohort/nn"
+	"cohort/optim"
+)
+
+// joinSteps is how many steps rank r trains in the uneven-input tests:
+// rank 0 the most, each further rank one fewer.
+func joinSteps(r int) int { return 4 - r }
+
+// trainDDPJoin trains with ddp inside Join on uneven data.
+func trainDDPJoin(ctx context.Context, w workload, pg dist.ProcessGroup) ([][]float32, error) {
+	mod := w.model()
+	m, err := ddp.WrapModule(ctx, mod, pg, ddp.Options{GradientAsBucketView: true})
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	opt, err := adamW(mod.NamedParameters())
+	if err != nil {
+		return nil, err
+	}
+	err = m.Join(ctx, unevenLoop(ctx, w, mod, pg, m.Call, m.Backward, func() error {
+		if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
+			return err
+		}
+		opt.Step()
+		opt.ZeroGrad()
+		return nil
+	}))
+	return snapshot(mod), err
+}
+
+// trainZeroJoin trains with zero inside Join on uneven data; clip selects
+// whether the steps clip (the joined ranks learn it from the announcement).
+func trainZeroJoin(ctx context.Context, w workload, pg dist.ProcessGroup, o Options, clip bool) ([][]float32, error) {
+	mod := w.model()
+	o.Optimizer = adamW
+	m, err := Wrap(ctx, mod, pg, o)
+	if err != nil {
+		return nil, err
+	}
+	defer m.Close()
+	err = m.Join(ctx, unevenLoop(ctx, w, mod, pg, m.Call, m.Backward, func() error {
+		if clip {
+			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+				return err
+			}
+		}
+		if err := m.Step(ctx); err != nil {
+			return err
+		}
+		m.ZeroGrad()
+		return nil
+	}))
+	return snapshot(mod), err
+}
+
+// unevenLoop is the training loop of rank r inside Join: joinSteps(r)
+// steps of forward (call), backward and update.
+func unevenLoop(ctx context.Context, w workload, mod nn.Module, pg dist.ProcessGroup,
+	call func(context.Context, func() *autograd.Var) (*autograd.Var, error),
+	backward func(context.Context, *autograd.Var) error, update func() error) func() error {
+	return func() error {
+		n, r := pg.Size(), pg.Rank()
+		for s := range joinSteps(r) {
+			fwd, loss := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
+			out, err := call(ctx, fwd)
+			if err != nil {
+				return err
+			}
+			if err := backward(ctx, loss(out)); err != nil {
+				return err
+			}
+			if err := update(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
+}
+
+// TestJoinUnevenEqualsDDP: with uneven inputs (rank r trains 4−r steps)
+// zero1 and zero2 inside Join end with DDP-inside-Join's parameters on
+// every rank, within float32 rounding, with and without clipping.
+func TestJoinUnevenEqualsDDP(t *testing.T) {
+	w := workloads()[1] // the CNN: small, and with two kinds of layers
+	for _, world := range []int{2, 3} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+				ctx := context.Background()
+				want, err := trainDDPJoin(ctx, w, pg)
+				if err != nil {
+					t.Fatalf("rank %d ddp: %v", pg.Rank(), err)
+				}
+				for _, o := range []Options{{Stage: Stage1}, {Stage: Stage2}, {Stage: Stage2, KeepBuffers: true}} {
+					got, err := trainZeroJoin(ctx, w, pg, o, true)
+					if err != nil {
+						t.Fatalf("rank %d %v: %v", pg.Rank(), o.Stage, err)
+					}
+					if err := compare(got, want); err != nil {
+						t.Errorf("rank %d: %v (keep buffers %v) in Join vs ddp in Join: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
+					}
+				}
+				// Without clipping: the joined ranks follow too.
+				a, err := trainZeroJoin(ctx, w, pg, Options{Stage: Stage2}, false)
+				if err != nil {
+					t.Fatalf("rank %d without clipping: %v", pg.Rank(), err)
+				}
+				all := make([]float32, 0)
+				for _, p := range a {
+					all = append(all, p...)
+				}
+				got := make([]float32, len(all)*world)
+				if err := pg.AllGather(ctx, dist.F32(got), dist.F32(all)).Wait(); err != nil {
+					t.Fatal(err)
+				}
+				for r := 1; r < world; r++ {
+					if err := compare([][]float32{got[r*len(all) : (r+1)*len(all)]}, [][]float32{got[:len(all)]}); err != nil {
+						t.Errorf("rank %d differs from rank 0 after Join without clipping: %v", r, err)
+					}
+				}
+			})
+		})
+	}
+}
+
+// TestJoinErrors: a rank whose loop fails between steps makes the others
+// fail naming it; ranks that disagree on clipping fail naming both.
+func TestJoinErrors(t *testing.T) {
+	w := workloads()[0]
+	t.Run("failed rank", func(t *testing.T) {
+		disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+			ctx := context.Background()
+			mod := w.model()
+			m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			err = m.Join(ctx, func() error {
+				if pg.Rank() == 1 {
+					return fmt.Errorf("no data file")
+				}
+				fwd, _ := w.batch(mod, 0, 0, 6)
+				_, err := m.Call(ctx, fwd)
+				return err
+			})
+			want := "no data file"
+			if pg.Rank() == 0 {
+				want = "ranks [1] stopped training with an error"
+			}
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("rank %d: Join: %v, want an error containing %q", pg.Rank(), err, want)
+			}
+		})
+	})
+	t.Run("disagreeing clip", func(t *testing.T) {
+		disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+			ctx := context.Background()
+			mod := w.model()
+			m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			err = m.Join(ctx, func() error {
+				r := pg.Rank()
+				fwd, loss := w.batch(mod, 0, r*6, r*6+6)
+				out, err := m.Call(ctx, fwd)
+				if err != nil {
+					return err
+				}
+				if err := m.Backward(ctx, loss(out)); err != nil {
+					return err
+				}
+				_, err = m.ClipGradNorm(ctx, float64(1+r), 2)
+				return err
+			})
+			want := "zero: Join: ranks 0 and 1 disagree on the step: ClipGradNorm(1, 2) vs ClipGradNorm(2, 2)"
+			if err == nil || !strings.Contains(err.Error(), want) {
+				t.Errorf("rank %d: Join: %v, want an error containing %q", pg.Rank(), err, want)
+			}
+		})
+	})
+}
