@@ -672,9 +672,17 @@ func (g *mpiGroup) AllGather(ctx context.Context, out, in Buffer) Work {
 		err = fmt.Errorf("dist: allgather: output has %d elements, want %d = %d ranks × %d input elements",
 			out.Len(), g.size*in.Len(), g.size, in.Len())
 	}
+	inPlace := false
+	if err == nil {
+		inPlace, err = gatherInPlace(out, in, g.rank)
+	}
 	o := &mpiOp{kind: collective.AllGather, fn: "MPI_Iallgather", err: err}
 	o.start = func(o *mpiOp) int32 {
-		return g.p.lib.Iallgather(o.data(in), o.data(out), in.Len(), g.dtype(in.DType), g.comm, &o.r.Req)
+		src := o.data(in)
+		if inPlace {
+			src = nil // MPI_IN_PLACE: MPI may not be given aliased buffers
+		}
+		return g.p.lib.Iallgather(src, o.data(out), in.Len(), g.dtype(in.DType), g.comm, &o.r.Req)
 	}
 	return g.submit(ctx, o)
 }

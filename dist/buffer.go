@@ -58,6 +58,21 @@ func (b Buffer) Len() int {
 	}
 }
 
+// Slice returns the elements [lo, hi) of b, sharing its memory.
+func (b Buffer) Slice(lo, hi int) Buffer {
+	switch b.DType {
+	case Float32:
+		b.f32 = b.f32[lo:hi]
+	case Float64:
+		b.f64 = b.f64[lo:hi]
+	case Int64:
+		b.i64 = b.i64[lo:hi]
+	default:
+		b.u16 = b.u16[lo:hi]
+	}
+	return b
+}
+
 // Float32s, Float64s, Int64s and Uint16s return the underlying slice (nil
 // for another dtype).
 func (b Buffer) Float32s() []float32 { return b.f32 }

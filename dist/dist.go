@@ -47,7 +47,9 @@ type ProcessGroup interface {
 	// Reduce leaves the reduction in root's buf.
 	Reduce(ctx context.Context, buf Buffer, root int, op ReduceOp) Work
 	// AllGather concatenates every rank's in (equal lengths) into out,
-	// rank order; len(out) == Size()·len(in).
+	// rank order; len(out) == Size()·len(in). in may be this rank's own
+	// chunk of out (out[Rank()·len(in):][:len(in)]): the gather then runs
+	// in place, without copying it. Any other overlap is an error.
 	AllGather(ctx context.Context, out, in Buffer) Work
 	// ReduceScatter reduces in (Size()·len(out) elements) across ranks and
 	// leaves chunk Rank() of the result in out.

@@ -555,6 +555,25 @@ func (g *group) NewGroup(ctx context.Context, ranks []int) (ProcessGroup, error)
 }
 
 // bytesOf views a buffer's elements as raw bytes (no copy).
+// gatherInPlace reports whether an all-gather's in is exactly rank's own
+// chunk of out (an in-place gather), and returns an error when the two
+// overlap otherwise.
+func gatherInPlace(out, in Buffer, rank int) (bool, error) {
+	o, i := bytesOf(out), bytesOf(in)
+	if len(o) == 0 || len(i) == 0 {
+		return false, nil
+	}
+	ob, ib := uintptr(unsafe.Pointer(&o[0])), uintptr(unsafe.Pointer(&i[0]))
+	if ib+uintptr(len(i)) <= ob || ob+uintptr(len(o)) <= ib {
+		return false, nil
+	}
+	if ib == ob+uintptr(rank*len(i)) {
+		return true, nil
+	}
+	return false, fmt.Errorf("dist: allgather: the input overlaps the output but is not this rank's chunk of it (rank %d, elements %d to %d)",
+		rank, rank*in.Len(), (rank+1)*in.Len())
+}
+
 func bytesOf(b Buffer) []byte {
 	var p unsafe.Pointer
 	var n int

@@ -84,11 +84,15 @@
 //
 // # Buffers
 //
-// By default the gathered-parameter and full-gradient buffers are freed
-// after each backward pass, so that between steps a rank holds 1/N of
-// everything. Options.KeepBuffers keeps and reuses them instead: no
-// allocation and no freshly faulted pages per step, for the memory of the
-// root, two units and a full gradient (Memory counts them).
+// The gathered-parameter buffers (the root and the two slots) are kept
+// between steps and reused, as are the unit gradient buffers, each handed
+// back once its reduce-scatter is done and reused by a later unit or step
+// (up to the two largest units' size): a steady-state step allocates
+// none of them, where fresh ones would cost zeroing or page faults and
+// garbage collection every step. They hold no state between steps and
+// are bounded by what a step's peak needs anyway; Memory.BufferBytes
+// counts them. Options.FreeBuffers frees them after every backward pass
+// instead, so that between steps a rank holds only 1/N of everything.
 //
 // # Memory, and what differs from PyTorch
 //

@@ -33,14 +33,15 @@ type Options struct {
 	// FindUnusedParameters lets a synchronised backward leave parameters
 	// without a gradient (they contribute zero).
 	FindUnusedParameters bool
-	// KeepBuffers keeps the buffers of gathered parameters (the root and
-	// the two unit slots) and of full gradients (one per unit) between
-	// steps and reuses them, instead of freeing them after the backward
-	// pass and allocating them again in the next Call: no allocation and
-	// no fresh pages per step, for the memory of the root, two units and
-	// a full gradient (Memory counts the kept buffers: between steps
-	// ParamBytes is then the shard plus the root and two slots).
-	KeepBuffers bool
+	// FreeBuffers frees the buffers of gathered parameters (the root and
+	// the two unit slots) and of full gradients after every backward
+	// pass, so that between steps a rank holds 1/N of everything; each
+	// step then allocates (zeroes or faults in, and later collects) them
+	// afresh. By default they are kept and reused (Memory.BufferBytes):
+	// the slots and the root, which every step holds at its peak anyway,
+	// and unit gradient buffers up to the two largest units' size, each
+	// reused once its reduce-scatter is done.
+	FreeBuffers bool
 }
 
 // Model is a module whose parameters, gradients and optimizer state are
@@ -72,7 +73,8 @@ type Model struct {
 	stash       []*tensor.Tensor
 	views       []*tensor.Tensor // during a synchronised step: the Grad each parameter should have
 	scratch     [][]float32
-	core        wrapcore.Core // hooks, their error, NoSync, finishing a step
+	bufs        wrapcore.Buffers // unit gradient buffers kept for reuse
+	core        wrapcore.Core    // hooks, their error, NoSync, finishing a step
 
 	// Gathered parameters (gather.go). Invariants: the root's full values
 	// are in rootBuf from Call to the end of the backward pass; unit u's
@@ -233,6 +235,17 @@ func (m *Model) shardParams(ctx context.Context) error {
 	}
 	m.shardParam = zero.AlignedFloats(p.ShardLen())
 	m.shardGrad = zero.AlignedFloats(p.ShardLen())
+	if !m.o.FreeBuffers { // the two largest buckets
+		var first, second int
+		for _, b := range p.Buckets {
+			if n := b.End - b.Start; n > first {
+				first, second = n, first
+			} else if n > second {
+				second = n
+			}
+		}
+		m.bufs.Limit = first + second
+	}
 	for k, b := range p.Buckets {
 		lo, hi := b.ShardRange(m.rank)
 		copy(m.shardParam[p.ShardOffset(k):], full[lo:hi])
@@ -298,27 +311,55 @@ func placeholder(shape []int) *tensor.Tensor {
 }
 
 // SequentialUnits makes every layer of s that has parameters a unit and
-// returns the units and, for an input x, the forward function Call takes
-// (the layers applied one by one, each unit through Units.Run).
+// returns the units and, for an input x, the forward function Call takes.
+// The forward function runs s's layers in order; each unit runs through
+// Units.Run together with the parameterless layers that follow it (its
+// activation, a pooling layer), as one nn.Sequential, so that the fused
+// runs s.Forward uses (Linear+ReLU, Conv2d+ReLU+MaxPool2d) are fused under
+// fsdp too. Layers before the first unit run outside any unit.
 func SequentialUnits(s *nn.Sequential) (units []nn.Module, forward func(x *autograd.Var) func(*Units) *autograd.Var) {
-	unitOf := make([]int, len(s.Layers))
-	for i, l := range s.Layers {
-		unitOf[i] = -1
-		if len(l.NamedParameters()) > 0 {
-			unitOf[i] = len(units)
-			units = append(units, l)
+	runs := sequentialRuns(s)
+	for _, r := range runs {
+		if r.unit >= 0 {
+			units = append(units, r.seq.Layers[0])
 		}
 	}
 	return units, func(x *autograd.Var) func(*Units) *autograd.Var {
 		return func(u *Units) *autograd.Var {
-			for i, l := range s.Layers {
-				if unitOf[i] >= 0 {
-					x = u.Run(unitOf[i], x, l.Forward)
+			for _, r := range runs {
+				if r.unit >= 0 {
+					x = u.Run(r.unit, x, r.seq.Forward)
 				} else {
-					x = l.Forward(x)
+					x = r.seq.Forward(x)
 				}
 			}
 			return x
 		}
 	}
+}
+
+// layerRun is a run of a Sequential's layers: a unit (a layer with
+// parameters) and the parameterless layers after it, or (unit −1) the
+// parameterless layers before the first unit.
+type layerRun struct {
+	unit int
+	seq  *nn.Sequential
+}
+
+func sequentialRuns(s *nn.Sequential) []layerRun {
+	var runs []layerRun
+	units := 0
+	for _, l := range s.Layers {
+		if len(l.NamedParameters()) > 0 {
+			runs = append(runs, layerRun{units, nn.NewSequential(l)})
+			units++
+			continue
+		}
+		if len(runs) == 0 {
+			runs = append(runs, layerRun{-1, nn.NewSequential()})
+		}
+		last := runs[len(runs)-1].seq
+		last.Layers = append(last.Layers, l)
+	}
+	return runs
 }

@@ -6,6 +6,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -280,18 +281,18 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 					}
 					opts := []Options{{}}
 					if world == 2 {
-						opts = append(opts, Options{KeepBuffers: true})
+						opts = append(opts, Options{FreeBuffers: true})
 					}
 					for _, o := range opts {
 						got, _, err := trainFSDP(ctx, w, pg, steps, o)
 						if err != nil {
-							t.Fatalf("rank %d fsdp keep-buffers %v: %v", pg.Rank(), o.KeepBuffers, err)
+							t.Fatalf("rank %d fsdp free-buffers %v: %v", pg.Rank(), o.FreeBuffers, err)
 						}
 						if err := compare(got, ref); err != nil {
-							t.Errorf("rank %d: fsdp keep-buffers %v vs ddp: %v", pg.Rank(), o.KeepBuffers, err)
+							t.Errorf("rank %d: fsdp free-buffers %v vs ddp: %v", pg.Rank(), o.FreeBuffers, err)
 						}
 						if err := compareNorm(got, want); err != nil {
-							t.Errorf("rank %d: fsdp keep-buffers %v vs one process: %v", pg.Rank(), o.KeepBuffers, err)
+							t.Errorf("rank %d: fsdp free-buffers %v vs one process: %v", pg.Rank(), o.FreeBuffers, err)
 						}
 					}
 				})
@@ -587,5 +588,29 @@ func TestOutsideUnit(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestSequentialRuns: each unit runs with the parameterless layers after
+// it as one nn.Sequential (so that Linear+ReLU and Conv2d+ReLU+MaxPool2d
+// are fused as nn.Sequential fuses them); layers before the first unit run
+// on their own.
+func TestSequentialRuns(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	seq := nn.NewSequential(nn.Flatten{}, nn.NewLinear(rng, 4, 3, true), nn.ReLU{}, nn.NewLinear(rng, 3, 2, true))
+	var got []string
+	for _, r := range sequentialRuns(seq) {
+		var names []string
+		for _, l := range r.seq.Layers {
+			names = append(names, fmt.Sprintf("%T", l))
+		}
+		got = append(got, fmt.Sprintf("%d:%s", r.unit, strings.Join(names, ",")))
+	}
+	want := []string{"-1:nn.Flatten", "0:*nn.Linear,nn.ReLU", "1:*nn.Linear"}
+	if !slices.Equal(got, want) {
+		t.Errorf("runs %q, want %q", got, want)
+	}
+	if units, _ := SequentialUnits(seq); len(units) != 2 || units[0] != seq.Layers[1] || units[1] != seq.Layers[3] {
+		t.Errorf("units %v, want the two Linear layers", units)
 	}
 }

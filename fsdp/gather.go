@@ -154,8 +154,9 @@ func (m *Model) account() {
 }
 
 // dropGathered releases every gathered buffer (waiting for any gather in
-// flight) and every parameter's values; the garbage collector frees the
-// buffers once no autograd graph refers to them.
+// flight) and every parameter's values. The buffers are kept for the next
+// step, or with FreeBuffers left to the garbage collector, which frees
+// them once no autograd graph refers to them.
 func (m *Model) dropGathered() {
 	if w := m.rootWork; w != nil {
 		_ = w.Wait() // an unused prefetch; its error resurfaces in the group
@@ -164,7 +165,7 @@ func (m *Model) dropGathered() {
 		_ = m.waitSlot(s)
 	}
 	m.rootWork, m.rootOK, m.slotUnit = nil, false, [2]int{-1, -1}
-	if !m.o.KeepBuffers {
+	if m.o.FreeBuffers {
 		m.rootBuf, m.slots = nil, [2][]float32{}
 	}
 	for u := range m.units {

@@ -168,7 +168,7 @@ func (io *reducerIO) Take(i int, used bool) error {
 	k := m.red.BucketOf(i)
 	b := m.plan.Buckets[k]
 	if m.scratch[k] == nil {
-		m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
+		m.scratch[k] = m.bufs.Get(b.End - b.Start)
 	}
 	off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 	slot := m.scratch[k][off : off+n]
@@ -200,19 +200,19 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	out := m.shardGrad[at : at+b.Shard]
 	in := m.scratch[k]
 	if in == nil {
-		in = make([]float32, b.End-b.Start)
+		in = m.bufs.Get(b.End - b.Start)
 	}
-	if !m.o.KeepBuffers {
-		m.scratch[k] = nil
-	}
+	m.scratch[k] = nil
 	for _, i := range b.Params { // the step's full gradients are dropped
 		m.params[i].Param.Grad, m.views[i] = nil, nil
 	}
 	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in)}
 	if m.world == 1 {
 		copy(out, in)
+		m.bufs.PutAfter(in, nil)
 	} else {
 		h.Work = m.pg.ReduceScatter(m.stepCtx(), dist.F32(out), dist.F32(in), dist.Avg)
+		m.bufs.PutAfter(in, h.Work.Done())
 	}
 	return h
 }
@@ -268,11 +268,24 @@ func (m *Model) Step(ctx context.Context) error {
 }
 
 // Memory reports this rank's resident training state: ParamBytes is the
-// parameter shard plus any gathered unit held now (none between steps),
-// GradBytes the gradient shard plus NoSync sums.
+// parameter shard plus any gathered unit holding values now (none between
+// steps), GradBytes the gradient shard plus NoSync sums (and unit
+// gradients armed now), BufferBytes the gathered-parameter and gradient
+// buffers kept for reuse.
 func (m *Model) Memory() zero.Memory {
-	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)+len(m.rootBuf)+len(m.slots[0])+len(m.slots[1])), GradBytes: 4 * int64(len(m.shardGrad))}
-	for _, s := range m.scratch { // kept between steps under KeepBuffers
+	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)), GradBytes: 4 * int64(len(m.shardGrad)), BufferBytes: m.bufs.HeldBytes()}
+	gathered := func(buf []float32, holds bool) {
+		if holds {
+			mem.ParamBytes += 4 * int64(len(buf))
+		} else {
+			mem.BufferBytes += 4 * int64(len(buf))
+		}
+	}
+	gathered(m.rootBuf, m.rootOK)
+	for s, buf := range m.slots {
+		gathered(buf, m.slotUnit[s] >= 0)
+	}
+	for _, s := range m.scratch { // armed for a step now
 		mem.GradBytes += 4 * int64(len(s))
 	}
 	for i, np := range m.params {
@@ -406,9 +419,7 @@ func (m *Model) armBucket(k int) {
 	b := m.plan.Buckets[k]
 	{
 		if m.scratch[k] == nil {
-			m.scratch[k] = zero.AlignedFloats(b.End - b.Start)
-		} else {
-			clear(m.scratch[k]) // kept from the last step (KeepBuffers)
+			m.scratch[k] = m.bufs.Get(b.End - b.Start)
 		}
 		for _, i := range b.Params {
 			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]

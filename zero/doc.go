@@ -40,17 +40,17 @@
 // hooks fill buckets during backward and start each bucket's reduction as
 // soon as it is full, in the same order on every rank. Stage1 all-reduces
 // each bucket (an average, DDP's traffic) in a flat gradient buffer the
-// parameters' Grads are views of. Stage2 gives each bucket a scratch
+// parameters' Grads are views of. Stage2 gives each bucket a full-size
 // buffer for the step, the parameters' Grads views of it (autograd
 // accumulates straight into it), reduce-scatters the bucket into this
 // rank's gradient shard as soon as it is full (the same traffic in total
-// with the parameter all-gather) and then drops the buffer and the Grads,
-// so that between steps only the 1/N shard is resident. The buckets are
-// never rebuilt (the optimizer state follows their layout). With
-// Options.KeepBuffers Stage2 keeps the scratch buffers and reuses them
-// (cleared at the next synchronised Call): no allocation and no freshly
-// faulted pages per step, for the memory of a full gradient, which
-// Memory.GradBytes then counts.
+// with the parameter all-gather) and then drops the Grads, so that between
+// steps only the 1/N shard holds gradients. The buckets are never rebuilt
+// (the optimizer state follows their layout). The bucket buffers are kept
+// for the next step (Memory.BufferBytes): a step needs them all during its
+// backward pass anyway, and fresh ones would cost an allocation, zeroing
+// or page faults and garbage collection every step. Options.FreeBuffers
+// drops them instead.
 //
 // Backward may also be plain autograd.Backward: when every trainable
 // parameter gets a gradient, the last gradient hook completes the step.
@@ -72,7 +72,8 @@
 // ClipGradNorm computes the global gradient norm from the shards (one
 // float64 per rank all-gathered, summed in rank order) and scales the
 // shards; Step runs the shard optimizer and all-gathers every bucket's
-// updated shards back into the flat parameter buffer.
+// updated shards back into the flat parameter buffer, in place (each
+// rank's shard is already in its slot).
 //
 // # State dicts and memory
 //

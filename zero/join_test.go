@@ -103,13 +103,13 @@ func TestJoinUnevenEqualsDDP(t *testing.T) {
 				if err != nil {
 					t.Fatalf("rank %d ddp: %v", pg.Rank(), err)
 				}
-				for _, o := range []Options{{Stage: Stage1}, {Stage: Stage2}, {Stage: Stage2, KeepBuffers: true}} {
+				for _, o := range []Options{{Stage: Stage1}, {Stage: Stage2}, {Stage: Stage2, FreeBuffers: true}} {
 					got, err := trainZeroJoin(ctx, w, pg, o, true)
 					if err != nil {
 						t.Fatalf("rank %d %v: %v", pg.Rank(), o.Stage, err)
 					}
 					if err := compare(got, want); err != nil {
-						t.Errorf("rank %d: %v (keep buffers %v) in Join vs ddp in Join: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
+						t.Errorf("rank %d: %v (free buffers %v) in Join vs ddp in Join: %v", pg.Rank(), o.Stage, o.FreeBuffers, err)
 					}
 				}
 				// Without clipping: the joined ranks follow too.

@@ -48,8 +48,8 @@ type Model struct {
 	flatGrad  []float32
 	shardGrad []float32
 	scratch   [][]float32
+	bufs      wrapcore.Buffers // Stage2: bucket buffers kept for the next step
 	views     []*tensor.Tensor // the Grad each parameter should have (Stage2: during a synchronised step)
-	gatherIn  []float32
 
 	join  *joinState // inside Join
 	ctx   context.Context
@@ -142,6 +142,9 @@ func (m *Model) layout() error {
 		np.Param.Value = tensor.FromSlice(m.flatParam[off:off+v.Len()], v.Shape()...)
 	}
 	m.scratch = make([][]float32, len(p.Buckets))
+	if m.o.Stage == Stage2 && !m.o.FreeBuffers {
+		m.bufs.Limit = p.Len()
+	}
 	if m.o.Stage == Stage1 {
 		m.flatGrad = AlignedFloats(p.Len())
 		m.views = make([]*tensor.Tensor, len(m.params))
@@ -355,17 +358,16 @@ func (m *Model) stepCtx() context.Context {
 	return m.ctx
 }
 
-// armViews gives every bucket of a synchronised Stage2 step a scratch
-// buffer and makes the parameters' Grads views of it, so that autograd
-// accumulates straight into the buffer that is reduce-scattered (a
-// gradient accumulated under NoSync is carried in). Each bucket's buffer
-// and views are dropped once its reduce-scatter completes.
+// armViews gives every bucket of a synchronised Stage2 step a zeroed
+// buffer (kept from the last step unless FreeBuffers) and makes the
+// parameters' Grads views of it, so that autograd accumulates straight
+// into the buffer that is reduce-scattered (a gradient accumulated under
+// NoSync is carried in). Each bucket's buffer and views are dropped once
+// its reduce-scatter completes.
 func (m *Model) armViews() {
 	for k, b := range m.plan.Buckets {
 		if m.scratch[k] == nil {
-			m.scratch[k] = AlignedFloats(b.End - b.Start)
-		} else {
-			clear(m.scratch[k]) // kept from the last step (KeepBuffers)
+			m.scratch[k] = m.bufs.Get(b.End - b.Start)
 		}
 		for _, i := range b.Params {
 			p := m.params[i].Param

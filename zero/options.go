@@ -63,12 +63,14 @@ type Options struct {
 	// rank 0's before each synchronised forward.
 	NoBroadcastBuffers bool
 
-	// KeepBuffers (Stage2) keeps each bucket's full-gradient buffer
-	// between steps and reuses it, instead of dropping it once the bucket
-	// is reduce-scattered and allocating it again for the next step: no
-	// allocation and no fresh pages per step, for the memory of a full
-	// gradient (Memory.GradBytes counts the kept buffers).
-	KeepBuffers bool
+	// FreeBuffers (Stage2) drops each bucket's full-gradient buffer once
+	// the bucket is reduce-scattered, so that between steps only this
+	// rank's 1/N gradient shard is resident; every step then allocates
+	// (and faults in, and later collects) the buffers afresh. By default
+	// the buffers are kept and reused by the next step (they exist during
+	// every step's backward pass anyway, so the peak is the same);
+	// Memory.BufferBytes counts them.
+	FreeBuffers bool
 }
 
 func (o *Options) validate() error {

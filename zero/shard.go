@@ -3,7 +3,8 @@ package zero
 import (
 	"fmt"
 	"strings"
-	"unsafe"
+
+	"cohort/internal/wrapcore"
 )
 
 // Align is the alignment, in elements, of every parameter slot and every
@@ -159,11 +160,4 @@ func (p Plan) String() string {
 // so that the plan's Align-element slots are cache lines in memory (the
 // matrix kernels reading and writing parameter and gradient views store
 // whole lines; Go's heap does not move objects).
-func AlignedFloats(n int) []float32 {
-	buf := make([]float32, n+Align)
-	skip := 0
-	if r := uintptr(unsafe.Pointer(unsafe.SliceData(buf))) % 64; r != 0 {
-		skip = int(64-r) / 4
-	}
-	return buf[skip : skip+n : skip+n]
-}
+func AlignedFloats(n int) []float32 { return wrapcore.AlignedFloats(n) }

@@ -39,7 +39,7 @@ func (io *reducerIO) Take(i int, used bool) error {
 		k := m.red.BucketOf(i)
 		b := m.plan.Buckets[k]
 		if m.scratch[k] == nil {
-			m.scratch[k] = AlignedFloats(b.End - b.Start)
+			m.scratch[k] = m.bufs.Get(b.End - b.Start)
 		}
 		slot = m.scratch[k][off-b.Start : off-b.Start+n]
 		if v := m.views[i]; v != nil && p.Grad == v {
@@ -74,20 +74,20 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	out := m.shardGrad[at : at+b.Shard]
 	in := m.scratch[k]
 	if in == nil { // a bucket without parameters taken (shadow): zeros
-		in = make([]float32, b.End-b.Start)
+		in = m.bufs.Get(b.End - b.Start)
 	}
+	m.scratch[k] = nil
 	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
-		if !m.o.KeepBuffers {
-			m.scratch[k] = nil
-		}
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
 	}}
 	if m.world == 1 {
 		copy(out, in)
+		m.bufs.PutAfter(in, nil)
 	} else {
 		h.Work = m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
+		m.bufs.PutAfter(in, h.Work.Done())
 	}
 	return h
 }
@@ -260,20 +260,15 @@ func (m *Model) gather(ctx context.Context, k int) error {
 }
 
 // startGather starts all-gathering bucket k's shards into the flat
-// parameter buffer (nil in a group of one).
+// parameter buffer (nil in a group of one). The gather runs in place: this
+// rank's shard is already in its slot of the bucket.
 func (m *Model) startGather(ctx context.Context, k int) dist.Work {
 	if m.world == 1 {
 		return nil
 	}
-	if len(m.gatherIn) < m.plan.ShardLen() {
-		m.gatherIn = AlignedFloats(m.plan.ShardLen())
-	}
 	b := m.plan.Buckets[k]
 	lo, hi := b.ShardRange(m.rank)
-	at := m.plan.ShardOffset(k)
-	in := m.gatherIn[at : at+b.Shard]
-	copy(in, m.flatParam[lo:hi])
-	return m.pg.AllGather(ctx, dist.F32(m.flatParam[b.Start:b.End]), dist.F32(in))
+	return m.pg.AllGather(ctx, dist.F32(m.flatParam[b.Start:b.End]), dist.F32(m.flatParam[lo:hi]))
 }
 
 // wait waits for every started all-gather and returns the first error.
@@ -295,6 +290,11 @@ type Memory struct {
 	ParamBytes     int64 // parameter values (the flat buffer, padding included)
 	GradBytes      int64 // gradients kept between steps
 	OptimizerBytes int64 // optimizer state tensors
+	// BufferBytes is workspace kept for reuse by the next step (full
+	// gradient buckets, gathered-parameter slots), as a caching allocator
+	// keeps freed blocks: it holds no state between steps, is bounded by
+	// what a step needs at its peak anyway, and is zero with FreeBuffers.
+	BufferBytes int64
 }
 
 // Memory reports this rank's resident training state.
@@ -310,11 +310,10 @@ func (m *Model) Memory() Memory {
 		}
 	}
 	mem.GradBytes += 4 * int64(len(m.flatGrad)+len(m.shardGrad))
-	if m.o.Stage == Stage2 && !m.red.Armed() { // between steps: buffers kept (KeepBuffers)
-		for _, s := range m.scratch {
-			mem.GradBytes += 4 * int64(len(s))
-		}
+	for _, s := range m.scratch { // armed for a step now
+		mem.GradBytes += 4 * int64(len(s))
 	}
+	mem.BufferBytes = m.bufs.HeldBytes()
 	mem.OptimizerBytes = OptimizerBytes(m.opt)
 	return mem
 }

@@ -258,18 +258,18 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 					}
 					opts := []Options{{Stage: Stage1}, {Stage: Stage2}}
 					if world == 2 {
-						opts = append(opts, Options{Stage: Stage2, KeepBuffers: true})
+						opts = append(opts, Options{Stage: Stage2, FreeBuffers: true})
 					}
 					for _, o := range opts {
 						got, _, err := trainZero(ctx, w, pg, o, steps, false)
 						if err != nil {
-							t.Fatalf("rank %d %v keep-buffers %v: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
+							t.Fatalf("rank %d %v free-buffers %v: %v", pg.Rank(), o.Stage, o.FreeBuffers, err)
 						}
 						if err := compare(got, ref); err != nil {
-							t.Errorf("rank %d: %v keep-buffers %v vs ddp: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
+							t.Errorf("rank %d: %v free-buffers %v vs ddp: %v", pg.Rank(), o.Stage, o.FreeBuffers, err)
 						}
 						if err := compareNorm(got, want); err != nil {
-							t.Errorf("rank %d: %v keep-buffers %v vs one process: %v", pg.Rank(), o.Stage, o.KeepBuffers, err)
+							t.Errorf("rank %d: %v free-buffers %v vs one process: %v", pg.Rank(), o.Stage, o.FreeBuffers, err)
 						}
 					}
 				})

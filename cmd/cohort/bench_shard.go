@@ -116,7 +116,7 @@ func printShardReport(w io.Writer, s trainSpec, r trainResult, asJSON bool) erro
 		"wall_s": sr.Wall.Seconds(), "cpu_s": sr.CPU.Seconds(), "step_ms": sr.Wall.Seconds() * 1e3 / float64(s.steps),
 		"samples_per_s": sr.SamplesPerSec(), "last_loss": sr.LastLoss,
 		"opt_state_bytes": sr.Memory.OptimizerBytes, "param_bytes": sr.Memory.ParamBytes,
-		"grad_bytes": sr.Memory.GradBytes, "peak_rss_mib": float64(sr.PeakRSSBytes) / (1 << 20),
+		"grad_bytes": sr.Memory.GradBytes, "buffer_bytes": sr.Memory.BufferBytes, "peak_rss_mib": float64(sr.PeakRSSBytes) / (1 << 20),
 		"allocs_per_step": sr.AllocsPerStep, "alloc_bytes_per_step": sr.AllocBytesPerStep, "gcs": sr.GCs,
 	}
 	b, err := json.Marshal(rec)
@@ -153,8 +153,8 @@ func (r shardResult) SamplesPerSec() float64 { return float64(r.Samples) / r.Wal
 //
 //	train: MODEL world N shard S samples/s X state-bytes/rank Y param-bytes/rank Z peak-rss-MiB R
 func printShardTrain(w io.Writer, s shardSpec, world int, r shardResult) {
-	fmt.Fprintf(w, "train: %s, %d params, world %d, shard %s, batch %d per rank, %d warm-up + %d timed steps, wall %.2f s, cpu %.2f s, last loss %.4f, gradient bytes/rank %d\n",
-		s.Model, r.Params, world, s.Shard, s.batch(), s.Warmup, s.Steps, r.Wall.Seconds(), r.CPU.Seconds(), r.LastLoss, r.Memory.GradBytes)
+	fmt.Fprintf(w, "train: %s, %d params, world %d, shard %s, batch %d per rank, %d warm-up + %d timed steps, wall %.2f s, cpu %.2f s, last loss %.4f, gradient bytes/rank %d, reused buffer bytes/rank %d\n",
+		s.Model, r.Params, world, s.Shard, s.batch(), s.Warmup, s.Steps, r.Wall.Seconds(), r.CPU.Seconds(), r.LastLoss, r.Memory.GradBytes, r.Memory.BufferBytes)
 	fmt.Fprintf(w, "train: rank 0 heap allocations per step %.0f (%.1f MiB), %d GCs\n", r.AllocsPerStep, r.AllocBytesPerStep/(1<<20), r.GCs)
 	fmt.Fprintf(w, "train: %s world %d shard %s samples/s %.1f state-bytes/rank %d param-bytes/rank %d peak-rss-MiB %.1f\n",
 		s.Model, world, s.Shard, r.SamplesPerSec(), r.Memory.OptimizerBytes, r.Memory.ParamBytes, float64(r.PeakRSSBytes)/(1<<20))
@@ -306,7 +306,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 		if s.Shard == "zero2" {
 			stage = zero.Stage2
 		}
-		m, err := zero.Wrap(ctx, mod, pg, zero.Options{Stage: stage, Optimizer: shardAdamW, KeepBuffers: keepBuffers()})
+		m, err := zero.Wrap(ctx, mod, pg, zero.Options{Stage: stage, Optimizer: shardAdamW, FreeBuffers: freeBuffers()})
 		if err != nil {
 			return res, err
 		}
@@ -314,7 +314,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.plain) }, batch)
 		memory = m.Memory
 	case "fsdp":
-		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW, KeepBuffers: keepBuffers()})
+		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW, FreeBuffers: freeBuffers()})
 		if err != nil {
 			return res, err
 		}
@@ -410,11 +410,11 @@ func shardProfile(path string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-// keepBuffers reports whether COHORT_SHARD_KEEP_BUFFERS=1 asks the
-// sharded wrappers to keep their gradient and gather buffers between steps
-// (zero.Options.KeepBuffers, fsdp.Options.KeepBuffers); the reported
-// memory then counts them.
-func keepBuffers() bool { return os.Getenv("COHORT_SHARD_KEEP_BUFFERS") == "1" }
+// freeBuffers reports whether COHORT_SHARD_FREE_BUFFERS=1 asks the sharded
+// wrappers to free their gradient and gather buffers after every step
+// (zero.Options.FreeBuffers, fsdp.Options.FreeBuffers) instead of keeping
+// them for the next.
+func freeBuffers() bool { return os.Getenv("COHORT_SHARD_FREE_BUFFERS") == "1" }
 
 // processCPU returns the process's user+system CPU time so far (0 where
 // getrusage fails).

@@ -291,7 +291,9 @@ func (r *run) compute(s Step) {
 	case StepReduce:
 		reduceBytes(c.DType, c.Op, r.bytes(s.Dst), r.bytes(s.Src), r.bytes(s.Src2))
 	case StepCopy:
-		copy(r.bytes(s.Dst), r.bytes(s.Src))
+		if dst, src := r.bytes(s.Dst), r.bytes(s.Src); len(dst) > 0 && unsafe.SliceData(dst) != unsafe.SliceData(src) {
+			copy(dst, src) // the same bytes: an in-place all-gather's own chunk
+		}
 	case StepAvg:
 		scaleBytes(c.DType, r.bytes(s.Dst), r.p.Size)
 	}

@@ -28,6 +28,9 @@ func scaleBytes(dt DType, dst []byte, n int) {
 	case Float32:
 		s := view[float32](dst)
 		inv := float32(n)
+		if divF32Vec(s, inv) {
+			return
+		}
 		for i := range s {
 			s[i] /= inv
 		}

@@ -11,6 +11,9 @@ func addF64AVX2(dst, a, b *float64, n int)
 //go:noescape
 func addI64AVX2(dst, a, b *int64, n int)
 
+//go:noescape
+func divF32AVX2(dst *float32, d float32, n int)
+
 // hasAVX2 is read-only after package initialisation.
 var hasAVX2 = cpu.X86.HasAVX2
 
@@ -31,5 +34,15 @@ func addVec[T number](dst, a, b []T) bool {
 	default:
 		return false
 	}
+	return true
+}
+
+// divF32Vec sets dst[i] /= d with AVX2 when the CPU has it; it reports
+// false (doing nothing) otherwise.
+func divF32Vec(dst []float32, d float32) bool {
+	if !hasAVX2 || len(dst) == 0 {
+		return len(dst) == 0
+	}
+	divF32AVX2(&dst[0], d, len(dst))
 	return true
 }

@@ -5,6 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"testing"
+	"unsafe"
 )
 
 // TestSumVectorMatchesScalar: the vector sums are bit-identical to the Go
@@ -30,6 +31,39 @@ func TestSumVectorMatchesScalar(t *testing.T) {
 			check(t, a64, b64)
 			check(t, ai, bi)
 		})
+	}
+}
+
+// TestAvgVectorMatchesScalar: Avg's vector division is bit-identical to
+// the Go loop's for every length around the unrolling boundaries, special
+// values included, and leaves the rest of dst alone.
+func TestAvgVectorMatchesScalar(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	special := []float32{float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), 0, float32(math.Copysign(0, -1)), 1e-40, 3.5}
+	for _, world := range []int{1, 2, 3, 7} {
+		for n := range 70 {
+			x := make([]float32, n+1)
+			for i := range n {
+				x[i] = float32(rng.NormFloat64() * 1e3)
+				if rng.IntN(5) == 0 {
+					x[i] = special[rng.IntN(len(special))]
+				}
+			}
+			x[n] = 42
+			want := make([]float32, n)
+			for i := range want {
+				want[i] = x[i] / float32(world)
+			}
+			scaleBytes(Float32, byteView(x[:n]), world)
+			for i := range want {
+				if math.Float32bits(x[i]) != math.Float32bits(want[i]) && !(want[i] != want[i] && x[i] != x[i]) {
+					t.Fatalf("world %d n=%d element %d: %v, want %v", world, n, i, x[i], want[i])
+				}
+			}
+			if x[n] != 42 {
+				t.Fatalf("world %d n=%d: wrote past the end", world, n)
+			}
+		}
 	}
 }
 
@@ -66,4 +100,11 @@ func BenchmarkSum(b *testing.B) {
 			}
 		})
 	}
+}
+
+func byteView(x []float32) []byte {
+	if len(x) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(unsafe.SliceData(x))), 4*len(x))
 }

@@ -294,6 +294,16 @@ func testAllGather(ctx context.Context, t *testing.T, pg dist.ProcessGroup, _ Co
 				if check(t, name+" allgather", pg.AllGather(ctx, out, in).Wait()) {
 					expect(t, name+" allgather", out, func(i int) float64 { return float64(i/n*10 + i%n%10) })
 				}
+				// In place: the input is this rank's own chunk of the output.
+				out = buffer(dt, world*n, func(i int) float64 {
+					if i/n == r {
+						return float64(r*10 + i%n%10)
+					}
+					return -1
+				})
+				if check(t, name+" allgather in place", pg.AllGather(ctx, out, out.Slice(r*n, (r+1)*n)).Wait()) {
+					expect(t, name+" allgather in place", out, func(i int) float64 { return float64(i/n*10 + i%n%10) })
+				}
 			})
 		}
 	}
@@ -522,6 +532,10 @@ func testErrors(ctx context.Context, t *testing.T, pg dist.ProcessGroup, _ Confi
 		{"allgather-length", "allgather", func(g dist.ProcessGroup) dist.Work { return g.AllGather(ctx, f(world*3+1), f(3)) }},
 		{"reducescatter-length", "reducescatter", func(g dist.ProcessGroup) dist.Work { return g.ReduceScatter(ctx, f(2), f(world*2+1), dist.Sum) }},
 		{"alltoall-length", "alltoall", func(g dist.ProcessGroup) dist.Work { return g.AllToAll(ctx, f(world), f(world+1)) }},
+		{"allgather-overlap", "allgather", func(g dist.ProcessGroup) dist.Work {
+			full := f(world*2 + 1)
+			return g.AllGather(ctx, full.Slice(0, world*2), full.Slice(1, 3)) // overlaps, but is no rank's chunk
+		}},
 		{"dtype-mismatch", "allgather", func(g dist.ProcessGroup) dist.Work {
 			return g.AllGather(ctx, dist.F64(make([]float64, world)), f(1))
 		}},

@@ -156,9 +156,14 @@ func (l *Lib) Ireduce(buf unsafe.Pointer, count int, dt, op Handle, root, me int
 	return l.call(l.ireduce, send, recv, uintptr(count), dt, op, uintptr(root), comm, uintptr(unsafe.Pointer(req)))
 }
 
-// Iallgather gathers count elements from every rank into out.
+// Iallgather gathers count elements from every rank into out; a nil in
+// gathers in place (MPI_IN_PLACE: this rank's block of out is its input).
 func (l *Lib) Iallgather(in, out unsafe.Pointer, count int, dt, comm Handle, req *uint64) int32 {
-	return l.call(l.iallgather, uintptr(in), uintptr(count), dt, uintptr(out), uintptr(count), dt, comm, uintptr(unsafe.Pointer(req)))
+	src := uintptr(in)
+	if in == nil && count > 0 {
+		src = l.InPlace
+	}
+	return l.call(l.iallgather, src, uintptr(count), dt, uintptr(out), uintptr(count), dt, comm, uintptr(unsafe.Pointer(req)))
 }
 
 // IreduceScatterBlock reduces in (size·count elements) and leaves block

@@ -1,0 +1,114 @@
+package wrapcore
+
+import (
+	"unsafe"
+)
+
+// Buffers keeps the large float buffers of a step (full-gradient buckets,
+// gathered parameters) for the next bucket or step that needs one, so that
+// a steady-state step allocates none: fresh Go memory is zeroed by the
+// allocator (or faulted in page by page, about 9 µs a page on the VMs
+// measured) and every large allocation brings the next collection nearer.
+// It plays the part of PyTorch's caching allocator for these buffers.
+//
+// A buffer handed back with PutAfter is reused only once its done channel
+// is closed (the collective reading it has finished), and at most Limit
+// floats are kept idle: a buffer that would exceed it is left to the
+// garbage collector. A Limit of 0 keeps nothing (every Get allocates).
+//
+// Buffers is used from one goroutine (the wrapper's driver).
+type Buffers struct {
+	Limit int
+
+	free    [][]float32 // idle, reusable now
+	idle    int         // floats in free
+	pending []pendingBuf
+}
+
+type pendingBuf struct {
+	buf  []float32
+	done <-chan struct{} // nil: reusable now
+}
+
+// Get returns a buffer of n floats, all zero, whose first element is
+// 64-byte aligned: a kept one when one is large enough (the smallest such),
+// else a new one.
+func (b *Buffers) Get(n int) []float32 {
+	b.reclaim()
+	best := -1
+	for i, f := range b.free {
+		if cap(f) >= n && (best < 0 || cap(f) < cap(b.free[best])) {
+			best = i
+		}
+	}
+	if best < 0 {
+		return AlignedFloats(n)
+	}
+	f := b.free[best]
+	b.free = append(b.free[:best], b.free[best+1:]...)
+	b.idle -= cap(f)
+	f = f[:n]
+	clear(f)
+	return f
+}
+
+// PutAfter hands buf back for reuse once done is closed (nil: at once).
+// The caller promises not to touch buf again.
+func (b *Buffers) PutAfter(buf []float32, done <-chan struct{}) {
+	if cap(buf) == 0 || b.Limit <= 0 {
+		return
+	}
+	b.pending = append(b.pending, pendingBuf{buf[:cap(buf)], done})
+	b.reclaim()
+}
+
+// reclaim moves the pending buffers whose collective has finished to the
+// free list, within Limit.
+func (b *Buffers) reclaim() {
+	keep := b.pending[:0]
+	for _, p := range b.pending {
+		if p.done != nil {
+			select {
+			case <-p.done:
+			default:
+				keep = append(keep, p)
+				continue
+			}
+		}
+		if b.idle+cap(p.buf) <= b.Limit {
+			b.free = append(b.free, p.buf)
+			b.idle += cap(p.buf)
+		}
+	}
+	clear(b.pending[len(keep):])
+	b.pending = keep
+}
+
+// HeldBytes returns the bytes of the buffers kept for reuse (idle or
+// waiting for their collective to finish).
+func (b *Buffers) HeldBytes() int64 {
+	n := b.idle
+	for _, p := range b.pending {
+		n += cap(p.buf)
+	}
+	return 4 * int64(n)
+}
+
+// Drop forgets every kept buffer.
+func (b *Buffers) Drop() {
+	clear(b.free)
+	clear(b.pending)
+	b.free, b.pending, b.idle = b.free[:0], b.pending[:0], 0
+}
+
+// AlignedFloats returns n zeroed floats whose first element is 64-byte
+// aligned.
+func AlignedFloats(n int) []float32 {
+	const align = 16 // floats in 64 bytes
+	buf := make([]float32, n+align)
+	skip := 0
+	if r := uintptr(unsafe.Pointer(unsafe.SliceData(buf))) % 64; r != 0 {
+		skip = int(64-r) / 4
+	}
+	return buf[skip : skip+n : skip+n]
+}
