@@ -22,7 +22,7 @@ func benchGemm(args []string) int {
 	minTime := fs.Duration("min-time", 40*time.Millisecond, "minimum timed duration per round and implementation")
 	kernel := fs.String("kernel", "", "cohort kernel: avx512, avx2 or go (default: the best the CPU has)")
 	lib := fs.String("openblas", "", "OpenBLAS library to compare with (default libopenblas.so.0)")
-	only := fs.String("shapes", "", "comma-separated shape names to run (default: all)")
+	only := fs.String("shapes", "", "comma-separated shape names to run (default: all); a name ending in * selects every shape it prefixes (\"gpt*\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
 	}
@@ -44,11 +44,18 @@ func benchGemm(args []string) int {
 		for _, s := range strings.Split(*only, ",") {
 			want[strings.TrimSpace(s)] = true
 		}
+		seen := map[string]bool{}
 		for _, s := range gemmbench.Shapes() {
-			if want[s.Name] {
-				o.Shapes = append(o.Shapes, s)
-				delete(want, s.Name)
+			for w := range want {
+				if w == s.Name || strings.HasSuffix(w, "*") && strings.HasPrefix(s.Name, strings.TrimSuffix(w, "*")) {
+					o.Shapes = append(o.Shapes, s)
+					seen[w] = true
+					break
+				}
 			}
+		}
+		for w := range seen {
+			delete(want, w)
 		}
 		for name := range want {
 			fmt.Fprintf(os.Stderr, "cohort bench gemm: unknown shape %q\n", name)

@@ -24,11 +24,15 @@ type Shape struct {
 func (s Shape) Flops() float64 { return 2 * float64(s.M) * float64(s.N) * float64(s.K) }
 
 // Shapes returns the benchmark table: square sizes, the two shapes the
-// issue names, and the products of one training step of the anchor MLP
+// issue names, the products of one training step of the anchor MLP
 // (batch 64, 784-1024-1024-10; PyTorch's Linear stores W as out×in, so the
 // forward is x·Wᵀ (NT), the input gradient dy·W (NN) and the weight
-// gradient dyᵀ·x (TN)).
+// gradient dyᵀ·x (TN)), and those of GPT-mini (see gptShapes).
 func Shapes() []Shape {
+	return append(mlpShapes(), gptShapes()...)
+}
+
+func mlpShapes() []Shape {
 	return []Shape{
 		{Name: "128^3", M: 128, N: 128, K: 128},
 		{Name: "512^3", M: 512, N: 512, K: 512},
@@ -45,6 +49,49 @@ func Shapes() []Shape {
 		{Name: "mlp fc2 dW TN", TransA: true, M: 1024, N: 1024, K: 64},
 		{Name: "mlp fc1 dW TN", TransA: true, M: 1024, N: 784, K: 64},
 	}
+}
+
+// gptShapes are the distinct products of one GPT-mini training step
+// (models.GPTMini: d=128, 4 heads of 32, MLP 512, vocabulary 256, batch
+// 32×64 tokens = 2048 rows), each run once per layer (4 layers) unless
+// noted:
+//
+//   - the Linear layers: forward x·Wᵀ (NT; the step runs it with beta 1,
+//     C holding the bias), input gradient dy·W (NN) and weight gradient
+//     dyᵀ·x (TN, k = 2048 tokens), for qkv (128→384), proj (128→128), fc1
+//     (128→512) and fc2 (512→128), and the tied head (128→256, once);
+//   - attention, per sequence and head (512 calls of each per step, on
+//     strided views of the qkv activations; here contiguous): q·kᵀ and
+//     its gradients, all 64 tokens × 32 head dims;
+//   - "gpt mb" rows: the same layers on one pipeline microbatch of 4×64
+//     tokens (256 rows).
+//
+// The benchmark runs every product with beta 0.
+func gptShapes() []Shape {
+	var s []Shape
+	for _, mb := range []struct {
+		name string
+		rows int
+	}{{"gpt", 2048}, {"gpt mb", 256}} {
+		for _, l := range []struct {
+			name    string
+			in, out int
+		}{{"qkv", 128, 384}, {"proj", 128, 128}, {"fc1", 128, 512}, {"fc2", 512, 128}, {"head", 128, 256}} {
+			s = append(s,
+				Shape{Name: mb.name + " " + l.name + " fwd NT", TransB: true, M: mb.rows, N: l.out, K: l.in},
+				Shape{Name: mb.name + " " + l.name + " dx NN", M: mb.rows, N: l.in, K: l.out},
+				Shape{Name: mb.name + " " + l.name + " dW TN", TransA: true, M: l.out, N: l.in, K: mb.rows})
+		}
+	}
+	const T, hd = 64, 32
+	return append(s,
+		Shape{Name: "gpt att q·kT NT", TransB: true, M: T, N: T, K: hd},
+		Shape{Name: "gpt att p·v NN", M: T, N: hd, K: T},
+		Shape{Name: "gpt att dv TN", TransA: true, M: T, N: hd, K: T},
+		Shape{Name: "gpt att dp NT", TransB: true, M: T, N: T, K: hd},
+		Shape{Name: "gpt att dq NN", M: T, N: hd, K: T},
+		Shape{Name: "gpt att dk TN", TransA: true, M: T, N: hd, K: T},
+	)
 }
 
 // Options configures Run. The zero value runs the full table at 1 and 2

@@ -25,6 +25,10 @@ type arch struct {
 	// for r < rows, c < cols, reading C only when beta != 0. a and b point
 	// at packed slivers of k steps; c at C's first element of the tile.
 	kernel func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
+	// directA, when set, is the kernel's variant reading a full mr-row
+	// sliver of op(A) in place instead of packed: A[r][p] at a[r*lda+p],
+	// or with trans at a[p*lda+r], for r < mr and p < k, all read.
+	directA func(trans bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
 
 	// packA packs the mc×kc block of op(A) whose first element is src[0]
 	// (A[i0][p0] or, transposed, A[p0][i0]) into ceil(mc/mr) slivers.

@@ -59,6 +59,12 @@ func packRows(w int, dst, src []float32, ld, kc, n int) {
 func kernelAVX2x6x16(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)
 
 //go:noescape
+func kernelAVX2x6x16r(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)
+
+//go:noescape
+func kernelAVX2x6x16c(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)
+
+//go:noescape
 func packT8(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, masks *int32)
 
 //go:noescape
@@ -141,6 +147,13 @@ func avx2Arch() *arch {
 		slack: 16,
 		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelAVX2x6x16(k, a, b, c, ldc, alpha, beta, rows, cols, laneMask(cols))
+		},
+		directA: func(trans bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+			if trans {
+				kernelAVX2x6x16c(k, a, lda, b, c, ldc, alpha, beta, rows, cols, laneMask(cols))
+			} else {
+				kernelAVX2x6x16r(k, a, lda, b, c, ldc, alpha, beta, rows, cols, laneMask(cols))
+			}
 		},
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
 			for s := 0; s*mr < mc; s++ {

@@ -121,6 +121,29 @@ func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, 
 	})
 }
 
+// directMaxN is the widest product whose A the blocked path reads in place
+// (arch.directA) instead of packing: packing A costs m·k copies whatever
+// n is, and pays off only when each packed sliver feeds many B slivers.
+// On Zen 3 (CPU time, GPT-mini's shapes) reading in place wins by 3-15%
+// up to n = 128 (attention's n = 32..64 most) and loses from n = 512.
+const directMaxN = 128
+
+// useDirect reports whether block reads full slivers of op(A) in place:
+// when the arch has a direct kernel, C has at most directMaxN columns, and
+// A's row stride does not alias in the caches. A stride that is a multiple
+// of 2 KiB (1 KiB when the kernel steps through A's rows, transA) maps the
+// rows of a sliver onto a few cache sets; the m = 512 weight gradient ran
+// 12% slower in place than packed.
+func (ar *arch) useDirect(transA bool, n, lda int) bool {
+	if ar.directA == nil || n > directMaxN {
+		return false
+	}
+	if transA {
+		return lda%256 != 0
+	}
+	return lda%512 != 0
+}
+
 // block runs the BLIS loop nest on one m×n block of C in the calling
 // goroutine:
 //
@@ -130,13 +153,16 @@ func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, 
 //	      for each nr-wide sliver of the panel   (jr)  B sliver stays in L1
 //	        for each mr-tall sliver of the block (ir)  micro-kernel
 //
-// beta applies on the first slab only; later slabs accumulate.
+// beta applies on the first slab only; later slabs accumulate. When
+// useDirect says so, the micro-kernel reads full slivers of A in place and
+// only a partial last sliver of each block is packed.
 func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
 	kcMax := blockSize(k, ar.kc, 4)
 	mcMax := blockSize(m, ar.mc, ar.mr)
 	ncMax := blockSize(n, ar.nc, ar.nr)
 	buf.a = grow(buf.a, (mcMax+ar.mr-1)/ar.mr*ar.mr*kcMax+ar.slack)
 	buf.b = grow(buf.b, (ncMax+ar.nr-1)/ar.nr*ar.nr*kcMax+ar.slack)
+	direct := ar.useDirect(transA, n, lda)
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
 		for pc := 0; pc < k; pc += kcMax {
@@ -152,16 +178,33 @@ func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha floa
 			}
 			for ic := 0; ic < m; ic += mcMax {
 				mc := min(mcMax, m-ic)
-				if transA {
-					ar.packA(buf.a, a[pc*lda+ic:], lda, true, mc, kc)
-				} else {
-					ar.packA(buf.a, a[ic*lda+pc:], lda, false, mc, kc)
+				// With direct, full slivers of A are read in place and
+				// only a partial last one is packed, to buf.a[0:].
+				packed := 0
+				if direct {
+					packed = mc / ar.mr * ar.mr
+				}
+				if packed < mc {
+					if transA {
+						ar.packA(buf.a, a[pc*lda+ic+packed:], lda, true, mc-packed, kc)
+					} else {
+						ar.packA(buf.a, a[(ic+packed)*lda+pc:], lda, false, mc-packed, kc)
+					}
 				}
 				for jr := 0; jr < nc; jr += ar.nr {
 					cols := min(ar.nr, nc-jr)
 					bp := &buf.b[jr*kc]
 					for ir := 0; ir < mc; ir += ar.mr {
-						ar.kernel(kc, &buf.a[ir*kc], bp, &c[(ic+ir)*ldc+jc+jr], ldc, alpha, bet, min(ar.mr, mc-ir), cols)
+						cp := &c[(ic+ir)*ldc+jc+jr]
+						rows := min(ar.mr, mc-ir)
+						switch {
+						case ir >= packed:
+							ar.kernel(kc, &buf.a[(ir-packed)*kc], bp, cp, ldc, alpha, bet, rows, cols)
+						case transA:
+							ar.directA(true, kc, &a[pc*lda+ic+ir], lda, bp, cp, ldc, alpha, bet, rows, cols)
+						default:
+							ar.directA(false, kc, &a[(ic+ir)*lda+pc], lda, bp, cp, ldc, alpha, bet, rows, cols)
+						}
 					}
 				}
 			}

@@ -12,3 +12,13 @@ func NoRowA(g *Impl) { g.rowA = nil }
 // AnyRowA makes g take the row-A path for every A·Bᵀ with at most 64 rows
 // of C, so that tests reach it with partial column tiles.
 func AnyRowA(g *Impl) { g.anyRowA = true }
+
+// NoDirect makes g pack every sliver of A (no direct-A kernel), so that
+// tests and benchmarks can compare the two.
+func NoDirect(g *Impl) {
+	if g.arch != nil {
+		ar := *g.arch
+		ar.directA = nil
+		g.arch = &ar
+	}
+}

@@ -17,8 +17,10 @@ func BenchmarkSgemm(b *testing.B) {
 	}
 	impls["openblas"] = Options{BLAS: BLASOpenBLAS}
 	for _, s := range gemmbench.Shapes() {
-		for _, name := range []string{KernelAVX512, KernelAVX2, "openblas"} {
-			o, ok := impls[name]
+		for _, name := range []string{KernelAVX512, KernelAVX2, "avx2-packed", "openblas"} {
+			// avx2-packed: the AVX2 kernel with every sliver of A packed
+			// (no direct-A kernel), to compare with reading A in place.
+			o, ok := impls[strings.TrimSuffix(name, "-packed")]
 			if !ok {
 				continue
 			}
@@ -28,6 +30,9 @@ func BenchmarkSgemm(b *testing.B) {
 					g, err := New(o)
 					if err != nil {
 						b.Skip(err)
+					}
+					if strings.HasSuffix(name, "-packed") {
+						NoDirect(g)
 					}
 					rng := rand.New(rand.NewPCG(1, 1))
 					x := randSlice(rng, s.M*s.K)

@@ -650,6 +650,8 @@ func log2(n int) int {
 
 func genAVX2(e *emitter) {
 	genKernel256(e, 6, 2)
+	genKernel256Direct(e, 6, 2, aRows)
+	genKernel256Direct(e, 6, 2, aCols)
 	genPackT8(e)
 	genPackCopy16(e)
 	genPackRows16(e)
@@ -744,9 +746,43 @@ func genPackRows16(e *emitter) {
 // columns to touch, in a prefix of the tile.
 //
 // func name(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)
-func genKernel256(e *emitter, mr, nv int) {
+func genKernel256(e *emitter, mr, nv int) { genKernel256x(e, mr, nv, aPacked) }
+
+// aLayout is where a kernel reads its A operand from.
+type aLayout int
+
+const (
+	aPacked aLayout = iota // a packed sliver: k groups of mr values
+	aRows                  // in place, row-major: mr rows lda apart, read along the row
+	aCols                  // in place, transposed: k rows lda apart, mr values each
+)
+
+// genKernel256Direct emits the variant of genKernel256's kernel that reads
+// A in place instead of from a packed sliver: layout aRows (op(A) = A,
+// A[r][p] at a[r*lda+p], suffix "r") or aCols (op(A) = Aᵀ, A[r][p] at
+// a[p*lda+r], suffix "c"). All mr rows (columns) of A are read, for all k
+// steps, so a partial sliver must be packed instead; rows limits only the
+// rows of C stored.
+//
+// func name(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)
+func genKernel256Direct(e *emitter, mr, nv int, layout aLayout) { genKernel256x(e, mr, nv, layout) }
+
+func genKernel256x(e *emitter, mr, nv int, layout aLayout) {
 	const unroll = 4
 	name := fmt.Sprintf("kernelAVX2x%dx%d", mr, 8*nv)
+	offB, offC, offLdc, offAlpha, offBeta, offRows, offCols, offMasks, frame := 16, 24, 32, 40, 44, 48, 56, 64, 72
+	switch layout {
+	case aRows:
+		name += "r"
+	case aCols:
+		name += "c"
+	}
+	if layout != aPacked {
+		if mr > 6 {
+			panic("asmgen: direct-A kernel addresses at most 6 rows")
+		}
+		offB, offC, offLdc, offAlpha, offBeta, offRows, offCols, offMasks, frame = 24, 32, 40, 48, 52, 56, 64, 72, 80
+	}
 	nacc := mr * nv
 	if nacc+nv+1 > 16 {
 		panic("asmgen: not enough ymm registers")
@@ -759,15 +795,27 @@ func genKernel256(e *emitter, mr, nv int) {
 	bc := func(r int) string { return y(nacc + nv + r%nbc) }
 	acc := func(r, v int) string { return y(r*nv + v) }
 
-	e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-72\n", name))
+	if layout == aPacked {
+		e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)", name)
+	} else {
+		e.c("func %s(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)", name)
+	}
+	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, frame))
 	e.i("MOVQ k+0(FP), CX")
 	e.i("MOVQ a+8(FP), AX")
-	e.i("MOVQ b+16(FP), BX")
-	e.i("MOVQ c+24(FP), DI")
-	e.i("MOVQ ldc+32(FP), SI")
+	if layout != aPacked {
+		// aRows: rows 0-2 at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
+		// aCols: steps 0-2 of an unrolled group at AX + u·R12, step 3 at R13.
+		e.i("MOVQ lda+16(FP), R12")
+		e.i("SHLQ $2, R12")
+		e.i("LEAQ (AX)(R12*2), R13")
+		e.i("ADDQ R12, R13")
+	}
+	e.i("MOVQ b+%d(FP), BX", offB)
+	e.i("MOVQ c+%d(FP), DI", offC)
+	e.i("MOVQ ldc+%d(FP), SI", offLdc)
 	e.i("SHLQ $2, SI")
-	e.i("MOVQ rows+48(FP), R10")
+	e.i("MOVQ rows+%d(FP), R10", offRows)
 	e.i("MOVQ DI, R8")
 	for r := 0; r < mr; r++ {
 		e.i("PREFETCHT0 (R8)")
@@ -779,12 +827,29 @@ func genKernel256(e *emitter, mr, nv int) {
 	for i := 0; i < nacc; i++ {
 		e.i("VXORPS %s, %s, %s", y(i), y(i), y(i))
 	}
-	step := func(ao, bo int) {
+	// aAddr is the operand of A's element r at step u of an unrolled
+	// group (u = 0 in the tail loop).
+	aAddr := func(u, r int) string {
+		switch layout {
+		case aRows:
+			return rowAddr(4*u, r)
+		case aCols:
+			if u == 3 {
+				return fmt.Sprintf("%d(R13)", 4*r)
+			}
+			if u == 0 {
+				return fmt.Sprintf("%d(AX)", 4*r)
+			}
+			return fmt.Sprintf("%d(AX)(R12*%d)", 4*r, u)
+		}
+		return fmt.Sprintf("%d(AX)", (u*mr+r)*4)
+	}
+	step := func(u, bo int) {
 		for v := 0; v < nv; v++ {
 			e.i("VMOVUPS %d(BX), %s", bo+32*v, breg(v))
 		}
 		for r := 0; r < mr; r++ {
-			e.i("VBROADCASTSS %d(AX), %s", ao+4*r, bc(r))
+			e.i("VBROADCASTSS %s, %s", aAddr(u, r), bc(r))
 			for v := 0; v < nv; v++ {
 				e.i("VFMADD231PS %s, %s, %s", breg(v), bc(r), acc(r, v))
 			}
@@ -797,12 +862,29 @@ func genKernel256(e *emitter, mr, nv int) {
 	e.i("JZ %s_tail", name)
 	e.l(name + "_loop")
 	for u := 0; u < unroll; u++ {
-		step(u*mr*4, u*nv*32)
-		if u%2 == 1 {
-			e.i("PREFETCHT0 %d(AX)", 512+32*u)
+		step(u, u*nv*32)
+		switch layout {
+		case aPacked:
+			if u%2 == 1 {
+				e.i("PREFETCHT0 %d(AX)", 512+32*u)
+			}
+		case aRows:
+			// Each row's stream, a few lines ahead: two rows per step.
+			for r := 2 * u; r < min(mr, 2*u+2); r++ {
+				e.i("PREFETCHT0 %s", rowAddr(512, r))
+			}
 		}
 	}
-	e.i("ADDQ $%d, AX", unroll*mr*4)
+	switch layout {
+	case aPacked:
+		e.i("ADDQ $%d, AX", unroll*mr*4)
+	case aRows:
+		e.i("ADDQ $%d, AX", unroll*4)
+		e.i("ADDQ $%d, R13", unroll*4)
+	case aCols:
+		e.i("LEAQ (AX)(R12*4), AX")
+		e.i("LEAQ (R13)(R12*4), R13")
+	}
 	e.i("ADDQ $%d, BX", unroll*nv*32)
 	e.i("DECQ DX")
 	e.i("JNZ %s_loop", name)
@@ -811,13 +893,21 @@ func genKernel256(e *emitter, mr, nv int) {
 	e.i("JZ %s_store", name)
 	e.l(name + "_tailloop")
 	step(0, 0)
-	e.i("ADDQ $%d, AX", mr*4)
+	switch layout {
+	case aPacked:
+		e.i("ADDQ $%d, AX", mr*4)
+	case aRows:
+		e.i("ADDQ $4, AX")
+		e.i("ADDQ $4, R13")
+	case aCols:
+		e.i("ADDQ R12, AX")
+	}
 	e.i("ADDQ $%d, BX", nv*32)
 	e.i("DECQ CX")
 	e.i("JNZ %s_tailloop", name)
 
 	e.l(name + "_store")
-	e.i("VBROADCASTSS alpha+40(FP), %s", breg(0))
+	e.i("VBROADCASTSS alpha+%d(FP), %s", offAlpha, breg(0))
 	for i := 0; i < nacc; i++ {
 		e.i("VMULPS %s, %s, %s", breg(0), y(i), y(i))
 	}
@@ -828,30 +918,30 @@ func genKernel256(e *emitter, mr, nv int) {
 	if nacc+2+nv > 16 {
 		panic("asmgen: not enough ymm registers for the store")
 	}
-	e.i("MOVQ cols+56(FP), R9")
+	e.i("MOVQ cols+%d(FP), R9", offCols)
 	e.i("CMPQ R9, $%d", 8*nv)
 	e.i("JLT %s_masked", name)
-	emitStore256(e, name+"_full", mr, nv, acc, beta, tmp, nil)
+	emitStore256(e, name+"_full", mr, nv, acc, offBeta, beta, tmp, nil)
 	e.i("JMP %s_done", name)
 	e.l(name + "_masked")
-	e.i("MOVQ masks+64(FP), R9")
+	e.i("MOVQ masks+%d(FP), R9", offMasks)
 	for v := 0; v < nv; v++ {
 		e.i("VMOVDQU %d(R9), %s", 32*v, mask(v))
 	}
-	emitStore256(e, name+"_part", mr, nv, acc, beta, tmp, mask)
+	emitStore256(e, name+"_part", mr, nv, acc, offBeta, beta, tmp, mask)
 	e.l(name + "_done")
 	e.i("VZEROUPPER")
 	e.i("RET")
 }
 
-// emitStore256 emits C = acc + beta·C for rows < R10 (beta from the frame),
-// plain or lane-masked.
-func emitStore256(e *emitter, name string, mr, nv int, acc func(r, v int) string, beta, tmp string, mask func(v int) string) {
+// emitStore256 emits C = acc + beta·C for rows < R10 (beta from the frame
+// at offBeta), plain or lane-masked.
+func emitStore256(e *emitter, name string, mr, nv int, acc func(r, v int) string, offBeta int, beta, tmp string, mask func(v int) string) {
 	end := name + "_end"
-	e.i("MOVL beta+44(FP), R11")
+	e.i("MOVL beta+%d(FP), R11", offBeta)
 	e.i("ANDL $0x7fffffff, R11")
 	e.i("JZ %s_nobeta", name)
-	e.i("VBROADCASTSS beta+44(FP), %s", beta)
+	e.i("VBROADCASTSS beta+%d(FP), %s", offBeta, beta)
 	for r := 0; r < mr; r++ {
 		if r > 0 {
 			e.i("CMPQ R10, $%d", r)
