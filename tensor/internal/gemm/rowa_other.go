@@ -1,0 +1,9 @@
+//go:build !amd64
+
+package gemm
+
+// runRowA is never reached off amd64: no rowAKernel exists there, so
+// useRowA is false.
+func (g *Impl) runRowA(m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	panic("gemm: the row-A path has no kernel on this architecture")
+}
