@@ -39,7 +39,7 @@ type Options struct {
 	// step then allocates (zeroes or faults in, and later collects) them
 	// afresh. By default they are kept and reused (Memory.BufferBytes):
 	// the slots and the root, which every step holds at its peak anyway,
-	// and unit gradient buffers up to the two largest units' size, each
+	// and unit gradient buffers up to the three largest units' size, each
 	// reused once its reduce-scatter is done.
 	FreeBuffers bool
 }
@@ -235,16 +235,15 @@ func (m *Model) shardParams(ctx context.Context) error {
 	}
 	m.shardParam = zero.AlignedFloats(p.ShardLen())
 	m.shardGrad = zero.AlignedFloats(p.ShardLen())
-	if !m.o.FreeBuffers { // the two largest buckets
-		var first, second int
-		for _, b := range p.Buckets {
-			if n := b.End - b.Start; n > first {
-				first, second = n, first
-			} else if n > second {
-				second = n
-			}
+	if !m.o.FreeBuffers { // the three largest buckets: the unit in backward, the one before it and one reduce-scatter in flight
+		sizes := make([]int, len(p.Buckets))
+		for k, b := range p.Buckets {
+			sizes[k] = b.End - b.Start
 		}
-		m.bufs.Limit = first + second
+		slices.Sort(sizes)
+		for _, n := range sizes[max(0, len(sizes)-3):] {
+			m.bufs.Limit += n
+		}
 	}
 	for k, b := range p.Buckets {
 		lo, hi := b.ShardRange(m.rank)

@@ -144,6 +144,58 @@ type shardResult struct {
 	// GCs the collections over the timed steps.
 	AllocsPerStep, AllocBytesPerStep float64
 	GCs                              uint32
+	// Phases is the mean time per timed step of each phase (phaseNames),
+	// on this rank; waiting for the other ranks counts in the phase that
+	// waits.
+	Phases [numPhases]time.Duration
+}
+
+// The phases of a benchmark step: making the batch, forward with the
+// loss, backward (with the gradient reductions), clipping, and the
+// optimizer step with zeroing the gradients (with the parameter gathers
+// of zero1/zero2).
+const (
+	phaseBatch = iota
+	phaseForward
+	phaseBackward
+	phaseClip
+	phaseStep
+	numPhases
+)
+
+var phaseNames = [numPhases]string{"batch", "forward", "backward", "clip", "step"}
+
+// phaseTimer times one step's phases.
+type phaseTimer struct {
+	last time.Time
+	d    [numPhases]time.Duration
+}
+
+// mark ends phase p, which began at the last mark (or when t was made).
+func (t *phaseTimer) mark(p int) {
+	now := time.Now()
+	t.d[p] = now.Sub(t.last)
+	t.last = now
+}
+
+// phaseTimes sums phases over steps.
+type phaseTimes struct {
+	sum   [numPhases]time.Duration
+	steps int
+}
+
+func (p *phaseTimes) add(t phaseTimer) {
+	for i, d := range t.d {
+		p.sum[i] += d
+	}
+	p.steps++
+}
+
+func (p *phaseTimes) perStep() (out [numPhases]time.Duration) {
+	for i, d := range p.sum {
+		out[i] = d / time.Duration(max(p.steps, 1))
+	}
+	return out
 }
 
 // SamplesPerSec is the group's training throughput.
@@ -156,6 +208,11 @@ func printShardTrain(w io.Writer, s shardSpec, world int, r shardResult) {
 	fmt.Fprintf(w, "train: %s, %d params, world %d, shard %s, batch %d per rank, %d warm-up + %d timed steps, wall %.2f s, cpu %.2f s, last loss %.4f, gradient bytes/rank %d, reused buffer bytes/rank %d\n",
 		s.Model, r.Params, world, s.Shard, s.batch(), s.Warmup, s.Steps, r.Wall.Seconds(), r.CPU.Seconds(), r.LastLoss, r.Memory.GradBytes, r.Memory.BufferBytes)
 	fmt.Fprintf(w, "train: rank 0 heap allocations per step %.0f (%.1f MiB), %d GCs\n", r.AllocsPerStep, r.AllocBytesPerStep/(1<<20), r.GCs)
+	fmt.Fprintf(w, "train: rank 0 per step (ms):")
+	for i, d := range r.Phases {
+		fmt.Fprintf(w, " %s %.2f", phaseNames[i], d.Seconds()*1e3)
+	}
+	fmt.Fprintln(w)
 	fmt.Fprintf(w, "train: %s world %d shard %s samples/s %.1f state-bytes/rank %d param-bytes/rank %d peak-rss-MiB %.1f\n",
 		s.Model, world, s.Shard, r.SamplesPerSec(), r.Memory.OptimizerBytes, r.Memory.ParamBytes, float64(r.PeakRSSBytes)/(1<<20))
 }
@@ -260,6 +317,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 		return shardResult{}, err
 	}
 	res := shardResult{Params: nn.NumParameters(mod)}
+	phases := &phaseTimes{}
 	// step runs one training step and returns its loss; memory reports
 	// the state between steps.
 	var step func(i int) (*autograd.Var, error)
@@ -276,20 +334,27 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 			return res, err
 		}
 		step = func(i int) (*autograd.Var, error) {
+			t := phaseTimer{last: time.Now()}
 			b := batch(i)
+			t.mark(phaseBatch)
 			out, err := m.Call(ctx, b.plain)
 			if err != nil {
 				return nil, err
 			}
 			loss := b.loss(out)
+			t.mark(phaseForward)
 			if err := m.Backward(ctx, loss); err != nil {
 				return nil, err
 			}
+			t.mark(phaseBackward)
 			if _, err := optim.ClipGradNorm(nn.Parameters(mod), shardMaxNorm, 2); err != nil {
 				return nil, err
 			}
+			t.mark(phaseClip)
 			opt.Step()
 			opt.ZeroGrad()
+			t.mark(phaseStep)
+			phases.add(t)
 			return loss, nil
 		}
 		memory = func() zero.Memory {
@@ -311,7 +376,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 			return res, err
 		}
 		defer m.Close()
-		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.plain) }, batch)
+		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.plain) }, batch, phases)
 		memory = m.Memory
 	case "fsdp":
 		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW, FreeBuffers: freeBuffers()})
@@ -319,7 +384,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 			return res, err
 		}
 		defer m.Close()
-		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.units) }, batch)
+		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.units) }, batch, phases)
 		memory = m.Memory
 	}
 	for i := range s.Warmup {
@@ -337,6 +402,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 	defer stop()
 	var ms0 runtime.MemStats
 	runtime.ReadMemStats(&ms0)
+	*phases = phaseTimes{}
 	start, cpu0 := time.Now(), processCPU()
 	for i := range s.Steps {
 		loss, err := step(s.Warmup + i)
@@ -349,6 +415,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 		return res, fmt.Errorf("barrier after the timed steps: %w", err)
 	}
 	res.Wall, res.CPU = time.Since(start), processCPU()-cpu0
+	res.Phases = phases.perStep()
 	res.Samples = pg.Size() * s.batch() * s.Steps
 	var ms1 runtime.MemStats
 	runtime.ReadMemStats(&ms1)
@@ -372,24 +439,31 @@ type shardModel interface {
 // shardStep returns the benchmark's training step under a sharded
 // wrapper: call runs the batch's forward pass through m, then backward,
 // clipping, the optimizer step and zeroing.
-func shardStep(ctx context.Context, m shardModel, call func(shardBatch) (*autograd.Var, error), batch func(int) shardBatch) func(int) (*autograd.Var, error) {
+func shardStep(ctx context.Context, m shardModel, call func(shardBatch) (*autograd.Var, error), batch func(int) shardBatch, phases *phaseTimes) func(int) (*autograd.Var, error) {
 	return func(i int) (*autograd.Var, error) {
+		t := phaseTimer{last: time.Now()}
 		b := batch(i)
+		t.mark(phaseBatch)
 		out, err := call(b)
 		if err != nil {
 			return nil, err
 		}
 		loss := b.loss(out)
+		t.mark(phaseForward)
 		if err := m.Backward(ctx, loss); err != nil {
 			return nil, err
 		}
+		t.mark(phaseBackward)
 		if _, err := m.ClipGradNorm(ctx, shardMaxNorm, 2); err != nil {
 			return nil, err
 		}
+		t.mark(phaseClip)
 		if err := m.Step(ctx); err != nil {
 			return nil, err
 		}
 		m.ZeroGrad()
+		t.mark(phaseStep)
+		phases.add(t)
 		return loss, nil
 	}
 }
