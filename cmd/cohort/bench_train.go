@@ -65,6 +65,11 @@ report ends
 
     train: MODEL world N shard S samples/s X state-bytes/rank Y param-bytes/rank Z peak-rss-MiB R
 
+after rank 0's time per step by phase (batch, forward, backward, clip,
+step). The sharded wrappers keep their gradient and gather buffers for
+the next step; COHORT_SHARD_FREE_BUFFERS=1 frees them after every step
+(zero.Options.FreeBuffers, fsdp.Options.FreeBuffers).
+
   mlp, cnn  the MLP or LeNet CNN on 60000 synthetic MNIST-shaped samples,
             batch 64 per rank, SGD, ddp (with the share of gradient
             communication hidden behind backward); 20 warm-up and 200
