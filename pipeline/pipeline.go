@@ -111,7 +111,10 @@ type Pipeline struct {
 	lastBackward map[int]int // action index → the stage whose last backward action it is
 
 	free []*tensor.Tensor // receive buffers of Options.Shape, reused across steps
-	flat []float32        // the tied gradients' all-reduce buffer
+	// inlineSend is the message size from which sends run on dist's op
+	// goroutine (inlineSendBytes; tests lower it).
+	inlineSend int64
+	flat       []float32 // the tied gradients' all-reduce buffer
 }
 
 // Stats are a Pipeline's cumulative timings over its successful steps.
@@ -197,7 +200,7 @@ func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage,
 		o.LossScale = 1 / float64(s.Microbatches)
 	}
 	p := &Pipeline{pg: pg, sched: s, rank: r, acts: s.Ranks[r], stages: map[int]Stage{}, opts: o,
-		last: s.NumStages() - 1, links: map[linkKey]dist.ProcessGroup{}}
+		last: s.NumStages() - 1, links: map[linkKey]dist.ProcessGroup{}, inlineSend: inlineSendBytes}
 	for c, st := range stages {
 		if st == nil {
 			return nil, fmt.Errorf("pipeline: rank %d: stage %d is nil", r, c*s.Stages+r)
@@ -488,7 +491,7 @@ const inlineSendBytes = 1 << 20
 func (p *Pipeline) send(ctx context.Context, st *stepState, a Action, grad bool, data *tensor.Tensor) error {
 	g := p.links[linkKey{p.rank, a.Peer, grad}]
 	w := g.Send(ctx, dist.FromTensor(data), 1, p.tag(a.Stage, a.Microbatch))
-	if int64(data.Len())*4 >= inlineSendBytes {
+	if int64(data.Len())*4 >= p.inlineSend {
 		st.sends = append(st.sends, pendingSend{w, a.Peer})
 		return nil
 	}
