@@ -40,8 +40,9 @@
 // data is ready and receiving where the schedule puts the receive, right
 // before the compute that consumes it. A send does not wait for its
 // receive (the transports buffer it), so the data is there by then, and
-// compute waits only where its message is truly late. Sends and receives
-// run on Step's goroutine (Work.Wait runs them inline), not on dist's op
+// compute waits only where its message is truly late. Receives, and
+// sends where the group buffers them (Options.SendsBuffered), run on
+// Step's goroutine (Work.Wait runs them inline), not on dist's op
 // goroutines: on a host whose cores all compute, a rank per core, every
 // hand-off between goroutines waits for the scheduler to give a core to
 // another thread (a slice, milliseconds), and a receive posted early keeps

@@ -107,9 +107,11 @@ func want(s *Schedule, r int) string {
 // the transport only after the compute the schedule puts before it (not
 // when the step starts, which would leave an op goroutine waiting in the
 // transport while the stages compute), and a send before the action
-// after it, so the peer is not kept waiting for a hand-off. Each rank's
-// transcript over two steps is its schedule's action list, twice. Large
-// sends, left to dist's op goroutine, keep the receives in place.
+// after it when the process group buffers sends, so the peer is not kept
+// waiting for a hand-off. Each rank's
+// transcript over two steps is its schedule's action list, twice. Without
+// Options.SendsBuffered, sends are left to dist's op goroutine, and the
+// receives keep their places.
 func TestTransfersAtTheirActions(t *testing.T) {
 	for _, c := range []struct {
 		name                    string
@@ -146,15 +148,13 @@ func TestTransfersAtTheirActions(t *testing.T) {
 					for i := range stages {
 						stages[i] = loggedStage{stages[i], logs[r], i*c.stages + r}
 					}
+					opts.SendsBuffered = !c.asyncSends // inproc buffers every send
 					p, err := New(context.Background(), pg, s, stages, opts)
 					if err != nil {
 						errs[r] = err
 						return
 					}
 					defer p.Close()
-					if c.asyncSends {
-						p.inlineSend = 0 // every send as a large one: on the op goroutine, waited for at the step's end
-					}
 					for range 2 {
 						if _, err := p.Step(context.Background()); err != nil {
 							errs[r] = err

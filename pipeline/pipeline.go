@@ -72,6 +72,16 @@ type Options struct {
 	// rest of the step runs. It runs on Step's goroutine and should only
 	// launch work.
 	StageDone func(stage int)
+	// SendsBuffered says that pg's sends complete without waiting for the
+	// matching receive: true of the native backend over every cohort
+	// transport (shm, tcp, inproc), not of MPI, whose large sends wait for
+	// the receive. Step then runs each send of less than 1 MiB on its own
+	// goroutine at once, instead of leaving it to dist's op goroutine, and
+	// the peer gets it without waiting for that goroutine to be scheduled
+	// (see the package doc). Waiting for a send that needs its receive
+	// could deadlock two ranks that send to each other before receiving,
+	// so the zero value keeps every send asynchronous until the step's end.
+	SendsBuffered bool
 }
 
 // Pipeline executes a Schedule on one rank of a pipeline group: each rank
@@ -81,10 +91,10 @@ type Options struct {
 // two-rank subgroups of pg, one per direction and kind, so that a receive
 // waiting for its message never holds back a send (ops of one group run in
 // issue order). Every send is made when its data is ready and every
-// receive where the schedule puts it, right before its consumer; both run
-// on Step's goroutine (see the package doc), except sends of
-// inlineSendBytes or more, which dist's op goroutine runs while compute
-// goes on.
+// receive where the schedule puts it, right before its consumer. Receives
+// run on Step's goroutine (see the package doc); so do small sends with
+// Options.SendsBuffered, while other sends run on dist's op goroutines and
+// are waited for at the step's end.
 //
 // Failure: when an action fails on one rank (a stage returns an error or
 // panics, or a peer goes away), that rank aborts every subgroup the
@@ -111,10 +121,7 @@ type Pipeline struct {
 	lastBackward map[int]int // action index → the stage whose last backward action it is
 
 	free []*tensor.Tensor // receive buffers of Options.Shape, reused across steps
-	// inlineSend is the message size from which sends run on dist's op
-	// goroutine (inlineSendBytes; tests lower it).
-	inlineSend int64
-	flat       []float32 // the tied gradients' all-reduce buffer
+	flat []float32        // the tied gradients' all-reduce buffer
 }
 
 // Stats are a Pipeline's cumulative timings over its successful steps.
@@ -200,7 +207,7 @@ func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage,
 		o.LossScale = 1 / float64(s.Microbatches)
 	}
 	p := &Pipeline{pg: pg, sched: s, rank: r, acts: s.Ranks[r], stages: map[int]Stage{}, opts: o,
-		last: s.NumStages() - 1, links: map[linkKey]dist.ProcessGroup{}, inlineSend: inlineSendBytes}
+		last: s.NumStages() - 1, links: map[linkKey]dist.ProcessGroup{}}
 	for c, st := range stages {
 		if st == nil {
 			return nil, fmt.Errorf("pipeline: rank %d: stage %d is nil", r, c*s.Stages+r)
@@ -474,16 +481,16 @@ func (p *Pipeline) do(ctx context.Context, st *stepState, a Action) error {
 	return fmt.Errorf("unknown action kind %v", a.Kind)
 }
 
-// inlineSendBytes is the size below which a send is waited for at once.
-// Waiting runs the send on Step's goroutine (dist's Work.Wait runs an op
-// that is next in its group on the waiting goroutine): a copy into the
-// shared-memory ring or the socket, which never waits for the receiver
-// below the transports' rendezvous sizes. Left to dist's op goroutine, the
-// same copy waits for that goroutine's thread to get a core, which on a
-// host whose cores all compute (a rank per core) is a scheduler slice,
-// milliseconds, while the peer waits for the message. Larger messages,
-// which may wait for the receiver (single copy), go on the op goroutine
-// and are waited for at the step's end.
+// inlineSendBytes is the size below which, with Options.SendsBuffered, a
+// send is waited for at once. Waiting runs the send on Step's goroutine
+// (dist's Work.Wait runs an op that is next in its group on the waiting
+// goroutine): a copy into the shared-memory ring or the socket. Left to
+// dist's op goroutine, the same copy waits for that goroutine's thread to
+// get a core, which on a host whose cores all compute (a rank per core)
+// is a scheduler slice, milliseconds, while the peer waits for the
+// message. Larger messages, which shm sends by single copy once the
+// receiver is there, go on the op goroutine and are waited for at the
+// step's end.
 const inlineSendBytes = 1 << 20
 
 // send sends data, the output (grad false) or the input gradient of
@@ -491,7 +498,7 @@ const inlineSendBytes = 1 << 20
 func (p *Pipeline) send(ctx context.Context, st *stepState, a Action, grad bool, data *tensor.Tensor) error {
 	g := p.links[linkKey{p.rank, a.Peer, grad}]
 	w := g.Send(ctx, dist.FromTensor(data), 1, p.tag(a.Stage, a.Microbatch))
-	if int64(data.Len())*4 >= p.inlineSend {
+	if !p.opts.SendsBuffered || int64(data.Len())*4 >= inlineSendBytes {
 		st.sends = append(st.sends, pendingSend{w, a.Peer})
 		return nil
 	}
