@@ -75,8 +75,8 @@ type Options struct {
 	// SendsBuffered says that pg's sends complete without waiting for the
 	// matching receive: true of the native backend over every cohort
 	// transport (shm, tcp, inproc), not of MPI, whose large sends wait for
-	// the receive. Step then runs each send of less than 1 MiB on its own
-	// goroutine at once, instead of leaving it to dist's op goroutine, and
+	// the receive. Step then runs each send of less than 1 MiB at once on
+	// its own goroutine, instead of leaving it to dist's op goroutine, and
 	// the peer gets it without waiting for that goroutine to be scheduled
 	// (see the package doc). Waiting for a send that needs its receive
 	// could deadlock two ranks that send to each other before receiving,
@@ -134,8 +134,9 @@ type Pipeline struct {
 // weight passes), each with its count; RecvWait is time blocked on a
 // received activation or gradient (including its copy out of the
 // transport), SendWait time in this rank's sends (the copy into the
-// transport, and waiting at the step's end for the large ones), Sync the step-end
-// collectives (the tied-gradient sum and the loss broadcast).
+// transport, and waiting at the step's end for those left to dist's op
+// goroutines), Sync the step-end collectives (the tied-gradient sum and
+// the loss broadcast).
 type Stats struct {
 	Steps   int
 	Wall    time.Duration // time inside Step
@@ -297,7 +298,7 @@ type stepState struct {
 	fwd      map[fwdKey]*fwdState
 	sends    []pendingSend
 	losses   float64
-	bufs     []*tensor.Tensor // receive buffers: taken[:n] posted this step, the rest spare
+	bufs     []*tensor.Tensor // receive buffers: bufs[:taken] posted this step, the rest spare
 	taken    int
 	wait     time.Duration // spent waiting for received data
 	sendWait time.Duration // spent in sends waited for at once
