@@ -35,11 +35,19 @@
 //
 // New builds a Pipeline for one rank from a process group (the pipeline
 // ranks), a schedule and the rank's stages (the Stage interface: Forward
-// on a microbatch, and Parameters). Step runs one step: it posts every
-// receive of the step at once on per-link subgroups, performs the
-// schedule's actions in order, sends asynchronously as soon as data is
-// ready, and waits only where compute needs a message, so transfers
-// overlap with computation. The last stage's Forward returns the loss;
+// on a microbatch, and Parameters). Step runs one step: it performs the
+// schedule's actions in order on per-link subgroups, sending as soon as
+// data is ready and receiving where the schedule puts the receive, right
+// before the compute that consumes it. A send does not wait for its
+// receive (the transports buffer it), so the data is there by then, and
+// compute waits only where its message is truly late. Receives, and
+// sends where the group buffers them (Options.SendsBuffered), run on
+// Step's goroutine (Work.Wait runs them inline), not on dist's op
+// goroutines: on a host whose cores all compute, a rank per core, every
+// hand-off between goroutines waits for the scheduler to give a core to
+// another thread (a slice, milliseconds), and a receive posted early keeps
+// an op goroutine waiting in the transport while compute runs, which
+// preempts compute (see "Where the time goes"). The last stage's Forward returns the loss;
 // Step scales it by 1/M (Options.LossScale) before backward, so the
 // gradients equal those of the whole batch, and returns the mean loss on
 // every rank. The executor is a state machine over the action list with
@@ -89,13 +97,27 @@
 //
 // Stats break each rank's time in Step down into the passes (F, whole B,
 // the split backward's input and weight passes, with counts), waiting for
-// received data, waiting for sends at the step's end and the step-end
+// received data, sending and the step-end
 // collectives. Stats.Costs turns the measured pass durations into Costs,
 // and Costs.Ranks lets the simulator run stages of unequal cost, so the
 // bubble the schedule implies for the measured costs can be set beside
 // the bubble measured (cohort bench pipeline prints both). Options.Span
 // records a per-action timeline (cohort bench pipeline --trace DIR, then
-// cohort trace merge DIR) that shows where the idle time sits.
+// cohort trace merge DIR) that shows where the idle time sits; --profile
+// DIR writes each rank's CPU profile and Go execution trace.
+//
+// Measured on two cores with shared memory (GPT-mini, 2 stages, 8
+// microbatches): posting every receive when the step starts, as the
+// executor first did, left an op goroutine per link waiting in the shm
+// transport (spinning, then futex sleeps of 2 ms) during compute. Each
+// such wait is a system call holding a P, which Go's sysmon retakes and
+// then keeps polling every 20 µs; the host saw 3,800 context switches a
+// second against 580 over TCP, the compute threads were preempted
+// thousands of times a second, and the stages' compute took 15–20% longer
+// than the same passes in one process. Handing each send to an op
+// goroutine put a scheduler slice between a pass's end and its message
+// (median 0.7 ms for a gradient, 3.3 ms for an activation). Receiving
+// at the consumer and running both on Step's goroutine removed both.
 //
 // Every wait is bounded by the caller's ctx and by dist's op timeout. A
 // rank whose own ctx is cancelled reports the failure as its own, so its

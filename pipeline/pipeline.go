@@ -72,6 +72,16 @@ type Options struct {
 	// rest of the step runs. It runs on Step's goroutine and should only
 	// launch work.
 	StageDone func(stage int)
+	// SendsBuffered says that pg's sends complete without waiting for the
+	// matching receive: true of the native backend over every cohort
+	// transport (shm, tcp, inproc), not of MPI, whose large sends wait for
+	// the receive. Step then runs each send of less than 1 MiB at once on
+	// its own goroutine, instead of leaving it to dist's op goroutine, and
+	// the peer gets it without waiting for that goroutine to be scheduled
+	// (see the package doc). Waiting for a send that needs its receive
+	// could deadlock two ranks that send to each other before receiving,
+	// so the zero value keeps every send asynchronous until the step's end.
+	SendsBuffered bool
 }
 
 // Pipeline executes a Schedule on one rank of a pipeline group: each rank
@@ -80,9 +90,11 @@ type Options struct {
 // Communication: activations and gradients travel between ranks on
 // two-rank subgroups of pg, one per direction and kind, so that a receive
 // waiting for its message never holds back a send (ops of one group run in
-// issue order). Every receive of a step is posted when the step starts and
-// every send when its data is ready; compute waits only for the message it
-// consumes, so transfers overlap with computation.
+// issue order). Every send is made when its data is ready and every
+// receive where the schedule puts it, right before its consumer. Receives
+// run on Step's goroutine (see the package doc); so do small sends with
+// Options.SendsBuffered, while other sends run on dist's op goroutines and
+// are waited for at the step's end.
 //
 // Failure: when an action fails on one rank (a stage returns an error or
 // panics, or a peer goes away), that rank aborts every subgroup the
@@ -120,9 +132,11 @@ type Pipeline struct {
 // The breakdown says where the time went: Compute is Forward + Backward +
 // Input + Weight (whole backward passes, and a split backward's input and
 // weight passes), each with its count; RecvWait is time blocked on a
-// received activation or gradient, SendWait time at the step's end
-// waiting for this rank's sends to be taken, Sync the step-end
-// collectives (the tied-gradient sum and the loss broadcast).
+// received activation or gradient (including its copy out of the
+// transport), SendWait time in this rank's sends (the copy into the
+// transport, and waiting at the step's end for those left to dist's op
+// goroutines), Sync the step-end collectives (the tied-gradient sum and
+// the loss broadcast).
 type Stats struct {
 	Steps   int
 	Wall    time.Duration // time inside Step
@@ -279,13 +293,16 @@ func (p *Pipeline) holdsTiedCopy() bool {
 
 // stepState is what one Step holds between actions.
 type stepState struct {
-	recvs  map[msgKey]*pendingRecv
-	local  map[msgKey]*tensor.Tensor // data passed between stages of this rank
-	fwd    map[fwdKey]*fwdState
-	sends  []pendingSend
-	losses float64
-	wait   time.Duration // spent waiting for received data
-	name   string        // the compute action's span name (with Options.Span)
+	recvs    map[msgKey]*pendingRecv
+	local    map[msgKey]*tensor.Tensor // data passed between stages of this rank
+	fwd      map[fwdKey]*fwdState
+	sends    []pendingSend
+	losses   float64
+	bufs     []*tensor.Tensor // receive buffers: bufs[:taken] posted this step, the rest spare
+	taken    int
+	wait     time.Duration // spent waiting for received data
+	sendWait time.Duration // spent in sends waited for at once
+	name     string        // the compute action's span name (with Options.Span)
 }
 
 type msgKey struct {
@@ -327,35 +344,17 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 	}
 	start := time.Now()
 	st := &stepState{recvs: map[msgKey]*pendingRecv{}, local: map[msgKey]*tensor.Tensor{}, fwd: map[fwdKey]*fwdState{}}
-	// Every receive of the step is posted now, into buffers reused from
-	// the last step (nothing holds them once a step is over).
-	// After a failure a receive may still be pending, so its buffer is
-	// dropped with the broken pipeline.
-	bufs := p.free
+	// Receives are posted at their actions, into buffers reused from the
+	// last step (nothing holds them once a step is over). After a failure
+	// a receive may still be pending, so its buffer is dropped with the
+	// broken pipeline.
+	st.bufs = p.free
 	p.free = nil
-	taken := 0
 	defer func() {
 		if err == nil {
-			p.free = bufs
+			p.free = st.bufs
 		}
 	}()
-	for _, a := range p.acts {
-		if a.Kind != RecvAct && a.Kind != RecvGrad {
-			continue
-		}
-		grad := a.Kind == RecvGrad
-		producer := a.Stage - 1
-		if grad {
-			producer = a.Stage + 1
-		}
-		if taken == len(bufs) {
-			bufs = append(bufs, tensor.New(p.opts.Shape...))
-		}
-		buf := bufs[taken]
-		taken++
-		g := p.links[linkKey{a.Peer, p.rank, grad}]
-		st.recvs[msgKey{grad, a.Stage, a.Microbatch}] = &pendingRecv{w: g.Recv(ctx, dist.FromTensor(buf), 0, p.tag(producer, a.Microbatch)), buf: buf, peer: a.Peer}
-	}
 	var stats Stats
 	virtual := p.sched.Virtual > 1
 	for i, a := range p.acts {
@@ -398,7 +397,7 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 	}
 	end()
 	t1 := time.Now()
-	stats.SendWait = t1.Sub(t0)
+	stats.SendWait = st.sendWait + t1.Sub(t0)
 	end = p.span("comm", "tied+loss")
 	if err := p.reduceTied(ctx); err != nil {
 		return 0, p.fail(ctx, err)
@@ -452,7 +451,8 @@ func (p *Pipeline) do(ctx context.Context, st *stepState, a Action) error {
 	k := fwdKey{a.Stage, a.Microbatch}
 	switch a.Kind {
 	case RecvAct, RecvGrad:
-		return nil // posted when the step started; waited for by its consumer
+		p.post(ctx, st, a)
+		return nil // waited for by its consumer
 	case Forward:
 		return p.forward(ctx, st, a)
 	case Backward, BackwardInput:
@@ -470,20 +470,59 @@ func (p *Pipeline) do(ctx context.Context, st *stepState, a Action) error {
 		if f == nil || f.outVal == nil {
 			return errors.New("sending an activation not computed")
 		}
-		g := p.links[linkKey{p.rank, a.Peer, false}]
-		st.sends = append(st.sends, pendingSend{g.Send(ctx, dist.FromTensor(f.outVal), 1, p.tag(a.Stage, a.Microbatch)), a.Peer})
-		return nil
+		return p.send(ctx, st, a, false, f.outVal)
 	case SendGrad:
 		buf := st.local[msgKey{true, a.Stage - 1, a.Microbatch}]
 		if buf == nil {
 			return errors.New("sending a gradient not computed")
 		}
 		delete(st.local, msgKey{true, a.Stage - 1, a.Microbatch})
-		g := p.links[linkKey{p.rank, a.Peer, true}]
-		st.sends = append(st.sends, pendingSend{g.Send(ctx, dist.FromTensor(buf), 1, p.tag(a.Stage, a.Microbatch)), a.Peer})
-		return nil
+		return p.send(ctx, st, a, true, buf)
 	}
 	return fmt.Errorf("unknown action kind %v", a.Kind)
+}
+
+// inlineSendBytes is the size below which, with Options.SendsBuffered, a
+// send is waited for at once. Waiting runs the send on Step's goroutine
+// (dist's Work.Wait runs an op that is next in its group on the waiting
+// goroutine): a copy into the shared-memory ring or the socket. Left to
+// dist's op goroutine, the same copy waits for that goroutine's thread to
+// get a core, which on a host whose cores all compute (a rank per core)
+// is a scheduler slice, milliseconds, while the peer waits for the
+// message. Larger messages, which shm sends by single copy once the
+// receiver is there, go on the op goroutine and are waited for at the
+// step's end.
+const inlineSendBytes = 1 << 20
+
+// send sends data, the output (grad false) or the input gradient of
+// action a's stage for its microbatch, to a.Peer.
+func (p *Pipeline) send(ctx context.Context, st *stepState, a Action, grad bool, data *tensor.Tensor) error {
+	g := p.links[linkKey{p.rank, a.Peer, grad}]
+	w := g.Send(ctx, dist.FromTensor(data), 1, p.tag(a.Stage, a.Microbatch))
+	if !p.opts.SendsBuffered || int64(data.Len())*4 >= inlineSendBytes {
+		st.sends = append(st.sends, pendingSend{w, a.Peer})
+		return nil
+	}
+	t0 := time.Now()
+	err := p.waitLink(ctx, w, a.Peer)
+	st.sendWait += time.Since(t0)
+	return err
+}
+
+// post posts the receive of action a into a buffer of Options.Shape.
+func (p *Pipeline) post(ctx context.Context, st *stepState, a Action) {
+	grad := a.Kind == RecvGrad
+	producer := a.Stage - 1
+	if grad {
+		producer = a.Stage + 1
+	}
+	if st.taken == len(st.bufs) {
+		st.bufs = append(st.bufs, tensor.New(p.opts.Shape...))
+	}
+	buf := st.bufs[st.taken]
+	st.taken++
+	g := p.links[linkKey{a.Peer, p.rank, grad}]
+	st.recvs[msgKey{grad, a.Stage, a.Microbatch}] = &pendingRecv{w: g.Recv(ctx, dist.FromTensor(buf), 0, p.tag(producer, a.Microbatch)), buf: buf, peer: a.Peer}
 }
 
 // input returns the data stage consumes for microbatch mb: an activation
@@ -677,13 +716,15 @@ func (p *Pipeline) reduceTied(ctx context.Context) error {
 	return nil
 }
 
+// waitWork waits for w, an op submitted with ctx. It calls Work.Wait,
+// which runs a native op that is next in its group on this goroutine
+// rather than waking dist's op goroutine and then being woken by it: on a
+// host whose cores all compute, each of those wake-ups waits for a
+// scheduler slice. The op itself stops when ctx is done or dist's op
+// timeout passes, so the wait is bounded by both (with the MPI backend,
+// only until the op is handed to MPI, as dist documents).
 func waitWork(ctx context.Context, w dist.Work) error {
-	select {
-	case <-w.Done():
-		return w.Wait()
-	case <-ctx.Done():
-		return ctx.Err()
-	}
+	return w.Wait()
 }
 
 // noticeGrace bounds how long a rank that failed because of a peer waits

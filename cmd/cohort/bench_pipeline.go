@@ -12,8 +12,11 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime/pprof"
+	rtrace "runtime/trace"
 	"slices"
 	"strconv"
+	"sync"
 	"syscall"
 	"time"
 
@@ -62,6 +65,7 @@ type pipeSpec struct {
 	threads      int
 	transport    string
 	trace        string
+	profile      string // directory for CPU profiles and execution traces of the timed steps
 	rounds       int
 }
 
@@ -69,7 +73,7 @@ func (s pipeSpec) workerArgs(stages int, result string) []string {
 	return []string{"--schedule", s.schedule, "--stages", strconv.Itoa(stages), "--virtual", strconv.Itoa(s.virtual),
 		"--microbatches", strconv.Itoa(s.microbatches), "--batch", strconv.Itoa(s.batch),
 		"--steps", strconv.Itoa(s.steps), "--warmup", strconv.Itoa(s.warmup),
-		"--threads", strconv.Itoa(s.threads), "--transport", s.transport, "--trace", s.trace, "--rounds", "1", "--worker", "--result", result}
+		"--threads", strconv.Itoa(s.threads), "--transport", s.transport, "--trace", s.trace, "--profile", s.profile, "--rounds", "1", "--worker", "--result", result}
 }
 
 // pipeResult is what rank 0 of a run reports.
@@ -107,6 +111,7 @@ func benchPipeline(args []string) int {
 	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per worker (COHORT_NUM_THREADS)")
 	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
 	fs.StringVar(&s.trace, "trace", "", "write each rank's per-action timeline of the pipelined run to this directory (merge with cohort trace merge)")
+	fs.StringVar(&s.profile, "profile", "", "write each rank's CPU profile and Go execution trace of the timed steps to this directory (baseline.rankR.*, SCHEDULE.rankR.*; the last round's)")
 	fs.BoolVar(&worker, "worker", false, "internal: run as one rank of the job")
 	fs.StringVar(&result, "result", "", "internal: where rank 0 writes its result")
 	if err := fs.Parse(args); err != nil {
@@ -158,6 +163,13 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 	}
 	base := s
 	base.schedule, base.virtual, base.trace = "1f1b", 1, ""
+	if s.profile != "" {
+		if err := os.MkdirAll(s.profile, 0o755); err != nil {
+			return err
+		}
+		base.profile = filepath.Join(s.profile, "baseline")
+		s.profile = filepath.Join(s.profile, s.schedule)
+	}
 	// Baseline and pipelined runs alternate, so that load from other
 	// processes hits both alike; the round with the median speedup is
 	// reported.
@@ -291,7 +303,9 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		tied = []*autograd.Var{g.Wte}
 	}
 	mb := s.batch / s.microbatches
-	opts := pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split}
+	// The native backend (dist.Options.Backend "") buffers sends on every
+	// transport.
+	opts := pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split, SendsBuffered: true}
 	var tr *trace.Tracer
 	tracing := false
 	if s.trace != "" {
@@ -321,12 +335,17 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 	var loss float64
 	var before pipeline.Stats
 	var outside time.Duration
+	stopProfile := func() {}
 	for step := range s.warmup + s.steps {
 		if step == s.warmup {
 			if err := pg.Barrier(ctx).Wait(); err != nil {
 				return err
 			}
 			start, before, outside, tracing = time.Now(), pl.Stats(), 0, true
+			if stopProfile, err = pipeProfile(s.profile, rank); err != nil {
+				return err
+			}
+			defer stopProfile()
 		}
 		t0 := time.Now()
 		var sp trace.Span
@@ -360,6 +379,7 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		return err
 	}
 	secs := time.Since(start).Seconds()
+	stopProfile()
 	// Every rank's timings, each in its own slot of one all-reduced
 	// buffer.
 	d := pl.Stats().Sub(before)
@@ -421,4 +441,39 @@ func printBreakdown(w io.Writer, sched *pipeline.Schedule, r pipeResult) {
 	}
 	fmt.Fprintf(w, "measured costs simulated: step %.1f ms, bubble %.3f; measured: step %.1f ms in Step, bubble %.3f\n",
 		sim.Makespan*1e3, sim.Bubble, wall*1e3, r.Bubble)
+}
+
+// pipeProfile starts a CPU profile and a Go execution trace into
+// prefix.rankR.cpu.pprof and prefix.rankR.exec.trace (nothing when prefix
+// is empty) and returns the function that stops both; calling it again
+// does nothing.
+func pipeProfile(prefix string, rank int) (stop func(), err error) {
+	if prefix == "" {
+		return func() {}, nil
+	}
+	name := func(ext string) string { return fmt.Sprintf("%s.rank%d.%s", prefix, rank, ext) }
+	cpu, err := os.Create(name("cpu.pprof"))
+	if err != nil {
+		return nil, err
+	}
+	exec, err := os.Create(name("exec.trace"))
+	if err != nil {
+		return nil, errors.Join(err, cpu.Close())
+	}
+	if err := pprof.StartCPUProfile(cpu); err != nil {
+		return nil, errors.Join(err, cpu.Close(), exec.Close())
+	}
+	if err := rtrace.Start(exec); err != nil {
+		pprof.StopCPUProfile()
+		return nil, errors.Join(err, cpu.Close(), exec.Close())
+	}
+	var once sync.Once
+	return func() {
+		once.Do(func() {
+			rtrace.Stop()
+			pprof.StopCPUProfile()
+			cpu.Close()
+			exec.Close()
+		})
+	}, nil
 }
