@@ -76,8 +76,7 @@ the next step; COHORT_SHARD_FREE_BUFFERS=1 frees them after every step
             timed steps by default.
   gpt       GPT-mini on the bytes of Opticks (gpt_mini.py's recipe: random
             windows, batch 32×64 tokens per rank, AdamW, clipping at 1.0;
-            above one rank under ddp, whose bucketed all-reduce overlaps
-            backward); 10
+            gradients averaged by one all-reduce after backward); 10
             warm-up and 100 timed steps by default. tokens/s =
             world·32·64·steps / rank 0's wall time.
 
@@ -351,7 +350,8 @@ type trainResult struct {
 	Wall       time.Duration // the timed steps, between the two barriers
 	Data       time.Duration // time spent waiting for the next batch
 	LastLoss   float32
-	DDP        *ddp.Stats // over the timed steps; nil without ddp (gpt: in a world of one)
+	DDP        *ddp.Stats    // over the timed steps; nil without ddp (and for gpt)
+	AllReduce  time.Duration // gpt: time in the gradient all-reduce
 	GOMAXPROCS int
 	Gemm       string
 	Shard      *shardResult // --shard: rank 0's sharded-training measurement
