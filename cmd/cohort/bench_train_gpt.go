@@ -40,11 +40,12 @@ const (
 //
 // The gradients are averaged by one all-reduce after backward, by hand.
 // Under ddp.WrapModule instead (bucketed all-reduces overlapping backward,
-// as PyTorch's DDP) a world-2 run over shared memory measured slower: the
-// all-reduces busy 40.9 ms and exposed 17.6 ms per step, 1.33× PyTorch's
-// tokens/s against 1.44× this way, because their op goroutines wait in
-// the transport while backward computes. Revisit when that wait no longer
-// costs compute.
+// as PyTorch's DDP) a world-2 run over shared memory measured no faster:
+// 1.33× PyTorch's tokens/s against 1.44× this way in 3 rounds beside it,
+// and medians of 14,711 against 14,434 tokens/s in 6 alternating rounds,
+// within the noise; the overlapped all-reduces were busy 28–44 ms a step
+// with 12–20 ms exposed, their op goroutines waiting in the transport
+// while backward computes. Revisit when that wait no longer costs compute.
 func gptTrainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile string) (trainResult, error) {
 	world, rank := 1, 0
 	if pg != nil {
