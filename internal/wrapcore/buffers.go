@@ -94,13 +94,6 @@ func (b *Buffers) HeldBytes() int64 {
 	return 4 * int64(n)
 }
 
-// Drop forgets every kept buffer.
-func (b *Buffers) Drop() {
-	clear(b.free)
-	clear(b.pending)
-	b.free, b.pending, b.idle = b.free[:0], b.pending[:0], 0
-}
-
 // AlignedFloats returns n zeroed floats whose first element is 64-byte
 // aligned.
 func AlignedFloats(n int) []float32 {

@@ -51,10 +51,6 @@ func TestBuffersReuse(t *testing.T) {
 	if got := c.HeldBytes(); got != 4*200 {
 		t.Errorf("held %d bytes, want %d (the 150-float buffer is over Limit)", got, 4*200)
 	}
-	b.Drop()
-	if got := b.HeldBytes(); got != 0 {
-		t.Errorf("held %d bytes after Drop, want 0", got)
-	}
 }
 
 // TestBuffersNoLimit: with Limit 0 nothing is kept.
