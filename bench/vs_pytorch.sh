@@ -22,7 +22,10 @@
 #             world·32·64·GPT_STEPS / rank 0's wall time. World 2 is DDP;
 #             MODE must be noddp at world 1 and ddp above.
 # PyTorch's multi-thread runs use OMP_WAIT_POLICY=PASSIVE, its faster
-# setting.
+# setting. One-thread runs at world 1 pin both sides to one core (taskset
+# -c PIN_CPU; cohort also with GOMAXPROCS 1), so that neither side's
+# helper threads (Go's garbage collector, PyTorch's intra-op pool) borrow
+# a second core; PIN_CPU=none runs them unpinned.
 #
 # It prints every run (with the CPU share other processes used meanwhile,
 # "foreign"), then per configuration the medians, the ratio cohort/pytorch
@@ -47,6 +50,8 @@
 #   SHARD_MLP_STEPS [200]  SHARD_MLP_WARMUP [20]  SHARD_GPT_STEPS [30]  SHARD_GPT_WARMUP [5]
 #   COHORT_FLAGS []                  extra flags for cohort bench train, e.g. "--transport tcp"
 #   OUT          []                  a JSONL file to append the raw records to
+#   PIN_CPU      [the highest CPU this shell may use]  the core one-thread world-1 runs are
+#                                    pinned to; "none" leaves them unpinned
 #
 # Sharded training (SHARD_MODELS, e.g. "mlp gpt"): in every round, for each
 # model, `cohort bench train --world 2 --shard S` for each S in SHARD_MODES
@@ -97,6 +102,12 @@ if ! "$python" -c 'import torch' 2>/dev/null; then
 	exit 0
 fi
 
+pin_cpu="${PIN_CPU:-$("$python" -c 'import os; print(max(os.sched_getaffinity(0)))')}"
+if [[ "$pin_cpu" != none ]] && ! command -v taskset >/dev/null; then
+	echo "vs_pytorch: taskset not found (Debian: util-linux): one-thread runs are not pinned"
+	pin_cpu=none
+fi
+
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
@@ -120,24 +131,29 @@ for ((r = 1; r <= repeats; r++)); do
 				exit 2
 			fi
 		fi
+		# One thread at world 1: both sides on one core.
+		pin=() gmp=0 pinned=null
+		if [[ "$world" == 1 && "$threads" == 1 && "$pin_cpu" != none ]]; then
+			pin=(taskset -c "$pin_cpu") gmp=1 pinned="$pin_cpu"
+		fi
 		# cohort: one JSON line; cpuload.py appends the foreign CPU share.
 		# shellcheck disable=SC2086
-		line="$(cd "$anchors" && "$python" cpuload.py -- "$work/cohort" bench train --json \
-			--model "$model" --world "$world" --ddp="$ddp" --threads "$threads" \
+		line="$(cd "$anchors" && "$python" cpuload.py -- "${pin[@]}" "$work/cohort" bench train --json \
+			--model "$model" --world "$world" --ddp="$ddp" --threads "$threads" --gomaxprocs "$gmp" \
 			--steps "$nsteps" --warmup "$nwarmup" $cohort_flags | tail -n 1)"
-		"$python" -c 'import json,sys; r=json.loads(sys.argv[1]); r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); print(json.dumps(r))' \
-			"$line" "$cfg" "$r" >>"$records"
+		"$python" -c 'import json,sys; r=json.loads(sys.argv[1]); r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); r["pinned_cpu"]=json.loads(sys.argv[4]); print(json.dumps(r))' \
+			"$line" "$cfg" "$r" "$pinned" >>"$records"
 		# PyTorch: the anchor script, one repeat of this configuration.
 		rm -f "$work/torch.jsonl"
 		if [[ "$model" == gpt ]]; then
 			tcfg="$world:$threads"
 			[[ "$threads" -gt 1 ]] && tcfg="$tcfg:passive"
-			(cd "$anchors" && "$python" gpt_bench.py --configs "$tcfg" --repeats 1 --steps "$nsteps" --warmup "$nwarmup" \
+			(cd "$anchors" && "${pin[@]}" "$python" gpt_bench.py --configs "$tcfg" --repeats 1 --steps "$nsteps" --warmup "$nwarmup" \
 				--curve-seeds --out "$work/torch.jsonl" >/dev/null)
 		else
 			tcfg="$model:$world:$mode:$threads"
 			[[ "$threads" -gt 1 ]] && tcfg="$tcfg:passive"
-			"$python" "$anchors/ddp_mlp_bench.py" --configs "$tcfg" --repeats 1 --steps "$steps" --warmup "$warmup" \
+			"${pin[@]}" "$python" "$anchors/ddp_mlp_bench.py" --configs "$tcfg" --repeats 1 --steps "$steps" --warmup "$warmup" \
 				--out "$work/torch.jsonl" >/dev/null
 		fi
 		"$python" -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); r["impl"]="pytorch"; r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); print(json.dumps(r))' \
@@ -150,6 +166,8 @@ for ((r = 1; r <= repeats; r++)); do
 			extra = ""
 			if "hidden_frac" in c and c["world"] > 1:
 			    extra = f", {100*c['hidden_frac']:.0f}% of cohort's communication hidden"
+			if c.get("pinned_cpu") is not None:
+			    extra += f", both pinned to CPU {c['pinned_cpu']}"
 			print(f"vs_pytorch: round {c['round']} {c['config']}: cohort {c[key]:.0f} {unit} (foreign {c['foreign_busy_pct']}%), "
 			      f"pytorch {t[key]:.0f} {unit} (foreign {t['foreign_busy_pct']}%){extra}", flush=True)
 		EOF
@@ -255,6 +273,8 @@ for cfg in configs:
     if c[0]["world"] > 1 and "hidden_frac" in c[0]:
         line += (f"; cohort hides {100*med(r['hidden_frac'] for r in c):.0f}% of its gradient communication "
                  f"(all-reduce {med(r['comm_ms'] for r in c):.2f} ms/step, exposed {med(r['exposed_ms'] for r in c):.2f} ms)")
+    if c[0].get("pinned_cpu") is not None:
+        line += f"; both sides pinned to CPU {c[0]['pinned_cpu']}, cohort with GOMAXPROCS 1"
     if not quiet:
         line += f" [no round with both sides under {max_foreign:g}% foreign load: all rounds used]"
     print(line)
