@@ -46,6 +46,10 @@ const (
 // client's token.
 var ErrAuth = errors.New("tcpstore: authentication failed")
 
+// errEvicted ends a handshake whose connection the admission gate closed
+// before the server accepted it.
+var errEvicted = errors.New("connection closed before the acceptance")
+
 func mac(token, label string, serverNonce, clientNonce []byte) []byte {
 	h := hmac.New(sha256.New, []byte(token))
 	h.Write([]byte(label))
@@ -133,7 +137,12 @@ func decodeClientReply(p []byte) (clientReply, error) {
 // fit for the log when the client is refused (refused is then true; the
 // caller logs it, then sends it with writeRefusal), or an I/O or protocol
 // error.
-func serverHandshake(rw io.ReadWriter, token string) (refused bool, reason string, err error) {
+//
+// accept runs once the client has proved its token, right before the
+// acceptance is sent; if it reports that the connection was evicted (it
+// is closed), the handshake fails instead, so that the client never
+// believes itself connected on a connection the server dropped.
+func serverHandshake(rw io.ReadWriter, token string, accept func() (evicted bool)) (refused bool, reason string, err error) {
 	serverNonce, err := newNonce()
 	if err != nil {
 		return false, "", err
@@ -160,6 +169,9 @@ func serverHandshake(rw io.ReadWriter, token string) (refused bool, reason strin
 			reason = "client's token does not match"
 		}
 		return true, reason, nil
+	}
+	if accept() {
+		return false, "", errEvicted
 	}
 	proof := mac(token, serverLabel, serverNonce, reply.clientNonce)
 	if err := writeFrame(rw, append([]byte{0}, proof...)); err != nil {
