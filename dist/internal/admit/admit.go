@@ -77,9 +77,11 @@ func Source(a net.Addr) string {
 
 // Admit registers c as pending, first closing the oldest pending
 // connections that keep it under the caps. The caller must call the
-// returned done exactly once when c's handshake ends, whatever its
-// outcome; done reports whether c was evicted meanwhile (its handshake
-// then failed because the gate closed it).
+// returned done when c's handshake ends, whatever its outcome, and
+// should call it before telling the peer that it is accepted, so that an
+// accepted connection is never evicted; done reports whether c was
+// evicted meanwhile (its handshake then failed because the gate closed
+// it). Later calls of done return the first call's answer.
 func (g *Gate) Admit(c net.Conn) (done func() (evicted bool)) {
 	e := &entry{conn: c, source: Source(c.RemoteAddr())}
 	var victims []net.Conn
@@ -98,14 +100,18 @@ func (g *Gate) Admit(c net.Conn) (done func() (evicted bool)) {
 	for _, v := range victims {
 		v.Close()
 	}
+	called, evicted := false, false
 	return func() bool {
 		g.mu.Lock()
 		defer g.mu.Unlock()
-		if _, ok := g.pending[e]; !ok {
-			return true
+		if !called {
+			called = true
+			_, pending := g.pending[e]
+			if evicted = !pending; pending {
+				g.removeLocked(e)
+			}
 		}
-		g.removeLocked(e)
-		return false
+		return evicted
 	}
 }
 

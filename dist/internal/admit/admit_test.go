@@ -47,6 +47,10 @@ func TestGateEvictsOldest(t *testing.T) {
 	if doneB() != true || doneC() || doneD() || doneE() {
 		t.Error("done results wrong: want only b evicted")
 	}
+	// done answers again as it first did.
+	if !doneA() || !doneB() || doneC() || doneD() || doneE() {
+		t.Error("second done results differ from the first")
+	}
 	if g.Pending() != 0 || g.Evicted() != 2 {
 		t.Errorf("pending %d evicted %d, want 0 and 2", g.Pending(), g.Evicted())
 	}

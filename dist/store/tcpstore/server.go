@@ -215,18 +215,10 @@ func (c *serverConn) serve() {
 
 	c.setReadDeadline(time.Now().Add(s.opts.HandshakeTimeout))
 	c.conn.SetWriteDeadline(time.Now().Add(s.opts.HandshakeTimeout))
-	// The connection leaves the gate's pending set before the acceptance
-	// is sent (or once the handshake ends otherwise): a connection the
-	// client believes accepted can no longer be evicted.
-	left, evicted := false, false
-	leave := func() bool {
-		left, evicted = true, c.admitted()
-		return evicted
-	}
-	refused, reason, err := serverHandshake(c.conn, s.opts.Token, leave)
-	if !left {
-		leave()
-	}
+	// The connection leaves the gate's pending set right before the
+	// acceptance is sent, or here when the handshake ends otherwise.
+	refused, reason, err := serverHandshake(c.conn, s.opts.Token, c.admitted)
+	evicted := c.admitted()
 	switch {
 	case refused:
 		// Log first: when the client hears of the refusal the line exists.

@@ -146,6 +146,11 @@ func Connect(ctx context.Context, cfg Config) ([]net.Conn, error) {
 							return nil
 						}
 						claim := func(r, _ int) error {
+							// Leave the gate before the ready frame: an
+							// accepted connection is never evicted.
+							if admitted() {
+								return errors.New("closed to make room for newer connections")
+							}
 							mu.Lock()
 							defer mu.Unlock()
 							if accepted[r] {
