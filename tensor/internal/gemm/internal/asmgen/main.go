@@ -44,6 +44,25 @@ func (e *emitter) header() {
 }
 
 // i emits one instruction line.
+// args loads a kernel's arguments: k into CX, A into AX (with lda, when
+// A is read in place, as a byte stride in R12 and AX + 3·R12 in R13), B
+// into BX, C into DI, ldc as a byte stride into SI and rows into R10.
+func (e *emitter) args(inPlaceA bool, offB, offC, offLdc, offRows int) {
+	e.i("MOVQ k+0(FP), CX")
+	e.i("MOVQ a+8(FP), AX")
+	if inPlaceA {
+		e.i("MOVQ lda+16(FP), R12")
+		e.i("SHLQ $2, R12")
+		e.i("LEAQ (AX)(R12*2), R13")
+		e.i("ADDQ R12, R13")
+	}
+	e.i("MOVQ b+%d(FP), BX", offB)
+	e.i("MOVQ c+%d(FP), DI", offC)
+	e.i("MOVQ ldc+%d(FP), SI", offLdc)
+	e.i("SHLQ $2, SI")
+	e.i("MOVQ rows+%d(FP), R10", offRows)
+}
+
 func (e *emitter) i(format string, args ...any) {
 	e.buf.WriteString("\t")
 	fmt.Fprintf(&e.buf, format, args...)
@@ -327,20 +346,8 @@ func genKernel512x(e *emitter, mr, nv int, rowA bool) {
 		e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
 	}
 	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, frame))
-	e.i("MOVQ k+0(FP), CX")
-	e.i("MOVQ a+8(FP), AX")
-	if rowA {
-		// Rows 0-2 at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
-		e.i("MOVQ lda+16(FP), R12")
-		e.i("SHLQ $2, R12")
-		e.i("LEAQ (AX)(R12*2), R13")
-		e.i("ADDQ R12, R13")
-	}
-	e.i("MOVQ b+%d(FP), BX", offB)
-	e.i("MOVQ c+%d(FP), DI", offC)
-	e.i("MOVQ ldc+%d(FP), SI", offLdc)
-	e.i("SHLQ $2, SI")
-	e.i("MOVQ rows+%d(FP), R10", offRows)
+	// Rows 0-2 of A at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
+	e.args(rowA, offB, offC, offLdc, offRows)
 	// Prefetch the C tile while the products accumulate.
 	e.i("MOVQ DI, R8")
 	for r := 0; r < mr; r++ {
@@ -801,21 +808,9 @@ func genKernel256x(e *emitter, mr, nv int, layout aLayout) {
 		e.c("func %s(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int, masks *int32)", name)
 	}
 	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, frame))
-	e.i("MOVQ k+0(FP), CX")
-	e.i("MOVQ a+8(FP), AX")
-	if layout != aPacked {
-		// aRows: rows 0-2 at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
-		// aCols: steps 0-2 of an unrolled group at AX + u·R12, step 3 at R13.
-		e.i("MOVQ lda+16(FP), R12")
-		e.i("SHLQ $2, R12")
-		e.i("LEAQ (AX)(R12*2), R13")
-		e.i("ADDQ R12, R13")
-	}
-	e.i("MOVQ b+%d(FP), BX", offB)
-	e.i("MOVQ c+%d(FP), DI", offC)
-	e.i("MOVQ ldc+%d(FP), SI", offLdc)
-	e.i("SHLQ $2, SI")
-	e.i("MOVQ rows+%d(FP), R10", offRows)
+	// aRows: rows 0-2 at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
+	// aCols: steps 0-2 of an unrolled group at AX + u·R12, step 3 at R13.
+	e.args(layout != aPacked, offB, offC, offLdc, offRows)
 	e.i("MOVQ DI, R8")
 	for r := 0; r < mr; r++ {
 		e.i("PREFETCHT0 (R8)")
