@@ -278,8 +278,11 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 					p.inBusy.Add(1)
 					err := p.consume(ctx, tag, h, buf)
 					p.inBusy.Add(-1)
+					need := p.needsService()
 					p.inMu.Unlock()
-					p.handOff()
+					if need {
+						p.handOff()
+					}
 					return true, err
 				case recordOther:
 					p.service()
@@ -332,13 +335,16 @@ func (p *peer) sleepOnRing(head uint64, d time.Duration) {
 }
 
 // handOff wakes the progress goroutine, after a direct receiver held the
-// ring, if records wait behind its message and a receiver waits for the
-// progress goroutine to deliver one: their senders' wake-up found the
-// ring held and the progress goroutine asleep again.
+// ring and found that the records behind its message need the progress
+// goroutine (needsService: a receiver waits in the box for one of them,
+// or the sender for space): their senders' wake-up found the ring held
+// and the progress goroutine asleep again. Records nobody waits for in
+// the box stay in the ring for their direct receivers; waking the
+// progress goroutine for them would only cost its rank a context switch
+// and, with one P, the time until the runtime takes the P back from its
+// futex sleep.
 func (p *peer) handOff() {
-	r := &p.in
-	if atomic.LoadUint32(r.wantAll) != 0 && atomic.LoadUint32(p.t.own.sleeping()) != 0 &&
-		atomic.LoadUint64(r.head) != atomic.LoadUint64(r.tail) {
+	if atomic.LoadUint32(p.t.own.sleeping()) != 0 {
 		p.t.wake()
 	}
 }
