@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"os"
-	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -63,7 +62,6 @@ type Options struct {
 	// value turns it on with DefaultWatchdog (60 s).
 	Watchdog WatchdogOptions
 
-	localRanks   int           // ranks on this host, once known
 	hostID       string        // this rank's host identity; "" means hostIdentity() (tests set it)
 	jobNonce     string        // the job's identity, once joined (see join.go)
 	joinProgress time.Duration // progress interval; 0 means joinProgressEvery (tests set it)
@@ -206,7 +204,6 @@ func connect(ctx context.Context, o *Options) (transport.Transport, error) {
 			remote = append(remote, r)
 		}
 	}
-	o.localRanks = len(local) + 1
 	oneHost := len(remote) == 0
 	kind := o.Transport
 	switch kind {
@@ -311,19 +308,10 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool, peers []int) (tra
 	return t, nil
 }
 
-// The shm transport polls for a while before sleeping, which cuts latency
-// while every rank has a core to itself; with more ranks than cores the
-// polling steals time from the rank being waited for, so it sleeps at
-// once.
+// The shm transport polls for a while before sleeping, which cuts
+// latency; with more ranks on this host than cores it yields the CPU
+// between polls (see shm.Options.Spin).
 const shmSpin = 50 * time.Microsecond
-
-// spin returns d if the ranks on this host fit its cores, else off.
-func (o *Options) spin(d, off time.Duration) time.Duration {
-	if o.localRanks > runtime.NumCPU() {
-		return off
-	}
-	return d
-}
 
 // hostIdentity names this host and the namespaces that decide whether
 // loopback and shared memory reach another process: the host name, the

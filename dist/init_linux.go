@@ -14,7 +14,7 @@ const shmAvailable = true
 // connectShm connects this rank through shared memory with peers (nil:
 // every rank).
 func connectShm(ctx context.Context, o *Options, peers []int) (transport.Transport, error) {
-	ln, err := shm.Listen(ctx, o.Rank, o.WorldSize, shm.Options{Token: o.Token, Spin: o.spin(shmSpin, -1), Peers: peers})
+	ln, err := shm.Listen(ctx, o.Rank, o.WorldSize, shm.Options{Token: o.Token, Spin: shmSpin, Peers: peers})
 	if err != nil {
 		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
 	}

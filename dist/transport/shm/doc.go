@@ -13,11 +13,13 @@
 // into its buffer as the bytes are published, with no hand-off to another
 // goroutine, no system call and no allocation. Records for other tags it
 // meets on the way go to a per-peer queue (package demux) where their
-// receivers find them. While the ranks sharing memory fit the CPUs
-// (Options.Spin), it first spins for a while, yielding only to the Go
-// scheduler; then, or at once with more ranks than cores, it sleeps on a
-// futex word of the ring (FUTEX_WAIT, shared, not private), which senders
-// ring once per sleep, and only while someone sleeps there. A receive that finds a message for
+// receivers find them. It first polls for a while (Options.Spin),
+// yielding to the Go scheduler now and then; with more ranks than CPUs it
+// also yields the CPU between polls (sched_yield), unless a recent yield
+// handed the CPU to another busy process for a whole time slice (then it
+// polls not at all for a while; see yield.go). Then it sleeps on a futex
+// word of the ring (FUTEX_WAIT, shared, not private), which senders ring
+// once per sleep, and only while someone sleeps there. A receive that finds a message for
 // its tag already queued, or waits long (directWait), posts itself to the
 // queue instead, and the rank's progress goroutine, asleep on the segment's
 // doorbell futex, delivers: senders ring the doorbell only for the tags

@@ -26,3 +26,7 @@ func futexSleep(addr *uint32, val uint32, d time.Duration) {
 func futexWakeAll(addr *uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(1<<31-1), 0, 0, 0)
 }
+
+// schedYield gives the CPU to another runnable thread, if any. It is a raw
+// system call: the Go runtime need not know, as the thread keeps its P.
+func schedYield() { unix.RawSyscall(unix.SYS_SCHED_YIELD, 0, 0, 0) }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"sync"
 	"sync/atomic"
+	"time"
 
 	"cohort/dist/transport/internal/demux"
 	"cohort/dist/transport/internal/handshake"
@@ -158,7 +159,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 		return nil, err
 	}
 	t := &Transport{
-		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg, probe: l.probe, pid: os.Getpid(),
+		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg, probe: l.probe, pid: os.Getpid(), epoch: time.Now(),
 		peers: make([]*peer, l.worldSize), self: demux.New(l.rank), pollerDone: make(chan struct{}),
 	}
 	for r, c := range conns {

@@ -30,9 +30,12 @@ type Options struct {
 	// Spin is how long a receiver polls the rings itself, and a sender
 	// waits for ring space, before sleeping. 0 means 200 µs when the ranks
 	// sharing memory (this one and its peers) fit the CPUs this process
-	// may use (at most runtime.NumCPU()) and no spinning otherwise: with
-	// more ranks than cores a spinning rank holds a core its peer needs to
-	// send. Negative means never.
+	// may use (at most runtime.NumCPU()), and 50 µs otherwise. With more
+	// ranks than CPUs a polling rank would hold a CPU its peer needs to
+	// send, so it yields the CPU (sched_yield) between polls, and polls
+	// not at all for a while after a yield that handed the CPU to some
+	// other busy process for a time slice (see yield.go). Negative means
+	// never.
 	Spin time.Duration
 	// RendezvousBytes: messages at least this long go by single copy,
 	// straight from the sender's memory into the receiver's buffer, when
@@ -59,6 +62,10 @@ type Options struct {
 	// others through another transport (see package route); rank numbers
 	// stay those of the world.
 	Peers []int
+
+	// yield: the ranks outnumber the CPUs, and waiters yield the CPU
+	// between polls (set by withDefaults; tests may force it).
+	yield bool
 }
 
 // The ring bounds.
@@ -98,10 +105,11 @@ func (o Options) withDefaults(ranks int) Options {
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = 64 << 30
 	}
+	o.yield = o.yield || ranks > runtime.NumCPU()
 	if o.Spin == 0 {
-		o.Spin = -1
-		if ranks <= runtime.NumCPU() {
-			o.Spin = 200 * time.Microsecond
+		o.Spin = 200 * time.Microsecond
+		if o.yield {
+			o.Spin = 50 * time.Microsecond
 		}
 	}
 	if o.RendezvousBytes == 0 {

@@ -46,6 +46,8 @@ type Transport struct {
 	closed     atomic.Bool
 	closeOnce  sync.Once
 	pollerDone chan struct{}
+	epoch      time.Time // mono's zero
+	gate       yieldGate // whether waiters may yield the CPU (Options.yield)
 	// mapped is read-held by receivers while they touch the mappings;
 	// Close write-locks it for good before unmapping.
 	mapped sync.RWMutex
@@ -233,18 +235,38 @@ const (
 	recordBox                      // the box must deliver: it holds something for the tag, or the link is down
 )
 
-// pause is the pause between two polls of a spinning waiter: now and
-// then a yield to the Go scheduler (0.1 µs when nothing else is runnable),
-// so that the process's other goroutines still run on a busy P. There is
-// no OS-level yield: sched_yield costs a system call per pause and, on a
-// loaded host, hands the core to other tenants for whole time slices
-// (measured: four ranks on two cores beside other load took 2 ms per
-// 4 KiB all-reduce yielding on every poll, 0.7 ms sleeping at once).
+// pause is the pause between two polls of a spinning waiter. While the
+// ranks fit the CPUs it is now and then a yield to the Go scheduler (0.1
+// µs when nothing else is runnable), so that the process's other
+// goroutines still run on a busy P. With more ranks than CPUs it is such
+// a yield at every poll and then, while the yield gate is open, a yield
+// of the CPU (sched_yield), timed for the gate (see yield.go).
 func (t *Transport) pause(i int) {
-	if i%spinGosched == 0 {
-		runtime.Gosched()
+	if !t.opts.yield {
+		if i%spinGosched == 0 {
+			runtime.Gosched()
+		}
+		return
 	}
+	runtime.Gosched()
+	start := t.mono()
+	if !t.gate.open(start) {
+		return
+	}
+	schedYield()
+	end := t.mono()
+	t.gate.observe(end, time.Duration(end-start))
 }
+
+// polling reports whether a waiter that started polling so as to stop at
+// spinUntil goes on polling at now, rather than sleeping: not while the
+// yield gate is closed, when polling would hold a CPU a peer needs.
+func (t *Transport) polling(now, spinUntil time.Time) bool {
+	return now.Before(spinUntil) && (!t.opts.yield || t.gate.open(t.mono()))
+}
+
+// mono is the yield gate's clock: monotonic nanoseconds.
+func (t *Transport) mono() int64 { return int64(time.Since(t.epoch)) }
 
 // recvDirect receives the message under tag into buf straight out of the
 // ring, on the caller's goroutine: no hand-off to another goroutine, no
@@ -312,7 +334,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 		if now.After(waitUntil) {
 			return false, nil
 		}
-		if now.Before(spinUntil) || !looked {
+		if t.polling(now, spinUntil) || !looked {
 			continue
 		}
 		p.sleepOnRing(last, directSleep)
@@ -446,7 +468,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 		if spinUntil.IsZero() {
 			spinUntil = now.Add(p.t.opts.Spin)
 		}
-		if now.After(spinUntil) {
+		if !p.t.polling(now, spinUntil) {
 			p.sleepOnRing(head, directSleep)
 		}
 	}
@@ -671,7 +693,7 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 			return err
 		}
 		now := time.Now()
-		if now.Before(spinUntil) {
+		if p.t.polling(now, spinUntil) {
 			continue
 		}
 		if tail := atomic.LoadUint64(r.tail); tail != lastTail {

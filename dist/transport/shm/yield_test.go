@@ -1,0 +1,81 @@
+package shm
+
+import (
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"cohort/dist/transport/transporttest"
+)
+
+// TestYieldGate runs the gate through a transcript: each line is a yield
+// (when it ended and how long it took) and the gate's answer right after
+// and a moment before the pause it started ends.
+func TestYieldGate(t *testing.T) {
+	ms := int64(time.Millisecond)
+	var g yieldGate
+	var got strings.Builder
+	step := func(at int64, took time.Duration) {
+		g.observe(at, took)
+		until := g.closedUntil.Load()
+		fmt.Fprintf(&got, "yield %v at %dms: open %v", took, at/ms, g.open(at))
+		if until > at {
+			fmt.Fprintf(&got, ", closed for %dms, open 1ns before %v, at the end %v", (until-at)/ms, g.open(until-1), g.open(until))
+		}
+		got.WriteString("\n")
+	}
+	step(0, 3*time.Microsecond)       // lands on a peer: stays open
+	step(1*ms, 400*time.Microsecond)  // a peer's long reduction: still open
+	step(2*ms, 4*time.Millisecond)    // another tenant's slice: closed 10 ms
+	step(12*ms, 3*time.Millisecond)   // probing at the end of the pause: 20 ms
+	step(32*ms, 3*time.Millisecond)   // 40 ms
+	step(72*ms, 5*time.Microsecond)   // a fast one changes nothing
+	step(73*ms, 3*time.Millisecond)   // soon after the pause: 80 ms
+	step(5000*ms, 3*time.Millisecond) // long after (more than twice 80 ms): 10 ms again
+	want := `yield 3µs at 0ms: open true
+yield 400µs at 1ms: open true
+yield 4ms at 2ms: open false, closed for 10ms, open 1ns before false, at the end true
+yield 3ms at 12ms: open false, closed for 20ms, open 1ns before false, at the end true
+yield 3ms at 32ms: open false, closed for 40ms, open 1ns before false, at the end true
+yield 5µs at 72ms: open true
+yield 3ms at 73ms: open false, closed for 80ms, open 1ns before false, at the end true
+yield 3ms at 5000ms: open false, closed for 10ms, open 1ns before false, at the end true
+`
+	if got.String() != want {
+		t.Errorf("transcript:\n%s\nwant:\n%s", got.String(), want)
+	}
+	for range 20 {
+		g.observe(g.closedUntil.Load(), time.Second)
+	}
+	if b := time.Duration(g.backoff.Load()); b != yieldBackoffMax {
+		t.Errorf("backoff after 20 slow probes = %v, want the cap %v", b, yieldBackoffMax)
+	}
+}
+
+// TestConformanceYielding runs the suite with the waiters yielding the
+// CPU between polls, as they do when the ranks outnumber the CPUs,
+// whatever this machine's CPU count.
+func TestConformanceYielding(t *testing.T) {
+	newYieldingWorld := func(tb testing.TB, n int) transporttest.World {
+		ts, errs := connectWorld(tb, n, func(int) Options {
+			return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20, yield: true}
+		})
+		for r, err := range errs {
+			if err != nil {
+				tb.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		for r, tr := range ts {
+			if !tr.opts.yield || tr.opts.Spin != 50*time.Microsecond {
+				tb.Fatalf("rank %d: yield %v spin %v, want yielding for 50µs", r, tr.opts.yield, tr.opts.Spin)
+			}
+		}
+		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
+		for _, tr := range ts {
+			w.Transports = append(w.Transports, tr)
+		}
+		return w
+	}
+	transporttest.Run(t, newYieldingWorld, transporttest.Config{Worlds: []int{2, 4}})
+}
