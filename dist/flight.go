@@ -14,8 +14,9 @@ import (
 // The flight recorder: every group keeps a ring of its last ops (kind,
 // seq, size, queued/started/ended times and the issuing function), written
 // by submit and by the op goroutine, read by the watchdog (watchdog.go)
-// and published as the rank's heartbeat. Recording costs two clock reads,
-// a short stack walk and three uncontended lock round trips per op.
+// and published as the rank's heartbeat. Recording costs three clock reads,
+// a walk of a few frame pointers and three uncontended lock round trips
+// per op.
 
 // flightRingSize is how many ops a group remembers; heartbeats carry the
 // last flightHeartbeatOps of them.
@@ -45,10 +46,12 @@ type flightEntry struct {
 }
 
 // enqueue records a newly issued op; it runs under g.mu, after o.seq is
-// assigned, so ring order is issue order.
+// assigned, so ring order is issue order. It is called by submit only.
+//
+//go:noinline
 func (f *flightRecorder) enqueue(o *op) {
 	var pcs [flightFrames]uintptr
-	runtime.Callers(3, pcs[:]) // skip Callers, enqueue and submit; caller() skips the rest of dist
+	issuerPCs(pcs[:]) // the frames above submit; caller() skips the rest of dist
 	now := time.Now().UnixNano()
 	f.mu.Lock()
 	o.flightSlot = f.n
