@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"sync"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -152,6 +153,9 @@ type op struct {
 	// runCtx is the context the op runs under (set by run).
 	runCtx opCtx
 
+	// waited: a caller reached Wait or Done (see Waited).
+	waited atomic.Bool
+
 	done   chan struct{}
 	result error // set before done is closed
 }
@@ -197,6 +201,7 @@ func (o *op) Wait() error {
 		return o.result
 	default:
 	}
+	o.waited.Store(true)
 	if o.g.claim(o) {
 		o.g.run(o)
 		o.g.wg.Done()
@@ -205,8 +210,17 @@ func (o *op) Wait() error {
 	return o.result
 }
 
-// Done is closed when the op is done.
-func (o *op) Done() <-chan struct{} { return o.done }
+// Done is closed when the op is done. Whoever asks for it is taken to
+// wait for it (see Waited).
+func (o *op) Done() <-chan struct{} {
+	o.waited.Store(true)
+	return o.done
+}
+
+// Waited reports whether a caller has reached Wait or Done: until then
+// the op runs ahead on the op goroutine, and the transport need not poll
+// for its messages (transport.WaitHint).
+func (o *op) Waited() bool { return o.waited.Load() }
 
 func (o *op) finish(err error) {
 	o.result = err
@@ -351,7 +365,7 @@ func (g *group) execute(o *op) (err error) {
 		return oe
 	}
 	ctx := &o.runCtx
-	ctx.init(o.ctx, g.ctx, time.Now().Add(g.opts.Timeout))
+	ctx.init(o.ctx, g.ctx, time.Now().Add(g.opts.Timeout), o)
 	err = g.exec.Run(ctx, o.seq, p, o.in, o.out)
 	ctx.release()
 	if err == nil {

@@ -5,6 +5,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+
+	"cohort/dist/transport"
 )
 
 // opCtx is the context an op runs under: it ends when the caller's
@@ -25,6 +27,7 @@ import (
 type opCtx struct {
 	parent, group context.Context
 	deadline      time.Time
+	hint          transport.WaitHint // answers transport.WaitHintKey
 
 	mu    sync.Mutex
 	built atomic.Pointer[builtCtx] // nil until Done; set under mu
@@ -39,8 +42,8 @@ type builtCtx struct {
 
 var _ context.Context = (*opCtx)(nil)
 
-func (c *opCtx) init(parent, group context.Context, deadline time.Time) {
-	c.parent, c.group, c.deadline = parent, group, deadline
+func (c *opCtx) init(parent, group context.Context, deadline time.Time, hint transport.WaitHint) {
+	c.parent, c.group, c.deadline, c.hint = parent, group, deadline, hint
 }
 
 // release frees what Done built; the context must not be used afterwards.
@@ -60,7 +63,12 @@ func (c *opCtx) Deadline() (time.Time, bool) {
 	return c.deadline, true
 }
 
-func (c *opCtx) Value(key any) any { return c.parent.Value(key) }
+func (c *opCtx) Value(key any) any {
+	if key == (transport.WaitHintKey{}) {
+		return c.hint
+	}
+	return c.parent.Value(key)
+}
 
 func (c *opCtx) Err() error {
 	if b := c.built.Load(); b != nil {

@@ -262,10 +262,13 @@ func (t *Transport) pause(i int) {
 }
 
 // polling reports whether a waiter that started polling so as to stop at
-// spinUntil goes on polling at now, rather than sleeping: not while the
-// yield gate is closed, when polling would hold a CPU a peer needs.
-func (t *Transport) polling(now, spinUntil time.Time) bool {
-	return now.Before(spinUntil) && (!t.opts.yield || t.gate.open(t.mono()))
+// spinUntil goes on polling at now, rather than sleeping: not for an
+// operation nobody waits for yet (transport.Awaited: it runs ahead of its
+// caller, whose computation, or another rank's, needs the CPU more), and
+// not while the yield gate is closed, when polling would hold a CPU a
+// peer needs.
+func (t *Transport) polling(ctx context.Context, now, spinUntil time.Time) bool {
+	return now.Before(spinUntil) && (!t.opts.yield || t.gate.open(t.mono())) && transport.Awaited(ctx)
 }
 
 // mono is the yield gate's clock: monotonic nanoseconds.
@@ -337,7 +340,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 		if now.After(waitUntil) {
 			return false, nil
 		}
-		if t.polling(now, spinUntil) || !looked {
+		if t.polling(ctx, now, spinUntil) || !looked {
 			continue
 		}
 		p.sleepOnRing(last, directSleep)
@@ -471,7 +474,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 		if spinUntil.IsZero() {
 			spinUntil = now.Add(p.t.opts.Spin)
 		}
-		if !p.t.polling(now, spinUntil) {
+		if !p.t.polling(ctx, now, spinUntil) {
 			p.sleepOnRing(head, directSleep)
 		}
 	}
@@ -696,7 +699,7 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 			return err
 		}
 		now := time.Now()
-		if p.t.polling(now, spinUntil) {
+		if p.t.polling(ctx, now, spinUntil) {
 			continue
 		}
 		if tail := atomic.LoadUint64(r.tail); tail != lastTail {

@@ -1,11 +1,13 @@
 package shm
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
 	"time"
 
+	"cohort/dist/transport"
 	"cohort/dist/transport/transporttest"
 )
 
@@ -78,4 +80,41 @@ func TestConformanceYielding(t *testing.T) {
 		return w
 	}
 	transporttest.Run(t, newYieldingWorld, transporttest.Config{Worlds: []int{2, 4}})
+}
+
+type hint bool
+
+func (h hint) Waited() bool { return bool(h) }
+
+// TestPollingOnlyForWaiters: a waiter polls until its spin ends, while the
+// yield gate is open, and only for an operation someone waits for.
+func TestPollingOnlyForWaiters(t *testing.T) {
+	tr := &Transport{epoch: time.Now()}
+	now := time.Now()
+	later := now.Add(time.Second)
+	bg := context.Background()
+	for _, c := range []struct {
+		name  string
+		yield bool
+		ctx   context.Context
+		until time.Time
+		want  bool
+	}{
+		{"no hint", false, bg, later, true},
+		{"spin over", false, bg, now, false},
+		{"waited", false, transport.WithWaitHint(bg, hint(true)), later, true},
+		{"posted ahead", false, transport.WithWaitHint(bg, hint(false)), later, false},
+		{"yielding, gate open", true, bg, later, true},
+		{"yielding, posted ahead", true, transport.WithWaitHint(bg, hint(false)), later, false},
+	} {
+		tr.opts.yield = c.yield
+		if got := tr.polling(c.ctx, now, c.until); got != c.want {
+			t.Errorf("%s: polling %v, want %v", c.name, got, c.want)
+		}
+	}
+	tr.opts.yield = true
+	tr.gate.observe(tr.mono(), time.Second)
+	if tr.polling(bg, now, later) {
+		t.Error("yielding with the gate closed: polling")
+	}
 }
