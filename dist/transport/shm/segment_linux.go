@@ -37,7 +37,6 @@ import (
 //	              sleepers u32 at +640 (1: a receiver is, or is about to be, asleep on bell;
 //	                the first producer to publish after clears it and rings)
 //	              cma u32 at +896 (1: the owner reads the producer's memory itself; see single_copy_linux.go)
-//	              wantAll u32 at +960 (the sum of want)
 //	              want u32 × 512 at +1024 (receivers waiting for the owner's progress
 //	                goroutine to deliver a message, counted by a hash of its tag)
 //
@@ -72,7 +71,6 @@ const (
 	offBell     = 512
 	offSleepers = 640
 	offCMA      = 896
-	offWantAll  = 960
 	offWant     = 1024
 
 	// wantBuckets is the number of want counters in a slot header.
@@ -94,7 +92,7 @@ type ring struct {
 	head, tail     *uint64
 	space, waiting *uint32
 	bell, sleepers *uint32
-	cma, wantAll   *uint32
+	cma            *uint32
 	want           *[wantBuckets]uint32
 	data           []byte
 	mask           uint64
@@ -132,7 +130,6 @@ func (s *segment) slot(sender int) ring {
 		bell:     s.u32(base + offBell),
 		sleepers: s.u32(base + offSleepers),
 		cma:      s.u32(base + offCMA),
-		wantAll:  s.u32(base + offWantAll),
 		want:     (*[wantBuckets]uint32)(unsafe.Pointer(s.u32(base + offWant))),
 		data:     s.mem[base+pageBytes : base+pageBytes+s.ringBytes : base+pageBytes+s.ringBytes],
 		mask:     uint64(s.ringBytes - 1),

@@ -185,12 +185,10 @@ func (p *peer) recvBox(ctx context.Context, tag transport.Tag, buf []byte) error
 	defer p.t.mapped.RUnlock()
 	want := &p.in.want[wantBucket(tag)]
 	atomic.AddUint32(want, 1)
-	atomic.AddUint32(p.in.wantAll, 1)
 	if atomic.LoadUint32(p.t.own.sleeping()) != 0 && atomic.LoadUint64(p.in.head) != atomic.LoadUint64(p.in.tail) {
 		p.t.wake() // the message may have come before the count went up
 	}
 	err = q.Wait(ctx)
-	atomic.AddUint32(p.in.wantAll, ^uint32(0))
 	atomic.AddUint32(want, ^uint32(0))
 	return err
 }
