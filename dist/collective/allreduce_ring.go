@@ -26,8 +26,9 @@ func allReduceRing(b *builder) {
 	msg := func(step, k int) int { return step*segs + k }
 	part := func(i int) Region { return chunk(Out, count, n, mod(i, n)) }
 
+	first := make([]func(), segs)
 	for k := range segs {
-		b.send(right, msg(0, k), segment(part(r), b.seg, k))
+		first[k] = func() { b.send(right, msg(0, k), segment(part(r), b.seg, k)) }
 	}
 	var tasks []task
 	slot := 0
@@ -42,6 +43,7 @@ func allReduceRing(b *builder) {
 			slot++
 			last := s == n-2
 			tasks = append(tasks, task{
+				seg:  k,
 				dst:  in,
 				uses: g,
 				recv: func() { b.recv(left, msg(s, k), in) },
@@ -63,6 +65,7 @@ func allReduceRing(b *builder) {
 				continue
 			}
 			tasks = append(tasks, task{
+				seg:  k,
 				dst:  g,
 				uses: g,
 				recv: func() { b.recv(left, msg(n-1+s, k), g) },
@@ -74,5 +77,5 @@ func allReduceRing(b *builder) {
 			})
 		}
 	}
-	pipeline(tasks, b.depth)
+	emitSegmented(b, first, tasks)
 }

@@ -91,50 +91,51 @@ func (s *steered) Recv(ctx context.Context, from int, tag transport.Tag, p []byt
 // receive or arrived while it waited, the error is a *DesyncError naming
 // both ranks and both calls.
 func TestDesyncEitherSideNamesBothCalls(t *testing.T) {
-	const big = 1 << 19 // float32s: 2 MiB, past InlineBytes, so the plan uses the per-peer goroutines
+	const big = 1 << 19 // float32s: 2 MiB, run with inlining off so that the plan uses the per-peer goroutines
 	cases := []struct {
 		name  string
 		calls [2]Call
 		// lengthErr[r]: the first message rank r receives does not fit
 		// its buffer (else the header is read and compared as usual).
 		lengthErr [2]bool
+		tuning    Tuning // both ranks'
 	}{
 		{"allreduce-vs-broadcast", [2]Call{
 			{Kind: AllReduce, DType: Float32, Count: 100, Op: Sum},
-			{Kind: Broadcast, DType: Float32, Count: 100, Root: 0}}, [2]bool{true, false}},
+			{Kind: Broadcast, DType: Float32, Count: 100, Root: 0}}, [2]bool{true, false}, Tuning{}},
 		{"broadcast-vs-allreduce", [2]Call{
 			{Kind: Broadcast, DType: Float32, Count: 100, Root: 1},
-			{Kind: AllReduce, DType: Float32, Count: 100, Op: Sum}}, [2]bool{false, true}},
+			{Kind: AllReduce, DType: Float32, Count: 100, Op: Sum}}, [2]bool{false, true}, Tuning{}},
 		{"allreduce-count", [2]Call{
 			{Kind: AllReduce, DType: Float32, Count: 8, Op: Sum},
-			{Kind: AllReduce, DType: Float32, Count: 24, Op: Sum}}, [2]bool{true, true}},
+			{Kind: AllReduce, DType: Float32, Count: 24, Op: Sum}}, [2]bool{true, true}, Tuning{}},
 		{"allgather-vs-allreduce", [2]Call{
 			{Kind: AllGather, DType: Int64, Count: 4},
-			{Kind: AllReduce, DType: Int64, Count: 4, Op: Max}}, [2]bool{true, true}},
+			{Kind: AllReduce, DType: Int64, Count: 4, Op: Max}}, [2]bool{true, true}, Tuning{}},
 		{"large-vs-small", [2]Call{
 			{Kind: AllReduce, DType: Float32, Count: big, Op: Sum},
-			{Kind: AllReduce, DType: Float32, Count: 8, Op: Sum}}, [2]bool{true, true}},
+			{Kind: AllReduce, DType: Float32, Count: 8, Op: Sum}}, [2]bool{true, true}, Tuning{}},
 		{"large-allreduce-vs-broadcast", [2]Call{
 			{Kind: AllReduce, DType: Float32, Count: big, Op: Sum},
-			{Kind: Broadcast, DType: Float32, Count: big, Root: 1}}, [2]bool{false, false}},
+			{Kind: Broadcast, DType: Float32, Count: big, Root: 1}}, [2]bool{false, false}, Tuning{InlineBytes: -1}},
 		{"barrier-vs-broadcast", [2]Call{
 			{Kind: Barrier},
-			{Kind: Broadcast, DType: Float64, Count: 3, Root: 0}}, [2]bool{true, true}},
+			{Kind: Broadcast, DType: Float64, Count: 3, Root: 0}}, [2]bool{true, true}, Tuning{}},
 	}
 	for _, tc := range cases {
 		for detector := range 2 {
 			for _, order := range []string{"queued", "waiting"} {
 				name := tc.name + "/detector=" + string(rune('0'+detector)) + "/" + order
 				t.Run(name, func(t *testing.T) {
-					runDesyncPair(t, tc.calls, detector, order, tc.lengthErr[detector])
+					runDesyncPair(t, tc.calls, [2]Tuning{tc.tuning, tc.tuning}, detector, order, tc.lengthErr[detector])
 				})
 			}
 		}
 	}
 }
 
-func runDesyncPair(t *testing.T, calls [2]Call, detector int, order string, lengthsDiffer bool) {
-	err, sawLength := runSteeredPair(t, calls, [2]Tuning{}, detector, order)
+func runDesyncPair(t *testing.T, calls [2]Call, tunings [2]Tuning, detector int, order string, lengthsDiffer bool) {
+	err, sawLength := runSteeredPair(t, calls, tunings, detector, order)
 	var de *DesyncError
 	if !errors.As(err, &de) {
 		t.Fatalf("detector rank %d: %v, want a *DesyncError", detector, err)

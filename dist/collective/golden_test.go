@@ -13,18 +13,23 @@ var update = flag.Bool("update", false, "rewrite the plan goldens in testdata/pl
 
 // goldenCases are small configurations whose plans are easy to review by
 // eye: a non-power-of-two world, uneven chunks, a root in the middle, and
-// 2-element segments so that pipelines show.
+// 2-element segments so that pipelines show. The ring plans run inline,
+// segment by segment, unless inlining is off (InlineBytes −1): then they
+// are pipelined for the executor's goroutines.
 var goldenCases = []struct {
 	size  int
 	call  Call
 	tuned Tuning
 }{
 	{3, Call{Kind: AllReduce, DType: Float32, Count: 10}, Tuning{SegmentBytes: 8, Depth: 2}},
+	{3, Call{Kind: AllReduce, DType: Float32, Count: 10}, Tuning{SegmentBytes: 8, Depth: 2, InlineBytes: -1}},
 	{5, Call{Kind: AllReduce, DType: Float32, Op: Avg, Count: 9}, Tuning{SegmentBytes: 8, Depth: 2}},
 	{5, Call{Kind: Broadcast, DType: Float32, Count: 5, Root: 2}, Tuning{SegmentBytes: 8, Depth: 2}},
 	{5, Call{Kind: Reduce, DType: Float32, Count: 5, Root: 2}, Tuning{SegmentBytes: 8, Depth: 2}},
 	{3, Call{Kind: AllGather, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2}},
+	{3, Call{Kind: AllGather, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2, InlineBytes: -1}},
 	{3, Call{Kind: ReduceScatter, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2}},
+	{3, Call{Kind: ReduceScatter, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2, InlineBytes: -1}},
 	{3, Call{Kind: AllToAll, DType: Float32, Count: 2}, Tuning{}},
 	{3, Call{Kind: Gather, DType: Float32, Count: 2, Root: 1}, Tuning{}},
 	{3, Call{Kind: Scatter, DType: Float32, Count: 2, Root: 1}, Tuning{}},
@@ -46,8 +51,12 @@ func TestPlanGoldens(t *testing.T) {
 					if gc.call.Kind != k {
 						continue
 					}
-					fmt.Fprintf(&b, "# %v on %d ranks, %s, segment %d bytes, depth %d\n",
+					fmt.Fprintf(&b, "# %v on %d ranks, %s, segment %d bytes, depth %d",
 						gc.call, gc.size, algo, gc.tuned.SegmentBytes, gc.tuned.Depth)
+					if gc.tuned.InlineBytes < 0 {
+						b.WriteString(", inlining off")
+					}
+					b.WriteString("\n")
 					for r := range gc.size {
 						p, err := NewPlan(gc.call, gc.size, r, algo, gc.tuned)
 						if err != nil {

@@ -10,11 +10,13 @@ import (
 type Tuning struct {
 	// SegmentBytes is the size of the pieces large transfers are cut into
 	// so that receiving one piece overlaps with reducing or forwarding the
-	// previous one. 0 picks half of each rank's share of the payload
-	// (Count/size elements), kept within [1 MiB, 4 MiB]. Per-message costs
-	// (wake-ups, system calls) outweigh finer pipelining when ranks share
-	// few cores: on 2 cores, 4 MiB pieces of a 16 MiB all-reduce beat
-	// 256 KiB ones by about 1.4× over shm and 2× over tcp.
+	// previous one (or, in a ring plan run inline, so that each message
+	// fits InlineBytes). 0 picks half of each rank's share of the payload
+	// (Count/size elements), kept within [256 KiB, 4 MiB] and, for the
+	// ring plans, at most InlineBytes. Per-message costs (wake-ups, system
+	// calls) outweigh finer pipelining when ranks share few cores: on 2
+	// cores, 4 MiB pieces of a 16 MiB all-reduce through the link
+	// goroutines beat 256 KiB ones by about 1.4× over shm and 2× over tcp.
 	SegmentBytes int64
 	// Depth is the number of segments a rank receives ahead of the one it
 	// is working on; scratch memory holds Depth+1 segments (default 2).
@@ -29,7 +31,9 @@ type Tuning struct {
 	MediumBytes int64
 	// InlineBytes: a plan that may run strictly in order and whose
 	// messages are at most this long runs on the caller's goroutine, with
-	// no hand-offs (default 1 MiB; negative disables). Transports must
+	// no hand-offs (default 1 MiB; negative disables). The ring plans of
+	// all-reduce, all-gather and reduce-scatter qualify at any size when
+	// their segments fit, and run segment by segment. Transports must
 	// complete a Send of that size without waiting for the peer's Recv.
 	// On two ranks, all-reduces up to this size use halving-doubling, and
 	// all-gathers and reduce-scatters the direct exchange (the ring's
@@ -71,30 +75,33 @@ type algorithm struct {
 	name    string
 	build   func(b *builder)
 	inOrder bool
+	// segmented: the plan cuts its transfers into segments through
+	// emitSegmented, and runs in order when built so.
+	segmented bool
 }
 
 // algorithms lists every plan builder; the first entry of a kind is its
 // default when Choose has no better rule. The table is read-only.
 var algorithms = []algorithm{
-	{AllReduce, "ring", allReduceRing, false},
-	{AllReduce, "recursive_doubling", allReduceRecursiveDoubling, true},
-	{AllReduce, "halving_doubling", allReduceHalvingDoubling, true},
-	{AllReduce, "direct", allReduceDirect, true},
-	{Broadcast, "chain", broadcastChain, true},
-	{Broadcast, "tree", broadcastTree, true},
-	{Reduce, "chain", reduceChain, true},
-	{Reduce, "tree", reduceTree, true},
-	{AllGather, "ring", allGatherRing, false},
-	{AllGather, "direct", allGatherDirect, true},
-	{ReduceScatter, "ring", reduceScatterRing, false},
-	{ReduceScatter, "direct", reduceScatterDirect, true},
-	{AllToAll, "pairwise", allToAllPairwise, true},
-	{Gather, "direct", gatherDirect, true},
-	{Scatter, "direct", scatterDirect, true},
-	{Barrier, "dissemination", barrierDissemination, true},
-	{Agree, "dissemination", barrierDissemination, true},
-	{Send, "direct", sendDirect, true},
-	{Recv, "direct", recvDirect, true},
+	{AllReduce, "ring", allReduceRing, false, true},
+	{AllReduce, "recursive_doubling", allReduceRecursiveDoubling, true, false},
+	{AllReduce, "halving_doubling", allReduceHalvingDoubling, true, false},
+	{AllReduce, "direct", allReduceDirect, true, false},
+	{Broadcast, "chain", broadcastChain, true, false},
+	{Broadcast, "tree", broadcastTree, true, false},
+	{Reduce, "chain", reduceChain, true, false},
+	{Reduce, "tree", reduceTree, true, false},
+	{AllGather, "ring", allGatherRing, false, true},
+	{AllGather, "direct", allGatherDirect, true, false},
+	{ReduceScatter, "ring", reduceScatterRing, false, true},
+	{ReduceScatter, "direct", reduceScatterDirect, true, false},
+	{AllToAll, "pairwise", allToAllPairwise, true, false},
+	{Gather, "direct", gatherDirect, true, false},
+	{Scatter, "direct", scatterDirect, true, false},
+	{Barrier, "dissemination", barrierDissemination, true, false},
+	{Agree, "dissemination", barrierDissemination, true, false},
+	{Send, "direct", sendDirect, true, false},
+	{Recv, "direct", recvDirect, true, false},
 }
 
 // Algorithms returns the names of the algorithms available for a kind.
@@ -177,19 +184,27 @@ func build(a algorithm, c Call, size, rank int, t Tuning) *Plan {
 		share := int64(c.Count) * int64(c.DType.Size()) / int64(size)
 		segBytes = min(max(share/2, minAutoSegment), maxAutoSegment)
 	}
-	seg := int(segBytes / int64(c.DType.Size()))
+	// A segmented plan whose segments fit InlineBytes runs inline, segment
+	// by segment (see emitSegmented); its automatic segment is capped so.
+	segmented := a.segmented && t.InlineBytes > 0
+	if segmented && t.SegmentBytes <= 0 {
+		segBytes = min(segBytes, t.InlineBytes)
+	}
+	seg := max(int(segBytes/int64(c.DType.Size())), 1)
+	segmented = segmented && int64(seg)*int64(c.DType.Size()) <= t.InlineBytes
 	b := &builder{
-		p:     &Plan{Algo: a.name, Call: c, Size: size, Rank: rank},
-		n:     size,
-		r:     rank,
-		seg:   max(seg, 1),
-		depth: t.Depth,
+		p:       &Plan{Algo: a.name, Call: c, Size: size, Rank: rank},
+		n:       size,
+		r:       rank,
+		seg:     seg,
+		depth:   t.Depth,
+		inOrder: segmented,
 	}
 	a.build(b)
-	b.p.InOrder = a.inOrder
-	// Every message of every rank is at most Count elements, so this is
-	// the same decision on all ranks.
-	b.p.Inline = a.inOrder && t.InlineBytes >= 0 && int64(c.Count)*int64(c.DType.Size()) <= t.InlineBytes
+	b.p.InOrder = a.inOrder || segmented
+	// Every message of every rank is at most Count elements (a segment,
+	// for a segmented plan), so this is the same decision on all ranks.
+	b.p.Inline = segmented || a.inOrder && t.InlineBytes >= 0 && int64(c.Count)*int64(c.DType.Size()) <= t.InlineBytes
 	b.p.check, b.p.left = checkPeers(b.p)
 	b.p.announce = announcePeers(b.p)
 	return b.p
@@ -277,6 +292,9 @@ type builder struct {
 	n, r  int
 	seg   int // elements per pipeline segment
 	depth int // segments received ahead
+	// inOrder: emit a segmented plan segment by segment, to run inline
+	// (see emitSegmented).
+	inOrder bool
 }
 
 func (b *builder) call() Call { return b.p.Call }
@@ -328,6 +346,44 @@ type task struct {
 	dst  Region
 	rest func()
 	uses Region
+	seg  int // the segment the task moves (emitSegmented's order)
+}
+
+// emitSegmented emits a segmented plan: first[k] sends segment k of the
+// data a rank starts with, and each task receives a segment and works on
+// it (forwarding it, mostly), tasks listed step by step. Run by the
+// executor's goroutines (b.inOrder false), every first send goes out at
+// once and the tasks are pipelined, receiving depth segments ahead. Run
+// inline, in order, the plan goes segment by segment instead: segment k's
+// first send, then its tasks of every step, before anything of segment
+// k+1. A rank then sends one message and receives one in turn, so no link
+// holds more than a segment or two not yet received, whatever the
+// payload, and no transport needs to buffer more than that for the plan
+// to complete in order (a step's task depends only on the step before it
+// for the same segment).
+func emitSegmented(b *builder, first []func(), tasks []task) {
+	if !b.inOrder {
+		for _, f := range first {
+			f()
+		}
+		pipeline(tasks, b.depth)
+		return
+	}
+	slices.SortStableFunc(tasks, func(x, y task) int { return x.seg - y.seg })
+	i := 0
+	for k := 0; k < len(first) || i < len(tasks); k++ {
+		if k < len(first) {
+			first[k]()
+		}
+		for ; i < len(tasks) && tasks[i].seg <= k; i++ {
+			if tasks[i].recv != nil {
+				tasks[i].recv()
+			}
+			if tasks[i].rest != nil {
+				tasks[i].rest()
+			}
+		}
+	}
 }
 
 // pipeline emits tasks so that the receives of the next ahead tasks are

@@ -25,8 +25,9 @@ func reduceScatterRing(b *builder) {
 		acc[0], acc[1] = b.tmp(count), b.tmp(count)
 	}
 	msg := func(step, k int) int { return step*segs + k }
+	first := make([]func(), segs)
 	for k := range segs {
-		b.send(right, msg(0, k), segment(part(r-1), b.seg, k))
+		first[k] = func() { b.send(right, msg(0, k), segment(part(r-1), b.seg, k)) }
 	}
 	var tasks []task
 	slot := 0
@@ -41,6 +42,7 @@ func reduceScatterRing(b *builder) {
 			in := slots.sub((slot%(b.depth+1))*slotLen, own.Len)
 			slot++
 			tasks = append(tasks, task{
+				seg:  k,
 				dst:  in,
 				uses: d,
 				recv: func() { b.recv(left, msg(s, k), in) },
@@ -55,5 +57,5 @@ func reduceScatterRing(b *builder) {
 			})
 		}
 	}
-	pipeline(tasks, b.depth)
+	emitSegmented(b, first, tasks)
 }

@@ -158,15 +158,19 @@ type simRecv struct {
 // peer; false if a message has not been sent yet.
 func (sr *simRank) complete(box map[simKey]simMsg, i int) (bool, error) {
 	peer := sr.pending[i].key.from
+	for j := 0; j <= i; j++ { // all there, or none taken
+		if p := sr.pending[j]; p.key.from == peer {
+			if _, ok := box[p.key]; !ok {
+				return false, nil
+			}
+		}
+	}
 	for j := 0; j <= i; j++ {
 		p := sr.pending[j]
 		if p.key.from != peer {
 			continue
 		}
-		m, ok := box[p.key]
-		if !ok {
-			return false, nil
-		}
+		m := box[p.key]
 		delete(box, p.key)
 		dst, err := sr.region(p.dst)
 		if err != nil {
