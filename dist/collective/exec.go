@@ -310,7 +310,7 @@ func (r *run) compute(s Step) {
 func (r *run) inline(ctx context.Context) error {
 	t, ranks, steps := r.e.t, r.e.ranks, r.p.Steps
 	first := -1 // peer whose first message carries the header
-	if len(steps) > 0 && steps[0].Kind == StepSend {
+	if carriesHeader(r.p, r.es) {
 		s := steps[0]
 		first = s.Peer
 		msg := r.e.stage(&r.e.sendStage, headerLen+s.Src.Len*r.es)

@@ -105,3 +105,25 @@ func firstDiff(got, want string) string {
 	}
 	return ""
 }
+
+// TestCombinedHeader: an inline plan's op header rides in front of its
+// first message only when that message is small (staging a segment of a
+// large plan would copy it twice more); either way the plan runs inline.
+func TestCombinedHeader(t *testing.T) {
+	for _, tc := range []struct {
+		count    int
+		combined bool
+	}{{1000, true}, {combineBytes / 4 * 2, true}, {combineBytes/4*2 + 2, false}, {4 << 20, false}} {
+		c := Call{Kind: AllReduce, DType: Float32, Op: Sum, Count: tc.count}
+		for r := range 2 {
+			p, err := NewPlan(c, 2, r, "ring", Tuning{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !p.Inline || (len(p.CombinedFrom) > 0) != tc.combined || carriesHeader(p, 4) != tc.combined {
+				t.Errorf("count %d rank %d: inline %v, combined from %v, carries header %v; want inline, combined %v",
+					tc.count, r, p.Inline, p.CombinedFrom, carriesHeader(p, 4), tc.combined)
+			}
+		}
+	}
+}

@@ -265,8 +265,21 @@ func announcePeers(p *Plan) []int {
 	return peers
 }
 
+// combineBytes bounds the first message of an inline plan that carries
+// the op header in front: the executor stages such a message (one copy
+// more on each side), which for a small one costs less than a message of
+// its own would, and for a segment of a large plan more.
+const combineBytes = 64 << 10
+
+// carriesHeader reports whether plan p's first message carries its op
+// header (es is the size of the call's dtype).
+func carriesHeader(p *Plan, es int) bool {
+	return len(p.Steps) > 0 && p.Steps[0].Kind == StepSend && int64(p.Steps[0].Src.Len)*int64(es) <= combineBytes
+}
+
 // combinedFrom lists the peers whose first message to this rank carries
-// their op header: those whose (inline) plan starts by sending to it.
+// their op header: those whose (inline) plan starts by sending to it a
+// message of at most combineBytes.
 func combinedFrom(a algorithm, p *Plan, t Tuning) []int {
 	peers, _ := checkPeers(p)
 	var out []int
@@ -277,7 +290,7 @@ func combinedFrom(a algorithm, p *Plan, t Tuning) []int {
 			a = algorithms[slices.IndexFunc(algorithms, func(x algorithm) bool { return x.kind == Send })]
 		}
 		q := build(a, c, p.Size, g, t)
-		if len(q.Steps) > 0 && q.Steps[0].Kind == StepSend && q.Steps[0].Peer == p.Rank {
+		if carriesHeader(q, q.Call.DType.Size()) && q.Steps[0].Peer == p.Rank {
 			out = append(out, g)
 		}
 	}
