@@ -11,6 +11,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"cohort/dist/transport/internal/demux"
 	"cohort/dist/transport/internal/handshake"
 	"cohort/dist/transport/internal/mesh"
@@ -25,6 +27,7 @@ type Listener struct {
 	opts            Options
 	peers           []int // ascending
 	seg             *segment
+	bell            *bell   // nil: the progress goroutine sleeps on the doorbell futex
 	probe           *uint64 // read by peers to test single copy (see probePeer)
 	ln              *net.UnixListener
 	mu              sync.Mutex
@@ -59,14 +62,27 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 	if err != nil {
 		return nil, err
 	}
+	var b *bell
+	if !opts.noBell {
+		if b, err = newBell(seg.path); err != nil {
+			b = nil // the doorbell futex serves
+			if opts.Logger != nil {
+				opts.Logger.Debug("shm: no doorbell FIFO; the progress goroutine sleeps on a futex", "rank", rank, "err", err)
+			}
+		} else {
+			atomic.StoreUint32(seg.bellFIFO(), 1)
+		}
+	}
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "unix", seg.path+".sock")
 	if err != nil {
+		b.unlink()
+		b.close()
 		seg.unlink()
 		seg.unmap()
 		return nil, fmt.Errorf("shm: rank %d: listen: %w", rank, err)
 	}
-	return &Listener{rank: rank, worldSize: worldSize, opts: opts, peers: peers, seg: seg, probe: probe, ln: ln.(*net.UnixListener)}, nil
+	return &Listener{rank: rank, worldSize: worldSize, opts: opts, peers: peers, seg: seg, bell: b, probe: probe, ln: ln.(*net.UnixListener)}, nil
 }
 
 // Addr returns the address to publish to the other ranks: the segment's
@@ -83,6 +99,8 @@ func (l *Listener) Close() error {
 	}
 	l.used = true
 	l.ln.Close()
+	l.bell.unlink()
+	l.bell.close()
 	err := l.seg.unlink()
 	l.seg.unmap()
 	return err
@@ -107,14 +125,25 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 	}
 	ok := false
 	segs := make([]*segment, l.worldSize)
+	bells := make([]int, l.worldSize) // peers' doorbell FIFOs, or -1
+	for i := range bells {
+		bells[i] = -1
+	}
 	defer func() {
 		l.ln.Close()
 		l.seg.unlink()
+		l.bell.unlink()
 		if !ok {
+			l.bell.close()
 			l.seg.unmap()
 			for _, s := range segs {
 				if s != nil {
 					s.unmap()
+				}
+			}
+			for _, fd := range bells {
+				if fd >= 0 {
+					unix.Close(fd)
 				}
 			}
 		}
@@ -135,6 +164,11 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			return nil, fmt.Errorf("shm: rank %d: %w", l.rank, err)
 		}
 		segs[r] = s
+		if atomic.LoadUint32(s.bellFIFO()) == 1 {
+			if bells[r], err = openPeerBell(addr); err != nil {
+				return nil, fmt.Errorf("shm: rank %d: rank %d's progress goroutine sleeps on a FIFO this rank cannot open: %w", l.rank, r, err)
+			}
+		}
 		// Tell r whether this rank can read its memory (single copy);
 		// r reads the answer once the handshake is done.
 		cma := uint32(0)
@@ -159,7 +193,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 		return nil, err
 	}
 	t := &Transport{
-		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg, probe: l.probe, pid: os.Getpid(), epoch: time.Now(),
+		rank: l.rank, size: l.worldSize, opts: l.opts, own: l.seg, bell: l.bell, probe: l.probe, pid: os.Getpid(), epoch: time.Now(),
 		peers: make([]*peer, l.worldSize), self: demux.New(l.rank), pollerDone: make(chan struct{}),
 	}
 	for r, c := range conns {
@@ -172,6 +206,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			out:          s.slot(l.rank),
 			peerDoorbell: s.doorbell(),
 			peerSleeping: s.sleeping(),
+			peerBell:     bells[r],
 			in:           l.seg.slot(r),
 			box:          demux.New(r),
 			conn:         c,

@@ -66,6 +66,9 @@ type Options struct {
 	// yield: the ranks outnumber the CPUs, and waiters yield the CPU
 	// between polls (set by withDefaults; tests may force it).
 	yield bool
+	// noBell: the progress goroutine sleeps on the doorbell futex, not on
+	// a FIFO (see bell_linux.go; tests of the fallback).
+	noBell bool
 }
 
 // The ring bounds.

@@ -27,6 +27,9 @@ import (
 //	                owner's memory that peers read to test single copy; see probePeer)
 //	              doorbell u32 at +128 (futex word the owner sleeps on)
 //	              sleeping u32 at +256 (1 while the owner's progress goroutine is, or is about to be, asleep)
+//	              bellFIFO u32 at +384 (1: the owner's progress goroutine sleeps on the FIFO beside
+//	                the segment, which wakers write to after bumping doorbell; 0: on doorbell itself.
+//	                See bell_linux.go)
 //	              senders u32 × slots at +512 (the rank filling each slot, ascending)
 //	              (whole pages: one for up to 896 slots)
 //	slot header:  head u64 at +0   (bytes ever published by the producer)
@@ -37,6 +40,8 @@ import (
 //	              sleepers u32 at +640 (1: a receiver is, or is about to be, asleep on bell;
 //	                the first producer to publish after clears it and rings)
 //	              cma u32 at +896 (1: the owner reads the producer's memory itself; see single_copy_linux.go)
+//	              wakeAt u64 at +960 (0, or the head a receiver asleep on bell waits for: the
+//	                producer rings only once head reaches it)
 //	              want u32 × 512 at +1024 (receivers waiting for the owner's progress
 //	                goroutine to deliver a message, counted by a hash of its tag)
 //
@@ -49,7 +54,7 @@ const (
 	pageBytes = 4096
 
 	segMagic   = 0x6d68732d74726f63 // "cort-shm", little-endian
-	segVersion = 3
+	segVersion = 4
 
 	offMagic      = 0
 	offVersion    = 8
@@ -62,6 +67,7 @@ const (
 	offProbeValue = 48
 	offDoorbell   = 128
 	offSleeping   = 256
+	offBellFIFO   = 384
 	offSenders    = 512
 
 	offHead     = 0
@@ -71,6 +77,7 @@ const (
 	offBell     = 512
 	offSleepers = 640
 	offCMA      = 896
+	offWakeAt   = 960
 	offWant     = 1024
 
 	// wantBuckets is the number of want counters in a slot header.
@@ -92,6 +99,7 @@ type ring struct {
 	head, tail     *uint64
 	space, waiting *uint32
 	bell, sleepers *uint32
+	wakeAt         *uint64
 	cma            *uint32
 	want           *[wantBuckets]uint32
 	data           []byte
@@ -113,6 +121,7 @@ func (s *segment) u64(off int) *uint64 { return (*uint64)(unsafe.Pointer(&s.mem[
 
 func (s *segment) doorbell() *uint32 { return s.u32(offDoorbell) }
 func (s *segment) sleeping() *uint32 { return s.u32(offSleeping) }
+func (s *segment) bellFIFO() *uint32 { return s.u32(offBellFIFO) }
 
 // slot returns the ring that rank sender fills; sender must be in
 // s.senders.
@@ -129,6 +138,7 @@ func (s *segment) slot(sender int) ring {
 		waiting:  s.u32(base + offWaiting),
 		bell:     s.u32(base + offBell),
 		sleepers: s.u32(base + offSleepers),
+		wakeAt:   s.u64(base + offWakeAt),
 		cma:      s.u32(base + offCMA),
 		want:     (*[wantBuckets]uint32)(unsafe.Pointer(s.u32(base + offWant))),
 		data:     s.mem[base+pageBytes : base+pageBytes+s.ringBytes : base+pageBytes+s.ringBytes],
@@ -153,7 +163,7 @@ func reclaimStale(dir, prefix string) (removed []string) {
 		if !ok {
 			continue
 		}
-		rest = strings.TrimSuffix(rest, ".sock")
+		rest = strings.TrimSuffix(strings.TrimSuffix(rest, ".sock"), ".bell")
 		f := strings.Split(rest, "-")
 		if len(f) != 3 || len(f[2]) != 16 {
 			continue

@@ -151,3 +151,44 @@ func BenchmarkExchange16MiB(b *testing.B) {
 // BenchmarkProcesses measures between two real processes; run with
 // -benchtime=1x.
 func BenchmarkProcesses(b *testing.B) { transporttest.ProcessBenchmarks(b, "TestHelperProcess") }
+
+// TestConformanceFutexDoorbell runs the suite with the progress
+// goroutines sleeping on the doorbell futex, as where no FIFO can be made
+// beside the segments; with the FIFO (the default) every rank must have
+// one and ring its peers' (see bell_linux.go).
+func TestConformanceFutexDoorbell(t *testing.T) {
+	ts, errs := connectWorld(t, 2, func(int) Options { return Options{Prefix: testPrefix, RingBytes: 1 << 20} })
+	for r, tr := range ts {
+		if errs[r] != nil {
+			t.Fatalf("rank %d: %v", r, errs[r])
+		}
+		if tr.bell == nil || tr.peers[1-r].peerBell < 0 {
+			t.Errorf("rank %d: bell %v, peer's FIFO descriptor %d: want the FIFO doorbell by default", r, tr.bell, tr.peers[1-r].peerBell)
+		}
+		tr.Close()
+	}
+	newFutexWorld := func(tb testing.TB, n int) transporttest.World {
+		ts, errs := connectWorld(tb, n, func(int) Options {
+			return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20, noBell: true}
+		})
+		for r, err := range errs {
+			if err != nil {
+				tb.Fatalf("rank %d: %v", r, err)
+			}
+		}
+		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
+		for r, tr := range ts {
+			for _, p := range tr.peers {
+				if tr.bell != nil || p != nil && p.peerBell >= 0 {
+					tb.Fatalf("rank %d: a FIFO doorbell although none was wanted", r)
+				}
+			}
+			w.Transports = append(w.Transports, tr)
+		}
+		return w
+	}
+	transporttest.Run(t, newFutexWorld, transporttest.Config{})
+	if files := leftovers(t); len(files) > 0 {
+		t.Errorf("files left in /dev/shm: %v", files)
+	}
+}

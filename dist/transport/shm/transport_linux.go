@@ -10,6 +10,8 @@ import (
 	"sync/atomic"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"cohort/dist/transport"
 	"cohort/dist/transport/internal/demux"
 	"cohort/dist/wire"
@@ -39,6 +41,7 @@ type Transport struct {
 	rank, size int
 	opts       Options
 	own        *segment // this rank's segment: its inbound rings
+	bell       *bell    // what the progress goroutine sleeps on; nil: the doorbell futex
 	probe      *uint64  // read by peers to test single copy
 	pid        int
 	peers      []*peer    // by rank; nil at this rank and at ranks that are not peers
@@ -65,6 +68,7 @@ type peer struct {
 	out          ring
 	peerDoorbell *uint32
 	peerSleeping *uint32
+	peerBell     int        // the peer's doorbell FIFO, or −1 where it sleeps on peerDoorbell
 	mu           sync.Mutex // one sender at a time; guards outHead
 	outHead      uint64
 	sendErr      atomic.Pointer[transport.PeerError] // outbound side down
@@ -341,21 +345,28 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 		if t.polling(ctx, now, spinUntil) || !looked {
 			continue
 		}
-		p.sleepOnRing(last, directSleep)
+		p.sleepOnRing(last, 0, directSleep)
 		last++ // look again at once
 	}
 }
 
-// sleepOnRing sleeps on the ring's futex while its head stays at head, at
-// most d. Senders wake it (see publish); so do Close and a dead peer.
-func (p *peer) sleepOnRing(head uint64, d time.Duration) {
+// sleepOnRing sleeps on the ring's futex, at most d: with wakeAt 0 while
+// its head stays at head, else until the head reaches wakeAt (a receiver
+// in the middle of a long message waits for all of it, or for half a
+// ring, rather than being woken by each piece the sender publishes: on a
+// VM a wake-up costs tens of microseconds, a 64 KiB piece a few). Senders
+// wake it (see publish); so do Close and a dead peer.
+func (p *peer) sleepOnRing(head, wakeAt uint64, d time.Duration) {
 	r := &p.in
-	// Arm the bell before reading it: a sender that publishes after the
-	// check below finds it armed and rings; one that rang before makes
-	// the futex word differ from v.
+	// Set the threshold and arm the bell before reading it: a sender that
+	// publishes after the check below finds it armed and rings once its
+	// head reaches the threshold; one that rang before makes the futex
+	// word differ from v.
+	atomic.StoreUint64(r.wakeAt, wakeAt)
 	atomic.StoreUint32(r.sleepers, 1)
 	v := atomic.LoadUint32(r.bell)
-	if atomic.LoadUint64(r.head) == head && !p.t.closed.Load() && p.gone.Load() == nil {
+	h := atomic.LoadUint64(r.head)
+	if (wakeAt == 0 && h == head || wakeAt != 0 && h < wakeAt) && !p.t.closed.Load() && p.gone.Load() == nil {
 		futexSleep(r.bell, v, d)
 	}
 }
@@ -473,7 +484,13 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 			spinUntil = now.Add(p.t.opts.Spin)
 		}
 		if !p.t.polling(ctx, now, spinUntil) {
-			p.sleepOnRing(head, directSleep)
+			// Wake at the record's end, or once half a ring is there:
+			// with the ring released up to tail the sender can always
+			// publish that much, so it never waits for this receiver.
+			if p.inTail != tail {
+				p.release(tail) // the payload is in; only the padding is missing
+			}
+			p.sleepOnRing(head, tail+min(n-got+pad, uint64(len(r.data))/2), directSleep)
 		}
 	}
 }
@@ -643,11 +660,14 @@ func (p *peer) publish(head uint64, tag transport.Tag) {
 	r := &p.out
 	atomic.StoreUint64(r.head, head)
 	// Ring once per sleep: the first publish after a receiver armed the
-	// bell disarms it and wakes every sleeper; later ones, until someone
-	// sleeps again, make no system call.
-	if atomic.LoadUint32(r.sleepers) != 0 && atomic.SwapUint32(r.sleepers, 0) != 0 {
-		atomic.AddUint32(r.bell, 1)
-		futexWakeAll(r.bell)
+	// bell that reaches the receiver's threshold (wakeAt; 0 is any)
+	// disarms it and wakes every sleeper; later ones, until someone sleeps
+	// again, make no system call.
+	if atomic.LoadUint32(r.sleepers) != 0 {
+		if w := atomic.LoadUint64(r.wakeAt); (w == 0 || head >= w) && atomic.SwapUint32(r.sleepers, 0) != 0 {
+			atomic.AddUint32(r.bell, 1)
+			futexWakeAll(r.bell)
+		}
 	}
 	if atomic.LoadUint32(&r.want[wantBucket(tag)]) != 0 {
 		p.wakePeer()
@@ -658,7 +678,11 @@ func (p *peer) publish(head uint64, tag transport.Tag) {
 func (p *peer) wakePeer() {
 	if atomic.LoadUint32(p.peerSleeping) != 0 {
 		atomic.AddUint32(p.peerDoorbell, 1)
-		futexWakeAll(p.peerDoorbell)
+		if p.peerBell >= 0 {
+			ringFIFO(p.peerBell)
+		} else {
+			futexWakeAll(p.peerDoorbell)
+		}
 	}
 }
 
@@ -782,7 +806,11 @@ func (t *Transport) poll() {
 			runtime.Gosched()
 			continue
 		}
-		futexSleep(doorbell, v, sleepMax)
+		if t.bell == nil {
+			futexSleep(doorbell, v, sleepMax)
+		} else if atomic.LoadUint32(doorbell) == v {
+			t.bell.sleep(sleepMax)
+		}
 		atomic.StoreUint32(sleeping, 0)
 	}
 }
@@ -801,7 +829,11 @@ func (t *Transport) gonePending() bool {
 // wake rouses this rank's poller.
 func (t *Transport) wake() {
 	atomic.AddUint32(t.own.doorbell(), 1)
-	futexWakeAll(t.own.doorbell())
+	if t.bell != nil {
+		ringFIFO(t.bell.w)
+	} else {
+		futexWakeAll(t.own.doorbell())
+	}
 }
 
 // service copies what the peer has published into its box and reports
@@ -1022,5 +1054,13 @@ func (t *Transport) shutdown(goodbye bool) {
 		}
 		t.own.unlink()
 		t.own.unmap()
+		// Every sender has seen the close (under p.mu, above), so no one
+		// rings any more.
+		t.bell.close()
+		for _, p := range t.peers {
+			if p != nil && p.peerBell >= 0 {
+				unix.Close(p.peerBell)
+			}
+		}
 	})
 }
