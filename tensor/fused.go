@@ -59,11 +59,12 @@ func attentionQKVDims(name string, qkv *Tensor, nHead int) (B, T, d, hd int) {
 // permuted copy of q, k, v or y is made.
 func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 	B, T, d, hd := attentionQKVDims("AttentionQKV", qkv, nHead)
-	y = New(B, T, d)
-	p = New(B, nHead, T, T)
 	if B*T*d == 0 {
-		return y, p
+		return New(B, T, d), New(B, nHead, T, T)
 	}
+	// Every element of both is written below (GEMMs with beta 0, the
+	// softmax clearing the masked part of each row).
+	y, p = Empty(B, T, d), Empty(B, nHead, T, T)
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	qd, yd, pd := qkv.Data(), y.Data(), p.Data()
 	m := mathKernels()
@@ -108,10 +109,10 @@ func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int) *Tensor {
 		len(p.shape) != 4 || p.shape[0] != B || p.shape[1] != nHead || p.shape[2] != T || p.shape[3] != T {
 		panicf("AttentionQKVBackward: gradient shape %v, probabilities %v for qkv %v and %d heads", dy.shape, p.shape, qkv.shape, nHead)
 	}
-	dqkv := New(qkv.shape...)
 	if B*T*d == 0 {
-		return dqkv
+		return New(qkv.shape...)
 	}
+	dqkv := Empty(qkv.shape...) // dq, dk and dv of every head written with beta 0
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	qd, gd, pd, dd := qkv.Data(), dy.Contiguous().Data(), p.Contiguous().Data(), dqkv.Data()
 	ds := make([]float32, T*T)

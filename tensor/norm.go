@@ -19,11 +19,11 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 		}
 	}
 	xd := x.Contiguous().Data()
-	y = New(x.shape...)
-	yd := y.Data()
 	if w != nil && b != nil && D > 0 {
 		// The affine case, row by row on the vector kernels (float32
-		// statistics, 8-lane sums).
+		// statistics, 8-lane sums), every element of y written.
+		y = Empty(x.shape...)
+		yd := y.Data()
 		m := mathKernels()
 		wd, bd := w.Contiguous().Data(), b.Contiguous().Data()
 		rows := len(xd) / D
@@ -33,6 +33,8 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 		}
 		return y, mean, rstd
 	}
+	y = New(x.shape...)
+	yd := y.Data()
 	var wd, bd []float32
 	if w != nil {
 		wd = w.Contiguous().Data()
@@ -84,11 +86,11 @@ func LayerNormBackward(dy, x, w *Tensor, mean, rstd []float32) (dx, dw, db *Tens
 	D := x.shape[len(x.shape)-1]
 	xd := x.Contiguous().Data()
 	gd := dy.Contiguous().Data()
+	if w != nil && D > 0 { // every row of dx written
+		return layerNormBackwardRows(gd, xd, w.Contiguous().Data(), Empty(x.shape...), mean, rstd, D)
+	}
 	dx = New(x.shape...)
 	dxd := dx.Data()
-	if w != nil && D > 0 {
-		return layerNormBackwardRows(gd, xd, w.Contiguous().Data(), dx, mean, rstd, D)
-	}
 	var wd []float32
 	var dwAcc, dbAcc []float64
 	if w != nil {
