@@ -192,3 +192,32 @@ func TestConformanceFutexDoorbell(t *testing.T) {
 		t.Errorf("files left in /dev/shm: %v", files)
 	}
 }
+
+// TestBellSleep: the doorbell FIFO's sleep ends at its deadline when no
+// one rings (the read goes through the poller, which honours deadlines),
+// and at once when a byte came before it.
+func TestBellSleep(t *testing.T) {
+	b, err := newBell(filepath.Join(t.TempDir(), "seg"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer b.close()
+	defer b.unlink()
+	start := time.Now()
+	b.sleep(20 * time.Millisecond)
+	if d := time.Since(start); d < 15*time.Millisecond || d > 5*time.Second {
+		t.Errorf("an unrung sleep of 20ms took %v", d)
+	}
+	ringFIFO(b.w)
+	ringFIFO(b.w)
+	start = time.Now()
+	b.sleep(5 * time.Second)
+	if d := time.Since(start); d > time.Second {
+		t.Errorf("a sleep after a ring took %v, want it to return at once", d)
+	}
+	start = time.Now()
+	b.sleep(20 * time.Millisecond) // both bytes were drained
+	if d := time.Since(start); d < 15*time.Millisecond {
+		t.Errorf("a sleep after a drained ring took %v, want the whole 20ms", d)
+	}
+}
