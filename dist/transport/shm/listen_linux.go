@@ -64,8 +64,7 @@ func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, 
 	}
 	var b *bell
 	if !opts.noBell {
-		if b, err = newBell(seg.path); err != nil {
-			b = nil // the doorbell futex serves
+		if b, err = newBell(seg.path); err != nil { // nil: the doorbell futex serves
 			if opts.Logger != nil {
 				opts.Logger.Debug("shm: no doorbell FIFO; the progress goroutine sleeps on a futex", "rank", rank, "err", err)
 			}

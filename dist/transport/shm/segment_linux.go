@@ -40,7 +40,7 @@ import (
 //	              sleepers u32 at +640 (1: a receiver is, or is about to be, asleep on bell;
 //	                the first producer to publish after clears it and rings)
 //	              cma u32 at +896 (1: the owner reads the producer's memory itself; see single_copy_linux.go)
-//	              wakeAt u64 at +960 (0, or the head a receiver asleep on bell waits for: the
+//	              wakeAt u64 at +960 (the head a receiver asleep on bell waits for: the
 //	                producer rings only once head reaches it)
 //	              want u32 × 512 at +1024 (receivers waiting for the owner's progress
 //	                goroutine to deliver a message, counted by a hash of its tag)

@@ -41,20 +41,36 @@ func connectWorld(tb testing.TB, n int, opts func(rank int) Options) ([]*Transpo
 	return ts, errs
 }
 
-func newWorld(tb testing.TB, n int) transporttest.World {
-	ts, errs := connectWorld(tb, n, func(int) Options {
-		return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20}
-	})
-	for r, err := range errs {
-		if err != nil {
-			tb.Fatalf("rank %d: %v", r, err)
+func newWorld(tb testing.TB, n int) transporttest.World { return worldWith(nil, nil)(tb, n) }
+
+// worldWith returns a world maker for the suite whose ranks' options are
+// the tests' defaults changed by tweak (if not nil), and which fails the
+// test unless check (if not nil) accepts every rank's transport.
+func worldWith(tweak func(*Options), check func(rank int, t *Transport) error) func(testing.TB, int) transporttest.World {
+	return func(tb testing.TB, n int) transporttest.World {
+		ts, errs := connectWorld(tb, n, func(int) Options {
+			o := Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20}
+			if tweak != nil {
+				tweak(&o)
+			}
+			return o
+		})
+		for r, err := range errs {
+			if err != nil {
+				tb.Fatalf("rank %d: %v", r, err)
+			}
 		}
+		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
+		for r, t := range ts {
+			if check != nil {
+				if err := check(r, t); err != nil {
+					tb.Fatalf("rank %d: %v", r, err)
+				}
+			}
+			w.Transports = append(w.Transports, t)
+		}
+		return w
 	}
-	w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
-	for _, t := range ts {
-		w.Transports = append(w.Transports, t)
-	}
-	return w
 }
 
 // leftovers lists this package's test files in /dev/shm.
@@ -167,26 +183,14 @@ func TestConformanceFutexDoorbell(t *testing.T) {
 		}
 		tr.Close()
 	}
-	newFutexWorld := func(tb testing.TB, n int) transporttest.World {
-		ts, errs := connectWorld(tb, n, func(int) Options {
-			return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20, noBell: true}
-		})
-		for r, err := range errs {
-			if err != nil {
-				tb.Fatalf("rank %d: %v", r, err)
+	newFutexWorld := worldWith(func(o *Options) { o.noBell = true }, func(_ int, tr *Transport) error {
+		for _, p := range tr.peers {
+			if tr.bell != nil || p != nil && p.peerBell >= 0 {
+				return fmt.Errorf("a FIFO doorbell although none was wanted")
 			}
 		}
-		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
-		for r, tr := range ts {
-			for _, p := range tr.peers {
-				if tr.bell != nil || p != nil && p.peerBell >= 0 {
-					tb.Fatalf("rank %d: a FIFO doorbell although none was wanted", r)
-				}
-			}
-			w.Transports = append(w.Transports, tr)
-		}
-		return w
-	}
+		return nil
+	})
 	transporttest.Run(t, newFutexWorld, transporttest.Config{})
 	if files := leftovers(t); len(files) > 0 {
 		t.Errorf("files left in /dev/shm: %v", files)

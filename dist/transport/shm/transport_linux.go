@@ -345,18 +345,19 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 		if t.polling(ctx, now, spinUntil) || !looked {
 			continue
 		}
-		p.sleepOnRing(last, 0, directSleep)
-		last++ // look again at once
+		p.sleepOnRing(last+1, directSleep) // until anything more is published
+		last++                             // look again at once
 	}
 }
 
-// sleepOnRing sleeps on the ring's futex, at most d: with wakeAt 0 while
-// its head stays at head, else until the head reaches wakeAt (a receiver
-// in the middle of a long message waits for all of it, or for half a
-// ring, rather than being woken by each piece the sender publishes: on a
-// VM a wake-up costs tens of microseconds, a 64 KiB piece a few). Senders
-// wake it (see publish); so do Close and a dead peer.
-func (p *peer) sleepOnRing(head, wakeAt uint64, d time.Duration) {
+// sleepOnRing sleeps on the ring's futex, at most d, until the ring's
+// head reaches wakeAt: one past the head a receiver waiting for anything
+// saw, or the end of the record (or half a ring on) for a receiver in the
+// middle of a long message, so that it is not woken by each piece the
+// sender publishes (on a VM a wake-up costs tens of microseconds, a
+// 64 KiB piece a few). Senders wake it (see publish); so do Close and a
+// dead peer.
+func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration) {
 	r := &p.in
 	// Set the threshold and arm the bell before reading it: a sender that
 	// publishes after the check below finds it armed and rings once its
@@ -365,8 +366,7 @@ func (p *peer) sleepOnRing(head, wakeAt uint64, d time.Duration) {
 	atomic.StoreUint64(r.wakeAt, wakeAt)
 	atomic.StoreUint32(r.sleepers, 1)
 	v := atomic.LoadUint32(r.bell)
-	h := atomic.LoadUint64(r.head)
-	if (wakeAt == 0 && h == head || wakeAt != 0 && h < wakeAt) && !p.t.closed.Load() && p.gone.Load() == nil {
+	if atomic.LoadUint64(r.head) < wakeAt && !p.t.closed.Load() && p.gone.Load() == nil {
 		futexSleep(r.bell, v, d)
 	}
 }
@@ -490,7 +490,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 			if p.inTail != tail {
 				p.release(tail) // the payload is in; only the padding is missing
 			}
-			p.sleepOnRing(head, tail+min(n-got+pad, uint64(len(r.data))/2), directSleep)
+			p.sleepOnRing(tail+min(n-got+pad, uint64(len(r.data))/2), directSleep)
 		}
 	}
 }
@@ -660,11 +660,11 @@ func (p *peer) publish(head uint64, tag transport.Tag) {
 	r := &p.out
 	atomic.StoreUint64(r.head, head)
 	// Ring once per sleep: the first publish after a receiver armed the
-	// bell that reaches the receiver's threshold (wakeAt; 0 is any)
+	// bell that reaches the receiver's threshold (wakeAt)
 	// disarms it and wakes every sleeper; later ones, until someone sleeps
 	// again, make no system call.
 	if atomic.LoadUint32(r.sleepers) != 0 {
-		if w := atomic.LoadUint64(r.wakeAt); (w == 0 || head >= w) && atomic.SwapUint32(r.sleepers, 0) != 0 {
+		if head >= atomic.LoadUint64(r.wakeAt) && atomic.SwapUint32(r.sleepers, 0) != 0 {
 			atomic.AddUint32(r.bell, 1)
 			futexWakeAll(r.bell)
 		}

@@ -59,26 +59,12 @@ yield 3ms at 5000ms: open false, closed for 10ms, open 1ns before false, at the 
 // CPU between polls, as they do when the ranks outnumber the CPUs,
 // whatever this machine's CPU count.
 func TestConformanceYielding(t *testing.T) {
-	newYieldingWorld := func(tb testing.TB, n int) transporttest.World {
-		ts, errs := connectWorld(tb, n, func(int) Options {
-			return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20, yield: true}
-		})
-		for r, err := range errs {
-			if err != nil {
-				tb.Fatalf("rank %d: %v", r, err)
-			}
+	newYieldingWorld := worldWith(func(o *Options) { o.yield = true }, func(_ int, tr *Transport) error {
+		if !tr.opts.yield || tr.opts.Spin != 50*time.Microsecond {
+			return fmt.Errorf("yield %v spin %v, want yielding for 50µs", tr.opts.yield, tr.opts.Spin)
 		}
-		for r, tr := range ts {
-			if !tr.opts.yield || tr.opts.Spin != 50*time.Microsecond {
-				tb.Fatalf("rank %d: yield %v spin %v, want yielding for 50µs", r, tr.opts.yield, tr.opts.Spin)
-			}
-		}
-		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
-		for _, tr := range ts {
-			w.Transports = append(w.Transports, tr)
-		}
-		return w
-	}
+		return nil
+	})
 	transporttest.Run(t, newYieldingWorld, transporttest.Config{Worlds: []int{2, 4}})
 }
 
