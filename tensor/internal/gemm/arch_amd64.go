@@ -144,7 +144,7 @@ func avx2Arch() *arch {
 	return &arch{
 		name: KernelAVX2, mr: mr, nr: nr,
 		mc: 6 * 24, kc: 256, nc: 4096,
-		slack: 16,
+		slack: 16, directMaxN: directMaxN,
 		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelAVX2x6x16(k, a, b, c, ldc, alpha, beta, rows, cols, laneMask(cols))
 		},
@@ -189,7 +189,8 @@ func avx2Arch() *arch {
 
 // avx512WideArch is the AVX-512F family for short, wide products (few rows
 // of C, many columns): a 6×64 micro-kernel (24 zmm accumulators, four B
-// vectors), which wastes less on m = 6 or 16 than 14×32 does.
+// vectors), which wastes less on m = 6 or 16 than 14×32 does. Its direct
+// variant reads A's rows in place (not a transposed A, which is packed).
 func avx512WideArch() *arch {
 	const mr, nr = 6, 64
 	return &arch{
@@ -198,6 +199,10 @@ func avx512WideArch() *arch {
 		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelAVX512x6x64(k, a, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
+		directA: func(_ bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+			kernelAVX512x6x64r(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
+		},
+		directRowsOnly: true, directMaxN: directMaxN,
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
 			if trans {
 				packRows(mr, dst, src, ld, kc, mc)

@@ -125,7 +125,11 @@ func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, 
 // (arch.directA) instead of packing: packing A costs m·k copies whatever
 // n is, and pays off only when each packed sliver feeds many B slivers.
 // On Zen 3 (CPU time, GPT-mini's shapes) reading in place wins by 3-15%
-// up to n = 128 (attention's n = 32..64 most) and loses from n = 512.
+// up to n = 128 (attention's n = 32..64 most) and loses from n = 512. The
+// AVX-512 6×64 kernel's in-place variant, on an Intel Xeon with AVX-512
+// (GPT-mini's NN and NT shapes, one thread), wins 5-30% up to n = 128
+// (attention's q·kᵀ and dp most) and is even at 384 and 512; the GPT-mini
+// step gains 1.7%.
 const directMaxN = 128
 
 // useDirect reports whether block reads full slivers of op(A) in place:
@@ -135,7 +139,7 @@ const directMaxN = 128
 // rows of a sliver onto a few cache sets; the m = 512 weight gradient ran
 // 12% slower in place than packed.
 func (ar *arch) useDirect(transA bool, n, lda int) bool {
-	if ar.directA == nil || n > directMaxN {
+	if ar.directA == nil || n > ar.directMaxN || transA && ar.directRowsOnly {
 		return false
 	}
 	if transA {

@@ -16,9 +16,11 @@ func AnyRowA(g *Impl) { g.anyRowA = true }
 // NoDirect makes g pack every sliver of A (no direct-A kernel), so that
 // tests and benchmarks can compare the two.
 func NoDirect(g *Impl) {
-	if g.arch != nil {
-		ar := *g.arch
-		ar.directA = nil
-		g.arch = &ar
+	for _, p := range []**arch{&g.arch, &g.wide} {
+		if *p != nil {
+			ar := **p
+			ar.directA = nil
+			*p = &ar
+		}
 	}
 }

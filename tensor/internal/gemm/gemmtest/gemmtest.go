@@ -166,6 +166,7 @@ func Cases() []Case {
 	add(350, 40, 300, 1, 0, 5)     // two A blocks of the AVX-512 kernel, two k slabs
 	add(151, 128, 300, 1, 1, 0)    // AVX2 A read in place: two A blocks, two k slabs, a partial sliver
 	add(256, 96, 20, 1, 0, 0)      // AVX2: lda 256 (transA) or 20, A packed or read in place
+	add(250, 120, 260, 1, 0.5, 1)  // AVX-512 6×64 A read in place: two A blocks, three k slabs, a partial sliver
 	add(3, 4200, 7, 1, 0, 0)       // two B panels
 	add(64, 100, 784, 1, 0, 0)     // anchor-like, three k slabs
 	add(200, 7, 300, 1.5, -0.5, 2) // few columns: computed as Cᵀ = op(B)ᵀ·op(A)ᵀ
