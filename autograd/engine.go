@@ -97,14 +97,29 @@ type sink struct {
 	// handedOn: the op delivered a tensor it does not own (which may be
 	// the node's gradient or a view of it), so that gradient lives on.
 	handedOn bool
+	// keep: the input pass of BackwardSplit on a node it defers to the
+	// weight pass, which runs the op again with the same gradient.
+	keep bool
+	// spent: in the weight pass, the gradient is private to the node
+	// (see deferredNode.private) and this is its last use.
+	spent bool
 }
+
+// deferring reports whether this is the input pass of a node whose
+// weights' gradients come in BackwardSplit's weight pass (its backward
+// runs again then, for the weights only). An op whose gradients come out
+// of one computation keeps the weights' part for that second run.
+func (s *sink) deferring() bool { return s.keep }
 
 // gradPrivate reports whether the node's incoming gradient is private to
 // this backward call: nothing else references it, and nothing will after
 // the call unless the op delivers it (or a view of it) through add. An op
 // may then write its input gradients over it (ReLU's mask in place).
 func (s *sink) gradPrivate() bool {
-	return s.n.owned && s.e.split == nil && s.only == nil
+	if s.only != nil {
+		return s.spent // the weight pass: the gradient's last use
+	}
+	return s.n.owned && !s.keep
 }
 
 // need reports whether input i requires a gradient.
@@ -185,6 +200,10 @@ type engine struct {
 	// consumers are deferred (into deferred) to the weight pass.
 	split    map[*Var]bool
 	deferred []deferredNode
+	// held is the storage the input pass could not recycle because the
+	// weight pass may still read it (outputs and scratch of every node),
+	// recycled once the weight pass is done.
+	held []*tensor.Tensor
 }
 
 // Backward computes the gradient of the scalar (one-element) v with
@@ -288,15 +307,7 @@ func (e *engine) run(n *node) {
 	for i := range n.inputs {
 		s.settle(i)
 	}
-	if n.transient && n.own != nil && e.split == nil {
-		// Every consumer ran before this node (they are deeper) and the
-		// caller promised nobody reads the value after Backward.
-		tensor.Recycle(n.own)
-	}
-	if n.scratch != nil && e.split == nil {
-		tensor.Recycle(n.scratch)
-	}
-	n.own, n.scratch = nil, nil
+	e.release(n)
 	if g != nil && s.gradPrivate() && !s.handedOn {
 		// The gradient was the engine's own (summed from consumers or
 		// produced fresh by one) and the op kept no reference: its
@@ -305,6 +316,26 @@ func (e *engine) run(n *node) {
 		tensor.Recycle(g)
 	}
 	n.backward, n.inputs, n.released = nil, nil, true
+}
+
+// release recycles the storage node n no longer needs once Backward has
+// run through it: its output, when transient (every consumer ran before
+// this node, as they are deeper, and the caller promised nobody reads the
+// value after Backward), and its scratch. In BackwardSplit's input pass
+// both are held back until the weight pass is done, since a deferred
+// consumer reads its saved inputs again then.
+func (e *engine) release(n *node) {
+	for _, t := range [2]*tensor.Tensor{n.own, n.scratch} {
+		if t == nil || t == n.own && !n.transient {
+			continue
+		}
+		if e.split != nil {
+			e.held = append(e.held, t)
+		} else {
+			tensor.Recycle(t)
+		}
+	}
+	n.own, n.scratch = nil, nil
 }
 
 // pass delivers t, the node's private gradient (see gradPrivate) or a view

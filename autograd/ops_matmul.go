@@ -129,14 +129,21 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 		ri = len(inputs)
 		inputs = append(inputs, r)
 	}
-	var gh *tensor.Tensor // GELU's pre-activation gradient, written over h2
+	var gh *tensor.Tensor // GELU's pre-activation gradient, written over h2; ReLU's when split
 	v := record(op, y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
 		g2 := g.Reshape(-1, out)
 		switch act {
 		case actReLU:
-			if ri < 0 && s.gradPrivate() {
+			switch {
+			case gh != nil: // BackwardSplit's weight pass
+				g2 = gh
+			case ri < 0 && s.gradPrivate():
 				g2 = tensor.ReLUBackwardInto(g2, g2, y2) // g is the engine's and dead after this call
-			} else {
+			case s.deferring():
+				// Kept for the weight pass, then recycled with the node.
+				gh = tensor.ReLUBackwardInto(tensor.Empty(g2.Shape()...), g2, y2)
+				s.n.scratch, g2 = gh, gh
+			default:
 				g2 = tensor.ReLUBackward(g2, y2)
 			}
 		case actGELUTanh:

@@ -192,8 +192,24 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 	}
 	y, mean, rstd := tensor.LayerNorm(x.Value, wv, bv, eps)
 	xv := x.Value
+	var kept [2]*tensor.Tensor // the weight and bias gradients, for BackwardSplit's weight pass
 	return record("LayerNorm", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.LayerNormBackward(g, xv, wv, mean, rstd)
+		var dx, dw, db *tensor.Tensor
+		switch {
+		case kept[0] != nil || kept[1] != nil: // the weight pass: computed by the input pass
+			dw, db = kept[0], kept[1]
+			kept = [2]*tensor.Tensor{}
+		default:
+			dx, dw, db = tensor.LayerNormBackward(g, xv, wv, mean, rstd)
+		}
+		if s.deferring() {
+			kept = [2]*tensor.Tensor{dw, db}
+			if bi >= 0 && db == nil {
+				kept[1] = tensor.SumTo(g.Reshape(-1, bv.Dim(0)), bv.Dim(0))
+			}
+			s.add(0, dx, true)
+			return
+		}
 		if wi >= 0 {
 			s.add(wi, dw, true)
 		}
@@ -203,7 +219,9 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 			}
 			s.add(bi, db, true)
 		}
-		s.add(0, dx, true)
+		if dx != nil {
+			s.add(0, dx, true)
+		}
 	})
 }
 
@@ -289,7 +307,9 @@ func BatchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, o BatchNormOptions)
 			}
 			s.add(bi, db, true)
 		}
-		s.add(0, dx, true)
+		if dx != nil {
+			s.add(0, dx, true)
+		}
 	})
 }
 

@@ -12,6 +12,10 @@ import (
 type deferredNode struct {
 	n *node
 	g *tensor.Tensor
+	// private: g is the engine's own and the input pass handed no view
+	// of it on, so it is recycled after the weight pass unless that pass
+	// hands it on.
+	private bool
 }
 
 // BackwardSplit is BackwardGrad in two passes, for zero-bubble pipeline
@@ -27,9 +31,13 @@ type deferredNode struct {
 // MatMul skip the weight's GEMM; an op whose inputs needing gradients are
 // all weights, like Embedding, does not run at all), and keeps its saved
 // tensors and output gradient for the weight pass, which runs it again for
-// the weights only. Ops that compute all their input gradients together
-// (LayerNorm, ops made with Record) do that work in both passes. grad must
-// not be modified until the weight pass has run.
+// the weights only. LayerNorm, whose gradients come out of one pass over
+// the rows, computes them all in the input pass and hands the weights'
+// part on in the weight pass; ops made with Record do their whole work in
+// both passes. grad must not be modified until the weight pass has run.
+//
+// Storage is recycled as in Backward: gradients as soon as they are
+// spent, outputs and saved scratch once the weight pass is done.
 //
 // Between the passes the graph cannot be differentiated again (as after
 // Backward). Weights that do not require grad, or that v does not depend
@@ -109,6 +117,7 @@ func (e *engine) deferWeights(n *node, g *tensor.Tensor) bool {
 		return false
 	}
 	s := newSink(e, n)
+	s.keep = true
 	if g != nil && others {
 		n.backward(g, s)
 	}
@@ -117,10 +126,11 @@ func (e *engine) deferWeights(n *node, g *tensor.Tensor) bool {
 	}
 	n.released = true // no second Backward; backward and inputs stay for the weight pass
 	if g != nil {
-		e.deferred = append(e.deferred, deferredNode{n, g})
+		e.deferred = append(e.deferred, deferredNode{n, g, n.owned && !s.handedOn})
 	} else {
 		n.backward, n.inputs = nil, nil
 	}
+	e.release(n) // held until the weight pass is done
 	return true
 }
 
@@ -137,6 +147,7 @@ func (e *engine) weightPass() {
 	for _, d := range e.deferred {
 		s := newSink(e, d.n)
 		s.only = make([]bool, len(d.n.inputs))
+		s.spent = d.private
 		for i, in := range d.n.inputs {
 			s.only[i] = e.split[in]
 		}
@@ -145,6 +156,13 @@ func (e *engine) weightPass() {
 			s.settle(i)
 		}
 		d.n.backward, d.n.inputs = nil, nil
+		if d.private && !s.handedOn {
+			tensor.Recycle(d.g)
+		}
 	}
 	e.deferred = nil
+	for _, t := range e.held {
+		tensor.Recycle(t)
+	}
+	e.held = nil
 }

@@ -3,6 +3,7 @@ package autograd
 import (
 	"math"
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"cohort/tensor"
@@ -103,4 +104,119 @@ func TestBackwardSplitEdges(t *testing.T) {
 		t.Errorf("leaf weight: gradient %v after the weight pass, want 5s", w.Grad)
 	}
 	mustPanic(t, func() { BackwardSplit(frozen, tensor.Full(1, 3), nil) }, "does not require grad")
+}
+
+// TestBackwardSplitRecycles: BackwardSplit recycles storage as Backward
+// does (gradients once spent, Transient outputs and scratch after the
+// weight pass), and nothing the weight pass still reads is handed out
+// early: between the passes the test takes and scribbles over every
+// recycled buffer of the activations' sizes (as a pipeline's next
+// forward would), and the gradients must still equal, bitwise, those of
+// plain Backward with nothing recycled. Once warm, a step allocates less
+// than one activation.
+func TestBackwardSplitRecycles(t *testing.T) {
+	sizes := []int{48, 96, 80, 64, 10}
+	const batch = 33
+	type model struct{ ws, bs, ln []*Var }
+	build := func() model {
+		rng := newRNG(3)
+		var m model
+		for i := 0; i+1 < len(sizes); i++ {
+			m.ws = append(m.ws, NewVar(randn(rng, sizes[i+1], sizes[i]), true))
+			m.bs = append(m.bs, NewVar(randn(rng, sizes[i+1]), true))
+		}
+		m.ln = []*Var{NewVar(randn(rng, sizes[1]), true), NewVar(randn(rng, sizes[1]), true)}
+		return m
+	}
+	params := func(m model) []*Var { return append(append(append([]*Var(nil), m.ws...), m.bs...), m.ln...) }
+	chain := func(m model, x *Var, target []int64, transient bool) *Var {
+		h := LinearReLU(x, m.ws[0], m.bs[0])
+		h = LayerNorm(h, m.ln[0], m.ln[1], 1e-5)
+		if transient {
+			Transient(h)
+		}
+		h = LinearGELUTanh(h, m.ws[1], m.bs[1])
+		if transient {
+			Transient(h)
+		}
+		h = ReLU(Linear(h, m.ws[2], m.bs[2]))
+		return CrossEntropy(Linear(h, m.ws[3], m.bs[3]), target, CrossEntropyOptions{})
+	}
+	scribble := func() {
+		var taken []*tensor.Tensor
+		for _, n := range []int{batch * 96, batch * 80, batch * 64, batch * 10} {
+			for range 4 {
+				e := tensor.Empty(n)
+				e.Fill(float32(math.NaN()))
+				taken = append(taken, e)
+			}
+		}
+		for _, e := range taken {
+			tensor.Recycle(e)
+		}
+	}
+	a, b := build(), build()
+	rng := newRNG(4)
+	for step := range 4 {
+		x := NewVar(randn(rng, batch, sizes[0]), true)
+		target := make([]int64, batch)
+		for i := range target {
+			target[i] = int64(rng.IntN(10))
+		}
+		for _, m := range []model{a, b} {
+			for _, p := range params(m) {
+				p.ZeroGrad()
+			}
+		}
+		la := chain(a, x, target, true)
+		wpass := BackwardSplit(la, tensor.Full(1), params(a))
+		dx := x.Grad.Clone()
+		x.ZeroGrad()
+		scribble()
+		wpass()
+		lb := chain(b, x, target, false)
+		Backward(lb)
+		for i, v := range append(params(a), x) {
+			want := append(params(b), x)[i].Grad.Data()
+			got := v.Grad.Data()
+			if v == x {
+				got = dx.Data()
+			}
+			for j := range want {
+				if got[j] != want[j] {
+					t.Fatalf("step %d: gradient %d element %d: %v split, %v by Backward", step, i, j, got[j], want[j])
+				}
+			}
+		}
+		for i, p := range params(a) {
+			q := params(b)[i]
+			tensor.AddScaled(p.Value, -0.1, p.Grad)
+			tensor.AddScaled(q.Value, -0.1, q.Grad)
+		}
+	}
+	if raceEnabled {
+		return // the race detector changes allocation
+	}
+	x := NewVar(randn(rng, batch, sizes[0]), false)
+	target := make([]int64, batch)
+	perStep := func(step func()) uint64 {
+		for range 3 {
+			step()
+		}
+		var m0, m1 runtime.MemStats
+		runtime.ReadMemStats(&m0)
+		const steps = 10
+		for range steps {
+			step()
+		}
+		runtime.ReadMemStats(&m1)
+		return (m1.TotalAlloc - m0.TotalAlloc) / steps
+	}
+	split := perStep(func() { BackwardSplit(chain(a, x, target, true), tensor.Full(1), params(a))() })
+	plain := perStep(func() { Backward(chain(a, x, target, true)) })
+	t.Logf("bytes per steady-state step: %d split, %d by Backward", split, plain)
+	// Without recycling the split step allocated 3.1× Backward's bytes.
+	if split*4 > plain*5 {
+		t.Errorf("a steady-state split step allocates %d bytes, more than 1.25× Backward's %d", split, plain)
+	}
 }

@@ -73,9 +73,11 @@
 // those ops again for the weights only. The simpler alternative, running
 // the whole backward at B and only accumulating the parameter gradients at
 // W, would keep the numbers but not the point: W would cost nothing, and
-// the bubble would stay 1F1B's. The ops that compute all their input
-// gradients in one go (LayerNorm) do that work twice; for a transformer
-// that is a few percent.
+// the bubble would stay 1F1B's. LayerNorm, whose input and weight
+// gradients come out of one pass over the rows, computes both at B and
+// hands the weights' part on at W. Storage is recycled as in a whole
+// backward (autograd.BackwardSplit), so that B and W together cost about
+// what one backward does.
 //
 // # Also
 //
