@@ -350,8 +350,8 @@ func (s *sink) pass(i int, t *tensor.Tensor) {
 // by nothing but the ops recorded from it: once Backward has run through
 // v's node (after all its consumers), the storage of its value may be
 // reused for later tensors. It holds for the ops that compute their output
-// into storage of their own (Linear and its fused forms); for others, and
-// for leaves, it does nothing. A container calls it for the intermediate
+// into storage of their own (Linear and its fused forms, LayerNorm,
+// AttentionQKV); for others, and for leaves, it does nothing. A container calls it for the intermediate
 // outputs it never returns (nn.Sequential, between fused layers). Reading
 // v.Value after Backward is then an error.
 func Transient(v *Var) {

@@ -193,7 +193,7 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 	y, mean, rstd := tensor.LayerNorm(x.Value, wv, bv, eps)
 	xv := x.Value
 	var kept [2]*tensor.Tensor // the weight and bias gradients, for BackwardSplit's weight pass
-	return record("LayerNorm", y, inputs, func(g *tensor.Tensor, s *sink) {
+	v := record("LayerNorm", y, inputs, func(g *tensor.Tensor, s *sink) {
 		var dx, dw, db *tensor.Tensor
 		switch {
 		case kept[0] != nil || kept[1] != nil: // the weight pass: computed by the input pass
@@ -223,6 +223,10 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 			s.add(0, dx, true)
 		}
 	})
+	if v.node != nil {
+		v.node.own = y // fresh storage, not read by the backward
+	}
+	return v
 }
 
 // BatchNormOptions configures BatchNorm.
@@ -373,9 +377,13 @@ func AttentionQKV(qkv *Var, nHead int, causal bool) *Var {
 		qv = qv.Contiguous()
 	}
 	y, p := tensor.AttentionQKV(qv, nHead, causal)
-	return record("AttentionQKV", y, []*Var{qkv}, func(g *tensor.Tensor, s *sink) {
+	v := record("AttentionQKV", y, []*Var{qkv}, func(g *tensor.Tensor, s *sink) {
 		s.add(0, tensor.AttentionQKVBackward(g, qv, p, nHead), true)
 	})
+	if v.node != nil {
+		v.node.own, v.node.scratch = y, p // both fresh; p is read by the backward alone
+	}
+	return v
 }
 
 // maskedSoftmaxRows replaces each length-S row of scores (row r is query

@@ -25,7 +25,10 @@ func (g *GPT) ForwardBlocks(h *autograd.Var, lo, hi int) *autograd.Var {
 	if lo < 0 || hi > len(g.Blocks) || lo > hi {
 		panic(fmt.Sprintf("models: GPT.ForwardBlocks: blocks [%d, %d) of %d", lo, hi, len(g.Blocks)))
 	}
-	for _, b := range g.Blocks[lo:hi] {
+	for i, b := range g.Blocks[lo:hi] {
+		if i > 0 {
+			autograd.Transient(h) // read only by this block
+		}
 		h = b.Forward(h)
 	}
 	return h

@@ -127,9 +127,16 @@ func NewBlock(rng *rand.Rand, d, nHead int) *Block {
 // first layer with its GELU (autograd.LinearGELUTanh).
 func (b *Block) Forward(x *autograd.Var) *autograd.Var {
 	p := b.Attn.Proj
-	x = autograd.AddLinear(x, b.Attn.heads(b.LN1.Forward(x)), p.Weight, p.Bias)
+	// Every intermediate is Transient: read only by the next ops here.
+	h := b.LN1.Forward(x)
+	autograd.Transient(h)
+	h = b.Attn.heads(h)
+	autograd.Transient(h)
+	x = autograd.AddLinear(x, h, p.Weight, p.Bias)
 	autograd.Transient(x) // read only by LN2 and the residual add below
-	h := autograd.LinearGELUTanh(b.LN2.Forward(x), b.MLP.FC.Weight, b.MLP.FC.Bias)
+	h = b.LN2.Forward(x)
+	autograd.Transient(h)
+	h = autograd.LinearGELUTanh(h, b.MLP.FC.Weight, b.MLP.FC.Bias)
 	autograd.Transient(h) // read only by the projection
 	p = b.MLP.Proj
 	return autograd.AddLinear(x, h, p.Weight, p.Bias)
