@@ -7,6 +7,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -63,6 +64,7 @@ type Options struct {
 	Watchdog WatchdogOptions
 
 	hostID       string        // this rank's host identity; "" means hostIdentity() (tests set it)
+	localRanks   int           // ranks on this host, this one included (set by connect)
 	jobNonce     string        // the job's identity, once joined (see join.go)
 	joinProgress time.Duration // progress interval; 0 means joinProgressEvery (tests set it)
 }
@@ -205,6 +207,7 @@ func connect(ctx context.Context, o *Options) (transport.Transport, error) {
 		}
 	}
 	oneHost := len(remote) == 0
+	o.localRanks = len(local) + 1
 	kind := o.Transport
 	switch kind {
 	case "", "auto":
@@ -277,7 +280,11 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool, peers []int) (tra
 			advertise = h
 		}
 	}
-	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, tcp.Options{Token: o.Token, Peers: peers})
+	topts := tcp.Options{Token: o.Token, Peers: peers}
+	if o.localRanks <= runtime.NumCPU() {
+		topts.Spin = tcpSpin
+	}
+	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, topts)
 	if err != nil {
 		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
 	}
@@ -312,6 +319,11 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool, peers []int) (tra
 // latency; with more ranks on this host than cores it yields the CPU
 // between polls (see shm.Options.Spin).
 const shmSpin = 50 * time.Microsecond
+
+// A tcp receiver polls its socket for a while before it waits for the
+// link's reader goroutine, while the ranks on this host fit its CPUs (see
+// tcp.Options.Spin).
+const tcpSpin = 50 * time.Microsecond
 
 // hostIdentity names this host and the namespaces that decide whether
 // loopback and shared memory reach another process: the host name, the

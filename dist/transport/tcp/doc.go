@@ -15,7 +15,13 @@
 // demultiplexes arriving messages by tag: a message whose receiver is
 // already waiting is read from the socket straight into the receiver's
 // buffer; others are queued in memory until received, so a Send never
-// waits for the matching Recv (only for socket buffer space). Messages
+// waits for the matching Recv (only for socket buffer space). The reader
+// is a state machine fed by non-blocking reads, so a receiver that is
+// waiting may advance it too: with Options.Spin it polls the socket on
+// its own goroutine for that long before waiting for the reader goroutine,
+// whose wake-up through the runtime's poller costs tens of microseconds
+// on a virtual machine (a 4 KiB all-reduce of two ranks on loopback went
+// from 25-35 to 9 µs on an Intel Xeon VM). Messages
 // larger than Options.ChunkBytes are sent as several frames, and frames of
 // small messages to the same peer may travel between them.
 //

@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -61,6 +62,8 @@ type link struct {
 	stage []byte     // header plus a small payload, guarded by wmu
 	bigmu sync.Mutex // one multi-frame message at a time
 
+	rd reader // the frames coming in
+
 	err        atomic.Pointer[transport.PeerError] // set once the link is down
 	closeAck   chan struct{}                       // closed when the peer acknowledges our Close
 	ackOnce    sync.Once
@@ -72,7 +75,7 @@ func newLink(t *Transport, peer int, conn *net.TCPConn) (*link, error) {
 	if err != nil {
 		return nil, err
 	}
-	return &link{
+	l := &link{
 		t:          t,
 		peer:       peer,
 		conn:       conn,
@@ -81,7 +84,9 @@ func newLink(t *Transport, peer int, conn *net.TCPConn) (*link, error) {
 		stage:      make([]byte, wire.HeaderBytes+stageMax),
 		closeAck:   make(chan struct{}),
 		readerDone: make(chan struct{}),
-	}, nil
+	}
+	l.rd = reader{l: l, buf: make([]byte, readBufBytes)}
+	return l, nil
 }
 
 // down returns the link's failure, nil while it is up.
@@ -237,18 +242,82 @@ func (l *link) kill() {
 	<-l.readerDone
 }
 
-// readLoop is the link's reader goroutine.
+// readLoop is the link's reader goroutine: it waits in the runtime's
+// poller until the socket is readable, then pumps. A receiver polling for
+// its message (pollFor) pumps too, taking turns with it (reader.mu).
 func (l *link) readLoop() {
 	defer close(l.readerDone)
-	r := reader{l: l, buf: make([]byte, readBufBytes)}
-	err := describe(r.run())
-	if r.cur != nil {
-		r.cur.Abort(&transport.PeerError{Peer: l.peer, Err: err})
+	var err error
+	for err == nil {
+		rerr := l.rc.Read(func(fd uintptr) bool {
+			l.rd.mu.Lock()
+			wouldBlock, e := l.rd.pump(int(fd))
+			l.rd.mu.Unlock()
+			if e != nil {
+				err = e
+				return true
+			}
+			return !wouldBlock // nothing more to read: wait for the poller
+		})
+		if err == nil {
+			err = rerr
+		}
 	}
+	l.readFailed(err)
+}
+
+// readFailed ends reading after err: the message in progress is aborted
+// and, unless this rank is closing, the link goes down. The first caller
+// (reader goroutine or polling receiver) decides the cause.
+func (l *link) readFailed(err error) {
+	err = describe(err)
+	l.rd.mu.Lock()
+	r := &l.rd
+	pe := &transport.PeerError{Peer: l.peer, Err: err}
+	if r.pm != nil && r.pm != r.cur {
+		r.pm.Abort(pe)
+	}
+	if r.cur != nil {
+		r.cur.Abort(pe)
+	}
+	r.pm, r.cur = nil, nil
+	l.rd.mu.Unlock()
 	if l.t.closed.Load() || l.down() != nil {
 		return
 	}
 	l.fail(err)
+}
+
+// pollFor polls the socket on the calling goroutine until w finishes or
+// the budget runs out, instead of waiting for the reader goroutine to be
+// woken: a receiver that is waiting anyway spends its own CPU, and the
+// message is in as soon as it arrives (no thread wake-up in between).
+// Frames for other receivers met on the way are delivered as the reader
+// goroutine would.
+func (l *link) pollFor(w *demux.Pending, budget time.Duration) {
+	deadline := time.Now().Add(budget)
+	for i := 0; !w.Done(); i++ {
+		var err error
+		cerr := l.rc.Control(func(fd uintptr) {
+			if l.rd.mu.TryLock() {
+				_, err = l.rd.pump(int(fd))
+				l.rd.mu.Unlock()
+			}
+		})
+		if cerr != nil || l.down() != nil {
+			return
+		}
+		if err != nil {
+			l.readFailed(err)
+			return
+		}
+		if i%16 == 15 {
+			if time.Now().After(deadline) {
+				return
+			}
+			runtime.Gosched() // let this process's other goroutines run
+		}
+	}
 }
 
 // describe turns the errors of a vanished peer into plain words.
@@ -262,11 +331,22 @@ func describe(err error) error {
 	return err
 }
 
-// reader parses the frames of one connection.
+// reader parses the frames of one connection, as a state machine fed by
+// non-blocking reads (pump), so that whoever holds mu may advance it: the
+// reader goroutine, or a receiver polling for its message.
 type reader struct {
+	mu   sync.Mutex // held while pumping; guards everything below
 	l    *link
 	buf  []byte
 	r, w int // unread bytes are buf[r:w]
+	err  error
+
+	// The frame whose payload is arriving: pn more bytes go into pm.
+	pm    *demux.Msg
+	pn    int
+	pkind wire.Kind
+	plen  uint64 // the frame's payload length
+	paux  uint64 // its message length (data) or offset (more)
 
 	cur      *demux.Msg // multi-frame message in progress
 	curTag   transport.Tag
@@ -274,45 +354,101 @@ type reader struct {
 	curTotal uint64
 }
 
-func (r *reader) fill(need int) error {
-	if r.w-r.r >= need {
-		return nil
-	}
-	if r.r > 0 {
-		r.w = copy(r.buf, r.buf[r.r:r.w])
-		r.r = 0
-	}
-	for r.w < need {
-		n, err := r.readSome()
-		r.w += n
-		if err != nil {
-			if r.w >= need {
-				return nil
-			}
-			return err
-		}
-	}
-	return nil
-}
-
-// readSome reads what the socket has into the free part of the buffer,
-// waiting in the runtime's poller when it has nothing. (Polling the socket
-// in a loop before parking was measured slower on a 2-core host: the spin
-// takes the CPU the peer needs to answer.)
-func (r *reader) readSome() (int, error) {
-	return r.l.conn.Read(r.buf[r.w:])
-}
-
 func (r *reader) protocolError(format string, args ...any) error {
 	return fmt.Errorf("protocol error: "+format, args...)
 }
 
-func (r *reader) run() error {
+// read is one non-blocking read system call into dst (EINTR retried).
+func read(fd int, dst []byte) (int, error) {
+	for {
+		k, err := unix.Read(fd, dst)
+		if err == unix.EINTR {
+			continue
+		}
+		if k < 0 {
+			k = 0
+		}
+		if err == nil && k == 0 && len(dst) > 0 {
+			err = io.EOF
+		}
+		return k, err
+	}
+}
+
+// pump reads what the socket fd holds and handles every frame that is
+// then complete, until a read would block (wouldBlock) or fails. Long
+// payloads (directMin and more left) are read from the socket straight
+// into their destination. The caller holds mu. An error is sticky.
+func (r *reader) pump(fd int) (wouldBlock bool, err error) {
+	if r.err != nil {
+		return false, r.err
+	}
+	defer func() {
+		if err != nil {
+			r.err = err
+		}
+	}()
+	for {
+		if err := r.process(); err != nil {
+			return false, err
+		}
+		if r.pm != nil && r.pn >= directMin && r.r == r.w {
+			k, err := r.pm.Write(func(dst []byte) (int, error) { return read(fd, dst[:min(len(dst), r.pn)]) })
+			if err == unix.EAGAIN {
+				return true, nil
+			}
+			if err != nil {
+				return false, noEOF(err)
+			}
+			r.pn -= k
+			if r.pn == 0 {
+				if err := r.endPayload(); err != nil {
+					return false, err
+				}
+			}
+			continue
+		}
+		if r.r > 0 {
+			r.w = copy(r.buf, r.buf[r.r:r.w])
+			r.r = 0
+		}
+		k, err := read(fd, r.buf[r.w:])
+		if err == unix.EAGAIN {
+			return true, nil
+		}
+		if err != nil {
+			if r.pm != nil || r.w > 0 {
+				err = noEOF(err)
+			}
+			return false, err
+		}
+		r.w += k
+	}
+}
+
+// process handles the buffered bytes: payload into the frame in
+// progress, then every complete header. It leaves the buffer empty or
+// holding part of a header.
+func (r *reader) process() error {
 	l := r.l
 	maxMsg := uint64(l.t.opts.MaxMessageBytes)
 	for {
-		if err := r.fill(wire.HeaderBytes); err != nil {
-			return err
+		if r.pm != nil {
+			for r.pn > 0 && r.r < r.w {
+				src := r.buf[r.r : r.r+min(r.pn, r.w-r.r)]
+				wrote, _ := r.pm.Write(func(dst []byte) (int, error) { return copy(dst, src), nil })
+				r.r += wrote
+				r.pn -= wrote
+			}
+			if r.pn > 0 {
+				return nil
+			}
+			if err := r.endPayload(); err != nil {
+				return err
+			}
+		}
+		if r.w-r.r < wire.HeaderBytes {
+			return nil
 		}
 		h, err := wire.DecodeHeader(r.buf[r.r:r.w], uint32(wire.DefaultMaxLength))
 		if err != nil {
@@ -331,28 +467,15 @@ func (r *reader) run() error {
 			if uint64(h.Length) < h.Aux && r.cur != nil {
 				return r.protocolError("a second long message (%v) started before the first (%v) ended", tag, r.curTag)
 			}
-			m := l.box.Begin(tag, int(h.Aux))
-			if err := r.payload(m, int(h.Length)); err != nil {
-				m.Abort(&transport.PeerError{Peer: l.peer, Err: describe(err)})
-				return err
-			}
-			if uint64(h.Length) == h.Aux {
-				m.Done()
-			} else {
-				r.cur, r.curTag, r.curOff, r.curTotal = m, tag, uint64(h.Length), h.Aux
+			r.pm, r.pn, r.pkind, r.plen, r.paux = l.box.Begin(tag, int(h.Aux)), int(h.Length), h.Kind, uint64(h.Length), h.Aux
+			if uint64(h.Length) < h.Aux {
+				r.curTag = tag
 			}
 		case wire.KindMore:
 			if r.cur == nil || tag != r.curTag || h.Aux != r.curOff || r.curOff+uint64(h.Length) > r.curTotal {
 				return r.protocolError("unexpected continuation frame (%v, offset %d, %d bytes)", tag, h.Aux, h.Length)
 			}
-			if err := r.payload(r.cur, int(h.Length)); err != nil {
-				return err
-			}
-			r.curOff += uint64(h.Length)
-			if r.curOff == r.curTotal {
-				r.cur.Done()
-				r.cur = nil
-			}
+			r.pm, r.pn, r.pkind, r.plen, r.paux = r.cur, int(h.Length), h.Kind, uint64(h.Length), h.Aux
 		case wire.KindCancel:
 			if h.Length != 0 {
 				return r.protocolError("cancel frame with a %d-byte payload", h.Length)
@@ -386,58 +509,24 @@ func (r *reader) run() error {
 	}
 }
 
-// payload moves the next n payload bytes from the connection into m.
-func (r *reader) payload(m *demux.Msg, n int) error {
-	for n > 0 && r.r < r.w {
-		k := min(n, r.w-r.r)
-		src := r.buf[r.r : r.r+k]
-		wrote, _ := m.Write(func(dst []byte) (int, error) { return copy(dst, src), nil })
-		r.r += wrote
-		n -= wrote
-	}
-	if n == 0 {
+// endPayload finishes the frame whose payload is complete: a whole
+// message is done; the first or a continuation frame of a long one
+// advances it.
+func (r *reader) endPayload() error {
+	m := r.pm
+	r.pm = nil
+	if r.pkind == wire.KindData {
+		if r.plen == r.paux {
+			m.Done()
+			return nil
+		}
+		r.cur, r.curOff, r.curTotal = m, r.plen, r.paux
 		return nil
 	}
-	r.r, r.w = 0, 0
-	if n < directMin {
-		if err := r.fill(n); err != nil {
-			return noEOF(err)
-		}
-		return r.payload(m, n)
-	}
-	for n > 0 {
-		var rerr error
-		err := r.l.rc.Read(func(fd uintptr) bool {
-			var k int
-			k, rerr = m.Write(func(dst []byte) (int, error) {
-				dst = dst[:min(len(dst), n)]
-				for {
-					k, err := unix.Read(int(fd), dst)
-					if err == unix.EINTR {
-						continue
-					}
-					if k < 0 {
-						k = 0
-					}
-					return k, err
-				}
-			})
-			if rerr == unix.EAGAIN {
-				rerr = nil
-				return false
-			}
-			if rerr == nil && k == 0 {
-				rerr = io.ErrUnexpectedEOF
-			}
-			n -= k
-			return true
-		})
-		if err != nil {
-			return err
-		}
-		if rerr != nil {
-			return rerr
-		}
+	r.curOff += r.plen
+	if r.curOff == r.curTotal {
+		r.cur.Done()
+		r.cur = nil
 	}
 	return nil
 }

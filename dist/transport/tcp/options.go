@@ -42,6 +42,14 @@ type Options struct {
 	// lists only the ranks on other hosts here and reaches the rest
 	// through another transport (see package route).
 	Peers []int
+	// Spin is how long a receiver polls the socket itself (non-blocking
+	// reads on its own goroutine) before it waits for the link's reader
+	// goroutine, whose wake-up through the runtime's poller costs tens of
+	// microseconds on a virtual machine. Only a receiver somebody waits
+	// for polls (transport.WaitHint). 0 means no polling: right when the
+	// ranks on a host outnumber its CPUs, where a poll takes the CPU a
+	// peer needs to answer.
+	Spin time.Duration
 }
 
 func (o *Options) validate() error {

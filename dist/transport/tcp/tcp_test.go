@@ -2,6 +2,7 @@ package tcp
 
 import (
 	"context"
+	"fmt"
 	"sync"
 	"testing"
 	"time"
@@ -36,7 +37,17 @@ func connectWorld(tb testing.TB, n int, opts func(rank int) Options) ([]*Transpo
 }
 
 func newWorld(tb testing.TB, n int) transporttest.World {
-	ts, errs := connectWorld(tb, n, func(int) Options { return Options{Token: []byte("test-token")} })
+	return worldWith(Options{})(tb, n)
+}
+
+// worldWith returns a world maker whose ranks use o (with a token).
+func worldWith(o Options) func(tb testing.TB, n int) transporttest.World {
+	return func(tb testing.TB, n int) transporttest.World { return connectWith(tb, n, o) }
+}
+
+func connectWith(tb testing.TB, n int, o Options) transporttest.World {
+	o.Token = []byte("test-token")
+	ts, errs := connectWorld(tb, n, func(int) Options { return o })
 	for r, err := range errs {
 		if err != nil {
 			tb.Fatalf("rank %d: %v", r, err)
@@ -53,12 +64,28 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, newWorld, transporttest.Config{})
 }
 
+// TestConformancePolling: receivers poll the socket themselves
+// (Options.Spin), taking turns with the reader goroutine, including
+// through the frames of long messages (small chunks) and past the end of
+// the polling budget.
+func TestConformancePolling(t *testing.T) {
+	for _, o := range []Options{{Spin: time.Second}, {Spin: time.Microsecond, ChunkBytes: 40 << 10}, {Spin: time.Second, ChunkBytes: 40 << 10}} {
+		t.Run(fmt.Sprintf("spin=%v/chunk=%d", o.Spin, o.ChunkBytes), func(t *testing.T) {
+			transporttest.Run(t, worldWith(o), transporttest.Config{})
+		})
+	}
+}
+
 func BenchmarkPingPong4KiB(b *testing.B) {
 	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
 }
 
 func BenchmarkExchange4KiB(b *testing.B) {
 	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
+}
+
+func BenchmarkExchange4KiBPolling(b *testing.B) {
+	transporttest.Exchange(b, worldWith(Options{Spin: 50 * time.Microsecond})(b, 2), 4<<10)
 }
 
 func BenchmarkThroughput16MiB(b *testing.B) {

@@ -79,7 +79,14 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	if from != t.rank {
 		box = t.links[from].box
 	}
-	if err := box.Recv(ctx, tag, p); err != nil {
+	w, err := box.Post(tag, p)
+	if w != nil {
+		if t.opts.Spin > 0 && from != t.rank && transport.Awaited(ctx) {
+			t.links[from].pollFor(w, t.opts.Spin)
+		}
+		err = w.Wait(ctx)
+	}
+	if err != nil {
 		return fmt.Errorf("tcp: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, err)
 	}
 	return nil
