@@ -109,7 +109,7 @@ func (p *peer) offer(ctx context.Context, tag transport.Tag, h wire.Header, msg 
 			return head, false, fmt.Errorf("protocol error: descriptor state %d", atomic.LoadUint32(state))
 		}
 		if i%spinCheck != 0 {
-			p.t.pause(i)
+			p.t.pause(i, uint64(len(msg)))
 			continue
 		}
 		if v := atomic.LoadUint32(state); v == stOffered || v == stClaimed {

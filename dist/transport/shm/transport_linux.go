@@ -246,7 +246,13 @@ const (
 // goroutines still run on a busy P. With more ranks than CPUs it is such
 // a yield at every poll and then, while the yield gate is open, a yield
 // of the CPU (sched_yield), timed for the gate (see yield.go).
-func (t *Transport) pause(i int) {
+//
+// Only a waiter for a small message (below bigWait) reports a slow yield
+// to the gate: while long messages move, the peers legitimately hold
+// their CPUs for whole time slices copying them, which says nothing about
+// outside load, and closing the gate then would leave the small
+// operations after a large one sleeping on the futex for seconds.
+func (t *Transport) pause(i int, n uint64) {
 	if !t.opts.yield {
 		if i%spinGosched == 0 {
 			runtime.Gosched()
@@ -260,7 +266,7 @@ func (t *Transport) pause(i int) {
 	}
 	schedYield()
 	end := t.mono()
-	t.gate.observe(end, time.Duration(end-start))
+	t.gate.observeWait(end, time.Duration(end-start), n)
 }
 
 // polling reports whether a waiter that started polling so as to stop at
@@ -328,7 +334,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 			}
 		}
 		if i%spinCheck != 0 {
-			p.t.pause(i)
+			p.t.pause(i, uint64(len(buf)))
 			continue
 		}
 		if t.closed.Load() || ctx.Err() != nil || p.gone.Load() != nil {
@@ -451,7 +457,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 			return nil
 		}
 		if i%spinCheck != 0 {
-			p.t.pause(i)
+			p.t.pause(i, uint64(len(buf)))
 			continue
 		}
 		err := ctx.Err()
@@ -705,7 +711,7 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 			return nil
 		}
 		if i%spinCheck != 0 {
-			p.t.pause(i)
+			p.t.pause(i, bigWait) // the ring is full: long messages in flight
 			continue
 		}
 		if p.t.closed.Load() {

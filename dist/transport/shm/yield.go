@@ -16,7 +16,9 @@ import (
 // busy process shares the CPU, the kernel hands it that process's whole
 // time slice instead (measured: with two CPU hogs beside the four ranks, a
 // 4 KiB all-reduce took 5 to 8 ms yielding and 0.2 ms sleeping). So each
-// yield is timed, and one that took longer than yieldSlow turns yielding
+// yield of a waiter for a small message is timed (the peers of one moving
+// long messages hold their CPUs for whole slices copying, which proves
+// nothing about outside load), and one that took longer than yieldSlow turns yielding
 // off for a while (the waiters sleep at once, as a rank whose peers fit
 // the CPUs does after its spin): yieldBackoffMin at first, doubling while
 // slow yields keep coming at the end of each pause, up to yieldBackoffMax,
@@ -56,4 +58,17 @@ func (g *yieldGate) observe(now int64, took time.Duration) {
 	g.backoff.Store(b)
 	g.lastSlow.Store(now)
 	g.closedUntil.Store(now + b)
+}
+
+// bigWait is the message length from which a waiter's slow yields are not
+// evidence of outside load (see observeWait).
+const bigWait = 256 << 10
+
+// observeWait records a yield of a waiter for a message of n bytes: only
+// one for a message shorter than bigWait counts (see the comment at the
+// top).
+func (g *yieldGate) observeWait(now int64, took time.Duration, n uint64) {
+	if n < bigWait {
+		g.observe(now, took)
+	}
 }

@@ -18,31 +18,34 @@ func TestYieldGate(t *testing.T) {
 	ms := int64(time.Millisecond)
 	var g yieldGate
 	var got strings.Builder
-	step := func(at int64, took time.Duration) {
-		g.observe(at, took)
+	step := func(at int64, took time.Duration, n uint64) {
+		g.observeWait(at, took, n)
 		until := g.closedUntil.Load()
-		fmt.Fprintf(&got, "yield %v at %dms: open %v", took, at/ms, g.open(at))
+		fmt.Fprintf(&got, "yield %v at %dms waiting for %d KiB: open %v", took, at/ms, n>>10, g.open(at))
 		if until > at {
 			fmt.Fprintf(&got, ", closed for %dms, open 1ns before %v, at the end %v", (until-at)/ms, g.open(until-1), g.open(until))
 		}
 		got.WriteString("\n")
 	}
-	step(0, 3*time.Microsecond)       // lands on a peer: stays open
-	step(1*ms, 400*time.Microsecond)  // a peer's long reduction: still open
-	step(2*ms, 4*time.Millisecond)    // another tenant's slice: closed 10 ms
-	step(12*ms, 3*time.Millisecond)   // probing at the end of the pause: 20 ms
-	step(32*ms, 3*time.Millisecond)   // 40 ms
-	step(72*ms, 5*time.Microsecond)   // a fast one changes nothing
-	step(73*ms, 3*time.Millisecond)   // soon after the pause: 80 ms
-	step(5000*ms, 3*time.Millisecond) // long after (more than twice 80 ms): 10 ms again
-	want := `yield 3µs at 0ms: open true
-yield 400µs at 1ms: open true
-yield 4ms at 2ms: open false, closed for 10ms, open 1ns before false, at the end true
-yield 3ms at 12ms: open false, closed for 20ms, open 1ns before false, at the end true
-yield 3ms at 32ms: open false, closed for 40ms, open 1ns before false, at the end true
-yield 5µs at 72ms: open true
-yield 3ms at 73ms: open false, closed for 80ms, open 1ns before false, at the end true
-yield 3ms at 5000ms: open false, closed for 10ms, open 1ns before false, at the end true
+	const small, big = 4 << 10, bigWait
+	step(0, 3*time.Microsecond, small)       // lands on a peer: stays open
+	step(1*ms, 400*time.Microsecond, small)  // a peer's long reduction: still open
+	step(1*ms, 6*time.Millisecond, big)      // a peer copying a long message for a whole slice: still open
+	step(2*ms, 4*time.Millisecond, small)    // another tenant's slice: closed 10 ms
+	step(12*ms, 3*time.Millisecond, small)   // probing at the end of the pause: 20 ms
+	step(32*ms, 3*time.Millisecond, small)   // 40 ms
+	step(72*ms, 5*time.Microsecond, small)   // a fast one changes nothing
+	step(73*ms, 3*time.Millisecond, small)   // soon after the pause: 80 ms
+	step(5000*ms, 3*time.Millisecond, small) // long after (more than twice 80 ms): 10 ms again
+	want := `yield 3µs at 0ms waiting for 4 KiB: open true
+yield 400µs at 1ms waiting for 4 KiB: open true
+yield 6ms at 1ms waiting for 256 KiB: open true
+yield 4ms at 2ms waiting for 4 KiB: open false, closed for 10ms, open 1ns before false, at the end true
+yield 3ms at 12ms waiting for 4 KiB: open false, closed for 20ms, open 1ns before false, at the end true
+yield 3ms at 32ms waiting for 4 KiB: open false, closed for 40ms, open 1ns before false, at the end true
+yield 5µs at 72ms waiting for 4 KiB: open true
+yield 3ms at 73ms waiting for 4 KiB: open false, closed for 80ms, open 1ns before false, at the end true
+yield 3ms at 5000ms waiting for 4 KiB: open false, closed for 10ms, open 1ns before false, at the end true
 `
 	if got.String() != want {
 		t.Errorf("transcript:\n%s\nwant:\n%s", got.String(), want)
