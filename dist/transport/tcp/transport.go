@@ -81,7 +81,7 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	}
 	w, err := box.Post(tag, p)
 	if w != nil {
-		if t.opts.Spin > 0 && from != t.rank && transport.Awaited(ctx) {
+		if t.opts.Spin > 0 && from != t.rank && len(p) < pollMax && transport.Awaited(ctx) {
 			t.links[from].pollFor(w, t.opts.Spin)
 		}
 		err = w.Wait(ctx)
@@ -127,3 +127,10 @@ func (t *Transport) kill() {
 		}
 	})
 }
+
+// pollMax is the message length from which a receiver does not poll: a
+// long message takes long enough that the reader goroutine's wake-up
+// hardly counts, and its blocking reads take the bytes in larger pieces
+// than polling does (16 MiB all-reduce of two ranks over loopback: 15 %
+// slower with 512 KiB pieces polled).
+const pollMax = 512 << 10
