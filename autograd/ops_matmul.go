@@ -100,6 +100,9 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	}
 	y2 := tensor.Empty(rows, out) // written whole: by the bias or residual copy, or by the GEMM with beta 0
 	beta := float32(0)
+	// GELU's bias is added in the activation's pass over the product
+	// (tensor.BiasGELUTanhInto) rather than copied over C first.
+	biasGELU := act == actGELUTanh && r == nil && b != nil
 	switch {
 	case r != nil && b != nil:
 		tensor.AddInto(y2, r.Value.Reshape(rows, out), b.Value) // r + bias in one pass
@@ -107,16 +110,18 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	case r != nil:
 		y2.CopyFrom(r.Value.Reshape(rows, out))
 		beta = 1
-	case b != nil:
+	case b != nil && !biasGELU:
 		y2.CopyFrom(b.Value) // broadcast the bias over the rows
 		beta = 1
 	}
 	tensor.Gemm(y2, x2, wv.T(), 1, beta)
 	h2 := y2 // the pre-activation, kept for GELU's gradient
-	switch act {
-	case actReLU:
+	switch {
+	case act == actReLU:
 		tensor.ReLUInto(y2, y2)
-	case actGELUTanh:
+	case biasGELU:
+		y2 = tensor.BiasGELUTanhInto(tensor.Empty(rows, out), h2, b.Value)
+	case act == actGELUTanh:
 		y2 = tensor.GELUTanh(h2)
 	}
 	inputs := []*Var{x, w}

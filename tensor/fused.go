@@ -38,6 +38,31 @@ func GELUTanhBackwardInto(dst, dy, x *Tensor) *Tensor {
 	return dst
 }
 
+// BiasGELUTanhInto adds the bias b [n] to every row of h [rows, n] in
+// place and writes GELU-tanh of the sums into y (h's shape, contiguous),
+// a row at a time while it is in L1: a linear layer's bias and
+// activation in one pass over its output, after a GEMM with beta 0. The
+// sums equal a GEMM's onto a bias-filled C when k fits one GEMM slab (a
+// single rounding of product plus bias either way). It returns y.
+func BiasGELUTanhInto(y, h, b *Tensor) *Tensor {
+	if len(h.shape) != 2 || len(b.shape) != 1 || b.shape[0] != h.shape[1] || !y.SameShape(h) ||
+		!h.IsContiguous() || !y.IsContiguous() || !b.IsContiguous() {
+		panicf("BiasGELUTanhInto: shapes y %v, h %v, b %v: want contiguous [rows, n], [rows, n], [n]", y.shape, h.shape, b.shape)
+	}
+	n := h.shape[1]
+	if n == 0 {
+		return y
+	}
+	m := mathKernels()
+	hd, yd, bd := h.Data(), y.Data(), b.Data()
+	for r := 0; r+n <= len(hd); r += n {
+		row := hd[r : r+n]
+		vec.Add(row, bd)
+		m.GELUTanh(yd[r:r+n], row)
+	}
+	return y
+}
+
 // attentionQKVDims checks qkv [B, T, 3d] for nHead heads.
 func attentionQKVDims(name string, qkv *Tensor, nHead int) (B, T, d, hd int) {
 	if len(qkv.shape) != 3 || nHead <= 0 || qkv.shape[2]%(3*nHead) != 0 || !qkv.IsContiguous() {

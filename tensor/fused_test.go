@@ -46,3 +46,35 @@ func TestSoftmaxRows(t *testing.T) {
 		}
 	}
 }
+
+// TestBiasGELUTanhInto: the bias added row by row in the activation's
+// pass gives, bitwise, the pre-activation of a GEMM onto a bias-filled C
+// (k within one slab) and GELU-tanh of each of its rows, for widths on and
+// off the vector lanes. (GELU-tanh over the whole tensor at once may
+// differ within the kernels' error bound: its vector and scalar parts
+// fall elsewhere.)
+func TestBiasGELUTanhInto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for _, tc := range []struct{ m, k, n int }{{1, 1, 1}, {7, 40, 13}, {33, 128, 512}, {5, 9, 0}} {
+		x, w, b := New(tc.m, tc.k), New(tc.n, tc.k), New(tc.n)
+		x.FillNormal(rng, 0, 1)
+		w.FillNormal(rng, 0, 1)
+		b.FillNormal(rng, 0, 1)
+		want := New(tc.m, tc.n)
+		want.CopyFrom(b)
+		Gemm(want, x, w.T(), 1, 1)
+		wantY := New(tc.m, tc.n)
+		for r := range tc.m {
+			GELUTanhInto(wantY.Narrow(0, r, 1), want.Narrow(0, r, 1))
+		}
+		h := New(tc.m, tc.n)
+		Gemm(h, x, w.T(), 1, 0)
+		y := BiasGELUTanhInto(New(tc.m, tc.n), h, b)
+		for i, v := range want.Data() {
+			if h.Data()[i] != v || y.Data()[i] != wantY.Data()[i] {
+				t.Fatalf("%v: element %d: pre-activation %v, output %v; want %v, %v", tc, i, h.Data()[i], y.Data()[i], v, wantY.Data()[i])
+			}
+		}
+	}
+	mustPanic(t, func() { BiasGELUTanhInto(New(2, 3), New(2, 3), New(4)) }, "BiasGELUTanhInto")
+}
