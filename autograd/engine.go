@@ -61,6 +61,27 @@ func Record(op string, value *tensor.Tensor, inputs []*Var, backward BackwardFun
 	})
 }
 
+// OnBackward returns a Var with v's value whose backward calls f, then
+// passes the gradient on to v unchanged. It marks a point in the graph
+// (a sharded wrapper's unit boundary, where the unit's parameters are
+// gathered back before the unit's own backward runs). Unlike an identity
+// made with Record, the gradient keeps its ownership through it, so it is
+// still recycled or updated in place further down. f runs on the
+// goroutine calling Backward; it must not keep the gradient.
+func OnBackward(op string, v *Var, f func()) *Var {
+	if !v.requiresGrad {
+		return v
+	}
+	return record(op, v.Value, []*Var{v}, func(g *tensor.Tensor, s *sink) {
+		f()
+		if s.gradPrivate() {
+			s.pass(0, g)
+			return
+		}
+		s.add(0, g, false)
+	})
+}
+
 // record is Record for the built-in ops, whose backward functions deliver
 // into a sink (which lets them write straight into a leaf's Grad).
 func record(op string, value *tensor.Tensor, inputs []*Var, backward func(g *tensor.Tensor, s *sink)) *Var {

@@ -273,3 +273,42 @@ func TestWeightReadyBeforeInputGradient(t *testing.T) {
 		}
 	}
 }
+
+// TestOnBackward: the marker calls f once, before the backward of the op
+// below it, and leaves the gradients bitwise as they are without it.
+func TestOnBackward(t *testing.T) {
+	rng := newRNG(7)
+	x := NewVar(randn(rng, 16, 24), true)
+	w, b := NewVar(randn(rng, 32, 24), true), NewVar(randn(rng, 32), true)
+	target := make([]int64, 16)
+	for i := range target {
+		target[i] = int64(i % 32)
+	}
+	Backward(CrossEntropy(LinearReLU(x, w, b), target, CrossEntropyOptions{}))
+	want := []*tensor.Tensor{x.Grad.Clone(), w.Grad.Clone(), b.Grad.Clone()}
+	for _, v := range []*Var{x, w, b} {
+		v.ZeroGrad()
+		v.Grad = nil
+	}
+	calls := 0
+	h := OnBackward("tap", LinearReLU(x, w, b), func() {
+		calls++
+		if w.Grad != nil {
+			t.Error("f ran after the backward of the op below it")
+		}
+	})
+	Backward(CrossEntropy(h, target, CrossEntropyOptions{}))
+	if calls != 1 {
+		t.Fatalf("f ran %d times, want 1", calls)
+	}
+	for i, v := range []*Var{x, w, b} {
+		for j, g := range v.Grad.Data() {
+			if g != want[i].Data()[j] {
+				t.Fatalf("input %d gradient %d: %v with the marker, %v without", i, j, g, want[i].Data()[j])
+			}
+		}
+	}
+	if y := OnBackward("tap", NewVar(randn(rng, 2), false), func() { t.Error("called") }); y.RequiresGrad() {
+		t.Error("a marker on a Var without gradient requires grad")
+	}
+}

@@ -33,6 +33,14 @@ type Options struct {
 	// FindUnusedParameters lets a synchronised backward leave parameters
 	// without a gradient (they contribute zero).
 	FindUnusedParameters bool
+	// KeepAfterForward keeps every unit's gathered parameters from its
+	// forward pass to its backward pass (PyTorch FSDP's
+	// reshard_after_forward=False): each unit gets a buffer of its own
+	// instead of one of two shared slots, so the backward pass gathers
+	// nothing again. One all-gather per unit per step instead of about
+	// two, DDP's traffic in all; the price is that during a step a rank
+	// holds the whole model's parameters (between steps still 1/N).
+	KeepAfterForward bool
 	// FreeBuffers frees the buffers of gathered parameters (the root and
 	// the two unit slots) and of full gradients after every backward
 	// pass, so that between steps a rank holds 1/N of everything; each
@@ -78,18 +86,19 @@ type Model struct {
 
 	// Gathered parameters (gather.go). Invariants: the root's full values
 	// are in rootBuf from Call to the end of the backward pass; unit u's
-	// are in slots[u%2], a buffer as large as the largest unit of that
-	// parity, which holds unit slotUnit[s] (−1: none) once slotWork[s] (a
+	// are in slots[u%len(slots)] (two slots, or one per unit under
+	// KeepAfterForward), a buffer as large as the largest unit it serves,
+	// which holds unit slotUnit[s] (−1: none) once slotWork[s] (a
 	// gather in flight, or nil) is done. The forward graph's closures see
 	// a unit's parameters only through its slot: backward re-gathers the
 	// unit into the same slot before its gradients are computed.
 	rootBuf  []float32
 	rootOK   bool // rootBuf holds (or is gathering) this step's root values
 	rootWork dist.Work
-	slots    [2][]float32
-	slotCap  [2]int
-	slotUnit [2]int
-	slotWork [2]dist.Work
+	slots    [][]float32
+	slotCap  []int
+	slotUnit []int
+	slotWork []dist.Work
 	unitOf   []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
 	ready    []int  // per unit: trainable parameters whose gradient is final in this pass
 	nReady   int    // the sum of ready
@@ -325,11 +334,21 @@ func SequentialUnits(s *nn.Sequential) (units []nn.Module, forward func(x *autog
 	}
 	return units, func(x *autograd.Var) func(*Units) *autograd.Var {
 		return func(u *Units) *autograd.Var {
-			for _, r := range runs {
-				if r.unit >= 0 {
-					x = u.Run(r.unit, x, r.seq.Forward)
-				} else {
+			for i, r := range runs {
+				switch {
+				case r.unit < 0:
 					x = r.seq.Forward(x)
+				case i+1 < len(runs):
+					x = u.Run(r.unit, x, func(x *autograd.Var) *autograd.Var {
+						y := r.seq.Forward(x)
+						// Read only by the next run (through the unit's
+						// marker, which shares its value), as inside a
+						// Sequential: its storage is reused after backward.
+						autograd.Transient(y)
+						return y
+					})
+				default:
+					x = u.Run(r.unit, x, r.seq.Forward)
 				}
 			}
 			return x

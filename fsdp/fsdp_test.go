@@ -281,18 +281,18 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 					}
 					opts := []Options{{}}
 					if world == 2 {
-						opts = append(opts, Options{FreeBuffers: true})
+						opts = append(opts, Options{FreeBuffers: true}, Options{KeepAfterForward: true})
 					}
 					for _, o := range opts {
 						got, _, err := trainFSDP(ctx, w, pg, steps, o)
 						if err != nil {
-							t.Fatalf("rank %d fsdp free-buffers %v: %v", pg.Rank(), o.FreeBuffers, err)
+							t.Fatalf("rank %d fsdp %+v: %v", pg.Rank(), o, err)
 						}
 						if err := compare(got, ref); err != nil {
-							t.Errorf("rank %d: fsdp free-buffers %v vs ddp: %v", pg.Rank(), o.FreeBuffers, err)
+							t.Errorf("rank %d: fsdp %+v vs ddp: %v", pg.Rank(), o, err)
 						}
 						if err := compareNorm(got, want); err != nil {
-							t.Errorf("rank %d: fsdp free-buffers %v vs one process: %v", pg.Rank(), o.FreeBuffers, err)
+							t.Errorf("rank %d: fsdp %+v vs one process: %v", pg.Rank(), o, err)
 						}
 					}
 				})

@@ -31,6 +31,12 @@ import (
 
 // initGather sizes the slots and indexes parameters by unit.
 func (m *Model) initGather() {
+	ns := 2
+	if m.o.KeepAfterForward {
+		ns = max(1, len(m.units)-1)
+	}
+	m.slots, m.slotCap, m.slotWork = make([][]float32, ns), make([]int, ns), make([]dist.Work, ns)
+	m.slotUnit = make([]int, ns)
 	m.unitOf = make([]int, len(m.params))
 	for i := range m.unitOf {
 		m.unitOf[i] = -1
@@ -41,12 +47,22 @@ func (m *Model) initGather() {
 		}
 		if u < len(m.units)-1 {
 			b := m.plan.Buckets[m.bucketOfUnit(u)]
-			m.slotCap[u%2] = max(m.slotCap[u%2], b.End-b.Start)
+			m.slotCap[m.slotOf(u)] = max(m.slotCap[m.slotOf(u)], b.End-b.Start)
 		}
 	}
-	m.slotUnit = [2]int{-1, -1}
+	m.clearSlots()
 	m.ready = make([]int, len(m.units))
 	m.entered = make([]bool, len(m.units))
+}
+
+// slotOf returns the slot unit u is gathered into.
+func (m *Model) slotOf(u int) int { return u % len(m.slots) }
+
+// clearSlots marks every slot empty.
+func (m *Model) clearSlots() {
+	for s := range m.slotUnit {
+		m.slotUnit[s] = -1
+	}
 }
 
 // gather starts all-gathering bucket k of the parameters into buf.
@@ -78,7 +94,7 @@ func (m *Model) startGather(ctx context.Context, u int) error {
 		}
 		return nil
 	}
-	s := u % 2
+	s := m.slotOf(u)
 	if n == 0 || m.slotUnit[s] == u {
 		return nil
 	}
@@ -126,10 +142,10 @@ func (m *Model) hold(ctx context.Context, u int) error {
 		}
 		buf = m.rootBuf
 	} else {
-		if err := m.waitSlot(u % 2); err != nil {
+		if err := m.waitSlot(m.slotOf(u)); err != nil {
 			return err
 		}
-		buf = m.slots[u%2]
+		buf = m.slots[m.slotOf(u)]
 	}
 	b := m.plan.Buckets[m.bucketOfUnit(u)]
 	for _, i := range m.units[u] {
@@ -149,7 +165,10 @@ func (m *Model) release(u int) {
 
 // account records the gathered bytes held now in heldPeak.
 func (m *Model) account() {
-	held := 4 * int64(len(m.rootBuf)+len(m.slots[0])+len(m.slots[1]))
+	held := 4 * int64(len(m.rootBuf))
+	for _, s := range m.slots {
+		held += 4 * int64(len(s))
+	}
 	m.heldPeak = max(m.heldPeak, held)
 }
 
@@ -164,9 +183,11 @@ func (m *Model) dropGathered() {
 	for s := range m.slots {
 		_ = m.waitSlot(s)
 	}
-	m.rootWork, m.rootOK, m.slotUnit = nil, false, [2]int{-1, -1}
+	m.rootWork, m.rootOK = nil, false
+	m.clearSlots()
 	if m.o.FreeBuffers {
-		m.rootBuf, m.slots = nil, [2][]float32{}
+		m.rootBuf = nil
+		clear(m.slots)
 	}
 	for u := range m.units {
 		m.release(u)
@@ -266,8 +287,5 @@ func (us *Units) Run(u int, x *autograd.Var, f func(*autograd.Var) *autograd.Var
 		return y
 	}
 	gen := m.gen
-	return autograd.Record("fsdp.unit", y.Value, []*autograd.Var{y}, func(g *tensor.Tensor) []*tensor.Tensor {
-		m.reenter(u, gen)
-		return []*tensor.Tensor{g}
-	})
+	return autograd.OnBackward("fsdp.unit", y, func() { m.reenter(u, gen) })
 }

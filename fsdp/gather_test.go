@@ -25,19 +25,21 @@ func deepMLP(rng *rand.Rand) *nn.Sequential {
 // two again (the forward pass overwrote them in the two slots), the peak
 // of parameter memory over forward and backward is 1/N of the model plus
 // the root and two units, nothing gathered is left after backward, and
-// the parameters still equal one process's.
+// the parameters still equal one process's. With KeepAfterForward nothing
+// is gathered again and the peak is the whole model.
 func TestBackwardRegather(t *testing.T) {
 	ws := []workload{gptWorkload(), imageWorkload("deep-mlp", deepMLP, []int{64})}
 	for _, w := range ws {
 		const steps = 2
 		want := reference(t, w, steps)
 		for _, world := range []int{2, 4} {
-			for _, prefetch := range []bool{true, false} {
-				t.Run(fmt.Sprintf("%s/world=%d/prefetch=%v", w.name, world, prefetch), func(t *testing.T) {
+			for _, mode := range []string{"prefetch", "no-prefetch", "keep"} {
+				prefetch, keep := mode != "no-prefetch", mode == "keep"
+				t.Run(fmt.Sprintf("%s/world=%d/%s", w.name, world, mode), func(t *testing.T) {
 					disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
 						ctx := context.Background()
 						mod := w.model()
-						m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, NoPrefetch: !prefetch})
+						m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, NoPrefetch: !prefetch, KeepAfterForward: keep})
 						if err != nil {
 							t.Fatal(err)
 						}
@@ -56,10 +58,14 @@ func TestBackwardRegather(t *testing.T) {
 						for _, np := range mod.NamedParameters() {
 							total += 4 * int64(np.Param.Value.Len())
 						}
-						// Units 0 … nu−3 are gathered a second time.
-						again := int64(0)
+						// Units 0 … nu−3 are gathered a second time;
+						// kept, none is, and all are held at once.
+						again, held := int64(0), 2*maxUnit
 						for u := range nu - 2 {
 							again += bytesOf(m.bucketOfUnit(u))
+						}
+						if keep {
+							again, held = 0, all-root
 						}
 						shard := 4 * int64(p.ShardLen())
 						n, r := pg.Size(), pg.Rank()
@@ -77,10 +83,10 @@ func TestBackwardRegather(t *testing.T) {
 								t.Errorf("rank %d step %d: gathered %d bytes, want the model (%d) and units 0..%d again (%d)", r, s, got, all, nu-3, again)
 							}
 							peak := m.PeakGatheredBytes()
-							if limit := root + 2*maxUnit; peak > limit {
-								t.Errorf("rank %d step %d: peak gathered %d bytes, want ≤ root + two units = %d", r, s, peak, limit)
+							if limit := root + held; peak > limit {
+								t.Errorf("rank %d step %d: peak gathered %d bytes, want ≤ root + two units (or all, kept) = %d", r, s, peak, limit)
 							}
-							if resident, limit := shard+peak, total/int64(n)+root+2*maxUnit+int64(len(p.Buckets)*16*n*4); resident > limit {
+							if resident, limit := shard+peak, total/int64(n)+root+held+int64(len(p.Buckets)*16*n*4); resident > limit {
 								t.Errorf("rank %d step %d: peak parameter bytes %d, want ≤ 1/N + root + two units = %d", r, s, resident, limit)
 							}
 							if mem := m.Memory(); mem.ParamBytes != shard {

@@ -379,7 +379,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shar
 		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.plain) }, batch, phases)
 		memory = m.Memory
 	case "fsdp":
-		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW, FreeBuffers: freeBuffers()})
+		m, err := fsdp.Wrap(ctx, mod, units, pg, fsdp.Options{Optimizer: shardAdamW, FreeBuffers: freeBuffers(), KeepAfterForward: keepAfterForward()})
 		if err != nil {
 			return res, err
 		}
@@ -489,6 +489,11 @@ func shardProfile(path string) (stop func(), err error) {
 // (zero.Options.FreeBuffers, fsdp.Options.FreeBuffers) instead of keeping
 // them for the next.
 func freeBuffers() bool { return os.Getenv("COHORT_SHARD_FREE_BUFFERS") == "1" }
+
+// keepAfterForward reports whether COHORT_FSDP_KEEP_AFTER_FORWARD=1 asks
+// fsdp to keep every unit gathered from its forward to its backward pass
+// (fsdp.Options.KeepAfterForward).
+func keepAfterForward() bool { return os.Getenv("COHORT_FSDP_KEEP_AFTER_FORWARD") == "1" }
 
 // processCPU returns the process's user+system CPU time so far (0 where
 // getrusage fails).

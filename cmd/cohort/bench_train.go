@@ -68,7 +68,9 @@ report ends
 after rank 0's time per step by phase (batch, forward, backward, clip,
 step). The sharded wrappers keep their gradient and gather buffers for
 the next step; COHORT_SHARD_FREE_BUFFERS=1 frees them after every step
-(zero.Options.FreeBuffers, fsdp.Options.FreeBuffers).
+(zero.Options.FreeBuffers, fsdp.Options.FreeBuffers), and
+COHORT_FSDP_KEEP_AFTER_FORWARD=1 keeps fsdp's units gathered from forward
+to backward (fsdp.Options.KeepAfterForward).
 
   mlp, cnn  the MLP or LeNet CNN on 60000 synthetic MNIST-shaped samples,
             batch 64 per rank, SGD, ddp (with the share of gradient
