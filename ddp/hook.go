@@ -92,7 +92,7 @@ type workReduction struct {
 	finish func() error
 }
 
-func (r *workReduction) Done() <-chan struct{} { return r.work.Done() }
+func (r *workReduction) Done() <-chan struct{} { return dist.Completion(r.work) }
 func (r *workReduction) Finish() error         { return r.finish() }
 
 // doneReduction is a reduction with nothing to do (a group of one).

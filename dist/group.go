@@ -217,6 +217,19 @@ func (o *op) Done() <-chan struct{} {
 	return o.done
 }
 
+// Completion returns the channel closed when w is done, for a check that
+// does not block (or a select that waits for other things too). Unlike
+// w.Done it does not count as waiting for w: an op launched ahead of its
+// caller (a bucket's reduction during backward) stays one the transport
+// need not poll for (transport.WaitHint) until someone calls Wait or
+// Done. For a Work of another implementation it is w.Done().
+func Completion(w Work) <-chan struct{} {
+	if o, ok := w.(*op); ok {
+		return o.done
+	}
+	return w.Done()
+}
+
 // Waited reports whether a caller has reached Wait or Done: until then
 // the op runs ahead on the op goroutine, and the transport need not poll
 // for its messages (transport.WaitHint).

@@ -87,7 +87,7 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 		m.bufs.PutAfter(in, nil)
 	} else {
 		h.Work = m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
-		m.bufs.PutAfter(in, h.Work.Done())
+		m.bufs.PutAfter(in, dist.Completion(h.Work))
 	}
 	return h
 }

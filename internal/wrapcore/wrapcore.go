@@ -139,12 +139,13 @@ type Reduction struct {
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
-// Done implements reducer.Handle.
+// Done implements reducer.Handle (without counting as a wait: see
+// dist.Completion).
 func (h Reduction) Done() <-chan struct{} {
 	if h.Work == nil {
 		return closed
 	}
-	return h.Work.Done()
+	return dist.Completion(h.Work)
 }
 
 // Finish implements reducer.Handle: it waits for the work, runs After and
