@@ -60,6 +60,12 @@
 // dropped. Peak parameter memory per rank is 1/N of the model plus the
 // root and two units (PeakGatheredBytes; tested).
 //
+// Options.KeepAfterForward (PyTorch FSDP's reshard_after_forward=False)
+// gives every unit a buffer of its own instead: nothing is gathered again
+// for the backward pass, so a step moves DDP's bytes (one all-gather and
+// one reduce-scatter per unit), at the price of holding the whole model's
+// parameters during a step; between steps a rank still holds 1/N.
+//
 // The contract this puts on a unit's forward function (Units.Run): it is
 // deterministic in its input, and it reads its parameters, in backward,
 // only in ops that also consume (a value computed from) the unit's input,
