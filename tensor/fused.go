@@ -23,6 +23,39 @@ var mathKernels = sync.OnceValue(func() vec.Math {
 	return vec.NewMath(err == nil && g.Kernel() == gemm.KernelGo)
 })
 
+// serialOnly makes parallelRanges run everything on the caller (tests
+// compare the two).
+var serialOnly = false
+
+// parallelRanges cuts [0, n) into contiguous ranges of at least minEach
+// (boundaries at multiples of align, so that vector kernels split their
+// work where they would anyway), at most one per GEMM thread, and runs fn
+// on each, in parallel on the GEMM's helper goroutines. The ranges must
+// be independent; results are then the same as one fn(0, n).
+func parallelRanges(n, minEach, align int, fn func(lo, hi int)) {
+	parts := 1
+	if g, err := gemm.Default(); err == nil && !serialOnly {
+		parts = min(g.Threads(), n/max(minEach, 1))
+		if parts > 1 {
+			g.Parallel(parts, func(p int) {
+				lo, hi := n*p/parts/align*align, n
+				if p+1 < parts {
+					hi = n * (p + 1) / parts / align * align
+				}
+				if lo < hi {
+					fn(lo, hi)
+				}
+			})
+			return
+		}
+	}
+	fn(0, n)
+}
+
+// elementwiseMin is the fewest elements worth a thread of their own in an
+// elementwise pass.
+const elementwiseMin = 64 << 10
+
 // GELUTanhBackward returns dy·GELU-tanh′(x) for same-shaped dy and x.
 func GELUTanhBackward(dy, x *Tensor) *Tensor {
 	return GELUTanhBackwardInto(New(x.shape...), dy, x)
@@ -34,7 +67,8 @@ func GELUTanhBackwardInto(dst, dy, x *Tensor) *Tensor {
 	if !dy.SameShape(x) || !dst.SameShape(x) || !dst.IsContiguous() {
 		panicf("GELUTanhBackward: shapes dst %v, gradient %v, input %v", dst.shape, dy.shape, x.shape)
 	}
-	mathKernels().GELUTanhGrad(dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data())
+	m, dd, gd, xd := mathKernels(), dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data()
+	parallelRanges(len(dd), elementwiseMin, 8, func(lo, hi int) { m.GELUTanhGrad(dd[lo:hi], gd[lo:hi], xd[lo:hi]) })
 	return dst
 }
 
@@ -55,11 +89,13 @@ func BiasGELUTanhInto(y, h, b *Tensor) *Tensor {
 	}
 	m := mathKernels()
 	hd, yd, bd := h.Data(), y.Data(), b.Data()
-	for r := 0; r+n <= len(hd); r += n {
-		row := hd[r : r+n]
-		vec.Add(row, bd)
-		m.GELUTanh(yd[r:r+n], row)
-	}
+	parallelRanges(len(hd)/n, max(1, elementwiseMin/n), 1, func(lo, hi int) {
+		for r := lo * n; r < hi*n; r += n {
+			row := hd[r : r+n]
+			vec.Add(row, bd)
+			m.GELUTanh(yd[r:r+n], row)
+		}
+	})
 	return y
 }
 
@@ -93,16 +129,20 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	qd, yd, pd := qkv.Data(), y.Data(), p.Data()
 	m := mathKernels()
-	for b := 0; b < B; b++ {
-		base := b * T * 3 * d
-		for h := 0; h < nHead; h++ {
-			q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
-			ph := pd[(b*nHead+h)*T*T:][:T*T]
-			gemm.Sgemm(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
-			softmaxRowsMasked(m, ph, T, causal)
-			gemm.Sgemm(false, false, T, hd, T, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
+	// The sequences are independent: they share the GEMM's threads (each
+	// head's products are too small to split).
+	parallelRanges(B, 1, 1, func(lo, hi int) {
+		for b := lo; b < hi; b++ {
+			base := b * T * 3 * d
+			for h := 0; h < nHead; h++ {
+				q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
+				ph := pd[(b*nHead+h)*T*T:][:T*T]
+				gemm.Sgemm(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
+				softmaxRowsMasked(m, ph, T, causal)
+				gemm.Sgemm(false, false, T, hd, T, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
+			}
 		}
-	}
+	})
 	return y, p
 }
 
@@ -140,9 +180,17 @@ func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int) *Tensor {
 	dqkv := Empty(qkv.shape...) // dq, dk and dv of every head written with beta 0
 	scale := float32(1 / math.Sqrt(float64(hd)))
 	qd, gd, pd, dd := qkv.Data(), dy.Contiguous().Data(), p.Contiguous().Data(), dqkv.Data()
-	ds := make([]float32, T*T)
 	m := mathKernels()
-	for b := 0; b < B; b++ {
+	parallelRanges(B, 1, 1, func(lo, hi int) {
+		attentionQKVBackwardSeqs(m, lo, hi, T, d, hd, nHead, scale, qd, gd, pd, dd)
+	})
+	return dqkv
+}
+
+// attentionQKVBackwardSeqs is AttentionQKVBackward for sequences [lo, hi).
+func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, scale float32, qd, gd, pd, dd []float32) {
+	ds := make([]float32, T*T)
+	for b := lo; b < hi; b++ {
 		base := b * T * 3 * d
 		for h := 0; h < nHead; h++ {
 			q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
@@ -163,7 +211,6 @@ func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int) *Tensor {
 			gemm.Sgemm(true, false, T, hd, T, 1, ds, T, q, 3*d, 0, dk, 3*d)  // dk = dsᵀ·q
 		}
 	}
-	return dqkv
 }
 
 // SoftmaxRows writes the softmax of each row of x [N, C] into dst [N, C]

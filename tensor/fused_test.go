@@ -78,3 +78,39 @@ func TestBiasGELUTanhInto(t *testing.T) {
 	}
 	mustPanic(t, func() { BiasGELUTanhInto(New(2, 3), New(2, 3), New(4)) }, "BiasGELUTanhInto")
 }
+
+// TestParallelMatchesSerial: the kernels that share the GEMM's threads
+// (attention by sequence, GELU passes by range) give bitwise what one
+// thread does.
+func TestParallelMatchesSerial(t *testing.T) {
+	if g, err := gemm.Default(); err != nil || g.Threads() < 2 {
+		t.Skip("the GEMM runs on one thread here")
+	}
+	rng := rand.New(rand.NewPCG(5, 6))
+	qkv, dy := New(6, 16, 3*32), New(6, 16, 32)
+	qkv.FillNormal(rng, 0, 1)
+	dy.FillNormal(rng, 0, 1)
+	h, b, g := New(300, 520), New(520), New(300, 520)
+	h.FillNormal(rng, 0, 2)
+	b.FillNormal(rng, 0, 1)
+	g.FillNormal(rng, 0, 1)
+	run := func() []*Tensor {
+		y, p := AttentionQKV(qkv, 4, true)
+		dq := AttentionQKVBackward(dy, qkv, p, 4)
+		hh := h.Clone()
+		gy := BiasGELUTanhInto(New(300, 520), hh, b)
+		gg := GELUTanhBackward(g, hh)
+		return []*Tensor{y, p, dq, hh, gy, gg}
+	}
+	par := run()
+	serialOnly = true
+	defer func() { serialOnly = false }()
+	ser := run()
+	for i := range par {
+		for j, v := range ser[i].Data() {
+			if got := par[i].Data()[j]; got != v && !(math.IsNaN(float64(got)) && math.IsNaN(float64(v))) {
+				t.Fatalf("result %d element %d: %v in parallel, %v on one thread", i, j, got, v)
+			}
+		}
+	}
+}

@@ -113,6 +113,22 @@ func (g *Impl) Kernel() string {
 // Threads returns the number of threads one call may use.
 func (g *Impl) Threads() int { return g.threads }
 
+// Parallel runs do(0), …, do(parts−1) on the caller and up to Threads−1
+// of the Impl's helper goroutines (those its products use), returning when
+// all have returned; parts must be independent. With one thread, or one
+// part, it runs them in order on the caller. It lets work between products
+// (a transformer's attention heads, its elementwise passes) use the
+// threads the products do.
+func (g *Impl) Parallel(parts int, do func(part int)) {
+	if g.threads <= 1 || parts <= 1 {
+		for p := range parts {
+			do(p)
+		}
+		return
+	}
+	g.pool.parallel(g.threads-1, parts, do)
+}
+
 // String describes the implementation, e.g. "cohort avx512 14×32, 1 thread".
 func (g *Impl) String() string {
 	th := fmt.Sprintf("%d threads", g.threads)
