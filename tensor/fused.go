@@ -225,15 +225,17 @@ func SoftmaxRows(dst, x *Tensor) (lse []float64) {
 	xd, dd := x.Contiguous().Data(), dst.Data()
 	lse = make([]float64, N)
 	m := mathKernels()
-	for i := 0; i < N; i++ {
-		row, out := xd[i*C:(i+1)*C], dd[i*C:(i+1)*C]
-		mx := m.Max(row)
-		if math.IsInf(float64(mx), -1) {
-			mx = 0
+	parallelRanges(N, max(1, elementwiseMin/max(C, 1)), 1, func(lo, hi int) {
+		for i := lo; i < hi; i++ {
+			row, out := xd[i*C:(i+1)*C], dd[i*C:(i+1)*C]
+			mx := m.Max(row)
+			if math.IsInf(float64(mx), -1) {
+				mx = 0
+			}
+			sum := m.ExpShiftSum(out, row, 1, mx)
+			m.Scale(out, out, 1/sum)
+			lse[i] = float64(mx) + math.Log(float64(sum))
 		}
-		sum := m.ExpShiftSum(out, row, 1, mx)
-		m.Scale(out, out, 1/sum)
-		lse[i] = float64(mx) + math.Log(float64(sum))
-	}
+	})
 	return lse
 }

@@ -80,8 +80,8 @@ func TestBiasGELUTanhInto(t *testing.T) {
 }
 
 // TestParallelMatchesSerial: the kernels that share the GEMM's threads
-// (attention by sequence, GELU passes by range) give bitwise what one
-// thread does.
+// (attention by sequence, GELU passes by range, LayerNorm and softmax by
+// row) give bitwise what one thread does.
 func TestParallelMatchesSerial(t *testing.T) {
 	if g, err := gemm.Default(); err != nil || g.Threads() < 2 {
 		t.Skip("the GEMM runs on one thread here")
@@ -100,7 +100,15 @@ func TestParallelMatchesSerial(t *testing.T) {
 		hh := h.Clone()
 		gy := BiasGELUTanhInto(New(300, 520), hh, b)
 		gg := GELUTanhBackward(g, hh)
-		return []*Tensor{y, p, dq, hh, gy, gg}
+		ln, mean, rstd := LayerNorm(h, b, b, 1e-5)
+		dx, dw, db := LayerNormBackward(g, h, b, mean, rstd)
+		sm := New(300, 520)
+		lse := SoftmaxRows(sm, h)
+		lseT := New(len(lse))
+		for i, v := range lse {
+			lseT.Data()[i] = float32(v)
+		}
+		return []*Tensor{y, p, dq, hh, gy, gg, ln, dx, dw, db, sm, lseT}
 	}
 	par := run()
 	serialOnly = true

@@ -28,9 +28,11 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 		wd, bd := w.Contiguous().Data(), b.Contiguous().Data()
 		rows := len(xd) / D
 		mean, rstd = make([]float32, rows), make([]float32, rows)
-		for r := 0; r < rows; r++ {
-			mean[r], rstd[r] = m.LayerNormRow(yd[r*D:][:D], xd[r*D:][:D], wd, bd, float32(eps))
-		}
+		parallelRanges(rows, max(1, elementwiseMin/D), 1, func(lo, hi int) {
+			for r := lo; r < hi; r++ {
+				mean[r], rstd[r] = m.LayerNormRow(yd[r*D:][:D], xd[r*D:][:D], wd, bd, float32(eps))
+			}
+		})
 		return y, mean, rstd
 	}
 	y = New(x.shape...)
@@ -264,23 +266,29 @@ const lnBlockRows = 64
 func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, mean, rstd []float32, D int) (_, dw, db *Tensor) {
 	m := mathKernels()
 	dxd := dx.Data()
-	dw32, db32 := make([]float32, D), make([]float32, D)
+	// Each block of lnBlockRows rows sums its weight and bias gradients in
+	// float32 into a slice of its own; the blocks are then added into the
+	// float64 totals in order. The blocks run in parallel (the sums are
+	// the same as on one thread).
+	rows := len(mean)
+	blocks := (rows + lnBlockRows - 1) / lnBlockRows
+	part := make([]float32, 2*D*blocks) // block k: dw at 2Dk, db at 2Dk+D
+	parallelRanges(blocks, max(1, elementwiseMin/(D*lnBlockRows)), 1, func(lo, hi int) {
+		for k := lo; k < hi; k++ {
+			dw32, db32 := part[2*D*k:][:D], part[2*D*k+D:][:D]
+			for r := k * lnBlockRows; r < min(rows, (k+1)*lnBlockRows); r++ {
+				m.LayerNormGradRow(dxd[r*D:][:D], gd[r*D:][:D], xd[r*D:][:D], wd, dw32, db32, mean[r], rstd[r])
+			}
+		}
+	})
 	dwAcc, dbAcc := make([]float64, D), make([]float64, D)
-	flush := func() {
-		for j := range dw32 {
+	for k := range blocks {
+		dw32, db32 := part[2*D*k:][:D], part[2*D*k+D:][:D]
+		for j := range dwAcc {
 			dwAcc[j] += float64(dw32[j])
 			dbAcc[j] += float64(db32[j])
 		}
-		clear(dw32)
-		clear(db32)
 	}
-	for r := range mean {
-		m.LayerNormGradRow(dxd[r*D:][:D], gd[r*D:][:D], xd[r*D:][:D], wd, dw32, db32, mean[r], rstd[r])
-		if (r+1)%lnBlockRows == 0 {
-			flush()
-		}
-	}
-	flush()
 	dw, db = New(D), New(D)
 	for j := range dwAcc {
 		dw.storage[j], db.storage[j] = float32(dwAcc[j]), float32(dbAcc[j])
