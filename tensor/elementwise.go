@@ -3,6 +3,7 @@ package tensor
 import (
 	"math"
 	"slices"
+	"unsafe"
 
 	"cohort/tensor/internal/vec"
 )
@@ -78,7 +79,15 @@ func binaryIntoAlpha(name string, op binOp, alpha float32, dst, a, b *Tensor) *T
 	n := dst.Len()
 	if dst.IsContiguous() && a.IsContiguous() && b.IsContiguous() {
 		if a.Len() == n && b.Len() == n {
-			binRowContig(op, alpha, dst.Data(), a.Data(), b.Data())
+			dd, ad, bd := dst.Data(), a.Data(), b.Data()
+			if n < 2*elementwiseMin || !separateOrSame(dd, ad) || !separateOrSame(dd, bd) {
+				binRowContig(op, alpha, dd, ad, bd)
+				return dst
+			}
+			// Elementwise and in place at most: ranges on the GEMM's threads.
+			parallelRanges(n, elementwiseMin, 16, func(lo, hi int) {
+				binRowContig(op, alpha, dd[lo:hi], ad[lo:hi], bd[lo:hi])
+			})
 			return dst
 		}
 		if a.Len() == n && b.Len() == 1 {
@@ -109,9 +118,28 @@ func binaryIntoAlpha(name string, op binOp, alpha float32, dst, a, b *Tensor) *T
 	return dst
 }
 
+// separateOrSame reports whether x and y are the same slice or do not
+// overlap.
+func separateOrSame(x, y []float32) bool {
+	if len(x) == 0 || len(y) == 0 {
+		return true
+	}
+	x0, y0 := uintptr(unsafe.Pointer(&x[0])), uintptr(unsafe.Pointer(&y[0]))
+	if x0 == y0 {
+		return len(x) == len(y)
+	}
+	return x0+4*uintptr(len(x)) <= y0 || y0+4*uintptr(len(y)) <= x0
+}
+
 func binRowContig(op binOp, alpha float32, d, a, b []float32) {
 	a = a[:len(d)]
 	b = b[:len(d)]
+	// In place, d += b (alpha 1 multiplies exactly) runs on the vector
+	// kernel, with the same sums.
+	if len(d) > 0 && &d[0] == &a[0] && (op == opAdd || op == opAxpy && alpha == 1) {
+		vec.Add(d, b)
+		return
+	}
 	switch op {
 	case opCopy:
 		copy(d, b)

@@ -81,7 +81,8 @@ func TestBiasGELUTanhInto(t *testing.T) {
 
 // TestParallelMatchesSerial: the kernels that share the GEMM's threads
 // (attention by sequence, GELU passes by range, LayerNorm and softmax by
-// row) give bitwise what one thread does.
+// row, large elementwise sums by range) give bitwise what one thread
+// does.
 func TestParallelMatchesSerial(t *testing.T) {
 	if g, err := gemm.Default(); err != nil || g.Threads() < 2 {
 		t.Skip("the GEMM runs on one thread here")
@@ -108,7 +109,13 @@ func TestParallelMatchesSerial(t *testing.T) {
 		for i, v := range lse {
 			lseT.Data()[i] = float32(v)
 		}
-		return []*Tensor{y, p, dq, hh, gy, gg, ln, dx, dw, db, sm, lseT}
+		big, other := New(3, 100000), New(3, 100000)
+		big.FillNormal(rand.New(rand.NewPCG(7, 8)), 0, 1)
+		other.FillNormal(rand.New(rand.NewPCG(9, 10)), 0, 1)
+		sum := Add(big, other)
+		AddScaled(big, 1, other)
+		AddScaled(big, -0.5, sum)
+		return []*Tensor{y, p, dq, hh, gy, gg, ln, dx, dw, db, sm, lseT, sum, big}
 	}
 	par := run()
 	serialOnly = true
