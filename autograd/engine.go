@@ -372,9 +372,9 @@ func (s *sink) pass(i int, t *tensor.Tensor) {
 // v's node (after all its consumers), the storage of its value may be
 // reused for later tensors. It holds for the ops that compute their output
 // into storage of their own (Linear and its fused forms, LayerNorm,
-// AttentionQKV); for others, and for leaves, it does nothing. A container calls it for the intermediate
-// outputs it never returns (nn.Sequential, between fused layers). Reading
-// v.Value after Backward is then an error.
+// AttentionQKV); for others, and for leaves, it does nothing. A container
+// calls it for the intermediate outputs it never returns (nn.Sequential,
+// between fused layers). Reading v.Value after Backward is then an error.
 func Transient(v *Var) {
 	if v != nil && v.node != nil {
 		v.node.transient = true

@@ -3,7 +3,6 @@ package autograd
 import (
 	"math"
 	"math/rand/v2"
-	"runtime"
 	"testing"
 
 	"cohort/tensor"
@@ -199,21 +198,8 @@ func TestBackwardSplitRecycles(t *testing.T) {
 	}
 	x := NewVar(randn(rng, batch, sizes[0]), false)
 	target := make([]int64, batch)
-	perStep := func(step func()) uint64 {
-		for range 3 {
-			step()
-		}
-		var m0, m1 runtime.MemStats
-		runtime.ReadMemStats(&m0)
-		const steps = 10
-		for range steps {
-			step()
-		}
-		runtime.ReadMemStats(&m1)
-		return (m1.TotalAlloc - m0.TotalAlloc) / steps
-	}
-	split := perStep(func() { BackwardSplit(chain(a, x, target, true), tensor.Full(1), params(a))() })
-	plain := perStep(func() { Backward(chain(a, x, target, true)) })
+	split := bytesPerStep(func() { BackwardSplit(chain(a, x, target, true), tensor.Full(1), params(a))() })
+	plain := bytesPerStep(func() { Backward(chain(a, x, target, true)) })
 	t.Logf("bytes per steady-state step: %d split, %d by Backward", split, plain)
 	// Without recycling the split step allocated 3.1× Backward's bytes.
 	if split*4 > plain*5 {
