@@ -27,6 +27,11 @@
 # helper threads (Go's garbage collector, PyTorch's intra-op pool) borrow
 # a second core; PIN_CPU=none runs them unpinned.
 #
+# PyTorch multiplies through OpenBLAS, which falls back to its generic
+# kernel on CPUs newer than its release (about 3x slower); the script then
+# runs with the kernel family the CPU supports, once checked to agree
+# (bench/blas_core.sh; it prints what it chose).
+#
 # It prints every run (with the CPU share other processes used meanwhile,
 # "foreign"), then per configuration the medians, the ratio cohort/pytorch
 # and, for cohort's DDP runs, the share of gradient communication hidden
@@ -112,6 +117,10 @@ root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 (cd "$root" && go build -o "$work/cohort" ./cmd/cohort)
+# shellcheck source=blas_core.sh
+source "$root/bench/blas_core.sh"
+blas_core "$python" "$work" >"$work/blas.txt"
+sed 's/^/vs_pytorch: /' "$work/blas.txt"
 records="$work/records.jsonl"
 shard_records="$work/shard.jsonl"
 : >"$records"
