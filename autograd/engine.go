@@ -152,16 +152,18 @@ func (s *sink) need(i int) bool {
 // (dst += contribution), or nil when the op must deliver through add. It
 // is non-nil only for a leaf whose Grad already exists, is contiguous and
 // has the leaf's shape. An op that receives a tensor from into must add its
-// whole contribution to it, then call settle(i).
-func (s *sink) into(i int) *tensor.Tensor {
+// whole contribution to it, then call settle(i); when overwrite is true,
+// dst's contents are not a gradient (Var.SetGradBuffer) and the op writes
+// its contribution over them instead.
+func (s *sink) into(i int) (dst *tensor.Tensor, overwrite bool) {
 	in := s.n.inputs[i]
 	if !s.need(i) || in.node != nil || in.Grad == nil {
-		return nil
+		return nil, false
 	}
 	if !in.Grad.IsContiguous() || !in.Grad.SameShape(in.Value) {
-		return nil
+		return nil, false
 	}
-	return in.Grad
+	return in.Grad, in.takeGradBuf()
 }
 
 // add delivers g as input i's whole gradient contribution and settles i.
@@ -204,6 +206,10 @@ func accumulateLeaf(v *Var, g *tensor.Tensor, owned bool) {
 	case v.Grad != nil:
 		if !v.Grad.SameShape(v.Value) {
 			panic(fmt.Sprintf("autograd: leaf Grad has shape %v, value has shape %v", v.Grad.Shape(), v.Value.Shape()))
+		}
+		if v.takeGradBuf() {
+			v.Grad.CopyFrom(g)
+			return
 		}
 		tensor.AddScaled(v.Grad, 1, g)
 	case owned && g.IsContiguous():
@@ -398,8 +404,11 @@ func (s *sink) settle(i int) {
 	if in.node == nil {
 		s.e.leafPending[in]--
 		if s.e.leafPending[in] == 0 {
-			if in.Grad == nil {
+			switch {
+			case in.Grad == nil:
 				in.Grad = tensor.New(in.Value.Shape()...)
+			case in.takeGradBuf(): // reached, but nothing was written
+				clear(in.Grad.Data())
 			}
 			fireHooks(in)
 		}

@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"fmt"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -311,4 +312,72 @@ func TestOnBackward(t *testing.T) {
 	if y := OnBackward("tap", NewVar(randn(rng, 2), false), func() { t.Error("called") }); y.RequiresGrad() {
 		t.Error("a marker on a Var without gradient requires grad")
 	}
+}
+
+// TestSetGradBuffer: gradients delivered into buffers installed with
+// SetGradBuffer over garbage (NaN) equal, bitwise, those delivered into
+// fresh Grads, through every path a leaf's gradient takes (a GEMM into
+// the weight, the bias sum, an embedding's rows, a broadcast elementwise
+// gradient, a leaf used twice, a gradient handed over whole); a second
+// pass adds to the first; a leaf the pass never reaches reports
+// GradWritten false and keeps its buffer untouched.
+func TestSetGradBuffer(t *testing.T) {
+	rng := newRNG(5)
+	w1, b1 := NewVar(randn(rng, 5, 4), true), NewVar(randn(rng, 5), true)
+	emb := NewVar(randn(rng, 7, 4), true)
+	scale := NewVar(randn(rng, 5), true) // broadcast over rows, used twice
+	direct := NewVar(randn(rng, 3, 5), true)
+	unused := NewVar(randn(rng, 2), true)
+	leaves := []*Var{w1, b1, emb, scale, direct, unused}
+	loss := func() *Var {
+		x := Embedding(emb, []int64{1, 4, 4}, 3)   // [3, 4]
+		h := Linear(x, w1, b1)                     // [3, 5]
+		h = Mul(Add(h, scale), Add(direct, scale)) // scale twice, direct elementwise
+		return Mean(Mul(h, h))
+	}
+	passes := func(install bool) [][]float32 {
+		var bufs []*tensor.Tensor
+		for _, v := range leaves {
+			v.Grad = nil
+			if install {
+				b := tensor.New(v.Value.Shape()...)
+				for i := range b.Data() {
+					b.Data()[i] = float32(math.NaN())
+				}
+				v.SetGradBuffer(b)
+				bufs = append(bufs, b)
+				if v.GradWritten() {
+					t.Fatalf("GradWritten true right after SetGradBuffer")
+				}
+			}
+		}
+		var out [][]float32
+		for range 2 {
+			Backward(loss())
+			for i, v := range leaves[:len(leaves)-1] {
+				if !v.GradWritten() {
+					t.Fatalf("leaf %d: GradWritten false after the pass", i)
+				}
+				if install && v.Grad != bufs[i] {
+					t.Fatalf("leaf %d: Grad replaced instead of written into the buffer", i)
+				}
+				out = append(out, slices.Clone(v.Grad.Data()))
+			}
+		}
+		if install {
+			if unused.GradWritten() || !math.IsNaN(float64(unused.Grad.Data()[0])) {
+				t.Fatalf("unreached leaf: GradWritten %v, buffer %v", unused.GradWritten(), unused.Grad.Data())
+			}
+		}
+		return out
+	}
+	want, got := passes(false), passes(true)
+	for i := range want {
+		for j := range want[i] {
+			if math.Float32bits(got[i][j]) != math.Float32bits(want[i][j]) {
+				t.Fatalf("gradient %d[%d]: %v into a buffer, %v into a fresh Grad", i, j, got[i][j], want[i][j])
+			}
+		}
+	}
+	mustPanic(t, func() { w1.SetGradBuffer(tensor.New(4, 5)) }, "SetGradBuffer", "[4 5]", "[5 4]")
 }

@@ -32,8 +32,12 @@ func addReduced(s *sink, i int, g *tensor.Tensor, sign float32) {
 			r, fresh = tensor.Scale(r, sign), true
 		}
 	}
-	if dst := s.into(i); dst != nil {
-		tensor.AddScaled(dst, 1, r)
+	if dst, overwrite := s.into(i); dst != nil {
+		if overwrite {
+			dst.CopyFrom(r)
+		} else {
+			tensor.AddScaled(dst, 1, r)
+		}
 		s.settle(i)
 		return
 	}

@@ -36,8 +36,12 @@ func MatMul(a, b *Var) *Var {
 // gemmInto delivers a @ b as input i's gradient, accumulating straight
 // into the leaf's Grad when the sink allows it.
 func gemmInto(s *sink, i int, a, b *tensor.Tensor) {
-	if dst := s.into(i); dst != nil {
-		tensor.Gemm(dst, a, b, 1, 1)
+	if dst, overwrite := s.into(i); dst != nil {
+		beta := float32(1)
+		if overwrite {
+			beta = 0
+		}
+		tensor.Gemm(dst, a, b, 1, beta)
 		s.settle(i)
 		return
 	}
@@ -166,7 +170,10 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
 		}
 		if bi >= 0 && s.need(bi) {
-			if dst := s.into(bi); dst != nil {
+			if dst, overwrite := s.into(bi); dst != nil {
+				if overwrite {
+					clear(dst.Data())
+				}
 				tensor.SumInto(dst, g2)
 				s.settle(bi)
 			} else {

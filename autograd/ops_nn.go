@@ -142,7 +142,10 @@ func Embedding(w *Var, idx []int64, shape ...int) *Var {
 	wShape := w.Value.Shape()
 	return record("Embedding", y, []*Var{w}, func(g *tensor.Tensor, s *sink) {
 		g2 := g.Reshape(-1, D)
-		if dst := s.into(0); dst != nil {
+		if dst, overwrite := s.into(0); dst != nil {
+			if overwrite {
+				clear(dst.Data())
+			}
 			tensor.IndexAddRows(dst, ids, g2)
 			s.settle(0)
 			return

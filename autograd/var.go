@@ -1,6 +1,10 @@
 package autograd
 
-import "cohort/tensor"
+import (
+	"fmt"
+
+	"cohort/tensor"
+)
 
 // Var is a tensor in the autograd graph: a leaf (parameter or input) or the
 // output of a recorded op.
@@ -15,8 +19,12 @@ type Var struct {
 
 	requiresGrad bool
 	node         *node // the op that produced this Var; nil for leaves
-	hooks        []hookEntry
-	nextHookID   int
+	// gradBuf is the buffer SetGradBuffer installed while no gradient has
+	// been written into it yet (its contents are not a gradient): the
+	// first contribution overwrites it. Only while Grad is still gradBuf.
+	gradBuf    *tensor.Tensor
+	hooks      []hookEntry
+	nextHookID int
 }
 
 type hookEntry struct {
@@ -30,6 +38,34 @@ func NewVar(value *tensor.Tensor, requiresGrad bool) *Var {
 		panic("autograd: NewVar: nil value")
 	}
 	return &Var{Value: value, requiresGrad: requiresGrad}
+}
+
+// SetGradBuffer makes t (contiguous, of v's shape) the leaf v's Grad
+// without clearing it: the backward pass's first contribution to v
+// overwrites t's contents, whatever they are, and later ones add to it,
+// as if t had been zeroed first. A caller who owns a gradient buffer (a
+// data-parallel wrapper's bucket) so saves a pass over it. GradWritten
+// says whether any contribution came; until one has, Grad's contents are
+// not a gradient.
+func (v *Var) SetGradBuffer(t *tensor.Tensor) {
+	if !t.IsContiguous() || !t.SameShape(v.Value) {
+		panic(fmt.Sprintf("autograd: SetGradBuffer: buffer of shape %v (contiguous %v) for a value of shape %v", t.Shape(), t.IsContiguous(), v.Value.Shape()))
+	}
+	v.Grad, v.gradBuf = t, t
+}
+
+// GradWritten reports whether v's Grad holds a gradient: false only while
+// the buffer installed by SetGradBuffer is still Grad and nothing has been
+// written into it.
+func (v *Var) GradWritten() bool { return v.gradBuf == nil || v.Grad != v.gradBuf }
+
+// takeGradBuf reports whether v's Grad is a buffer SetGradBuffer installed
+// that nothing was written into yet, and marks it written: the caller
+// writes (not adds) the first contribution.
+func (v *Var) takeGradBuf() bool {
+	fresh := v.gradBuf != nil && v.Grad == v.gradBuf
+	v.gradBuf = nil
+	return fresh
 }
 
 // RequiresGrad reports whether gradients flow to v.

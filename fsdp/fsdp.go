@@ -77,6 +77,10 @@ type Model struct {
 	// where stash[i] accumulates the local gradient.
 	shardParam  []float32
 	shardGrad   []float32
+	// gradUnset[k]: bucket k's gradient shard holds no gradient since
+	// ZeroGrad, whatever its contents; the next reduce-scatter writes over
+	// it, and a reader before that clears it (settleGrads).
+	gradUnset []bool
 	placeholder []*tensor.Tensor
 	stash       []*tensor.Tensor
 	views       []*tensor.Tensor // during a synchronised step: the Grad each parameter should have
@@ -244,6 +248,7 @@ func (m *Model) shardParams(ctx context.Context) error {
 	}
 	m.shardParam = zero.AlignedFloats(p.ShardLen())
 	m.shardGrad = zero.AlignedFloats(p.ShardLen())
+	m.gradUnset = make([]bool, len(p.Buckets))
 	if !m.o.FreeBuffers { // the three largest buckets: the unit in backward, the one before it and one reduce-scatter in flight
 		sizes := make([]int, len(p.Buckets))
 		for k, b := range p.Buckets {

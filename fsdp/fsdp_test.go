@@ -475,7 +475,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mode := range []string{"plain", "nosync", "prefetch"} {
+		for _, mode := range []string{"plain", "nosync", "synced", "prefetch"} {
 			mod := w.model()
 			m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, PrefetchAcrossSteps: mode == "prefetch"})
 			if err != nil {
@@ -501,6 +501,10 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 					err = pass(lo, lo+6, 1, true)
 				case "prefetch":
 					err = pass(lo, lo+6, 1, false)
+				case "synced": // two synchronised passes accumulate, as in PyTorch
+					if err = pass(lo, lo+3, 0.5, false); err == nil {
+						err = pass(lo+3, lo+6, 0.5, false)
+					}
 				default:
 					if err = m.NoSync(func() error { return pass(lo, lo+3, 0.5, false) }); err == nil {
 						err = pass(lo+3, lo+6, 0.5, false)

@@ -173,6 +173,9 @@ func (io *reducerIO) Take(i int, used bool) error {
 	off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 	slot := m.scratch[k][off : off+n]
 	if v := m.views[i]; v != nil && p.Grad == v {
+		if !p.GradWritten() {
+			clear(slot) // no gradient came: the view holds what the buffer held
+		}
 		return nil // autograd accumulated into the bucket
 	}
 	defer func() { p.Grad, m.stash[i] = nil, nil }()
@@ -206,12 +209,22 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	for _, i := range b.Params { // the step's full gradients are dropped
 		m.params[i].Param.Grad, m.views[i] = nil, nil
 	}
-	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in)}
+	// The shard is written over after ZeroGrad; otherwise (a second
+	// synchronised backward pass) the new average is added to it, as
+	// PyTorch accumulates gradients.
+	dst := out
+	if !m.gradUnset[k] {
+		dst = m.bufs.GetDirty(b.Shard)
+	}
+	m.gradUnset[k] = false
+	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
+		wrapcore.Accumulate(&m.bufs, out, dst)
+	}}
 	if m.world == 1 {
-		copy(out, in)
+		copy(dst, in)
 		m.bufs.PutAfter(in, nil)
 	} else {
-		h.Work = m.pg.ReduceScatter(m.stepCtx(), dist.F32(out), dist.F32(in), dist.Avg)
+		h.Work = m.pg.ReduceScatter(m.stepCtx(), dist.F32(dst), dist.F32(in), dist.Avg)
 		m.bufs.PutAfter(in, dist.Completion(h.Work))
 	}
 	return h
@@ -225,17 +238,36 @@ func (io *reducerIO) Replan([]int) ([][]int, error) {
 	return nil, errors.New("fsdp: buckets cannot be rebuilt")
 }
 
-// ZeroGrad clears the gradient shards and any NoSync sums.
+// ZeroGrad clears the gradient shards and any NoSync sums. The shards are
+// not cleared at once: the next synchronised backward pass writes over
+// them (no pass over the memory), and ClipGradNorm and Step before that
+// find them zero. Until then the shard variables' Grads (Shard) hold no
+// gradient, as PyTorch's zero_grad(set_to_none=True) leaves none.
 func (m *Model) ZeroGrad() {
-	clear(m.shardGrad)
+	for k := range m.gradUnset {
+		m.gradUnset[k] = true
+	}
 	for i := range m.stash {
 		m.stash[i] = nil
+	}
+}
+
+// settleGrads clears the gradient shards of the buckets that received no
+// gradient since ZeroGrad, before something reads them.
+func (m *Model) settleGrads() {
+	for k, unset := range m.gradUnset {
+		if unset {
+			at := m.plan.ShardOffset(k)
+			clear(m.shardGrad[at : at+m.plan.Buckets[k].Shard])
+			m.gradUnset[k] = false
+		}
 	}
 }
 
 // ClipGradNorm scales the gradient shards so that the whole gradient's
 // norm is at most maxNorm (zero.ClipShardNorm); every rank must call it.
 func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
+	m.settleGrads()
 	return zero.ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType)
 }
 
@@ -252,6 +284,7 @@ func (m *Model) Step(ctx context.Context) error {
 		return errors.New("fsdp: Step: the backward pass was not finished with Backward")
 	}
 	m.dropGathered() // nothing is held between steps; drop a stale prefetch
+	m.settleGrads()
 	m.opt.Step()
 	if m.o.PrefetchAcrossSteps && !m.o.NoPrefetch {
 		m.heldPeak = 0
@@ -417,18 +450,28 @@ func (m *Model) LoadOptimizerShards(entries []zero.ShardedTensor) error {
 // backward begins. Start drops the bucket's buffer and views.
 func (m *Model) armBucket(k int) {
 	b := m.plan.Buckets[k]
-	{
-		if m.scratch[k] == nil {
-			m.scratch[k] = m.bufs.Get(b.End - b.Start)
+	// A fresh buffer is not zeroed: each parameter's first gradient is
+	// written over its view (autograd.Var.SetGradBuffer), and Take clears
+	// the view of one that received none.
+	dirty := m.scratch[k] == nil
+	if dirty {
+		m.scratch[k] = m.bufs.GetDirty(b.End - b.Start)
+		m.plan.ClearPadding(k, m.scratch[k])
+	}
+	for _, i := range b.Params {
+		off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
+		v := tensor.FromSlice(m.scratch[k][off:off+n], m.shapes[i]...)
+		p := m.params[i].Param
+		switch s := m.stash[i]; {
+		case s != nil:
+			copy(v.Data(), s.Data())
+			m.stash[i] = nil
+			p.Grad = v
+		case dirty:
+			p.SetGradBuffer(v)
+		default:
+			p.Grad = v
 		}
-		for _, i := range b.Params {
-			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
-			v := tensor.FromSlice(m.scratch[k][off:off+n], m.shapes[i]...)
-			if s := m.stash[i]; s != nil {
-				copy(v.Data(), s.Data())
-				m.stash[i] = nil
-			}
-			m.params[i].Param.Grad, m.views[i] = v, v
-		}
+		m.views[i] = v
 	}
 }

@@ -169,6 +169,7 @@ func (m *Model) shadowStep(ctx context.Context) error {
 		if kind == phaseStep {
 			return m.step(ctx)
 		}
+		m.settleGrads()
 		if _, err := ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType); err != nil && !errors.Is(err, optim.ErrNonFiniteNorm) {
 			return err
 		}
@@ -182,6 +183,7 @@ func (m *Model) averageOverActive() {
 		return
 	}
 	c := float32(m.world) / float32(m.join.active)
+	m.settleGrads()
 	for _, g := range [][]float32{m.flatGrad, m.shardGrad} {
 		for i := range g {
 			g[i] *= c

@@ -170,54 +170,70 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 					t.Errorf("rank %d: plain autograd.Backward: %v", pg.Rank(), err)
 				}
 				// NoSync: each rank's 6 rows in two micro-batches of 3,
-				// losses halved so that the sum is the mean over 6.
-				mod := w.model()
-				m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW})
-				if err != nil {
-					t.Fatal(err)
-				}
-				r := pg.Rank()
-				for s := range steps {
-					lo := r * globalBatch / 2
-					micro := func(a, b int) (*autograd.Var, error) {
-						fwd, loss := w.batch(mod, s, a, b)
-						out, err := m.Call(ctx, fwd)
-						if err != nil {
-							return nil, err
-						}
-						return autograd.Scale(loss(out), 0.5), nil
+				// losses halved so that the sum is the mean over 6; and
+				// the same with both micro-batches synchronised, whose
+				// averaged gradients accumulate as in PyTorch.
+				for _, synced := range []bool{false, true} {
+					if err := accumulate(ctx, w, pg, stage, steps, synced, want); err != nil {
+						t.Errorf("rank %d: synced %v: %v", pg.Rank(), synced, err)
 					}
-					err := m.NoSync(func() error {
-						l, err := micro(lo, lo+3)
-						if err != nil {
-							return err
-						}
-						return m.Backward(ctx, l)
-					})
-					if err != nil {
-						t.Fatal(err)
-					}
-					l, err := micro(lo+3, lo+6)
-					if err != nil {
-						t.Fatal(err)
-					}
-					if err := m.Backward(ctx, l); err != nil {
-						t.Fatal(err)
-					}
-					if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-						t.Fatal(err)
-					}
-					if err := m.Step(ctx); err != nil {
-						t.Fatal(err)
-					}
-					m.ZeroGrad()
-				}
-				if err := compareNorm(snapshot(mod), want); err != nil {
-					t.Errorf("rank %d: NoSync accumulation: %v", pg.Rank(), err)
 				}
 			})
 		})
 	}
+}
+
+// accumulate trains steps steps of two micro-batches each (the first
+// under NoSync unless synced) and compares the parameters with want.
+func accumulate(ctx context.Context, w workload, pg dist.ProcessGroup, stage Stage, steps int, synced bool, want [][]float32) error {
+	mod := w.model()
+	m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW})
+	if err != nil {
+		return err
+	}
+	r := pg.Rank()
+	for s := range steps {
+		lo := r * globalBatch / 2
+		micro := func(a, b int) (*autograd.Var, error) {
+			fwd, loss := w.batch(mod, s, a, b)
+			out, err := m.Call(ctx, fwd)
+			if err != nil {
+				return nil, err
+			}
+			return autograd.Scale(loss(out), 0.5), nil
+		}
+		first := func() error {
+			l, err := micro(lo, lo+3)
+			if err != nil {
+				return err
+			}
+			return m.Backward(ctx, l)
+		}
+		var err error
+		if synced {
+			err = first()
+		} else {
+			err = m.NoSync(first)
+		}
+		if err != nil {
+			return err
+		}
+		l, err := micro(lo+3, lo+6)
+		if err != nil {
+			return err
+		}
+		if err := m.Backward(ctx, l); err != nil {
+			return err
+		}
+		if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+			return err
+		}
+		if err := m.Step(ctx); err != nil {
+			return err
+		}
+		m.ZeroGrad()
+	}
+	return compareNorm(snapshot(mod), want)
 }
 
 // TestSGDWithSchedule: SGD with momentum, weight decay and a StepLR

@@ -47,6 +47,10 @@ type Model struct {
 	flatParam []float32
 	flatGrad  []float32
 	shardGrad []float32
+	// gradUnset[k] (Stage2): bucket k's gradient shard holds no gradient
+	// since ZeroGrad, whatever its contents; the next reduce-scatter
+	// writes over it, and a reader before that clears it (settleGrads).
+	gradUnset []bool
 	scratch   [][]float32
 	bufs      wrapcore.Buffers // Stage2: bucket buffers kept for the next step
 	views     []*tensor.Tensor // the Grad each parameter should have (Stage2: during a synchronised step)
@@ -161,6 +165,7 @@ func (m *Model) layout() error {
 		}
 	} else {
 		m.shardGrad = AlignedFloats(p.ShardLen())
+		m.gradUnset = make([]bool, len(p.Buckets))
 		m.views = make([]*tensor.Tensor, len(m.params))
 		for _, np := range m.params {
 			np.Param.Grad = nil
@@ -358,25 +363,36 @@ func (m *Model) stepCtx() context.Context {
 	return m.ctx
 }
 
-// armViews gives every bucket of a synchronised Stage2 step a zeroed
-// buffer (kept from the last step unless FreeBuffers) and makes the
-// parameters' Grads views of it, so that autograd accumulates straight
+// armViews gives every bucket of a synchronised Stage2 step a buffer
+// (kept from the last step unless FreeBuffers) and makes the parameters'
+// Grads views of it, so that autograd writes and accumulates straight
 // into the buffer that is reduce-scattered (a gradient accumulated under
 // NoSync is carried in). Each bucket's buffer and views are dropped once
 // its reduce-scatter completes.
 func (m *Model) armViews() {
 	for k, b := range m.plan.Buckets {
-		if m.scratch[k] == nil {
-			m.scratch[k] = m.bufs.Get(b.End - b.Start)
+		// A fresh buffer is not zeroed: each parameter's first gradient
+		// is written over its view (autograd.Var.SetGradBuffer), and Take
+		// clears the view of one that received none.
+		dirty := m.scratch[k] == nil
+		if dirty {
+			m.scratch[k] = m.bufs.GetDirty(b.End - b.Start)
+			m.plan.ClearPadding(k, m.scratch[k])
 		}
 		for _, i := range b.Params {
 			p := m.params[i].Param
 			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 			v := tensor.FromSlice(m.scratch[k][off:off+n], p.Value.Shape()...)
-			if p.Grad != nil && p.Grad.Len() == n {
+			switch {
+			case p.Grad != nil && p.Grad.Len() == n:
 				copy(v.Data(), p.Grad.Contiguous().Data())
+				p.Grad = v
+			case dirty:
+				p.SetGradBuffer(v)
+			default:
+				p.Grad = v
 			}
-			p.Grad, m.views[i] = v, v
+			m.views[i] = v
 		}
 	}
 }

@@ -61,6 +61,20 @@ func (p Plan) Len() int {
 	return p.Buckets[len(p.Buckets)-1].End
 }
 
+// ClearPadding zeroes the padding of bucket k in buf, a buffer laid out
+// as the bucket ([Start, End) of the flat buffer): what lies after each
+// parameter and at the bucket's end.
+func (p Plan) ClearPadding(k int, buf []float32) {
+	b := p.Buckets[k]
+	at := 0
+	for _, i := range b.Params {
+		off := p.Offset[i] - b.Start
+		clear(buf[at:off])
+		at = off + p.Numel[i]
+	}
+	clear(buf[at : b.End-b.Start])
+}
+
 // ShardLen returns the number of elements one rank owns (padding included).
 func (p Plan) ShardLen() int {
 	n := 0

@@ -43,6 +43,9 @@ func (io *reducerIO) Take(i int, used bool) error {
 		}
 		slot = m.scratch[k][off-b.Start : off-b.Start+n]
 		if v := m.views[i]; v != nil && p.Grad == v {
+			if !p.GradWritten() {
+				clear(slot) // no gradient came: the view holds what the buffer held
+			}
 			return nil // autograd accumulated into the bucket
 		}
 	}
@@ -77,16 +80,25 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 		in = m.bufs.Get(b.End - b.Start)
 	}
 	m.scratch[k] = nil
+	// The shard is written over after ZeroGrad; otherwise (a second
+	// synchronised backward pass) the new average is added to it, as
+	// PyTorch accumulates gradients.
+	dst := out
+	if !m.gradUnset[k] {
+		dst = m.bufs.GetDirty(b.Shard)
+	}
+	m.gradUnset[k] = false
 	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
+		wrapcore.Accumulate(&m.bufs, out, dst)
 	}}
 	if m.world == 1 {
-		copy(out, in)
+		copy(dst, in)
 		m.bufs.PutAfter(in, nil)
 	} else {
-		h.Work = m.pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Avg)
+		h.Work = m.pg.ReduceScatter(ctx, dist.F32(dst), dist.F32(in), dist.Avg)
 		m.bufs.PutAfter(in, dist.Completion(h.Work))
 	}
 	return h
@@ -104,12 +116,32 @@ func (io *reducerIO) Replan([]int) ([][]int, error) {
 // ZeroGrad clears every gradient the Model keeps: the shard gradients
 // and, under Stage1, the full gradient buffer (Stage2 drops the
 // parameters' Grads). Use it instead of the shard optimizer's ZeroGrad.
+//
+// Under Stage2 the shard gradients are not cleared at once: the next
+// synchronised backward pass writes over them (no pass over the memory),
+// and ClipGradNorm and Step before that find them zero. Until then the
+// shard variables' Grads (Shard) hold no gradient, as PyTorch's
+// zero_grad(set_to_none=True) leaves none.
 func (m *Model) ZeroGrad() {
 	clear(m.flatGrad)
-	clear(m.shardGrad)
+	for k := range m.gradUnset {
+		m.gradUnset[k] = true
+	}
 	if m.o.Stage == Stage2 {
 		for _, np := range m.params {
 			np.Param.Grad = nil
+		}
+	}
+}
+
+// settleGrads clears the gradient shards of the buckets that received no
+// gradient since ZeroGrad, before something reads them.
+func (m *Model) settleGrads() {
+	for k, unset := range m.gradUnset {
+		if unset {
+			at := m.plan.ShardOffset(k)
+			clear(m.shardGrad[at : at+m.plan.Buckets[k].Shard])
+			m.gradUnset[k] = false
 		}
 	}
 }
@@ -120,6 +152,7 @@ func (m *Model) ZeroGrad() {
 // is 2 or math.Inf(1). Every rank must call it at the same point, after
 // Backward: it all-gathers one float64 per rank.
 func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
+	m.settleGrads()
 	if m.join != nil {
 		if err := checkClip(maxNorm, normType); err != nil {
 			return 0, err
@@ -216,6 +249,7 @@ func (m *Model) Step(ctx context.Context) error {
 
 // step updates this rank's shard and all-gathers every bucket.
 func (m *Model) step(ctx context.Context) error {
+	m.settleGrads()
 	m.steps++
 	if m.world == 1 || len(m.plan.Buckets) == 1 {
 		m.opt.Step()

@@ -34,6 +34,14 @@ type pendingBuf struct {
 // 64-byte aligned: a kept one when one is large enough (the smallest such),
 // else a new one.
 func (b *Buffers) Get(n int) []float32 {
+	f := b.GetDirty(n)
+	clear(f)
+	return f
+}
+
+// GetDirty is Get without the zeroing: a kept buffer holds what its last
+// user left in it (a new one is zero).
+func (b *Buffers) GetDirty(n int) []float32 {
 	b.reclaim()
 	best := -1
 	for i, f := range b.free {
@@ -47,9 +55,7 @@ func (b *Buffers) Get(n int) []float32 {
 	f := b.free[best]
 	b.free = append(b.free[:best], b.free[best+1:]...)
 	b.idle -= cap(f)
-	f = f[:n]
-	clear(f)
-	return f
+	return f[:n]
 }
 
 // PutAfter hands buf back for reuse once done is closed (nil: at once).
@@ -104,4 +110,17 @@ func AlignedFloats(n int) []float32 {
 		skip = int(64-r) / 4
 	}
 	return buf[skip : skip+n : skip+n]
+}
+
+// Accumulate adds src into dst, a reduction's destination, and hands src
+// back to b, when they differ: a reduction that could not write over dst
+// (it already holds a gradient) went into src instead.
+func Accumulate(b *Buffers, dst, src []float32) {
+	if len(src) == 0 || unsafe.SliceData(src) == unsafe.SliceData(dst) {
+		return
+	}
+	for i, v := range src[:len(dst)] {
+		dst[i] += v
+	}
+	b.PutAfter(src, nil)
 }
