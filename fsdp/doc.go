@@ -117,7 +117,10 @@
 // root stays gathered for the whole step (as PyTorch's root unit does).
 //
 // NoSync accumulates full gradients locally until the next synchronised
-// Backward. Plain autograd.Backward works when every trainable parameter
+// Backward. Several synchronised backward passes without ZeroGrad between
+// them accumulate their averaged gradients, as in PyTorch (as in zero:
+// the first reduce-scatter after ZeroGrad writes over the shard, a later
+// one is added). Plain autograd.Backward works when every trainable parameter
 // receives a gradient (the last gradient hook completes the step). Join
 // (uneven inputs) is not supported: a rank out of data would have to
 // replay every per-unit gather of the forward and backward passes (zero

@@ -55,7 +55,11 @@
 // Backward may also be plain autograd.Backward: when every trainable
 // parameter gets a gradient, the last gradient hook completes the step.
 // NoSync accumulates gradients locally (in full) for the next synchronised
-// step.
+// step. Several synchronised backward passes without ZeroGrad between
+// them accumulate their averaged gradients, as in PyTorch: under Stage2
+// the first reduce-scatter after ZeroGrad writes over the shard (ZeroGrad
+// itself clears nothing; ClipGradNorm and Step find an unwritten shard
+// zero), a later one goes through a scratch shard that is then added.
 //
 // Join (uneven inputs) works for both stages: a rank out of data shadows
 // the others' steps with zero gradients and, since it still owns a shard
