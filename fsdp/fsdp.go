@@ -75,12 +75,12 @@ type Model struct {
 	// the root). Between steps every sharded parameter's Value is
 	// placeholder[i] (no elements) and its Grad nil, except under NoSync,
 	// where stash[i] accumulates the local gradient.
-	shardParam  []float32
-	shardGrad   []float32
+	shardParam []float32
+	shardGrad  []float32
 	// gradUnset[k]: bucket k's gradient shard holds no gradient since
 	// ZeroGrad, whatever its contents; the next reduce-scatter writes over
 	// it, and a reader before that clears it (settleGrads).
-	gradUnset []bool
+	gradUnset   []bool
 	placeholder []*tensor.Tensor
 	stash       []*tensor.Tensor
 	views       []*tensor.Tensor // during a synchronised step: the Grad each parameter should have
