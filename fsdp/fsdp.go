@@ -249,6 +249,9 @@ func (m *Model) shardParams(ctx context.Context) error {
 	m.shardParam = zero.AlignedFloats(p.ShardLen())
 	m.shardGrad = zero.AlignedFloats(p.ShardLen())
 	m.gradUnset = make([]bool, len(p.Buckets))
+	for k := range m.gradUnset {
+		m.gradUnset[k] = true // (zero) no gradient yet
+	}
 	if !m.o.FreeBuffers { // the three largest buckets: the unit in backward, the one before it and one reduce-scatter in flight
 		sizes := make([]int, len(p.Buckets))
 		for k, b := range p.Buckets {

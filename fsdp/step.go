@@ -214,11 +214,11 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	// PyTorch accumulates gradients.
 	dst := out
 	if !m.gradUnset[k] {
-		dst = m.bufs.GetDirty(b.Shard)
+		dst = make([]float32, b.Shard)
 	}
 	m.gradUnset[k] = false
 	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
-		wrapcore.Accumulate(&m.bufs, out, dst)
+		wrapcore.Accumulate(out, dst)
 	}}
 	if m.world == 1 {
 		copy(dst, in)

@@ -166,6 +166,9 @@ func (m *Model) layout() error {
 	} else {
 		m.shardGrad = AlignedFloats(p.ShardLen())
 		m.gradUnset = make([]bool, len(p.Buckets))
+		for k := range m.gradUnset {
+			m.gradUnset[k] = true // (zero) no gradient yet
+		}
 		m.views = make([]*tensor.Tensor, len(m.params))
 		for _, np := range m.params {
 			np.Param.Grad = nil

@@ -85,14 +85,14 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	// PyTorch accumulates gradients.
 	dst := out
 	if !m.gradUnset[k] {
-		dst = m.bufs.GetDirty(b.Shard)
+		dst = make([]float32, b.Shard)
 	}
 	m.gradUnset[k] = false
 	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
-		wrapcore.Accumulate(&m.bufs, out, dst)
+		wrapcore.Accumulate(out, dst)
 	}}
 	if m.world == 1 {
 		copy(dst, in)

@@ -112,15 +112,17 @@ func AlignedFloats(n int) []float32 {
 	return buf[skip : skip+n : skip+n]
 }
 
-// Accumulate adds src into dst, a reduction's destination, and hands src
-// back to b, when they differ: a reduction that could not write over dst
-// (it already holds a gradient) went into src instead.
-func Accumulate(b *Buffers, dst, src []float32) {
+// Accumulate adds src into dst, a reduction's destination, when they
+// differ: a reduction that could not write over dst (it already holds a
+// gradient) went into src instead. src is left to the garbage collector
+// rather than kept: this is the rare path (gradient accumulation without
+// NoSync), and a small buffer kept would take the place of a bucket-sized
+// one the next step needs.
+func Accumulate(dst, src []float32) {
 	if len(src) == 0 || unsafe.SliceData(src) == unsafe.SliceData(dst) {
 		return
 	}
 	for i, v := range src[:len(dst)] {
 		dst[i] += v
 	}
-	b.PutAfter(src, nil)
 }
