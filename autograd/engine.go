@@ -431,11 +431,21 @@ func fireHooks(v *Var) {
 	}
 }
 
-// nodeHeap orders ready nodes deepest first.
+// nodeHeap orders ready nodes deepest first, except that a node on
+// leaves alone (depth 1: a mask or view of a parameter) runs as soon as it
+// is ready. It delivers only to those leaves, so nothing else waits on it,
+// but a leaf's gradient is final, and its hooks fire (a data-parallel
+// wrapper launching the leaf's bucket), only once it has run: ordered by
+// depth it would wait for the whole backward pass.
 type nodeHeap []*node
 
-func (h nodeHeap) Len() int           { return len(h) }
-func (h nodeHeap) Less(i, j int) bool { return h[i].depth > h[j].depth }
+func (h nodeHeap) Len() int { return len(h) }
+func (h nodeHeap) Less(i, j int) bool {
+	if a, b := h[i].depth == 1, h[j].depth == 1; a != b {
+		return a
+	}
+	return h[i].depth > h[j].depth
+}
 func (h nodeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
 func (h *nodeHeap) Push(x any)        { *h = append(*h, x.(*node)) }
 func (h *nodeHeap) Pop() any {

@@ -381,3 +381,38 @@ func TestSetGradBuffer(t *testing.T) {
 	}
 	mustPanic(t, func() { w1.SetGradBuffer(tensor.New(4, 5)) }, "SetGradBuffer", "[4 5]", "[5 4]")
 }
+
+// TestLeafOpRunsWhenReady: an op on a parameter alone (a mask of the
+// bias, as GPT's attention applies to its qkv bias) runs as soon as its
+// consumer's backward has, so that the parameter's hook fires then, not
+// after the layers below it: a data-parallel wrapper launches the
+// parameter's bucket while backward goes on.
+func TestLeafOpRunsWhenReady(t *testing.T) {
+	var log []string
+	rng := newRNG(3)
+	m := newMLP(rng, &log)
+	x := randn(rng, 4, 6)
+	h := NewVar(x, false)
+	for l := 0; l < 3; l++ {
+		b := m.params[2*l+1]
+		if l == 2 {
+			b = marker(b, "mask of b3", &log) // depth 1: an op on the leaf alone
+		}
+		h = marker(Linear(h, m.params[2*l], b), fmt.Sprintf("layer%d", l+1), &log)
+		if l < 2 {
+			h = ReLU(h)
+		}
+	}
+	Backward(CrossEntropy(h, []int64{2, 0, 1, 1}, CrossEntropyOptions{}))
+	at := func(s string) int {
+		i := slices.Index(log, s)
+		if i < 0 {
+			t.Fatalf("%q not in the log %q", s, log)
+		}
+		return i
+	}
+	if !(at("backward layer3") < at("hook b3") && at("hook b3") < at("backward layer2")) {
+		t.Errorf("b3's hook fired at %d, want between layer3's backward (%d) and layer2's (%d): %q",
+			at("hook b3"), at("backward layer3"), at("backward layer2"), log)
+	}
+}

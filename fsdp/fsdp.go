@@ -252,12 +252,17 @@ func (m *Model) shardParams(ctx context.Context) error {
 	for k := range m.gradUnset {
 		m.gradUnset[k] = true // (zero) no gradient yet
 	}
-	if !m.o.FreeBuffers { // the three largest buckets: the unit in backward, the one before it and one reduce-scatter in flight
-		sizes := make([]int, len(p.Buckets))
-		for k, b := range p.Buckets {
+	if !m.o.FreeBuffers {
+		// The root's gradient buffer, armed for the whole backward pass,
+		// and the three largest units': the unit in backward, the one
+		// before it and one reduce-scatter in flight.
+		last := len(p.Buckets) - 1 // the root
+		sizes := make([]int, last)
+		for k, b := range p.Buckets[:last] {
 			sizes[k] = b.End - b.Start
 		}
 		slices.Sort(sizes)
+		m.bufs.Limit = p.Buckets[last].End - p.Buckets[last].Start
 		for _, n := range sizes[max(0, len(sizes)-3):] {
 			m.bufs.Limit += n
 		}
