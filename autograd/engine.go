@@ -446,8 +446,8 @@ func (h nodeHeap) Less(i, j int) bool {
 	}
 	return h[i].depth > h[j].depth
 }
-func (h nodeHeap) Swap(i, j int)      { h[i], h[j] = h[j], h[i] }
-func (h *nodeHeap) Push(x any)        { *h = append(*h, x.(*node)) }
+func (h nodeHeap) Swap(i, j int) { h[i], h[j] = h[j], h[i] }
+func (h *nodeHeap) Push(x any)   { *h = append(*h, x.(*node)) }
 func (h *nodeHeap) Pop() any {
 	old := *h
 	x := old[len(old)-1]
