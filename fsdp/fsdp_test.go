@@ -482,11 +482,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 				t.Fatal(err)
 			}
 			lo := pg.Rank() * globalBatch / 2
-			var warm int64 // floats of buffers allocated by the end of the first step
 			for s := range steps {
-				if s == 1 {
-					warm = m.bufs.Allocated
-				}
 				pass := func(a, b int, scale float32, plain bool) error {
 					st := w.batch(mod, s, a, b)
 					out, err := m.Call(ctx, st.units)
@@ -535,9 +531,6 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 			}
 			if err := compareNorm(got, want); err != nil {
 				t.Errorf("rank %d: %s: %v", pg.Rank(), mode, err)
-			}
-			if got := m.bufs.Allocated; got != warm {
-				t.Errorf("rank %d: %s: steps after the first allocated %d floats of buffers, want none (all reused)", pg.Rank(), mode, got-warm)
 			}
 		}
 	})

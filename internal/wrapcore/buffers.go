@@ -19,10 +19,6 @@ import (
 // Buffers is used from one goroutine (the wrapper's driver).
 type Buffers struct {
 	Limit int
-	// Allocated counts the floats of the buffers Get and GetDirty
-	// allocated because none was kept (tests check that steady steps
-	// allocate none).
-	Allocated int64
 
 	free    [][]float32 // idle, reusable now
 	idle    int         // floats in free
@@ -54,7 +50,6 @@ func (b *Buffers) GetDirty(n int) []float32 {
 		}
 	}
 	if best < 0 {
-		b.Allocated += int64(n)
 		return AlignedFloats(n)
 	}
 	f := b.free[best]

@@ -62,3 +62,17 @@ func TestBuffersNoLimit(t *testing.T) {
 		t.Error("a Buffers with Limit 0 kept a buffer")
 	}
 }
+
+// TestAccumulate: a reduction that went into a scratch buffer is added to
+// its destination; one that wrote the destination itself is left alone.
+func TestAccumulate(t *testing.T) {
+	dst := []float32{1, 2, 3}
+	Accumulate(dst, []float32{10, 20, 30})
+	if dst[0] != 11 || dst[1] != 22 || dst[2] != 33 {
+		t.Errorf("after Accumulate: %v, want [11 22 33]", dst)
+	}
+	Accumulate(dst, dst)
+	if dst[0] != 11 {
+		t.Errorf("Accumulate of a buffer onto itself changed it: %v", dst)
+	}
+}
