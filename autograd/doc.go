@@ -16,7 +16,10 @@
 // e.g. one received from another pipeline stage) first counts, for every
 // node and leaf below the output, how many consumers will deliver a
 // gradient to it. It then runs nodes whose gradients are complete, deepest
-// first, adding each leaf's contributions into its Grad in place. The
+// first (except that an op on leaves alone, such as a mask of a
+// parameter, runs as soon as it is ready, so that the parameter's
+// gradient is not held back to the end of the pass), adding each leaf's
+// contributions into its Grad in place. The
 // moment a leaf's count reaches zero its gradient is final for the pass and
 // its OnGradReady hooks run, on the goroutine calling Backward, before the
 // rest of the graph is differentiated; built-in ops deliver weight
@@ -29,7 +32,9 @@
 // Gradients accumulate: a Grad that exists is added into, never replaced,
 // so it may be a view into a flat buffer (a DDP bucket); built-in ops such
 // as Linear and Embedding write their weight gradients straight into such a
-// Grad. Zero gradients in place (Var.ZeroGrad) between steps. Backward
+// Grad. Zero gradients in place (Var.ZeroGrad) between steps, or install
+// a buffer with Var.SetGradBuffer: the pass then writes its first
+// contribution over the buffer's contents instead of adding to them. Backward
 // releases the saved tensors of the graph it ran through; a second Backward
 // through the same graph panics.
 //
