@@ -93,7 +93,8 @@
 // The gathered-parameter buffers (the root and the two slots) are kept
 // between steps and reused, as are the unit gradient buffers, each handed
 // back once its reduce-scatter is done and reused by a later unit or step
-// (up to the three largest units' size): a steady-state step allocates
+// (up to the root's and the three largest units' size; the root's is
+// armed for the whole backward pass): a steady-state step allocates
 // none of them, where fresh ones would cost zeroing or page faults and
 // garbage collection every step. They hold no state between steps and
 // are bounded by what a step's peak needs anyway; Memory.BufferBytes

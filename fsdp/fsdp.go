@@ -47,8 +47,8 @@ type Options struct {
 	// step then allocates (zeroes or faults in, and later collects) them
 	// afresh. By default they are kept and reused (Memory.BufferBytes):
 	// the slots and the root, which every step holds at its peak anyway,
-	// and unit gradient buffers up to the three largest units' size, each
-	// reused once its reduce-scatter is done.
+	// and gradient buffers up to the root's and the three largest units'
+	// size, each reused once its reduce-scatter is done.
 	FreeBuffers bool
 }
 
