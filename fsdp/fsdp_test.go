@@ -475,7 +475,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		for _, mode := range []string{"plain", "nosync", "synced", "prefetch"} {
+		for _, mode := range []string{"plain", "nosync", "synced", "prefetch", "eval", "eval+nosync"} {
 			mod := w.model()
 			m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, PrefetchAcrossSteps: mode == "prefetch"})
 			if err != nil {
@@ -501,6 +501,20 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 					err = pass(lo, lo+6, 1, true)
 				case "prefetch":
 					err = pass(lo, lo+6, 1, false)
+				case "eval", "eval+nosync": // forward passes without backward (validation) change nothing
+					for e := range 2 {
+						st := w.batch(mod, 100+e, lo, lo+6)
+						out, err := m.Call(ctx, st.units)
+						if err != nil {
+							t.Fatalf("eval: %v", err)
+						}
+						st.loss(out)
+					}
+					if mode == "eval" {
+						err = pass(lo, lo+6, 1, false)
+					} else if err = m.NoSync(func() error { return pass(lo, lo+3, 0.5, false) }); err == nil {
+						err = pass(lo+3, lo+6, 0.5, false)
+					}
 				case "synced": // two synchronised passes accumulate, as in PyTorch
 					if err = pass(lo, lo+3, 0.5, false); err == nil {
 						err = pass(lo+3, lo+6, 0.5, false)

@@ -450,11 +450,12 @@ func (m *Model) LoadOptimizerShards(entries []zero.ShardedTensor) error {
 // backward begins. Start drops the bucket's buffer and views.
 func (m *Model) armBucket(k int) {
 	b := m.plan.Buckets[k]
-	// A fresh buffer is not zeroed: each parameter's first gradient is
+	// The buffer is not zeroed: each parameter's first gradient is
 	// written over its view (autograd.Var.SetGradBuffer), and Take clears
-	// the view of one that received none.
-	dirty := m.scratch[k] == nil
-	if dirty {
+	// the view of one that received none. A buffer still here from an
+	// earlier Call was never reduced (that Call had no backward pass: an
+	// evaluation): what it holds is stale.
+	if m.scratch[k] == nil {
 		m.scratch[k] = m.bufs.GetDirty(b.End - b.Start)
 		m.plan.ClearPadding(k, m.scratch[k])
 	}
@@ -462,15 +463,12 @@ func (m *Model) armBucket(k int) {
 		off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 		v := tensor.FromSlice(m.scratch[k][off:off+n], m.shapes[i]...)
 		p := m.params[i].Param
-		switch s := m.stash[i]; {
-		case s != nil:
-			copy(v.Data(), s.Data())
+		if s := m.stash[i]; s != nil {
+			copy(v.Data(), s.Data()) // accumulated under NoSync
 			m.stash[i] = nil
 			p.Grad = v
-		case dirty:
+		} else {
 			p.SetGradBuffer(v)
-		default:
-			p.Grad = v
 		}
 		m.views[i] = v
 	}

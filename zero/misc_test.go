@@ -174,9 +174,14 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 				// the same with both micro-batches synchronised, whose
 				// averaged gradients accumulate as in PyTorch.
 				for _, synced := range []bool{false, true} {
-					if err := accumulate(ctx, w, pg, stage, steps, synced, want); err != nil {
+					if err := accumulate(ctx, w, pg, stage, steps, synced, false, want); err != nil {
 						t.Errorf("rank %d: synced %v: %v", pg.Rank(), synced, err)
 					}
+				}
+				// Forward passes without backward (validation) before
+				// each step change nothing.
+				if err := accumulate(ctx, w, pg, stage, steps, false, true, want); err != nil {
+					t.Errorf("rank %d: with evaluation passes: %v", pg.Rank(), err)
 				}
 			})
 		})
@@ -184,8 +189,9 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 }
 
 // accumulate trains steps steps of two micro-batches each (the first
-// under NoSync unless synced) and compares the parameters with want.
-func accumulate(ctx context.Context, w workload, pg dist.ProcessGroup, stage Stage, steps int, synced bool, want [][]float32) error {
+// under NoSync unless synced; after two forward passes without backward
+// if evals) and compares the parameters with want.
+func accumulate(ctx context.Context, w workload, pg dist.ProcessGroup, stage Stage, steps int, synced, evals bool, want [][]float32) error {
 	mod := w.model()
 	m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW})
 	if err != nil {
@@ -201,6 +207,14 @@ func accumulate(ctx context.Context, w workload, pg dist.ProcessGroup, stage Sta
 				return nil, err
 			}
 			return autograd.Scale(loss(out), 0.5), nil
+		}
+		for e := 0; evals && e < 2; e++ {
+			fwd, loss := w.batch(mod, 100+e, lo, lo+6)
+			out, err := m.Call(ctx, fwd)
+			if err != nil {
+				return err
+			}
+			loss(out)
 		}
 		first := func() error {
 			l, err := micro(lo, lo+3)

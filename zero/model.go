@@ -374,11 +374,12 @@ func (m *Model) stepCtx() context.Context {
 // its reduce-scatter completes.
 func (m *Model) armViews() {
 	for k, b := range m.plan.Buckets {
-		// A fresh buffer is not zeroed: each parameter's first gradient
-		// is written over its view (autograd.Var.SetGradBuffer), and Take
-		// clears the view of one that received none.
-		dirty := m.scratch[k] == nil
-		if dirty {
+		// The buffer is not zeroed: each parameter's first gradient is
+		// written over its view (autograd.Var.SetGradBuffer), and Take
+		// clears the view of one that received none. A buffer still here
+		// from an earlier Call was never reduced (that Call had no
+		// backward pass: an evaluation): what it holds is stale.
+		if m.scratch[k] == nil {
 			m.scratch[k] = m.bufs.GetDirty(b.End - b.Start)
 			m.plan.ClearPadding(k, m.scratch[k])
 		}
@@ -386,14 +387,14 @@ func (m *Model) armViews() {
 			p := m.params[i].Param
 			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 			v := tensor.FromSlice(m.scratch[k][off:off+n], p.Value.Shape()...)
-			switch {
-			case p.Grad != nil && p.Grad.Len() == n:
-				copy(v.Data(), p.Grad.Contiguous().Data())
-				p.Grad = v
-			case dirty:
+			switch g := p.Grad; {
+			case g == nil || g == m.views[i] && !p.GradWritten():
 				p.SetGradBuffer(v)
-			default:
+			case g.Len() == n: // accumulated under NoSync (perhaps in the view itself)
+				copy(v.Data(), g.Contiguous().Data())
 				p.Grad = v
+			default:
+				p.SetGradBuffer(v)
 			}
 			m.views[i] = v
 		}
