@@ -632,3 +632,115 @@ func TestSequentialRuns(t *testing.T) {
 		t.Errorf("units %v, want the two Linear layers", units)
 	}
 }
+
+// withSide is the anchor MLP beside a side layer (in the root, no unit)
+// that only some steps use.
+type withSide struct {
+	seq  *nn.Sequential
+	side *nn.Linear
+}
+
+func (m *withSide) NamedParameters() []nn.NamedParameter {
+	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
+}
+func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
+func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
+
+// TestUnusedParameters: with FindUnusedParameters, steps that leave the
+// side layer out give the parameters ddp gives (its gradient buffer,
+// not zeroed between steps, must reduce zeros then).
+func TestUnusedParameters(t *testing.T) {
+	model := func() *withSide {
+		return &withSide{seq: models.MLP(rand.New(rand.NewPCG(1, 2))), side: nn.NewLinear(rand.New(rand.NewPCG(5, 6)), 784, 10, true)}
+	}
+	const steps = 4
+	data := func(s, lo, hi int) (*autograd.Var, []int64) {
+		rng := rand.New(rand.NewPCG(uint64(s), 11))
+		xs := make([]float32, globalBatch*784)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		ys := make([]int64, globalBatch)
+		for i := range ys {
+			ys[i] = int64(rng.IntN(10))
+		}
+		return autograd.NewVar(tensor.FromSlice(xs[lo*784:hi*784], hi-lo, 784), false), ys[lo:hi]
+	}
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		n, r := pg.Size(), pg.Rank()
+		lo, hi := r*globalBatch/n, (r+1)*globalBatch/n
+		ref := model()
+		d, err := ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt, err := adamW(ref.NamedParameters())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range steps {
+			x, y := data(s, lo, hi)
+			out, err := d.Call(ctx, func() *autograd.Var {
+				out := ref.seq.Forward(x)
+				if s%2 == 1 {
+					out = autograd.Add(out, ref.side.Forward(x))
+				}
+				return out
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Backward(ctx, autograd.CrossEntropy(out, y, autograd.CrossEntropyOptions{})); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
+				t.Fatal(err)
+			}
+			opt.Step()
+			opt.ZeroGrad()
+		}
+		want := snapshot(ref)
+		mod := model()
+		units, fwd := SequentialUnits(mod.seq)
+		m, err := Wrap(ctx, mod, units, pg, Options{Optimizer: adamW, FindUnusedParameters: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range steps {
+			x, y := data(s, lo, hi)
+			run := fwd(x)
+			out, err := m.Call(ctx, func(u *Units) *autograd.Var {
+				out := run(u)
+				if s%2 == 1 {
+					out = autograd.Add(out, mod.side.Forward(x))
+				}
+				return out
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Backward(ctx, autograd.CrossEntropy(out, y, autograd.CrossEntropyOptions{})); err != nil {
+				t.Fatalf("step %d: %v", s, err)
+			}
+			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+			m.ZeroGrad()
+		}
+		sd, err := m.FullStateDict(ctx)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got [][]float32
+		for _, p := range mod.NamedParameters() {
+			got = append(got, sd[p.Name].Data())
+		}
+		if err := compare(got, want); err != nil {
+			t.Errorf("rank %d: %v", r, err)
+		}
+	})
+}

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"cohort/autograd"
+	"cohort/ddp"
 	"cohort/dist"
 	"cohort/dist/disttest"
 	"cohort/nn"
@@ -378,6 +379,110 @@ func TestReshardCheckpoint(t *testing.T) {
 		other := append([]ShardedTensor{{Name: "fc.weight", Shape: []int{1}, Data: []float32{0}}}, saved...)
 		if err := m.LoadShardedStateDict(other); err == nil || !strings.Contains(err.Error(), `"fc.weight"`) {
 			t.Errorf("another model's state: err = %v", err)
+		}
+	})
+}
+
+// withSide is the anchor MLP beside a side layer that only some steps use
+// (FindUnusedParameters): the buffer its gradient would go to is not
+// zeroed between steps, so a step that leaves it out must reduce zeros.
+type withSide struct {
+	seq  *nn.Sequential
+	side *nn.Linear
+}
+
+func (m *withSide) NamedParameters() []nn.NamedParameter {
+	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
+}
+func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
+func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
+
+// TestUnusedParameters: with FindUnusedParameters, steps that leave a
+// layer out give every stage the parameters ddp gives.
+func TestUnusedParameters(t *testing.T) {
+	mlp := workloads()[0]
+	model := func() *withSide {
+		rng := rand.New(rand.NewPCG(5, 6))
+		return &withSide{seq: mlp.model().(*nn.Sequential), side: nn.NewLinear(rng, 784, 10, true)}
+	}
+	const steps = 4
+	// batch: steps 1 and 3 add the side layer's output, 0 and 2 leave it out.
+	batch := func(m *withSide, s, lo, hi int) (func() *autograd.Var, func(*autograd.Var) *autograd.Var) {
+		rng := rand.New(rand.NewPCG(uint64(s), 11))
+		xs := make([]float32, globalBatch*784)
+		for i := range xs {
+			xs[i] = float32(rng.NormFloat64())
+		}
+		ys := make([]int64, globalBatch)
+		for i := range ys {
+			ys[i] = int64(rng.IntN(10))
+		}
+		x := autograd.NewVar(tensor.FromSlice(xs[lo*784:hi*784], hi-lo, 784), false)
+		fwd := func() *autograd.Var {
+			out := m.seq.Forward(x)
+			if s%2 == 1 {
+				out = autograd.Add(out, m.side.Forward(x))
+			}
+			return out
+		}
+		return fwd, func(out *autograd.Var) *autograd.Var {
+			return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+		}
+	}
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		n, r := pg.Size(), pg.Rank()
+		ref := model()
+		d, err := ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		opt, err := adamW(ref.NamedParameters())
+		if err != nil {
+			t.Fatal(err)
+		}
+		for s := range steps {
+			fwd, loss := batch(ref, s, r*globalBatch/n, (r+1)*globalBatch/n)
+			out, err := d.Call(ctx, fwd)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := d.Backward(ctx, loss(out)); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
+				t.Fatal(err)
+			}
+			opt.Step()
+			opt.ZeroGrad()
+		}
+		want := snapshot(ref)
+		for _, stage := range []Stage{Stage1, Stage2} {
+			mod := model()
+			m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW, FindUnusedParameters: true})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for s := range steps {
+				fwd, loss := batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
+				out, err := m.Call(ctx, fwd)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Backward(ctx, loss(out)); err != nil {
+					t.Fatalf("%v step %d: %v", stage, s, err)
+				}
+				if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Step(ctx); err != nil {
+					t.Fatal(err)
+				}
+				m.ZeroGrad()
+			}
+			if err := compare(snapshot(mod), want); err != nil {
+				t.Errorf("rank %d: %v: %v", r, stage, err)
+			}
 		}
 	})
 }
