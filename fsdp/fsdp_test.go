@@ -744,3 +744,35 @@ func TestUnusedParameters(t *testing.T) {
 		}
 	})
 }
+
+// TestFrozenParameters: a frozen unit (no gradient) stays whole on every
+// rank and unchanged, and the rest trains as under ddp.
+func TestFrozenParameters(t *testing.T) {
+	w := workloads()[0] // the anchor MLP
+	freeze := func(mod nn.Module) nn.Module {
+		for _, p := range mod.NamedParameters()[:2] { // the first Linear: unit 0
+			p.Param.SetRequiresGrad(false)
+		}
+		return mod
+	}
+	frozen := w
+	frozen.model = func() nn.Module { return freeze(w.model()) }
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		want, err := trainDDP(ctx, frozen, pg, 3)
+		if err != nil {
+			t.Fatal(err)
+		}
+		init := snapshot(frozen.model())
+		got, _, err := trainFSDP(ctx, frozen, pg, 3, Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := compare(got, want); err != nil {
+			t.Errorf("rank %d: %v", pg.Rank(), err)
+		}
+		if err := compare(got[:2], init[:2]); err != nil {
+			t.Errorf("rank %d: the frozen layer changed: %v", pg.Rank(), err)
+		}
+	})
+}
