@@ -87,6 +87,8 @@
 //   - Options.Tied: parameters shared by the first and the last stage (GPT's
 //     token embedding and head) have their gradients summed between those
 //     two ranks at the end of Step, so both copies take the same step.
+//     Only the Step's own contribution is summed, so gradients accumulated
+//     over several Steps count each Step once.
 //   - Pipeline.ClipGradNorm: global-norm clipping over all stages, the
 //     squared norms all-reduced over the pipeline group (ClipGradNorm for
 //     any group), the tied copy counted once.

@@ -122,6 +122,10 @@ type Pipeline struct {
 
 	free []*tensor.Tensor // receive buffers of Options.Shape, reused across steps
 	flat []float32        // the tied gradients' all-reduce buffer
+	// tiedBase holds the tied gradients as the running Step found them
+	// (what earlier Steps accumulated, the same on both copies): only the
+	// Step's own contribution is summed between the copies.
+	tiedBase []float32
 }
 
 // Stats are a Pipeline's cumulative timings over its successful steps.
@@ -344,6 +348,7 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 	}
 	start := time.Now()
 	st := &stepState{recvs: map[msgKey]*pendingRecv{}, local: map[msgKey]*tensor.Tensor{}, fwd: map[fwdKey]*fwdState{}}
+	p.snapshotTied()
 	// Receives are posted at their actions, into buffers reused from the
 	// last step (nothing holds them once a step is over). After a failure
 	// a receive may still be pending, so its buffer is dropped with the
@@ -687,6 +692,25 @@ func (p *Pipeline) backward(ctx context.Context, st *stepState, a Action) error 
 
 // reduceTied sums the tied parameters' gradients between the first and
 // the last stage's ranks.
+// snapshotTied records the tied gradients as a Step begins (zero where a
+// Grad is nil), so that reduceTied sums only the Step's contribution:
+// with gradients accumulated over several Steps, summing the whole Grad
+// would count the earlier Steps' sum, already on both copies, twice.
+func (p *Pipeline) snapshotTied() {
+	if p.tied == nil || len(p.opts.Tied) == 0 {
+		return
+	}
+	base := p.tiedBase[:0]
+	for _, v := range p.opts.Tied {
+		if v.Grad == nil {
+			base = append(base, make([]float32, v.Value.Len())...)
+		} else {
+			base = append(base, v.Grad.Contiguous().Data()...)
+		}
+	}
+	p.tiedBase = base
+}
+
 func (p *Pipeline) reduceTied(ctx context.Context) error {
 	if p.tied == nil || len(p.opts.Tied) == 0 {
 		return nil
@@ -705,13 +729,19 @@ func (p *Pipeline) reduceTied(ctx context.Context) error {
 		}
 		flat = append(flat, v.Grad.Contiguous().Data()...)
 	}
+	for i, b := range p.tiedBase[:n] { // this Step's contribution
+		flat[i] -= b
+	}
 	if err := waitWork(ctx, p.tied.AllReduce(ctx, dist.F32(flat), dist.Sum)); err != nil {
 		return fmt.Errorf("pipeline: rank %d: tied gradient all-reduce: %w", p.rank, err)
 	}
 	off := 0
 	for _, v := range p.opts.Tied {
 		d := v.Grad.Data()
-		off += copy(d, flat[off:off+len(d)])
+		for i := range d {
+			d[i] = p.tiedBase[off+i] + flat[off+i]
+		}
+		off += len(d)
 	}
 	return nil
 }

@@ -375,3 +375,79 @@ func TestStageDone(t *testing.T) {
 		})
 	}
 }
+
+// TestAccumulateAcrossSteps: two Steps without zeroing in between leave
+// every gradient, the tied embedding's included, equal to the sum of the
+// two Steps' gradients taken apart (gradient accumulation over steps, as
+// autograd accumulates), not the earlier step's tied gradient summed
+// twice.
+func TestAccumulateAcrossSteps(t *testing.T) {
+	const batch, seqLen, mbs = 4, 16, 4
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := disttest.Context(t, time.Minute)
+		g, err := models.NewGPT(rand.New(rand.NewPCG(5, 6)), models.GPTMini())
+		if err != nil {
+			t.Fatal(err)
+		}
+		sched, err := NewSchedule("1f1b", 2, 1, mbs)
+		if err != nil {
+			t.Fatal(err)
+		}
+		split, err := Uniform(g.Config.NLayer, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		r := pg.Rank()
+		st, err := g.NewStage(split[r], split[r+1], r == 0, r == 1)
+		if err != nil {
+			t.Fatal(err)
+		}
+		pl, err := New(ctx, pg, sched, []Stage{st}, Options{
+			Shape: []int{batch / mbs, seqLen, g.Config.D}, Tied: []*autograd.Var{g.Wte}, Split: split,
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer pl.Close()
+		params := st.NamedParameters()
+		zero := func() {
+			for _, p := range params {
+				p.Param.ZeroGrad()
+			}
+		}
+		step := func(s int) {
+			idx, tgt := batchFor(s, batch*seqLen, g.Config.Vocab)
+			if err := st.SetBatch(idx, tgt, batch, seqLen, mbs); err != nil {
+				t.Fatal(err)
+			}
+			if _, err := pl.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		grads := func() [][]float32 {
+			var out [][]float32
+			for _, p := range params {
+				out = append(out, slices.Clone(p.Param.Grad.Data()))
+			}
+			return out
+		}
+		zero()
+		step(0)
+		g0 := grads()
+		zero()
+		step(1)
+		g1 := grads()
+		zero()
+		step(0)
+		step(1)
+		got := grads()
+		for i, p := range params {
+			for j := range got[i] {
+				want := g0[i][j] + g1[i][j]
+				if d := math.Abs(float64(got[i][j] - want)); d > 1e-6+1e-4*math.Abs(float64(want)) {
+					t.Fatalf("rank %d: %s[%d]: %v after two steps, want %v + %v", r, p.Name, j, got[i][j], g0[i][j], g1[i][j])
+				}
+			}
+		}
+	})
+}
