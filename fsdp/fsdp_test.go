@@ -776,3 +776,20 @@ func TestFrozenParameters(t *testing.T) {
 		}
 	})
 }
+
+// TestZeroGradThenClip: after ZeroGrad, and before any backward pass, the
+// gradient is zero to ClipGradNorm (ZeroGrad only marks the shards unset;
+// the first read clears them).
+func TestZeroGradThenClip(t *testing.T) {
+	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		ctx := context.Background()
+		_, m, err := trainFSDP(ctx, workloads()[0], pg, 1, Options{}) // ends with ZeroGrad
+		if err != nil {
+			t.Fatal(err)
+		}
+		norm, err := m.ClipGradNorm(ctx, maxNorm, 2)
+		if err != nil || norm != 0 {
+			t.Errorf("rank %d: ClipGradNorm after ZeroGrad = %v, %v; want 0", pg.Rank(), norm, err)
+		}
+	})
+}

@@ -254,15 +254,7 @@ func (m *Model) ZeroGrad() {
 
 // settleGrads clears the gradient shards of the buckets that received no
 // gradient since ZeroGrad, before something reads them.
-func (m *Model) settleGrads() {
-	for k, unset := range m.gradUnset {
-		if unset {
-			at := m.plan.ShardOffset(k)
-			clear(m.shardGrad[at : at+m.plan.Buckets[k].Shard])
-			m.gradUnset[k] = false
-		}
-	}
-}
+func (m *Model) settleGrads() { m.plan.ClearShards(m.shardGrad, m.gradUnset) }
 
 // ClipGradNorm scales the gradient shards so that the whole gradient's
 // norm is at most maxNorm (zero.ClipShardNorm); every rank must call it.

@@ -519,3 +519,23 @@ func TestFrozenParameters(t *testing.T) {
 		}
 	})
 }
+
+// TestZeroGradThenClip: after ZeroGrad, and before any backward pass, the
+// gradient is zero to ClipGradNorm (under Stage2 the shards are only
+// marked unset by ZeroGrad and cleared when first read).
+func TestZeroGradThenClip(t *testing.T) {
+	w := workloads()[0]
+	for _, stage := range []Stage{Stage1, Stage2} {
+		disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+			ctx := context.Background()
+			_, m, err := trainZero(ctx, w, pg, Options{Stage: stage}, 1, false) // ends with ZeroGrad
+			if err != nil {
+				t.Fatal(err)
+			}
+			norm, err := m.ClipGradNorm(ctx, maxNorm, 2)
+			if err != nil || norm != 0 {
+				t.Errorf("rank %d: %v: ClipGradNorm after ZeroGrad = %v, %v; want 0", pg.Rank(), stage, norm, err)
+			}
+		})
+	}
+}

@@ -75,6 +75,20 @@ func (p Plan) ClearPadding(k int, buf []float32) {
 	clear(buf[at : b.End-b.Start])
 }
 
+// ClearShards zeroes, in shards (a rank's shards in bucket order), the
+// shard of every bucket k with unset[k] and clears the mark: the sharded
+// wrappers' gradient shards that no reduce-scatter has written since
+// ZeroGrad, before something reads them.
+func (p Plan) ClearShards(shards []float32, unset []bool) {
+	for k, u := range unset {
+		if u {
+			at := p.ShardOffset(k)
+			clear(shards[at : at+p.Buckets[k].Shard])
+			unset[k] = false
+		}
+	}
+}
+
 // ShardLen returns the number of elements one rank owns (padding included).
 func (p Plan) ShardLen() int {
 	n := 0
