@@ -209,14 +209,7 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	for _, i := range b.Params { // the step's full gradients are dropped
 		m.params[i].Param.Grad, m.views[i] = nil, nil
 	}
-	// The shard is written over after ZeroGrad; otherwise (a second
-	// synchronised backward pass) the new average is added to it, as
-	// PyTorch accumulates gradients.
-	dst := out
-	if !m.gradUnset[k] {
-		dst = make([]float32, b.Shard)
-	}
-	m.gradUnset[k] = false
+	dst := m.plan.ReduceDst(k, out, m.gradUnset) // added to out afterwards unless the same
 	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
 		wrapcore.Accumulate(out, dst)
 	}}

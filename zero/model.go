@@ -387,13 +387,10 @@ func (m *Model) armViews() {
 			p := m.params[i].Param
 			off, n := m.plan.Offset[i]-b.Start, m.plan.Numel[i]
 			v := tensor.FromSlice(m.scratch[k][off:off+n], p.Value.Shape()...)
-			switch g := p.Grad; {
-			case g == nil || g == m.views[i] && !p.GradWritten():
-				p.SetGradBuffer(v)
-			case g.Len() == n: // accumulated under NoSync (perhaps in the view itself)
-				copy(v.Data(), g.Contiguous().Data())
+			if g := p.Grad; g != nil && g.Len() == n && (g != m.views[i] || p.GradWritten()) {
+				copy(v.Data(), g.Contiguous().Data()) // accumulated under NoSync (perhaps in the view itself)
 				p.Grad = v
-			default:
+			} else {
 				p.SetGradBuffer(v)
 			}
 			m.views[i] = v

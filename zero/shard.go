@@ -89,6 +89,20 @@ func (p Plan) ClearShards(shards []float32, unset []bool) {
 	}
 }
 
+// ReduceDst returns where a reduce-scatter of bucket k into its shard out
+// goes, and marks the shard set: out itself when unset[k] (nothing since
+// ZeroGrad: the reduction writes over it), else a scratch shard whose
+// values are then added to out (wrapcore.Accumulate; a second
+// synchronised backward pass accumulates, as in PyTorch).
+func (p Plan) ReduceDst(k int, out []float32, unset []bool) []float32 {
+	dst := out
+	if !unset[k] {
+		dst = make([]float32, p.Buckets[k].Shard)
+	}
+	unset[k] = false
+	return dst
+}
+
 // ShardLen returns the number of elements one rank owns (padding included).
 func (p Plan) ShardLen() int {
 	n := 0

@@ -80,14 +80,7 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 		in = m.bufs.Get(b.End - b.Start)
 	}
 	m.scratch[k] = nil
-	// The shard is written over after ZeroGrad; otherwise (a second
-	// synchronised backward pass) the new average is added to it, as
-	// PyTorch accumulates gradients.
-	dst := out
-	if !m.gradUnset[k] {
-		dst = make([]float32, b.Shard)
-	}
-	m.gradUnset[k] = false
+	dst := m.plan.ReduceDst(k, out, m.gradUnset) // added to out afterwards unless the same
 	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
