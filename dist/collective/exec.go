@@ -32,6 +32,9 @@ type Executor struct {
 
 	// cur is the state of the running op.
 	cur run
+	// fold is cur.foldPiece, made once (a method value made per receive
+	// would be an allocation each time).
+	fold func(off int, q []byte)
 
 	// Per-peer transfer queues, each worked by one goroutine started on
 	// first use and stopped by Close.
@@ -63,8 +66,10 @@ func NewExecutor(t transport.Transport, group uint32, ranks []int) (*Executor, e
 	if me < 0 {
 		return nil, fmt.Errorf("collective: transport rank %d is not a member of group %v", t.Rank(), ranks)
 	}
-	return &Executor{t: t, group: group, ranks: append([]int(nil), ranks...), rank: me,
-		sends: make([]*link, len(ranks)), recvs: make([]*link, len(ranks)), stop: make(chan struct{})}, nil
+	e := &Executor{t: t, group: group, ranks: append([]int(nil), ranks...), rank: me,
+		sends: make([]*link, len(ranks)), recvs: make([]*link, len(ranks)), stop: make(chan struct{})}
+	e.fold = func(off int, q []byte) { e.cur.foldPiece(off, q) }
+	return e, nil
 }
 
 // Close stops the executor's goroutines. It must not run concurrently with
@@ -183,6 +188,10 @@ type run struct {
 	left            int
 	got             []bool // header from group rank g checked
 
+	// The reduce a folded receive feeds (see setFold).
+	foldDst, foldOther []byte
+	foldFirst          bool // the message is the reduce's first operand
+
 	ctx     context.Context
 	cancel  context.CancelFunc
 	wake    chan struct{}
@@ -299,6 +308,27 @@ func (r *run) compute(s Step) {
 	}
 }
 
+// setFold prepares Executor.fold for a receive into x folded into the
+// reduce step next (see foldable).
+func (r *run) setFold(x Region, next Step) {
+	r.foldDst, r.foldOther, r.foldFirst = r.bytes(next.Dst), r.bytes(next.Src2), true
+	if next.Src != x {
+		r.foldOther, r.foldFirst = r.bytes(next.Src), false
+	}
+}
+
+// foldPiece reduces piece q of a folded receive's message, its bytes from
+// off on, into the reduce's destination, keeping the operands' order.
+func (r *run) foldPiece(off int, q []byte) {
+	c := r.p.Call
+	dst, other := r.foldDst[off:off+len(q)], r.foldOther[off:off+len(q)]
+	if r.foldFirst {
+		reduceBytes(c.DType, c.Op, dst, q, other)
+	} else {
+		reduceBytes(c.DType, c.Op, dst, other, q)
+	}
+}
+
 // inline runs the plan on the calling goroutine. The op header travels
 // in front of the first message when the plan starts with a send, and
 // alone to the other peers that expect one; either way as the one message
@@ -379,7 +409,7 @@ func (r *run) inline(ctx context.Context) error {
 			return err
 		}
 	}
-	for i := range steps {
+	for i := 0; i < len(steps); i++ {
 		s := steps[i]
 		switch {
 		case i == 0 && first >= 0:
@@ -394,12 +424,32 @@ func (r *run) inline(ctx context.Context) error {
 					return err
 				}
 			}
+			fold := r.p.folds != nil && r.p.folds[i]
+			if fold {
+				// The reduce after the receive takes the message's
+				// pieces as they come (see foldable).
+				r.setFold(s.Dst, steps[i+1])
+				i++
+			}
 			if p := staged[s.Peer]; p != nil {
-				copy(r.bytes(s.Dst), p)
+				if fold {
+					r.e.fold(0, p)
+				} else {
+					copy(r.bytes(s.Dst), p)
+				}
 				staged[s.Peer] = nil
 				continue
 			}
-			if err := t.Recv(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Dst)); err != nil {
+			var err error
+			if fold {
+				err = transport.RecvFold(ctx, t, ranks[s.Peer], r.tag(i-1, s.Msg), r.bytes(s.Dst), r.es, r.e.fold)
+			} else {
+				err = t.Recv(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Dst))
+			}
+			if err != nil {
+				if fold {
+					i--
+				}
 				return r.inlineErr(ctx, false, i, s.Peer, err)
 			}
 		default:

@@ -173,6 +173,8 @@ func buffers(c Call, size, rank int) (in, out []byte) {
 type rankRun struct {
 	plan    func(rank int) (*Plan, error)
 	in, out func(rank int) []byte
+	// wrap, when set, puts a transport in front of each rank's.
+	wrap func(rank int, t transport.Transport) transport.Transport
 }
 
 // runRanks runs one op on every rank of an inproc mesh, one goroutine
@@ -189,7 +191,11 @@ func runRanks(t *testing.T, size int, seq uint64, mesh []*inproc.Transport, rr r
 			for i := range ranks {
 				ranks[i] = i
 			}
-			e, err := NewExecutor(mesh[r], 7, ranks)
+			var tr transport.Transport = mesh[r]
+			if rr.wrap != nil {
+				tr = rr.wrap(r, tr)
+			}
+			e, err := NewExecutor(tr, 7, ranks)
 			if err != nil {
 				errs[r] = err
 				return
@@ -217,6 +223,13 @@ func closeMesh(mesh []*inproc.Transport) {
 // every rank's output with the reference.
 func checkCall(t *testing.T, c Call, size int, algo string, tun Tuning) {
 	t.Helper()
+	checkCallVia(t, c, size, algo, tun, nil)
+}
+
+// checkCallVia is checkCall with each rank's transport wrapped by wrap
+// (nil: none).
+func checkCallVia(t *testing.T, c Call, size int, algo string, tun Tuning, wrap func(int, transport.Transport) transport.Transport) {
+	t.Helper()
 	mesh := inproc.NewMesh(size)
 	defer closeMesh(mesh)
 	ins, outs := make([][]byte, size), make([][]byte, size)
@@ -227,6 +240,7 @@ func checkCall(t *testing.T, c Call, size int, algo string, tun Tuning) {
 		plan: func(r int) (*Plan, error) { return NewPlan(c, size, r, algo, tun) },
 		in:   func(r int) []byte { return ins[r] },
 		out:  func(r int) []byte { return outs[r] },
+		wrap: wrap,
 	})
 	for r, err := range errs {
 		if err != nil {

@@ -178,6 +178,7 @@ func NewPlan(c Call, size, rank int, algo string, t Tuning) (*Plan, error) {
 			p := build(a, c, size, rank, t.withDefaults())
 			if p.Inline {
 				p.CombinedFrom = combinedFrom(a, p, t.withDefaults())
+				p.folds = foldable(p.Steps)
 			}
 			return p, nil
 		}
@@ -282,6 +283,94 @@ const combineBytes = 64 << 10
 // header (es is the size of the call's dtype).
 func carriesHeader(p *Plan, es int) bool {
 	return len(p.Steps) > 0 && p.Steps[0].Kind == StepSend && int64(p.Steps[0].Src.Len)*int64(es) <= combineBytes
+}
+
+// foldable marks the receives whose message may be reduced where it
+// arrives (transport.RecvFold), never landing in the receive's
+// destination X: a receive followed by a reduce that takes X as one
+// operand, whose other operand does not overlap X, and that writes X
+// itself or memory apart from it; unless the reduce writes X, X must be
+// scratch memory of which no later step reads an element before one
+// writes it again.
+// It returns nil when there is none.
+func foldable(steps []Step) []bool {
+	var folds []bool
+	for i := 0; i+1 < len(steps); i++ {
+		s, next := steps[i], steps[i+1]
+		if s.Kind != StepRecv || next.Kind != StepReduce || s.Dst.Len == 0 {
+			continue
+		}
+		x := s.Dst
+		other := next.Src2
+		switch x {
+		case next.Src:
+		case next.Src2:
+			other = next.Src
+		default:
+			continue
+		}
+		if other.overlaps(x) || next.Dst != x && (next.Dst.overlaps(x) || !unreadAfter(steps[i+2:], x)) {
+			continue
+		}
+		if folds == nil {
+			folds = make([]bool, len(steps))
+		}
+		folds[i] = true
+	}
+	return folds
+}
+
+// unreadAfter reports whether no step reads an element of scratch region
+// x before a step writes it.
+func unreadAfter(steps []Step, x Region) bool {
+	if x.Buf != Tmp {
+		return false
+	}
+	undef := []Region{x} // the parts of x not written yet
+	reads := func(r Region) bool {
+		for _, u := range undef {
+			if u.overlaps(r) {
+				return true
+			}
+		}
+		return false
+	}
+	for _, s := range steps {
+		switch s.Kind {
+		case StepSend, StepCopy:
+			if reads(s.Src) {
+				return false
+			}
+		case StepReduce:
+			if reads(s.Src) || reads(s.Src2) {
+				return false
+			}
+		case StepAvg:
+			if reads(s.Dst) {
+				return false
+			}
+		}
+		if s.Kind == StepSend || s.Kind == StepAvg || s.Dst.Buf != Tmp {
+			continue
+		}
+		var rest []Region
+		for _, u := range undef {
+			if !u.overlaps(s.Dst) {
+				rest = append(rest, u)
+				continue
+			}
+			if u.Off < s.Dst.Off {
+				rest = append(rest, Region{Tmp, u.Off, s.Dst.Off - u.Off})
+			}
+			if u.end() > s.Dst.end() {
+				rest = append(rest, Region{Tmp, s.Dst.end(), u.end() - s.Dst.end()})
+			}
+		}
+		if undef = rest; len(undef) == 0 {
+			return true
+		}
+	}
+	return true
 }
 
 // combinedFrom lists the peers whose first message to this rank carries

@@ -320,6 +320,9 @@ type Plan struct {
 	// out once with the plan.
 	announce, check []int
 	left            int
+	// folds[i]: step i is a receive the executor may fold into the
+	// reduce after it (see foldable); nil when none is.
+	folds []bool
 }
 
 // String renders the plan one step per line; the text goldens use it.
@@ -336,7 +339,11 @@ func (p *Plan) String() string {
 	}
 	b.WriteString("\n")
 	for i, s := range p.Steps {
-		fmt.Fprintf(&b, "%4d %v\n", i, s)
+		fmt.Fprintf(&b, "%4d %v", i, s)
+		if p.folds != nil && p.folds[i] {
+			b.WriteString(" folded")
+		}
+		b.WriteString("\n")
 	}
 	return b.String()
 }

@@ -92,3 +92,34 @@ func (e *LengthError) Unwrap() error { return ErrLength }
 // ErrAuth is wrapped by the error of a connection refused because one side
 // could not prove it holds the job's token (or only one side has one).
 var ErrAuth = errors.New("transport: authentication failed")
+
+// A Folder hands a received message's bytes to the receiver where they
+// arrive (in a shared-memory ring), sparing their copy into a buffer when
+// the receiver reads them only once, as a reduction does.
+type Folder interface {
+	// RecvFold receives the next message from rank from under tag, which
+	// must be len(scratch) bytes long (as Recv's p), by calling fold(off,
+	// q) for consecutive pieces q of it that together cover [0,
+	// len(scratch)) in order; each piece is a whole number of units
+	// (len(scratch) must be one), and q is valid only during the call. It
+	// may receive the message into scratch and fold that, and must where
+	// it cannot do better. Its errors are Recv's. One that fails before
+	// its first fold call consumes no message, as Recv; one that fails
+	// after it has consumed the message, whose unfolded rest is
+	// discarded.
+	RecvFold(ctx context.Context, from int, tag Tag, scratch []byte, unit int, fold func(off int, q []byte)) error
+}
+
+// RecvFold receives the next message from rank from under tag by t's
+// RecvFold where t is a Folder; otherwise it receives it into scratch by
+// Recv and folds it whole.
+func RecvFold(ctx context.Context, t Transport, from int, tag Tag, scratch []byte, unit int, fold func(off int, q []byte)) error {
+	if f, ok := t.(Folder); ok {
+		return f.RecvFold(ctx, from, tag, scratch, unit, fold)
+	}
+	if err := t.Recv(ctx, from, tag, scratch); err != nil {
+		return err
+	}
+	fold(0, scratch)
+	return nil
+}

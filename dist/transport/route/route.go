@@ -23,6 +23,7 @@ type Transport struct {
 }
 
 var _ transport.Transport = (*Transport)(nil)
+var _ transport.Folder = (*Transport)(nil)
 
 // New returns a transport of len(via) ranks in which rank r is reached
 // through via[r]; via[Rank()] carries the messages this rank sends to
@@ -109,6 +110,16 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 		return err
 	}
 	return t.via[from].Recv(ctx, from, tag, p)
+}
+
+// RecvFold receives the next message from rank from under tag through
+// the part that reaches it, folding it as that part does (see
+// transport.RecvFold). Errors are the part's.
+func (t *Transport) RecvFold(ctx context.Context, from int, tag transport.Tag, scratch []byte, unit int, fold func(off int, q []byte)) error {
+	if err := t.check("recv from", from, tag); err != nil {
+		return err
+	}
+	return transport.RecvFold(ctx, t.via[from], from, tag, scratch, unit, fold)
 }
 
 // Close closes every part, concurrently (each may wait a while for its

@@ -11,7 +11,10 @@
 // A receiver takes its message itself, on its own goroutine: it watches
 // the ring's head word and copies the message straight out of the ring
 // into its buffer as the bytes are published, with no hand-off to another
-// goroutine, no system call and no allocation. Records for other tags it
+// goroutine, no system call and no allocation; or, through RecvFold
+// (transport.Folder), hands those bytes to the caller's reduction where
+// they lie in the ring, so that a reduced message is never copied out.
+// Records for other tags it
 // meets on the way go to a per-peer queue (package demux) where their
 // receivers find them. It first polls for a while (Options.Spin),
 // yielding to the Go scheduler now and then; with more ranks than CPUs it

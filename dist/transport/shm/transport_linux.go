@@ -57,6 +57,7 @@ type Transport struct {
 }
 
 var _ transport.Transport = (*Transport)(nil)
+var _ transport.Folder = (*Transport)(nil)
 
 // peer is everything about one other rank.
 type peer struct {
@@ -142,6 +143,40 @@ func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byt
 // a while, does it post the receive and leave the delivery to the progress
 // goroutine.
 func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []byte) error {
+	return t.recv(ctx, from, tag, p, sink{})
+}
+
+// RecvFold receives the next message from rank from under tag, folding
+// its pieces as they arrive; see transport.Folder. A message taken
+// straight out of the ring (see Recv) is folded piece by piece from the
+// ring as its bytes are published; one delivered through the box or by
+// single copy arrives in scratch first and is folded whole.
+func (t *Transport) RecvFold(ctx context.Context, from int, tag transport.Tag, scratch []byte, unit int, fold func(off int, q []byte)) error {
+	if unit < 1 || len(scratch)%unit != 0 {
+		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %d bytes are not a whole number of %d-byte units", t.rank, from, tag, len(scratch), unit)
+	}
+	if unit > maxFoldUnit {
+		if err := t.Recv(ctx, from, tag, scratch); err != nil {
+			return err
+		}
+		fold(0, scratch)
+		return nil
+	}
+	return t.recv(ctx, from, tag, scratch, sink{unit: unit, fold: fold})
+}
+
+// sink is where a receive puts its message: into the buffer it is given,
+// or, with fold set, through fold (see Transport.RecvFold).
+type sink struct {
+	unit int
+	fold func(off int, q []byte)
+}
+
+// maxFoldUnit bounds the unit of a piece folded out of the ring: a unit
+// split by the ring's end is put together in a buffer of this size.
+const maxFoldUnit = 16
+
+func (t *Transport) recv(ctx context.Context, from int, tag transport.Tag, p []byte, sk sink) error {
 	if err := t.check("recv from", from); err != nil {
 		return err
 	}
@@ -149,13 +184,15 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, transport.ErrClosed)
 	}
 	var err error
+	folded := false // the message went through sk.fold
 	if from == t.rank {
 		err = t.self.Recv(ctx, tag, p)
 	} else {
 		pr := t.peers[from]
 		var done bool
 		if tag.Seq != noticeSeq {
-			done, err = pr.recvDirect(ctx, tag, p)
+			done, err = pr.recvDirect(ctx, tag, p, sk)
+			folded = done
 		}
 		if !done {
 			err = pr.recvBox(ctx, tag, p)
@@ -163,6 +200,9 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	}
 	if err != nil {
 		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, err)
+	}
+	if sk.fold != nil && !folded {
+		sk.fold(0, p)
 	}
 	return nil
 }
@@ -290,7 +330,7 @@ func (t *Transport) mono() int64 { return int64(time.Since(t.epoch)) }
 // length (the box reports the length error), the link is down, or nothing
 // came within Options.Spin plus directWait. Records for other tags met on
 // the way are serviced into the box.
-func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (done bool, err error) {
+func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk sink) (done bool, err error) {
 	t := p.t
 	if !t.mapped.TryRLock() {
 		return false, nil
@@ -312,7 +352,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte) (d
 				switch st {
 				case recordMine:
 					p.inBusy.Add(1)
-					err := p.consume(ctx, tag, h, buf)
+					err := p.consume(ctx, tag, h, buf, sk)
 					p.inBusy.Add(-1)
 					need := p.needsService()
 					p.inMu.Unlock()
@@ -425,7 +465,7 @@ func (p *peer) next(tag transport.Tag, n int) (recordState, wire.Header) {
 // copied becomes a message queued in the box, completed later by the
 // progress goroutine, and the receive fails: nothing is consumed. Caller
 // holds inMu.
-func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, buf []byte) error {
+func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, buf []byte, sk sink) error {
 	r := &p.in
 	n := h.Aux
 	pad := (recordAlign - n%recordAlign) % recordAlign
@@ -433,6 +473,9 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 	if h.Length == descBytes {
 		if p.claim(p.inTail, buf) {
 			p.release(tail + descBytes)
+			if sk.fold != nil {
+				sk.fold(0, buf)
+			}
 			return nil
 		}
 		tail += descBytes // inline: the payload follows the descriptor
@@ -444,8 +487,18 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 		for got < n && tail < head {
 			k := min(n-got, head-tail, publishBytes)
 			at := tail & r.mask
-			c := uint64(copy(buf[got:got+k], r.data[at:]))
-			copy(buf[got+c:got+k], r.data)
+			if sk.fold != nil {
+				if got+k < n {
+					k -= k % uint64(sk.unit) // whole units only
+					if k == 0 {
+						break // wait for the rest of the unit
+					}
+				}
+				p.foldRing(sk, got, at, k)
+			} else {
+				c := uint64(copy(buf[got:got+k], r.data[at:]))
+				copy(buf[got+c:got+k], r.data)
+			}
 			got += k
 			tail += k
 			if got < n {
@@ -473,10 +526,16 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 		if err != nil {
 			// Give the part back: the box completes the message later
 			// (or fails it) and hands it to the next receive for the tag.
+			// A part already folded cannot be given back: the message is
+			// dropped, its rest discarded as it comes.
 			m := p.box.Begin(tag, int(n))
-			for off := uint64(0); off < got; {
-				k, _ := m.Write(func(dst []byte) (int, error) { return copy(dst, buf[off:got]), nil })
-				off += uint64(k)
+			if sk.fold != nil && got > 0 {
+				m.Abort(err)
+			} else {
+				for off := uint64(0); off < got; {
+					k, _ := m.Write(func(dst []byte) (int, error) { return copy(dst, buf[off:got]), nil })
+					off += uint64(k)
+				}
 			}
 			p.cur, p.curRem, p.curPad = m, n-got, pad
 			if got == n {
@@ -498,6 +557,35 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 			}
 			p.sleepOnRing(tail+min(n-got+pad, uint64(len(r.data))/2), directSleep)
 		}
+	}
+}
+
+// foldRing folds the k bytes at ring offset at, the message's bytes from
+// got on, through sk.fold: in one piece, or two where the ring's end cuts
+// them, with a unit the end splits put together in a buffer.
+func (p *peer) foldRing(sk sink, got, at, k uint64) {
+	data := p.in.data
+	first := min(k, uint64(len(data))-at)
+	if first == k {
+		sk.fold(int(got), data[at:at+k])
+		return
+	}
+	u := uint64(sk.unit)
+	whole := first - first%u
+	if whole > 0 {
+		sk.fold(int(got), data[at:at+whole])
+	}
+	rest := data[:k-first]
+	if split := first - whole; split > 0 {
+		var unit [maxFoldUnit]byte
+		copy(unit[:], data[at+whole:at+first])
+		copy(unit[split:u], rest)
+		sk.fold(int(got+whole), unit[:u])
+		rest = rest[u-split:]
+		whole += u
+	}
+	if len(rest) > 0 {
+		sk.fold(int(got+whole), rest)
 	}
 }
 
