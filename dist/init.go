@@ -65,6 +65,7 @@ type Options struct {
 
 	hostID       string        // this rank's host identity; "" means hostIdentity() (tests set it)
 	localRanks   int           // ranks on this host, this one included (set by connect)
+	hostCPUs     int           // CPUs those ranks may run on between them (set by connect)
 	jobNonce     string        // the job's identity, once joined (see join.go)
 	joinProgress time.Duration // progress interval; 0 means joinProgressEvery (tests set it)
 }
@@ -208,6 +209,9 @@ func connect(ctx context.Context, o *Options) (transport.Transport, error) {
 	}
 	oneHost := len(remote) == 0
 	o.localRanks = len(local) + 1
+	if o.hostCPUs, err = o.localCPUs(ctx, local); err != nil {
+		return nil, err
+	}
 	kind := o.Transport
 	switch kind {
 	case "", "auto":
@@ -233,6 +237,54 @@ func connect(ctx context.Context, o *Options) (transport.Transport, error) {
 		return connectShm(ctx, o, nil)
 	}
 	return connectTCP(ctx, o, oneHost, nil)
+}
+
+// localCPUs returns how many CPUs the ranks on this host (this one and
+// local) may run on between them: the union of their CPU masks, which
+// the ranks exchange. Whether waiting ranks may poll depends on it (see
+// shm.Options.CPUs): ranks bound each to its own CPU (by cohort run, or
+// mpirun's binding) fit the host although each process sees one CPU.
+// Where masks are unknown it is this process's runtime.NumCPU().
+func (o *Options) localCPUs(ctx context.Context, local []int) (int, error) {
+	if len(local) == 0 {
+		return runtime.NumCPU(), nil
+	}
+	mine := allowedCPUs() // published even when unknown (""): the peers wait for it
+	parts := make([]string, len(mine))
+	for i, c := range mine {
+		parts[i] = strconv.Itoa(c)
+	}
+	masks, err := o.gatherFrom(ctx, "cpus", strings.Join(parts, ","), local)
+	if err != nil {
+		return 0, err
+	}
+	return countCPUs(mine, local, masks, runtime.NumCPU())
+}
+
+// countCPUs counts the CPUs of the union of mine and the lists (comma-
+// separated numbers) the ranks in local published in masks; dflt when
+// some rank could not tell (nil or "").
+func countCPUs(mine []int, local []int, masks []string, dflt int) (int, error) {
+	if mine == nil {
+		return dflt, nil
+	}
+	union := make(map[int]bool, len(mine))
+	for _, c := range mine {
+		union[c] = true
+	}
+	for _, r := range local {
+		if masks[r] == "" {
+			return dflt, nil
+		}
+		for f := range strings.SplitSeq(masks[r], ",") {
+			c, err := strconv.Atoi(f)
+			if err != nil {
+				return 0, fmt.Errorf("dist: Init: rank %d published the CPU list %q: %w", r, masks[r], err)
+			}
+			union[c] = true
+		}
+	}
+	return len(union), nil
 }
 
 // connectMixed connects the ranks on this host (local) through shm and the
@@ -281,7 +333,7 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool, peers []int) (tra
 		}
 	}
 	topts := tcp.Options{Token: o.Token, Peers: peers}
-	if o.localRanks <= runtime.NumCPU() {
+	if o.localRanks <= o.hostCPUs {
 		topts.Spin = tcpSpin
 	}
 	ln, err := tcp.Listen(ctx, o.Rank, o.WorldSize, bind, topts)

@@ -51,6 +51,10 @@ type Config struct {
 	// runtime.NumCPU(). Each worker gets COHORT_NUM_THREADS =
 	// max(1, NumCPU / NProcPerNode).
 	NumCPU int
+	// CPUBind binds each worker to its share of the node's CPUs (see
+	// BindAuto, the default). A bound worker gets GOMAXPROCS set to the
+	// launcher's, what it would have had unbound, unless Env sets it.
+	CPUBind CPUBind
 	// GracePeriod is how long workers may take to exit after SIGTERM (or a
 	// forwarded signal) before they are killed; 0 means 5 s.
 	GracePeriod time.Duration
@@ -172,6 +176,9 @@ func (c *Config) validate() error {
 	}
 	if c.Tee && c.LogDir == "" {
 		bad("--tee copies the output to the console and to the files of --log-dir: give --log-dir")
+	}
+	if _, err := ParseCPUBind(string(c.CPUBind)); err != nil {
+		bad("CPUBind %q: want auto or none", c.CPUBind)
 	}
 	if c.NumCPU < 0 || c.TailLines < 0 {
 		bad("NumCPU %d, TailLines %d: want >= 0", c.NumCPU, c.TailLines)

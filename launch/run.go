@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -286,6 +287,7 @@ func (a *agent) spawn(g generation) error {
 		a.startWatch()
 	}
 	threads := max(1, c.NumCPU/c.NProcPerNode)
+	blocks := a.cpuBlocks()
 	for local := range c.NProcPerNode {
 		rank := g.rankBase + local
 		dir, err := a.workerDir(g, rank)
@@ -299,6 +301,10 @@ func (a *agent) spawn(g generation) error {
 		env := a.workerEnv(local, g, threads, errorFile)
 		sp := workerSpec{path: a.bin, args: c.Args, env: env, dir: c.Dir, local: local, rank: rank,
 			out: a.out, errOut: a.errOut, errorFile: errorFile, tailLines: c.TailLines}
+		if blocks != nil {
+			sp.cpus = blocks[local]
+			sp.env = withDefault(sp.env, "GOMAXPROCS", strconv.Itoa(runtime.GOMAXPROCS(0)))
+		}
 		if c.LogDir != "" {
 			sp.logDir = dir
 		}
@@ -310,8 +316,51 @@ func (a *agent) spawn(g generation) error {
 		a.workers = append(a.workers, w)
 	}
 	a.log.Info("launch: started workers", "node", g.nodeRank, "nodes", g.numNodes, "workers", c.NProcPerNode,
-		"world", g.world, "store", g.storeAddr, "run_id", a.runID, "restart", g.restarts, "round", g.round, "threads", threads)
+		"world", g.world, "store", g.storeAddr, "run_id", a.runID, "restart", g.restarts, "round", g.round, "threads", threads,
+		"cpus", describeBlocks(blocks))
 	return nil
+}
+
+// cpuBlocks returns the CPUs each local worker is bound to (see
+// Config.CPUBind), or nil when the workers run unbound.
+func (a *agent) cpuBlocks() [][]int {
+	c := &a.cfg
+	bind := c.CPUBind
+	if v := os.Getenv("COHORT_CPU_BIND"); bind == "" && v != "" {
+		b, err := ParseCPUBind(v)
+		if err != nil {
+			a.log.Warn("launch: ignoring COHORT_CPU_BIND", "err", err)
+		}
+		bind = b
+	}
+	if bind == BindNone || c.NProcPerNode < 2 {
+		return nil
+	}
+	cpus := allowedCPUs()
+	return cpuBlocks(cpus[:min(len(cpus), c.NumCPU)], c.NProcPerNode)
+}
+
+// describeBlocks is the log's account of the binding: "unbound", or each
+// local worker's CPUs.
+func describeBlocks(blocks [][]int) string {
+	if blocks == nil {
+		return "unbound"
+	}
+	parts := make([]string, len(blocks))
+	for i, b := range blocks {
+		parts[i] = formatCPUs(b)
+	}
+	return strings.Join(parts, " ")
+}
+
+// withDefault returns env with k=v appended unless env sets k.
+func withDefault(env []string, k, v string) []string {
+	for _, e := range env {
+		if name, _, _ := strings.Cut(e, "="); name == k {
+			return env
+		}
+	}
+	return append(env, k+"="+v)
 }
 
 // workerDir is the directory of rank's files in generation g (its error

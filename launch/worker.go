@@ -44,6 +44,8 @@ type workerSpec struct {
 	logDir    string
 	errorFile string
 	tailLines int
+	// cpus, when set, are the CPUs the worker is bound to.
+	cpus []int
 }
 
 // startWorker starts one worker and the goroutines that stream its output
@@ -99,7 +101,7 @@ func startWorker(sp workerSpec, exits chan<- event, spawned chan<- struct{}) (*w
 		return nil, fmt.Errorf("launch: rank %d: stderr pipe: %w", rank, err)
 	}
 	cmd.Stdout, cmd.Stderr = outW, errW
-	if err := cmd.Start(); err != nil {
+	if err := startOn(cmd, sp.cpus); err != nil {
 		closeFiles()
 		outR.Close()
 		outW.Close()

@@ -79,7 +79,7 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		rdzvConf                                 string
 		grace, joinTimeout, timeout              time.Duration
 		standalone, verbose                      bool
-		logDir, watchdog, dashboard              string
+		logDir, watchdog, dashboard, cpuBind     string
 		tee                                      teeFlag
 	)
 	// torchrun spells its flags with underscores too; accept both.
@@ -113,6 +113,7 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	fs.Var(&tee, "tee", "with --log-dir, also copy the output to the console (torchrun's --tee 3)")
 	fs.StringVar(&watchdog, "watchdog", "", "the workers' hang watchdog interval, e.g. 60s, or off (COHORT_WATCHDOG)")
 	fs.StringVar(&dashboard, "dashboard", "", "HOST:PORT where rank 0 serves the live run page (COHORT_DASHBOARD)")
+	fs.StringVar(&cpuBind, "cpu-bind", "auto", "auto: bind each worker to its own block of this node's CPUs when they are at least as many as the workers (GOMAXPROCS kept at the launcher's); none: never bind")
 	fs.BoolVar(&standalone, "standalone", false, "single node, free port (torchrun compatibility)")
 	fs.BoolVar(&verbose, "verbose", false, "log the launcher's progress")
 	if err := fs.Parse(args); err != nil {
@@ -136,13 +137,17 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	if err != nil {
 		return runFlags{}, err
 	}
+	bind, err := launch.ParseCPUBind(cpuBind)
+	if err != nil {
+		return runFlags{}, err
+	}
 	if tee && logDir == "" {
 		return runFlags{}, errors.New("--tee copies the workers' output to the console and to --log-dir's files: give --log-dir")
 	}
 	cfg := launch.Config{
 		NProcPerNode: nproc, Program: fs.Arg(0), Args: fs.Args()[1:],
 		Token: node.Token, RunID: runID, GracePeriod: grace, JoinTimeout: joinTimeout,
-		Timeout: timeout, LogDir: logDir, Tee: bool(tee), Watchdog: wd, Dashboard: dashboard,
+		Timeout: timeout, LogDir: logDir, Tee: bool(tee), Watchdog: wd, Dashboard: dashboard, CPUBind: bind,
 	}
 	switch rdzvBackend {
 	case "", "c10d", "static":

@@ -29,8 +29,8 @@ type Options struct {
 	MaxMessageBytes int64
 	// Spin is how long a receiver polls the rings itself, and a sender
 	// waits for ring space, before sleeping. 0 means 200 µs when the ranks
-	// sharing memory (this one and its peers) fit the CPUs this process
-	// may use (at most runtime.NumCPU()), and 50 µs otherwise. With more
+	// sharing memory (this one and its peers) fit their CPUs (Options.CPUs),
+	// and 50 µs otherwise. With more
 	// ranks than CPUs a polling rank would hold a CPU its peer needs to
 	// send, so it yields the CPU (sched_yield) between polls, and polls
 	// not at all for a while after a yield that handed the CPU to some
@@ -62,6 +62,11 @@ type Options struct {
 	// others through another transport (see package route); rank numbers
 	// stay those of the world.
 	Peers []int
+	// CPUs is how many CPUs the ranks sharing memory (this one and its
+	// peers) may run on between them, say the union of their CPU masks
+	// when a launcher binds each to its own; 0 means runtime.NumCPU(),
+	// this process's.
+	CPUs int
 
 	// yield: the ranks outnumber the CPUs, and waiters yield the CPU
 	// between polls (set by withDefaults; tests may force it).
@@ -108,7 +113,11 @@ func (o Options) withDefaults(ranks int) Options {
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = 64 << 30
 	}
-	o.yield = o.yield || ranks > runtime.NumCPU()
+	cpus := o.CPUs
+	if cpus <= 0 {
+		cpus = runtime.NumCPU()
+	}
+	o.yield = o.yield || ranks > cpus
 	if o.Spin == 0 {
 		o.Spin = 200 * time.Microsecond
 		if o.yield {

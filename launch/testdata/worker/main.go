@@ -3,7 +3,8 @@
 // joins the job's store and waits for every rank (a barrier), so the
 // tests know all workers are up before anything fails.
 //
-//	env                 print the launcher's variables and exit 0
+//	env                 print the launcher's variables, the CPUs the worker
+//	                    may run on and its GOMAXPROCS, and exit 0
 //	exit RANK CODE      RANK writes 25 stderr lines and exits CODE; others sleep
 //	selfkill RANK       RANK kills itself with SIGKILL; others sleep
 //	ignoreterm RANK     like exit RANK 3, but the others ignore SIGTERM
@@ -35,7 +36,9 @@ import (
 	"os"
 	"os/exec"
 	"os/signal"
+	"runtime"
 	"strconv"
+	"strings"
 	"syscall"
 	"time"
 
@@ -54,6 +57,15 @@ func main() {
 			"COHORT_RESTART_COUNT", "COHORT_NUM_THREADS", "OMP_NUM_THREADS", "EXTRA"} {
 			fmt.Printf("%s=%s\n", k, os.Getenv(k))
 		}
+		// The CPUs it may run on (Linux) and the Ps it got.
+		if b, err := os.ReadFile("/proc/self/status"); err == nil {
+			for _, l := range strings.Split(string(b), "\n") {
+				if v, ok := strings.CutPrefix(l, "Cpus_allowed_list:"); ok {
+					fmt.Printf("CPUS=%s\n", strings.TrimSpace(v))
+				}
+			}
+		}
+		fmt.Printf("GOMAXPROCS=%d\n", runtime.GOMAXPROCS(0))
 	}
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
