@@ -54,8 +54,13 @@ const (
 	defaultDepth       = 2
 	defaultSmallBytes  = 64 << 10
 	defaultMediumBytes = 512 << 10
-	defaultInlineBytes = 1 << 20
+	defaultInlineBytes = DefaultInlineBytes
 )
+
+// DefaultInlineBytes is Tuning.InlineBytes's default. A transport that
+// carries inline plans must take a message this long (plus headers)
+// without waiting for the receiver (shm's default ring is sized for it).
+const DefaultInlineBytes = 1 << 20
 
 func (t Tuning) withDefaults() Tuning {
 	if t.Depth <= 0 {

@@ -21,8 +21,14 @@ type Options struct {
 	// '_' and '-'. "" means "cohort".
 	Prefix string
 	// RingBytes is the capacity of each ring, a power of two from 64 KiB
-	// to 1 GiB. 0 means 4 MiB. Each rank's segment holds one ring per
-	// peer (worldSize−1 unless Peers says otherwise).
+	// to 1 GiB. 0 means DefaultRingBytes, 2 MiB: room for a message of
+	// collective.Tuning.InlineBytes (1 MiB) and its header, which an
+	// inline plan sends without waiting for the receiver, while the ring,
+	// cycled through by every message, stays in the caches. On a 2-core
+	// Intel Xeon (family 6 model 207, 2 MiB L2 per core), world 2,
+	// alternated: a 16 MiB all-reduce took 2.9 ms with 2 MiB rings, 2.7 ms
+	// with 1 MiB ones and 3.2 ms with 4 MiB ones. Each rank's segment
+	// holds one ring per peer (worldSize−1 unless Peers says otherwise).
 	RingBytes int64
 	// MaxMessageBytes is the longest message accepted from a peer; a
 	// longer one is a protocol error. 0 means 64 GiB.
@@ -76,6 +82,9 @@ type Options struct {
 	noBell bool
 }
 
+// DefaultRingBytes is Options.RingBytes's default.
+const DefaultRingBytes = 2 << 20
+
 // The ring bounds.
 const (
 	minRing = 64 << 10
@@ -108,7 +117,7 @@ func (o Options) withDefaults(ranks int) Options {
 		o.Prefix = "cohort"
 	}
 	if o.RingBytes == 0 {
-		o.RingBytes = 4 << 20
+		o.RingBytes = DefaultRingBytes
 	}
 	if o.MaxMessageBytes == 0 {
 		o.MaxMessageBytes = 64 << 30
