@@ -50,8 +50,8 @@
 // threads onto one CPU: on a 2-core Intel Xeon (family 6 model 207), two
 // workers bound one to each core trained 15–27 % more MLP samples/s, 13 %
 // more LeNet and 4 % more GPT-mini tokens/s (DDP over shm, medians of 3
-// alternated runs), and cut a tcp all-reduce of 64 KiB from 52–230 µs to
-// 37–41 µs. A node with more workers than CPUs is left to the kernel.
+// alternated runs); all-reduces over shm or tcp alone moved within the
+// host's noise. A node with more workers than CPUs is left to the kernel.
 //
 // GOMAXPROCS: a bound worker gets the launcher's GOMAXPROCS (what it would
 // have had unbound, every core) unless the environment sets it, and an
