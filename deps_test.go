@@ -32,8 +32,8 @@ var importRules = []struct {
 	{"cohort/dist/rendezvous", []string{"cohort/dist/store/..."}},
 	{"cohort/dist/collective/...", []string{"cohort/dist/collective/...", "cohort/dist/transport"}},
 	{"cohort/dist/disttest", []string{"cohort/dist", "cohort/dist/...", "cohort/tensor"}},
-	{"cohort/dist/...", []string{"cohort/dist/...", "cohort/dist", "cohort/tensor"}},
-	{"cohort/dist", []string{"cohort/dist/...", "cohort/tensor"}},
+	{"cohort/dist/...", []string{"cohort/dist/...", "cohort/dist", "cohort/tensor", "cohort/internal/affinity"}},
+	{"cohort/dist", []string{"cohort/dist/...", "cohort/tensor", "cohort/internal/affinity"}},
 	{"cohort/ddp/reducer", nil},
 	{"cohort/ddp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/ddp/reducer"}},
 	{"cohort/zero", []string{"cohort/internal/wrapcore", "cohort/ddp", "cohort/ddp/reducer", "cohort/dist", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
@@ -45,7 +45,8 @@ var importRules = []struct {
 	{"cohort/checkpoint", []string{"cohort/tensor", "cohort/nn", "cohort/optim"}},
 	{"cohort/layout", []string{"cohort/dist", "cohort/pipeline", "cohort/tp", "cohort/models", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
 	{"cohort/obs/...", []string{"cohort/obs/..."}},
-	{"cohort/launch/...", []string{"cohort/launch/...", "cohort/dist/rendezvous", "cohort/dist/store/..."}},
+	{"cohort/launch/...", []string{"cohort/launch/...", "cohort/dist/rendezvous", "cohort/dist/store/...", "cohort/internal/affinity"}},
+	{"cohort/internal/affinity", nil},
 }
 
 // coreTrees must never reach the distributed layer, even indirectly.

@@ -18,6 +18,7 @@ import (
 	"cohort/dist/transport/inproc"
 	"cohort/dist/transport/route"
 	"cohort/dist/transport/tcp"
+	"cohort/internal/affinity"
 )
 
 // Options configures Init. Store, Rank and WorldSize are required (Store
@@ -249,7 +250,7 @@ func (o *Options) localCPUs(ctx context.Context, local []int) (int, error) {
 	if len(local) == 0 {
 		return runtime.NumCPU(), nil
 	}
-	mine := allowedCPUs() // published even when unknown (""): the peers wait for it
+	mine := affinity.Allowed() // published even when unknown (""): the peers wait for it
 	parts := make([]string, len(mine))
 	for i, c := range mine {
 		parts[i] = strconv.Itoa(c)

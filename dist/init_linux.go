@@ -4,8 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"golang.org/x/sys/unix"
-
 	"cohort/dist/transport"
 	"cohort/dist/transport/shm"
 )
@@ -30,20 +28,4 @@ func connectShm(ctx context.Context, o *Options, peers []int) (transport.Transpo
 		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
 	}
 	return t, nil
-}
-
-// allowedCPUs lists the CPUs this process may run on; nil if the kernel
-// does not say.
-func allowedCPUs() []int {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil
-	}
-	var cpus []int
-	for c := range len(set) * 64 {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus
 }

@@ -15,6 +15,3 @@ const shmAvailable = false
 func connectShm(ctx context.Context, o *Options, peers []int) (transport.Transport, error) {
 	return nil, errors.New("dist: Init: transport shm is not built into this binary (Linux only)")
 }
-
-// allowedCPUs: CPU masks are read on Linux only.
-func allowedCPUs() []int { return nil }

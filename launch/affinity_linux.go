@@ -7,22 +7,6 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// allowedCPUs lists, in order, the CPUs this process may run on; nil if
-// the kernel does not say.
-func allowedCPUs() []int {
-	var set unix.CPUSet
-	if err := unix.SchedGetaffinity(0, &set); err != nil {
-		return nil
-	}
-	var cpus []int
-	for c := range len(set) * 64 {
-		if set.IsSet(c) {
-			cpus = append(cpus, c)
-		}
-	}
-	return cpus
-}
-
 // startOn starts cmd bound to cpus (none: unbound). A child inherits the
 // CPU mask of the thread that forks it, so the forking goroutine holds
 // its thread, narrows the thread's mask to cpus for the fork and restores

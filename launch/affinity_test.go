@@ -8,6 +8,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"cohort/internal/affinity"
 )
 
 func TestCPUBlocks(t *testing.T) {
@@ -71,7 +73,7 @@ func parseCPUList(t *testing.T, s string) []int {
 // COHORT_CPU_BIND=none and no setting) both may run on all of them and
 // Go picks their GOMAXPROCS.
 func TestRunCPUBind(t *testing.T) {
-	allowed := allowedCPUs()
+	allowed := affinity.Allowed()
 	if len(allowed) < 2 {
 		t.Skipf("binding needs 2 CPUs; this process may use %v", allowed)
 	}
@@ -103,7 +105,7 @@ func TestRunCPUBind(t *testing.T) {
 			}
 		}
 		// The launcher's own threads are as they were.
-		if got := allowedCPUs(); !slices.Equal(got, allowed) {
+		if got := affinity.Allowed(); !slices.Equal(got, allowed) {
 			t.Errorf("after starting the workers the launcher may run on %v, before on %v", got, allowed)
 		}
 	})

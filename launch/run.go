@@ -20,6 +20,7 @@ import (
 	"cohort/dist/rendezvous"
 	"cohort/dist/store"
 	"cohort/dist/store/tcpstore"
+	"cohort/internal/affinity"
 )
 
 // Run runs one node's part of a job: it resolves (and if needed builds)
@@ -336,7 +337,7 @@ func (a *agent) cpuBlocks() [][]int {
 	if bind == BindNone || c.NProcPerNode < 2 {
 		return nil
 	}
-	cpus := allowedCPUs()
+	cpus := affinity.Allowed()
 	return cpuBlocks(cpus[:min(len(cpus), c.NumCPU)], c.NProcPerNode)
 }
 

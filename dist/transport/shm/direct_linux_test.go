@@ -75,12 +75,7 @@ func TestDirectRecvCancelledMidMessage(t *testing.T) {
 			tag := transport.Tag{Group: 3, Seq: 9, Step: 1}
 			msg := transporttest.Pattern(1000, 3)
 			// Rank 1 publishes the header and the first 400 bytes only.
-			p := ts[1].peers[0]
-			p.mu.Lock()
-			h := wire.Header{Kind: wire.KindData, Group: tag.Group, Step: tag.Step, Seq: tag.Seq, Aux: uint64(len(msg))}
-			h.Put(p.out.data[p.outHead&p.out.mask:])
-			copy(p.out.data[p.outHead+recordAlign:], msg[:400])
-			p.publish(p.outHead+recordAlign+400, tag)
+			rest := publishPart(ts[1].peers[0], tag, msg, 400)
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 			defer cancel()
 			err := ts[0].Recv(ctx, 1, tag, make([]byte, len(msg)))
@@ -88,11 +83,7 @@ func TestDirectRecvCancelledMidMessage(t *testing.T) {
 				t.Fatalf("first receive: %v, want a deadline error", err)
 			}
 			// The rest, padding included, then a second message.
-			copy(p.out.data[p.outHead+recordAlign+400:], msg[400:])
-			n := uint64(len(msg))
-			p.outHead += recordAlign + n + (recordAlign-n%recordAlign)%recordAlign
-			p.publish(p.outHead, tag)
-			p.mu.Unlock()
+			rest()
 			if err := ts[1].Send(context.Background(), 0, tag, []byte("next")); err != nil {
 				t.Fatal(err)
 			}
@@ -108,6 +99,24 @@ func TestDirectRecvCancelledMidMessage(t *testing.T) {
 				t.Errorf("third receive: %q, %v", next, err)
 			}
 		})
+	}
+}
+
+// publishPart has p publish, as the next record of its ring, the header
+// of msg under tag and its first n bytes, holding p's send lock; the
+// function it returns publishes the rest (and the padding) and lets go.
+func publishPart(p *peer, tag transport.Tag, msg []byte, n int) (rest func()) {
+	p.mu.Lock()
+	h := wire.Header{Kind: wire.KindData, Group: tag.Group, Step: tag.Step, Seq: tag.Seq, Aux: uint64(len(msg))}
+	h.Put(p.out.data[p.outHead&p.out.mask:])
+	copy(p.out.data[p.outHead+recordAlign:], msg[:n])
+	p.publish(p.outHead+recordAlign+uint64(n), tag)
+	return func() {
+		copy(p.out.data[p.outHead+recordAlign+uint64(n):], msg[n:])
+		l := uint64(len(msg))
+		p.outHead += recordAlign + l + (recordAlign-l%recordAlign)%recordAlign
+		p.publish(p.outHead, tag)
+		p.mu.Unlock()
 	}
 }
 

@@ -10,7 +10,6 @@ import (
 
 	"cohort/dist/transport"
 	"cohort/dist/transport/transporttest"
-	"cohort/dist/wire"
 )
 
 // folded records what a fold function was handed.
@@ -117,12 +116,7 @@ func TestRecvFoldCancelledMidMessage(t *testing.T) {
 	tag := transport.Tag{Group: 3, Seq: 9, Step: 1}
 	msg := transporttest.Pattern(1000, 3)
 	// Rank 1 publishes the header and the first 400 bytes only.
-	p := ts[1].peers[0]
-	p.mu.Lock()
-	h := wire.Header{Kind: wire.KindData, Group: tag.Group, Step: tag.Step, Seq: tag.Seq, Aux: uint64(len(msg))}
-	h.Put(p.out.data[p.outHead&p.out.mask:])
-	copy(p.out.data[p.outHead+recordAlign:], msg[:400])
-	p.publish(p.outHead+recordAlign+400, tag)
+	rest := publishPart(ts[1].peers[0], tag, msg, 400)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Millisecond)
 	defer cancel()
 	f := &folded{unit: 8}
@@ -133,11 +127,7 @@ func TestRecvFoldCancelledMidMessage(t *testing.T) {
 	if f.err != nil || !bytes.Equal(f.got, msg[:400]) {
 		t.Fatalf("folded %d bytes (%v), want the 400 published", len(f.got), f.err)
 	}
-	copy(p.out.data[p.outHead+recordAlign+400:], msg[400:])
-	n := uint64(len(msg))
-	p.outHead += recordAlign + n + (recordAlign-n%recordAlign)%recordAlign
-	p.publish(p.outHead, tag)
-	p.mu.Unlock()
+	rest()
 	next := transporttest.Pattern(1000, 4)
 	if err := ts[1].Send(context.Background(), 0, tag, next); err != nil {
 		t.Fatal(err)
