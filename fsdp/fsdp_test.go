@@ -212,15 +212,25 @@ func trainFSDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int,
 		}
 		m.ZeroGrad()
 	}
-	sd, err := m.FullStateDict(ctx)
+	out, err := fullParams(ctx, m, mod)
 	if err != nil {
 		return nil, nil, err
+	}
+	return out, m, nil
+}
+
+// fullParams gathers m's full state and returns mod's parameters from it,
+// in mod's order.
+func fullParams(ctx context.Context, m *Model, mod nn.Module) ([][]float32, error) {
+	sd, err := m.FullStateDict(ctx)
+	if err != nil {
+		return nil, err
 	}
 	var out [][]float32
 	for _, p := range mod.NamedParameters() {
 		out = append(out, sd[p.Name].Data())
 	}
-	return out, m, nil
+	return out, nil
 }
 
 func compare(got, want [][]float32) error {
@@ -535,13 +545,9 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 				}
 				m.ZeroGrad()
 			}
-			sd, err := m.FullStateDict(ctx)
+			got, err := fullParams(ctx, m, mod)
 			if err != nil {
 				t.Fatal(err)
-			}
-			var got [][]float32
-			for _, p := range mod.NamedParameters() {
-				got = append(got, sd[p.Name].Data())
 			}
 			if err := compareNorm(got, want); err != nil {
 				t.Errorf("rank %d: %s: %v", pg.Rank(), mode, err)
@@ -731,13 +737,9 @@ func TestUnusedParameters(t *testing.T) {
 			}
 			m.ZeroGrad()
 		}
-		sd, err := m.FullStateDict(ctx)
+		got, err := fullParams(ctx, m, mod)
 		if err != nil {
 			t.Fatal(err)
-		}
-		var got [][]float32
-		for _, p := range mod.NamedParameters() {
-			got = append(got, sd[p.Name].Data())
 		}
 		if err := compare(got, want); err != nil {
 			t.Errorf("rank %d: %v", r, err)

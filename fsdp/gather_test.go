@@ -100,13 +100,9 @@ func TestBackwardRegather(t *testing.T) {
 							}
 							m.ZeroGrad()
 						}
-						sd, err := m.FullStateDict(ctx)
+						got, err := fullParams(ctx, m, mod)
 						if err != nil {
 							t.Fatal(err)
-						}
-						var got [][]float32
-						for _, np := range mod.NamedParameters() {
-							got = append(got, sd[np.Name].Data())
 						}
 						if err := compareNorm(got, want); err != nil {
 							t.Errorf("rank %d: vs one process: %v", r, err)

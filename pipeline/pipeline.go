@@ -703,7 +703,9 @@ func (p *Pipeline) snapshotTied() {
 	base := p.tiedBase[:0]
 	for _, v := range p.opts.Tied {
 		if v.Grad == nil {
-			base = append(base, make([]float32, v.Value.Len())...)
+			n := len(base)
+			base = slices.Grow(base, v.Value.Len())[:n+v.Value.Len()]
+			clear(base[n:])
 		} else {
 			base = append(base, v.Grad.Contiguous().Data()...)
 		}

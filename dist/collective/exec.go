@@ -424,11 +424,12 @@ func (r *run) inline(ctx context.Context) error {
 					return err
 				}
 			}
-			fold := r.p.folds != nil && r.p.folds[i]
+			at := i // the receive's step; a folded one takes the reduce after it along
+			fold := r.p.folds != nil && r.p.folds[at]
 			if fold {
 				// The reduce after the receive takes the message's
 				// pieces as they come (see foldable).
-				r.setFold(s.Dst, steps[i+1])
+				r.setFold(s.Dst, steps[at+1])
 				i++
 			}
 			if p := staged[s.Peer]; p != nil {
@@ -442,15 +443,12 @@ func (r *run) inline(ctx context.Context) error {
 			}
 			var err error
 			if fold {
-				err = transport.RecvFold(ctx, t, ranks[s.Peer], r.tag(i-1, s.Msg), r.bytes(s.Dst), r.es, r.e.fold)
+				err = transport.RecvFold(ctx, t, ranks[s.Peer], r.tag(at, s.Msg), r.bytes(s.Dst), r.es, r.e.fold)
 			} else {
-				err = t.Recv(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Dst))
+				err = t.Recv(ctx, ranks[s.Peer], r.tag(at, s.Msg), r.bytes(s.Dst))
 			}
 			if err != nil {
-				if fold {
-					i--
-				}
-				return r.inlineErr(ctx, false, i, s.Peer, err)
+				return r.inlineErr(ctx, false, at, s.Peer, err)
 			}
 		default:
 			r.compute(s)

@@ -150,17 +150,11 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 // its pieces as they arrive; see transport.Folder. A message taken
 // straight out of the ring (see Recv) is folded piece by piece from the
 // ring as its bytes are published; one delivered through the box or by
-// single copy arrives in scratch first and is folded whole.
+// single copy, or in units over maxFoldUnit bytes, arrives in scratch
+// first and is folded whole.
 func (t *Transport) RecvFold(ctx context.Context, from int, tag transport.Tag, scratch []byte, unit int, fold func(off int, q []byte)) error {
 	if unit < 1 || len(scratch)%unit != 0 {
 		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %d bytes are not a whole number of %d-byte units", t.rank, from, tag, len(scratch), unit)
-	}
-	if unit > maxFoldUnit {
-		if err := t.Recv(ctx, from, tag, scratch); err != nil {
-			return err
-		}
-		fold(0, scratch)
-		return nil
 	}
 	return t.recv(ctx, from, tag, scratch, sink{unit: unit, fold: fold})
 }
@@ -191,8 +185,12 @@ func (t *Transport) recv(ctx context.Context, from int, tag transport.Tag, p []b
 		pr := t.peers[from]
 		var done bool
 		if tag.Seq != noticeSeq {
-			done, err = pr.recvDirect(ctx, tag, p, sk)
-			folded = done
+			direct := sk
+			if sk.unit > maxFoldUnit {
+				direct = sink{} // foldRing could not put a unit split by the ring's end together
+			}
+			done, err = pr.recvDirect(ctx, tag, p, direct)
+			folded = done && direct.fold != nil
 		}
 		if !done {
 			err = pr.recvBox(ctx, tag, p)
