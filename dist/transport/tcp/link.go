@@ -119,7 +119,9 @@ func (l *link) fail(cause error) bool {
 // buffer. If ctx ends first, the frame is given cancelGrace more to go
 // out; if it does, write succeeds, and if it cannot even start, write
 // returns ctx's error with the link intact; a frame cut in the middle
-// takes the link down, as the peer would see half a frame.
+// takes the link down, as the peer would see half a frame. A writer
+// somebody waits for first writes without blocking for a while (see
+// spinWrite).
 func (l *link) write(ctx context.Context, h wire.Header, p []byte) error {
 	h.Length = uint32(len(p))
 	l.wmu.Lock()
@@ -127,34 +129,25 @@ func (l *link) write(ctx context.Context, h wire.Header, p []byte) error {
 	if err := l.down(); err != nil {
 		return err
 	}
-	var stop func() bool
-	var fired chan struct{}
-	if ctx.Done() != nil {
-		fired = make(chan struct{})
-		stop = context.AfterFunc(ctx, func() {
-			l.conn.SetWriteDeadline(time.Now().Add(cancelGrace))
-			close(fired)
-		})
-	}
-	var n int64
-	var err error
+	var hb [wire.HeaderBytes]byte
+	var bufs net.Buffers
 	if len(p) <= stageMax {
 		h.Put(l.stage)
 		k := copy(l.stage[wire.HeaderBytes:], p)
-		var m int
-		m, err = l.conn.Write(l.stage[:wire.HeaderBytes+k])
-		n = int64(m)
+		bufs = net.Buffers{l.stage[:wire.HeaderBytes+k]}
 	} else {
-		var hb [wire.HeaderBytes]byte
 		h.Put(hb[:])
-		bufs := net.Buffers{hb[:], p}
-		n, err = bufs.WriteTo(l.conn)
+		bufs = net.Buffers{hb[:], p}
 	}
-	if stop != nil && !stop() {
-		<-fired
-		if err == nil {
-			l.conn.SetWriteDeadline(time.Time{})
-		}
+	var n int64
+	var err error
+	if spin := l.t.opts.Spin; spin > 0 && len(p) <= pollMax && transport.Awaited(ctx) {
+		n, err = l.spinWrite(ctx, &bufs, spin+time.Duration(len(p))*pollPerByte)
+	}
+	if err == nil && len(bufs) > 0 {
+		var m int64
+		m, err = l.writeBlocking(ctx, &bufs)
+		n += m
 	}
 	if err == nil {
 		return nil
@@ -172,6 +165,99 @@ func (l *link) write(ctx context.Context, h wire.Header, p []byte) error {
 	}
 	l.fail(fmt.Errorf("write: %w", describe(err)))
 	return l.down()
+}
+
+// writeBlocking writes bufs through the runtime's poller, consuming what
+// it writes. If ctx ends, the write gets cancelGrace more.
+func (l *link) writeBlocking(ctx context.Context, bufs *net.Buffers) (int64, error) {
+	var stop func() bool
+	var fired chan struct{}
+	if ctx.Done() != nil {
+		fired = make(chan struct{})
+		stop = context.AfterFunc(ctx, func() {
+			l.conn.SetWriteDeadline(time.Now().Add(cancelGrace))
+			close(fired)
+		})
+	}
+	n, err := bufs.WriteTo(l.conn)
+	if stop != nil && !stop() {
+		<-fired
+		if err == nil {
+			l.conn.SetWriteDeadline(time.Time{})
+		}
+	}
+	return n, err
+}
+
+// spinWrite writes bufs with non-blocking system calls for at most budget
+// or until ctx ends, consuming what it writes, and returns how much it
+// wrote; the caller writes the rest blocking. While the socket is full
+// it advances the link's reader instead of waiting (as pollFor does):
+// two ranks that send to each other at once each drain the other's
+// bytes, with no goroutine wake-up in between, where blocking writers
+// would both wait for their reader goroutines' wake-ups. Its error is
+// one of the socket's (never EAGAIN).
+func (l *link) spinWrite(ctx context.Context, bufs *net.Buffers, budget time.Duration) (int64, error) {
+	deadline := time.Now().Add(budget)
+	var total int64
+	for i := 0; len(*bufs) > 0; i++ {
+		var k int
+		var werr, rerr error
+		cerr := l.rc.Control(func(fd uintptr) {
+			k, werr = writev(int(fd), *bufs)
+			if werr == unix.EAGAIN && l.rd.mu.TryLock() {
+				_, rerr = l.rd.pump(int(fd))
+				l.rd.mu.Unlock()
+			}
+		})
+		if cerr != nil {
+			return total, cerr
+		}
+		if k > 0 {
+			total += int64(k)
+			consume(bufs, k)
+		}
+		if werr != nil && werr != unix.EAGAIN {
+			return total, werr
+		}
+		if rerr != nil {
+			l.readFailed(rerr)
+		}
+		if i%16 == 15 {
+			if ctx.Err() != nil || time.Now().After(deadline) {
+				return total, nil
+			}
+			runtime.Gosched()
+		}
+	}
+	return total, nil
+}
+
+// consume drops the first n bytes of bufs.
+func consume(bufs *net.Buffers, n int) {
+	for n > 0 {
+		b := (*bufs)[0]
+		if n < len(b) {
+			(*bufs)[0] = b[n:]
+			return
+		}
+		n -= len(b)
+		*bufs = (*bufs)[1:]
+	}
+	for len(*bufs) > 0 && len((*bufs)[0]) == 0 {
+		*bufs = (*bufs)[1:]
+	}
+}
+
+// writev is one non-blocking writev system call (EINTR retried).
+func writev(fd int, bufs net.Buffers) (int, error) {
+	for {
+		k, err := unix.Writev(fd, bufs)
+		if err == unix.EINTR {
+			continue
+		}
+		return max(k, 0), err
+	}
 }
 
 // send writes message p under tag, in chunks if it is long.
@@ -493,13 +579,7 @@ func (r *reader) process() error {
 			}
 			// Everything the peer sent is in; acknowledge, then refuse
 			// further sends to it.
-			ack := wire.Header{Kind: wire.KindCloseAck}
-			l.wmu.Lock()
-			if l.down() == nil {
-				ack.Put(l.stage)
-				_, _ = l.conn.Write(l.stage[:wire.HeaderBytes])
-			}
-			l.wmu.Unlock()
+			l.ackClose()
 			l.fail(errPeerClosed)
 		case wire.KindCloseAck:
 			l.ackOnce.Do(func() { close(l.closeAck) })
@@ -507,6 +587,30 @@ func (r *reader) process() error {
 			return r.protocolError("unexpected %v frame", h.Kind)
 		}
 	}
+}
+
+// ackClose writes the acknowledgement of the peer's Close frame, after
+// the frame being written if there is one. The reader may be advanced
+// by a writer that holds wmu (spinWrite); the acknowledgement then goes
+// out on a goroutine of its own once that writer is done.
+func (l *link) ackClose() {
+	ack := func() {
+		var hb [wire.HeaderBytes]byte
+		wire.Header{Kind: wire.KindCloseAck}.Put(hb[:])
+		_, _ = l.conn.Write(hb[:])
+		l.wmu.Unlock()
+	}
+	if l.down() != nil {
+		return
+	}
+	if l.wmu.TryLock() {
+		ack()
+		return
+	}
+	go func() {
+		l.wmu.Lock()
+		ack()
+	}()
 }
 
 // endPayload finishes the frame whose payload is complete: a whole

@@ -2,11 +2,13 @@ package tcp
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"sync"
 	"testing"
 	"time"
 
+	"cohort/dist/transport"
 	"cohort/dist/transport/transporttest"
 )
 
@@ -99,3 +101,60 @@ func BenchmarkExchange16MiB(b *testing.B) {
 // BenchmarkProcesses measures between two real processes; run with
 // -benchtime=1x.
 func BenchmarkProcesses(b *testing.B) { transporttest.ProcessBenchmarks(b, "TestHelperProcess") }
+
+// TestPeerClosesWhileWriterSpins: a writer that spins on a full socket
+// (Options.Spin) advances the link's reader while it holds the write
+// lock, and may meet the peer's Close frame there. Its acknowledgement
+// goes out once the frame is written: the peer's Close completes with
+// it (not by timing out), and the writer's Send returns.
+func TestPeerClosesWhileWriterSpins(t *testing.T) {
+	w := connectWith(t, 2, Options{Spin: time.Second, CloseTimeout: 20 * time.Second})
+	t0, t1 := w.Transports[0].(*Transport), w.Transports[1].(*Transport)
+	defer t0.Close()
+	// Rank 1 stops reading, so rank 0's socket fills.
+	rd := &t1.links[0].rd
+	rd.mu.Lock()
+	sent := make(chan error, 1)
+	go func() {
+		p := make([]byte, 1<<20)
+		for k := 0; ; k++ {
+			if err := t0.Send(context.Background(), 1, transport.Tag{Seq: uint64(k)}, p); err != nil {
+				sent <- err
+				return
+			}
+		}
+	}()
+	time.Sleep(300 * time.Millisecond)
+	closed := make(chan time.Duration, 1)
+	go func() {
+		start := time.Now()
+		t1.Close()
+		closed <- time.Since(start)
+	}()
+	time.Sleep(300 * time.Millisecond)
+	rd.mu.Unlock()
+	select {
+	case d := <-closed:
+		select {
+		case <-t1.links[0].closeAck:
+		default:
+			t.Errorf("rank 1's Close returned after %v without rank 0's acknowledgement", d)
+		}
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 1's Close still waiting after 10 s")
+	}
+	select {
+	case err := <-sent:
+		checkPeerClosed(t, err)
+	case <-time.After(10 * time.Second):
+		t.Fatal("rank 0's Send still blocked 10 s after rank 1 closed")
+	}
+}
+
+func checkPeerClosed(t *testing.T, err error) {
+	t.Helper()
+	var pe *transport.PeerError
+	if !errors.As(err, &pe) || pe.Peer != 1 {
+		t.Errorf("rank 0's Send after rank 1 closed: %v, want a PeerError naming rank 1", err)
+	}
+}
