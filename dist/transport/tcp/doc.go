@@ -31,6 +31,10 @@
 // larger than Options.ChunkBytes are sent as several frames, and frames of
 // small messages to the same peer may travel between them.
 //
+// Connections use cubic congestion control where the system's default is
+// BBR, whose pacing holds back the bursts collectives send (see
+// Options.Congestion).
+//
 // A peer whose process dies closes its connections (the kernel does it),
 // which fails pending and later calls involving it at once with a
 // *transport.PeerError; a peer host that vanishes is detected by keepalive

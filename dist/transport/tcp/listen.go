@@ -124,6 +124,10 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 		}
 		tc := c.(*net.TCPConn)
 		tc.SetNoDelay(true)
+		if err := setCongestion(tc, l.opts.Congestion); err != nil {
+			closeAll()
+			return nil, fmt.Errorf("tcp: rank %d: connection to rank %d: %w", l.rank, r, err)
+		}
 		lk, err := newLink(t, r, tc)
 		if err != nil {
 			closeAll()

@@ -1,0 +1,67 @@
+package tcp
+
+import (
+	"fmt"
+	"net"
+	"os"
+	"strings"
+	"sync"
+
+	"golang.org/x/sys/unix"
+)
+
+// systemCongestion is the kernel's default congestion control ("" if
+// unknown).
+var systemCongestion = sync.OnceValue(func() string {
+	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	if err != nil {
+		return ""
+	}
+	return strings.TrimSpace(string(b))
+})
+
+// setCongestion applies Options.Congestion to tc. Only a name asked for
+// explicitly must be available; the automatic switch from BBR to cubic
+// is skipped where cubic is not.
+func setCongestion(tc *net.TCPConn, name string) error {
+	explicit := name != ""
+	switch {
+	case name == CongestionSystem:
+		return nil
+	case name == "" && systemCongestion() != "bbr":
+		return nil
+	case name == "":
+		name = "cubic"
+	}
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var serr error
+	if err := rc.Control(func(fd uintptr) {
+		serr = unix.SetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION, name)
+	}); err != nil {
+		return err
+	}
+	if serr != nil && explicit {
+		avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+		return fmt.Errorf("congestion control %q (Options.Congestion): %w (this kernel offers: %s)", name, serr, strings.TrimSpace(string(avail)))
+	}
+	return nil
+}
+
+// congestionOf returns tc's congestion control, for tests.
+func congestionOf(tc *net.TCPConn) (string, error) {
+	rc, err := tc.SyscallConn()
+	if err != nil {
+		return "", err
+	}
+	var name string
+	var gerr error
+	if err := rc.Control(func(fd uintptr) {
+		name, gerr = unix.GetsockoptString(int(fd), unix.IPPROTO_TCP, unix.TCP_CONGESTION)
+	}); err != nil {
+		return "", err
+	}
+	return strings.TrimRight(name, "\x00"), gerr
+}
