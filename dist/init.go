@@ -44,6 +44,13 @@ type Options struct {
 	// serves a world of one process; for several ranks in one process
 	// build an inproc mesh and call New.
 	Transport string
+	// TCPCongestion is the congestion control of the job's TCP
+	// connections (tcp.Options.Congestion): "" replaces the kernel's
+	// default with cubic where it is BBR and keeps it otherwise,
+	// "system" keeps it always, a name such as "bbr" or "dctcp" asks
+	// for that one. InitFromInfo and InitFromEnv take it from
+	// COHORT_TCP_CONGESTION when it is empty.
+	TCPCongestion string
 	// Host is the address other hosts reach this rank at (an IP or a
 	// name); empty means the host name. Ranks on one host connect over
 	// loopback whatever it says.
@@ -333,7 +340,7 @@ func connectTCP(ctx context.Context, o *Options, oneHost bool, peers []int) (tra
 			advertise = h
 		}
 	}
-	topts := tcp.Options{Token: o.Token, Peers: peers}
+	topts := tcp.Options{Token: o.Token, Peers: peers, Congestion: o.TCPCongestion}
 	if o.localRanks <= o.hostCPUs {
 		topts.Spin = tcpSpin
 	}
@@ -440,6 +447,9 @@ func InitFromInfo(ctx context.Context, info rendezvous.Info, opts Options) (Proc
 	}
 	if opts.Group.Timeout == 0 {
 		opts.Group.Timeout = info.Timeout // COHORT_TIMEOUT; 0 keeps DefaultTimeout
+	}
+	if opts.TCPCongestion == "" {
+		opts.TCPCongestion = os.Getenv("COHORT_TCP_CONGESTION")
 	}
 	if info.ErrorFile != "" { // a signal that ends ctx is the launcher's culprit
 		context.AfterFunc(ctx, func() { rendezvous.RecordSignal(ctx, info.ErrorFile) })

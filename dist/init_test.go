@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -118,5 +119,40 @@ func TestInitMissingRank(t *testing.T) {
 			t.Errorf("rank %d: %v, want an error naming rank 2", r, err)
 		}
 		t.Logf("rank %d: %v", r, err)
+	}
+}
+
+// TestInitTCPCongestion: Options.TCPCongestion reaches the TCP
+// transport; a congestion control the kernel lacks fails Init, naming
+// it. (tcp's TestCongestion checks what the connections use.)
+func TestInitTCPCongestion(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_CONGESTION is Linux's")
+	}
+	initWorld(t, 2, dist.Options{Transport: "tcp", TCPCongestion: "system"}, func(t *testing.T, pg dist.ProcessGroup) {
+		if err := pg.Barrier(context.Background()).Wait(); err != nil {
+			t.Error(err)
+		}
+	})
+	st := memstore.New()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Go(func() {
+			pg, err := dist.Init(ctx, dist.Options{Store: st, Rank: r, WorldSize: 2, Transport: "tcp", TCPCongestion: "nosuch"})
+			if pg != nil {
+				pg.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err == nil || !strings.Contains(err.Error(), `"nosuch"`) {
+			t.Errorf("rank %d: TCPCongestion nosuch: %v, want an error naming it", r, err)
+		}
 	}
 }
