@@ -45,9 +45,9 @@ type Options struct {
 	// build an inproc mesh and call New.
 	Transport string
 	// TCPCongestion is the congestion control of the job's TCP
-	// connections (tcp.Options.Congestion): "" replaces the kernel's
-	// default with cubic where it is BBR and keeps it otherwise,
-	// "system" keeps it always, a name such as "bbr" or "dctcp" asks
+	// connections (tcp.Options.Congestion): "" keeps the kernel's
+	// default, except that loopback connections trade BBR for cubic;
+	// "system" keeps it always; a name such as "cubic" or "dctcp" asks
 	// for that one. InitFromInfo and InitFromEnv take it from
 	// COHORT_TCP_CONGESTION when it is empty.
 	TCPCongestion string

@@ -21,17 +21,17 @@ var systemCongestion = sync.OnceValue(func() string {
 })
 
 // setCongestion applies Options.Congestion to tc. Only a name asked for
-// explicitly must be available; the automatic switch from BBR to cubic
-// is skipped where cubic is not.
+// explicitly must be available; the automatic switch from BBR to cubic,
+// made on loopback connections only, is skipped where cubic is not.
 func setCongestion(tc *net.TCPConn, name string) error {
 	explicit := name != ""
-	switch {
-	case name == CongestionSystem:
+	switch name {
+	case CongestionSystem:
 		return nil
-	case name == "" && systemCongestion() != "bbr":
-		return nil
-	case name == "":
-		name = "cubic"
+	case "":
+		if name = autoCongestion(systemCongestion(), loopback(tc)); name == "" {
+			return nil
+		}
 	}
 	rc, err := tc.SyscallConn()
 	if err != nil {
@@ -48,6 +48,21 @@ func setCongestion(tc *net.TCPConn, name string) error {
 		return fmt.Errorf("congestion control %q (Options.Congestion): %w (this kernel offers: %s)", name, serr, strings.TrimSpace(string(avail)))
 	}
 	return nil
+}
+
+// autoCongestion is the congestion control the default ("") gives a
+// connection, "" for the system's: cubic in place of BBR on loopback.
+func autoCongestion(system string, loopback bool) string {
+	if system == "bbr" && loopback {
+		return "cubic"
+	}
+	return ""
+}
+
+// loopback reports whether tc connects this host to itself.
+func loopback(tc *net.TCPConn) bool {
+	a, ok := tc.RemoteAddr().(*net.TCPAddr)
+	return ok && a.IP.IsLoopback()
 }
 
 // congestionOf returns tc's congestion control, for tests.

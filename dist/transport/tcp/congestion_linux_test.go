@@ -7,8 +7,9 @@ import (
 )
 
 // TestCongestion: Options.Congestion sets every connection's congestion
-// control; the default replaces BBR with cubic and keeps anything else;
-// a name the kernel lacks fails Connect, naming it.
+// control; the default replaces BBR with cubic on loopback (these
+// connections) and keeps anything else; a name the kernel lacks fails
+// Connect, naming it.
 func TestCongestion(t *testing.T) {
 	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
 	if err != nil {
@@ -47,6 +48,20 @@ func TestCongestion(t *testing.T) {
 		}
 		if ts[r] != nil {
 			ts[r].Close()
+		}
+	}
+}
+
+// TestAutoCongestion: the default trades BBR for cubic on loopback
+// connections only.
+func TestAutoCongestion(t *testing.T) {
+	for _, tc := range []struct {
+		system   string
+		loopback bool
+		want     string
+	}{{"bbr", true, "cubic"}, {"bbr", false, ""}, {"cubic", true, ""}, {"dctcp", false, ""}, {"", true, ""}} {
+		if got := autoCongestion(tc.system, tc.loopback); got != tc.want {
+			t.Errorf("autoCongestion(%q, loopback %v) = %q, want %q", tc.system, tc.loopback, got, tc.want)
 		}
 	}
 }

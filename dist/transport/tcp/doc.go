@@ -31,8 +31,8 @@
 // larger than Options.ChunkBytes are sent as several frames, and frames of
 // small messages to the same peer may travel between them.
 //
-// Connections use cubic congestion control where the system's default is
-// BBR, whose pacing holds back the bursts collectives send (see
+// Loopback connections use cubic congestion control where the system's
+// default is BBR, which falls into a slow state there (see
 // Options.Congestion).
 //
 // A peer whose process dies closes its connections (the kernel does it),

@@ -52,13 +52,17 @@ type Options struct {
 	Spin time.Duration
 	// Congestion is the TCP congestion control of the job's connections
 	// (Linux's TCP_CONGESTION, such as "cubic", "reno" or "dctcp"; the
-	// kernel must offer it). "" keeps the system's default unless that is
-	// BBR, which these connections replace with cubic: BBR paces a
-	// connection at the rate it measured, and a collective's messages are
-	// bursts that want the link's full rate the moment they are sent. Over
-	// loopback on an Intel Xeon VM whose default is BBR, a two-rank
-	// 1 MiB all-reduce took 750-980 µs under BBR and 410-540 µs under
-	// cubic or reno. CongestionSystem keeps the default whatever it is.
+	// kernel must offer it). "" keeps the system's default, except that
+	// a loopback connection (ranks of one host) trades BBR for cubic.
+	// Over loopback, on an Intel Xeon VM whose default is BBR, BBR
+	// connections fell into a state, depending on the sizes run before,
+	// in which a two-rank 1 MiB all-reduce took 0.85-1.1 ms instead of
+	// 0.4 (reordered segments, SACK recoveries); under cubic it took
+	// 0.42-0.6 ms whatever the order, and 16 MiB 8.1 ms against 10.9
+	// (medians). Between network namespaces of that VM (veth), BBR was
+	// the faster (64 KiB 41 against 80 µs, 16 MiB 20-23 against 24-55
+	// ms), so connections to other hosts keep the default.
+	// CongestionSystem keeps the default everywhere.
 	Congestion string
 }
 
