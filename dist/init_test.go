@@ -50,6 +50,31 @@ func initWorld(t *testing.T, world int, opts dist.Options, fn func(t *testing.T,
 	wg.Wait()
 }
 
+// initErrs runs Init with opts for ranks 0..ranks-1 of opts.WorldSize on
+// goroutines sharing one memstore, within timeout, closes the groups
+// that come up and returns each rank's error.
+func initErrs(timeout time.Duration, ranks int, opts dist.Options) []error {
+	st := memstore.New()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	errs := make([]error, ranks)
+	var wg sync.WaitGroup
+	for r := range ranks {
+		wg.Go(func() {
+			o := opts
+			o.Store, o.Rank = st, r
+			pg, err := dist.Init(ctx, o)
+			if pg != nil {
+				pg.Close()
+			}
+			errs[r] = err
+		})
+	}
+	wg.Wait()
+	return errs
+}
+
 func TestInit(t *testing.T) {
 	defer disttest.CheckLeaks(t)()
 	for _, tc := range []struct {
@@ -98,22 +123,7 @@ func TestInitOptionErrors(t *testing.T) {
 // TestInitMissingRank: Init of a world of 3 where rank 2 never comes fails
 // when ctx ends, naming rank 2.
 func TestInitMissingRank(t *testing.T) {
-	st := memstore.New()
-	defer st.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() {
-			pg, err := dist.Init(ctx, dist.Options{Store: st, Rank: r, WorldSize: 3, Transport: "tcp"})
-			if pg != nil {
-				pg.Close()
-			}
-			errs[r] = err
-		})
-	}
-	wg.Wait()
+	errs := initErrs(300*time.Millisecond, 2, dist.Options{WorldSize: 3, Transport: "tcp"})
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), "rank 2") {
 			t.Errorf("rank %d: %v, want an error naming rank 2", r, err)
@@ -134,22 +144,7 @@ func TestInitTCPCongestion(t *testing.T) {
 			t.Error(err)
 		}
 	})
-	st := memstore.New()
-	defer st.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() {
-			pg, err := dist.Init(ctx, dist.Options{Store: st, Rank: r, WorldSize: 2, Transport: "tcp", TCPCongestion: "nosuch"})
-			if pg != nil {
-				pg.Close()
-			}
-			errs[r] = err
-		})
-	}
-	wg.Wait()
+	errs := initErrs(10*time.Second, 2, dist.Options{WorldSize: 2, Transport: "tcp", TCPCongestion: "nosuch"})
 	for r, err := range errs {
 		if err == nil || !strings.Contains(err.Error(), `"nosuch"`) {
 			t.Errorf("rank %d: TCPCongestion nosuch: %v, want an error naming it", r, err)

@@ -10,10 +10,13 @@ import (
 	"golang.org/x/sys/unix"
 )
 
+// procTCP holds the kernel's TCP settings.
+const procTCP = "/proc/sys/net/ipv4/"
+
 // systemCongestion is the kernel's default congestion control ("" if
 // unknown).
 var systemCongestion = sync.OnceValue(func() string {
-	b, err := os.ReadFile("/proc/sys/net/ipv4/tcp_congestion_control")
+	b, err := os.ReadFile(procTCP + "tcp_congestion_control")
 	if err != nil {
 		return ""
 	}
@@ -44,7 +47,7 @@ func setCongestion(tc *net.TCPConn, name string) error {
 		return err
 	}
 	if serr != nil && explicit {
-		avail, _ := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+		avail, _ := os.ReadFile(procTCP + "tcp_available_congestion_control")
 		return fmt.Errorf("congestion control %q (Options.Congestion): %w (this kernel offers: %s)", name, serr, strings.TrimSpace(string(avail)))
 	}
 	return nil

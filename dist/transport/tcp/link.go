@@ -141,8 +141,8 @@ func (l *link) write(ctx context.Context, h wire.Header, p []byte) error {
 	}
 	var n int64
 	var err error
-	if spin := l.t.opts.Spin; spin > 0 && len(p) <= pollMax && transport.Awaited(ctx) {
-		n, err = l.spinWrite(ctx, &bufs, spin+time.Duration(len(p))*pollPerByte)
+	if budget, ok := l.t.pollBudget(ctx, len(p)); ok {
+		n, err = l.spinWrite(ctx, &bufs, budget)
 	}
 	if err == nil && len(bufs) > 0 {
 		var m int64
@@ -205,9 +205,8 @@ func (l *link) spinWrite(ctx context.Context, bufs *net.Buffers, budget time.Dur
 		var werr, rerr error
 		cerr := l.rc.Control(func(fd uintptr) {
 			k, werr = writev(int(fd), *bufs)
-			if werr == unix.EAGAIN && l.rd.mu.TryLock() {
-				_, rerr = l.rd.pump(int(fd))
-				l.rd.mu.Unlock()
+			if werr == unix.EAGAIN {
+				rerr = l.tryPump(int(fd))
 			}
 		})
 		if cerr != nil {
@@ -384,12 +383,7 @@ func (l *link) pollFor(w *demux.Pending, budget time.Duration) {
 	deadline := time.Now().Add(budget)
 	for i := 0; !w.Done(); i++ {
 		var err error
-		cerr := l.rc.Control(func(fd uintptr) {
-			if l.rd.mu.TryLock() {
-				_, err = l.rd.pump(int(fd))
-				l.rd.mu.Unlock()
-			}
-		})
+		cerr := l.rc.Control(func(fd uintptr) { err = l.tryPump(int(fd)) })
 		if cerr != nil || l.down() != nil {
 			return
 		}
@@ -404,6 +398,17 @@ func (l *link) pollFor(w *demux.Pending, budget time.Duration) {
 			runtime.Gosched() // let this process's other goroutines run
 		}
 	}
+}
+
+// tryPump advances the reader on socket fd unless another goroutine is
+// advancing it (the reader goroutine, or another poller).
+func (l *link) tryPump(fd int) error {
+	if !l.rd.mu.TryLock() {
+		return nil
+	}
+	defer l.rd.mu.Unlock()
+	_, err := l.rd.pump(fd)
+	return err
 }
 
 // describe turns the errors of a vanished peer into plain words.
@@ -594,14 +599,14 @@ func (r *reader) process() error {
 // by a writer that holds wmu (spinWrite); the acknowledgement then goes
 // out on a goroutine of its own once that writer is done.
 func (l *link) ackClose() {
-	ack := func() {
+	if l.down() != nil {
+		return
+	}
+	ack := func() { // with wmu held
+		defer l.wmu.Unlock()
 		var hb [wire.HeaderBytes]byte
 		wire.Header{Kind: wire.KindCloseAck}.Put(hb[:])
 		_, _ = l.conn.Write(hb[:])
-		l.wmu.Unlock()
-	}
-	if l.down() != nil {
-		return
 	}
 	if l.wmu.TryLock() {
 		ack()

@@ -82,8 +82,8 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	}
 	w, err := box.Post(tag, p)
 	if w != nil {
-		if t.opts.Spin > 0 && from != t.rank && len(p) <= pollMax && transport.Awaited(ctx) {
-			t.links[from].pollFor(w, t.opts.Spin+time.Duration(len(p))*pollPerByte)
+		if budget, ok := t.pollBudget(ctx, len(p)); ok && from != t.rank {
+			t.links[from].pollFor(w, budget)
 		}
 		err = w.Wait(ctx)
 	}
@@ -144,3 +144,13 @@ const (
 	pollMax     = 1 << 20
 	pollPerByte = time.Nanosecond
 )
+
+// pollBudget reports whether a receive or send of n bytes under ctx
+// polls (Options.Spin is set, somebody waits for it, n is at most
+// pollMax) and for how long.
+func (t *Transport) pollBudget(ctx context.Context, n int) (time.Duration, bool) {
+	if t.opts.Spin <= 0 || n > pollMax || !transport.Awaited(ctx) {
+		return 0, false
+	}
+	return t.opts.Spin + time.Duration(n)*pollPerByte, true
+}
