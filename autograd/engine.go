@@ -124,6 +124,10 @@ type sink struct {
 	// spent: in the weight pass, the gradient is private to the node
 	// (see deferredNode.private) and this is its last use.
 	spent bool
+	// lent is the node's gradient when the op lent it to input lentTo
+	// (see lend).
+	lent   *tensor.Tensor
+	lentTo int
 }
 
 // deferring reports whether this is the input pass of a node whose
@@ -172,6 +176,9 @@ func (s *sink) into(i int) (dst *tensor.Tensor, overwrite bool) {
 func (s *sink) add(i int, g *tensor.Tensor, owned bool) {
 	in := s.n.inputs[i]
 	if !s.need(i) {
+		if owned {
+			tensor.Recycle(g)
+		}
 		return
 	}
 	if !owned {
@@ -191,6 +198,9 @@ func (s *sink) add(i int, g *tensor.Tensor, owned bool) {
 		n.grad, n.owned = g, owned
 	case n.owned:
 		tensor.AddScaled(n.grad, 1, g)
+		if owned {
+			tensor.Recycle(g) // summed in: nobody else holds it
+		}
 	case owned && g.IsContiguous():
 		tensor.AddScaled(g, 1, n.grad) // keep the fresh tensor instead of allocating a third
 		n.grad, n.owned = g, true
@@ -209,9 +219,12 @@ func accumulateLeaf(v *Var, g *tensor.Tensor, owned bool) {
 		}
 		if v.takeGradBuf() {
 			v.Grad.CopyFrom(g)
-			return
+		} else {
+			tensor.AddScaled(v.Grad, 1, g)
 		}
-		tensor.AddScaled(v.Grad, 1, g)
+		if owned {
+			tensor.Recycle(g) // copied or summed in: nobody else holds it
+		}
 	case owned && g.IsContiguous():
 		v.Grad = g
 	default:
@@ -335,7 +348,7 @@ func (e *engine) run(n *node) {
 		s.settle(i)
 	}
 	e.release(n)
-	if g != nil && s.gradPrivate() && !s.handedOn {
+	if !s.settleLent() && g != nil && s.gradPrivate() && !s.handedOn {
 		// The gradient was the engine's own (summed from consumers or
 		// produced fresh by one) and the op kept no reference: its
 		// storage serves the next tensor of its size (tensor.Empty), so a
@@ -365,6 +378,46 @@ func (e *engine) release(n *node) {
 	n.own, n.scratch = nil, nil
 }
 
+// lend delivers g, the node's incoming gradient itself, as input i's whole
+// contribution, while the op goes on reading g until its backward call
+// returns (AddLinear's residual: the gradient is g, and the op's own GEMMs
+// read g after delivering it). When g is private (gradPrivate), ownership
+// passes to the input once the call returns (see settleLent): the input
+// may then accumulate into g, and once spent it is recycled, instead of
+// being dropped for the collector. Otherwise it is add(i, g, false).
+func (s *sink) lend(i int, g *tensor.Tensor) {
+	if !s.gradPrivate() || s.only != nil || s.lent != nil {
+		s.add(i, g, false)
+		return
+	}
+	handed := s.handedOn
+	s.add(i, g, false)
+	s.handedOn = handed
+	s.lent, s.lentTo = g, i
+}
+
+// settleLent runs after the node's backward call: a gradient lent to an
+// input whose node still holds it as its gradient (nothing summed into
+// it yet) becomes that node's own; one that was summed into another
+// tensor, or copied into a leaf's Grad, is spent and recycled. It reports
+// whether the node's gradient went that way (and is not to be recycled
+// again).
+func (s *sink) settleLent() bool {
+	g := s.lent
+	if g == nil {
+		return false
+	}
+	if s.handedOn {
+		return true // handed on otherwise too: it lives on, unowned
+	}
+	if in := s.n.inputs[s.lentTo].node; in != nil && in.grad == g {
+		in.owned = true
+	} else {
+		tensor.Recycle(g)
+	}
+	return true
+}
+
 // pass delivers t, the node's private gradient (see gradPrivate) or a view
 // of it, as input i's whole contribution, with its ownership: the input
 // may accumulate into it, and the engine does not recycle it here.
@@ -378,7 +431,8 @@ func (s *sink) pass(i int, t *tensor.Tensor) {
 // v's node (after all its consumers), the storage of its value may be
 // reused for later tensors. It holds for the ops that compute their output
 // into storage of their own (Linear and its fused forms, LayerNorm,
-// AttentionQKV); for others, and for leaves, it does nothing. A container
+// AttentionQKV, Add, Embedding); for others, and for leaves, it does
+// nothing. A container
 // calls it for the intermediate outputs it never returns (nn.Sequential,
 // between fused layers). Reading v.Value after Backward is then an error.
 func Transient(v *Var) {

@@ -46,10 +46,15 @@ func addReduced(s *sink, i int, g *tensor.Tensor, sign float32) {
 
 // Add returns a + b (broadcasting).
 func Add(a, b *Var) *Var {
-	return record("Add", tensor.Add(a.Value, b.Value), []*Var{a, b}, func(g *tensor.Tensor, s *sink) {
+	y := tensor.Add(a.Value, b.Value)
+	v := record("Add", y, []*Var{a, b}, func(g *tensor.Tensor, s *sink) {
 		addReduced(s, 0, g, 1)
 		addReduced(s, 1, g, 1)
 	})
+	if v.node != nil {
+		v.node.own = y // fresh storage, not read by the backward
+	}
+	return v
 }
 
 // Sub returns a − b (broadcasting).

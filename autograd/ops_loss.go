@@ -65,7 +65,7 @@ func CrossEntropy(logits *Var, target []int64, o CrossEntropyOptions) *Var {
 	x := lc.Data()
 	// prob holds softmax(logits) (vectorised exp, float32 sums), reused by
 	// the backward pass, which overwrites it with the gradient.
-	prob := tensor.New(N, C)
+	prob := tensor.Empty(N, C) // written whole by SoftmaxRows
 	lse := tensor.SoftmaxRows(prob, lc)
 	losses := make([]float64, N)
 	count := 0

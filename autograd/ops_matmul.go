@@ -164,7 +164,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 			g2 = gh
 		}
 		if ri >= 0 && s.need(ri) {
-			s.add(ri, g, false) // the residual's gradient is g itself
+			s.lend(ri, g) // the residual's gradient is g itself, read below
 		}
 		if s.need(1) {
 			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x

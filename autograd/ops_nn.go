@@ -137,10 +137,11 @@ func Embedding(w *Var, idx []int64, shape ...int) *Var {
 		panic(fmt.Sprintf("autograd: Embedding: %d indices for shape %v", len(idx), shape))
 	}
 	D := w.Value.Dim(1)
-	y := tensor.IndexRows(w.Value, idx).Reshape(append(append([]int(nil), shape...), D)...)
+	rows := tensor.IndexRows(w.Value, idx)
+	y := rows.Reshape(append(append([]int(nil), shape...), D)...)
 	ids := append([]int64(nil), idx...)
 	wShape := w.Value.Shape()
-	return record("Embedding", y, []*Var{w}, func(g *tensor.Tensor, s *sink) {
+	v := record("Embedding", y, []*Var{w}, func(g *tensor.Tensor, s *sink) {
 		g2 := g.Reshape(-1, D)
 		if dst, overwrite := s.into(0); dst != nil {
 			if overwrite {
@@ -154,6 +155,10 @@ func Embedding(w *Var, idx []int64, shape ...int) *Var {
 		tensor.IndexAddRows(dw, ids, g2)
 		s.add(0, dw, true)
 	})
+	if v.node != nil {
+		v.node.own = rows // fresh storage, not read by the backward
+	}
+	return v
 }
 
 // Dropout zeroes each element of x with probability p, drawing from rng,

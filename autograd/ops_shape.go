@@ -99,6 +99,10 @@ func Max(x *Var) *Var {
 func Reshape(x *Var, shape ...int) *Var {
 	in := x.Value.Shape()
 	return record("Reshape", x.Value.Reshape(shape...), []*Var{x}, func(g *tensor.Tensor, s *sink) {
+		if s.gradPrivate() {
+			s.pass(0, g.Reshape(in...)) // the input owns the gradient: recycled or reused further down
+			return
+		}
 		s.add(0, g.Reshape(in...), false)
 	})
 }

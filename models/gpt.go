@@ -93,11 +93,11 @@ func (g *GPT) Forward(idx []int64, B, T int) *autograd.Var {
 	if T <= 0 || T > g.Config.Ctx || B <= 0 || len(idx) != B*T {
 		panic(fmt.Sprintf("models: GPT.Forward: %d ids for batch %d × length %d (context %d)", len(idx), B, T, g.Config.Ctx))
 	}
-	h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
-	for _, b := range g.Blocks {
-		h = b.Forward(h)
-	}
-	return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
+	h := g.Embed(idx, B, T)
+	autograd.Transient(h) // read only by the first block
+	h = g.ForwardBlocks(h, 0, len(g.Blocks))
+	autograd.Transient(h) // read only by the head
+	return g.Head(h)
 }
 
 // Loss returns the mean cross-entropy of logits [B, T, Vocab] against the

@@ -17,7 +17,9 @@ func (g *GPT) Embed(idx []int64, B, T int) *autograd.Var {
 	if T <= 0 || T > g.Config.Ctx || B <= 0 || len(idx) != B*T {
 		panic(fmt.Sprintf("models: GPT.Embed: %d ids for batch %d × length %d (context %d)", len(idx), B, T, g.Config.Ctx))
 	}
-	return autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
+	e := autograd.Embedding(g.Wte, idx, B, T)
+	autograd.Transient(e) // read only by the add
+	return autograd.Add(e, autograd.Narrow(g.Wpe, 0, 0, T))
 }
 
 // ForwardBlocks applies blocks [lo, hi) to h [B, T, D].
@@ -36,7 +38,9 @@ func (g *GPT) ForwardBlocks(h *autograd.Var, lo, hi int) *autograd.Var {
 
 // Head returns the logits LN_f(h) @ wteᵀ, [B, T, Vocab].
 func (g *GPT) Head(h *autograd.Var) *autograd.Var {
-	return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
+	x := g.LNF.Forward(h)
+	autograd.Transient(x) // read only by the projection
+	return autograd.Linear(x, g.Wte, nil)
 }
 
 // GPTStage is the part of a GPT that one pipeline stage runs: blocks
@@ -95,6 +99,7 @@ func (s *GPTStage) Forward(mb int, in *autograd.Var) (*autograd.Var, error) {
 	h := in
 	if s.First {
 		h = s.G.Embed(s.idx[mb*n:(mb+1)*n], s.b, s.t)
+		autograd.Transient(h) // read only by the first block
 	} else if in == nil {
 		return nil, fmt.Errorf("models: GPT stage [%d, %d): no input", s.Lo, s.Hi)
 	}
@@ -102,7 +107,10 @@ func (s *GPTStage) Forward(mb int, in *autograd.Var) (*autograd.Var, error) {
 	if !s.Last {
 		return h, nil
 	}
-	return s.G.Loss(s.G.Head(h), s.targets[mb*n:(mb+1)*n]), nil
+	autograd.Transient(h) // read only by the head
+	logits := s.G.Head(h)
+	autograd.Transient(logits) // read only by the loss
+	return s.G.Loss(logits, s.targets[mb*n:(mb+1)*n]), nil
 }
 
 // NamedParameters returns the parameters the stage uses, named as in

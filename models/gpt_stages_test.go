@@ -2,9 +2,11 @@ package models
 
 import (
 	"math/rand/v2"
+	"runtime"
 	"testing"
 
 	"cohort/autograd"
+	"cohort/nn"
 )
 
 // Running a GPT as a chain of stages over microbatches gives the loss and
@@ -79,5 +81,80 @@ func TestGPTStageErrors(t *testing.T) {
 	}
 	if _, err := s.Forward(0, nil); err == nil {
 		t.Error("Forward before SetBatch: no error")
+	}
+}
+
+// A steady-state training step reuses last step's activations and
+// gradients (tensor.Recycle): beyond the parameters' gradients, which
+// ZeroGrad drops and backward allocates again, it allocates a small part
+// of what the first step, which has nothing to reuse, allocates. Before
+// the residual's gradient was handed over (autograd's lend), the
+// embeddings' and the head's outputs were marked Transient and the free
+// list kept more than 16 buffers of a size, that part was 19 % through
+// GPT.Forward and 39 % through the stages; now it is under 1 %.
+func TestGPTStepReusesMemory(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	g, err := NewGPT(rng, GPTMini())
+	if err != nil {
+		t.Fatal(err)
+	}
+	var paramBytes uint64
+	for _, p := range nn.Parameters(g) {
+		paramBytes += 4 * uint64(p.Value.Len())
+	}
+	const B, T, M = 32, 64, 2
+	idx, tgt := make([]int64, B*T), make([]int64, B*T)
+	for i := range idx {
+		idx[i], tgt[i] = int64(rng.IntN(256)), int64(rng.IntN(256))
+	}
+	var stages []*GPTStage
+	for _, r := range [][2]int{{0, 2}, {2, 4}} {
+		st, err := g.NewStage(r[0], r[1], r[0] == 0, r[1] == 4)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetBatch(idx, tgt, B, T, M); err != nil {
+			t.Fatal(err)
+		}
+		stages = append(stages, st)
+	}
+	for _, tc := range []struct {
+		name string
+		step func()
+	}{
+		{"Forward", func() { autograd.Backward(g.Loss(g.Forward(idx, B, T), tgt)) }},
+		{"stages", func() {
+			for mb := range M {
+				h, err := stages[0].Forward(mb, nil)
+				if err != nil {
+					t.Fatal(err)
+				}
+				loss, err := stages[1].Forward(mb, h)
+				if err != nil {
+					t.Fatal(err)
+				}
+				autograd.Backward(loss)
+			}
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			allocated := func(n int) uint64 {
+				var a, b runtime.MemStats
+				runtime.ReadMemStats(&a)
+				for range n {
+					nn.ZeroGrad(g)
+					tc.step()
+				}
+				runtime.ReadMemStats(&b)
+				return (b.TotalAlloc - a.TotalAlloc) / uint64(n)
+			}
+			first := allocated(1)
+			allocated(2)
+			steady := allocated(3)
+			t.Logf("first step %d KiB, steady state %d KiB per step, of which parameter gradients %d KiB", first>>10, steady>>10, paramBytes>>10)
+			if steady > paramBytes+first/8 {
+				t.Errorf("a steady-state step allocates %d KiB: more than the %d KiB of parameter gradients and an eighth of the first step's %d KiB", steady>>10, paramBytes>>10, first>>10)
+			}
+		})
 	}
 }

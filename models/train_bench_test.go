@@ -45,21 +45,35 @@ func BenchmarkTrainStep(b *testing.B) {
 }
 
 // BenchmarkGPTMiniStep measures forward, loss and backward of GPT-mini on
-// a batch of 32 sequences of 64 tokens, reporting tokens/s.
+// a batch of 32 sequences of 64 tokens, reporting tokens/s: in one pass
+// (batch32), and accumulated over 8 microbatches of 4 sequences (mb8x4,
+// what cohort bench pipeline's one-stage baseline runs). With -benchmem,
+// B/op is what a steady-state step allocates.
 func BenchmarkGPTMiniStep(b *testing.B) {
-	rng := rand.New(rand.NewPCG(1, 2))
-	g, err := NewGPT(rng, GPTMini())
-	if err != nil {
-		b.Fatal(err)
+	for _, mb := range []int{1, 8} {
+		name := "batch32"
+		if mb > 1 {
+			name = "mb8x4"
+		}
+		b.Run(name, func(b *testing.B) {
+			rng := rand.New(rand.NewPCG(1, 2))
+			g, err := NewGPT(rng, GPTMini())
+			if err != nil {
+				b.Fatal(err)
+			}
+			const B, T = 32, 64
+			idx, tgt := make([]int64, B*T), make([]int64, B*T)
+			for i := range idx {
+				idx[i], tgt[i] = int64(rng.IntN(256)), int64(rng.IntN(256))
+			}
+			n := B / mb * T
+			for b.Loop() {
+				nn.ZeroGrad(g)
+				for m := range mb {
+					autograd.Backward(g.Loss(g.Forward(idx[m*n:(m+1)*n], B/mb, T), tgt[m*n:(m+1)*n]))
+				}
+			}
+			b.ReportMetric(float64(B*T*b.N)/b.Elapsed().Seconds(), "tokens/s")
+		})
 	}
-	const B, T = 32, 64
-	idx, tgt := make([]int64, B*T), make([]int64, B*T)
-	for i := range idx {
-		idx[i], tgt[i] = int64(rng.IntN(256)), int64(rng.IntN(256))
-	}
-	for b.Loop() {
-		nn.ZeroGrad(g)
-		autograd.Backward(g.Loss(g.Forward(idx, B, T), tgt))
-	}
-	b.ReportMetric(float64(B*T*b.N)/b.Elapsed().Seconds(), "tokens/s")
 }

@@ -62,7 +62,7 @@ func binaryShape(name string, a, b *Tensor) []int {
 }
 
 func binary(name string, op binOp, alpha float32, a, b *Tensor) *Tensor {
-	out := New(binaryShape(name, a, b)...)
+	out := Empty(binaryShape(name, a, b)...) // written whole
 	binaryIntoAlpha(name, op, alpha, out, a, b)
 	return out
 }

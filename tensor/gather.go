@@ -10,7 +10,7 @@ func IndexRows(w *Tensor, idx []int64) *Tensor {
 		panicf("IndexRows: table shape %v, want 2-D", w.shape)
 	}
 	V, D := w.shape[0], w.shape[1]
-	out := New(len(idx), D)
+	out := Empty(len(idx), D) // every row is copied in
 	od := out.Data()
 	wc := w.Contiguous()
 	wd := wc.Data()

@@ -18,7 +18,7 @@ import (
 // references it while it is there (the caller of Recycle promises that).
 
 const (
-	spareMaxPerSize = 16       // buffers kept per element count
+	spareMaxPerSize = 64       // buffers kept per element count
 	spareMaxFloats  = 32 << 20 // floats kept in all (128 MiB)
 )
 

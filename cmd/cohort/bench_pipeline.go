@@ -12,6 +12,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/pprof"
 	rtrace "runtime/trace"
 	"slices"
@@ -38,7 +39,12 @@ holding a contiguous part of the model, run --schedule over --microbatches
 microbatches. The same binary runs the workers (a hidden --worker mode)
 through the launcher, one GEMM thread each, first with one stage running
 the whole model over the same microbatches (the baseline), then with
---stages. The last line is
+--stages. Each worker runs Go with GOMAXPROCS = --threads unless
+--gomaxprocs says otherwise: a 1-thread rank, the baseline's included,
+then does its compute, its garbage collection and its sends and receives
+(which the executor runs on its own goroutine) on one OS thread, rather
+than handing off between two threads time-sliced on the rank's CPU. The
+last line is
 
   pipeline: schedule S stages P microbatches M tokens/s X speedup Y ideal Z
 
@@ -63,6 +69,7 @@ type pipeSpec struct {
 	steps        int
 	warmup       int
 	threads      int
+	gomaxprocs   int // each worker's GOMAXPROCS (0: threads)
 	transport    string
 	trace        string
 	profile      string // directory for CPU profiles and execution traces of the timed steps
@@ -73,7 +80,7 @@ func (s pipeSpec) workerArgs(stages int, result string) []string {
 	return []string{"--schedule", s.schedule, "--stages", strconv.Itoa(stages), "--virtual", strconv.Itoa(s.virtual),
 		"--microbatches", strconv.Itoa(s.microbatches), "--batch", strconv.Itoa(s.batch),
 		"--steps", strconv.Itoa(s.steps), "--warmup", strconv.Itoa(s.warmup),
-		"--threads", strconv.Itoa(s.threads), "--transport", s.transport, "--trace", s.trace, "--profile", s.profile, "--rounds", "1", "--worker", "--result", result}
+		"--threads", strconv.Itoa(s.threads), "--gomaxprocs", strconv.Itoa(s.gomaxprocs), "--transport", s.transport, "--trace", s.trace, "--profile", s.profile, "--rounds", "1", "--worker", "--result", result}
 }
 
 // pipeResult is what rank 0 of a run reports.
@@ -109,6 +116,7 @@ func benchPipeline(args []string) int {
 	fs.IntVar(&s.warmup, "warmup", 5, "untimed steps first")
 	fs.IntVar(&s.rounds, "rounds", 1, "rounds of baseline then pipelined run, alternating; the medians are reported")
 	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per worker (COHORT_NUM_THREADS)")
+	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: --threads, so that a 1-thread rank, baseline included, runs Go (its collector too) on one thread")
 	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
 	fs.StringVar(&s.trace, "trace", "", "write each rank's per-action timeline of the pipelined run to this directory (merge with cohort trace merge)")
 	fs.StringVar(&s.profile, "profile", "", "write each rank's CPU profile and Go execution trace of the timed steps to this directory (baseline.rankR.*, SCHEDULE.rankR.*; the last round's)")
@@ -131,14 +139,17 @@ func benchPipeline(args []string) int {
 	if err == nil {
 		_, err = pipeline.Uniform(models.GPTMini().NLayer, sched.NumStages())
 	}
-	if err == nil && (s.steps < 1 || s.warmup < 0 || s.threads < 1 || s.rounds < 1) {
-		err = fmt.Errorf("--steps %d, --warmup %d, --threads %d, --rounds %d: want steps, threads and rounds ≥ 1, warmup ≥ 0", s.steps, s.warmup, s.threads, s.rounds)
+	if err == nil && (s.steps < 1 || s.warmup < 0 || s.threads < 1 || s.rounds < 1 || s.gomaxprocs < 0) {
+		err = fmt.Errorf("--steps %d, --warmup %d, --threads %d, --rounds %d, --gomaxprocs %d: want steps, threads and rounds ≥ 1, warmup and gomaxprocs ≥ 0", s.steps, s.warmup, s.threads, s.rounds, s.gomaxprocs)
 	}
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cohort bench pipeline: %v\n", err)
 		return 2
 	}
 	s.virtual = sched.Virtual
+	if s.gomaxprocs == 0 {
+		s.gomaxprocs = s.threads
+	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if worker {
@@ -173,6 +184,8 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 	// Baseline and pipelined runs alternate, so that load from other
 	// processes hits both alike; the round with the median speedup is
 	// reported.
+	fmt.Fprintf(w, "GPT-mini, batch %d×64 tokens, %d GEMM thread(s) and GOMAXPROCS %d per worker, transport %s\n",
+		s.batch, s.threads, s.gomaxprocs, s.transport)
 	type round struct{ one, r pipeResult }
 	var rounds []round
 	for i := range s.rounds {
@@ -258,6 +271,7 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 	if err := os.Setenv("COHORT_NUM_THREADS", strconv.Itoa(s.threads)); err != nil {
 		return err
 	}
+	runtime.GOMAXPROCS(s.gomaxprocs)
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
 		return err
@@ -474,6 +488,11 @@ func pipeProfile(prefix string, rank int) (stop func(), err error) {
 			pprof.StopCPUProfile()
 			cpu.Close()
 			exec.Close()
+			// Allocations since the process began, warm-up included.
+			if f, err := os.Create(name("allocs.pprof")); err == nil {
+				pprof.Lookup("allocs").WriteTo(f, 0)
+				f.Close()
+			}
 		})
 	}, nil
 }

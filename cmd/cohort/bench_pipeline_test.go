@@ -11,6 +11,7 @@ func TestBenchPipelineBadInput(t *testing.T) {
 		"interleaved needs a multiple":    {"--schedule", "interleaved", "--stages", "2", "--microbatches", "3", "--batch", "3"},
 		"no timed steps":                  {"--steps", "0"},
 		"no rounds":                       {"--rounds", "0"},
+		"negative gomaxprocs":             {"--gomaxprocs", "-1"},
 		"stray argument":                  {"extra"},
 		"interleaved beyond the 4 layers": {"--schedule", "interleaved", "--stages", "4", "--microbatches", "4"},
 	}
