@@ -3,6 +3,7 @@ package dist
 import (
 	"strings"
 	"testing"
+	"time"
 
 	"cohort/dist/collective"
 	"cohort/dist/transport/shm"
@@ -50,5 +51,27 @@ func TestCountCPUs(t *testing.T) {
 func TestShmRingFitsInlineMessages(t *testing.T) {
 	if need := int64(collective.DefaultInlineBytes + 2*wire.HeaderBytes); shm.DefaultRingBytes < need {
 		t.Errorf("shm.DefaultRingBytes %d < %d, an inline plan's largest message with headers", shm.DefaultRingBytes, need)
+	}
+}
+
+func TestShmSpinFor(t *testing.T) {
+	for _, tc := range []struct {
+		name                           string
+		localRanks, hostCPUs, maxprocs int
+		mine                           []int
+		numCPU                         int
+		want                           time.Duration
+	}{
+		{"bound rank, one Go thread", 2, 2, 1, []int{1}, 2, shmSpinLong},
+		{"bound rank, launcher's GOMAXPROCS", 2, 2, 2, []int{1}, 2, shmSpin},
+		{"unbound ranks, Go's default", 2, 4, 4, []int{0, 1, 2, 3}, 4, shmSpin},
+		{"unbound ranks, half the CPUs each", 2, 4, 2, []int{0, 1, 2, 3}, 4, shmSpinLong},
+		{"affinity unknown", 2, 4, 2, nil, 4, shmSpinLong},
+		{"affinity unknown, more threads", 1, 4, 8, nil, 4, shmSpin},
+		{"oversubscribed", 4, 2, 1, []int{0}, 2, shmSpin},
+	} {
+		if got := shmSpinFor(tc.localRanks, tc.hostCPUs, tc.maxprocs, tc.mine, tc.numCPU); got != tc.want {
+			t.Errorf("%s: shmSpinFor(%d, %d, %d, %v, %d) = %v, want %v", tc.name, tc.localRanks, tc.hostCPUs, tc.maxprocs, tc.mine, tc.numCPU, got, tc.want)
+		}
 	}
 }

@@ -224,6 +224,17 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 	if len(r.Ranks) == s.stages {
 		printBreakdown(w, sched, r)
 	}
+	if len(one.Ranks) == 1 && len(r.Ranks) == s.stages {
+		// The stages' compute against the baseline's: what splitting
+		// the model cost in compute alone, before any bubble.
+		var sum time.Duration
+		for _, st := range r.Ranks {
+			sum += st.Compute / time.Duration(max(st.Steps, 1))
+		}
+		base := one.Ranks[0].Compute / time.Duration(max(one.Ranks[0].Steps, 1))
+		fmt.Fprintf(w, "compute per step: baseline %.1f ms, the stages together %.1f ms (%.2f×)\n",
+			base.Seconds()*1e3, sum.Seconds()*1e3, sum.Seconds()/base.Seconds())
+	}
 	fmt.Fprintf(w, "pipeline: schedule %s stages %d microbatches %d tokens/s %.0f speedup %.2f ideal %.2f\n",
 		s.schedule, s.stages, s.microbatches, r.TokensSec, speedup, ideal)
 	return nil
