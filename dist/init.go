@@ -385,7 +385,8 @@ const shmSpin = 50 * time.Microsecond
 const shmSpinLong = 10 * time.Millisecond
 
 // shmSpinFor returns how long a receiver waiting for a message over
-// shared memory (or a sender for ring space) polls before it sleeps on
+// shared memory (or a sender for ring space) of a job on one host (see
+// connectShm) polls before it sleeps on
 // the ring's futex: shmSpinLong while the Go threads of this host's ranks
 // (gomaxprocs each, taken to be the same on every rank) fit its CPUs and
 // this process's fit the CPUs it may use (mine, its affinity; numCPU when

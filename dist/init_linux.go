@@ -16,7 +16,15 @@ const shmAvailable = true
 // connectShm connects this rank through shared memory with peers (nil:
 // every rank).
 func connectShm(ctx context.Context, o *Options, peers []int) (transport.Transport, error) {
-	ln, err := shm.Listen(ctx, o.Rank, o.WorldSize, shm.Options{Token: o.Token, Spin: shmSpinFor(o.localRanks, o.hostCPUs, runtime.GOMAXPROCS(0), affinity.Allowed(), runtime.NumCPU()), Peers: peers, CPUs: o.hostCPUs})
+	spin := shmSpin
+	if peers == nil {
+		// Every rank is on this host. With other hosts a tcp link shares
+		// the process, and its reader wakes through the netpoller, which a
+		// goroutine polling the rings on the only P would hold off for up
+		// to 10 ms (until sysmon polls the network).
+		spin = shmSpinFor(o.localRanks, o.hostCPUs, runtime.GOMAXPROCS(0), affinity.Allowed(), runtime.NumCPU())
+	}
+	ln, err := shm.Listen(ctx, o.Rank, o.WorldSize, shm.Options{Token: o.Token, Spin: spin, Peers: peers, CPUs: o.hostCPUs})
 	if err != nil {
 		return nil, fmt.Errorf("dist: Init: rank %d: %w", o.Rank, err)
 	}

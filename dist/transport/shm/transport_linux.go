@@ -247,11 +247,18 @@ const (
 	// clock, ctx and the link's state.
 	spinCheck = 64
 	// spinGosched is how many polls pass between yields to the Go
-	// scheduler (see pause): about a microsecond of polling. A yield
-	// costs 0.1 to 0.4 µs, so yielding every 16 polls, as before, spent
-	// most of a short wait in the scheduler and added to its latency
-	// (world 2, 4 KiB all-reduce 4.2 -> 3.6 µs, 64 KiB 21 -> 18 µs).
-	spinGosched = 256
+	// scheduler (see pause): some 50 to 100 µs of polling, so that a short
+	// wait never yields. A yield costs 0.1 to 0.4 µs, and with one P it
+	// runs whatever else is runnable first (a group's op goroutine, kicked
+	// when the op was queued): yielding every 16 polls, as once, spent
+	// most of a short wait in the scheduler (world 2, 4 KiB all-reduce 4.2
+	// against 3.6 µs, 64 KiB 21 against 18 µs, without yields), and every
+	// 2,048 polls still cost the 4 KiB all-reduce up to 0.8 µs. Never
+	// yielding starves this process's other goroutines on the poller's P
+	// for the whole spin: with one P and a spin of milliseconds (dist's,
+	// when the ranks' threads fit the CPUs), a 2 MiB broadcast, whose link
+	// goroutines take turns on that P, took 12 ms instead of 0.24.
+	spinGosched = 16384
 	// directSleep bounds one futex sleep of a receiver waiting on its
 	// ring, so that ctx is looked at regularly; directWait bounds the
 	// whole wait before the receive is handed to the progress goroutine
@@ -292,7 +299,7 @@ const (
 // operations after a large one sleeping on the futex for seconds.
 func (t *Transport) pause(i int, n uint64) {
 	if !t.opts.yield {
-		if i%spinGosched == 0 {
+		if i%spinGosched == 1 { // callers pause between checks, never at i%spinCheck == 0
 			runtime.Gosched()
 		}
 		return
