@@ -299,7 +299,7 @@ const (
 // operations after a large one sleeping on the futex for seconds.
 func (t *Transport) pause(i int, n uint64) {
 	if !t.opts.yield {
-		if i%spinGosched == 1 { // callers pause between checks, never at i%spinCheck == 0
+		if i%spinGosched == spinGosched-1 { // callers pause between checks, never at i%spinCheck == 0
 			runtime.Gosched()
 		}
 		return
