@@ -217,6 +217,17 @@ func (o *op) Done() <-chan struct{} {
 	return o.done
 }
 
+// SendsBuffered reports whether pg's sends complete without waiting for
+// the matching receive: true of the native backend on every transport
+// (whose sends land in a ring, a socket or a queue), false of the MPI
+// backend, whose large sends wait for their receive, and of any other
+// implementation, which it cannot vouch for. pipeline.Options.SendsBuffered
+// wants it.
+func SendsBuffered(pg ProcessGroup) bool {
+	_, native := pg.(*group)
+	return native
+}
+
 // Completion returns the channel closed when w is done, for a check that
 // does not block (or a select that waits for other things too). Unlike
 // w.Done it does not count as waiting for w: an op launched ahead of its

@@ -652,3 +652,26 @@ func TestInPlaceShards(t *testing.T) {
 		}
 	}
 }
+
+// The native backend's groups, the world's and a mesh's subgroups alike,
+// buffer their sends; a ProcessGroup of another kind is not vouched for.
+func TestSendsBuffered(t *testing.T) {
+	disttest.Run(t, 4, func(t *testing.T, pg dist.ProcessGroup) {
+		if !dist.SendsBuffered(pg) {
+			t.Errorf("rank %d: the native world group does not buffer sends", pg.Rank())
+		}
+		mesh, err := dist.NewMesh(context.Background(), pg, dist.MeshDim{Name: "dp", Size: 2}, dist.MeshDim{Name: "pp", Size: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if !dist.SendsBuffered(mesh.Group("pp")) {
+			t.Errorf("rank %d: a mesh subgroup does not buffer sends", pg.Rank())
+		}
+		if dist.SendsBuffered(otherGroup{pg}) {
+			t.Error("a ProcessGroup of another implementation is taken to buffer sends")
+		}
+	})
+}
+
+// otherGroup is a ProcessGroup that is not the native backend's.
+type otherGroup struct{ dist.ProcessGroup }

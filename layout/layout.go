@@ -227,7 +227,8 @@ func Build(ctx context.Context, pg dist.ProcessGroup, cfg Config, full *models.G
 	}
 	tied = slices.Compact(tied) // one Var when a rank holds both ends
 	mb := cfg.Batch / cfg.Microbatches
-	opts := pipeline.Options{Shape: []int{mb, cfg.SeqLen, full.Config.D}, Recompute: cfg.Recompute, Tied: tied, Split: split}
+	opts := pipeline.Options{Shape: []int{mb, cfg.SeqLen, full.Config.D}, Recompute: cfg.Recompute, Tied: tied, Split: split,
+		SendsBuffered: dist.SendsBuffered(mesh.Group("pp"))}
 	if cfg.DP > 1 {
 		opts.StageDone = t.stageDone
 	}

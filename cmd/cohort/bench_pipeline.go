@@ -328,9 +328,7 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		tied = []*autograd.Var{g.Wte}
 	}
 	mb := s.batch / s.microbatches
-	// The native backend (dist.Options.Backend "") buffers sends on every
-	// transport.
-	opts := pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split, SendsBuffered: true}
+	opts := pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split, SendsBuffered: dist.SendsBuffered(pg)}
 	var tr *trace.Tracer
 	tracing := false
 	if s.trace != "" {
