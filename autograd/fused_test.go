@@ -49,6 +49,41 @@ func TestFusedOps(t *testing.T) {
 		{"add_linear_nobias", [][]int{{5, 6}, {4, 6}, {5, 4}},
 			func(v []*Var) *Var { return AddLinear(v[2], v[0], v[1], nil) },
 			func(v []*Var) *Var { return Add(v[2], Linear(v[0], v[1], nil)) }, 1e-6},
+		// The residual's gradient is lent to it (sink.lend): an
+		// intermediate residual that other ops also read sums their
+		// gradients into the lent one; one that is also the projection's
+		// input gets the projection's gradient summed in during the op's
+		// own backward; in a chain each residual lends on to the next.
+		{"add_linear_residual_read_again", [][]int{{16, 32}, {32, 32}, {32}, {16, 32}},
+			func(v []*Var) *Var {
+				h := GELUTanh(v[3])
+				return Mul(Linear(AddLinear(h, v[0], v[1], v[2]), v[1], nil), h)
+			},
+			func(v []*Var) *Var {
+				h := GELUTanh(v[3])
+				return Mul(Linear(Add(h, Linear(v[0], v[1], v[2])), v[1], nil), h)
+			}, 1e-5},
+		{"add_linear_residual_lent_first", [][]int{{16, 32}, {32, 32}, {32, 32}, {32}, {8, 32}},
+			func(v []*Var) *Var {
+				h := GELUTanh(v[0])
+				return Linear(AddLinear(h, Linear(h, v[1], nil), v[2], v[3]), v[4], nil)
+			},
+			func(v []*Var) *Var {
+				h := GELUTanh(v[0])
+				return Linear(Add(h, Linear(Linear(h, v[1], nil), v[2], v[3])), v[4], nil)
+			}, 1e-5},
+		{"add_linear_residual_is_input", [][]int{{16, 32}, {32, 32}, {32}},
+			func(v []*Var) *Var { h := GELUTanh(v[0]); return AddLinear(h, h, v[1], v[2]) },
+			func(v []*Var) *Var { h := GELUTanh(v[0]); return Add(h, Linear(h, v[1], v[2])) }, 1e-5},
+		{"add_linear_chain", [][]int{{2, 8, 32}, {32, 32}, {32, 32}},
+			func(v []*Var) *Var {
+				h := GELUTanh(v[0])
+				return AddLinear(AddLinear(h, h, v[1], nil), h, v[2], nil)
+			},
+			func(v []*Var) *Var {
+				h := GELUTanh(v[0])
+				return Add(Add(h, Linear(h, v[1], nil)), Linear(h, v[2], nil))
+			}, 1e-5},
 		{"attention_qkv_causal", [][]int{{2, 9, 3 * 8}},
 			func(v []*Var) *Var { return AttentionQKV(v[0], 2, true) },
 			func(v []*Var) *Var { return splitAttention(v[0], 2, true) }, 1e-5},
