@@ -108,7 +108,7 @@
 // the bubble measured (cohort bench pipeline prints both). Options.Span
 // records a per-action timeline (cohort bench pipeline --trace DIR, then
 // cohort trace merge DIR) that shows where the idle time sits; --profile
-// DIR writes each rank's CPU profile and Go execution trace.
+// DIR writes each rank's CPU profile, allocation profile and Go execution trace.
 //
 // Measured on two cores with shared memory (GPT-mini, 2 stages, 8
 // microbatches): posting every receive when the step starts, as the

@@ -72,7 +72,7 @@ type pipeSpec struct {
 	gomaxprocs   int // each worker's GOMAXPROCS (0: threads)
 	transport    string
 	trace        string
-	profile      string // directory for CPU profiles and execution traces of the timed steps
+	profile      string // directory for CPU profiles and execution traces of the timed steps (and allocation profiles)
 	rounds       int
 }
 
@@ -119,7 +119,7 @@ func benchPipeline(args []string) int {
 	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: --threads, so that a 1-thread rank, baseline included, runs Go (its collector too) on one thread")
 	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
 	fs.StringVar(&s.trace, "trace", "", "write each rank's per-action timeline of the pipelined run to this directory (merge with cohort trace merge)")
-	fs.StringVar(&s.profile, "profile", "", "write each rank's CPU profile and Go execution trace of the timed steps to this directory (baseline.rankR.*, SCHEDULE.rankR.*; the last round's)")
+	fs.StringVar(&s.profile, "profile", "", "write each rank's CPU profile and Go execution trace of the timed steps, and its allocation profile (since the process began), to this directory (baseline.rankR.*, SCHEDULE.rankR.*; the last round's)")
 	fs.BoolVar(&worker, "worker", false, "internal: run as one rank of the job")
 	fs.StringVar(&result, "result", "", "internal: where rank 0 writes its result")
 	if err := fs.Parse(args); err != nil {
@@ -468,8 +468,9 @@ func printBreakdown(w io.Writer, sched *pipeline.Schedule, r pipeResult) {
 
 // pipeProfile starts a CPU profile and a Go execution trace into
 // prefix.rankR.cpu.pprof and prefix.rankR.exec.trace (nothing when prefix
-// is empty) and returns the function that stops both; calling it again
-// does nothing.
+// is empty) and returns the function that stops both and writes the
+// allocation profile, prefix.rankR.allocs.pprof; calling it again does
+// nothing.
 func pipeProfile(prefix string, rank int) (stop func(), err error) {
 	if prefix == "" {
 		return func() {}, nil
