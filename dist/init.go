@@ -386,12 +386,12 @@ const shmSpinLong = 10 * time.Millisecond
 
 // shmSpinFor returns how long a receiver waiting for a message over
 // shared memory (or a sender for ring space) of a job on one host (see
-// connectShm) polls before it sleeps on
-// the ring's futex: shmSpinLong while the Go threads of this host's ranks
-// (gomaxprocs each, taken to be the same on every rank) fit its CPUs and
-// this process's fit the CPUs it may use (mine, its affinity; numCPU when
-// unknown), and shmSpin otherwise. In the first case a polling thread
-// holds a CPU that nothing else of this job wants: polling through a wait of milliseconds, such as
+// connectShm) polls before it sleeps on the ring's futex: shmSpinLong
+// while the Go threads of this host's ranks (gomaxprocs each, taken to be
+// the same on every rank) fit its CPUs and this process's fit the CPUs it
+// may use (mine, its affinity; numCPU when unknown), and shmSpin
+// otherwise. In the first case a polling thread holds a CPU that nothing
+// else of this job wants: polling through a wait of milliseconds, such as
 // a pipeline stage's for its neighbour's activation, spares the sender
 // the futex wake-up and the receiver its sleep. A GPT-mini stage on one
 // CPU got its message 42 µs after the neighbour's compute ended (median),

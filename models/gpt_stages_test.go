@@ -29,27 +29,10 @@ func TestGPTStagesMatchForward(t *testing.T) {
 
 	for _, split := range [][]int{{0, 3}, {0, 1, 3}, {0, 1, 2, 3}, {0, 0, 3}} {
 		g, _ := NewGPT(rand.New(rand.NewPCG(7, 7)), cfg)
-		var stages []*GPTStage
-		for s := 0; s+1 < len(split); s++ {
-			st, err := g.NewStage(split[s], split[s+1], s == 0, s+2 == len(split))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := st.SetBatch(idx, tgt, B, T, M); err != nil {
-				t.Fatal(err)
-			}
-			stages = append(stages, st)
-		}
+		stages := newStages(t, g, split, idx, tgt, B, T, M)
 		var total float64
 		for mb := range M {
-			var h *autograd.Var
-			for _, st := range stages {
-				out, err := st.Forward(mb, h)
-				if err != nil {
-					t.Fatal(err)
-				}
-				h = out
-			}
+			h := forwardStages(t, stages, mb)
 			total += float64(h.Value.Item()) / M
 			g1 := h.Value.Clone()
 			g1.Fill(1.0 / M)
@@ -107,17 +90,7 @@ func TestGPTStepReusesMemory(t *testing.T) {
 	for i := range idx {
 		idx[i], tgt[i] = int64(rng.IntN(256)), int64(rng.IntN(256))
 	}
-	var stages []*GPTStage
-	for _, r := range [][2]int{{0, 2}, {2, 4}} {
-		st, err := g.NewStage(r[0], r[1], r[0] == 0, r[1] == 4)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := st.SetBatch(idx, tgt, B, T, M); err != nil {
-			t.Fatal(err)
-		}
-		stages = append(stages, st)
-	}
+	stages := newStages(t, g, []int{0, 2, 4}, idx, tgt, B, T, M)
 	for _, tc := range []struct {
 		name string
 		step func()
@@ -125,15 +98,7 @@ func TestGPTStepReusesMemory(t *testing.T) {
 		{"Forward", func() { autograd.Backward(g.Loss(g.Forward(idx, B, T), tgt)) }},
 		{"stages", func() {
 			for mb := range M {
-				h, err := stages[0].Forward(mb, nil)
-				if err != nil {
-					t.Fatal(err)
-				}
-				loss, err := stages[1].Forward(mb, h)
-				if err != nil {
-					t.Fatal(err)
-				}
-				autograd.Backward(loss)
+				autograd.Backward(forwardStages(t, stages, mb))
 			}
 		}},
 	} {
@@ -157,4 +122,37 @@ func TestGPTStepReusesMemory(t *testing.T) {
 			}
 		})
 	}
+}
+
+// newStages cuts g into stages at the block indices of split (stage s
+// runs blocks [split[s], split[s+1])) and gives each the batch.
+func newStages(t *testing.T, g *GPT, split []int, idx, tgt []int64, B, T, M int) []*GPTStage {
+	t.Helper()
+	var stages []*GPTStage
+	for s := 0; s+1 < len(split); s++ {
+		st, err := g.NewStage(split[s], split[s+1], s == 0, s+2 == len(split))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := st.SetBatch(idx, tgt, B, T, M); err != nil {
+			t.Fatal(err)
+		}
+		stages = append(stages, st)
+	}
+	return stages
+}
+
+// forwardStages runs microbatch mb through the stages in turn and returns
+// the last one's output, the loss.
+func forwardStages(t *testing.T, stages []*GPTStage, mb int) *autograd.Var {
+	t.Helper()
+	var h *autograd.Var
+	for _, st := range stages {
+		out, err := st.Forward(mb, h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		h = out
+	}
+	return h
 }

@@ -11,7 +11,7 @@ import (
 // connections) and keeps anything else; a name the kernel lacks fails
 // Connect, naming it.
 func TestCongestion(t *testing.T) {
-	avail, err := os.ReadFile("/proc/sys/net/ipv4/tcp_available_congestion_control")
+	avail, err := os.ReadFile(procTCP + "tcp_available_congestion_control")
 	if err != nil {
 		t.Skipf("no congestion control list: %v", err)
 	}
