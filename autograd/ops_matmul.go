@@ -102,31 +102,26 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	if r != nil && !slices.Equal(r.Value.Shape(), yShape) {
 		panic(fmt.Sprintf("autograd: %s: residual shape %v, want %v", op, r.Value.Shape(), yShape))
 	}
-	y2 := tensor.Empty(rows, out) // written whole: by the bias or residual copy, or by the GEMM with beta 0
-	beta := float32(0)
-	// GELU's bias is added in the activation's pass over the product
-	// (tensor.BiasGELUTanhInto) rather than copied over C first.
-	biasGELU := act == actGELUTanh && r == nil && b != nil
-	switch {
-	case r != nil && b != nil:
-		tensor.AddInto(y2, r.Value.Reshape(rows, out), b.Value) // r + bias in one pass
-		beta = 1
-	case r != nil:
-		y2.CopyFrom(r.Value.Reshape(rows, out))
-		beta = 1
-	case b != nil && !biasGELU:
-		y2.CopyFrom(b.Value) // broadcast the bias over the rows
-		beta = 1
+	// h2 is written whole by the GEMM; its bias, residual and activation
+	// are added in the GEMM's epilogue, block by block.
+	h2 := tensor.Empty(rows, out) // the pre-activation, kept for GELU's gradient
+	var rv, bv, y2 *tensor.Tensor
+	if r != nil {
+		rv = r.Value.Reshape(rows, out)
 	}
-	tensor.Gemm(y2, x2, wv.T(), 1, beta)
-	h2 := y2 // the pre-activation, kept for GELU's gradient
-	switch {
-	case act == actReLU:
-		tensor.ReLUInto(y2, y2)
-	case biasGELU:
-		y2 = tensor.BiasGELUTanhInto(tensor.Empty(rows, out), h2, b.Value)
-	case act == actGELUTanh:
-		y2 = tensor.GELUTanh(h2)
+	if b != nil {
+		bv = b.Value
+	}
+	tact := tensor.Identity
+	switch act {
+	case actReLU:
+		tact = tensor.ReLUAct
+	case actGELUTanh:
+		tact, y2 = tensor.GELUTanhAct, tensor.Empty(rows, out)
+	}
+	tensor.LinearInto(h2, x2, wv, bv, rv, y2, tact)
+	if y2 == nil {
+		y2 = h2
 	}
 	inputs := []*Var{x, w}
 	bi, ri := -1, -1

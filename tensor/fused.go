@@ -39,31 +39,83 @@ func GELUTanhBackwardInto(dst, dy, x *Tensor) *Tensor {
 	return dst
 }
 
-// BiasGELUTanhInto adds the bias b [n] to every row of h [rows, n] in
-// place and writes GELU-tanh of the sums into y (h's shape, contiguous),
-// a row at a time while it is in L1: a linear layer's bias and
-// activation in one pass over its output, after a GEMM with beta 0. The
-// sums equal a GEMM's onto a bias-filled C when k fits one GEMM slab (a
-// single rounding of product plus bias either way). It returns y.
-func BiasGELUTanhInto(y, h, b *Tensor) *Tensor {
-	if len(h.shape) != 2 || len(b.shape) != 1 || b.shape[0] != h.shape[1] || !y.SameShape(h) ||
-		!h.IsContiguous() || !y.IsContiguous() || !b.IsContiguous() {
-		panicf("BiasGELUTanhInto: shapes y %v, h %v, b %v: want contiguous [rows, n], [rows, n], [n]", y.shape, h.shape, b.shape)
+// Activation names the elementwise function LinearInto applies to a
+// linear layer's output in its epilogue.
+type Activation int
+
+const (
+	Identity    Activation = iota
+	ReLUAct                // max(h, 0), in place
+	GELUTanhAct            // GELU-tanh(h), into a separate y
+)
+
+// LinearInto is a linear layer's forward pass with its elementwise work
+// fused into the product's epilogue: it writes
+//
+//	h = x·wᵀ + b + r
+//
+// for x [rows, in], w [out, in], h [rows, out] (contiguous, written
+// whole), and the optional bias b [out] and residual r [rows, out] (nil
+// when absent), adding the bias to the product first and the residual
+// last, as PyTorch's r + addmm(b, x, wᵀ) rounds. Then act: ReLUAct rewrites h,
+// GELUTanhAct writes GELU-tanh(h) into y (h's shape, contiguous) and
+// leaves h, the pre-activation, for the gradient; y is nil otherwise.
+//
+// Each block of h gets its bias, residual and activation right after the
+// GEMM finishes it, while it is in cache, rather than in passes over the
+// whole output before and after.
+func LinearInto(h, x, w, b, r, y *Tensor, act Activation) {
+	if len(x.shape) != 2 || len(w.shape) != 2 || x.shape[1] != w.shape[1] || len(h.shape) != 2 ||
+		h.shape[0] != x.shape[0] || h.shape[1] != w.shape[0] || !h.IsContiguous() ||
+		b != nil && (len(b.shape) != 1 || b.shape[0] != h.shape[1]) ||
+		r != nil && !r.SameShape(h) ||
+		(act == GELUTanhAct) != (y != nil) || y != nil && (!y.SameShape(h) || !y.IsContiguous()) {
+		var ys, bs, rs []int
+		if y != nil {
+			ys = y.shape
+		}
+		if b != nil {
+			bs = b.shape
+		}
+		if r != nil {
+			rs = r.shape
+		}
+		panicf("LinearInto: shapes h %v, x %v, w %v, bias %v, residual %v, y %v for activation %d: want [rows, out], [rows, in], [out, in], [out], [rows, out] and, for GELU only, y [rows, out]", h.shape, x.shape, w.shape, bs, rs, ys, act)
 	}
 	n := h.shape[1]
-	if n == 0 {
-		return y
+	hd := h.Data()
+	var bd, rd, yd []float32
+	if b != nil {
+		bd = b.Contiguous().Data()
 	}
-	m := mathKernels()
-	hd, yd, bd := h.Data(), y.Data(), b.Data()
-	parallelRanges(len(hd)/n, max(1, elementwiseMin/n), 1, func(lo, hi int) {
-		for r := lo * n; r < hi*n; r += n {
-			row := hd[r : r+n]
-			vec.Add(row, bd)
-			m.GELUTanh(yd[r:r+n], row)
+	if r != nil {
+		rd = r.Contiguous().Data()
+	}
+	if y != nil {
+		yd = y.Data()
+	}
+	var then func(r0, r1, c0, c1 int)
+	if b != nil || r != nil || act != Identity {
+		m := mathKernels()
+		then = func(r0, r1, c0, c1 int) {
+			for i := r0 * n; i < r1*n; i += n {
+				row := hd[i+c0 : i+c1]
+				if bd != nil {
+					vec.Add(row, bd[c0:c1])
+				}
+				if rd != nil {
+					vec.Add(row, rd[i+c0:i+c1])
+				}
+				switch act {
+				case ReLUAct:
+					vec.ReLU(row, row)
+				case GELUTanhAct:
+					m.GELUTanh(yd[i+c0:i+c1], row)
+				}
+			}
 		}
-	})
-	return y
+	}
+	GemmThen(h, x, w.T(), 1, 0, then)
 }
 
 // attentionQKVDims checks qkv [B, T, 3d] for nHead heads.

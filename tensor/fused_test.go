@@ -47,36 +47,70 @@ func TestSoftmaxRows(t *testing.T) {
 	}
 }
 
-// TestBiasGELUTanhInto: the bias added row by row in the activation's
-// pass gives, bitwise, the pre-activation of a GEMM onto a bias-filled C
-// (k within one slab) and GELU-tanh of each of its rows, for widths on and
-// off the vector lanes. (GELU-tanh over the whole tensor at once may
-// differ within the kernels' error bound: its vector and scalar parts
-// fall elsewhere.)
-func TestBiasGELUTanhInto(t *testing.T) {
+// TestLinearInto: the epilogue gives, bitwise, the product, then the bias
+// added, then the residual, then the activation of each row, for every
+// combination of bias, residual and activation, widths on and off the
+// vector lanes, k over several GEMM slabs, and batches the GEMM splits
+// into blocks. (GELU-tanh over the whole tensor at once may differ within
+// the kernels' error bound: its vector and scalar parts fall elsewhere.)
+func TestLinearInto(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, tc := range []struct{ m, k, n int }{{1, 1, 1}, {7, 40, 13}, {33, 128, 512}, {5, 9, 0}} {
-		x, w, b := New(tc.m, tc.k), New(tc.n, tc.k), New(tc.n)
-		x.FillNormal(rng, 0, 1)
-		w.FillNormal(rng, 0, 1)
-		b.FillNormal(rng, 0, 1)
-		want := New(tc.m, tc.n)
-		want.CopyFrom(b)
-		Gemm(want, x, w.T(), 1, 1)
-		wantY := New(tc.m, tc.n)
-		for r := range tc.m {
-			GELUTanhInto(wantY.Narrow(0, r, 1), want.Narrow(0, r, 1))
-		}
-		h := New(tc.m, tc.n)
-		Gemm(h, x, w.T(), 1, 0)
-		y := BiasGELUTanhInto(New(tc.m, tc.n), h, b)
-		for i, v := range want.Data() {
-			if h.Data()[i] != v || y.Data()[i] != wantY.Data()[i] {
-				t.Fatalf("%v: element %d: pre-activation %v, output %v; want %v, %v", tc, i, h.Data()[i], y.Data()[i], v, wantY.Data()[i])
+	for _, tc := range []struct{ m, k, n int }{{1, 1, 1}, {7, 40, 13}, {33, 128, 512}, {300, 300, 70}, {5, 9, 0}, {0, 4, 3}} {
+		for _, act := range []Activation{Identity, ReLUAct, GELUTanhAct} {
+			for _, withB := range []bool{false, true} {
+				for _, withR := range []bool{false, true} {
+					x, w, b, r := New(tc.m, tc.k), New(tc.n, tc.k), New(tc.n), New(tc.m, tc.n)
+					x.FillNormal(rng, 0, 1)
+					w.FillNormal(rng, 0, 1)
+					b.FillNormal(rng, 0, 1)
+					r.FillNormal(rng, 0, 1)
+					want := New(tc.m, tc.n)
+					Gemm(want, x, w.T(), 1, 0)
+					wantY := New(tc.m, tc.n)
+					for i := range tc.m {
+						row := want.Narrow(0, i, 1).Reshape(tc.n)
+						if withB {
+							AddInto(row, row, b)
+						}
+						if withR {
+							AddInto(row, row, r.Narrow(0, i, 1).Reshape(tc.n))
+						}
+						switch act {
+						case ReLUAct:
+							ReLUInto(row, row)
+						case GELUTanhAct:
+							GELUTanhInto(wantY.Narrow(0, i, 1), want.Narrow(0, i, 1))
+						}
+					}
+					var bb, rr, y *Tensor
+					if withB {
+						bb = b
+					}
+					if withR {
+						rr = r
+					}
+					if act == GELUTanhAct {
+						y = Full(float32(math.NaN()), tc.m, tc.n)
+					}
+					h := Full(float32(math.NaN()), tc.m, tc.n)
+					LinearInto(h, x, w, bb, rr, y, act)
+					for i, v := range want.Data() {
+						if h.Data()[i] != v || y != nil && y.Data()[i] != wantY.Data()[i] {
+							got := float32(0)
+							if y != nil {
+								got = y.Data()[i]
+							}
+							t.Fatalf("%v act %d bias %v residual %v: element %d: h %v, y %v; want %v, %v", tc, act, withB, withR, i, h.Data()[i], got, v, wantY.Data()[i])
+						}
+					}
+				}
 			}
 		}
 	}
-	mustPanic(t, func() { BiasGELUTanhInto(New(2, 3), New(2, 3), New(4)) }, "BiasGELUTanhInto")
+	mustPanic(t, func() { LinearInto(New(2, 4), New(2, 3), New(4, 3), New(5), nil, nil, Identity) }, "LinearInto")
+	mustPanic(t, func() { LinearInto(New(2, 4), New(2, 3), New(4, 3), nil, New(2, 5), nil, Identity) }, "LinearInto")
+	mustPanic(t, func() { LinearInto(New(2, 4), New(2, 3), New(4, 3), nil, nil, nil, GELUTanhAct) }, "LinearInto")
+	mustPanic(t, func() { LinearInto(New(2, 4), New(2, 3), New(4, 3), nil, nil, New(2, 4), ReLUAct) }, "LinearInto")
 }
 
 // TestParallelMatchesSerial: the kernels that share the GEMM's threads
@@ -99,7 +133,8 @@ func TestParallelMatchesSerial(t *testing.T) {
 		y, p := AttentionQKV(qkv, 4, true)
 		dq := AttentionQKVBackward(dy, qkv, p, 4)
 		hh := h.Clone()
-		gy := BiasGELUTanhInto(New(300, 520), hh, b)
+		gy := New(300, 520)
+		LinearInto(hh, h, Full(0.01, 520, 520), b, nil, gy, GELUTanhAct)
 		gg := GELUTanhBackward(g, hh)
 		ln, mean, rstd := LayerNorm(h, b, b, 1e-5)
 		dx, dw, db := LayerNormBackward(g, h, b, mean, rstd)

@@ -82,7 +82,16 @@ func MatMulInto(dst, a, b *Tensor) *Tensor {
 // dst must be contiguous with shape [batch..., m, n] and must not overlap a
 // or b. With beta 0, dst's old contents are ignored (NaNs included); with
 // beta 1 the product accumulates into dst.
-func Gemm(dst, a, b *Tensor, alpha, beta float32) {
+func Gemm(dst, a, b *Tensor, alpha, beta float32) { GemmThen(dst, a, b, alpha, beta, nil) }
+
+// GemmThen is Gemm followed by an elementwise pass then over dst, seen as
+// a matrix of rows [batch..., m] and n columns: then(r0, r1, c0, c1) may
+// read and rewrite rows [r0, r1) and columns [c0, c1) of it, which hold
+// their product when it is called. Each element is given to then once;
+// rectangles of a product whose operands are plain matrices (or a batch
+// folded into rows) are given as soon as they are computed, while still
+// in cache, possibly on several goroutines at once.
+func GemmThen(dst, a, b *Tensor, alpha, beta float32, then func(r0, r1, c0, c1 int)) {
 	batch, m, k, n := matmulShape("Gemm", a, b)
 	want := append(cloneInts(batch), m, n)
 	if !slices.Equal(dst.shape, want) {
@@ -101,6 +110,9 @@ func Gemm(dst, a, b *Tensor, alpha, beta float32) {
 		} else {
 			ScaleInto(dst, dst, beta)
 		}
+		if then != nil {
+			then(0, len(c)/n, 0, n)
+		}
 		return
 	}
 	// A batched a times a plain matrix b: fold a's batch into its rows
@@ -108,14 +120,17 @@ func Gemm(dst, a, b *Tensor, alpha, beta float32) {
 	if len(b.shape) == 2 && len(a.shape) > 2 && a.IsContiguous() {
 		rows := a.Len() / k
 		bb, tb, ldb := matOperand(b)
-		gemm.Sgemm(false, tb, rows, n, k, alpha, a.Data(), k, bb.storage[bb.offset:], ldb, beta, c, n)
+		gemm.SgemmEpilogue(false, tb, rows, n, k, alpha, a.Data(), k, bb.storage[bb.offset:], ldb, beta, c, n, then)
 		return
 	}
 	aa, ta, lda := matOperand(a)
 	bb, tb, ldb := matOperand(b)
 	if len(batch) == 0 {
-		gemm.Sgemm(ta, tb, m, n, k, alpha, aa.storage[aa.offset:], lda, bb.storage[bb.offset:], ldb, beta, c, n)
+		gemm.SgemmEpilogue(ta, tb, m, n, k, alpha, aa.storage[aa.offset:], lda, bb.storage[bb.offset:], ldb, beta, c, n, then)
 		return
+	}
+	if then != nil {
+		defer then(0, len(c)/n, 0, n)
 	}
 	nbatch := 1
 	for _, s := range batch {

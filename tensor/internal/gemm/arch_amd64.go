@@ -202,7 +202,7 @@ func avx512WideArch() *arch {
 		directA: func(_ bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelAVX512x6x64r(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
-		directRowsOnly: true, directMaxN: directMaxN,
+		directRowsOnly: true, directMaxN: wideDirectMaxN,
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
 			if trans {
 				packRows(mr, dst, src, ld, kc, mc)

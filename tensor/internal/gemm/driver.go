@@ -79,7 +79,7 @@ func (g *Impl) pick(m, n int) *arch {
 
 // run is cohort's blocked, parallel sgemm. Arguments are checked, m, n,
 // k > 0 and alpha != 0.
-func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue) {
 	ar := g.pick(m, n)
 	tm, tn := partition(m, n, k, g.threads, ar.mr, ar.nr)
 	if tm*tn > 1 && 2*m*n*k < g.coldMin && !g.pool.warm(g.threads-1) {
@@ -87,16 +87,16 @@ func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32,
 	}
 	if tm*tn == 1 {
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi, 0, 0)
 		g.bufs.Put(buf)
 		return
 	}
-	g.runParts(ar, tm, tn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	g.runParts(ar, tm, tn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
 }
 
 // runParts computes C as tm×tn blocks, one part each, shared with the
 // Impl's helpers.
-func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue) {
 	g.pool.parallel(g.threads-1, tm*tn, func(t int) {
 		ti, tj := t/tn, t%tn
 		i0, i1 := split(m, ar.mr, tm, ti), split(m, ar.mr, tm, ti+1)
@@ -116,7 +116,7 @@ func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, 
 			bs = b[j0:]
 		}
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc)
+		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc, epi, i0, j0)
 		g.bufs.Put(buf)
 	})
 }
@@ -125,12 +125,17 @@ func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, 
 // (arch.directA) instead of packing: packing A costs m·k copies whatever
 // n is, and pays off only when each packed sliver feeds many B slivers.
 // On Zen 3 (CPU time, GPT-mini's shapes) reading in place wins by 3-15%
-// up to n = 128 (attention's n = 32..64 most) and loses from n = 512. The
-// AVX-512 6×64 kernel's in-place variant, on an Intel Xeon with AVX-512
-// (GPT-mini's NN and NT shapes, one thread), wins 5-30% up to n = 128
-// (attention's q·kᵀ and dp most) and is even at 384 and 512; the GPT-mini
-// step gains 1.7%.
-const directMaxN = 128
+// up to n = 128 (attention's n = 32..64 most) and loses from n = 512.
+//
+// wideDirectMaxN is the same bound for the AVX-512 6×64 kernel, whose
+// in-place variant streams six rows of A against a 64-wide B sliver: on an
+// Intel Xeon (family 6 model 207, one thread) it wins 5-30% up to n = 128
+// (attention's q·kᵀ and dp most), and 2.5-4.5% at GPT-mini's n = 256, 384
+// and 512 (projections on 2048 and 256 rows, k = 128; alternated rounds).
+const (
+	directMaxN     = 128
+	wideDirectMaxN = 512
+)
 
 // useDirect reports whether block reads full slivers of op(A) in place:
 // when the arch has a direct kernel, C has at most directMaxN columns, and
@@ -159,8 +164,11 @@ func (ar *arch) useDirect(transA bool, n, lda int) bool {
 //
 // beta applies on the first slab only; later slabs accumulate. When
 // useDirect says so, the micro-kernel reads full slivers of A in place and
-// only a partial last sliver of each block is packed.
-func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+// only a partial last sliver of each block is packed. epi, when not nil,
+// runs on each mc×nc block of C as the last slab finishes it, while the
+// block is still in L2; ei and ej are this block's origin in the C epi
+// indexes.
+func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue, ei, ej int) {
 	kcMax := blockSize(k, ar.kc, 4)
 	mcMax := blockSize(m, ar.mc, ar.mr)
 	ncMax := blockSize(n, ar.nc, ar.nr)
@@ -210,6 +218,9 @@ func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha floa
 							ar.directA(false, kc, &a[(ic+ir)*lda+pc], lda, bp, cp, ldc, alpha, bet, rows, cols)
 						}
 					}
+				}
+				if epi != nil && pc+kc == k {
+					epi(ei+ic, ei+ic+mc, ej+jc, ej+jc+nc)
 				}
 			}
 		}

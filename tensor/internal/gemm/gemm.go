@@ -25,6 +25,25 @@ func Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 	g.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 }
 
+// An Epilogue finishes a product in place: called as epi(i0, i1, j0, j1),
+// it may read and rewrite C[i][j] for i0 ≤ i < i1 and j0 ≤ j < j1, which
+// hold their final value alpha·op(A)·op(B) + beta·C when it is called.
+type Epilogue func(i0, i1, j0, j1 int)
+
+// SgemmEpilogue is [Sgemm] followed by epi over C: epi is called once for
+// each rectangle of a partition of C, as soon as that rectangle holds its
+// result, so that an elementwise pass over C (a bias, a residual, an
+// activation) reads it while it is still in cache rather than from memory.
+// Calls on different rectangles may run at once, on different goroutines.
+// With a nil epi it is Sgemm.
+func SgemmEpilogue(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue) {
+	g, err := Default()
+	if err != nil {
+		panic(err.Error())
+	}
+	g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
+}
+
 // defaultImpl is built once, from the environment, on first use.
 var defaultImpl = sync.OnceValues(func() (*Impl, error) {
 	o, err := OptionsFromEnv(os.Getenv)

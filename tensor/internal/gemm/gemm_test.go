@@ -32,6 +32,51 @@ func TestConformance(t *testing.T) {
 	}
 }
 
+// TestEpilogue runs the conformance suite through SgemmEpilogue with an
+// epilogue that negates what it is given: every element of C must be
+// handed to it exactly once, inside C, and only once final (a block
+// negated early would be accumulated into afterwards, and the result,
+// negated back, would differ from the reference). It covers every path:
+// blocked (split over threads or not), row-A, dot products and swapped.
+func TestEpilogue(t *testing.T) {
+	for _, kern := range kernels() {
+		for _, threads := range []int{1, 2, 3} {
+			t.Run(fmt.Sprintf("kernel=%s/threads=%d", kern, threads), func(t *testing.T) {
+				g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
+				if err != nil {
+					t.Fatal(err)
+				}
+				AlwaysSplit(g)
+				AnyRowA(g)
+				gemmtest.Run(t, func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+					seen := make([]int32, m*n)
+					g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, func(i0, i1, j0, j1 int) {
+						if i0 < 0 || i1 > m || j0 < 0 || j1 > n || i0 >= i1 || j0 >= j1 {
+							t.Errorf("m=%d n=%d: epilogue on rows [%d, %d), columns [%d, %d)", m, n, i0, i1, j0, j1)
+							return
+						}
+						for i := i0; i < i1; i++ {
+							for j := j0; j < j1; j++ {
+								seen[i*n+j]++
+								c[i*ldc+j] = -c[i*ldc+j]
+							}
+						}
+					})
+					for i := range m {
+						for j := range n {
+							if seen[i*n+j] != 1 {
+								t.Errorf("m=%d n=%d k=%d: C[%d][%d] given to the epilogue %d times, want 1", m, n, k, i, j, seen[i*n+j])
+								return
+							}
+							c[i*ldc+j] = -c[i*ldc+j]
+						}
+					}
+				})
+			})
+		}
+	}
+}
+
 // TestParallelLarge checks shapes big enough to split over threads in both
 // directions.
 func TestParallelLarge(t *testing.T) {

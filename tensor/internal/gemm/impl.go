@@ -152,32 +152,44 @@ func (g *Impl) String() string {
 // Sgemm computes C = alpha·op(A)·op(B) + beta·C with the contract of the
 // package-level [Sgemm].
 func (g *Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil)
+}
+
+// SgemmEpilogue is [Impl.Sgemm] followed by epi on the result, with the
+// contract of the package-level [SgemmEpilogue].
+func (g *Impl) SgemmEpilogue(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
 	}
-	if k == 0 || alpha == 0 {
-		scaleC(m, n, beta, c, ldc)
+	if k != 0 && alpha != 0 && g.lib == nil && !g.useRowA(transA, transB, m, n, k) &&
+		!g.useDot(transA, transB, m, n, k) && !g.swaps(m, n) {
+		// The blocked path runs epi block by block, as each is finished.
+		g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
 		return
 	}
-	if g.lib != nil {
+	switch {
+	case k == 0 || alpha == 0:
+		scaleC(m, n, beta, c, ldc)
+	case g.lib != nil:
 		g.lib.SetThreads(g.threads)
 		g.lib.Sgemm(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	if g.useRowA(transA, transB, m, n, k) {
+	case g.useRowA(transA, transB, m, n, k):
 		g.runRowA(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	if g.useDot(transA, transB, m, n, k) {
+	case g.useDot(transA, transB, m, n, k):
 		g.runDot(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
-	}
-	if n < 32 && g.padded(n, m)*4 < g.padded(m, n)*3 {
+	default:
 		g.runSwapped(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-		return
 	}
-	g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	if epi != nil {
+		epi(0, m, 0, n)
+	}
+}
+
+// swaps reports whether an m×n product runs as its transpose (runSwapped):
+// few columns, whose tiles would be mostly padding.
+func (g *Impl) swaps(m, n int) bool {
+	return n < 32 && g.padded(n, m)*4 < g.padded(m, n)*3
 }
 
 // padded returns the area of C's tiles, padding included, for an m×n
@@ -194,7 +206,7 @@ func (g *Impl) runSwapped(transA, transB bool, m, n, k int, alpha float32, a []f
 	buf := g.bufs.Get().(*packBuf)
 	buf.t = grow(buf.t, m*n)
 	t := buf.t
-	g.run(!transB, !transA, n, m, k, alpha, b, ldb, a, lda, 0, t, m)
+	g.run(!transB, !transA, n, m, k, alpha, b, ldb, a, lda, 0, t, m, nil)
 	for i := 0; i < m; i++ {
 		row := c[i*ldc : i*ldc+n]
 		for j := range row {

@@ -24,11 +24,39 @@ import "math"
 // Reductions (ExpShiftSum, Dot, the LayerNorm row sums) sum in float32
 // over 8 (or 16) lanes, then across them, in the assembly, and in float64
 // on the portable path.
-type Math struct{ asm bool }
+//
+// Where the CPU has AVX-512F too, exp, ExpShiftSum, GELU-tanh and its
+// derivative run 16 lanes at a time, with the AVX2 kernels' operations
+// lane for lane: an element's value is the same on either (ExpShiftSum's
+// sum is taken over 16 lanes instead of 8).
+type Math struct{ asm, wide bool }
 
 // NewMath returns the kernels: the assembly where the CPU has AVX2 and FMA
-// unless portable is set (the pure-Go configuration, COHORT_GEMM_KERNEL=go).
-func NewMath(portable bool) Math { return Math{asm: !portable && useAVX2 && hasFMA} }
+// unless portable is set (the pure-Go configuration, COHORT_GEMM_KERNEL=go),
+// 16 lanes wide where it has AVX-512F as well.
+func NewMath(portable bool) Math {
+	asm := !portable && useAVX2 && hasFMA
+	return Math{asm: asm, wide: asm && useAVX512}
+}
+
+// wide16 runs f16 on the longest prefix of n elements that is a multiple
+// of 16 when m is 16 lanes wide, and f8 on what is left of it in multiples
+// of 8 (all of it otherwise); it returns where the Go tail starts. f16 and
+// f8 take the offset and the length.
+func (m Math) wide16(n int, f16, f8 func(off, n int)) int {
+	done := 0
+	if m.wide {
+		done = n &^ 15
+		if done > 0 {
+			f16(0, done)
+		}
+	}
+	if rest := (n - done) &^ 7; rest > 0 {
+		f8(done, rest)
+		done += rest
+	}
+	return done
+}
 
 // Asm reports whether m runs the assembly kernels.
 func (m Math) Asm() bool { return m.asm }
@@ -38,10 +66,9 @@ func (m Math) Exp(dst, src []float32) {
 	src = src[:len(dst)]
 	n := 0
 	if m.asm {
-		n = len(dst) &^ 7
-		if n > 0 {
-			expAVX2(&dst[0], &src[0], n)
-		}
+		n = m.wide16(len(dst),
+			func(o, k int) { expAVX512(&dst[o], &src[o], k) },
+			func(o, k int) { expAVX2(&dst[o], &src[o], k) })
 	}
 	for i := n; i < len(dst); i++ {
 		dst[i] = exp32(src[i])
@@ -54,11 +81,10 @@ func (m Math) Exp(dst, src []float32) {
 func (m Math) ExpShiftSum(dst, src []float32, scale, shift float32) float32 {
 	src = src[:len(dst)]
 	if m.asm {
-		n := len(dst) &^ 7
 		var sum float32
-		if n > 0 {
-			sum = expShiftSumAVX2(&dst[0], &src[0], n, scale, shift)
-		}
+		n := m.wide16(len(dst),
+			func(o, k int) { sum += expShiftSumAVX512(&dst[o], &src[o], k, scale, shift) },
+			func(o, k int) { sum += expShiftSumAVX2(&dst[o], &src[o], k, scale, shift) })
 		for i := n; i < len(dst); i++ {
 			e := exp32(scale*src[i] - shift)
 			dst[i] = e
@@ -81,10 +107,9 @@ func (m Math) GELUTanh(dst, src []float32) {
 	src = src[:len(dst)]
 	n := 0
 	if m.asm {
-		n = len(dst) &^ 7
-		if n > 0 {
-			geluTanhAVX2(&dst[0], &src[0], n)
-		}
+		n = m.wide16(len(dst),
+			func(o, k int) { geluTanhAVX512(&dst[o], &src[o], k) },
+			func(o, k int) { geluTanhAVX2(&dst[o], &src[o], k) })
 	}
 	for i := n; i < len(dst); i++ {
 		x := src[i]
@@ -99,10 +124,9 @@ func (m Math) GELUTanhGrad(dst, g, x []float32) {
 	x = x[:len(dst)]
 	n := 0
 	if m.asm {
-		n = len(dst) &^ 7
-		if n > 0 {
-			geluTanhGradAVX2(&dst[0], &g[0], &x[0], n)
-		}
+		n = m.wide16(len(dst),
+			func(o, k int) { geluTanhGradAVX512(&dst[o], &g[o], &x[o], k) },
+			func(o, k int) { geluTanhGradAVX2(&dst[o], &g[o], &x[o], k) })
 	}
 	for i := n; i < len(dst); i++ {
 		v := x[i]

@@ -533,3 +533,150 @@ lngrad2:
 	JNE          lngrad2
 	VZEROUPPER
 	RET
+
+// AVX-512F versions of exp, exp-shift-sum, GELU-tanh and its derivative:
+// the same operations as the AVX2 ones above, lane for lane, on 16 lanes
+// (constants broadcast from the same tables), so an element's result does
+// not depend on which kernel ran it. Lengths are multiples of 16.
+
+// EXP16 replaces Z0 by exp(Z0); it clobbers Z1–Z5 and K1. As EXP8, with
+// the lanes below the range cleared under a mask instead of by VANDNPS.
+#define EXP16 \
+	VBROADCASTSS      expLo<>(SB), Z5; \
+	VCMPPS            $1, Z5, Z0, K1; \
+	VMAXPS            Z0, Z5, Z0; \
+	VBROADCASTSS      expHi<>(SB), Z5; \
+	VMINPS            Z0, Z5, Z0; \
+	VMULPS.BCST       log2e<>(SB), Z0, Z1; \
+	VRNDSCALEPS       $0, Z1, Z1; \
+	VFNMADD231PS.BCST expC1<>(SB), Z1, Z0; \
+	VFNMADD231PS.BCST expC2<>(SB), Z1, Z0; \
+	VBROADCASTSS      expP0<>(SB), Z2; \
+	VFMADD213PS.BCST  expP1<>(SB), Z0, Z2; \
+	VFMADD213PS.BCST  expP2<>(SB), Z0, Z2; \
+	VFMADD213PS.BCST  expP3<>(SB), Z0, Z2; \
+	VFMADD213PS.BCST  expP4<>(SB), Z0, Z2; \
+	VFMADD213PS.BCST  expP5<>(SB), Z0, Z2; \
+	VMULPS            Z0, Z0, Z3; \
+	VFMADD213PS       Z0, Z3, Z2; \
+	VADDPS.BCST       one<>(SB), Z2, Z2; \
+	VCVTPS2DQ         Z1, Z1; \
+	VPADDD.BCST       bias127<>(SB), Z1, Z1; \
+	VPSLLD            $23, Z1, Z1; \
+	VMULPS            Z1, Z2, Z0; \
+	VPXORD            Z0, Z0, K1, Z0
+
+// func expAVX512(dst, src *float32, n int)
+TEXT ·expAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+exp16loop:
+	CMPQ    CX, $16
+	JLT     exp16done
+	VMOVUPS (SI), Z0
+	EXP16
+	VMOVUPS Z0, (DI)
+	ADDQ    $64, SI
+	ADDQ    $64, DI
+	SUBQ    $16, CX
+	JMP     exp16loop
+
+exp16done:
+	VZEROUPPER
+	RET
+
+// func expShiftSumAVX512(dst, src *float32, n int, scale, shift float32) float32
+TEXT ·expShiftSumAVX512(SB), NOSPLIT, $0-36
+	MOVQ         dst+0(FP), DI
+	MOVQ         src+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS scale+24(FP), Z14
+	VBROADCASTSS shift+28(FP), Z13
+	VPXORD       Z15, Z15, Z15
+
+ess16loop:
+	CMPQ        CX, $16
+	JLT         ess16done
+	VMOVUPS     (SI), Z0
+	VFMSUB213PS Z13, Z14, Z0
+	EXP16
+	VMOVUPS     Z0, (DI)
+	VADDPS      Z0, Z15, Z15
+	ADDQ        $64, SI
+	ADDQ        $64, DI
+	SUBQ        $16, CX
+	JMP         ess16loop
+
+ess16done:
+	VEXTRACTF64X4 $1, Z15, Y1
+	VADDPS        Y1, Y15, Y0
+	HSUM8
+	MOVSS         X0, ret+32(FP)
+	VZEROUPPER
+	RET
+
+// func geluTanhAVX512(dst, src *float32, n int)
+TEXT ·geluTanhAVX512(SB), NOSPLIT, $0-24
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ n+16(FP), CX
+
+gelu16loop:
+	CMPQ             CX, $16
+	JLT              gelu16done
+	VMOVUPS          (SI), Z6
+	VMULPS           Z6, Z6, Z1
+	VBROADCASTSS     geluB<>(SB), Z0
+	VFMADD213PS.BCST geluA<>(SB), Z1, Z0
+	VMULPS           Z6, Z0, Z0
+	EXP16
+	VADDPS.BCST      one<>(SB), Z0, Z0
+	VDIVPS           Z0, Z6, Z0
+	VMOVUPS          Z0, (DI)
+	ADDQ             $64, SI
+	ADDQ             $64, DI
+	SUBQ             $16, CX
+	JMP              gelu16loop
+
+gelu16done:
+	VZEROUPPER
+	RET
+
+// func geluTanhGradAVX512(dst, grad, x *float32, n int)
+TEXT ·geluTanhGradAVX512(SB), NOSPLIT, $0-32
+	MOVQ dst+0(FP), DI
+	MOVQ grad+8(FP), DX
+	MOVQ x+16(FP), SI
+	MOVQ n+24(FP), CX
+
+grad16loop:
+	CMPQ             CX, $16
+	JLT              grad16done
+	VMOVUPS          (SI), Z6
+	VMULPS           Z6, Z6, Z7
+	VBROADCASTSS     geluB<>(SB), Z0
+	VFMADD213PS.BCST geluA<>(SB), Z7, Z0
+	VMULPS           Z6, Z0, Z0
+	EXP16
+	VBROADCASTSS     one<>(SB), Z8
+	VADDPS           Z8, Z0, Z9
+	VDIVPS           Z9, Z8, Z9
+	VMULPS           Z9, Z0, Z0
+	VBROADCASTSS     geluD<>(SB), Z10
+	VFMSUB213PS.BCST geluA<>(SB), Z7, Z10
+	VMULPS           Z6, Z10, Z10
+	VMULPS           Z0, Z10, Z10
+	VFMADD213PS      Z9, Z9, Z10
+	VMULPS           (DX), Z10, Z10
+	VMOVUPS          Z10, (DI)
+	ADDQ             $64, SI
+	ADDQ             $64, DX
+	ADDQ             $64, DI
+	SUBQ             $16, CX
+	JMP              grad16loop
+
+grad16done:
+	VZEROUPPER
+	RET

@@ -8,11 +8,50 @@ import (
 )
 
 // mathPaths runs f with the portable kernels and, where the CPU has them,
-// the assembly ones.
+// the AVX2 and the AVX-512 ones.
 func mathPaths(t *testing.T, f func(t *testing.T, m Math)) {
 	t.Run("go", func(t *testing.T) { f(t, NewMath(true)) })
 	if m := NewMath(false); m.Asm() {
-		t.Run("avx2", func(t *testing.T) { f(t, m) })
+		t.Run("avx2", func(t *testing.T) { f(t, Math{asm: true}) })
+		if m.wide {
+			t.Run("avx512", func(t *testing.T) { f(t, m) })
+		}
+	}
+}
+
+// TestWideMatchesAVX2: the 16-lane kernels give every element exactly the
+// AVX2 kernels' value, over lengths that leave 8- and 1-element tails and
+// inputs across exp's clamps, NaN and ±Inf included.
+func TestWideMatchesAVX2(t *testing.T) {
+	wide := NewMath(false)
+	if !wide.wide {
+		t.Skip("no AVX-512F on this CPU")
+	}
+	narrow := Math{asm: true}
+	rng := rand.New(rand.NewPCG(9, 10))
+	for _, n := range []int{16, 24, 31, 1000} {
+		x, g := make([]float32, n), make([]float32, n)
+		for i := range x {
+			x[i], g[i] = float32(rng.NormFloat64()*30), float32(rng.NormFloat64())
+		}
+		x[0], x[1], x[2], x[3] = float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), -100
+		for name, f := range map[string]func(m Math, dst []float32) float32{
+			"exp":       func(m Math, dst []float32) float32 { m.Exp(dst, x); return 0 },
+			"gelu":      func(m Math, dst []float32) float32 { m.GELUTanh(dst, x); return 0 },
+			"gelu grad": func(m Math, dst []float32) float32 { m.GELUTanhGrad(dst, g, x); return 0 },
+			"exp shift": func(m Math, dst []float32) float32 { return m.ExpShiftSum(dst[4:], x[4:], 0.5, 3) },
+		} {
+			a, b := make([]float32, n), make([]float32, n)
+			sa, sb := f(wide, a), f(narrow, b)
+			for i := range a {
+				if math.Float32bits(a[i]) != math.Float32bits(b[i]) && !(a[i] != a[i] && b[i] != b[i]) {
+					t.Fatalf("%s n=%d: element %d (x = %g): 16 lanes %g, 8 lanes %g", name, n, i, x[i], a[i], b[i])
+				}
+			}
+			if d := math.Abs(float64(sa - sb)); d > 1e-5*math.Abs(float64(sb)) {
+				t.Fatalf("%s n=%d: sums %g and %g", name, n, sa, sb)
+			}
+		}
 	}
 }
 

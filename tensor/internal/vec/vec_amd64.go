@@ -61,6 +61,20 @@ func geluTanhAVX2(dst, src *float32, n int)
 //go:noescape
 func geluTanhGradAVX2(dst, grad, x *float32, n int)
 
+// The AVX-512F versions (math_amd64.s): lengths are multiples of 16.
+
+//go:noescape
+func expAVX512(dst, src *float32, n int)
+
+//go:noescape
+func expShiftSumAVX512(dst, src *float32, n int, scale, shift float32) float32
+
+//go:noescape
+func geluTanhAVX512(dst, src *float32, n int)
+
+//go:noescape
+func geluTanhGradAVX512(dst, grad, x *float32, n int)
+
 //go:noescape
 func maxAVX2(src *float32, n int) float32
 

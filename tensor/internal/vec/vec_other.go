@@ -30,13 +30,17 @@ func maxPool2Plane4AVX2(dst *float32, arg *int32, src *float32, rows, cols, stri
 
 var hasFMA = false
 
-func expAVX2(dst, src *float32, n int)                                       { panic("unreachable") }
-func expShiftSumAVX2(dst, src *float32, n int, scale, shift float32) float32 { panic("unreachable") }
-func geluTanhAVX2(dst, src *float32, n int)                                  { panic("unreachable") }
-func geluTanhGradAVX2(dst, grad, x *float32, n int)                          { panic("unreachable") }
-func maxAVX2(src *float32, n int) float32                                    { panic("unreachable") }
-func dotAVX2(a, b *float32, n int) float32                                   { panic("unreachable") }
-func scaleAVX2(dst, src *float32, n int, a float32)                          { panic("unreachable") }
+func expAVX2(dst, src *float32, n int)                                         { panic("unreachable") }
+func expShiftSumAVX2(dst, src *float32, n int, scale, shift float32) float32   { panic("unreachable") }
+func geluTanhAVX2(dst, src *float32, n int)                                    { panic("unreachable") }
+func geluTanhGradAVX2(dst, grad, x *float32, n int)                            { panic("unreachable") }
+func expAVX512(dst, src *float32, n int)                                       { panic("unreachable") }
+func expShiftSumAVX512(dst, src *float32, n int, scale, shift float32) float32 { panic("unreachable") }
+func geluTanhAVX512(dst, src *float32, n int)                                  { panic("unreachable") }
+func geluTanhGradAVX512(dst, grad, x *float32, n int)                          { panic("unreachable") }
+func maxAVX2(src *float32, n int) float32                                      { panic("unreachable") }
+func dotAVX2(a, b *float32, n int) float32                                     { panic("unreachable") }
+func scaleAVX2(dst, src *float32, n int, a float32)                            { panic("unreachable") }
 
 func layerNormRowAVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *float32) {
 	panic("unreachable")
