@@ -178,9 +178,16 @@ func softmaxRowsMasked(m vec.Math, s []float32, T int, causal bool) {
 		if math.IsInf(float64(mx), -1) {
 			mx = 0
 		}
-		sum := m.ExpShiftSum(row[:n], row[:n], 1, mx)
-		m.Scale(row[:n], row[:n], 1/sum)
-		clear(row[n:])
+		// The masked columns up to the next multiple of 16 become −Inf,
+		// whose exponential is exactly 0: the row is then whole vectors,
+		// with no element left to the kernels' scalar tail.
+		w := min(T, (n+15)&^15)
+		for j := n; j < w; j++ {
+			row[j] = float32(math.Inf(-1))
+		}
+		sum := m.ExpShiftSum(row[:w], row[:w], 1, mx)
+		m.Scale(row[:w], row[:w], 1/sum)
+		clear(row[w:])
 	}
 }
 

@@ -29,12 +29,12 @@ type arch struct {
 	// sliver of op(A) in place instead of packed: A[r][p] at a[r*lda+p],
 	// or with trans at a[p*lda+r], for r < mr and p < k, all read.
 	directA func(trans bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
-	// directRowsOnly: directA reads A's rows only (trans false); a
-	// transposed A is packed.
-	directRowsOnly bool
 	// directMaxN is the widest product whose A is read in place (see
 	// useDirect).
 	directMaxN int
+	// directAnyStride: the in-place kernel reads A's rows at any stride,
+	// aliasing ones included (see useDirect).
+	directAnyStride bool
 
 	// packA packs the mc×kc block of op(A) whose first element is src[0]
 	// (A[i0][p0] or, transposed, A[p0][i0]) into ceil(mc/mr) slivers.

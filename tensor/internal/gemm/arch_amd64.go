@@ -19,6 +19,9 @@ func kernelAVX512x6x64(k int, a, b, c *float32, ldc int, alpha, beta float32, ro
 func kernelAVX512x6x64r(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
+func kernelAVX512x6x64c(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+
+//go:noescape
 func dotAVX512x4x6(k int, a0, a1, a2, a3, b0, b1, b2, b3, b4, b5, acc *float32)
 
 //go:noescape
@@ -199,10 +202,14 @@ func avx512WideArch() *arch {
 		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelAVX512x6x64(k, a, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
-		directA: func(_ bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
-			kernelAVX512x6x64r(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
+		directA: func(trans bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+			if trans {
+				kernelAVX512x6x64c(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
+			} else {
+				kernelAVX512x6x64r(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
+			}
 		},
-		directRowsOnly: true, directMaxN: wideDirectMaxN,
+		directMaxN: wideDirectMaxN, directAnyStride: true,
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
 			if trans {
 				packRows(mr, dst, src, ld, kc, mc)

@@ -141,11 +141,19 @@ const (
 // when the arch has a direct kernel, C has at most directMaxN columns, and
 // A's row stride does not alias in the caches. A stride that is a multiple
 // of 2 KiB (1 KiB when the kernel steps through A's rows, transA) maps the
-// rows of a sliver onto a few cache sets; the m = 512 weight gradient ran
-// 12% slower in place than packed.
+// rows of a sliver onto a few cache sets; with the AVX2 kernel (Zen 3) the
+// m = 512 weight gradient ran 12% slower in place than packed. The AVX-512
+// 6×64 kernels (directAnyStride) read A in place faster than packed at
+// every stride GPT-mini has on an Intel Xeon (family 6 model 207, one
+// thread, alternated rounds): rows at a 2 KiB stride (fc2 forward, fc1
+// input gradient: A [2048 or 256, 512]) 5-14%, and a transposed A (the
+// weight gradients, A = dyᵀ, lda 128 to 512, 1 and 2 KiB included) 3-17%.
 func (ar *arch) useDirect(transA bool, n, lda int) bool {
-	if ar.directA == nil || n > ar.directMaxN || transA && ar.directRowsOnly {
+	if ar.directA == nil || n > ar.directMaxN {
 		return false
+	}
+	if ar.directAnyStride {
+		return true
 	}
 	if transA {
 		return lda%256 != 0

@@ -88,7 +88,8 @@ func y(n int) string { return fmt.Sprintf("Y%d", n) }
 func genAVX512(e *emitter) {
 	genKernel512(e, 14, 2)
 	genKernel512(e, 6, 4)
-	genKernel512RowA(e, 6, 4)
+	genKernel512RowA(e, 6, 4, aRows)
+	genKernel512RowA(e, 6, 4, aCols)
 	genPackT16(e)
 	genPackCopy32(e)
 	for _, nr := range []int{6, 14, 32, 64} {
@@ -302,30 +303,32 @@ func genPackRows(e *emitter, nr int) {
 //
 // When beta is ±0, C is not read. Rows at or beyond rows and columns whose
 // mask bit is clear are neither read nor written.
-func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, false) }
+func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked) }
 
-// genKernel512RowA emits the variant of genKernel512's kernel that reads A
-// in place, row-major (mr rows of lda floats, all valid), instead of from a
-// packed sliver: for products whose A is read once (few columns of C), so
-// that packing it would be pure cost.
+// genKernel512RowA emits the variants of genKernel512's kernel that read A
+// in place instead of from a packed sliver, for products whose A is read
+// once (few columns of C), so that packing it would be pure cost: layout
+// aRows (op(A) = A, mr rows of lda floats, suffix "r") or aCols (op(A) =
+// Aᵀ: k rows lda apart, mr consecutive values from each, suffix "c").
 //
 // func name(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 //
-// with name kernelAVX512x{mr}x{16·nv}r. rows limits the rows of C stored;
-// all mr rows of A are read.
-func genKernel512RowA(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, true) }
+// with name kernelAVX512x{mr}x{16·nv}{r,c}. rows limits the rows of C
+// stored; all mr rows of A are read.
+func genKernel512RowA(e *emitter, mr, nv int, layout aLayout) { genKernel512x(e, mr, nv, layout) }
 
-func genKernel512x(e *emitter, mr, nv int, rowA bool) {
+func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	const unroll = 4
 	name := fmt.Sprintf("kernelAVX512x%dx%d", mr, 16*nv)
-	// Argument offsets: the packed kernel's, or the row-A kernel's with
+	rowA := layout != aPacked // A read in place
+	// Argument offsets: the packed kernel's, or the in-place kernel's with
 	// lda after a.
 	offB, offC, offLdc, offAlpha, offBeta, offRows, offMask, frame := 16, 24, 32, 40, 44, 48, 56, 64
 	if rowA {
 		if mr > 6 {
-			panic("asmgen: row-A kernel addresses at most 6 rows")
+			panic("asmgen: in-place-A kernel addresses at most 6 rows")
 		}
-		name += "r"
+		name += map[aLayout]string{aRows: "r", aCols: "c"}[layout]
 		offB, offC, offLdc, offAlpha, offBeta, offRows, offMask, frame = 24, 32, 40, 48, 52, 56, 64, 72
 	}
 	nacc := mr * nv
@@ -367,9 +370,12 @@ func genKernel512x(e *emitter, mr, nv int, rowA bool) {
 			e.i("VMOVUPS %d(BX), %s", bo+64*v, breg(v))
 		}
 		for r := 0; r < mr; r++ {
-			if rowA {
+			switch layout {
+			case aRows:
 				e.i("VBROADCASTSS %s, %s", rowAddr(ao, r), bc(r))
-			} else {
+			case aCols:
+				e.i("VBROADCASTSS %d(AX), %s", 4*r, bc(r))
+			default:
 				e.i("VBROADCASTSS %d(AX), %s", ao+4*r, bc(r))
 			}
 			for v := 0; v < nv; v++ {
@@ -389,17 +395,25 @@ func genKernel512x(e *emitter, mr, nv int, rowA bool) {
 	}
 	for u := 0; u < unroll; u++ {
 		step(u*aStep, u*nv*64)
-		if !rowA {
+		switch {
+		case layout == aPacked:
 			e.i("PREFETCHT0 %d(AX)", 1024+64*u)
-		} else if u < (mr+1)/2 {
+		case layout == aCols:
+			// The next group's rows of A, eight steps ahead; the
+			// step's own row is then left behind.
+			e.i("PREFETCHT0 (AX)(R12*8)")
+			e.i("ADDQ R12, AX")
+		case u < (mr+1)/2:
 			// Each row's stream, a few lines ahead: two rows per step.
 			for r := 2 * u; r < min(mr, 2*u+2); r++ {
 				e.i("PREFETCHT0 %s", rowAddr(512, r))
 			}
 		}
 	}
-	e.i("ADDQ $%d, AX", unroll*aStep)
-	if rowA {
+	if layout != aCols {
+		e.i("ADDQ $%d, AX", unroll*aStep)
+	}
+	if layout == aRows {
 		e.i("ADDQ $%d, R13", unroll*aStep)
 	}
 	e.i("ADDQ $%d, BX", unroll*nv*64)
@@ -410,9 +424,14 @@ func genKernel512x(e *emitter, mr, nv int, rowA bool) {
 	e.i("JZ %s_store", name)
 	e.l(name + "_tailloop")
 	step(0, 0)
-	e.i("ADDQ $%d, AX", aStep)
-	if rowA {
+	switch layout {
+	case aCols:
+		e.i("ADDQ R12, AX")
+	case aRows:
+		e.i("ADDQ $%d, AX", aStep)
 		e.i("ADDQ $%d, R13", aStep)
+	default:
+		e.i("ADDQ $%d, AX", aStep)
 	}
 	e.i("ADDQ $%d, BX", nv*64)
 	e.i("DECQ CX")
