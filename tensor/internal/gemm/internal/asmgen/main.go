@@ -351,6 +351,15 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, frame))
 	// Rows 0-2 of A at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
 	e.args(rowA, offB, offC, offLdc, offRows)
+	if layout == aRows {
+		// The next sliver's rows (mr further down A), which the next
+		// call reads: 0-2 at R9 + r·R12, 3-5 at R11 + (r-3)·R12. (R9 and
+		// R11 are free until the stores.)
+		e.i("LEAQ (R12)(R12*2), R9")
+		e.i("SHLQ $1, R9")
+		e.i("LEAQ (R13)(R9*1), R11")
+		e.i("ADDQ AX, R9")
+	}
 	// Prefetch the C tile while the products accumulate.
 	e.i("MOVQ DI, R8")
 	for r := 0; r < mr; r++ {
@@ -404,9 +413,12 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 			e.i("PREFETCHT0 (AX)(R12*8)")
 			e.i("ADDQ R12, AX")
 		case u < (mr+1)/2:
-			// Each row's stream, a few lines ahead: two rows per step.
+			// The next sliver's rows, into L1 while this one computes
+			// (this sliver's were fetched by the previous call): two
+			// rows per step, each line requested in the four groups
+			// that step over it.
 			for r := 2 * u; r < min(mr, 2*u+2); r++ {
-				e.i("PREFETCHT0 %s", rowAddr(512, r))
+				e.i("PREFETCHT0 %s", nextRowAddr(r))
 			}
 		}
 	}
@@ -415,6 +427,8 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	}
 	if layout == aRows {
 		e.i("ADDQ $%d, R13", unroll*aStep)
+		e.i("ADDQ $%d, R9", unroll*aStep)
+		e.i("ADDQ $%d, R11", unroll*aStep)
 	}
 	e.i("ADDQ $%d, BX", unroll*nv*64)
 	e.i("DECQ DX")
@@ -483,6 +497,19 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	e.l(name + "_done")
 	e.i("VZEROUPPER")
 	e.i("RET")
+}
+
+// nextRowAddr is the operand addressing row r of the sliver after the
+// row-A kernel's, at the current position along k.
+func nextRowAddr(r int) string {
+	base := "R9"
+	if r >= 3 {
+		base, r = "R11", r-3
+	}
+	if r == 0 {
+		return fmt.Sprintf("(%s)", base)
+	}
+	return fmt.Sprintf("(%s)(R12*%d)", base, r)
 }
 
 // rowAddr is the operand addressing row r of the row-A kernel's A at byte
