@@ -87,6 +87,9 @@ func TestFusedOps(t *testing.T) {
 		{"attention_qkv_causal", [][]int{{2, 9, 3 * 8}},
 			func(v []*Var) *Var { return AttentionQKV(v[0], 2, true) },
 			func(v []*Var) *Var { return splitAttention(v[0], 2, true) }, 1e-5},
+		{"attention_qkv_causal_gpt_mini", [][]int{{2, 64, 3 * 128}}, // T past the kernels' tiles, as GPT-mini
+			func(v []*Var) *Var { return AttentionQKV(v[0], 4, true) },
+			func(v []*Var) *Var { return splitAttention(v[0], 4, true) }, 1e-5},
 		{"attention_qkv_full_one_head", [][]int{{3, 5, 3 * 4}},
 			func(v []*Var) *Var { return AttentionQKV(v[0], 1, false) },
 			func(v []*Var) *Var { return splitAttention(v[0], 1, false) }, 1e-5},

@@ -386,7 +386,7 @@ func AttentionQKV(qkv *Var, nHead int, causal bool) *Var {
 	}
 	y, p := tensor.AttentionQKV(qv, nHead, causal)
 	v := record("AttentionQKV", y, []*Var{qkv}, func(g *tensor.Tensor, s *sink) {
-		s.add(0, tensor.AttentionQKVBackward(g, qv, p, nHead), true)
+		s.add(0, tensor.AttentionQKVBackward(g, qv, p, nHead, causal), true)
 	})
 	if v.node != nil {
 		v.node.own, v.node.scratch = y, p // both fresh; p is read by the backward alone

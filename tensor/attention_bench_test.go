@@ -22,7 +22,7 @@ func BenchmarkAttention(b *testing.B) {
 	_, p := AttentionQKV(qkv, heads, true)
 	b.Run("backward", func(b *testing.B) {
 		for b.Loop() {
-			AttentionQKVBackward(dy, qkv, p, heads)
+			AttentionQKVBackward(dy, qkv, p, heads, true)
 		}
 	})
 }

@@ -158,7 +158,11 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 				ph := pd[(b*nHead+h)*T*T:][:T*T]
 				gemm.Sgemm(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
 				softmaxRowsMasked(m, ph, T, causal)
-				gemm.Sgemm(false, false, T, hd, T, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
+				if causal { // p is lower triangular
+					gemm.SgemmTriangular(false, false, false, T, hd, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
+				} else {
+					gemm.Sgemm(false, false, T, hd, T, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
+				}
 			}
 		}
 	})
@@ -192,9 +196,10 @@ func softmaxRowsMasked(m vec.Math, s []float32, T int, causal bool) {
 }
 
 // AttentionQKVBackward returns the gradient of AttentionQKV's qkv [B, T,
-// 3d] given the output gradient dy [B, T, d], qkv and the saved
-// probabilities p.
-func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int) *Tensor {
+// 3d] given the output gradient dy [B, T, d], qkv, the saved
+// probabilities p and the forward pass's causal (with it, the products
+// with p and its gradient skip their zero upper triangles).
+func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int, causal bool) *Tensor {
 	B, T, d, hd := attentionQKVDims("AttentionQKVBackward", qkv, nHead)
 	if len(dy.shape) != 3 || dy.shape[0] != B || dy.shape[1] != T || dy.shape[2] != d ||
 		len(p.shape) != 4 || p.shape[0] != B || p.shape[1] != nHead || p.shape[2] != T || p.shape[3] != T {
@@ -208,13 +213,13 @@ func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int) *Tensor {
 	qd, gd, pd, dd := qkv.Data(), dy.Contiguous().Data(), p.Contiguous().Data(), dqkv.Data()
 	m := mathKernels()
 	parallelRanges(B, 1, 1, func(lo, hi int) {
-		attentionQKVBackwardSeqs(m, lo, hi, T, d, hd, nHead, scale, qd, gd, pd, dd)
+		attentionQKVBackwardSeqs(m, lo, hi, T, d, hd, nHead, causal, scale, qd, gd, pd, dd)
 	})
 	return dqkv
 }
 
 // attentionQKVBackwardSeqs is AttentionQKVBackward for sequences [lo, hi).
-func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, scale float32, qd, gd, pd, dd []float32) {
+func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bool, scale float32, qd, gd, pd, dd []float32) {
 	ds := make([]float32, T*T)
 	for b := lo; b < hi; b++ {
 		base := b * T * 3 * d
@@ -223,18 +228,32 @@ func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, scale flo
 			dq, dk, dv := dd[base+h*hd:], dd[base+d+h*hd:], dd[base+2*d+h*hd:]
 			g := gd[b*T*d+h*hd:]
 			ph := pd[(b*nHead+h)*T*T:][:T*T]
-			gemm.Sgemm(true, false, T, hd, T, 1, ph, T, g, d, 0, dv, 3*d) // dv = pᵀ·g
-			gemm.Sgemm(false, true, T, T, hd, 1, g, d, v, 3*d, 0, ds, T)  // dp = g·vᵀ
-			// ds = p·(dp − Σ_j p·dp)·scale; entries with p = 0 get 0.
-			for i := 0; i < T; i++ {
-				row, prow := ds[i*T:(i+1)*T], ph[i*T:(i+1)*T]
-				dot := m.Dot(prow, row)
-				for j, pv := range prow {
-					row[j] = pv * (row[j] - dot) * scale
+			// Under a causal mask p and ds are lower triangular: row i
+			// of p·x and column j of pᵀ·x need only j ≤ i.
+			mul := func(transA bool, a, b []float32, ldb int, c []float32) {
+				if causal {
+					gemm.SgemmTriangular(transA, false, transA, T, hd, 1, a, T, b, ldb, 0, c, 3*d)
+				} else {
+					gemm.Sgemm(transA, false, T, hd, T, 1, a, T, b, ldb, 0, c, 3*d)
 				}
 			}
-			gemm.Sgemm(false, false, T, hd, T, 1, ds, T, k, 3*d, 0, dq, 3*d) // dq = ds·k
-			gemm.Sgemm(true, false, T, hd, T, 1, ds, T, q, 3*d, 0, dk, 3*d)  // dk = dsᵀ·q
+			mul(true, ph, g, d, dv)                                      // dv = pᵀ·g
+			gemm.Sgemm(false, true, T, T, hd, 1, g, d, v, 3*d, 0, ds, T) // dp = g·vᵀ
+			// ds = p·(dp − Σ_j p·dp)·scale; entries with p = 0 get 0.
+			for i := 0; i < T; i++ {
+				n := T
+				if causal {
+					n = i + 1
+				}
+				row, prow := ds[i*T:(i+1)*T], ph[i*T:(i+1)*T]
+				dot := m.Dot(prow[:n], row[:n])
+				for j, pv := range prow[:n] {
+					row[j] = pv * (row[j] - dot) * scale
+				}
+				clear(row[n:])
+			}
+			mul(false, ds, k, 3*d, dq) // dq = ds·k
+			mul(true, ds, q, 3*d, dk)  // dk = dsᵀ·q
 		}
 	}
 }

@@ -131,7 +131,7 @@ func TestParallelMatchesSerial(t *testing.T) {
 	g.FillNormal(rng, 0, 1)
 	run := func() []*Tensor {
 		y, p := AttentionQKV(qkv, 4, true)
-		dq := AttentionQKVBackward(dy, qkv, p, 4)
+		dq := AttentionQKVBackward(dy, qkv, p, 4, true)
 		hh := h.Clone()
 		gy := New(300, 520)
 		LinearInto(hh, h, Full(0.01, 520, 520), b, nil, gy, GELUTanhAct)

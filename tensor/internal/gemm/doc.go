@@ -20,7 +20,9 @@
 //     attention); everything else a portable Go kernel. A caller's
 //     elementwise pass over C (a bias, a residual, an activation) can run
 //     as an epilogue on each block of C as the blocked path finishes it
-//     ([SgemmEpilogue]). Transposed operands are handled by the packing
+//     ([SgemmEpilogue]). A product by a triangular matrix (attention's
+//     probabilities under a causal mask) skips the zero triangle sliver by
+//     sliver ([SgemmTriangular]). Transposed operands are handled by the packing
 //     routines (in-register 16×16 or 8×8 transposes, or row-order copies),
 //     so all four transpose combinations run the same micro-kernel. A
 //     product with very few columns and many rows is computed as its

@@ -1,0 +1,66 @@
+package gemm
+
+// The triangular path: C = alpha·op(A)·op(B) + beta·C where op(A) is
+// square and triangular, as attention's probabilities are under a causal
+// mask (and their gradient with them): y = p·v and dq = ds·k multiply by a
+// lower-triangular matrix, dv = pᵀ·g and dk = dsᵀ·q by an upper one. Each
+// mr-row sliver of C packs and multiplies only the columns of its rows of
+// op(A) that can be non-zero, which skips about a third of the work at
+// attention's sizes (a sliver's triangle is computed as a rectangle), and
+// the product runs on the calling goroutine with none of the blocked
+// path's splitting: it is made for many small products, each caller
+// running its own.
+
+// SgemmTriangular computes C = alpha·op(A)·op(B) + beta·C for an m×m
+// op(A) that is lower triangular (op(A)[i][p] = 0 for p > i) or, with
+// upper, upper triangular (op(A)[i][p] = 0 for p < i), op(B) m×n and C
+// m×n, with the argument conventions of [Sgemm] (k = m). The entries of
+// op(A) outside its triangle must be zero: they may or may not be read.
+// It runs on the process-wide [Default] implementation, on the calling
+// goroutine.
+func SgemmTriangular(transA, transB, upper bool, m, n int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	g, err := Default()
+	if err != nil {
+		panic(err.Error())
+	}
+	g.SgemmTriangular(transA, transB, upper, m, n, alpha, a, lda, b, ldb, beta, c, ldc)
+}
+
+// SgemmTriangular is the package-level [SgemmTriangular] on g.
+func (g *Impl) SgemmTriangular(transA, transB, upper bool, m, n int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+	checkArgs(transA, transB, m, n, m, a, lda, b, ldb, c, ldc)
+	if m == 0 || n == 0 {
+		return
+	}
+	ar := g.pick(m, n)
+	if g.lib != nil || alpha == 0 || m > ar.kc || n > ar.nc {
+		// One slab of k and one panel of B only; otherwise the whole
+		// product, zeros included.
+		g.Sgemm(transA, transB, m, n, m, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
+	buf := g.bufs.Get().(*packBuf)
+	defer g.bufs.Put(buf)
+	kc := m
+	buf.b = grow(buf.b, (n+ar.nr-1)/ar.nr*ar.nr*kc+ar.slack)
+	buf.a = grow(buf.a, ar.mr*kc+ar.slack)
+	ar.packB(buf.b, b, ldb, transB, kc, n)
+	for ir := 0; ir < m; ir += ar.mr {
+		rows := min(ar.mr, m-ir)
+		// Rows ir..ir+rows-1 of op(A) can be non-zero in columns [p0, p1).
+		p0, p1 := 0, ir+rows
+		if upper {
+			p0, p1 = ir, m
+		}
+		kk := p1 - p0
+		if transA {
+			ar.packA(buf.a, a[p0*lda+ir:], lda, true, rows, kk)
+		} else {
+			ar.packA(buf.a, a[ir*lda+p0:], lda, false, rows, kk)
+		}
+		for jr := 0; jr < n; jr += ar.nr {
+			// Group p0 of sliver jr/nr: the packed B rows from p0 on.
+			ar.kernel(kk, &buf.a[0], &buf.b[jr*kc+p0*ar.nr], &c[ir*ldc+jr], ldc, alpha, beta, rows, min(ar.nr, n-jr))
+		}
+	}
+}

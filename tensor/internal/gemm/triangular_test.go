@@ -1,0 +1,84 @@
+package gemm_test
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"testing"
+
+	. "cohort/tensor/internal/gemm"
+)
+
+// TestSgemmTriangular checks the triangular path against the naive
+// product on every kernel: lower and upper, every transpose combination,
+// sizes around the micro-tiles and past one slab of k (the fallback),
+// padded leading dimensions, alpha and beta.
+func TestSgemmTriangular(t *testing.T) {
+	rng := rand.New(rand.NewPCG(11, 12))
+	for _, kern := range kernels() {
+		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, m := range []int{1, 5, 6, 7, 14, 15, 31, 64, 300} {
+			for _, n := range []int{1, 9, 32, 33, 64, 70} {
+				for _, tc := range []struct {
+					transA, transB, upper bool
+					alpha, beta           float32
+				}{
+					{false, false, false, 1, 0}, {true, false, true, 1, 0}, {false, true, false, 0.5, 1},
+					{true, true, true, -1, 0.5}, {false, false, true, 2, 0}, {true, false, false, 1, 1},
+				} {
+					name := fmt.Sprintf("%s/m=%d/n=%d/%+v", kern, m, n, tc)
+					lda, ldb, ldc := m+1, n+2, n+3
+					if tc.transB {
+						ldb = m + 2
+					}
+					a := make([]float32, m*lda)
+					for i := range m { // op(A)[i][p]
+						for p := range m {
+							if tc.upper && p < i || !tc.upper && p > i {
+								continue
+							}
+							idx := i*lda + p
+							if tc.transA {
+								idx = p*lda + i
+							}
+							a[idx] = 2*rng.Float32() - 1
+						}
+					}
+					brows := m
+					if tc.transB {
+						brows = n
+					}
+					b := make([]float32, brows*ldb)
+					for i := range b {
+						b[i] = 2*rng.Float32() - 1
+					}
+					c := make([]float32, m*ldc)
+					for i := range c {
+						c[i] = 2*rng.Float32() - 1
+					}
+					want := append([]float32(nil), c...)
+					Naive(tc.transA, tc.transB, m, n, m, tc.alpha, a, lda, b, ldb, tc.beta, want, ldc)
+					g.SgemmTriangular(tc.transA, tc.transB, tc.upper, m, n, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+					tol := float64(m+4) * 4 * 0x1p-23 * float64(m+2)
+					for i := range m {
+						for j := range ldc {
+							got, w := c[i*ldc+j], want[i*ldc+j]
+							if j >= n {
+								if got != w {
+									t.Fatalf("%s: C padding [%d][%d] written", name, i, j)
+								}
+								continue
+							}
+							if d := math.Abs(float64(got - w)); !(d <= tol) {
+								t.Fatalf("%s: C[%d][%d] = %v, want %v", name, i, j, got, w)
+							}
+						}
+					}
+				}
+			}
+		}
+	}
+}
