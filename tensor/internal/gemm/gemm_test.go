@@ -14,7 +14,9 @@ import (
 // kernels returns the cohort kernels this CPU can run.
 func kernels() []string { return Kernels() }
 
-func TestConformance(t *testing.T) {
+// eachImpl runs f on every cohort kernel with 1, 2 and 3 threads, each
+// product split over the threads whenever its partition allows.
+func eachImpl(t *testing.T, f func(t *testing.T, g *Impl)) {
 	for _, kern := range kernels() {
 		for _, threads := range []int{1, 2, 3} {
 			t.Run(fmt.Sprintf("kernel=%s/threads=%d", kern, threads), func(t *testing.T) {
@@ -26,10 +28,14 @@ func TestConformance(t *testing.T) {
 					t.Fatalf("New built %v, want kernel %s with %d threads", g, kern, threads)
 				}
 				AlwaysSplit(g)
-				gemmtest.Run(t, g.Sgemm)
+				f(t, g)
 			})
 		}
 	}
+}
+
+func TestConformance(t *testing.T) {
+	eachImpl(t, func(t *testing.T, g *Impl) { gemmtest.Run(t, g.Sgemm) })
 }
 
 // TestEpilogue runs the conformance suite through SgemmEpilogue with an
@@ -39,42 +45,33 @@ func TestConformance(t *testing.T) {
 // negated back, would differ from the reference). It covers every path:
 // blocked (split over threads or not), row-A, dot products and swapped.
 func TestEpilogue(t *testing.T) {
-	for _, kern := range kernels() {
-		for _, threads := range []int{1, 2, 3} {
-			t.Run(fmt.Sprintf("kernel=%s/threads=%d", kern, threads), func(t *testing.T) {
-				g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
-				if err != nil {
-					t.Fatal(err)
+	eachImpl(t, func(t *testing.T, g *Impl) {
+		AnyRowA(g)
+		gemmtest.Run(t, func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+			seen := make([]int32, m*n)
+			g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, func(i0, i1, j0, j1 int) {
+				if i0 < 0 || i1 > m || j0 < 0 || j1 > n || i0 >= i1 || j0 >= j1 {
+					t.Errorf("m=%d n=%d: epilogue on rows [%d, %d), columns [%d, %d)", m, n, i0, i1, j0, j1)
+					return
 				}
-				AlwaysSplit(g)
-				AnyRowA(g)
-				gemmtest.Run(t, func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-					seen := make([]int32, m*n)
-					g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, func(i0, i1, j0, j1 int) {
-						if i0 < 0 || i1 > m || j0 < 0 || j1 > n || i0 >= i1 || j0 >= j1 {
-							t.Errorf("m=%d n=%d: epilogue on rows [%d, %d), columns [%d, %d)", m, n, i0, i1, j0, j1)
-							return
-						}
-						for i := i0; i < i1; i++ {
-							for j := j0; j < j1; j++ {
-								seen[i*n+j]++
-								c[i*ldc+j] = -c[i*ldc+j]
-							}
-						}
-					})
-					for i := range m {
-						for j := range n {
-							if seen[i*n+j] != 1 {
-								t.Errorf("m=%d n=%d k=%d: C[%d][%d] given to the epilogue %d times, want 1", m, n, k, i, j, seen[i*n+j])
-								return
-							}
-							c[i*ldc+j] = -c[i*ldc+j]
-						}
+				for i := i0; i < i1; i++ {
+					for j := j0; j < j1; j++ {
+						seen[i*n+j]++
+						c[i*ldc+j] = -c[i*ldc+j]
 					}
-				})
+				}
 			})
-		}
-	}
+			for i := range m {
+				for j := range n {
+					if seen[i*n+j] != 1 {
+						t.Errorf("m=%d n=%d k=%d: C[%d][%d] given to the epilogue %d times, want 1", m, n, k, i, j, seen[i*n+j])
+						return
+					}
+					c[i*ldc+j] = -c[i*ldc+j]
+				}
+			}
+		})
+	})
 }
 
 // TestParallelLarge checks shapes big enough to split over threads in both
