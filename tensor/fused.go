@@ -245,11 +245,8 @@ func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bo
 				if causal {
 					n = i + 1
 				}
-				row, prow := ds[i*T:(i+1)*T], ph[i*T:(i+1)*T]
-				dot := m.Dot(prow[:n], row[:n])
-				for j, pv := range prow[:n] {
-					row[j] = pv * (row[j] - dot) * scale
-				}
+				row := ds[i*T : (i+1)*T]
+				m.SoftmaxGradRow(row[:n], ph[i*T:i*T+n], scale)
 				clear(row[n:])
 			}
 			mul(false, ds, k, 3*d, dq) // dq = ds·k

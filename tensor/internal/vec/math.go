@@ -176,6 +176,24 @@ func (m Math) Dot(a, b []float32) float32 {
 	return float32(s)
 }
 
+// SoftmaxGradRow turns ds, the gradient of a softmax row's output p, into
+// the gradient of its input times scale: ds[i] = p[i]·(ds[i] − Σ_j p[j]·ds[j])·scale
+// for i < len(ds).
+func (m Math) SoftmaxGradRow(ds, p []float32, scale float32) {
+	p = p[:len(ds)]
+	dot := m.Dot(p, ds)
+	n := 0
+	if m.asm {
+		n = len(ds) &^ 7
+		if n > 0 {
+			softmaxGradAVX2(&ds[0], &p[0], n, dot, scale)
+		}
+	}
+	for i := n; i < len(ds); i++ {
+		ds[i] = p[i] * (ds[i] - dot) * scale
+	}
+}
+
 // Scale writes a·src[i] into dst[i] for i < len(dst). dst may be src.
 func (m Math) Scale(dst, src []float32, a float32) {
 	src = src[:len(dst)]

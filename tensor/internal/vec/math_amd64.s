@@ -680,3 +680,28 @@ grad16loop:
 grad16done:
 	VZEROUPPER
 	RET
+
+// func softmaxGradAVX2(ds, p *float32, n int, dot, scale float32)
+TEXT ·softmaxGradAVX2(SB), NOSPLIT, $0-32
+	MOVQ         ds+0(FP), DI
+	MOVQ         p+8(FP), SI
+	MOVQ         n+16(FP), CX
+	VBROADCASTSS dot+24(FP), Y14
+	VBROADCASTSS scale+28(FP), Y15
+
+sgloop:
+	CMPQ    CX, $8
+	JLT     sgdone
+	VMOVUPS (DI), Y0
+	VSUBPS  Y14, Y0, Y0
+	VMULPS  (SI), Y0, Y0
+	VMULPS  Y15, Y0, Y0
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, SI
+	ADDQ    $32, DI
+	SUBQ    $8, CX
+	JMP     sgloop
+
+sgdone:
+	VZEROUPPER
+	RET

@@ -234,6 +234,32 @@ func TestGELUTanhGradScales(t *testing.T) {
 	})
 }
 
+// TestSoftmaxGradRow: every element is p·(ds − Σ p·ds)·scale, rounded
+// as the formula reads, with the dot product the path's own, over lengths
+// on and off the vector width.
+func TestSoftmaxGradRow(t *testing.T) {
+	mathPaths(t, func(t *testing.T, m Math) {
+		rng := rand.New(rand.NewPCG(13, 14))
+		for _, n := range []int{0, 1, 7, 8, 33, 64} {
+			p, ds := make([]float32, n), make([]float32, n)
+			for i := range p {
+				p[i], ds[i] = rng.Float32(), float32(rng.NormFloat64())
+			}
+			dot := m.Dot(p, ds)
+			want := make([]float32, n)
+			for i := range want {
+				want[i] = p[i] * (ds[i] - dot) * 0.125
+			}
+			m.SoftmaxGradRow(ds, p, 0.125)
+			for i := range ds {
+				if ds[i] != want[i] {
+					t.Fatalf("n=%d: ds[%d] = %v, want %v", n, i, ds[i], want[i])
+				}
+			}
+		}
+	})
+}
+
 func TestReductions(t *testing.T) {
 	mathPaths(t, func(t *testing.T, m Math) {
 		rng := rand.New(rand.NewPCG(3, 4))
@@ -278,7 +304,7 @@ func BenchmarkMath(b *testing.B) {
 		m := NewMath(p)
 		name := "go"
 		if m.Asm() {
-			name = "avx2"
+			name = "asm"
 		} else if !p {
 			continue
 		}
@@ -298,6 +324,26 @@ func BenchmarkMath(b *testing.B) {
 			b.SetBytes(4 * n)
 			for b.Loop() {
 				m.GELUTanhGrad(y, x, x)
+			}
+		})
+		// LayerNorm over GPT-mini's rows: 2048 of 128.
+		const rows, width = 2048, 128
+		w, bias, dw, db := x[:width], x[width:2*width], make([]float32, width), make([]float32, width)
+		stats := make([]float32, 2*rows)
+		b.Run("layernorm/"+name, func(b *testing.B) {
+			b.SetBytes(4 * rows * width)
+			for b.Loop() {
+				for r := 0; r < rows; r++ {
+					stats[2*r], stats[2*r+1] = m.LayerNormRow(y[r*width:(r+1)*width], x[r*width:(r+1)*width], w, bias, 1e-5)
+				}
+			}
+		})
+		b.Run("layernormgrad/"+name, func(b *testing.B) {
+			b.SetBytes(4 * rows * width)
+			for b.Loop() {
+				for r := 0; r < rows; r++ {
+					m.LayerNormGradRow(y[r*width:(r+1)*width], x[(r+1)*width:(r+2)*width], x[r*width:(r+1)*width], w, dw, db, stats[2*r], stats[2*r+1])
+				}
 			}
 		})
 	}

@@ -61,6 +61,9 @@ func geluTanhAVX2(dst, src *float32, n int)
 //go:noescape
 func geluTanhGradAVX2(dst, grad, x *float32, n int)
 
+//go:noescape
+func softmaxGradAVX2(ds, p *float32, n int, dot, scale float32)
+
 // The AVX-512F versions (math_amd64.s): lengths are multiples of 16.
 
 //go:noescape

@@ -34,6 +34,7 @@ func expAVX2(dst, src *float32, n int)                                         {
 func expShiftSumAVX2(dst, src *float32, n int, scale, shift float32) float32   { panic("unreachable") }
 func geluTanhAVX2(dst, src *float32, n int)                                    { panic("unreachable") }
 func geluTanhGradAVX2(dst, grad, x *float32, n int)                            { panic("unreachable") }
+func softmaxGradAVX2(ds, p *float32, n int, dot, scale float32)                { panic("unreachable") }
 func expAVX512(dst, src *float32, n int)                                       { panic("unreachable") }
 func expShiftSumAVX512(dst, src *float32, n int, scale, shift float32) float32 { panic("unreachable") }
 func geluTanhAVX512(dst, src *float32, n int)                                  { panic("unreachable") }
