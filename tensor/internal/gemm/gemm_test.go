@@ -47,31 +47,39 @@ func TestConformance(t *testing.T) {
 func TestEpilogue(t *testing.T) {
 	eachImpl(t, func(t *testing.T, g *Impl) {
 		AnyRowA(g)
-		gemmtest.Run(t, func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
-			seen := make([]int32, m*n)
-			g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, func(i0, i1, j0, j1 int) {
-				if i0 < 0 || i1 > m || j0 < 0 || j1 > n || i0 >= i1 || j0 >= j1 {
-					t.Errorf("m=%d n=%d: epilogue on rows [%d, %d), columns [%d, %d)", m, n, i0, i1, j0, j1)
-					return
-				}
-				for i := i0; i < i1; i++ {
-					for j := j0; j < j1; j++ {
-						seen[i*n+j]++
-						c[i*ldc+j] = -c[i*ldc+j]
-					}
-				}
-			})
-			for i := range m {
-				for j := range n {
-					if seen[i*n+j] != 1 {
-						t.Errorf("m=%d n=%d k=%d: C[%d][%d] given to the epilogue %d times, want 1", m, n, k, i, j, seen[i*n+j])
-						return
-					}
+		gemmtest.Run(t, negatingEpilogue(t, g))
+	})
+}
+
+// negatingEpilogue is g's SgemmEpilogue with an epilogue that negates each
+// block it is given and checks that the blocks cover C exactly once, then
+// negates C back: the sgemm contract holds only if each block was given
+// once and final.
+func negatingEpilogue(t *testing.T, g *Impl) gemmtest.Func {
+	return func(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int) {
+		seen := make([]int32, m*n)
+		g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, func(i0, i1, j0, j1 int) {
+			if i0 < 0 || i1 > m || j0 < 0 || j1 > n || i0 >= i1 || j0 >= j1 {
+				t.Errorf("m=%d n=%d: epilogue on rows [%d, %d), columns [%d, %d)", m, n, i0, i1, j0, j1)
+				return
+			}
+			for i := i0; i < i1; i++ {
+				for j := j0; j < j1; j++ {
+					seen[i*n+j]++
 					c[i*ldc+j] = -c[i*ldc+j]
 				}
 			}
 		})
-	})
+		for i := range m {
+			for j := range n {
+				if seen[i*n+j] != 1 {
+					t.Errorf("m=%d n=%d k=%d: C[%d][%d] given to the epilogue %d times, want 1", m, n, k, i, j, seen[i*n+j])
+					return
+				}
+				c[i*ldc+j] = -c[i*ldc+j]
+			}
+		}
+	}
 }
 
 // TestParallelLarge checks shapes big enough to split over threads in both
@@ -113,6 +121,7 @@ func TestConformanceOpenBLAS(t *testing.T) {
 				t.Fatalf("New(openblas) built %v", g)
 			}
 			gemmtest.Run(t, g.Sgemm)
+			t.Run("epilogue", func(t *testing.T) { gemmtest.Run(t, negatingEpilogue(t, g)) })
 		})
 	}
 }
