@@ -408,9 +408,14 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 		case layout == aPacked:
 			e.i("PREFETCHT0 %d(AX)", 1024+64*u)
 		case layout == aCols:
-			// The next group's rows of A, eight steps ahead; the
-			// step's own row is then left behind.
+			// Each step reads 6 values from a new row of A, so a call
+			// touches k lines, whose rest the next slivers read: prefetch
+			// the row eight steps ahead, and the line after this step's
+			// in its own row, which a sliver two or three calls later
+			// starts on. Without the latter, every new line of a cold A
+			// (a weight gradient's dy, in L3) stalled the kernel.
 			e.i("PREFETCHT0 (AX)(R12*8)")
+			e.i("PREFETCHT0 64(AX)")
 			e.i("ADDQ R12, AX")
 		case u < (mr+1)/2:
 			// The next sliver's rows, into L1 while this one computes
