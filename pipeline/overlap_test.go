@@ -75,37 +75,51 @@ func TestStepTimeMatchesSimulator(t *testing.T) {
 			}
 			want := time.Duration(sim.Makespan * float64(unit))
 			shape := []int{2, 4}
-			walls, compute := make([]time.Duration, 2), make([]time.Duration, 2)
-			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, time.Minute)
-				var stages []Stage
-				for ch := range s.Virtual {
-					st := ch*s.Stages + pg.Rank()
-					stages = append(stages, &sleepy{w: autograd.NewVar(tensor.New(3), true), shape: shape,
-						last: st == s.NumStages()-1, f: unit, b: unit, W: unit})
-				}
-				pl, err := New(ctx, pg, s, stages, Options{Shape: shape})
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer pl.Close()
-				best := Stats{Wall: 1 << 62}
-				for range 3 {
-					before := pl.Stats()
-					if _, err := pl.Step(ctx); err != nil {
+			measure := func() (got time.Duration, bubble float64) {
+				walls, compute := make([]time.Duration, 2), make([]time.Duration, 2)
+				disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+					ctx := disttest.Context(t, time.Minute)
+					var stages []Stage
+					for ch := range s.Virtual {
+						st := ch*s.Stages + pg.Rank()
+						stages = append(stages, &sleepy{w: autograd.NewVar(tensor.New(3), true), shape: shape,
+							last: st == s.NumStages()-1, f: unit, b: unit, W: unit})
+					}
+					pl, err := New(ctx, pg, s, stages, Options{Shape: shape})
+					if err != nil {
 						t.Fatal(err)
 					}
-					if d := pl.Stats().Sub(before); d.Wall < best.Wall {
-						best = d
+					defer pl.Close()
+					best := Stats{Wall: 1 << 62}
+					for range 3 {
+						before := pl.Stats()
+						if _, err := pl.Step(ctx); err != nil {
+							t.Fatal(err)
+						}
+						if d := pl.Stats().Sub(before); d.Wall < best.Wall {
+							best = d
+						}
 					}
-				}
-				walls[pg.Rank()], compute[pg.Rank()] = best.Wall, best.Compute
-			})
-			got := max(walls[0], walls[1])
-			bubble := 1 - float64(compute[0]+compute[1])/float64(walls[0]+walls[1])
-			t.Logf("step %v, simulated %v (%.2f×); bubble %.3f, simulated %.3f", got, want, float64(got)/float64(want), bubble, sim.Bubble)
+					walls[pg.Rank()], compute[pg.Rank()] = best.Wall, best.Compute
+				})
+				got = max(walls[0], walls[1])
+				bubble = 1 - float64(compute[0]+compute[1])/float64(walls[0]+walls[1])
+				t.Logf("step %v, simulated %v (%.2f×); bubble %.3f, simulated %.3f", got, want, float64(got)/float64(want), bubble, sim.Bubble)
+				return got, bubble
+			}
 			// A sleep overruns on a busy machine, which stretches compute
-			// and step alike; the bubble is the executor's own.
+			// and step alike; the bubble is the executor's own. A host
+			// stall can still land on one rank's sleep and widen one
+			// measurement's bubble, so the check gets three tries: a
+			// serialisation in the executor fails them all.
+			var got time.Duration
+			var bubble float64
+			for try := 0; try < 3; try++ {
+				got, bubble = measure()
+				if got >= want*95/100 && got <= want*16/10 && math.Abs(bubble-sim.Bubble) <= 0.03 {
+					break
+				}
+			}
 			if got < want*95/100 || got > want*16/10 {
 				t.Errorf("step took %v, the simulator says %v for these costs", got, want)
 			}
