@@ -158,11 +158,7 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 				ph := pd[(b*nHead+h)*T*T:][:T*T]
 				gemm.Sgemm(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
 				softmaxRowsMasked(m, ph, T, causal)
-				if causal { // p is lower triangular
-					gemm.SgemmTriangular(false, false, false, T, hd, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
-				} else {
-					gemm.Sgemm(false, false, T, hd, T, 1, ph, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
-				}
+				mulProbs(causal, false, T, hd, ph, v, 3*d, yd[b*T*d+h*hd:], d) // y = p·v
 			}
 		}
 	})
@@ -228,16 +224,7 @@ func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bo
 			dq, dk, dv := dd[base+h*hd:], dd[base+d+h*hd:], dd[base+2*d+h*hd:]
 			g := gd[b*T*d+h*hd:]
 			ph := pd[(b*nHead+h)*T*T:][:T*T]
-			// Under a causal mask p and ds are lower triangular: row i
-			// of p·x and column j of pᵀ·x need only j ≤ i.
-			mul := func(transA bool, a, b []float32, ldb int, c []float32) {
-				if causal {
-					gemm.SgemmTriangular(transA, false, transA, T, hd, 1, a, T, b, ldb, 0, c, 3*d)
-				} else {
-					gemm.Sgemm(transA, false, T, hd, T, 1, a, T, b, ldb, 0, c, 3*d)
-				}
-			}
-			mul(true, ph, g, d, dv)                                      // dv = pᵀ·g
+			mulProbs(causal, true, T, hd, ph, g, d, dv, 3*d)             // dv = pᵀ·g
 			gemm.Sgemm(false, true, T, T, hd, 1, g, d, v, 3*d, 0, ds, T) // dp = g·vᵀ
 			// ds = p·(dp − Σ_j p·dp)·scale; entries with p = 0 get 0.
 			for i := 0; i < T; i++ {
@@ -249,10 +236,23 @@ func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bo
 				m.SoftmaxGradRow(row[:n], ph[i*T:i*T+n], scale)
 				clear(row[n:])
 			}
-			mul(false, ds, k, 3*d, dq) // dq = ds·k
-			mul(true, ds, q, 3*d, dk)  // dk = dsᵀ·q
+			mulProbs(causal, false, T, hd, ds, k, 3*d, dq, 3*d) // dq = ds·k
+			mulProbs(causal, true, T, hd, ds, q, 3*d, dk, 3*d)  // dk = dsᵀ·q
 		}
 	}
+}
+
+// mulProbs writes op(a)·b into c (T×hd, row stride ldc) for attention's
+// T×T probabilities or their gradient a (op(a) = aᵀ with transA) and b
+// (T×hd, row stride ldb). Under a causal mask a is lower triangular: row i
+// of a·b and row j of aᵀ·b need only a's columns or rows up to i or from
+// j, and the product skips the zero triangle.
+func mulProbs(causal, transA bool, T, hd int, a, b []float32, ldb int, c []float32, ldc int) {
+	if causal {
+		gemm.SgemmTriangular(transA, false, transA, T, hd, 1, a, T, b, ldb, 0, c, ldc)
+		return
+	}
+	gemm.Sgemm(transA, false, T, hd, T, 1, a, T, b, ldb, 0, c, ldc)
 }
 
 // SoftmaxRows writes the softmax of each row of x [N, C] into dst [N, C]

@@ -162,12 +162,6 @@ func (g *Impl) SgemmEpilogue(transA, transB bool, m, n, k int, alpha float32, a 
 	if m == 0 || n == 0 {
 		return
 	}
-	if k != 0 && alpha != 0 && g.lib == nil && !g.useRowA(transA, transB, m, n, k) &&
-		!g.useDot(transA, transB, m, n, k) && !g.swaps(m, n) {
-		// The blocked path runs epi block by block, as each is finished.
-		g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
-		return
-	}
 	switch {
 	case k == 0 || alpha == 0:
 		scaleC(m, n, beta, c, ldc)
@@ -178,18 +172,18 @@ func (g *Impl) SgemmEpilogue(transA, transB bool, m, n, k int, alpha float32, a 
 		g.runRowA(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	case g.useDot(transA, transB, m, n, k):
 		g.runDot(m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
-	default:
+	case n < 32 && g.padded(n, m)*4 < g.padded(m, n)*3:
+		// Few columns, whose tiles would be mostly padding: computed as
+		// the transpose.
 		g.runSwapped(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+	default:
+		// The blocked path runs epi block by block, as each is finished.
+		g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
+		return
 	}
 	if epi != nil {
 		epi(0, m, 0, n)
 	}
-}
-
-// swaps reports whether an m×n product runs as its transpose (runSwapped):
-// few columns, whose tiles would be mostly padding.
-func (g *Impl) swaps(m, n int) bool {
-	return n < 32 && g.padded(n, m)*4 < g.padded(m, n)*3
 }
 
 // padded returns the area of C's tiles, padding included, for an m×n

@@ -349,10 +349,11 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 		e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
 	}
 	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, frame))
-	// Rows 0-2 of A at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
+	// aRows: rows 0-2 of A at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
+	// aCols: the step's row of A at AX, advanced by R12 per step.
 	e.args(rowA, offB, offC, offLdc, offRows)
 	if layout == aRows {
-		// The next sliver's rows (mr further down A), which the next
+		// The next sliver's rows (six, mr, further down A), which the next
 		// call reads: 0-2 at R9 + r·R12, 3-5 at R11 + (r-3)·R12. (R9 and
 		// R11 are free until the stores.)
 		e.i("LEAQ (R12)(R12*2), R9")
