@@ -13,6 +13,9 @@ func NoRowA(g *Impl) { g.rowA = nil }
 // of C, so that tests reach it with partial column tiles.
 func AnyRowA(g *Impl) { g.anyRowA = true }
 
+// PackTriangular makes g's SgemmTriangular pack every operand.
+func PackTriangular(g *Impl) { g.triangularInPlace = false }
+
 // NoDirect makes g pack every sliver of A (no direct-A kernel), so that
 // tests and benchmarks can compare the two.
 func NoDirect(g *Impl) {

@@ -11,16 +11,19 @@ import (
 // fixed at construction. It is safe for concurrent use; calls writing
 // disjoint parts of C may overlap.
 type Impl struct {
-	arch    *arch          // cohort's kernel family; nil when lib is set
-	wide    *arch          // optional second family for short, wide products
-	dot     dotKernel      // optional dot-product kernel for A·Bᵀ with long k
-	rowA    rowAKernel     // optional 6×64 kernel reading A in place, for A·Bᵀ with few rows
-	anyRowA bool           // tests: take the row-A path for any m ≤ 64, not only m ≥ rowAMinM
-	lib     *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
-	threads int
-	bufs    sync.Pool // *packBuf, one per running goroutine
-	pool    pool      // helper goroutines of parallel calls
-	coldMin int       // coldMinFlops; 0 in tests that want every split
+	arch    *arch      // cohort's kernel family; nil when lib is set
+	wide    *arch      // optional second family for short, wide products
+	dot     dotKernel  // optional dot-product kernel for A·Bᵀ with long k
+	rowA    rowAKernel // optional 6×64 kernel reading A in place, for A·Bᵀ with few rows
+	anyRowA bool       // tests: take the row-A path for any m ≤ 64, not only m ≥ rowAMinM
+	// triangularInPlace: SgemmTriangular reads operands in place where the
+	// kernel family allows (tests and benchmarks turn it off to compare).
+	triangularInPlace bool
+	lib               *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
+	threads           int
+	bufs              sync.Pool // *packBuf, one per running goroutine
+	pool              pool      // helper goroutines of parallel calls
+	coldMin           int       // coldMinFlops; 0 in tests that want every split
 }
 
 // New builds an Impl from o. It fails on invalid options, on a kernel the
@@ -29,7 +32,7 @@ func New(o Options) (*Impl, error) {
 	if err := o.validate(); err != nil {
 		return nil, err
 	}
-	g := &Impl{threads: o.threads(), coldMin: coldMinFlops}
+	g := &Impl{threads: o.threads(), coldMin: coldMinFlops, triangularInPlace: true}
 	g.bufs.New = func() any { return new(packBuf) }
 
 	kernel := o.Kernel

@@ -42,9 +42,17 @@ func (g *Impl) SgemmTriangular(transA, transB, upper bool, m, n int, alpha float
 	buf := g.bufs.Get().(*packBuf)
 	defer g.bufs.Put(buf)
 	kc := m
-	buf.b = grow(buf.b, (n+ar.nr-1)/ar.nr*ar.nr*kc+ar.slack)
+	// With a strided kernel, a row-major B and the full slivers of a
+	// transposed A are read in place: both are small and already in cache,
+	// and packing them cost as much as multiplying (attention's dv = pᵀ·g
+	// and dk = dsᵀ·q; y = p·v and dq = ds·k read B in place).
+	inPlaceB := g.triangularInPlace && ar.strided != nil && !transB && n%ar.nr == 0
+	inPlaceA := g.triangularInPlace && ar.strided != nil && transA
+	if !inPlaceB {
+		buf.b = grow(buf.b, (n+ar.nr-1)/ar.nr*ar.nr*kc+ar.slack)
+		ar.packB(buf.b, b, ldb, transB, kc, n)
+	}
 	buf.a = grow(buf.a, ar.mr*kc+ar.slack)
-	ar.packB(buf.b, b, ldb, transB, kc, n)
 	for ir := 0; ir < m; ir += ar.mr {
 		rows := min(ar.mr, m-ir)
 		// Rows ir..ir+rows-1 of op(A) can be non-zero in columns [p0, p1).
@@ -53,14 +61,26 @@ func (g *Impl) SgemmTriangular(transA, transB, upper bool, m, n int, alpha float
 			p0, p1 = ir, m
 		}
 		kk := p1 - p0
-		if transA {
+		ap, sa := &buf.a[0], ar.mr
+		switch {
+		case inPlaceA && rows == ar.mr:
+			ap, sa = &a[p0*lda+ir], lda
+		case transA:
 			ar.packA(buf.a, a[p0*lda+ir:], lda, true, rows, kk)
-		} else {
+		default:
 			ar.packA(buf.a, a[ir*lda+p0:], lda, false, rows, kk)
 		}
 		for jr := 0; jr < n; jr += ar.nr {
-			// Group p0 of sliver jr/nr: the packed B rows from p0 on.
-			ar.kernel(kk, &buf.a[0], &buf.b[jr*kc+p0*ar.nr], &c[ir*ldc+jr], ldc, alpha, beta, rows, min(ar.nr, n-jr))
+			cp, cols := &c[ir*ldc+jr], min(ar.nr, n-jr)
+			switch {
+			case inPlaceB:
+				ar.strided(kk, ap, sa, &b[p0*ldb+jr], ldb, cp, ldc, alpha, beta, rows, cols)
+			case ar.strided != nil:
+				// Group p0 of sliver jr/nr: the packed B rows from p0 on.
+				ar.strided(kk, ap, sa, &buf.b[jr*kc+p0*ar.nr], ar.nr, cp, ldc, alpha, beta, rows, cols)
+			default:
+				ar.kernel(kk, ap, &buf.b[jr*kc+p0*ar.nr], cp, ldc, alpha, beta, rows, cols)
+			}
 		}
 	}
 }

@@ -12,7 +12,8 @@ import (
 // TestSgemmTriangular checks the triangular path against the naive
 // product on every kernel: lower and upper, every transpose combination,
 // sizes around the micro-tiles and past one slab of k (the fallback),
-// padded leading dimensions, alpha and beta.
+// padded leading dimensions, alpha and beta. Reading operands in place
+// (where the kernel can) must give what packing them gives, bit for bit.
 func TestSgemmTriangular(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, kern := range kernels() {
@@ -20,6 +21,11 @@ func TestSgemmTriangular(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		packed, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
+		if err != nil {
+			t.Fatal(err)
+		}
+		PackTriangular(packed)
 		for _, m := range []int{1, 5, 6, 7, 14, 15, 31, 64, 300} {
 			for _, n := range []int{1, 9, 32, 33, 64, 70} {
 				for _, tc := range []struct {
@@ -61,7 +67,14 @@ func TestSgemmTriangular(t *testing.T) {
 					}
 					want := append([]float32(nil), c...)
 					Naive(tc.transA, tc.transB, m, n, m, tc.alpha, a, lda, b, ldb, tc.beta, want, ldc)
+					cp := append([]float32(nil), c...)
+					packed.SgemmTriangular(tc.transA, tc.transB, tc.upper, m, n, tc.alpha, a, lda, b, ldb, tc.beta, cp, ldc)
 					g.SgemmTriangular(tc.transA, tc.transB, tc.upper, m, n, tc.alpha, a, lda, b, ldb, tc.beta, c, ldc)
+					for i := range c {
+						if math.Float32bits(c[i]) != math.Float32bits(cp[i]) {
+							t.Fatalf("%s: C[%d] = %v in place, %v packed", name, i, c[i], cp[i])
+						}
+					}
 					tol := float64(m+4) * 4 * 0x1p-23 * float64(m+2)
 					for i := range m {
 						for j := range ldc {
