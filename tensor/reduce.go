@@ -18,8 +18,17 @@ func SumInto(dst, src *Tensor) *Tensor {
 	if !ok {
 		panicf("SumInto: destination shape %v does not broadcast to source shape %v", dst.shape, src.shape)
 	}
-	l := newLoop(src.shape, ds, src.strides)
 	d, s := dst.storage, src.storage
+	// A bias gradient: a contiguous [n] (or [1, …, 1, n]) summed over the
+	// rows of a contiguous [..., n]. The rows are added one at a time, as
+	// below, with the running sums in registers.
+	if len(src.shape) > 1 && len(dst.shape) > 0 && dst.shape[len(dst.shape)-1] == src.shape[len(src.shape)-1] &&
+		dst.Len() == dst.shape[len(dst.shape)-1] && dst.IsContiguous() && src.IsContiguous() && src.Len() > 0 {
+		n := dst.Len()
+		vec.SumRows(d[dst.offset:dst.offset+n], s[src.offset:], n, src.Len()/n)
+		return dst
+	}
+	l := newLoop(src.shape, ds, src.strides)
 	l.rows(dst.offset, src.offset, 0, func(o0, o1, _, n, s0, s1, _ int) {
 		switch {
 		case s0 == 0 && s1 == 1:

@@ -86,3 +86,39 @@ func TestSumToUndoesBroadcast(t *testing.T) {
 	assertClose(t, "SumTo", got.Data(), want, 0)
 	mustPanic(t, func() { SumTo(g, 2, 1, 3) }, "SumInto", "[2 1 3]", "[2 3 4]")
 }
+
+// TestSumIntoBias checks the bias-gradient case (a contiguous [n] or
+// [1, n] over the rows of a contiguous [..., n], which SumInto hands to
+// vec.SumRows) bit for bit against adding the rows in order, onto what dst
+// held, and a strided source against the same sums.
+func TestSumIntoBias(t *testing.T) {
+	rng := newRNG(9)
+	for _, shape := range [][]int{{1, 5}, {3, 1}, {7, 9}, {2, 33, 70}, {300, 128}} {
+		src := New(shape...)
+		src.FillNormal(rng, 0, 1)
+		n := shape[len(shape)-1]
+		for _, dshape := range [][]int{{n}, {1, n}} {
+			dst := New(dshape...)
+			dst.FillNormal(rng, 0, 1)
+			want := append([]float32(nil), dst.Data()...)
+			sd := src.Data()
+			for r := 0; r < len(sd)/n; r++ {
+				for j := range n {
+					want[j] += sd[r*n+j]
+				}
+			}
+			SumInto(dst, src)
+			for j, v := range dst.Data() {
+				if math.Float32bits(v) != math.Float32bits(want[j]) {
+					t.Fatalf("%v into %v: [%d] = %v, want %v", shape, dshape, j, v, want[j])
+				}
+			}
+		}
+	}
+	// A transposed (strided) source takes the general path: same sums.
+	src := New(6, 4)
+	src.FillNormal(rng, 0, 1)
+	got := SumInto(New(6), src.T())
+	want := SumInto(New(6), src.T().Contiguous())
+	assertClose(t, "strided", got.Data(), want.Data(), 1e-6)
+}

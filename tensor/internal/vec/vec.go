@@ -35,6 +35,37 @@ func AddRows(dst []float32, dstStride int, src []float32, srcStride int, rows, c
 	}
 }
 
+// SumRows adds the rows of the rows×len(dst) block src (row r at
+// r·srcStride) onto dst, each column in row order: dst[j] += src[j], then
+// src[srcStride+j], and so on, the rounding of len(dst)-wide Adds one row
+// at a time. The columns' running sums stay in registers across rows.
+func SumRows(dst, src []float32, srcStride, rows int) {
+	cols := len(dst)
+	if rows <= 0 || cols == 0 {
+		return
+	}
+	_ = src[(rows-1)*srcStride+cols-1]
+	if !useAVX2 {
+		for r := 0; r < rows; r++ {
+			addGo(dst, src[r*srcStride:])
+		}
+		return
+	}
+	// Blocks of rows, so that a wide block's column strips find the rows
+	// the first strip brought in still in cache.
+	const block = 32
+	full := cols &^ 7
+	for r0 := 0; r0 < rows; r0 += block {
+		n := min(block, rows-r0)
+		if full > 0 {
+			sumRowsAVX2(&dst[0], &src[r0*srcStride], srcStride, n, full)
+		}
+		for r := r0; r < r0+n; r++ {
+			addGo(dst[full:], src[r*srcStride+full:])
+		}
+	}
+}
+
 func addGo(dst, src []float32) {
 	src = src[:len(dst)]
 	for i, v := range src {

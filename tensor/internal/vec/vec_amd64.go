@@ -15,6 +15,9 @@ var (
 func addAVX2(dst, src *float32, n int)
 
 //go:noescape
+func sumRowsAVX2(dst, src *float32, stride, rows, cols int)
+
+//go:noescape
 func addRowsAVX2(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int)
 
 // biasAVX2 writes src (+ bias when flags has flagBias) (then max(·, 0)

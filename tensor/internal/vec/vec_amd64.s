@@ -468,3 +468,76 @@ plane4next:
 	JNE  plane4row
 	VZEROUPPER
 	RET
+
+// func sumRowsAVX2(dst, src *float32, stride, rows, cols int)
+// dst[j] += src[r*stride+j] for r = 0, 1, …, rows−1 in order, j < cols
+// (a multiple of 8; rows ≥ 1): 64 columns at a time, their sums held in
+// Y0–Y7 down all the rows, then 8 at a time.
+TEXT ·sumRowsAVX2(SB), NOSPLIT, $0-40
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ stride+16(FP), R8
+	SHLQ $2, R8
+	MOVQ rows+24(FP), R9
+	MOVQ cols+32(FP), CX
+
+sr64:
+	CMPQ CX, $64
+	JLT  sr8
+	VMOVUPS 0(DI), Y0
+	VMOVUPS 32(DI), Y1
+	VMOVUPS 64(DI), Y2
+	VMOVUPS 96(DI), Y3
+	VMOVUPS 128(DI), Y4
+	VMOVUPS 160(DI), Y5
+	VMOVUPS 192(DI), Y6
+	VMOVUPS 224(DI), Y7
+	MOVQ SI, R10
+	MOVQ R9, R11
+
+sr64row:
+	VADDPS  0(R10), Y0, Y0
+	VADDPS  32(R10), Y1, Y1
+	VADDPS  64(R10), Y2, Y2
+	VADDPS  96(R10), Y3, Y3
+	VADDPS  128(R10), Y4, Y4
+	VADDPS  160(R10), Y5, Y5
+	VADDPS  192(R10), Y6, Y6
+	VADDPS  224(R10), Y7, Y7
+	ADDQ R8, R10
+	DECQ R11
+	JNZ  sr64row
+	VMOVUPS Y0, 0(DI)
+	VMOVUPS Y1, 32(DI)
+	VMOVUPS Y2, 64(DI)
+	VMOVUPS Y3, 96(DI)
+	VMOVUPS Y4, 128(DI)
+	VMOVUPS Y5, 160(DI)
+	VMOVUPS Y6, 192(DI)
+	VMOVUPS Y7, 224(DI)
+	ADDQ $256, DI
+	ADDQ $256, SI
+	SUBQ $64, CX
+	JMP  sr64
+
+sr8:
+	CMPQ    CX, $8
+	JLT     srdone
+	VMOVUPS (DI), Y0
+	MOVQ    SI, R10
+	MOVQ    R9, R11
+
+sr8row:
+	VADDPS (R10), Y0, Y0
+	ADDQ   R8, R10
+	DECQ   R11
+	JNZ    sr8row
+	VMOVUPS Y0, (DI)
+	ADDQ    $32, DI
+	ADDQ    $32, SI
+	SUBQ    $8, CX
+	JMP     sr8
+
+srdone:
+	VZEROUPPER
+	RET

@@ -8,6 +8,7 @@ var (
 )
 
 func addAVX2(dst, src *float32, n int)                                       { panic("unreachable") }
+func sumRowsAVX2(dst, src *float32, stride, rows, cols int)                  { panic("unreachable") }
 func addRowsAVX2(dst *float32, ds int, src *float32, ss int, rows, cols int) { panic("unreachable") }
 func biasAVX2(dst, src *float32, n int, bias float32, flags int)             { panic("unreachable") }
 func reluMaskAVX2(dst, grad, y *float32, n int)                              { panic("unreachable") }

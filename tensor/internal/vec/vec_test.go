@@ -94,6 +94,30 @@ func TestAddRows(t *testing.T) {
 	})
 }
 
+// TestSumRows checks SumRows bit for bit against adding the rows one at a
+// time, in order, over widths around its 64- and 8-column strips and
+// heights around its 32-row blocks.
+func TestSumRows(t *testing.T) {
+	paths(t, func(t *testing.T) {
+		rng := rand.New(rand.NewPCG(7, 8))
+		for _, cols := range []int{0, 1, 7, 8, 9, 63, 64, 65, 128, 200, 512} {
+			for _, rows := range []int{0, 1, 2, 31, 32, 33, 100} {
+				stride := cols + 5
+				src := randVals(rng, rows*stride+cols)
+				dst := randVals(rng, cols+3)
+				want := append([]float32(nil), dst...)
+				for r := 0; r < rows; r++ {
+					for j := 0; j < cols; j++ {
+						want[j] += src[r*stride+j]
+					}
+				}
+				SumRows(dst[:cols], src, stride, rows)
+				checkSame(t, fmt.Sprintf("rows=%d cols=%d", rows, cols), dst, want) // the 3 past cols untouched
+			}
+		}
+	})
+}
+
 func TestReLUAndBias(t *testing.T) {
 	paths(t, func(t *testing.T) {
 		rng := rand.New(rand.NewPCG(5, 6))
