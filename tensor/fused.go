@@ -157,38 +157,12 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 				q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
 				ph := pd[(b*nHead+h)*T*T:][:T*T]
 				gemm.Sgemm(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
-				softmaxRowsMasked(m, ph, T, causal)
+				m.SoftmaxRows(ph, T, causal)
 				mulProbs(causal, false, T, hd, ph, v, 3*d, yd[b*T*d+h*hd:], d) // y = p·v
 			}
 		}
 	})
 	return y, p
-}
-
-// softmaxRowsMasked replaces each row i of the T×T block s by its
-// softmax, over columns j ≤ i only when causal (the rest set to 0).
-func softmaxRowsMasked(m vec.Math, s []float32, T int, causal bool) {
-	for i := 0; i < T; i++ {
-		row := s[i*T : (i+1)*T]
-		n := T
-		if causal {
-			n = i + 1
-		}
-		mx := m.Max(row[:n])
-		if math.IsInf(float64(mx), -1) {
-			mx = 0
-		}
-		// The masked columns up to the next multiple of 16 become −Inf,
-		// whose exponential is exactly 0: the row is then whole vectors,
-		// with no element left to the kernels' scalar tail.
-		w := min(T, (n+15)&^15)
-		for j := n; j < w; j++ {
-			row[j] = float32(math.Inf(-1))
-		}
-		sum := m.ExpShiftSum(row[:w], row[:w], 1, mx)
-		m.Scale(row[:w], row[:w], 1/sum)
-		clear(row[w:])
-	}
 }
 
 // AttentionQKVBackward returns the gradient of AttentionQKV's qkv [B, T,
@@ -226,16 +200,8 @@ func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bo
 			ph := pd[(b*nHead+h)*T*T:][:T*T]
 			mulProbs(causal, true, T, hd, ph, g, d, dv, 3*d)             // dv = pᵀ·g
 			gemm.Sgemm(false, true, T, T, hd, 1, g, d, v, 3*d, 0, ds, T) // dp = g·vᵀ
-			// ds = p·(dp − Σ_j p·dp)·scale; entries with p = 0 get 0.
-			for i := 0; i < T; i++ {
-				n := T
-				if causal {
-					n = i + 1
-				}
-				row := ds[i*T : (i+1)*T]
-				m.SoftmaxGradRow(row[:n], ph[i*T:i*T+n], scale)
-				clear(row[n:])
-			}
+			// ds = p·(dp − Σ_j p·dp)·scale; the masked entries get 0.
+			m.SoftmaxGradRows(ds, ph, T, causal, scale)
 			mulProbs(causal, false, T, hd, ds, k, 3*d, dq, 3*d) // dq = ds·k
 			mulProbs(causal, true, T, hd, ds, q, 3*d, dk, 3*d)  // dk = dsᵀ·q
 		}

@@ -155,6 +155,48 @@ func (m Math) Max(src []float32) float32 {
 	return mx
 }
 
+// SoftmaxRows replaces each row i of the T×T block s by its softmax over
+// columns j ≤ i when causal (the rest set to 0), over all T otherwise: the
+// row's max (−Inf taken as 0) is subtracted before exp, and the sum
+// scales the row by its float32 reciprocal. The masked columns up to the
+// next multiple of 16 are taken as −Inf, whose exp is exactly 0, so the
+// kernels see whole vectors. Where the kernels are 16 lanes wide and T is
+// a multiple of 16, one assembly call does the whole block with the same
+// result, bit for bit, as the row-by-row Max, ExpShiftSum and Scale.
+func (m Math) SoftmaxRows(s []float32, T int, causal bool) {
+	if T == 0 {
+		return
+	}
+	s = s[:T*T]
+	if m.wide && T%16 == 0 {
+		softmaxRowsAVX512(&s[0], T, causal)
+		return
+	}
+	m.softmaxRowsLoop(s, T, causal)
+}
+
+// softmaxRowsLoop is SoftmaxRows one row at a time.
+func (m Math) softmaxRowsLoop(s []float32, T int, causal bool) {
+	for i := 0; i < T; i++ {
+		row := s[i*T : (i+1)*T]
+		n := T
+		if causal {
+			n = i + 1
+		}
+		mx := m.Max(row[:n])
+		if math.IsInf(float64(mx), -1) {
+			mx = 0
+		}
+		w := min(T, (n+15)&^15)
+		for j := n; j < w; j++ {
+			row[j] = float32(math.Inf(-1))
+		}
+		sum := m.ExpShiftSum(row[:w], row[:w], 1, mx)
+		m.Scale(row[:w], row[:w], 1/sum)
+		clear(row[w:])
+	}
+}
+
 // Dot returns Σ a[i]·b[i] over i < len(a).
 func (m Math) Dot(a, b []float32) float32 {
 	b = b[:len(a)]
@@ -191,6 +233,31 @@ func (m Math) SoftmaxGradRow(ds, p []float32, scale float32) {
 	}
 	for i := n; i < len(ds); i++ {
 		ds[i] = p[i] * (ds[i] - dot) * scale
+	}
+}
+
+// SoftmaxGradRows is SoftmaxGradRow on every row i of the T×T blocks ds
+// and p, over columns j ≤ i when causal (the rest of ds set to 0), over
+// all T otherwise. Where the kernels are 16 lanes wide and T is a multiple
+// of 16, one assembly call does the whole block, its dots summed over 16
+// lanes (a rounding apart from the row-by-row dot's 8).
+func (m Math) SoftmaxGradRows(ds, p []float32, T int, causal bool, scale float32) {
+	if T == 0 {
+		return
+	}
+	ds, p = ds[:T*T], p[:T*T]
+	if m.wide && T%16 == 0 {
+		softmaxGradRowsAVX512(&ds[0], &p[0], T, causal, scale)
+		return
+	}
+	for i := 0; i < T; i++ {
+		n := T
+		if causal {
+			n = i + 1
+		}
+		row := ds[i*T : (i+1)*T]
+		m.SoftmaxGradRow(row[:n], p[i*T:i*T+n], scale)
+		clear(row[n:])
 	}
 }
 

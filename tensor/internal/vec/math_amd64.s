@@ -617,6 +617,238 @@ ess16done:
 	VZEROUPPER
 	RET
 
+// func softmaxRowsAVX512(s *float32, T int, causal bool)
+// Each row i of the T×T block s (T a multiple of 16) becomes its softmax
+// over columns j < n (n = i+1 when causal, else T), the rest 0: the max of
+// row[:n] (as maxAVX2, −Inf read as 0), exp(x − max) of row[:w] for the
+// w = min(T, n rounded up to 16) columns, the columns from n read as −Inf
+// (exp 0), summed in 16 lanes as expShiftSumAVX512 sums, each scaled by
+// the float32 1/sum as scaleAVX2 does, and columns from w cleared: the
+// result of Math's Max, ExpShiftSum and Scale row by row, bit for bit, in
+// one call per block.
+TEXT ·softmaxRowsAVX512(SB), NOSPLIT, $0-17
+	MOVQ         s+0(FP), DI
+	MOVQ         T+8(FP), R8
+	MOVBQZX      causal+16(FP), R9
+	XORQ         R10, R10
+	MOVL         $0xff800000, AX
+	VPBROADCASTD AX, Z16
+	VBROADCASTSS one<>(SB), Z14
+	VPXORD       Z18, Z18, Z18
+
+smrow:
+	CMPQ R10, R8
+	JGE  smdone
+	MOVQ R8, R11
+	TESTQ R9, R9
+	JZ   smmax
+	LEAQ 1(R10), R11
+
+smmax:
+	// Z17: the running max of row[:n] (R11 = n).
+	VMOVAPS Z16, Z17
+	MOVQ    DI, SI
+	MOVQ    R11, CX
+
+smmaxloop:
+	CMPQ    CX, $16
+	JLT     smmaxtail
+	VMAXPS  (SI), Z17, Z17
+	ADDQ    $64, SI
+	SUBQ    $16, CX
+	JMP     smmaxloop
+
+smmaxtail:
+	TESTQ   CX, CX
+	JZ      smmaxred
+	MOVL    $1, BX
+	SHLL    CX, BX
+	DECL    BX
+	KMOVW   BX, K2
+	VMAXPS  (SI), Z17, K2, Z17
+
+smmaxred:
+	VEXTRACTF64X4 $1, Z17, Y1
+	VMAXPS        Y1, Y17, Y0
+	VEXTRACTF128  $1, Y0, X1
+	VMAXPS        X1, X0, X0
+	VMOVHLPS      X0, X1, X1
+	VMAXPS        X1, X0, X0
+	VMOVSHDUP     X0, X1
+	VMAXSS        X1, X0, X0
+	VMOVD         X0, AX
+	CMPL          AX, $0xff800000
+	JNE           smshift
+	VXORPS        X0, X0, X0
+
+smshift:
+	VBROADCASTSS X0, Z13
+	// DX: the w/16 vectors exponentiated; CX: valid columns left.
+	LEAQ    15(R11), DX
+	ANDQ    $-16, DX
+	CMPQ    DX, R8
+	JLE     smw
+	MOVQ    R8, DX
+
+smw:
+	MOVQ    DX, R12
+	SHRQ    $4, DX
+	MOVQ    DI, SI
+	MOVQ    R11, CX
+	VPXORD  Z15, Z15, Z15
+
+smexp:
+	MOVL    $0xffff, BX
+	CMPQ    CX, $16
+	JGE     smfull
+	MOVL    $1, BX
+	SHLL    CX, BX
+	DECL    BX
+
+smfull:
+	KMOVW       BX, K2
+	VMOVAPS     Z16, Z0
+	VMOVUPS     (SI), K2, Z0
+	VFMSUB213PS Z13, Z14, Z0
+	EXP16
+	VMOVUPS     Z0, (SI)
+	VADDPS      Z0, Z15, Z15
+	ADDQ        $64, SI
+	SUBQ        $16, CX
+	DECQ        DX
+	JNZ         smexp
+	VEXTRACTF64X4 $1, Z15, Y1
+	VADDPS        Y1, Y15, Y0
+	HSUM8
+	VMOVSS        one<>(SB), X1
+	VDIVSS        X0, X1, X1
+	VBROADCASTSS  X1, Z2
+	MOVQ          DI, SI
+	MOVQ          R12, DX
+	SHRQ          $4, DX
+
+smscale:
+	VMULPS  (SI), Z2, Z3
+	VMOVUPS Z3, (SI)
+	ADDQ    $64, SI
+	DECQ    DX
+	JNZ     smscale
+	MOVQ    R8, DX
+	SUBQ    R12, DX
+	SHRQ    $4, DX
+	JZ      smnext
+
+smclear:
+	VMOVUPS Z18, (SI)
+	ADDQ    $64, SI
+	DECQ    DX
+	JNZ     smclear
+
+smnext:
+	LEAQ (DI)(R8*4), DI
+	INCQ R10
+	JMP  smrow
+
+smdone:
+	VZEROUPPER
+	RET
+
+// func softmaxGradRowsAVX512(ds, p *float32, T int, causal bool, scale float32)
+// Each row i of the T×T blocks ds and p (T a multiple of 16) becomes
+// p·(ds − Σ_j p·ds)·scale over columns j < n (n = i+1 when causal, else
+// T), the rest +0: the dot in 16 lanes (columns from n masked off), then
+// summed across them as expShiftSumAVX512 sums; each element as
+// softmaxGradAVX2 computes it.
+TEXT ·softmaxGradRowsAVX512(SB), NOSPLIT, $0-32
+	MOVQ         ds+0(FP), DI
+	MOVQ         p+8(FP), SI
+	MOVQ         T+16(FP), R8
+	MOVBQZX      causal+24(FP), R9
+	VBROADCASTSS scale+28(FP), Z15
+	VPXORD       Z18, Z18, Z18
+	XORQ         R10, R10
+
+sgrow:
+	CMPQ  R10, R8
+	JGE   sgrdone
+	MOVQ  R8, R11
+	TESTQ R9, R9
+	JZ    sgrdot
+	LEAQ  1(R10), R11
+
+sgrdot:
+	// DX: the vectors holding row[:n]; CX: valid columns left.
+	LEAQ   15(R11), DX
+	SHRQ   $4, DX
+	MOVQ   DX, R12
+	MOVQ   R11, CX
+	XORQ   AX, AX
+	VPXORD Z16, Z16, Z16
+
+sgrdotloop:
+	MOVL        $0xffff, BX
+	CMPQ        CX, $16
+	JGE         sgrdotfull
+	MOVL        $1, BX
+	SHLL        CX, BX
+	DECL        BX
+
+sgrdotfull:
+	KMOVW       BX, K2
+	VMOVUPS.Z   (SI)(AX*1), K2, Z0
+	VFMADD231PS (DI)(AX*1), Z0, Z16
+	ADDQ        $64, AX
+	SUBQ        $16, CX
+	DECQ        DX
+	JNZ         sgrdotloop
+	VEXTRACTF64X4 $1, Z16, Y1
+	VADDPS        Y1, Y16, Y0
+	HSUM8
+	VBROADCASTSS  X0, Z14
+	MOVQ          R12, DX
+	MOVQ          R11, CX
+	XORQ          AX, AX
+
+sgrscale:
+	MOVL      $0xffff, BX
+	CMPQ      CX, $16
+	JGE       sgrscalefull
+	MOVL      $1, BX
+	SHLL      CX, BX
+	DECL      BX
+
+sgrscalefull:
+	KMOVW     BX, K2
+	VMOVUPS   (DI)(AX*1), Z0
+	VSUBPS    Z14, Z0, Z0
+	VMULPS    (SI)(AX*1), Z0, Z0
+	VMULPS.Z  Z15, Z0, K2, Z0
+	VMOVUPS   Z0, (DI)(AX*1)
+	ADDQ      $64, AX
+	SUBQ      $16, CX
+	DECQ      DX
+	JNZ       sgrscale
+	MOVQ      R8, DX
+	SHRQ      $4, DX
+	SUBQ      R12, DX
+	JZ        sgrnext
+
+sgrclear:
+	VMOVUPS Z18, (DI)(AX*1)
+	ADDQ    $64, AX
+	DECQ    DX
+	JNZ     sgrclear
+
+sgrnext:
+	LEAQ (DI)(R8*4), DI
+	LEAQ (SI)(R8*4), SI
+	INCQ R10
+	JMP  sgrow
+
+sgrdone:
+	VZEROUPPER
+	RET
+
 // func geluTanhAVX512(dst, src *float32, n int)
 TEXT ·geluTanhAVX512(SB), NOSPLIT, $0-24
 	MOVQ dst+0(FP), DI

@@ -413,3 +413,110 @@ func TestLayerNormRow(t *testing.T) {
 		}
 	})
 }
+
+// TestSoftmaxRows checks every path's SoftmaxRows against a float64
+// softmax of each row (masked columns 0), and the one-call AVX-512 block
+// bit for bit against the same Math row by row, over sizes with and
+// without whole vectors, causal or not, rows whose max is far from 0, and
+// −Inf scores.
+func TestSoftmaxRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(13, 14))
+	for _, T := range []int{1, 5, 16, 20, 48, 64, 128} {
+		for _, causal := range []bool{false, true} {
+			x := make([]float32, T*T)
+			for i := range x {
+				x[i] = float32(rng.NormFloat64() * 4)
+			}
+			for i := 0; i < T; i += 3 {
+				x[i*T] += 60 // a far max
+			}
+			if T > 2 {
+				x[T+1] = float32(math.Inf(-1)) // a −Inf score in row 1
+			}
+			name := fmt.Sprintf("T=%d/causal=%v", T, causal)
+			mathPaths(t, func(t *testing.T, m Math) {
+				s := append([]float32(nil), x...)
+				m.SoftmaxRows(s, T, causal)
+				for i := 0; i < T; i++ {
+					n := T
+					if causal {
+						n = i + 1
+					}
+					mx := math.Inf(-1)
+					for _, v := range x[i*T : i*T+n] {
+						mx = math.Max(mx, float64(v))
+					}
+					var sum float64
+					for _, v := range x[i*T : i*T+n] {
+						sum += math.Exp(float64(v) - mx)
+					}
+					for j := 0; j < T; j++ {
+						want := 0.0
+						if j < n {
+							want = math.Exp(float64(x[i*T+j])-mx) / sum
+						}
+						if d := math.Abs(float64(s[i*T+j]) - want); d > 1e-6*want+1e-30 && d > 4e-7 {
+							t.Fatalf("%s: [%d][%d] = %v, want %v", name, i, j, s[i*T+j], want)
+						}
+					}
+				}
+				if m.wide {
+					r := append([]float32(nil), x...)
+					m.softmaxRowsLoop(r, T, causal)
+					for i := range r {
+						if math.Float32bits(r[i]) != math.Float32bits(s[i]) {
+							t.Fatalf("%s: [%d] = %v in one call, %v row by row", name, i, s[i], r[i])
+						}
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestSoftmaxGradRows checks SoftmaxGradRows on every path against
+// SoftmaxGradRow row by row: bit for bit where it loops over the rows, and
+// within the rounding of the dot (summed over 16 lanes instead of 8)
+// where one AVX-512 call does the block; masked entries must be +0.
+func TestSoftmaxGradRows(t *testing.T) {
+	rng := rand.New(rand.NewPCG(15, 16))
+	for _, T := range []int{1, 5, 16, 20, 48, 64, 128} {
+		for _, causal := range []bool{false, true} {
+			p, g := make([]float32, T*T), make([]float32, T*T)
+			for i := range p {
+				p[i], g[i] = rng.Float32()/float32(T), float32(rng.NormFloat64())
+			}
+			name := fmt.Sprintf("T=%d/causal=%v", T, causal)
+			mathPaths(t, func(t *testing.T, m Math) {
+				ds := append([]float32(nil), g...)
+				m.SoftmaxGradRows(ds, p, T, causal, 0.125)
+				for i := 0; i < T; i++ {
+					n := T
+					if causal {
+						n = i + 1
+					}
+					want := append([]float32(nil), g[i*T:i*T+n]...)
+					m.SoftmaxGradRow(want, p[i*T:i*T+n], 0.125)
+					for j := 0; j < T; j++ {
+						got := ds[i*T+j]
+						switch {
+						case j >= n:
+							if math.Float32bits(got) != 0 {
+								t.Fatalf("%s: masked [%d][%d] = %v, want +0", name, i, j, got)
+							}
+						case !m.wide || T%16 != 0:
+							if math.Float32bits(got) != math.Float32bits(want[j]) {
+								t.Fatalf("%s: [%d][%d] = %v, want %v", name, i, j, got, want[j])
+							}
+						default:
+							// The dots differ by a few roundings of terms ≤ |p·g|.
+							if d := math.Abs(float64(got - want[j])); d > 1e-6*float64(p[i*T+j])*0.125*float64(n) {
+								t.Fatalf("%s: [%d][%d] = %v, want %v", name, i, j, got, want[j])
+							}
+						}
+					}
+				}
+			})
+		}
+	}
+}

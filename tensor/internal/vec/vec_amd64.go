@@ -79,6 +79,12 @@ func expShiftSumAVX512(dst, src *float32, n int, scale, shift float32) float32
 func geluTanhAVX512(dst, src *float32, n int)
 
 //go:noescape
+func softmaxRowsAVX512(s *float32, T int, causal bool)
+
+//go:noescape
+func softmaxGradRowsAVX512(ds, p *float32, T int, causal bool, scale float32)
+
+//go:noescape
 func geluTanhGradAVX512(dst, grad, x *float32, n int)
 
 //go:noescape

@@ -39,6 +39,8 @@ func softmaxGradAVX2(ds, p *float32, n int, dot, scale float32)                {
 func expAVX512(dst, src *float32, n int)                                       { panic("unreachable") }
 func expShiftSumAVX512(dst, src *float32, n int, scale, shift float32) float32 { panic("unreachable") }
 func geluTanhAVX512(dst, src *float32, n int)                                  { panic("unreachable") }
+func softmaxRowsAVX512(s *float32, T int, causal bool)                         { panic("unreachable") }
+func softmaxGradRowsAVX512(ds, p *float32, T int, causal bool, scale float32)  { panic("unreachable") }
 func geluTanhGradAVX512(dst, grad, x *float32, n int)                          { panic("unreachable") }
 func maxAVX2(src *float32, n int) float32                                      { panic("unreachable") }
 func dotAVX2(a, b *float32, n int) float32                                     { panic("unreachable") }
