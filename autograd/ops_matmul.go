@@ -136,6 +136,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	var gh *tensor.Tensor // GELU's pre-activation gradient, written over h2; ReLU's when split
 	v := record(op, y2.Reshape(yShape...), inputs, func(g *tensor.Tensor, s *sink) {
 		g2 := g.Reshape(-1, out)
+		biasDone := false
 		switch act {
 		case actReLU:
 			switch {
@@ -154,7 +155,26 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 			// h2 is needed only for this; BackwardSplit's weight pass runs
 			// the function again with the same g and reuses gh.
 			if gh == nil {
-				gh = tensor.GELUTanhBackwardInto(h2, g2, h2)
+				// The bias gradient, when this pass needs it, is summed
+				// block by block as the gradient is made.
+				if bi >= 0 && s.need(bi) {
+					db, overwrite := s.into(bi)
+					fresh := db == nil
+					if fresh {
+						db = tensor.New(out)
+					} else if overwrite {
+						clear(db.Data())
+					}
+					gh = tensor.GELUTanhBackwardSumInto(h2, g2, h2, db)
+					if fresh {
+						s.add(bi, db, true)
+					} else {
+						s.settle(bi)
+					}
+					biasDone = true
+				} else {
+					gh = tensor.GELUTanhBackwardInto(h2, g2, h2)
+				}
 			}
 			g2 = gh
 		}
@@ -164,7 +184,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 		if s.need(1) {
 			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
 		}
-		if bi >= 0 && s.need(bi) {
+		if bi >= 0 && s.need(bi) && !biasDone {
 			if dst, overwrite := s.into(bi); dst != nil {
 				if overwrite {
 					clear(dst.Data())

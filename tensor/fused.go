@@ -39,6 +39,38 @@ func GELUTanhBackwardInto(dst, dy, x *Tensor) *Tensor {
 	return dst
 }
 
+// GELUTanhBackwardSumInto is GELUTanhBackwardInto that also adds the
+// column sums of the result, over the rows of its last dimension, onto db
+// (contiguous, [n] for a last dimension of n): a linear layer's bias
+// gradient, equal bit for bit to SumInto(db, dst) afterwards. Run on one
+// thread, it sums each block of rows while the block is in cache instead
+// of reading the whole result again.
+func GELUTanhBackwardSumInto(dst, dy, x, db *Tensor) *Tensor {
+	if len(x.shape) == 0 {
+		panicf("GELUTanhBackwardSumInto: scalar input")
+	}
+	n := x.shape[len(x.shape)-1]
+	if db.Len() != n || !db.IsContiguous() || db.shape[len(db.shape)-1] != n {
+		panicf("GELUTanhBackwardSumInto: bias gradient shape %v for input %v", db.shape, x.shape)
+	}
+	if g, err := gemm.Default(); err != nil || g.Threads() > 1 && !serialOnly || n == 0 {
+		SumInto(db, GELUTanhBackwardInto(dst, dy, x))
+		return dst
+	}
+	if !dy.SameShape(x) || !dst.SameShape(x) || !dst.IsContiguous() {
+		panicf("GELUTanhBackward: shapes dst %v, gradient %v, input %v", dst.shape, dy.shape, x.shape)
+	}
+	m, dd, gd, xd, bd := mathKernels(), dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data(), db.Data()
+	rows := len(dd) / n
+	step := max(1, 8192/n) // rows per block: 32 KiB of results
+	for r := 0; r < rows; r += step {
+		lo, hi := r*n, min(r+step, rows)*n
+		m.GELUTanhGrad(dd[lo:hi], gd[lo:hi], xd[lo:hi])
+		vec.SumRows(bd, dd[lo:hi], n, hi/n-r)
+	}
+	return dst
+}
+
 // Activation names the elementwise function LinearInto applies to a
 // linear layer's output in its epilogue.
 type Activation int

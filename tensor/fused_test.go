@@ -164,3 +164,32 @@ func TestParallelMatchesSerial(t *testing.T) {
 		}
 	}
 }
+
+// TestGELUTanhBackwardSumInto: the gradient and the bias sums, made block
+// by block on one thread or in two passes otherwise, equal
+// GELUTanhBackwardInto followed by SumInto bit for bit, the bias sums
+// added onto what db held.
+func TestGELUTanhBackwardSumInto(t *testing.T) {
+	rng := newRNG(21)
+	for _, shape := range [][]int{{1, 1}, {7, 9}, {3, 5, 512}, {100, 128}, {2, 16, 3}} {
+		for _, serial := range []bool{true, false} {
+			serialOnly = serial
+			x, dy, db := New(shape...), New(shape...), New(shape[len(shape)-1])
+			x.FillNormal(rng, 0, 2)
+			dy.FillNormal(rng, 0, 1)
+			db.FillNormal(rng, 0, 1)
+			want := GELUTanhBackwardInto(New(shape...), dy, x)
+			wantDB := SumInto(db.Clone(), want)
+			got := GELUTanhBackwardSumInto(New(shape...), dy, x, db)
+			for name, pair := range map[string][2][]float32{"gradient": {got.Data(), want.Data()}, "bias": {db.Data(), wantDB.Data()}} {
+				for i := range pair[0] {
+					if math.Float32bits(pair[0][i]) != math.Float32bits(pair[1][i]) {
+						t.Fatalf("%v serial=%v: %s[%d] = %v, want %v", shape, serial, name, i, pair[0][i], pair[1][i])
+					}
+				}
+			}
+		}
+	}
+	serialOnly = false
+	mustPanic(t, func() { GELUTanhBackwardSumInto(New(2, 3), New(2, 3), New(2, 3), New(2)) }, "GELUTanhBackwardSumInto", "[2]")
+}
