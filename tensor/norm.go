@@ -28,10 +28,8 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 		wd, bd := w.Contiguous().Data(), b.Contiguous().Data()
 		rows := len(xd) / D
 		mean, rstd = make([]float32, rows), make([]float32, rows)
-		parallelRanges(rows, max(1, elementwiseMin/D), 1, func(lo, hi int) {
-			for r := lo; r < hi; r++ {
-				mean[r], rstd[r] = m.LayerNormRow(yd[r*D:][:D], xd[r*D:][:D], wd, bd, float32(eps))
-			}
+		parallelRanges(rows, max(1, elementwiseMin/D), 2, func(lo, hi int) {
+			m.LayerNormRows(yd[lo*D:hi*D], xd[lo*D:hi*D], wd, bd, D, float32(eps), mean[lo:hi], rstd[lo:hi])
 		})
 		return y, mean, rstd
 	}
@@ -276,9 +274,8 @@ func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, mean, rstd []float3
 	parallelRanges(blocks, max(1, elementwiseMin/(D*lnBlockRows)), 1, func(lo, hi int) {
 		for k := lo; k < hi; k++ {
 			dw32, db32 := part[2*D*k:][:D], part[2*D*k+D:][:D]
-			for r := k * lnBlockRows; r < min(rows, (k+1)*lnBlockRows); r++ {
-				m.LayerNormGradRow(dxd[r*D:][:D], gd[r*D:][:D], xd[r*D:][:D], wd, dw32, db32, mean[r], rstd[r])
-			}
+			lo, hi := k*lnBlockRows, min(rows, (k+1)*lnBlockRows)
+			m.LayerNormGradRows(dxd[lo*D:hi*D], gd[lo*D:hi*D], xd[lo*D:hi*D], wd, dw32, db32, D, mean[lo:hi], rstd[lo:hi])
 		}
 	})
 	dwAcc, dbAcc := make([]float64, D), make([]float64, D)

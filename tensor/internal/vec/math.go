@@ -354,6 +354,48 @@ func (m Math) LayerNormRow(dst, src, w, b []float32, eps float32) (mean, rstd fl
 	return mean, rstd
 }
 
+// LayerNormRows is LayerNormRow on each of the len(mean) consecutive rows
+// of n in src and dst, its statistics into mean and rstd: the assembly
+// takes the rows two at a time, each row's passes interleaved with the
+// other's (the same results, bit for bit, as one row at a time).
+func (m Math) LayerNormRows(dst, src, w, b []float32, n int, eps float32, mean, rstd []float32) {
+	rows := len(mean)
+	rstd = rstd[:rows]
+	r := 0
+	if m.asm && n%8 == 0 && n > 0 && rows > 1 {
+		_, _, _, _ = dst[rows*n-1], src[rows*n-1], w[n-1], b[n-1]
+		invN := 1 / float32(n)
+		var stats [4]float32
+		for ; r+2 <= rows; r += 2 {
+			layerNormRows2AVX2(&dst[r*n], &src[r*n], &w[0], &b[0], n, invN, eps, &stats[0])
+			mean[r], rstd[r], mean[r+1], rstd[r+1] = stats[0], stats[1], stats[2], stats[3]
+		}
+	}
+	for ; r < rows; r++ {
+		mean[r], rstd[r] = m.LayerNormRow(dst[r*n:][:n], src[r*n:][:n], w, b, eps)
+	}
+}
+
+// LayerNormGradRows is LayerNormGradRow on each of the len(mean)
+// consecutive rows of n in dx, grad and x, in order, two at a time in the
+// assembly (the same results, bit for bit, as one row at a time).
+func (m Math) LayerNormGradRows(dx, grad, x, w, dw, db []float32, n int, mean, rstd []float32) {
+	rows := len(mean)
+	rstd = rstd[:rows]
+	r := 0
+	if m.asm && n%8 == 0 && n > 0 && rows > 1 {
+		_, _, _ = dx[rows*n-1], grad[rows*n-1], x[rows*n-1]
+		_, _, _ = w[n-1], dw[n-1], db[n-1]
+		invN := 1 / float32(n)
+		for ; r+2 <= rows; r += 2 {
+			layerNormGradRows2AVX2(&dx[r*n], &grad[r*n], &x[r*n], &w[0], &dw[0], &db[0], n, mean[r], rstd[r], mean[r+1], rstd[r+1], invN)
+		}
+	}
+	for ; r < rows; r++ {
+		m.LayerNormGradRow(dx[r*n:][:n], grad[r*n:][:n], x[r*n:][:n], w, dw, db, mean[r], rstd[r])
+	}
+}
+
 // LayerNormGradRow is the backward pass of LayerNormRow for one row: with
 // x̂ = (x − mean)·rstd and dh = grad·w, it adds grad·x̂ into dw and grad
 // into db, and writes dx = rstd·(dh − mean(dh) − x̂·mean(dh·x̂)). dx may

@@ -534,6 +534,192 @@ lngrad2:
 	VZEROUPPER
 	RET
 
+// func layerNormRows2AVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *float32)
+// layerNormRowAVX2 on two consecutive rows of n (row 1 at src + n, dst +
+// n), their passes interleaved so that one row's sums run while the
+// other's wait: each row's operations are layerNormRowAVX2's, in its
+// order, so the results are the same bit for bit. stats gets mean and
+// rstd of row 0, then of row 1.
+TEXT ·layerNormRows2AVX2(SB), NOSPLIT, $0-56
+	MOVQ   dst+0(FP), DI
+	MOVQ   src+8(FP), SI
+	MOVQ   w+16(FP), R8
+	MOVQ   b+24(FP), R9
+	MOVQ   n+32(FP), BX
+	SHLQ   $2, BX
+	LEAQ   (SI)(BX*1), R10
+	LEAQ   (DI)(BX*1), R11
+	VXORPS Y0, Y0, Y0
+	VXORPS Y2, Y2, Y2
+	XORQ   AX, AX
+
+ln2sum:
+	VADDPS (SI)(AX*1), Y0, Y0
+	VADDPS (R10)(AX*1), Y2, Y2
+	ADDQ   $32, AX
+	CMPQ   AX, BX
+	JNE    ln2sum
+	HSUM8
+	VMULSS       invN+40(FP), X0, X0
+	VMOVAPS      X0, X12
+	VBROADCASTSS X0, Y8
+	VMOVAPS      Y2, Y0
+	HSUM8
+	VMULSS       invN+40(FP), X0, X0
+	VMOVAPS      X0, X13
+	VBROADCASTSS X0, Y10
+	VXORPS       Y0, Y0, Y0
+	VXORPS       Y2, Y2, Y2
+	XORQ         AX, AX
+
+ln2var:
+	VMOVUPS     (SI)(AX*1), Y1
+	VSUBPS      Y8, Y1, Y1
+	VFMADD231PS Y1, Y1, Y0
+	VMOVUPS     (R10)(AX*1), Y3
+	VSUBPS      Y10, Y3, Y3
+	VFMADD231PS Y3, Y3, Y2
+	ADDQ        $32, AX
+	CMPQ        AX, BX
+	JNE         ln2var
+	HSUM8
+	VMULSS       invN+40(FP), X0, X0
+	VADDSS       eps+44(FP), X0, X0
+	VSQRTSS      X0, X0, X0
+	VMOVSS       one<>(SB), X1
+	VDIVSS       X0, X1, X0
+	VMOVAPS      X0, X14
+	VBROADCASTSS X0, Y9
+	VMOVAPS      Y2, Y0
+	HSUM8
+	VMULSS       invN+40(FP), X0, X0
+	VADDSS       eps+44(FP), X0, X0
+	VSQRTSS      X0, X0, X0
+	VMOVSS       one<>(SB), X1
+	VDIVSS       X0, X1, X0
+	VMOVAPS      X0, X15
+	VBROADCASTSS X0, Y11
+	MOVQ         stats+48(FP), AX
+	VMOVSS       X12, (AX)
+	VMOVSS       X14, 4(AX)
+	VMOVSS       X13, 8(AX)
+	VMOVSS       X15, 12(AX)
+	XORQ         AX, AX
+
+ln2apply:
+	VMOVUPS     (SI)(AX*1), Y1
+	VSUBPS      Y8, Y1, Y1
+	VMULPS      Y9, Y1, Y1
+	VMOVUPS     (R8)(AX*1), Y2
+	VFMADD213PS (R9)(AX*1), Y2, Y1
+	VMOVUPS     Y1, (DI)(AX*1)
+	VMOVUPS     (R10)(AX*1), Y3
+	VSUBPS      Y10, Y3, Y3
+	VMULPS      Y11, Y3, Y3
+	VMOVUPS     (R8)(AX*1), Y4
+	VFMADD213PS (R9)(AX*1), Y4, Y3
+	VMOVUPS     Y3, (R11)(AX*1)
+	ADDQ        $32, AX
+	CMPQ        AX, BX
+	JNE         ln2apply
+	VZEROUPPER
+	RET
+
+// func layerNormGradRows2AVX2(dx, grad, x, w, dw, db *float32, n int, mean0, rstd0, mean1, rstd1, invN float32)
+// layerNormGradRowAVX2 on two consecutive rows of n (row 1 at dx, grad, x
+// + n), interleaved: each row's operations in its order, and row 0's
+// contribution to dw and db added before row 1's, so the results are the
+// same bit for bit as the two rows one after the other.
+TEXT ·layerNormGradRows2AVX2(SB), NOSPLIT, $0-76
+	MOVQ         dx+0(FP), DI
+	MOVQ         grad+8(FP), DX
+	MOVQ         x+16(FP), SI
+	MOVQ         w+24(FP), R8
+	MOVQ         dw+32(FP), R10
+	MOVQ         db+40(FP), R11
+	MOVQ         n+48(FP), BX
+	SHLQ         $2, BX
+	LEAQ         (DI)(BX*1), R12
+	LEAQ         (DX)(BX*1), R13
+	LEAQ         (SI)(BX*1), R14
+	VBROADCASTSS mean0+56(FP), Y8
+	VBROADCASTSS rstd0+60(FP), Y9
+	VBROADCASTSS mean1+64(FP), Y14
+	VBROADCASTSS rstd1+68(FP), Y15
+	VXORPS       Y10, Y10, Y10
+	VXORPS       Y11, Y11, Y11
+	VXORPS       Y12, Y12, Y12
+	VXORPS       Y13, Y13, Y13
+	XORQ         AX, AX
+
+ln2grad1:
+	VMOVUPS     (SI)(AX*1), Y1
+	VSUBPS      Y8, Y1, Y1
+	VMULPS      Y9, Y1, Y1
+	VMOVUPS     (R14)(AX*1), Y5
+	VSUBPS      Y14, Y5, Y5
+	VMULPS      Y15, Y5, Y5
+	VMOVUPS     (DX)(AX*1), Y2
+	VMOVUPS     (R13)(AX*1), Y6
+	VMOVUPS     (R10)(AX*1), Y3
+	VFMADD231PS Y2, Y1, Y3
+	VFMADD231PS Y6, Y5, Y3
+	VMOVUPS     Y3, (R10)(AX*1)
+	VADDPS      (R11)(AX*1), Y2, Y3
+	VADDPS      Y3, Y6, Y3
+	VMOVUPS     Y3, (R11)(AX*1)
+	VMULPS      (R8)(AX*1), Y2, Y2
+	VADDPS      Y2, Y10, Y10
+	VFMADD231PS Y2, Y1, Y11
+	VMULPS      (R8)(AX*1), Y6, Y6
+	VADDPS      Y6, Y12, Y12
+	VFMADD231PS Y6, Y5, Y13
+	ADDQ        $32, AX
+	CMPQ        AX, BX
+	JNE         ln2grad1
+	VMOVAPS      Y10, Y0
+	HSUM8
+	VMULSS       invN+72(FP), X0, X0
+	VBROADCASTSS X0, Y10
+	VMOVAPS      Y11, Y0
+	HSUM8
+	VMULSS       invN+72(FP), X0, X0
+	VBROADCASTSS X0, Y11
+	VMOVAPS      Y12, Y0
+	HSUM8
+	VMULSS       invN+72(FP), X0, X0
+	VBROADCASTSS X0, Y12
+	VMOVAPS      Y13, Y0
+	HSUM8
+	VMULSS       invN+72(FP), X0, X0
+	VBROADCASTSS X0, Y13
+	XORQ         AX, AX
+
+ln2grad2:
+	VMOVUPS      (SI)(AX*1), Y1
+	VSUBPS       Y8, Y1, Y1
+	VMULPS       Y9, Y1, Y1
+	VMOVUPS      (DX)(AX*1), Y2
+	VMULPS       (R8)(AX*1), Y2, Y2
+	VSUBPS       Y10, Y2, Y2
+	VFNMADD231PS Y11, Y1, Y2
+	VMULPS       Y9, Y2, Y2
+	VMOVUPS      Y2, (DI)(AX*1)
+	VMOVUPS      (R14)(AX*1), Y5
+	VSUBPS       Y14, Y5, Y5
+	VMULPS       Y15, Y5, Y5
+	VMOVUPS      (R13)(AX*1), Y6
+	VMULPS       (R8)(AX*1), Y6, Y6
+	VSUBPS       Y12, Y6, Y6
+	VFNMADD231PS Y13, Y5, Y6
+	VMULPS       Y15, Y6, Y6
+	VMOVUPS      Y6, (R12)(AX*1)
+	ADDQ         $32, AX
+	CMPQ         AX, BX
+	JNE          ln2grad2
+	VZEROUPPER
+	RET
+
 // AVX-512F versions of exp, exp-shift-sum, GELU-tanh and its derivative:
 // the same operations as the AVX2 ones above, lane for lane, on 16 lanes
 // (constants broadcast from the same tables), so an element's result does

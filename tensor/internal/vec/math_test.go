@@ -520,3 +520,55 @@ func TestSoftmaxGradRows(t *testing.T) {
 		}
 	}
 }
+
+// TestLayerNormRows: the row-block LayerNorm and its gradient equal
+// LayerNormRow and LayerNormGradRow one row at a time, bit for bit, on
+// every path, over odd and even row counts (the assembly pairs rows),
+// widths with and without whole vectors, dx written over grad, and dw and
+// db accumulated onto what they held.
+func TestLayerNormRows(t *testing.T) {
+	mathPaths(t, func(t *testing.T, m Math) {
+		rng := rand.New(rand.NewPCG(17, 18))
+		for _, n := range []int{1, 8, 24, 128, 130} {
+			for _, rows := range []int{0, 1, 2, 3, 8, 33} {
+				x, g := make([]float32, rows*n), make([]float32, rows*n)
+				w, b := make([]float32, n), make([]float32, n)
+				for i := range x {
+					x[i], g[i] = float32(rng.NormFloat64()*2+3), float32(rng.NormFloat64())
+				}
+				for i := range w {
+					w[i], b[i] = float32(rng.NormFloat64()), float32(rng.NormFloat64())
+				}
+				name := fmt.Sprintf("n=%d/rows=%d", n, rows)
+				y, mean, rstd := make([]float32, rows*n), make([]float32, rows), make([]float32, rows)
+				m.LayerNormRows(y, x, w, b, n, 1e-5, mean, rstd)
+				dx := append([]float32(nil), g...) // written over grad
+				dw, db := make([]float32, n), make([]float32, n)
+				for j := range dw {
+					dw[j], db[j] = 0.5, -0.25
+				}
+				m.LayerNormGradRows(dx, dx, x, w, dw, db, n, mean, rstd)
+
+				wy, wdx := make([]float32, rows*n), make([]float32, rows*n)
+				wdw, wdb := make([]float32, n), make([]float32, n)
+				for j := range wdw {
+					wdw[j], wdb[j] = 0.5, -0.25
+				}
+				for r := 0; r < rows; r++ {
+					mr, rr := m.LayerNormRow(wy[r*n:][:n], x[r*n:][:n], w, b, 1e-5)
+					if math.Float32bits(mr) != math.Float32bits(mean[r]) || math.Float32bits(rr) != math.Float32bits(rstd[r]) {
+						t.Fatalf("%s: row %d statistics %v, %v, want %v, %v", name, r, mean[r], rstd[r], mr, rr)
+					}
+					m.LayerNormGradRow(wdx[r*n:][:n], g[r*n:][:n], x[r*n:][:n], w, wdw, wdb, mr, rr)
+				}
+				for what, pair := range map[string][2][]float32{"y": {y, wy}, "dx": {dx, wdx}, "dw": {dw, wdw}, "db": {db, wdb}} {
+					for i := range pair[0] {
+						if math.Float32bits(pair[0][i]) != math.Float32bits(pair[1][i]) {
+							t.Fatalf("%s: %s[%d] = %v, want %v", name, what, i, pair[0][i], pair[1][i])
+						}
+					}
+				}
+			}
+		}
+	})
+}

@@ -105,3 +105,13 @@ func layerNormRowAVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *
 //
 //go:noescape
 func layerNormGradRowAVX2(dx, grad, x, w, dw, db *float32, n int, mean, rstd, invN float32)
+
+// Two consecutive rows of n, a positive multiple of 8.
+//
+//go:noescape
+func layerNormRows2AVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *float32)
+
+// Two consecutive rows of n, a positive multiple of 8.
+//
+//go:noescape
+func layerNormGradRows2AVX2(dx, grad, x, w, dw, db *float32, n int, mean0, rstd0, mean1, rstd1, invN float32)

@@ -53,3 +53,11 @@ func layerNormRowAVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *
 func layerNormGradRowAVX2(dx, grad, x, w, dw, db *float32, n int, mean, rstd, invN float32) {
 	panic("unreachable")
 }
+
+func layerNormRows2AVX2(dst, src, w, b *float32, n int, invN, eps float32, stats *float32) {
+	panic("unreachable")
+}
+
+func layerNormGradRows2AVX2(dx, grad, x, w, dw, db *float32, n int, mean0, rstd0, mean1, rstd1, invN float32) {
+	panic("unreachable")
+}
