@@ -322,10 +322,9 @@ func genKernel512RowA(e *emitter, mr, nv int, layout aLayout) { genKernel512x(e,
 // operands are both given by a stride along k: A as in aCols (step p's mr
 // values at a[p*lda]) and B likewise (step p's 16·nv values at
 // b[p*ldb]). With lda = mr and ldb = 16·nv these are the packed slivers;
-// with the strides of a transposed A and of a row-major B they are read in
-// place, for small products whose operands are already in L1 or L2
-// (attention's triangular ones). All mr values of A and 16·nv of B are
-// read at every step, so partial slivers must be packed.
+// with a transposed A's stride, A is read in place (attention's triangular
+// products read their probabilities so). All mr values of A and 16·nv of
+// B are read at every step, so partial slivers must be packed.
 //
 // func name(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 //
