@@ -170,6 +170,22 @@ func (s *sink) into(i int) (dst *tensor.Tensor, overwrite bool) {
 	return in.Grad, in.takeGradBuf()
 }
 
+// accumulator returns the gradient input i has gathered so far when the
+// op may add its contribution into it in place (then calling settle(i)):
+// a node's gradient private to it (owned), contiguous and of the input's
+// shape. It returns nil otherwise, and the op delivers through add.
+func (s *sink) accumulator(i int) *tensor.Tensor {
+	in := s.n.inputs[i]
+	if !s.need(i) || in.node == nil {
+		return nil
+	}
+	n := in.node
+	if n.grad == nil || !n.owned || !n.grad.IsContiguous() || !n.grad.SameShape(in.Value) {
+		return nil
+	}
+	return n.grad
+}
+
 // add delivers g as input i's whole gradient contribution and settles i.
 // owned says g is a fresh tensor nothing else references, so the engine may
 // keep it instead of copying.

@@ -253,6 +253,13 @@ func gradCases() []gradCase {
 		{"embedding", shapes([]int{5, 3}), func(v []*Var) *Var { return Embedding(v[0], []int64{1, 4, 1, 0, 2, 1}, 2, 3) }},
 		{"layer_norm", shapes([]int{2, 3, 6}, []int{6}, []int{6}), func(v []*Var) *Var { return LayerNorm(v[0], v[1], v[2], 1e-5) }},
 		{"layer_norm_no_affine", shapes([]int{4, 5}), func(v []*Var) *Var { return LayerNorm(v[0], nil, nil, 1e-5) }},
+		// A pre-norm residual between two ops: h's gradient from the skip
+		// path (a fresh tensor, from the Linear after it) is in hand when
+		// LayerNorm's backward adds its own into it (LayerNormBackwardAdd).
+		{"layer_norm_residual", shapes([]int{2, 3, 6}, []int{6}, []int{6}, []int{6, 6}, []int{6}), func(v []*Var) *Var {
+			h := Linear(v[0], v[3], nil)
+			return Linear(AddLinear(h, LayerNorm(h, v[1], v[2], 1e-5), v[3], v[4]), v[3], nil)
+		}},
 		{"batch_norm_train", shapes([]int{4, 3, 2, 2}, []int{3}, []int{3}), bn(true)},
 		{"batch_norm_eval", shapes([]int{4, 3, 2, 2}, []int{3}, []int{3}), bn(false)},
 		{"attention_causal", shapes([]int{2, 2, 5, 4}, []int{2, 2, 5, 4}, []int{2, 2, 5, 3}), func(v []*Var) *Var { return Attention(v[0], v[1], v[2], true) }},

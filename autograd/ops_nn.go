@@ -207,6 +207,11 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		case kept[0] != nil || kept[1] != nil: // the weight pass: computed by the input pass
 			dw, db = kept[0], kept[1]
 			kept = [2]*tensor.Tensor{}
+		case wv != nil && s.accumulator(0) != nil:
+			// The input's gradient so far (a residual stream's, from its
+			// skip path) takes this one's in place, block by block.
+			dw, db = tensor.LayerNormBackwardAdd(s.accumulator(0), g, xv, wv, mean, rstd)
+			s.settle(0)
 		default:
 			dx, dw, db = tensor.LayerNormBackward(g, xv, wv, mean, rstd)
 		}
@@ -215,7 +220,9 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 			if bi >= 0 && db == nil {
 				kept[1] = tensor.SumTo(g.Reshape(-1, bv.Dim(0)), bv.Dim(0))
 			}
-			s.add(0, dx, true)
+			if dx != nil {
+				s.add(0, dx, true)
+			}
 			return
 		}
 		if wi >= 0 {

@@ -1,6 +1,10 @@
 package tensor
 
-import "math"
+import (
+	"math"
+
+	"cohort/tensor/internal/vec"
+)
 
 // Normalisation kernels. Statistics are accumulated in float64.
 
@@ -87,7 +91,7 @@ func LayerNormBackward(dy, x, w *Tensor, mean, rstd []float32) (dx, dw, db *Tens
 	xd := x.Contiguous().Data()
 	gd := dy.Contiguous().Data()
 	if w != nil && D > 0 { // every row of dx written
-		return layerNormBackwardRows(gd, xd, w.Contiguous().Data(), Empty(x.shape...), mean, rstd, D)
+		return layerNormBackwardRows(gd, xd, w.Contiguous().Data(), Empty(x.shape...), false, mean, rstd, D)
 	}
 	dx = New(x.shape...)
 	dxd := dx.Data()
@@ -255,13 +259,34 @@ func BatchNormBackward(dy, x, w *Tensor, mean, scale []float64, batchStats bool)
 	return dx, dw, db
 }
 
+// LayerNormBackwardAdd is LayerNormBackward with a weight w that adds the
+// input gradient onto acc (contiguous, x's shape) instead of returning it:
+// bit for bit AddScaled(acc, 1, dx) after LayerNormBackward, without dx.
+// A residual stream's gradient, which already holds the skip path's, takes
+// the normalisation's so, block by block while each is in cache. acc may
+// be dy.
+func LayerNormBackwardAdd(acc, dy, x, w *Tensor, mean, rstd []float32) (dw, db *Tensor) {
+	if !dy.SameShape(x) || !acc.SameShape(x) || !acc.IsContiguous() || w == nil || len(x.shape) == 0 {
+		panicf("LayerNormBackwardAdd: accumulator shape %v (contiguous: %v), gradient %v, input %v, weight %v", acc.shape, acc.IsContiguous(), dy.shape, x.shape, w != nil)
+	}
+	D := x.shape[len(x.shape)-1]
+	if D == 0 {
+		_, dw, db = LayerNormBackward(dy, x, w, mean, rstd)
+		return dw, db
+	}
+	_, dw, db = layerNormBackwardRows(dy.Contiguous().Data(), x.Contiguous().Data(), w.Contiguous().Data(), acc, true, mean, rstd, D)
+	return dw, db
+}
+
 // lnBlockRows is how many rows' weight and bias gradients are summed in
 // float32 before they are added into the float64 totals.
 const lnBlockRows = 64
 
 // layerNormBackwardRows is LayerNormBackward with a weight, row by row on
 // the vector kernels.
-func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, mean, rstd []float32, D int) (_, dw, db *Tensor) {
+// With add, each block's input gradient goes to a scratch block and is
+// then added onto dx.
+func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, add bool, mean, rstd []float32, D int) (_, dw, db *Tensor) {
 	m := mathKernels()
 	dxd := dx.Data()
 	// Each block of lnBlockRows rows sums its weight and bias gradients in
@@ -272,10 +297,21 @@ func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, mean, rstd []float3
 	blocks := (rows + lnBlockRows - 1) / lnBlockRows
 	part := make([]float32, 2*D*blocks) // block k: dw at 2Dk, db at 2Dk+D
 	parallelRanges(blocks, max(1, elementwiseMin/(D*lnBlockRows)), 1, func(lo, hi int) {
+		var scratch []float32
+		if add {
+			scratch = make([]float32, lnBlockRows*D)
+		}
 		for k := lo; k < hi; k++ {
 			dw32, db32 := part[2*D*k:][:D], part[2*D*k+D:][:D]
 			lo, hi := k*lnBlockRows, min(rows, (k+1)*lnBlockRows)
-			m.LayerNormGradRows(dxd[lo*D:hi*D], gd[lo*D:hi*D], xd[lo*D:hi*D], wd, dw32, db32, D, mean[lo:hi], rstd[lo:hi])
+			out := dxd[lo*D : hi*D]
+			if add {
+				out = scratch[:len(out)]
+			}
+			m.LayerNormGradRows(out, gd[lo*D:hi*D], xd[lo*D:hi*D], wd, dw32, db32, D, mean[lo:hi], rstd[lo:hi])
+			if add {
+				vec.Add(dxd[lo*D:hi*D], out)
+			}
 		}
 	})
 	dwAcc, dbAcc := make([]float64, D), make([]float64, D)
