@@ -338,6 +338,8 @@ kernelAVX512x14x32_tailloop:
 	DECQ CX
 	JNZ kernelAVX512x14x32_tailloop
 kernelAVX512x14x32_store:
+	CMPL alpha+40(FP), $0x3f800000
+	JEQ kernelAVX512x14x32_alpha1
 	VBROADCASTSS alpha+40(FP), Z28
 	VMULPS Z28, Z0, Z0
 	VMULPS Z28, Z1, Z1
@@ -367,6 +369,7 @@ kernelAVX512x14x32_store:
 	VMULPS Z28, Z25, Z25
 	VMULPS Z28, Z26, Z26
 	VMULPS Z28, Z27, Z27
+kernelAVX512x14x32_alpha1:
 	MOVQ nmask+56(FP), R9
 	KMOVW R9, K1
 	SHRQ $16, R9
@@ -805,6 +808,8 @@ kernelAVX512x6x64_tailloop:
 	DECQ CX
 	JNZ kernelAVX512x6x64_tailloop
 kernelAVX512x6x64_store:
+	CMPL alpha+40(FP), $0x3f800000
+	JEQ kernelAVX512x6x64_alpha1
 	VBROADCASTSS alpha+40(FP), Z24
 	VMULPS Z24, Z0, Z0
 	VMULPS Z24, Z1, Z1
@@ -830,6 +835,7 @@ kernelAVX512x6x64_store:
 	VMULPS Z24, Z21, Z21
 	VMULPS Z24, Z22, Z22
 	VMULPS Z24, Z23, Z23
+kernelAVX512x6x64_alpha1:
 	MOVQ nmask+56(FP), R9
 	KMOVW R9, K1
 	SHRQ $16, R9
@@ -1226,6 +1232,8 @@ kernelAVX512x6x64r_tailloop:
 	DECQ CX
 	JNZ kernelAVX512x6x64r_tailloop
 kernelAVX512x6x64r_store:
+	CMPL alpha+48(FP), $0x3f800000
+	JEQ kernelAVX512x6x64r_alpha1
 	VBROADCASTSS alpha+48(FP), Z24
 	VMULPS Z24, Z0, Z0
 	VMULPS Z24, Z1, Z1
@@ -1251,6 +1259,7 @@ kernelAVX512x6x64r_store:
 	VMULPS Z24, Z21, Z21
 	VMULPS Z24, Z22, Z22
 	VMULPS Z24, Z23, Z23
+kernelAVX512x6x64r_alpha1:
 	MOVQ nmask+64(FP), R9
 	KMOVW R9, K1
 	SHRQ $16, R9
@@ -1644,6 +1653,8 @@ kernelAVX512x6x64c_tailloop:
 	DECQ CX
 	JNZ kernelAVX512x6x64c_tailloop
 kernelAVX512x6x64c_store:
+	CMPL alpha+48(FP), $0x3f800000
+	JEQ kernelAVX512x6x64c_alpha1
 	VBROADCASTSS alpha+48(FP), Z24
 	VMULPS Z24, Z0, Z0
 	VMULPS Z24, Z1, Z1
@@ -1669,6 +1680,7 @@ kernelAVX512x6x64c_store:
 	VMULPS Z24, Z21, Z21
 	VMULPS Z24, Z22, Z22
 	VMULPS Z24, Z23, Z23
+kernelAVX512x6x64c_alpha1:
 	MOVQ nmask+64(FP), R9
 	KMOVW R9, K1
 	SHRQ $16, R9
@@ -2145,6 +2157,8 @@ kernelAVX512x14x32s_tailloop:
 	DECQ CX
 	JNZ kernelAVX512x14x32s_tailloop
 kernelAVX512x14x32s_store:
+	CMPL alpha+56(FP), $0x3f800000
+	JEQ kernelAVX512x14x32s_alpha1
 	VBROADCASTSS alpha+56(FP), Z28
 	VMULPS Z28, Z0, Z0
 	VMULPS Z28, Z1, Z1
@@ -2174,6 +2188,7 @@ kernelAVX512x14x32s_store:
 	VMULPS Z28, Z25, Z25
 	VMULPS Z28, Z26, Z26
 	VMULPS Z28, Z27, Z27
+kernelAVX512x14x32s_alpha1:
 	MOVQ nmask+72(FP), R9
 	KMOVW R9, K1
 	SHRQ $16, R9

@@ -506,10 +506,15 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	e.i("JNZ %s_tailloop", name)
 
 	e.l(name + "_store")
+	// alpha = 1 (every product but attention's scores) leaves the sums as
+	// they are: the multiply is skipped, which changes no bit.
+	e.i("CMPL alpha+%d(FP), $0x3f800000", offAlpha)
+	e.i("JEQ %s_alpha1", name)
 	e.i("VBROADCASTSS alpha+%d(FP), %s", offAlpha, breg(0))
 	for i := 0; i < nacc; i++ {
 		e.i("VMULPS %s, %s, %s", breg(0), z(i), z(i))
 	}
+	e.l(name + "_alpha1")
 	e.i("MOVQ nmask+%d(FP), R9", offMask)
 	for v := 0; v < nv; v++ {
 		e.i("KMOVW R9, K%d", v+1)
