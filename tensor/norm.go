@@ -299,7 +299,9 @@ func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, add bool, mean, rst
 	parallelRanges(blocks, max(1, elementwiseMin/(D*lnBlockRows)), 1, func(lo, hi int) {
 		var scratch []float32
 		if add {
-			scratch = make([]float32, lnBlockRows*D)
+			st := Empty(lnBlockRows * D) // from the recycled buffers, and back
+			defer Recycle(st)
+			scratch = st.Data()
 		}
 		for k := lo; k < hi; k++ {
 			dw32, db32 := part[2*D*k:][:D], part[2*D*k+D:][:D]
