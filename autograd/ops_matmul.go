@@ -158,19 +158,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 				// The bias gradient, when this pass needs it, is summed
 				// block by block as the gradient is made.
 				if bi >= 0 && s.need(bi) {
-					db, overwrite := s.into(bi)
-					fresh := db == nil
-					if fresh {
-						db = tensor.New(out)
-					} else if overwrite {
-						clear(db.Data())
-					}
-					gh = tensor.GELUTanhBackwardSumInto(h2, g2, h2, db)
-					if fresh {
-						s.add(bi, db, true)
-					} else {
-						s.settle(bi)
-					}
+					biasGrad(s, bi, out, func(db *tensor.Tensor) { gh = tensor.GELUTanhBackwardSumInto(h2, g2, h2, db) })
 					biasDone = true
 				} else {
 					gh = tensor.GELUTanhBackwardInto(h2, g2, h2)
@@ -185,15 +173,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
 		}
 		if bi >= 0 && s.need(bi) && !biasDone {
-			if dst, overwrite := s.into(bi); dst != nil {
-				if overwrite {
-					clear(dst.Data())
-				}
-				tensor.SumInto(dst, g2)
-				s.settle(bi)
-			} else {
-				s.add(bi, tensor.SumInto(tensor.New(out), g2), true)
-			}
+			biasGrad(s, bi, out, func(db *tensor.Tensor) { tensor.SumInto(db, g2) })
 		}
 		if s.need(0) {
 			dx := tensor.MatMul(g2, wv) // dx = g @ w
@@ -207,6 +187,23 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 		}
 	}
 	return v
+}
+
+// biasGrad delivers the gradient of input bi, a bias of out values, that
+// sum adds onto the tensor it is given: the leaf's Grad in place (cleared
+// first when it holds no gradient yet), or else a fresh zero tensor.
+func biasGrad(s *sink, bi, out int, sum func(db *tensor.Tensor)) {
+	if dst, overwrite := s.into(bi); dst != nil {
+		if overwrite {
+			clear(dst.Data())
+		}
+		sum(dst)
+		s.settle(bi)
+		return
+	}
+	db := tensor.New(out)
+	sum(db)
+	s.add(bi, db, true)
 }
 
 func lastDim(t *tensor.Tensor) int {

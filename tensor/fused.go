@@ -31,12 +31,16 @@ func GELUTanhBackward(dy, x *Tensor) *Tensor {
 // GELUTanhBackwardInto writes dy·GELU-tanh′(x) into dst (contiguous, x's
 // shape; it may be dy or x) and returns dst.
 func GELUTanhBackwardInto(dst, dy, x *Tensor) *Tensor {
-	if !dy.SameShape(x) || !dst.SameShape(x) || !dst.IsContiguous() {
-		panicf("GELUTanhBackward: shapes dst %v, gradient %v, input %v", dst.shape, dy.shape, x.shape)
-	}
+	checkGELUTanhBackward(dst, dy, x)
 	m, dd, gd, xd := mathKernels(), dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data()
 	parallelRanges(len(dd), elementwiseMin, 8, func(lo, hi int) { m.GELUTanhGrad(dd[lo:hi], gd[lo:hi], xd[lo:hi]) })
 	return dst
+}
+
+func checkGELUTanhBackward(dst, dy, x *Tensor) {
+	if !dy.SameShape(x) || !dst.SameShape(x) || !dst.IsContiguous() {
+		panicf("GELUTanhBackward: shapes dst %v, gradient %v, input %v", dst.shape, dy.shape, x.shape)
+	}
 }
 
 // GELUTanhBackwardSumInto is GELUTanhBackwardInto that also adds the
@@ -57,9 +61,7 @@ func GELUTanhBackwardSumInto(dst, dy, x, db *Tensor) *Tensor {
 		SumInto(db, GELUTanhBackwardInto(dst, dy, x))
 		return dst
 	}
-	if !dy.SameShape(x) || !dst.SameShape(x) || !dst.IsContiguous() {
-		panicf("GELUTanhBackward: shapes dst %v, gradient %v, input %v", dst.shape, dy.shape, x.shape)
-	}
+	checkGELUTanhBackward(dst, dy, x)
 	m, dd, gd, xd, bd := mathKernels(), dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data(), db.Data()
 	rows := len(dd) / n
 	step := max(1, 8192/n) // rows per block: 32 KiB of results

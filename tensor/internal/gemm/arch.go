@@ -29,12 +29,10 @@ type arch struct {
 	// sliver of op(A) in place instead of packed: A[r][p] at a[r*lda+p],
 	// or with trans at a[p*lda+r], for r < mr and p < k, all read.
 	directA func(trans bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
-	// strided, when set, is the kernel's variant reading both operands
-	// along a stride: step p's mr values of op(A) at a[p*lda] and nr
-	// values of op(B) at b[p*ldb], all read. With lda = mr and ldb = nr
-	// those are packed slivers; with a transposed A's or a row-major B's
-	// stride, the operand in place.
-	strided func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, rows, cols int)
+	// colsA, when set, is the kernel's variant reading a full mr-row
+	// sliver of a transposed A in place (op(A)[r][p] at a[p*lda+r], all
+	// mr read) with B packed, for a family without a directA.
+	colsA func(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
 	// directMaxN is the widest product whose A is read in place (see
 	// useDirect).
 	directMaxN int

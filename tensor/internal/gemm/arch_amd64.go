@@ -13,7 +13,7 @@ import (
 func kernelAVX512x14x32(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
-func kernelAVX512x14x32s(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+func kernelAVX512x14x32c(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
 func kernelAVX512x6x64(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
@@ -116,8 +116,8 @@ func avx512Arch() *arch {
 		kernel: func(k int, a, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelAVX512x14x32(k, a, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
-		strided: func(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, rows, cols int) {
-			kernelAVX512x14x32s(k, a, lda, b, ldb, c, ldc, alpha, beta, rows, bits(cols))
+		colsA: func(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+			kernelAVX512x14x32c(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
 			if trans {

@@ -42,14 +42,14 @@ func (g *Impl) SgemmTriangular(transA, transB, upper bool, m, n int, alpha float
 	buf := g.bufs.Get().(*packBuf)
 	defer g.bufs.Put(buf)
 	kc := m
-	// With a strided kernel, the full slivers of a transposed A are read in
+	// With a colsA kernel, the full slivers of a transposed A are read in
 	// place (attention's dv = pᵀ·g and dk = dsᵀ·q): each is read once, and
 	// packing it cost as much as multiplying. B is packed all the same:
 	// every sliver of A reads all of it, and in a training step its rows
 	// (strided heads of q, k, v) are out of L1; read in place, a GPT-mini
 	// step was no faster (in-process alternation), against 1.7% faster
 	// for A alone.
-	inPlaceA := g.triangularInPlace && ar.strided != nil && transA
+	inPlaceA := g.triangularInPlace && ar.colsA != nil && transA
 	buf.b = grow(buf.b, (n+ar.nr-1)/ar.nr*ar.nr*kc+ar.slack)
 	ar.packB(buf.b, b, ldb, transB, kc, n)
 	buf.a = grow(buf.a, ar.mr*kc+ar.slack)
@@ -61,23 +61,22 @@ func (g *Impl) SgemmTriangular(transA, transB, upper bool, m, n int, alpha float
 			p0, p1 = ir, m
 		}
 		kk := p1 - p0
-		ap, sa := &buf.a[0], ar.mr
+		inPlace := inPlaceA && rows == ar.mr
 		switch {
-		case inPlaceA && rows == ar.mr:
-			ap, sa = &a[p0*lda+ir], lda
+		case inPlace:
 		case transA:
 			ar.packA(buf.a, a[p0*lda+ir:], lda, true, rows, kk)
 		default:
 			ar.packA(buf.a, a[ir*lda+p0:], lda, false, rows, kk)
 		}
 		for jr := 0; jr < n; jr += ar.nr {
-			cp, cols := &c[ir*ldc+jr], min(ar.nr, n-jr)
-			if ar.strided != nil {
-				// Group p0 of sliver jr/nr: the packed B rows from p0 on.
-				ar.strided(kk, ap, sa, &buf.b[jr*kc+p0*ar.nr], ar.nr, cp, ldc, alpha, beta, rows, cols)
-				continue
+			// Group p0 of sliver jr/nr: the packed B rows from p0 on.
+			bp, cp, cols := &buf.b[jr*kc+p0*ar.nr], &c[ir*ldc+jr], min(ar.nr, n-jr)
+			if inPlace {
+				ar.colsA(kk, &a[p0*lda+ir], lda, bp, cp, ldc, alpha, beta, rows, cols)
+			} else {
+				ar.kernel(kk, &buf.a[0], bp, cp, ldc, alpha, beta, rows, cols)
 			}
-			ar.kernel(kk, ap, &buf.b[jr*kc+p0*ar.nr], cp, ldc, alpha, beta, rows, cols)
 		}
 	}
 }

@@ -90,7 +90,7 @@ func genAVX512(e *emitter) {
 	genKernel512(e, 6, 4)
 	genKernel512RowA(e, 6, 4, aRows)
 	genKernel512RowA(e, 6, 4, aCols)
-	genKernel512Strided(e, 14, 2)
+	genKernel512RowA(e, 14, 2, aCols)
 	genPackT16(e)
 	genPackCopy32(e)
 	for _, nr := range []int{6, 14, 32, 64} {
@@ -318,36 +318,14 @@ func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked) }
 // stored; all mr rows of A are read.
 func genKernel512RowA(e *emitter, mr, nv int, layout aLayout) { genKernel512x(e, mr, nv, layout) }
 
-// genKernel512Strided emits the variant of genKernel512's kernel whose
-// operands are both given by a stride along k: A as in aCols (step p's mr
-// values at a[p*lda]) and B likewise (step p's 16·nv values at
-// b[p*ldb]). With lda = mr and ldb = 16·nv these are the packed slivers;
-// with a transposed A's stride, A is read in place (attention's triangular
-// products read their probabilities so). All mr values of A and 16·nv of
-// B are read at every step, so partial slivers must be packed.
-//
-// func name(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
-//
-// with name kernelAVX512x{mr}x{16·nv}s.
-func genKernel512Strided(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aStrided) }
-
 func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	const unroll = 4
 	name := fmt.Sprintf("kernelAVX512x%dx%d", mr, 16*nv)
-	// strided: A read as in aCols and B along its own stride, in R14.
-	strided := layout == aStrided
-	if strided {
-		layout = aCols
-	}
 	rowA := layout != aPacked // A read in place
 	// Argument offsets: the packed kernel's, or the in-place kernel's with
-	// lda after a, or the strided kernel's with ldb after b as well.
+	// lda after a.
 	offB, offC, offLdc, offAlpha, offBeta, offRows, offMask, frame := 16, 24, 32, 40, 44, 48, 56, 64
-	switch {
-	case strided:
-		name += "s"
-		offB, offC, offLdc, offAlpha, offBeta, offRows, offMask, frame = 24, 40, 48, 56, 60, 64, 72, 80
-	case rowA:
+	if rowA {
 		if mr > 6 && layout == aRows {
 			panic("asmgen: in-place-A kernel addresses at most 6 rows")
 		}
@@ -366,23 +344,15 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	bc := func(r int) string { return z(nacc + nv + r%nbc) }
 	acc := func(r, v int) string { return z(r*nv + v) }
 
-	switch {
-	case strided:
-		e.c("func %s(k int, a *float32, lda int, b *float32, ldb int, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
-	case rowA:
+	if rowA {
 		e.c("func %s(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
-	default:
+	} else {
 		e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
 	}
 	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-%d\n", name, frame))
 	// aRows: rows 0-2 of A at AX + r·R12, rows 3-5 at R13 + (r-3)·R12.
 	// aCols: the step's row of A at AX, advanced by R12 per step.
 	e.args(rowA, offB, offC, offLdc, offRows)
-	if strided {
-		// B's step as a byte stride.
-		e.i("MOVQ ldb+32(FP), R14")
-		e.i("SHLQ $2, R14")
-	}
 	if layout == aRows {
 		// The next sliver's rows (six, mr, further down A), which the next
 		// call reads: 0-2 at R9 + r·R12, 3-5 at R11 + (r-3)·R12. (R9 and
@@ -407,9 +377,6 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 		e.i("VPXORD %s, %s, %s", z(i), z(i), z(i))
 	}
 	step := func(ao, bo int) {
-		if strided {
-			bo = 0
-		}
 		for v := 0; v < nv; v++ {
 			e.i("VMOVUPS %d(BX), %s", bo+64*v, breg(v))
 		}
@@ -442,16 +409,8 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 		switch {
 		case layout == aPacked:
 			e.i("PREFETCHT0 %d(AX)", 1024+64*u)
-		case strided:
-			// Operands already in L1 or L2: the rows eight steps ahead.
-			e.i("PREFETCHT0 (AX)(R12*8)")
-			for off := 0; off < nv*64; off += 64 {
-				e.i("PREFETCHT0 %d(BX)(R14*8)", off)
-			}
-			e.i("ADDQ R12, AX")
-			e.i("ADDQ R14, BX")
 		case layout == aCols:
-			// Each step reads 6 values from a new row of A, so a call
+			// Each step reads mr values from a new row of A, so a call
 			// touches k lines, whose rest the next slivers read: prefetch
 			// the row eight steps ahead, and the line after this step's
 			// in its own row, which a sliver two or three calls later
@@ -478,9 +437,7 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 		e.i("ADDQ $%d, R9", unroll*aStep)
 		e.i("ADDQ $%d, R11", unroll*aStep)
 	}
-	if !strided {
-		e.i("ADDQ $%d, BX", unroll*nv*64)
-	}
+	e.i("ADDQ $%d, BX", unroll*nv*64)
 	e.i("DECQ DX")
 	e.i("JNZ %s_loop", name)
 	e.l(name + "_tail")
@@ -497,11 +454,7 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	default:
 		e.i("ADDQ $%d, AX", aStep)
 	}
-	if strided {
-		e.i("ADDQ R14, BX")
-	} else {
-		e.i("ADDQ $%d, BX", nv*64)
-	}
+	e.i("ADDQ $%d, BX", nv*64)
 	e.i("DECQ CX")
 	e.i("JNZ %s_tailloop", name)
 
@@ -864,10 +817,9 @@ func genKernel256(e *emitter, mr, nv int) { genKernel256x(e, mr, nv, aPacked) }
 type aLayout int
 
 const (
-	aPacked  aLayout = iota // a packed sliver: k groups of mr values
-	aRows                   // in place, row-major: mr rows lda apart, read along the row
-	aCols                   // in place, transposed: k rows lda apart, mr values each
-	aStrided                // as aCols, and B too read along its own stride
+	aPacked aLayout = iota // a packed sliver: k groups of mr values
+	aRows                  // in place, row-major: mr rows lda apart, read along the row
+	aCols                  // in place, transposed: k rows lda apart, mr values each
 )
 
 // genKernel256Direct emits the variant of genKernel256's kernel that reads
