@@ -53,6 +53,9 @@
 #   SHARD_MODELS []                  models for the sharded-training comparison (mlp, gpt)
 #   SHARD_MODES  [none zero2 fsdp]   cohort's --shard modes
 #   SHARD_MLP_STEPS [200]  SHARD_MLP_WARMUP [20]  SHARD_GPT_STEPS [30]  SHARD_GPT_WARMUP [5]
+#   PIPE_SCHEDULES []                cohort schedules for the pipeline comparison (gpipe 1f1b
+#                                    interleaved zb)
+#   PIPE_MICROBATCHES [8]  PIPE_STEPS [15]  PIPE_WARMUP [3]
 #   COHORT_FLAGS []                  extra flags for cohort bench train, e.g. "--transport tcp"
 #   OUT          []                  a JSONL file to append the raw records to
 #   PIN_CPU      [the highest CPU this shell may use]  the core one-thread world-1 runs are
@@ -71,6 +74,15 @@
 # each cohort mode over PyTorch's ZeroRedundancyOptimizer, and the
 # foreign CPU load. CONFIGS="" runs only this part.
 #
+# Pipeline parallelism (PIPE_SCHEDULES, e.g. "1f1b zb"): in every round,
+# `cohort bench pipeline --stages 2` runs its one-stage baseline and then
+# each schedule, and pipe_bench.py runs PyTorch's plain model ("nopipe")
+# and its hand-written two-process GPipe over gloo ("gpipe2p"), both with
+# PIPE_MICROBATCHES microbatches of GPT-mini's 32×64-token batch, one
+# thread per process. It prints each run, then the medians: tokens/s,
+# each side's speedup over its own one-process run, and cohort's tokens/s
+# over PyTorch's GPipe.
+#
 # It exits 0 after printing a reason, without measuring, when the anchors
 # directory or torch is missing.
 set -euo pipefail
@@ -87,6 +99,10 @@ max_foreign="${MAX_FOREIGN:-10}"
 cohort_flags="${COHORT_FLAGS:-}"
 shard_models="${SHARD_MODELS:-}"
 shard_modes="${SHARD_MODES:-none zero2 fsdp}"
+pipe_schedules="${PIPE_SCHEDULES:-}"
+pipe_mb="${PIPE_MICROBATCHES:-8}"
+pipe_steps="${PIPE_STEPS:-15}"
+pipe_warmup="${PIPE_WARMUP:-3}"
 
 if [[ -z "$anchors" ]]; then
 	echo "vs_pytorch: skipped: no anchors directory (pass it as the argument or set COHORT_ANCHORS)"
@@ -96,6 +112,7 @@ needed="cpuload.py"
 [[ " $configs" == *" mlp:"* || " $configs" == *" cnn:"* ]] && needed="$needed ddp_mlp_bench.py"
 [[ " $configs" == *" gpt:"* ]] && needed="$needed gpt_bench.py gpt_mini.py"
 [[ -n "$shard_models" ]] && needed="$needed zero_bench.py ddp_mlp_bench.py gpt_mini.py"
+[[ -n "$pipe_schedules" ]] && needed="$needed pipe_bench.py gpt_mini.py"
 for f in $needed; do
 	if [[ ! -f "$anchors/$f" ]]; then
 		echo "vs_pytorch: skipped: $anchors/$f not found"
@@ -125,6 +142,8 @@ records="$work/records.jsonl"
 shard_records="$work/shard.jsonl"
 : >"$records"
 : >"$shard_records"
+pipe_records="$work/pipe.jsonl"
+: >"$pipe_records"
 
 for ((r = 1; r <= repeats; r++)); do
 	for cfg in $configs; do
@@ -214,9 +233,60 @@ for ((r = 1; r <= repeats; r++)); do
 			          f"state {t['ranks'][0]['opt_state_bytes']} B on rank 0 (foreign {t['foreign_busy_pct']}%)", file=sys.stderr, flush=True)
 		EOF
 	done
+	if [[ -n "$pipe_schedules" ]]; then
+		"$work/cohort" bench pipeline --stages 2 --microbatches "$pipe_mb" --schedule "${pipe_schedules// /,}" \
+			--rounds 1 --steps "$pipe_steps" --warmup "$pipe_warmup" >"$work/pipe.txt"
+		rm -f "$work/torch_pipe.jsonl"
+		(cd "$anchors" && "$python" pipe_bench.py --chunks "$pipe_mb" --repeats 1 --steps "$pipe_steps" --warmup "$pipe_warmup" \
+			--out "$work/torch_pipe.jsonl" >/dev/null)
+		"$python" - "$work/pipe.txt" "$work/torch_pipe.jsonl" "$r" "$pipe_mb" >>"$pipe_records" <<-'EOF'
+			import json, re, sys
+			text, rnd, mb = open(sys.argv[1]).read(), int(sys.argv[3]), int(sys.argv[4])
+			base = float(re.search(r"^round 1: baseline: .*tokens/s (\d+)", text, re.M).group(1))
+			recs = [{"impl": "cohort", "mode": "baseline", "tokens_per_s": base}]
+			for m in re.finditer(r"^pipeline: schedule (\S+) stages \d+ microbatches \d+ tokens/s (\d+) speedup \S+ ideal (\S+)", text, re.M):
+			    recs.append({"impl": "cohort", "mode": m.group(1), "tokens_per_s": float(m.group(2)), "ideal": float(m.group(3))})
+			for l in open(sys.argv[2]):
+			    t = json.loads(l)
+			    if t.get("bench") == "pipe" and t["mode"] == "nopipe":
+			        recs.append({"impl": "pytorch", "mode": "baseline", "tokens_per_s": t["tokens_per_s"]})
+			    elif t.get("bench") == "gpipe2p" and t["chunks"] == mb:
+			        recs.append({"impl": "pytorch", "mode": "gpipe2p", "tokens_per_s": t["tokens_per_s"]})
+			for r in recs:
+			    r["round"] = rnd
+			    print(json.dumps(r))
+			    print(f"vs_pytorch: round {rnd} pipeline 2 stages {mb} microbatches: {r['impl']} {r['mode']}: {r['tokens_per_s']:.0f} tokens/s",
+			          file=sys.stderr, flush=True)
+		EOF
+	fi
 done
 if [[ -n "${OUT:-}" ]]; then
-	cat "$records" "$shard_records" >>"$OUT"
+	cat "$records" "$shard_records" "$pipe_records" >>"$OUT"
+fi
+
+if [[ -n "$pipe_schedules" ]]; then
+	"$python" - "$pipe_records" "$pipe_mb" <<'EOF'
+import json, statistics, sys
+recs = [json.loads(l) for l in open(sys.argv[1])]
+med = statistics.median
+rounds = sorted({r["round"] for r in recs})
+
+
+def rate(impl, mode, rnd):
+    return next(r["tokens_per_s"] for r in recs if (r["impl"], r["mode"], r["round"]) == (impl, mode, rnd))
+
+
+torch_gpipe = [rate("pytorch", "gpipe2p", k) for k in rounds]
+torch_speed = [rate("pytorch", "gpipe2p", k) / rate("pytorch", "baseline", k) for k in rounds]
+print(f"vs_pytorch: pipeline 2 stages {sys.argv[2]} microbatches, medians of {len(rounds)} rounds: "
+      f"pytorch gpipe2p {med(torch_gpipe):.0f} tokens/s, speedup {med(torch_speed):.2f} over its plain model")
+for mode in dict.fromkeys(r["mode"] for r in recs if r["impl"] == "cohort" and r["mode"] != "baseline"):
+    c = [rate("cohort", mode, k) for k in rounds]
+    sp = [rate("cohort", mode, k) / rate("cohort", "baseline", k) for k in rounds]
+    ideal = next(r["ideal"] for r in recs if r["mode"] == mode)
+    print(f"vs_pytorch: pipeline cohort {mode}: {med(c):.0f} tokens/s, speedup {med(sp):.2f} over one stage "
+          f"({med(sp) / ideal:.2f} of its ideal {ideal:.2f}); over pytorch gpipe2p {med(c) / med(torch_gpipe):.2f}")
+EOF
 fi
 
 if [[ -n "$shard_models" ]]; then

@@ -77,7 +77,11 @@
 // gradients come out of one pass over the rows, computes both at B and
 // hands the weights' part on at W. Storage is recycled as in a whole
 // backward (autograd.BackwardSplit), so that B and W together cost about
-// what one backward does.
+// what one backward does (on GPT-mini's last stage, 1.036 times as much,
+// median of 40 alternated runs in one process). A W that runs after other
+// microbatches' passes reads its tensors back from memory (another 1.035
+// times), so ZB-H1 defers only the W passes that fill the end of the
+// step, and runs the others right after their B (see zbh1Order).
 //
 // # Also
 //

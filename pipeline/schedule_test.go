@@ -4,6 +4,7 @@ import (
 	"flag"
 	"fmt"
 	"math"
+	"slices"
 	"testing"
 )
 
@@ -134,6 +135,61 @@ func TestSimulateRankCosts(t *testing.T) {
 		}
 		if r.Busy[0] != 3*float64(m) || r.Busy[1] != 6*float64(m) {
 			t.Errorf("m=%d: busy %v, want [%d %d]", m, r.Busy, 3*m, 6*m)
+		}
+	}
+}
+
+// ZB-H1 runs a weight pass right after its input pass wherever deferring
+// it gains nothing: against the plan that keeps rank r's r weight passes
+// pending all step, the simulator finds the same step time and peak memory,
+// at unit costs, with a costly input pass, with communication delays and
+// with stages of unequal cost; and only weight passes after a rank's last
+// forward are deferred.
+func TestZBH1HoistedWeights(t *testing.T) {
+	costs := []Costs{
+		UnitCosts(),
+		{F: 2.6, B: 3.0, W: 2.0},
+		{F: 1, B: 2, W: 0.5, Comm: 0.3},
+		{F: 1, B: 1, W: 2},
+		{Ranks: []Costs{{F: 2.4, B: 2.8, W: 1.9}, {F: 2.6, B: 3.1, W: 2.0}, {F: 1.3, B: 1.5, W: 1.0}, {F: 2.8, B: 3.3, W: 2.1}, {F: 2, B: 2, W: 2}, {F: 3, B: 1, W: 1}}},
+	}
+	for p := 2; p <= 6; p++ {
+		for _, m := range []int{1, p, 2*p + 1, 16} {
+			hoisted, err := NewSchedule("zb", p, 1, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deferred := &Schedule{Name: "zb", Stages: p, Virtual: 1, Microbatches: m}
+			deferred.Ranks = deferred.withComms(zbh1Deferred(p, m))
+			for ci, c := range costs {
+				if c.Ranks != nil {
+					c.Ranks = c.Ranks[:p]
+				}
+				rh, err := Simulate(hoisted, c)
+				if err != nil {
+					t.Fatalf("p=%d m=%d: %v", p, m, err)
+				}
+				rd, err := Simulate(deferred, c)
+				if err != nil {
+					t.Fatalf("p=%d m=%d: deferred plan: %v", p, m, err)
+				}
+				if math.Abs(rh.Makespan-rd.Makespan) > 1e-9 || !slices.Equal(rh.Peak, rd.Peak) {
+					t.Errorf("p=%d m=%d costs %d: hoisted step %v peak %v, deferred step %v peak %v", p, m, ci, rh.Makespan, rh.Peak, rd.Makespan, rd.Peak)
+				}
+			}
+			for r, acts := range hoisted.Ranks {
+				lastF := -1
+				for i, a := range acts {
+					if a.Kind == Forward {
+						lastF = i
+					}
+				}
+				for i, a := range acts {
+					if a.Kind == BackwardWeight && i < lastF && (i == 0 || acts[i-1].Kind != BackwardInput && acts[i-1].Kind != SendGrad) {
+						t.Errorf("p=%d m=%d rank %d: W%d at %d before the last forward, not right after its input pass", p, m, r, a.Microbatch, i)
+					}
+				}
+			}
 		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"math"
 	"math/rand/v2"
 	"os"
 	"os/signal"
@@ -17,6 +18,7 @@ import (
 	rtrace "runtime/trace"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"syscall"
 	"time"
@@ -57,6 +59,17 @@ bubble the simulator gives for the measured per-rank pass costs beside
 the one measured. --trace DIR writes each rank's per-action timeline of
 the timed steps (cohort trace merge DIR puts them on one).
 
+The measured bubble is given twice: over all stages (1 − Σ compute /
+Σ time in Step), and of the busiest stage (1 − its compute / its time in
+Step). Only the first counts the idle time of the cheaper stages that a
+difference in compute forces on them whatever the schedule (the split of
+the model, or one core of a shared machine running slower than another).
+
+--schedule takes a comma-separated list (1f1b,zb): every round then runs
+the baseline and each schedule in turn, and the bubbles of each schedule
+after the first are compared with the first's round by round (the median
+of the per-round ratios), so that both saw the same load.
+
 `
 
 // pipeSpec is one pipeline benchmark run.
@@ -91,6 +104,12 @@ type pipeResult struct {
 	// Bubble is 1 − Σ compute / Σ time in Step over the ranks, from the
 	// executor's own timings of the timed steps (pipeline.Stats).
 	Bubble float64 `json:"bubble"`
+	// Busiest is the bubble of the stage that computes longest: 1 − its
+	// compute / its time in Step. A schedule sets how long that stage
+	// waits; a difference in the stages' compute (their split, or one
+	// core running slower than the other) idles the others whatever the
+	// schedule, and Bubble counts it, Busiest does not.
+	Busiest float64 `json:"busiest"`
 	// Ranks holds each rank's pipeline.Stats over the timed steps, and
 	// Outside the time each rank spent per step outside Step (clipping,
 	// the optimizer, the batch).
@@ -107,7 +126,7 @@ func benchPipeline(args []string) int {
 		fmt.Fprint(fs.Output(), benchPipelineUsage)
 		fs.PrintDefaults()
 	}
-	fs.StringVar(&s.schedule, "schedule", "1f1b", "gpipe, 1f1b, interleaved or zb (ZB-H1)")
+	fs.StringVar(&s.schedule, "schedule", "1f1b", "gpipe, 1f1b, interleaved or zb (ZB-H1), or several, comma-separated, run in turn each round")
 	fs.IntVar(&s.stages, "stages", 2, "pipeline stages (worker processes)")
 	fs.IntVar(&s.virtual, "virtual", 0, "stages per worker for interleaved (0: 2)")
 	fs.IntVar(&s.microbatches, "microbatches", 8, "microbatches per step")
@@ -132,12 +151,27 @@ func benchPipeline(args []string) int {
 		fmt.Fprintf(os.Stderr, "cohort bench pipeline: unexpected argument %q\n", fs.Arg(0))
 		return 2
 	}
-	sched, err := pipeline.NewSchedule(s.schedule, s.stages, s.virtual, s.microbatches)
+	var scheds []*pipeline.Schedule
+	var err error
+	for name := range strings.SplitSeq(s.schedule, ",") {
+		var sched *pipeline.Schedule
+		sched, err = pipeline.NewSchedule(name, s.stages, s.virtual, s.microbatches)
+		if err == nil {
+			_, err = pipeline.Uniform(models.GPTMini().NLayer, sched.NumStages())
+		}
+		if err == nil && slices.ContainsFunc(scheds, func(o *pipeline.Schedule) bool { return o.Name == name }) {
+			err = fmt.Errorf("--schedule %s: %s twice", s.schedule, name)
+		}
+		if err != nil {
+			break
+		}
+		scheds = append(scheds, sched)
+	}
 	if err == nil {
 		_, err = pipeline.MicrobatchSize(s.batch, s.microbatches)
 	}
-	if err == nil {
-		_, err = pipeline.Uniform(models.GPTMini().NLayer, sched.NumStages())
+	if err == nil && worker && len(scheds) != 1 {
+		err = fmt.Errorf("--schedule %s: a worker runs one schedule", s.schedule)
 	}
 	if err == nil && (s.steps < 1 || s.warmup < 0 || s.threads < 1 || s.rounds < 1 || s.gomaxprocs < 0) {
 		err = fmt.Errorf("--steps %d, --warmup %d, --threads %d, --rounds %d, --gomaxprocs %d: want steps, threads and rounds ≥ 1, warmup and gomaxprocs ≥ 0", s.steps, s.warmup, s.threads, s.rounds, s.gomaxprocs)
@@ -146,48 +180,59 @@ func benchPipeline(args []string) int {
 		fmt.Fprintf(os.Stderr, "cohort bench pipeline: %v\n", err)
 		return 2
 	}
-	s.virtual = sched.Virtual
 	if s.gomaxprocs == 0 {
 		s.gomaxprocs = s.threads
 	}
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	defer stop()
 	if worker {
-		if err := pipeWorker(ctx, s, sched, result); err != nil {
+		s.virtual = scheds[0].Virtual
+		if err := pipeWorker(ctx, s, scheds[0], result); err != nil {
 			fmt.Fprintf(os.Stderr, "cohort bench pipeline: %v\n", err)
 			return 1
 		}
 		return 0
 	}
 	stop() // the launcher forwards signals to the workers from here on
-	if err := runPipelineBench(os.Stdout, s, sched); err != nil {
+	if err := runPipelineBench(os.Stdout, s, scheds); err != nil {
 		fmt.Fprintf(os.Stderr, "cohort bench pipeline: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
+func runPipelineBench(w io.Writer, s pipeSpec, scheds []*pipeline.Schedule) error {
 	exe, err := os.Executable()
 	if err != nil {
 		return err
 	}
 	base := s
 	base.schedule, base.virtual, base.trace = "1f1b", 1, ""
+	specs := make([]pipeSpec, len(scheds))
+	for j, sched := range scheds {
+		specs[j] = s
+		specs[j].schedule, specs[j].virtual = sched.Name, sched.Virtual
+		if len(scheds) > 1 && s.trace != "" {
+			specs[j].trace = filepath.Join(s.trace, sched.Name)
+		}
+	}
 	if s.profile != "" {
 		if err := os.MkdirAll(s.profile, 0o755); err != nil {
 			return err
 		}
 		base.profile = filepath.Join(s.profile, "baseline")
-		s.profile = filepath.Join(s.profile, s.schedule)
+		for j := range specs {
+			specs[j].profile = filepath.Join(s.profile, specs[j].schedule)
+		}
 	}
-	// Baseline and pipelined runs alternate, so that load from other
-	// processes hits both alike; the round with the median speedup is
+	// Each round runs the baseline, then every schedule (in reverse
+	// order every other round), so that load from other processes hits
+	// them all alike; per schedule, the round with the median speedup is
 	// reported.
 	fmt.Fprintf(w, "GPT-mini, batch %d×64 tokens, %d GEMM thread(s) and GOMAXPROCS %d per worker, transport %s\n",
 		s.batch, s.threads, s.gomaxprocs, s.transport)
 	type round struct{ one, r pipeResult }
-	var rounds []round
+	rounds := make([][]round, len(scheds)) // [schedule][round]
 	for i := range s.rounds {
 		one, err := spawnPipe(base, 1, exe)
 		if err != nil {
@@ -195,49 +240,90 @@ func runPipelineBench(w io.Writer, s pipeSpec, sched *pipeline.Schedule) error {
 		}
 		fmt.Fprintf(w, "round %d: baseline: 1 stage, %d microbatches of %d×64 tokens: tokens/s %.0f (%.3f s for %d steps)\n",
 			i+1, s.microbatches, s.batch/s.microbatches, one.TokensSec, one.Seconds, s.steps)
-		r, err := spawnPipe(s, s.stages, exe)
+		for k := range specs {
+			j := k
+			if i%2 == 1 {
+				j = len(specs) - 1 - k
+			}
+			r, err := spawnPipe(specs[j], s.stages, exe)
+			if err != nil {
+				return fmt.Errorf("%s: %w", specs[j].schedule, err)
+			}
+			fmt.Fprintf(w, "round %d: %s: %d stages: tokens/s %.0f, speedup %.2f, bubble %.3f (busiest stage %.3f)\n",
+				i+1, specs[j].schedule, s.stages, r.TokensSec, r.TokensSec/one.TokensSec, r.Bubble, r.Busiest)
+			rounds[j] = append(rounds[j], round{one, r})
+		}
+	}
+	// Bubbles against the first schedule's, round by round (the same
+	// round's runs saw the same load).
+	for j := 1; j < len(scheds); j++ {
+		var all, busiest []float64
+		for i := range rounds[j] {
+			a, b := rounds[0][i].r, rounds[j][i].r
+			all = append(all, b.Bubble/a.Bubble)
+			busiest = append(busiest, b.Busiest/a.Busiest)
+		}
+		fmt.Fprintf(w, "bubble of %s over %s, median of %d rounds' ratios: %.2f over all stages, %.2f of the busiest stage\n",
+			scheds[j].Name, scheds[0].Name, len(all), median(all), median(busiest))
+	}
+	var last []string
+	for j, sched := range scheds {
+		rs := slices.Clone(rounds[j])
+		slices.SortFunc(rs, func(a, b round) int {
+			return cmp.Compare(a.r.TokensSec/a.one.TokensSec, b.r.TokensSec/b.one.TokensSec)
+		})
+		one, r := rs[len(rs)/2].one, rs[len(rs)/2].r
+		sim, err := pipeline.Simulate(sched, pipeline.UnitCosts())
 		if err != nil {
 			return err
 		}
-		fmt.Fprintf(w, "round %d: %s: %d stages: tokens/s %.0f, speedup %.2f, bubble %.3f\n",
-			i+1, s.schedule, s.stages, r.TokensSec, r.TokensSec/one.TokensSec, r.Bubble)
-		rounds = append(rounds, round{one, r})
-	}
-	slices.SortFunc(rounds, func(a, b round) int {
-		return cmp.Compare(a.r.TokensSec/a.one.TokensSec, b.r.TokensSec/b.one.TokensSec)
-	})
-	one, r := rounds[len(rounds)/2].one, rounds[len(rounds)/2].r
-	sim, err := pipeline.Simulate(sched, pipeline.UnitCosts())
-	if err != nil {
-		return err
-	}
-	var busy float64
-	for _, b := range sim.Busy {
-		busy += b
-	}
-	ideal := busy / sim.Makespan
-	speedup := r.TokensSec / one.TokensSec
-	fmt.Fprintf(w, "median of %d rounds: baseline tokens/s %.0f; %s: %d stages: tokens/s %.0f (%.3f s for %d steps), loss %.4f\n",
-		len(rounds), one.TokensSec, s.schedule, s.stages, r.TokensSec, r.Seconds, s.steps, r.Loss)
-	fmt.Fprintf(w, "bubble: %.3f from speedup (1 − speedup/P), %.3f from the stages' compute time, %.3f simulated; speedup %.2f of ideal %.2f = %.2f\n",
-		1-speedup/float64(s.stages), r.Bubble, sim.Bubble, speedup, ideal, speedup/ideal)
-	if len(r.Ranks) == s.stages {
-		printBreakdown(w, sched, r)
-	}
-	if len(one.Ranks) == 1 && len(r.Ranks) == s.stages {
-		// The stages' compute against the baseline's: what splitting
-		// the model cost in compute alone, before any bubble.
-		var sum time.Duration
-		for _, st := range r.Ranks {
-			sum += st.Compute / time.Duration(max(st.Steps, 1))
+		var busy float64
+		for _, b := range sim.Busy {
+			busy += b
 		}
-		base := one.Ranks[0].Compute / time.Duration(max(one.Ranks[0].Steps, 1))
-		fmt.Fprintf(w, "compute per step: baseline %.1f ms, the stages together %.1f ms (%.2f×)\n",
-			base.Seconds()*1e3, sum.Seconds()*1e3, sum.Seconds()/base.Seconds())
+		ideal := busy / sim.Makespan
+		speedup := r.TokensSec / one.TokensSec
+		var bubbles, busiest []float64
+		for _, x := range rounds[j] {
+			bubbles, busiest = append(bubbles, x.r.Bubble), append(busiest, x.r.Busiest)
+		}
+		fmt.Fprintf(w, "median of %d rounds: baseline tokens/s %.0f; %s: %d stages: tokens/s %.0f (%.3f s for %d steps), loss %.4f\n",
+			len(rs), one.TokensSec, sched.Name, s.stages, r.TokensSec, r.Seconds, s.steps, r.Loss)
+		fmt.Fprintf(w, "bubble: %.3f from speedup (1 − speedup/P), %.3f from the stages' compute time, %.3f simulated; speedup %.2f of ideal %.2f = %.2f\n",
+			1-speedup/float64(s.stages), r.Bubble, sim.Bubble, speedup, ideal, speedup/ideal)
+		fmt.Fprintf(w, "bubble medians over the rounds: %.3f over all stages, %.3f of the busiest stage\n", median(bubbles), median(busiest))
+		if len(r.Ranks) == s.stages {
+			printBreakdown(w, sched, r)
+		}
+		if len(one.Ranks) == 1 && len(r.Ranks) == s.stages {
+			// The stages' compute against the baseline's: what splitting
+			// the model cost in compute alone, before any bubble.
+			var sum time.Duration
+			for _, st := range r.Ranks {
+				sum += st.Compute / time.Duration(max(st.Steps, 1))
+			}
+			base := one.Ranks[0].Compute / time.Duration(max(one.Ranks[0].Steps, 1))
+			fmt.Fprintf(w, "compute per step: baseline %.1f ms, the stages together %.1f ms (%.2f×)\n",
+				base.Seconds()*1e3, sum.Seconds()*1e3, sum.Seconds()/base.Seconds())
+		}
+		last = append(last, fmt.Sprintf("pipeline: schedule %s stages %d microbatches %d tokens/s %.0f speedup %.2f ideal %.2f\n",
+			sched.Name, s.stages, s.microbatches, r.TokensSec, speedup, ideal))
 	}
-	fmt.Fprintf(w, "pipeline: schedule %s stages %d microbatches %d tokens/s %.0f speedup %.2f ideal %.2f\n",
-		s.schedule, s.stages, s.microbatches, r.TokensSec, speedup, ideal)
+	for _, l := range last {
+		fmt.Fprint(w, l)
+	}
 	return nil
+}
+
+// median returns the median of xs (the upper one of an even count), or
+// NaN for none.
+func median(xs []float64) float64 {
+	if len(xs) == 0 {
+		return math.NaN()
+	}
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	return s[len(s)/2]
 }
 
 // spawnPipe runs s on stages worker processes through the launcher and
@@ -420,7 +506,7 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		return nil
 	}
 	res := pipeResult{Seconds: secs, TokensSec: float64(s.steps*s.batch*T) / secs, Loss: loss}
-	var compute, wall float64
+	var compute, wall, most float64
 	for r := range s.stages {
 		v := func(i int) time.Duration { return time.Duration(all[r*len(row)+i]) }
 		st := pipeline.Stats{Steps: s.steps, Wall: v(0), Compute: v(1), Forward: v(2), Backward: v(3), Input: v(4), Weight: v(5),
@@ -430,6 +516,9 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		res.Outside = append(res.Outside, v(13).Seconds()/float64(s.steps))
 		compute += st.Compute.Seconds()
 		wall += st.Wall.Seconds()
+		if c := st.Compute.Seconds(); c > most && st.Wall > 0 {
+			most, res.Busiest = c, 1-c/st.Wall.Seconds()
+		}
 	}
 	res.Bubble = 1 - compute/wall
 	b, err := json.Marshal(res)
