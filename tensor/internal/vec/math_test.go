@@ -21,7 +21,8 @@ func mathPaths(t *testing.T, f func(t *testing.T, m Math)) {
 
 // TestWideMatchesAVX2: the 16-lane kernels give every element exactly the
 // AVX2 kernels' value, over lengths that leave 8- and 1-element tails and
-// inputs across exp's clamps, NaN and ±Inf included.
+// inputs across exp's clamps and subnormal results, NaN and ±Inf
+// included.
 func TestWideMatchesAVX2(t *testing.T) {
 	wide := NewMath(false)
 	if !wide.wide {
@@ -35,6 +36,9 @@ func TestWideMatchesAVX2(t *testing.T) {
 			x[i], g[i] = float32(rng.NormFloat64()*30), float32(rng.NormFloat64())
 		}
 		x[0], x[1], x[2], x[3] = float32(math.NaN()), float32(math.Inf(1)), float32(math.Inf(-1)), -100
+		// exp's results below the smallest normal (x down to its clamp,
+		// −87.336) and 2ⁿ at its extremes.
+		x[4], x[5], x[6], x[7] = -87.33, -87.1, -86.5, 88.7
 		for name, f := range map[string]func(m Math, dst []float32) float32{
 			"exp":       func(m Math, dst []float32) float32 { m.Exp(dst, x); return 0 },
 			"gelu":      func(m Math, dst []float32) float32 { m.GELUTanh(dst, x); return 0 },
