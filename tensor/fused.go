@@ -190,7 +190,7 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 			for h := 0; h < nHead; h++ {
 				q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
 				ph := pd[(b*nHead+h)*T*T:][:T*T]
-				gemm.Sgemm(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
+				scores(causal, T, hd, scale, q, 3*d, k, 3*d, ph)
 				m.SoftmaxRows(ph, T, causal)
 				mulProbs(causal, false, T, hd, ph, v, 3*d, yd[b*T*d+h*hd:], d) // y = p·v
 			}
@@ -232,14 +232,26 @@ func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bo
 			dq, dk, dv := dd[base+h*hd:], dd[base+d+h*hd:], dd[base+2*d+h*hd:]
 			g := gd[b*T*d+h*hd:]
 			ph := pd[(b*nHead+h)*T*T:][:T*T]
-			mulProbs(causal, true, T, hd, ph, g, d, dv, 3*d)             // dv = pᵀ·g
-			gemm.Sgemm(false, true, T, T, hd, 1, g, d, v, 3*d, 0, ds, T) // dp = g·vᵀ
+			mulProbs(causal, true, T, hd, ph, g, d, dv, 3*d) // dv = pᵀ·g
+			scores(causal, T, hd, 1, g, d, v, 3*d, ds)       // dp = g·vᵀ
 			// ds = p·(dp − Σ_j p·dp)·scale; the masked entries get 0.
 			m.SoftmaxGradRows(ds, ph, T, causal, scale)
 			mulProbs(causal, false, T, hd, ds, k, 3*d, dq, 3*d) // dq = ds·k
 			mulProbs(causal, true, T, hd, ds, q, 3*d, dk, 3*d)  // dk = dsᵀ·q
 		}
 	}
+}
+
+// scores writes alpha·a·bᵀ into c (T×T, contiguous) for a and b T×hd
+// (row strides lda, ldb): attention's scores q·kᵀ and the gradient g·vᵀ
+// of its probabilities. Under a causal mask only the lower triangle is
+// computed; the softmax and its gradient read nothing above it.
+func scores(causal bool, T, hd int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32) {
+	if causal {
+		gemm.SgemmLowerNT(T, hd, alpha, a, lda, b, ldb, c, T)
+		return
+	}
+	gemm.Sgemm(false, true, T, T, hd, alpha, a, lda, b, ldb, 0, c, T)
 }
 
 // mulProbs writes op(a)·b into c (T×hd, row stride ldc) for attention's
