@@ -346,13 +346,13 @@ func (r *run) inline(ctx context.Context) error {
 		msg := r.e.stage(&r.e.sendStage, headerLen+s.Src.Len*r.es)
 		copy(msg, r.e.hdr[:])
 		copy(msg[headerLen:], r.bytes(s.Src))
-		if err := t.Send(ctx, ranks[first], r.tag(-1, 0), msg); err != nil {
+		if err := transport.SendEager(ctx, t, ranks[first], r.tag(-1, 0), msg); err != nil {
 			return r.inlineErr(ctx, true, 0, first, err)
 		}
 	}
 	for _, g := range r.announce {
 		if g != first {
-			if err := t.Send(ctx, ranks[g], r.tag(-1, 0), r.e.hdr[:]); err != nil {
+			if err := transport.SendEager(ctx, t, ranks[g], r.tag(-1, 0), r.e.hdr[:]); err != nil {
 				return r.inlineErr(ctx, true, -1, g, err)
 			}
 		}
@@ -415,7 +415,7 @@ func (r *run) inline(ctx context.Context) error {
 		case i == 0 && first >= 0:
 			// sent with the header
 		case s.Kind == StepSend:
-			if err := t.Send(ctx, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Src)); err != nil {
+			if err := transport.SendEager(ctx, t, ranks[s.Peer], r.tag(i, s.Msg), r.bytes(s.Src)); err != nil {
 				return r.inlineErr(ctx, true, i, s.Peer, err)
 			}
 		case s.Kind == StepRecv:

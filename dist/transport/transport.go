@@ -93,6 +93,29 @@ func (e *LengthError) Unwrap() error { return ErrLength }
 // could not prove it holds the job's token (or only one side has one).
 var ErrAuth = errors.New("transport: authentication failed")
 
+// An EagerSender can be told that a send must not wait for its receiver.
+// A transport may hold a large Send back until the matching Recv comes
+// (shm's single copy reads the message straight out of the sender's
+// memory), which serves a sender whose receiver is already waiting; a
+// caller that runs its sends and receives in turn on one goroutine (a
+// collective plan run inline) has a peer doing the same, and neither
+// receives before its own send returns.
+type EagerSender interface {
+	// SendEager is Send that completes without waiting for the matching
+	// Recv, however long the message (the transport still waits for
+	// room, which the peer frees without a Recv).
+	SendEager(ctx context.Context, to int, tag Tag, p []byte) error
+}
+
+// SendEager sends p by t's SendEager where t is an EagerSender, and by
+// Send otherwise (a transport that never waits for the receiver).
+func SendEager(ctx context.Context, t Transport, to int, tag Tag, p []byte) error {
+	if e, ok := t.(EagerSender); ok {
+		return e.SendEager(ctx, to, tag, p)
+	}
+	return t.Send(ctx, to, tag, p)
+}
+
 // A Folder hands a received message's bytes to the receiver where they
 // arrive (in a shared-memory ring), sparing their copy into a buffer when
 // the receiver reads them only once, as a reduction does.

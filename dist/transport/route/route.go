@@ -102,6 +102,16 @@ func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byt
 	return t.via[to].Send(ctx, to, tag, p)
 }
 
+// SendEager sends p to rank to under tag through the part that reaches
+// it, without waiting for the receiver (see transport.SendEager). Errors
+// are the part's.
+func (t *Transport) SendEager(ctx context.Context, to int, tag transport.Tag, p []byte) error {
+	if err := t.check("send to", to, tag); err != nil {
+		return err
+	}
+	return transport.SendEager(ctx, t.via[to], to, tag, p)
+}
+
 // Recv receives the next message from rank from under tag into p through
 // the part that reaches it; see transport.Transport. Errors are the
 // part's.

@@ -193,6 +193,36 @@ func TestSingleCopy(t *testing.T) {
 		}
 		t.Errorf("no single copy in %d tries", tries)
 	})
+	t.Run("eager", func(t *testing.T) {
+		// SendEager never offers single copy, even to a waiting receiver:
+		// the ring carries the whole message.
+		ts := pair(t, 50*time.Microsecond)
+		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+		defer cancel()
+		tag := transport.Tag{Seq: 9}
+		msg, got := transporttest.Pattern(n, 19), make([]byte, n)
+		done := make(chan error, 1)
+		go func() { done <- ts[0].Recv(ctx, 1, tag, got) }()
+		for atomic.LoadUint32(ts[0].peers[1].in.sleepers) == 0 {
+			if ctx.Err() != nil {
+				t.Fatal("the receiver never waited on the ring")
+			}
+			time.Sleep(50 * time.Microsecond)
+		}
+		before := ts[1].peers[0].outHead
+		if err := transport.SendEager(ctx, ts[1], 0, tag, msg); err != nil {
+			t.Fatal(err)
+		}
+		if err := <-done; err != nil {
+			t.Fatal(err)
+		}
+		if !bytes.Equal(got, msg) {
+			t.Fatal("payload differs")
+		}
+		if carried := ts[1].peers[0].outHead - before; carried != recordAlign+n {
+			t.Errorf("the ring carried %d bytes, want the header and the whole message (%d)", carried, recordAlign+n)
+		}
+	})
 	t.Run("no-receiver", func(t *testing.T) {
 		ts := pair(t, 50*time.Microsecond)
 		ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)

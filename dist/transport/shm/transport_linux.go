@@ -117,6 +117,17 @@ func (t *Transport) check(op string, r int) error {
 // progress goroutine frees continually. If ctx ends while a message is
 // half written, the link to the peer is broken.
 func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byte) error {
+	return t.sendTo(ctx, to, tag, p, true)
+}
+
+// SendEager is Send that never offers the message by single copy: it goes
+// through the ring whatever its length, so that the Send completes without
+// the receiver (see transport.EagerSender).
+func (t *Transport) SendEager(ctx context.Context, to int, tag transport.Tag, p []byte) error {
+	return t.sendTo(ctx, to, tag, p, false)
+}
+
+func (t *Transport) sendTo(ctx context.Context, to int, tag transport.Tag, p []byte, single bool) error {
 	if err := t.check("send to", to); err != nil {
 		return err
 	}
@@ -127,7 +138,7 @@ func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byt
 		t.self.Begin(tag, len(p)).Deliver(p)
 		return nil
 	}
-	if err := t.peers[to].send(ctx, tag, p); err != nil {
+	if err := t.peers[to].send(ctx, tag, p, single); err != nil {
 		return fmt.Errorf("shm: rank %d: send to rank %d (%v): %w", t.rank, to, tag, err)
 	}
 	return nil
@@ -672,8 +683,9 @@ func (p *peer) needsService() bool {
 	return true
 }
 
-// send writes one record: header, payload, padding.
-func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte) error {
+// send writes one record: header, payload, padding; with single, a long
+// message is offered by single copy first.
+func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte, single bool) error {
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	if p.t.closed.Load() {
@@ -689,7 +701,7 @@ func (p *peer) send(ctx context.Context, tag transport.Tag, msg []byte) error {
 	head := p.outHead
 	h := wire.Header{Kind: wire.KindData, Group: tag.Group, Step: tag.Step, Seq: tag.Seq, Aux: n}
 	var published uint64
-	if p.rendezvous(msg) {
+	if single && p.rendezvous(msg) {
 		if err := p.waitSpace(ctx, head, recordAlign+descBytes, false); err != nil {
 			return err
 		}
