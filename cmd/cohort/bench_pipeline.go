@@ -137,7 +137,7 @@ func benchPipeline(args []string) int {
 	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per worker (COHORT_NUM_THREADS)")
 	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: --threads, so that a 1-thread rank, baseline included, runs Go (its collector too) on one thread")
 	fs.StringVar(&s.transport, "transport", "auto", "auto (shared memory on one host), tcp or shm")
-	fs.StringVar(&s.trace, "trace", "", "write each rank's per-action timeline of the pipelined run to this directory (merge with cohort trace merge)")
+	fs.StringVar(&s.trace, "trace", "", "write each rank's per-action timeline of the pipelined run to this directory, in a subdirectory per schedule when there are several (merge with cohort trace merge)")
 	fs.StringVar(&s.profile, "profile", "", "write each rank's CPU profile and Go execution trace of the timed steps, and its allocation profile (since the process began), to this directory (baseline.rankR.*, SCHEDULE.rankR.*; the last round's)")
 	fs.BoolVar(&worker, "worker", false, "internal: run as one rank of the job")
 	fs.StringVar(&result, "result", "", "internal: where rank 0 writes its result")
