@@ -48,7 +48,12 @@ type Tuning struct {
 	// complete a Send of that size without waiting for the peer's Recv.
 	// On two ranks, all-reduces up to this size use halving-doubling, and
 	// all-gathers and reduce-scatters the direct exchange (the ring's
-	// messages, unsegmented), so that they run inline.
+	// messages, unsegmented), so that they run inline. Keep it below what
+	// the transport holds without a receiver: shm's 2 MiB ring takes a
+	// message of 2 MiB less its header, and a longer inline message is
+	// drained by the receiver's progress goroutine instead (16 MiB
+	// all-reduce, world 2, 2 MiB segments inline: 68 ms, against 2.7 ms
+	// with the defaults).
 	InlineBytes int64
 }
 
