@@ -245,7 +245,7 @@ func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bo
 // scores writes alpha·a·bᵀ into c (T×T, contiguous) for a and b T×hd
 // (row strides lda, ldb): attention's scores q·kᵀ and the gradient g·vᵀ
 // of its probabilities. Under a causal mask only the lower triangle is
-// computed; the softmax and its gradient read nothing above it.
+// computed; the softmax and its gradient mask everything above it.
 func scores(causal bool, T, hd int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32) {
 	if causal {
 		gemm.SgemmLowerNT(T, hd, alpha, a, lda, b, ldb, c, T)
