@@ -147,11 +147,23 @@ func TestDirectRecvLeavesOtherTags(t *testing.T) {
 	}
 }
 
+// waitSleeping returns once a receiver sleeps on p's incoming ring,
+// waiting for its message (a fixed pause is not enough on a loaded host).
+func waitSleeping(ctx context.Context, t *testing.T, p *peer) {
+	t.Helper()
+	for atomic.LoadUint32(p.in.sleepers) == 0 {
+		if ctx.Err() != nil {
+			t.Fatal("the receiver never waited on the ring")
+		}
+		time.Sleep(50 * time.Microsecond)
+	}
+}
+
 // TestSingleCopy: a long message whose receiver waits for it goes
 // straight from the sender's memory into the receiver's buffer (the ring
 // carries only its header and descriptor); one nobody waits for goes
 // through the ring after claimWait; one the receiver cannot read is sent
-// inline, and the link stops offering.
+// inline, and the link stops offering; SendEager never offers.
 func TestSingleCopy(t *testing.T) {
 	const n = 4 << 20
 	t.Run("receiver-waits", func(t *testing.T) {
@@ -167,14 +179,8 @@ func TestSingleCopy(t *testing.T) {
 			msg, got := transporttest.Pattern(n, uint64(11+try)), make([]byte, n)
 			done := make(chan error, 1)
 			go func() { done <- ts[0].Recv(ctx, 1, tag, got) }()
-			// Send once the receiver sleeps on the ring, waiting for its
-			// message (a fixed pause is not enough on a loaded host).
-			for atomic.LoadUint32(ts[0].peers[1].in.sleepers) == 0 {
-				if ctx.Err() != nil {
-					t.Fatal("the receiver never waited on the ring")
-				}
-				time.Sleep(50 * time.Microsecond)
-			}
+			// Send once the receiver sleeps on the ring.
+			waitSleeping(ctx, t, ts[0].peers[1])
 			before := ts[1].peers[0].outHead
 			if err := ts[1].Send(ctx, 0, tag, msg); err != nil {
 				t.Fatal(err)
@@ -203,12 +209,7 @@ func TestSingleCopy(t *testing.T) {
 		msg, got := transporttest.Pattern(n, 19), make([]byte, n)
 		done := make(chan error, 1)
 		go func() { done <- ts[0].Recv(ctx, 1, tag, got) }()
-		for atomic.LoadUint32(ts[0].peers[1].in.sleepers) == 0 {
-			if ctx.Err() != nil {
-				t.Fatal("the receiver never waited on the ring")
-			}
-			time.Sleep(50 * time.Microsecond)
-		}
+		waitSleeping(ctx, t, ts[0].peers[1])
 		before := ts[1].peers[0].outHead
 		if err := transport.SendEager(ctx, ts[1], 0, tag, msg); err != nil {
 			t.Fatal(err)
