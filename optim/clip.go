@@ -63,10 +63,7 @@ func ClipGradNorm(params []*autograd.Var, maxNorm, normType float64) (float64, e
 			if p == nil || p.Grad == nil {
 				continue
 			}
-			d := p.Grad.Data()
-			for i := range d {
-				d[i] *= c
-			}
+			scale(p.Grad.Data(), c)
 		}
 	}
 	return total, nil
@@ -101,6 +98,13 @@ func accumulateNorm(acc float64, g []float32, p float64) float64 {
 		}
 	}
 	return acc + (s0 + s1) + (s2 + s3)
+}
+
+// scaleGo multiplies x by c in place.
+func scaleGo(x []float32, c float32) {
+	for i := range x {
+		x[i] *= c
+	}
 }
 
 // sumSquaresGo returns Σ x² in four float64 lanes.
