@@ -6,6 +6,7 @@ import (
 	"math"
 
 	"cohort/autograd"
+	"cohort/tensor"
 )
 
 // ErrNonFiniteNorm is returned (wrapped) by ClipGradNorm when the total
@@ -63,7 +64,7 @@ func ClipGradNorm(params []*autograd.Var, maxNorm, normType float64) (float64, e
 			if p == nil || p.Grad == nil {
 				continue
 			}
-			scale(p.Grad.Data(), c)
+			tensor.ScaleInto(p.Grad, p.Grad, c) // vectorised, one rounded product each
 		}
 	}
 	return total, nil
@@ -98,13 +99,6 @@ func accumulateNorm(acc float64, g []float32, p float64) float64 {
 		}
 	}
 	return acc + (s0 + s1) + (s2 + s3)
-}
-
-// scaleGo multiplies x by c in place.
-func scaleGo(x []float32, c float32) {
-	for i := range x {
-		x[i] *= c
-	}
 }
 
 // sumSquaresGo returns Σ x² in four float64 lanes.

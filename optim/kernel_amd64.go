@@ -17,9 +17,6 @@ func adamAVX2(param, grad, m, v, vmax *float32, n int, c *adamConsts)
 //go:noescape
 func sumSquaresAVX2(x *float32, n int) float64
 
-//go:noescape
-func scaleAVX2(x *float32, n int, c float32)
-
 // sgdKernel runs whole 8-element blocks with AVX2 when the CPU has it and
 // the rest (and the buffer-initialising first step) in Go.
 func sgdKernel(param, grad, buf []float32, c *sgdConsts, first bool) {
@@ -56,13 +53,4 @@ func sumSquares(x []float32) float64 {
 		x = x[k:]
 	}
 	return s + sumSquaresGo(x)
-}
-
-// scale multiplies x by c in place.
-func scale(x []float32, c float32) {
-	if k := len(x) &^ 31; k > 0 && cpu.X86.HasAVX2 {
-		scaleAVX2(&x[0], k, c)
-		x = x[k:]
-	}
-	scaleGo(x, c)
 }

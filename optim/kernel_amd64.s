@@ -168,31 +168,3 @@ sqDone:
 	VZEROUPPER
 	MOVSD X0, ret+16(FP)
 	RET
-
-// func scaleAVX2(x *float32, n int, c float32)
-// x[i] *= c over n elements, n a multiple of 32: one rounded product per
-// element, as the Go loop.
-TEXT ·scaleAVX2(SB), NOSPLIT, $0-20
-	MOVQ         x+0(FP), SI
-	MOVQ         n+8(FP), CX
-	VBROADCASTSS c+16(FP), Y0
-	XORQ         BX, BX
-	SHLQ         $2, CX
-
-scLoop:
-	CMPQ    BX, CX
-	JGE     scDone
-	VMULPS  0(SI)(BX*1), Y0, Y1
-	VMULPS  32(SI)(BX*1), Y0, Y2
-	VMULPS  64(SI)(BX*1), Y0, Y3
-	VMULPS  96(SI)(BX*1), Y0, Y4
-	VMOVUPS Y1, 0(SI)(BX*1)
-	VMOVUPS Y2, 32(SI)(BX*1)
-	VMOVUPS Y3, 64(SI)(BX*1)
-	VMOVUPS Y4, 96(SI)(BX*1)
-	ADDQ    $128, BX
-	JMP     scLoop
-
-scDone:
-	VZEROUPPER
-	RET

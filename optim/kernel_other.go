@@ -9,5 +9,3 @@ func sgdKernel(param, grad, buf []float32, c *sgdConsts, first bool) {
 func adamKernel(param, grad, m, v, vmax []float32, c *adamConsts) { adamGo(param, grad, m, v, vmax, c) }
 
 func sumSquares(x []float32) float64 { return sumSquaresGo(x) }
-
-func scale(x []float32, c float32) { scaleGo(x, c) }

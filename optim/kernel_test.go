@@ -102,31 +102,6 @@ func TestSumSquares(t *testing.T) {
 	}
 }
 
-// TestScale: the vector kernel's products are the Go loop's, bit for bit,
-// over lengths that leave tails, with zeros, infinities and NaN.
-func TestScale(t *testing.T) {
-	rng := rand.New(rand.NewPCG(12, 12))
-	for _, n := range []int{0, 1, 31, 32, 33, 100, 1000, 4099} {
-		for _, c := range []float32{0.37, 1e-30, 0} {
-			x := make([]float32, n)
-			for i := range x {
-				x[i] = float32(rng.NormFloat64() * 1e3)
-			}
-			if n > 3 {
-				x[0], x[1], x[2] = float32(math.Inf(1)), float32(math.NaN()), 0
-			}
-			want := append([]float32(nil), x...)
-			scaleGo(want, c)
-			scale(x, c)
-			for i := range x {
-				if math.Float32bits(x[i]) != math.Float32bits(want[i]) {
-					t.Fatalf("n=%d c=%v: x[%d] = %v, want %v", n, c, i, x[i], want[i])
-				}
-			}
-		}
-	}
-}
-
 // BenchmarkKernels compares the dispatching kernels with the portable Go
 // loops on 1M elements (momentum SGD after its first step, AdamW).
 func BenchmarkKernels(b *testing.B) {

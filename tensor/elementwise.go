@@ -326,9 +326,7 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 			d[i] = x + c
 		}
 	case uMulScalar:
-		for i, x := range a {
-			d[i] = x * c
-		}
+		mathKernels().Scale(d, a, c) // one rounded product each, as x·c
 	case uPow:
 		for i, x := range a {
 			d[i] = float32(math.Pow(float64(x), float64(c)))

@@ -3,6 +3,7 @@ package tensor
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"testing"
 )
 
@@ -197,4 +198,33 @@ func TestReLUBackward(t *testing.T) {
 		})
 	}
 	mustPanic(t, func() { ReLUBackward(New(3), New(4)) }, "tensor: ReLUBackward", "[3]", "[4]")
+}
+
+// TestScaleInto: the vector kernel's products (ClipGradNorm scales the
+// gradients in place with it) are the scalar x·c, bit for bit, over
+// lengths that leave tails, with zeros, infinities and NaN.
+func TestScaleInto(t *testing.T) {
+	rng := rand.New(rand.NewPCG(12, 12))
+	for _, n := range []int{1, 31, 32, 33, 100, 1000, 4099} {
+		for _, c := range []float32{0.37, 1e-30, 0} {
+			x := New(n)
+			d := x.Data()
+			for i := range d {
+				d[i] = float32(rng.NormFloat64() * 1e3)
+			}
+			if n > 3 {
+				d[0], d[1], d[2] = float32(math.Inf(1)), float32(math.NaN()), 0
+			}
+			want := make([]float32, n)
+			for i, v := range d {
+				want[i] = v * c
+			}
+			ScaleInto(x, x, c)
+			for i, v := range x.Data() {
+				if math.Float32bits(v) != math.Float32bits(want[i]) {
+					t.Fatalf("n=%d c=%v: x[%d] = %v, want %v", n, c, i, v, want[i])
+				}
+			}
+		}
+	}
 }

@@ -74,16 +74,14 @@ func (g *Impl) rowABlock(m, n, k int, alpha float32, a []float32, lda int, b []f
 }
 
 // lowerNT is SgemmLowerNT's path on the row-A kernel (m in [6, 64], k ≤
-// rowAKc).
+// rowAKc), which comes with the wide family whose packing it uses.
 func (g *Impl) lowerNT(m, k int, alpha float32, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
 	buf := g.bufs.Get().(*packBuf)
 	defer g.bufs.Put(buf)
-	// Bᵀ as one sliver: pb[p*64 + j] = B[j][p] for j < m, zero above.
-	buf.b = grow(buf.b, k*rowANr)
-	for j := 0; j < rowANr; j += 16 {
-		rows := max(0, min(16, m-j))
-		packT16(&buf.b[j], rowANr, at(b, j*ldb, rows > 0), ldb, rows, k, 16)
-	}
+	// Bᵀ as one sliver of the wide family: pb[p*64 + j] = B[j][p] for
+	// j < m, zero above.
+	buf.b = grow(buf.b, k*rowANr+g.wide.slack)
+	g.wide.packB(buf.b, b, ldb, true, k, m)
 	for i := 0; i < m; i += rowAMr {
 		// The kernel reads six rows of A: the last block moves up to end
 		// at row m, computing its first rows again (to the same values).
