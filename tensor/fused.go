@@ -95,9 +95,10 @@ const (
 // GELUTanhAct writes GELU-tanh(h) into y (h's shape, contiguous) and
 // leaves h, the pre-activation, for the gradient; y is nil otherwise.
 //
-// Each block of h gets its bias, residual and activation right after the
-// GEMM finishes it, while it is in cache, rather than in passes over the
-// whole output before and after.
+// The GEMM adds the bias and the residual to each tile of h before it
+// stores it (see gemm.Addends), and each block of h gets its activation
+// right after the GEMM finishes it, while it is in cache, rather than in
+// passes over the whole output before and after.
 func LinearInto(h, x, w, b, r, y *Tensor, act Activation) {
 	if len(x.shape) != 2 || len(w.shape) != 2 || x.shape[1] != w.shape[1] || len(h.shape) != 2 ||
 		h.shape[0] != x.shape[0] || h.shape[1] != w.shape[0] || !h.IsContiguous() ||
@@ -128,18 +129,19 @@ func LinearInto(h, x, w, b, r, y *Tensor, act Activation) {
 	if y != nil {
 		yd = y.Data()
 	}
+	// The bias and the residual are added by the GEMM as it stores each
+	// tile (in the kernel where it can), the activation as each block is
+	// finished.
+	var add *gemm.Addends
+	if bd != nil || rd != nil {
+		add = &gemm.Addends{Row: bd, Mat: rd, LdMat: n}
+	}
 	var then func(r0, r1, c0, c1 int)
-	if b != nil || r != nil || act != Identity {
+	if act != Identity {
 		m := mathKernels()
 		then = func(r0, r1, c0, c1 int) {
 			for i := r0 * n; i < r1*n; i += n {
 				row := hd[i+c0 : i+c1]
-				if bd != nil {
-					vec.Add(row, bd[c0:c1])
-				}
-				if rd != nil {
-					vec.Add(row, rd[i+c0:i+c1])
-				}
 				switch act {
 				case ReLUAct:
 					vec.ReLU(row, row)
@@ -149,7 +151,7 @@ func LinearInto(h, x, w, b, r, y *Tensor, act Activation) {
 			}
 		}
 	}
-	GemmThen(h, x, w.T(), 1, 0, then)
+	gemmThen(h, x, w.T(), 1, 0, add, then)
 }
 
 // attentionQKVDims checks qkv [B, T, 3d] for nHead heads.

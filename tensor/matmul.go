@@ -92,6 +92,13 @@ func Gemm(dst, a, b *Tensor, alpha, beta float32) { GemmThen(dst, a, b, alpha, b
 // folded into rows) are given as soon as they are computed, while still
 // in cache, possibly on several goroutines at once.
 func GemmThen(dst, a, b *Tensor, alpha, beta float32, then func(r0, r1, c0, c1 int)) {
+	gemmThen(dst, a, b, alpha, beta, nil, then)
+}
+
+// gemmThen is GemmThen with addends added to the product before then sees
+// it (see gemm.Addends; add may be nil, and is refused with a batch that
+// is not folded into rows).
+func gemmThen(dst, a, b *Tensor, alpha, beta float32, add *gemm.Addends, then func(r0, r1, c0, c1 int)) {
 	batch, m, k, n := matmulShape("Gemm", a, b)
 	want := append(cloneInts(batch), m, n)
 	if !slices.Equal(dst.shape, want) {
@@ -110,6 +117,10 @@ func GemmThen(dst, a, b *Tensor, alpha, beta float32, then func(r0, r1, c0, c1 i
 		} else {
 			ScaleInto(dst, dst, beta)
 		}
+		if add != nil {
+			// An empty product still gets its addends.
+			gemm.SgemmFused(false, false, len(c)/n, n, 0, 1, nil, 0, nil, n, 1, c, n, add, nil)
+		}
 		if then != nil {
 			then(0, len(c)/n, 0, n)
 		}
@@ -120,14 +131,17 @@ func GemmThen(dst, a, b *Tensor, alpha, beta float32, then func(r0, r1, c0, c1 i
 	if len(b.shape) == 2 && len(a.shape) > 2 && a.IsContiguous() {
 		rows := a.Len() / k
 		bb, tb, ldb := matOperand(b)
-		gemm.SgemmEpilogue(false, tb, rows, n, k, alpha, a.Data(), k, bb.storage[bb.offset:], ldb, beta, c, n, then)
+		gemm.SgemmFused(false, tb, rows, n, k, alpha, a.Data(), k, bb.storage[bb.offset:], ldb, beta, c, n, add, then)
 		return
 	}
 	aa, ta, lda := matOperand(a)
 	bb, tb, ldb := matOperand(b)
 	if len(batch) == 0 {
-		gemm.SgemmEpilogue(ta, tb, m, n, k, alpha, aa.storage[aa.offset:], lda, bb.storage[bb.offset:], ldb, beta, c, n, then)
+		gemm.SgemmFused(ta, tb, m, n, k, alpha, aa.storage[aa.offset:], lda, bb.storage[bb.offset:], ldb, beta, c, n, add, then)
 		return
+	}
+	if add != nil {
+		panicf("Gemm: addends with a batch of products")
 	}
 	if then != nil {
 		defer then(0, len(c)/n, 0, n)

@@ -29,6 +29,11 @@ type arch struct {
 	// sliver of op(A) in place instead of packed: A[r][p] at a[r*lda+p],
 	// or with trans at a[p*lda+r], for r < mr and p < k, all read.
 	directA func(trans bool, k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int)
+	// directAddends, when set, is directA for an A that is not transposed,
+	// adding the tile's Addends before it stores it: row at the tile's
+	// first column and mat at its first element (row stride ldm), each nil
+	// when absent.
+	directAddends func(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int, row, mat *float32, ldm int)
 	// colsA, when set, is the kernel's variant reading a full mr-row
 	// sliver of a transposed A in place (op(A)[r][p] at a[p*lda+r], all
 	// mr read) with B packed, for a family without a directA.

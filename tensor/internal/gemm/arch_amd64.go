@@ -22,6 +22,9 @@ func kernelAVX512x6x64(k int, a, b, c *float32, ldc int, alpha, beta float32, ro
 func kernelAVX512x6x64r(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
+func kernelAVX512x6x64ra(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64, row, mat *float32, ldm int)
+
+//go:noescape
 func kernelAVX512x6x64c(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
@@ -214,6 +217,9 @@ func avx512WideArch() *arch {
 			} else {
 				kernelAVX512x6x64r(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
 			}
+		},
+		directAddends: func(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int, row, mat *float32, ldm int) {
+			kernelAVX512x6x64ra(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols), row, mat, ldm)
 		},
 		directMaxN: wideDirectMaxN, directAnyStride: true,
 		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {

@@ -18,9 +18,11 @@
 //     columns, where a packed sliver of A would feed too few B slivers to
 //     pay for its copy (GPT-mini's projections, weight gradients and
 //     attention); everything else a portable Go kernel. A caller's
-//     elementwise pass over C (a bias, a residual, an activation) can run
-//     as an epilogue on each block of C as the blocked path finishes it
-//     ([SgemmEpilogue]). A product by a triangular matrix (attention's
+//     elementwise pass over C (an activation) can run as an epilogue on
+//     each block of C as the blocked path finishes it ([SgemmEpilogue]);
+//     a bias row and a residual matrix are added in the kernel, before a
+//     tile is stored, where it reads A in place, and on each block
+//     otherwise ([SgemmFused], [Addends]). A product by a triangular matrix (attention's
 //     probabilities under a causal mask) skips the zero triangle sliver by
 //     sliver ([SgemmTriangular]). Transposed operands are handled by the packing
 //     routines (in-register 16×16 or 8×8 transposes, or row-order copies),

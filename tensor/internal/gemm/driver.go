@@ -79,7 +79,7 @@ func (g *Impl) pick(m, n int) *arch {
 
 // run is cohort's blocked, parallel sgemm. Arguments are checked, m, n,
 // k > 0 and alpha != 0.
-func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue) {
+func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	ar := g.pick(m, n)
 	tm, tn := partition(m, n, k, g.threads, ar.mr, ar.nr)
 	if tm*tn > 1 && 2*m*n*k < g.coldMin && !g.pool.warm(g.threads-1) {
@@ -87,16 +87,16 @@ func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32,
 	}
 	if tm*tn == 1 {
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi, 0, 0)
+		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi, 0, 0)
 		g.bufs.Put(buf)
 		return
 	}
-	g.runParts(ar, tm, tn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
+	g.runParts(ar, tm, tn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
 }
 
 // runParts computes C as tm×tn blocks, one part each, shared with the
 // Impl's helpers.
-func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue) {
+func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	g.pool.parallel(g.threads-1, tm*tn, func(t int) {
 		ti, tj := t/tn, t%tn
 		i0, i1 := split(m, ar.mr, tm, ti), split(m, ar.mr, tm, ti+1)
@@ -116,7 +116,7 @@ func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, 
 			bs = b[j0:]
 		}
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc, epi, i0, j0)
+		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc, add.sub(i0, j0), epi, i0, j0)
 		g.bufs.Put(buf)
 	})
 }
@@ -176,13 +176,17 @@ func (ar *arch) useDirect(transA bool, n, lda int) bool {
 // runs on each mc×nc block of C as the last slab finishes it, while the
 // block is still in L2; ei and ej are this block's origin in the C epi
 // indexes.
-func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue, ei, ej int) {
+func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue, ei, ej int) {
 	kcMax := blockSize(k, ar.kc, 4)
 	mcMax := blockSize(m, ar.mc, ar.mr)
 	ncMax := blockSize(n, ar.nc, ar.nr)
 	buf.a = grow(buf.a, (mcMax+ar.mr-1)/ar.mr*ar.mr*kcMax+ar.slack)
 	buf.b = grow(buf.b, (ncMax+ar.nr-1)/ar.nr*ar.nr*kcMax+ar.slack)
 	direct := ar.useDirect(transA, n, lda)
+	// The addends go in the kernel where it takes them (full slivers of A
+	// read in place), else on each tile after the kernel (a partial
+	// sliver) or, when no tile's kernel takes them, on each block.
+	inKernel := add != nil && direct && !transA && ar.directAddends != nil
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
 		for pc := 0; pc < k; pc += kcMax {
@@ -196,6 +200,7 @@ func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha floa
 			if pc > 0 {
 				bet = 1
 			}
+			last := pc+kc == k
 			for ic := 0; ic < m; ic += mcMax {
 				mc := min(mcMax, m-ic)
 				// With direct, full slivers of A are read in place and
@@ -220,14 +225,23 @@ func (ar *arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha floa
 						switch {
 						case ir >= packed:
 							ar.kernel(kc, &buf.a[(ir-packed)*kc], bp, cp, ldc, alpha, bet, rows, cols)
+							if inKernel && last {
+								add.apply(c, ldc, ic+ir, jc+jr, rows, cols)
+							}
 						case transA:
 							ar.directA(true, kc, &a[pc*lda+ic+ir], lda, bp, cp, ldc, alpha, bet, rows, cols)
+						case inKernel && last:
+							row, mat := add.ptrs(ic+ir, jc+jr)
+							ar.directAddends(kc, &a[(ic+ir)*lda+pc], lda, bp, cp, ldc, alpha, bet, rows, cols, row, mat, add.LdMat)
 						default:
 							ar.directA(false, kc, &a[(ic+ir)*lda+pc], lda, bp, cp, ldc, alpha, bet, rows, cols)
 						}
 					}
 				}
-				if epi != nil && pc+kc == k {
+				if add != nil && !inKernel && last {
+					add.apply(c, ldc, ic, jc, mc, nc)
+				}
+				if epi != nil && last {
 					epi(ei+ic, ei+ic+mc, ej+jc, ej+jc+nc)
 				}
 			}

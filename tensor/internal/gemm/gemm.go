@@ -44,6 +44,17 @@ func SgemmEpilogue(transA, transB bool, m, n, k int, alpha float32, a []float32,
 	g.SgemmEpilogue(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
 }
 
+// SgemmFused is [SgemmEpilogue] with add's addends added to the product
+// before epi sees it (add may be nil). It panics, as Sgemm does, on
+// addends too short for C.
+func SgemmFused(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
+	g, err := Default()
+	if err != nil {
+		panic(err.Error())
+	}
+	g.SgemmFused(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
+}
+
 // defaultImpl is built once, from the environment, on first use.
 var defaultImpl = sync.OnceValues(func() (*Impl, error) {
 	o, err := OptionsFromEnv(os.Getenv)

@@ -161,9 +161,21 @@ func (g *Impl) Sgemm(transA, transB bool, m, n, k int, alpha float32, a []float3
 // SgemmEpilogue is [Impl.Sgemm] followed by epi on the result, with the
 // contract of the package-level [SgemmEpilogue].
 func (g *Impl) SgemmEpilogue(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, epi Epilogue) {
+	g.SgemmFused(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil, epi)
+}
+
+// SgemmFused is [Impl.SgemmEpilogue] with addends, with the contract of
+// the package-level [SgemmFused].
+func (g *Impl) SgemmFused(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
 	if m == 0 || n == 0 {
 		return
+	}
+	if add != nil {
+		add.check(m, n)
+		if add.Row == nil && add.Mat == nil {
+			add = nil
+		}
 	}
 	switch {
 	case k == 0 || alpha == 0:
@@ -180,9 +192,13 @@ func (g *Impl) SgemmEpilogue(transA, transB bool, m, n, k int, alpha float32, a 
 		// the transpose.
 		g.runSwapped(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	default:
-		// The blocked path runs epi block by block, as each is finished.
-		g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, epi)
+		// The blocked path adds the addends and runs epi block by block,
+		// as each is finished.
+		g.run(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
 		return
+	}
+	if add != nil {
+		add.apply(c, ldc, 0, 0, m, n)
 	}
 	if epi != nil {
 		epi(0, m, 0, n)
@@ -203,7 +219,7 @@ func (g *Impl) runSwapped(transA, transB bool, m, n, k int, alpha float32, a []f
 	buf := g.bufs.Get().(*packBuf)
 	buf.t = grow(buf.t, m*n)
 	t := buf.t
-	g.run(!transB, !transA, n, m, k, alpha, b, ldb, a, lda, 0, t, m, nil)
+	g.run(!transB, !transA, n, m, k, alpha, b, ldb, a, lda, 0, t, m, nil, nil)
 	for i := 0; i < m; i++ {
 		row := c[i*ldc : i*ldc+n]
 		for j := range row {

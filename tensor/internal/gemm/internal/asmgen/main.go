@@ -89,6 +89,7 @@ func genAVX512(e *emitter) {
 	genKernel512(e, 14, 2)
 	genKernel512(e, 6, 4)
 	genKernel512RowA(e, 6, 4, aRows)
+	genKernel512Addends(e, 6, 4)
 	genKernel512RowA(e, 6, 4, aCols)
 	genKernel512RowA(e, 14, 2, aCols)
 	genPackT16(e)
@@ -304,7 +305,7 @@ func genPackRows(e *emitter, nr int) {
 //
 // When beta is ±0, C is not read. Rows at or beyond rows and columns whose
 // mask bit is clear are neither read nor written.
-func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked) }
+func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked, false) }
 
 // genKernel512RowA emits the variants of genKernel512's kernel that read A
 // in place instead of from a packed sliver, for products whose A is read
@@ -316,9 +317,22 @@ func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked) }
 //
 // with name kernelAVX512x{mr}x{16·nv}{r,c}. rows limits the rows of C
 // stored; all mr rows of A are read.
-func genKernel512RowA(e *emitter, mr, nv int, layout aLayout) { genKernel512x(e, mr, nv, layout) }
+func genKernel512RowA(e *emitter, mr, nv int, layout aLayout) {
+	genKernel512x(e, mr, nv, layout, false)
+}
 
-func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
+// genKernel512Addends emits the aRows kernel with addends (suffix "ra"):
+// after alpha and beta, and before the stores, it adds row[j] to every
+// row of the tile when row is not nil, then mat[r·ldm + j] when mat is not
+// nil, each a float32 addition (a linear layer's bias, then its residual,
+// as the separate passes they replace round them).
+//
+// func name(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64, row, mat *float32, ldm int)
+//
+// Masked-off columns of row and mat are not read (their loads are masked).
+func genKernel512Addends(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aRows, true) }
+
+func genKernel512x(e *emitter, mr, nv int, layout aLayout, addends bool) {
 	const unroll = 4
 	name := fmt.Sprintf("kernelAVX512x%dx%d", mr, 16*nv)
 	rowA := layout != aPacked // A read in place
@@ -332,6 +346,13 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 		name += map[aLayout]string{aRows: "r", aCols: "c"}[layout]
 		offB, offC, offLdc, offAlpha, offBeta, offRows, offMask, frame = 24, 32, 40, 48, 52, 56, 64, 72
 	}
+	if addends {
+		if layout != aRows {
+			panic("asmgen: addends only on the aRows kernel")
+		}
+		name += "a"
+		frame += 24 // row, mat, ldm
+	}
 	nacc := mr * nv
 	breg := func(v int) string { return z(nacc + v) }
 	nbc := 32 - nacc - nv // broadcast registers left over
@@ -344,7 +365,9 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 	bc := func(r int) string { return z(nacc + nv + r%nbc) }
 	acc := func(r, v int) string { return z(r*nv + v) }
 
-	if rowA {
+	if addends {
+		e.c("func %s(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64, row, mat *float32, ldm int)", name)
+	} else if rowA {
 		e.c("func %s(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
 	} else {
 		e.c("func %s(k int, a, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
@@ -475,18 +498,69 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 			e.i("SHRQ $16, R9")
 		}
 	}
+	// With addends: the row vector in B's registers (loaded only when row
+	// is set), mat's current row at R13 (R12 its byte stride), and R8/R14
+	// nonzero when row/mat are set. R12 and R13 are free once A has been
+	// read.
+	addRow := func(path string, r int) {
+		if !addends {
+			return
+		}
+		e.i("TESTQ R8, R8")
+		e.i("JZ %s_%snorow%d", name, path, r)
+		for v := 0; v < nv; v++ {
+			e.i("VADDPS %s, %s, %s", breg(v), acc(r, v), acc(r, v))
+		}
+		e.l(fmt.Sprintf("%s_%snorow%d", name, path, r))
+		e.i("TESTQ R14, R14")
+		e.i("JZ %s_%snomat%d", name, path, r)
+		for v := 0; v < nv; v++ {
+			e.i("VADDPS %d(R13), %s, K%d, %s", 64*v, acc(r, v), v+1, acc(r, v))
+		}
+		if r < mr-1 {
+			e.i("ADDQ R12, R13")
+		}
+		e.l(fmt.Sprintf("%s_%snomat%d", name, path, r))
+	}
+	if addends {
+		e.i("MOVQ row+%d(FP), R8", offMask+8)
+		e.i("MOVQ mat+%d(FP), R14", offMask+16)
+		e.i("MOVQ R14, R13")
+		e.i("MOVQ ldm+%d(FP), R12", offMask+24)
+		e.i("SHLQ $2, R12")
+		e.i("TESTQ R8, R8")
+		e.i("JZ %s_loaded", name)
+		for v := 0; v < nv; v++ {
+			e.i("VMOVUPS.Z %d(R8), K%d, %s", 64*v, v+1, breg(v))
+		}
+		e.l(name + "_loaded")
+	}
+	betaReg := breg(0)
+	if addends {
+		betaReg = bc(0) // B's registers hold the row vector
+	}
 	e.i("MOVL beta+%d(FP), R11", offBeta)
 	e.i("ANDL $0x7fffffff, R11")
 	e.i("JZ %s_nobeta", name)
-	e.i("VBROADCASTSS beta+%d(FP), %s", offBeta, breg(0))
+	e.i("VBROADCASTSS beta+%d(FP), %s", offBeta, betaReg)
 	for r := 0; r < mr; r++ {
 		if r > 0 {
 			e.i("CMPQ R10, $%d", r)
 			e.i("JLE %s_done", name)
 		}
-		for v := 0; v < nv; v++ {
-			e.i("VFMADD231PS %d(DI), %s, K%d, %s", 64*v, breg(0), v+1, acc(r, v))
-			e.i("VMOVUPS %s, K%d, %d(DI)", acc(r, v), v+1, 64*v)
+		if !addends {
+			for v := 0; v < nv; v++ {
+				e.i("VFMADD231PS %d(DI), %s, K%d, %s", 64*v, betaReg, v+1, acc(r, v))
+				e.i("VMOVUPS %s, K%d, %d(DI)", acc(r, v), v+1, 64*v)
+			}
+		} else {
+			for v := 0; v < nv; v++ {
+				e.i("VFMADD231PS %d(DI), %s, K%d, %s", 64*v, betaReg, v+1, acc(r, v))
+			}
+			addRow("b", r)
+			for v := 0; v < nv; v++ {
+				e.i("VMOVUPS %s, K%d, %d(DI)", acc(r, v), v+1, 64*v)
+			}
 		}
 		if r < mr-1 {
 			e.i("ADDQ SI, DI")
@@ -499,6 +573,7 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout) {
 			e.i("CMPQ R10, $%d", r)
 			e.i("JLE %s_done", name)
 		}
+		addRow("", r)
 		for v := 0; v < nv; v++ {
 			e.i("VMOVUPS %s, K%d, %d(DI)", acc(r, v), v+1, 64*v)
 		}
