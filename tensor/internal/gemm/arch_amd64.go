@@ -24,6 +24,18 @@ func kernelAVX512x6x64r(k int, a *float32, lda int, b, c *float32, ldc int, alph
 //go:noescape
 func kernelAVX512x6x64ra(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64, row, mat *float32, ldm int)
 
+// The 6×64 row-A kernel computing only the first 16, 32 or 48 columns of
+// its 64-wide B sliver.
+//
+//go:noescape
+func kernelAVX512x6x16rw(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+
+//go:noescape
+func kernelAVX512x6x32rw(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+
+//go:noescape
+func kernelAVX512x6x48rw(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+
 //go:noescape
 func kernelAVX512x6x64c(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 

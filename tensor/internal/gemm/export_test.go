@@ -13,6 +13,10 @@ func NoRowA(g *Impl) { g.rowA = nil }
 // of C, so that tests reach it with partial column tiles.
 func AnyRowA(g *Impl) { g.anyRowA = true }
 
+// FullWidthLower makes g's SgemmLowerNT compute every block of rows on
+// the full-width row-A kernel.
+func FullWidthLower(g *Impl) { g.narrowLower = false }
+
 // PackTriangular makes g's SgemmTriangular pack every operand.
 func PackTriangular(g *Impl) { g.triangularInPlace = false }
 

@@ -19,11 +19,15 @@ type Impl struct {
 	// triangularInPlace: SgemmTriangular reads operands in place where the
 	// kernel family allows (tests and benchmarks turn it off to compare).
 	triangularInPlace bool
-	lib               *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
-	threads           int
-	bufs              sync.Pool // *packBuf, one per running goroutine
-	pool              pool      // helper goroutines of parallel calls
-	coldMin           int       // coldMinFlops; 0 in tests that want every split
+	// narrowLower: SgemmLowerNT runs each block of rows on the row-A
+	// kernel only as wide as its columns up to the diagonal (tests and
+	// benchmarks turn it off to compare).
+	narrowLower bool
+	lib         *blas.OpenBLAS // OpenBLAS; nil for cohort's kernels
+	threads     int
+	bufs        sync.Pool // *packBuf, one per running goroutine
+	pool        pool      // helper goroutines of parallel calls
+	coldMin     int       // coldMinFlops; 0 in tests that want every split
 }
 
 // New builds an Impl from o. It fails on invalid options, on a kernel the
@@ -88,6 +92,7 @@ func New(o Options) (*Impl, error) {
 		g.wide = avx512WideArch()
 		g.dot = dotAVX512x4x6
 		g.rowA = kernelAVX512x6x64r
+		g.narrowLower = true
 	case KernelAVX2:
 		g.arch = avx2Arch()
 	default:

@@ -86,6 +86,21 @@ func (g *Impl) lowerNT(m, k int, alpha float32, a []float32, lda int, b []float3
 		// The kernel reads six rows of A: the last block moves up to end
 		// at row m, computing its first rows again (to the same values).
 		i0 := min(i, m-rowAMr)
-		g.rowA(k, &a[i0*lda], lda, &buf.b[0], &c[i0*ldc], ldc, alpha, 0, rowAMr, bits(min(m, i0+rowAMr)))
+		// Only the columns up to the block's last row's diagonal: on the
+		// kernel as wide as they need, in steps of 16 (each column's sum
+		// is the same on every width).
+		cols := min(m, i0+rowAMr)
+		kern := g.rowA
+		if g.rowA != nil && g.narrowLower {
+			switch (cols + 15) / 16 {
+			case 1:
+				kern = kernelAVX512x6x16rw
+			case 2:
+				kern = kernelAVX512x6x32rw
+			case 3:
+				kern = kernelAVX512x6x48rw
+			}
+		}
+		kern(k, &a[i0*lda], lda, &buf.b[0], &c[i0*ldc], ldc, alpha, 0, rowAMr, bits(cols))
 	}
 }

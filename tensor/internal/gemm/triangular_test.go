@@ -104,46 +104,51 @@ func TestSgemmTriangular(t *testing.T) {
 func TestSgemmLowerNT(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, kern := range kernels() {
-		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
-		for _, m := range []int{1, 5, 6, 7, 13, 31, 63, 64, 65, 100} {
-			for _, k := range []int{1, 7, 32, 33, 128, 129} {
-				for _, alpha := range []float32{1, 0.125, -2} {
-					name := fmt.Sprintf("%s/m=%d/k=%d/alpha=%v", kern, m, k, alpha)
-					lda, ldb, ldc := k+1, k+3, m+2
-					a, b := make([]float32, m*lda), make([]float32, m*ldb)
-					for i := range a {
-						a[i] = 2*rng.Float32() - 1
-					}
-					for i := range b {
-						b[i] = 2*rng.Float32() - 1
-					}
-					c := make([]float32, m*ldc)
-					for i := range c {
-						c[i] = float32(math.NaN())
-					}
-					full := append([]float32(nil), c...)
-					naive := append([]float32(nil), c...)
-					g.Sgemm(false, true, m, m, k, alpha, a, lda, b, ldb, 0, full, ldc)
-					Naive(false, true, m, m, k, alpha, a, lda, b, ldb, 0, naive, ldc)
-					g.SgemmLowerNT(m, k, alpha, a, lda, b, ldb, c, ldc)
-					tol := float64(k+4) * 4 * 0x1p-23 * math.Abs(float64(alpha)) * float64(k)
-					for i := range m {
-						for j := range ldc {
-							got := c[i*ldc+j]
-							switch {
-							case j >= m:
-								if !math.IsNaN(float64(got)) {
-									t.Fatalf("%s: C padding [%d][%d] written", name, i, j)
-								}
-							case j <= i:
-								if math.Float32bits(got) != math.Float32bits(full[i*ldc+j]) {
-									t.Fatalf("%s: C[%d][%d] = %v, Sgemm %v", name, i, j, got, full[i*ldc+j])
-								}
-								if d := math.Abs(float64(got - naive[i*ldc+j])); !(d <= tol) {
-									t.Fatalf("%s: C[%d][%d] = %v, naive %v", name, i, j, got, naive[i*ldc+j])
+		for _, narrow := range []bool{true, false} {
+			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !narrow {
+				FullWidthLower(g)
+			}
+			for _, m := range []int{1, 5, 6, 7, 13, 16, 17, 31, 32, 33, 48, 49, 63, 64, 65, 100} {
+				for _, k := range []int{1, 7, 32, 33, 128, 129} {
+					for _, alpha := range []float32{1, 0.125, -2} {
+						name := fmt.Sprintf("%s/narrow=%v/m=%d/k=%d/alpha=%v", kern, narrow, m, k, alpha)
+						lda, ldb, ldc := k+1, k+3, m+2
+						a, b := make([]float32, m*lda), make([]float32, m*ldb)
+						for i := range a {
+							a[i] = 2*rng.Float32() - 1
+						}
+						for i := range b {
+							b[i] = 2*rng.Float32() - 1
+						}
+						c := make([]float32, m*ldc)
+						for i := range c {
+							c[i] = float32(math.NaN())
+						}
+						full := append([]float32(nil), c...)
+						naive := append([]float32(nil), c...)
+						g.Sgemm(false, true, m, m, k, alpha, a, lda, b, ldb, 0, full, ldc)
+						Naive(false, true, m, m, k, alpha, a, lda, b, ldb, 0, naive, ldc)
+						g.SgemmLowerNT(m, k, alpha, a, lda, b, ldb, c, ldc)
+						tol := float64(k+4) * 4 * 0x1p-23 * math.Abs(float64(alpha)) * float64(k)
+						for i := range m {
+							for j := range ldc {
+								got := c[i*ldc+j]
+								switch {
+								case j >= m:
+									if !math.IsNaN(float64(got)) {
+										t.Fatalf("%s: C padding [%d][%d] written", name, i, j)
+									}
+								case j <= i:
+									if math.Float32bits(got) != math.Float32bits(full[i*ldc+j]) {
+										t.Fatalf("%s: C[%d][%d] = %v, Sgemm %v", name, i, j, got, full[i*ldc+j])
+									}
+									if d := math.Abs(float64(got - naive[i*ldc+j])); !(d <= tol) {
+										t.Fatalf("%s: C[%d][%d] = %v, naive %v", name, i, j, got, naive[i*ldc+j])
+									}
 								}
 							}
 						}

@@ -90,6 +90,9 @@ func genAVX512(e *emitter) {
 	genKernel512(e, 6, 4)
 	genKernel512RowA(e, 6, 4, aRows)
 	genKernel512Addends(e, 6, 4)
+	for nv := 1; nv <= 3; nv++ {
+		genKernel512Narrow(e, 6, nv)
+	}
 	genKernel512RowA(e, 6, 4, aCols)
 	genKernel512RowA(e, 14, 2, aCols)
 	genPackT16(e)
@@ -305,7 +308,7 @@ func genPackRows(e *emitter, nr int) {
 //
 // When beta is ±0, C is not read. Rows at or beyond rows and columns whose
 // mask bit is clear are neither read nor written.
-func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked, false) }
+func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked, false, 16*nv) }
 
 // genKernel512RowA emits the variants of genKernel512's kernel that read A
 // in place instead of from a packed sliver, for products whose A is read
@@ -318,7 +321,7 @@ func genKernel512(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aPacked, fa
 // with name kernelAVX512x{mr}x{16·nv}{r,c}. rows limits the rows of C
 // stored; all mr rows of A are read.
 func genKernel512RowA(e *emitter, mr, nv int, layout aLayout) {
-	genKernel512x(e, mr, nv, layout, false)
+	genKernel512x(e, mr, nv, layout, false, 16*nv)
 }
 
 // genKernel512Addends emits the aRows kernel with addends (suffix "ra"):
@@ -330,9 +333,18 @@ func genKernel512RowA(e *emitter, mr, nv int, layout aLayout) {
 // func name(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64, row, mat *float32, ldm int)
 //
 // Masked-off columns of row and mat are not read (their loads are masked).
-func genKernel512Addends(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aRows, true) }
+func genKernel512Addends(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aRows, true, 16*nv) }
 
-func genKernel512x(e *emitter, mr, nv int, layout aLayout, addends bool) {
+// genKernel512Narrow emits aRows kernels (suffix "rw") that compute only
+// the first 16·nv columns of a 64-wide B sliver (B's rows 64 floats
+// apart): the columns of C below the diagonal in a causal attention's
+// scores, without the multiplies of the columns above it. Each column's
+// sum is the full-width kernel's, bit for bit.
+//
+// func name(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+func genKernel512Narrow(e *emitter, mr, nv int) { genKernel512x(e, mr, nv, aRows, false, 64) }
+
+func genKernel512x(e *emitter, mr, nv int, layout aLayout, addends bool, bWidth int) {
 	const unroll = 4
 	name := fmt.Sprintf("kernelAVX512x%dx%d", mr, 16*nv)
 	rowA := layout != aPacked // A read in place
@@ -353,6 +365,13 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout, addends bool) {
 		name += "a"
 		frame += 24 // row, mat, ldm
 	}
+	if bWidth != 16*nv {
+		if layout != aRows || addends || bWidth < 16*nv {
+			panic("asmgen: a narrow kernel is an aRows kernel without addends")
+		}
+		name += "w"
+	}
+	bStep := 4 * bWidth // bytes B advances per step along k
 	nacc := mr * nv
 	breg := func(v int) string { return z(nacc + v) }
 	nbc := 32 - nacc - nv // broadcast registers left over
@@ -428,7 +447,7 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout, addends bool) {
 		aStep = 4
 	}
 	for u := 0; u < unroll; u++ {
-		step(u*aStep, u*nv*64)
+		step(u*aStep, u*bStep)
 		switch {
 		case layout == aPacked:
 			e.i("PREFETCHT0 %d(AX)", 1024+64*u)
@@ -460,7 +479,7 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout, addends bool) {
 		e.i("ADDQ $%d, R9", unroll*aStep)
 		e.i("ADDQ $%d, R11", unroll*aStep)
 	}
-	e.i("ADDQ $%d, BX", unroll*nv*64)
+	e.i("ADDQ $%d, BX", unroll*bStep)
 	e.i("DECQ DX")
 	e.i("JNZ %s_loop", name)
 	e.l(name + "_tail")
@@ -477,7 +496,7 @@ func genKernel512x(e *emitter, mr, nv int, layout aLayout, addends bool) {
 	default:
 		e.i("ADDQ $%d, AX", aStep)
 	}
-	e.i("ADDQ $%d, BX", nv*64)
+	e.i("ADDQ $%d, BX", bStep)
 	e.i("DECQ CX")
 	e.i("JNZ %s_tailloop", name)
 
