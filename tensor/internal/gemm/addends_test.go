@@ -77,10 +77,6 @@ func TestAddends(t *testing.T) {
 							if add.Row != nil {
 								want[i*ldc+j] += add.Row[j]
 							}
-						}
-					}
-					for i := range s.m {
-						for j := range s.n {
 							if add.Mat != nil {
 								want[i*ldc+j] += add.Mat[i*ldm+j]
 							}

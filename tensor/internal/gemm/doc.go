@@ -22,9 +22,9 @@
 //     each block of C as the blocked path finishes it ([SgemmEpilogue]);
 //     a bias row and a residual matrix are added in the kernel, before a
 //     tile is stored, where it reads A in place, and on each block
-//     otherwise ([SgemmFused], [Addends]). A product by a triangular matrix (attention's
-//     probabilities under a causal mask) skips the zero triangle sliver by
-//     sliver ([SgemmTriangular]). Transposed operands are handled by the packing
+//     otherwise ([SgemmFused], [Addends]). A product by a triangular
+//     matrix (attention's probabilities under a causal mask) skips the
+//     zero triangle sliver by sliver ([SgemmTriangular]). Transposed operands are handled by the packing
 //     routines (in-register 16×16 or 8×8 transposes, or row-order copies),
 //     so all four transpose combinations run the same micro-kernel. A
 //     product with very few columns and many rows is computed as its

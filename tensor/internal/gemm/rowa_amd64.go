@@ -91,7 +91,7 @@ func (g *Impl) lowerNT(m, k int, alpha float32, a []float32, lda int, b []float3
 		// is the same on every width).
 		cols := min(m, i0+rowAMr)
 		kern := g.rowA
-		if g.rowA != nil && g.narrowLower {
+		if g.narrowLower {
 			switch (cols + 15) / 16 {
 			case 1:
 				kern = kernelAVX512x6x16rw
