@@ -30,6 +30,12 @@
 // stages per rank, or zb), each split over -tp ranks, each -batch cut into
 // -microbatches; -recompute recomputes activations in backward.
 //
+// Without pipeline or tensor parallelism, -microbatches N runs each
+// replica's batch as N parts, forward and backward one after another, the
+// gradients accumulating before the one update (gradient accumulation):
+// the same step to float32 rounding, with a part's activations in memory
+// at a time instead of the whole batch's.
+//
 // -batch is the number of sequences per data-parallel replica and step,
 // whatever the pipeline and tensor sizes: -pp 2 on 2 ranks trains on the
 // 32 windows a single process trains on, and follows its loss curve to
@@ -132,7 +138,7 @@ func main() {
 	flag.IntVar(&c.dp, "dp", 0, "data-parallel replicas (default: ranks / (pp·tp))")
 	flag.IntVar(&c.pp, "pp", 1, "pipeline stages (ranks per pipeline)")
 	flag.IntVar(&c.tp, "tp", 1, "tensor-parallel ranks per stage")
-	flag.IntVar(&c.microbatches, "microbatches", 0, "microbatches per step in the pipeline (default: 2·pp, or 1 without a pipeline)")
+	flag.IntVar(&c.microbatches, "microbatches", 0, "microbatches per step: the pipeline's (default 2·pp), or without one the batch run in that many parts whose gradients accumulate (default 1)")
 	flag.StringVar(&c.schedule, "schedule", "1f1b", "pipeline schedule: gpipe, 1f1b, interleaved or zb")
 	flag.IntVar(&c.virtual, "virtual", 0, "stages per pipeline rank for -schedule interleaved (default 2)")
 	flag.BoolVar(&c.recompute, "recompute", false, "recompute each stage's activations in backward instead of keeping them")
@@ -197,6 +203,9 @@ func (c config) layout(world int) (config, error) {
 		if c.pp > 1 {
 			c.microbatches = 2 * c.pp
 		}
+	}
+	if c.batch%c.microbatches != 0 {
+		return c, fmt.Errorf("-microbatches %d do not divide a batch of %d sequences per data-parallel replica", c.microbatches, c.batch)
 	}
 	return c, nil
 }

@@ -356,6 +356,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"stages without ranks", func(c *config) { c.data = opticks(t); c.pp = 2 }, "-pp 2 × -tp 1 does not divide the 1 ranks"},
 		{"replicas without ranks", func(c *config) { c.data = opticks(t); c.dp = 2 }, "-dp 2 × -pp 1 × -tp 1 = 2 ranks, but the job has 1"},
 		{"checkpoint-every", func(c *config) { c.ckptDir, c.ckptEvery = t.TempDir(), 0 }, "-checkpoint-every 0"},
+		{"microbatches", func(c *config) { c.data = opticks(t); c.batch, c.microbatches = 4, 3 }, "-microbatches 3 do not divide a batch of 4 sequences"},
 		{"missing text", func(c *config) { c.data = filepath.Join(t.TempDir(), "none.txt") }, "none.txt"},
 		{"missing init", func(c *config) { c.data = opticks(t); c.init = filepath.Join(t.TempDir(), "w.bin") }, "w.bin.json"},
 	} {

@@ -61,7 +61,7 @@ type trainer interface {
 // otherwise. Every rank passes a model with the same weights.
 func newTrainer(ctx context.Context, c config, pg dist.ProcessGroup, model *models.GPT) (trainer, error) {
 	if c.pp == 1 && c.tp == 1 {
-		return newReplicated(ctx, model, pg)
+		return newReplicated(ctx, model, pg, c.microbatches)
 	}
 	return newStaged(ctx, c, pg, model)
 }
@@ -97,23 +97,31 @@ func setSteps(opt *optim.Adam, steps int64) error {
 // ddp averages the gradients over the ranks during backward (bucket by
 // bucket, overlapped with the layers still computing), so every replica
 // takes the same AdamW step.
+//
+// With microbatches > 1 each replica runs its batch as that many equal
+// micro-batches, forward and backward one after another, the gradients
+// accumulating (gradient accumulation), and ddp averages them during the
+// last backward only. The step is the whole batch's within float32
+// rounding; a micro-batch's activations are kept at a time, not the
+// whole batch's.
 type replicated struct {
-	model  *models.GPT
-	ddp    *ddp.Model
-	pg     dist.ProcessGroup
-	names  []string // parameter names, in optimizer order
-	params []*autograd.Var
-	opt    *optim.Adam
+	model        *models.GPT
+	ddp          *ddp.Model
+	pg           dist.ProcessGroup
+	names        []string // parameter names, in optimizer order
+	params       []*autograd.Var
+	opt          *optim.Adam
+	microbatches int
 }
 
 // newReplicated copies rank 0's weights to every rank and builds the
 // optimizer.
-func newReplicated(ctx context.Context, model *models.GPT, pg dist.ProcessGroup) (*replicated, error) {
+func newReplicated(ctx context.Context, model *models.GPT, pg dist.ProcessGroup, microbatches int) (*replicated, error) {
 	m, err := ddp.WrapModule(ctx, model, pg, ddp.Options{GradientAsBucketView: true})
 	if err != nil {
 		return nil, err
 	}
-	r := &replicated{model: model, ddp: m, pg: pg}
+	r := &replicated{model: model, ddp: m, pg: pg, microbatches: max(microbatches, 1)}
 	for _, p := range model.NamedParameters() {
 		r.names = append(r.names, p.Name)
 		r.params = append(r.params, p.Param)
@@ -132,17 +140,36 @@ func (r *replicated) describe() string {
 }
 
 func (r *replicated) forwardBackward(ctx context.Context, x, y []int64) (float64, error) {
-	m := r.model
+	m, n := r.model, r.microbatches
 	r.opt.ZeroGrad()
-	logits, err := r.ddp.Call(ctx, func() *autograd.Var { return m.Forward(x, len(x)/m.Config.Ctx, m.Config.Ctx) })
-	if err != nil {
-		return 0, err
+	size := len(x) / n // tokens per micro-batch (config.layout checked that n divides the batch)
+	total := 0.0
+	for i := range n {
+		xi, yi := x[i*size:(i+1)*size], y[i*size:(i+1)*size]
+		pass := func() error {
+			logits, err := r.ddp.Call(ctx, func() *autograd.Var { return m.Forward(xi, size/m.Config.Ctx, m.Config.Ctx) })
+			if err != nil {
+				return err
+			}
+			loss := m.Loss(logits, yi)
+			total += float64(loss.Value.Item())
+			if n > 1 {
+				// Each micro-batch's mean counts for its share of the batch.
+				loss = autograd.Scale(loss, 1/float32(n))
+			}
+			return r.ddp.Backward(ctx, loss)
+		}
+		var err error
+		if i < n-1 {
+			err = r.ddp.NoSync(pass) // the last backward averages the sums
+		} else {
+			err = pass()
+		}
+		if err != nil {
+			return 0, err
+		}
 	}
-	loss := m.Loss(logits, y)
-	if err := r.ddp.Backward(ctx, loss); err != nil {
-		return 0, err
-	}
-	return float64(loss.Value.Item()), nil
+	return total / float64(n), nil
 }
 
 func (r *replicated) update(context.Context) error {

@@ -123,6 +123,8 @@ func TestLayoutsEqualOneProcess(t *testing.T) {
 		layout func(*config)
 	}{
 		{"dp=2", 2, func(c *config) {}},
+		{"microbatches=4", 1, func(c *config) { c.microbatches = 4 }},
+		{"dp=2/microbatches=2", 2, func(c *config) { c.microbatches = 2 }},
 		{"pp=2/gpipe", 2, func(c *config) { c.pp, c.schedule = 2, "gpipe" }},
 		{"pp=2/1f1b", 2, func(c *config) { c.pp, c.schedule = 2, "1f1b" }},
 		{"pp=2/interleaved", 2, func(c *config) { c.pp, c.schedule = 2, "interleaved" }},
@@ -244,7 +246,7 @@ func TestSaveLoadsBack(t *testing.T) {
 			var mu sync.Mutex
 			var v float64
 			disttest.Run(t, 1, func(t *testing.T, pg dist.ProcessGroup) {
-				tr, err := newReplicated(disttest.Context(t, time.Minute), m, pg)
+				tr, err := newReplicated(disttest.Context(t, time.Minute), m, pg, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
