@@ -85,11 +85,14 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"slices"
+	"strings"
 	"syscall"
 
 	"cohort/datasets"
 	"cohort/dist"
 	"cohort/models"
+	"cohort/pipeline"
 )
 
 type config struct {
@@ -185,10 +188,13 @@ func (c config) validate() error {
 }
 
 // layout completes the layout for a world of ranks: pipeline and tensor
-// sizes 1 when unset, the data-parallel size and the number of
-// microbatches.
+// sizes 1 when unset, the data-parallel size, the schedule and the number
+// of microbatches.
 func (c config) layout(world int) (config, error) {
 	c.pp, c.tp = max(c.pp, 1), max(c.tp, 1)
+	if c.schedule == "" {
+		c.schedule = "1f1b"
+	}
 	if world%(c.pp*c.tp) != 0 {
 		return c, fmt.Errorf("-pp %d × -tp %d does not divide the %d ranks", c.pp, c.tp, world)
 	}
@@ -204,8 +210,23 @@ func (c config) layout(world int) (config, error) {
 			c.microbatches = 2 * c.pp
 		}
 	}
-	if c.pp == 1 && c.tp == 1 && c.batch%c.microbatches != 0 { // package layout checks the others
-		return c, fmt.Errorf("-microbatches %d do not divide a batch of %d sequences per data-parallel replica", c.microbatches, c.batch)
+	if c.pp == 1 && c.tp == 1 { // package layout checks the other layouts
+		if c.batch%c.microbatches != 0 {
+			return c, fmt.Errorf("-microbatches %d do not divide a batch of %d sequences per data-parallel replica", c.microbatches, c.batch)
+		}
+		// Pure data parallelism has no pipeline: flags for one would do
+		// nothing, which the user should hear rather than find out.
+		if !slices.Contains(pipeline.Names(), c.schedule) {
+			return c, fmt.Errorf("-schedule %q: unknown (have %s)", c.schedule, strings.Join(pipeline.Names(), ", "))
+		}
+		switch {
+		case c.schedule != "1f1b":
+			return c, fmt.Errorf("-schedule %s needs pipeline stages (-pp 2 or more); this layout has none", c.schedule)
+		case c.virtual != 0:
+			return c, fmt.Errorf("-virtual %d needs pipeline stages (-pp 2 or more and -schedule interleaved); this layout has none", c.virtual)
+		case c.recompute:
+			return c, fmt.Errorf("-recompute needs pipeline or tensor parallelism (-pp or -tp 2 or more); this layout has neither")
+		}
 	}
 	return c, nil
 }

@@ -357,6 +357,10 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"replicas without ranks", func(c *config) { c.data = opticks(t); c.dp = 2 }, "-dp 2 × -pp 1 × -tp 1 = 2 ranks, but the job has 1"},
 		{"checkpoint-every", func(c *config) { c.ckptDir, c.ckptEvery = t.TempDir(), 0 }, "-checkpoint-every 0"},
 		{"microbatches", func(c *config) { c.data = opticks(t); c.batch, c.microbatches = 4, 3 }, "-microbatches 3 do not divide a batch of 4 sequences"},
+		{"unknown schedule", func(c *config) { c.data = opticks(t); c.schedule = "1f2b" }, `-schedule "1f2b": unknown (have gpipe, 1f1b`},
+		{"schedule without stages", func(c *config) { c.data = opticks(t); c.schedule = "zb" }, "-schedule zb needs pipeline stages"},
+		{"virtual without stages", func(c *config) { c.data = opticks(t); c.virtual = 2 }, "-virtual 2 needs pipeline stages"},
+		{"recompute without stages", func(c *config) { c.data = opticks(t); c.recompute = true }, "-recompute needs pipeline or tensor parallelism"},
 		{"missing text", func(c *config) { c.data = filepath.Join(t.TempDir(), "none.txt") }, "none.txt"},
 		{"missing init", func(c *config) { c.data = opticks(t); c.init = filepath.Join(t.TempDir(), "w.bin") }, "w.bin.json"},
 	} {
