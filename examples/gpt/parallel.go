@@ -136,7 +136,11 @@ func newReplicated(ctx context.Context, model *models.GPT, pg dist.ProcessGroup,
 func (r *replicated) replica() (int, int) { return r.pg.Rank(), r.pg.Size() }
 
 func (r *replicated) describe() string {
-	return fmt.Sprintf("data parallel over %d rank(s) (ddp)", r.pg.Size())
+	s := fmt.Sprintf("data parallel over %d rank(s) (ddp)", r.pg.Size())
+	if r.microbatches > 1 {
+		s += fmt.Sprintf(", each batch in %d micro-batches (gradients accumulated)", r.microbatches)
+	}
+	return s
 }
 
 func (r *replicated) forwardBackward(ctx context.Context, x, y []int64) (float64, error) {

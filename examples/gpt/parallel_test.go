@@ -151,6 +151,9 @@ func TestLayoutsEqualOneProcess(t *testing.T) {
 					t.Errorf("rank %d printed %q; only rank 0 reports", rank, got.outs[rank].String())
 				}
 			}
+			if want := fmt.Sprintf("each batch in %d micro-batches", c.microbatches); c.pp <= 1 && c.tp <= 1 && c.microbatches > 1 && !strings.Contains(got.outs[0].String(), want) {
+				t.Errorf("rank 0's report %q does not say %q", got.outs[0].String(), want)
+			}
 			if want := fmt.Sprintf("val loss: %.4f\n", got.ranks[0].val[steps]); !strings.HasSuffix(got.outs[0].String(), want) {
 				t.Errorf("rank 0's report ends %q, want %q", got.outs[0].String(), want)
 			}
