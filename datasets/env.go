@@ -15,6 +15,7 @@ import (
 // This file is the only place the package consults the environment:
 //
 //	COHORT_MNIST_DIR   directory of the MNIST files (LoadMNIST with dir "")
+//	OPTICKS            the Opticks text (OpticksPath), as for the PyTorch anchor
 //	GOMODCACHE, GOPATH where the Go module cache is, when `go` cannot say
 //	`go env GOROOT`    the Go installation, for GoRootFile
 //	`go list -m`       the directory of the module shipping MNIST
@@ -51,9 +52,17 @@ func GoRootFile(ctx context.Context, rel string) (string, error) {
 	return p, nil
 }
 
-// OpticksPath returns the path of Isaac Newton's Opticks in the Go
-// installation (see GoRootFile).
+// OpticksPath returns the path of Isaac Newton's Opticks: the file named
+// by $OPTICKS when it is set (the variable the PyTorch anchor reads), so
+// that a prebuilt binary runs on a machine without Go, else the copy in the
+// Go installation (see GoRootFile).
 func OpticksPath(ctx context.Context) (string, error) {
+	if p := os.Getenv("OPTICKS"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("datasets: $OPTICKS: %w", err)
+		}
+		return p, nil
+	}
 	return GoRootFile(ctx, "src/testdata/Isaac.Newton-Opticks.txt")
 }
 
