@@ -18,6 +18,8 @@
 #
 # Environment (defaults in brackets):
 #   PYTHON      [/usr/bin/python3]  a Python with torch
+#   COHORT_BIN  []                  a prebuilt cohort binary, run instead of one built
+#                                   with go (for a machine without Go)
 #   WORLDS      [2 4]
 #   TRANSPORTS  [shm tcp]           cohort transports to measure
 #   SIZES       [4096 65536 1048576 16777216 67108864]  bytes
@@ -61,7 +63,9 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$root" && go build -o "$work/cohort" ./cmd/cohort)
+# shellcheck source=build.sh
+source "$root/bench/build.sh"
+cohort_build "$root" "$work/cohort"
 if [[ $mpi == 1 ]]; then
 	mpicc -O2 -o "$work/mpi_allreduce" "$anchors/mpi_allreduce.c"
 fi

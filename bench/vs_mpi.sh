@@ -33,6 +33,8 @@
 #   SEED        [12]             for the size order
 #   STRICT      [0]
 #   PYTHON      [python3]        any Python 3 (for shuffling and the summary)
+#   COHORT_BIN  []               a prebuilt cohort binary, run instead of one built
+#                                with go (for a machine without Go)
 #   BASELINE    []               another cohort checkout (say, the last commit's,
 #                                from git worktree or git archive): measured in the
 #                                same rounds, right before this one, as "base-*"
@@ -64,7 +66,9 @@ elif ! command -v mpicc >/dev/null; then
 fi
 
 echo "vs_mpi: $(grep -m1 'model name' /proc/cpuinfo | sed 's/.*: //'), CPU family $(grep -m1 'cpu family' /proc/cpuinfo | sed 's/.*: //'), $(nproc) CPUs available; load at start:$(cut -d' ' -f1-3 /proc/loadavg)"
-(cd "$root" && go build -o "$work/cohort" ./cmd/cohort)
+# shellcheck source=build.sh
+source "$root/bench/build.sh"
+cohort_build "$root" "$work/cohort"
 baseline="${BASELINE:-}"
 if [[ -n "$baseline" ]]; then
 	(cd "$baseline" && go build -o "$work/cohort-base" ./cmd/cohort)

@@ -42,6 +42,8 @@
 #
 # Environment (defaults in brackets):
 #   PYTHON       [/usr/bin/python3]  a Python with torch
+#   COHORT_BIN   []                  a prebuilt cohort binary, run instead of one built
+#                                    with go (for a machine without Go; gpt there needs $OPTICKS)
 #   CONFIGS      [mlp:1:noddp mlp:1:ddp mlp:2:ddp cnn:1:noddp cnn:1:ddp cnn:2:ddp
 #                 gpt:1:noddp gpt:1:noddp:2 gpt:2:ddp]
 #   REPEATS      [3]
@@ -133,7 +135,9 @@ fi
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
-(cd "$root" && go build -o "$work/cohort" ./cmd/cohort)
+# shellcheck source=build.sh
+source "$root/bench/build.sh"
+cohort_build "$root" "$work/cohort"
 # shellcheck source=blas_core.sh
 source "$root/bench/blas_core.sh"
 blas_core "$python" "$work" >"$work/blas.txt"
