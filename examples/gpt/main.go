@@ -136,7 +136,7 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 0, "seed of the initial weights and of the data stream (the same on every rank)")
 	flag.IntVar(&c.evalEvery, "eval-every", 100, "validate every N steps (0: only at the end)")
 	flag.IntVar(&c.logEvery, "log-every", 25, "print the training loss every N steps")
-	flag.StringVar(&c.data, "data", os.Getenv("OPTICKS"), "the training text (default $OPTICKS, else Opticks from `go env GOROOT`)")
+	flag.StringVar(&c.data, "data", "", "the training text (default $OPTICKS, else Opticks from `go env GOROOT`)")
 	flag.StringVar(&c.init, "init", "", "initial weights written by gpt_bench.py --dump-init (raw float32 and FILE.json)")
 	flag.IntVar(&c.dp, "dp", 0, "data-parallel replicas (default: ranks / (pp·tp))")
 	flag.IntVar(&c.pp, "pp", 1, "pipeline stages (ranks per pipeline)")
@@ -231,8 +231,9 @@ func (c config) layout(world int) (config, error) {
 	return c, nil
 }
 
-// loadCorpus reads the text at path, or Opticks from the Go installation
-// when path is "", split 90/10 into windows of context bytes.
+// loadCorpus reads the text at path, or when path is "" the Opticks that
+// datasets.OpticksPath finds ($OPTICKS, else the Go installation's), split
+// 90/10 into windows of context bytes.
 func loadCorpus(ctx context.Context, path string, context int) (*datasets.ByteCorpus, error) {
 	if path == "" {
 		p, err := datasets.OpticksPath(ctx)
