@@ -16,41 +16,41 @@ var importRules = []struct {
 	pkg   string
 	allow []string
 }{
-	{"cohort/tensor/...", []string{"cohort/tensor/..."}},
-	{"cohort/autograd", []string{"cohort/tensor"}},
-	{"cohort/nn", []string{"cohort/tensor", "cohort/autograd"}},
-	{"cohort/optim", []string{"cohort/tensor", "cohort/autograd", "cohort/nn"}},
-	{"cohort/models", []string{"cohort/tensor", "cohort/autograd", "cohort/nn"}},
-	{"cohort/data", []string{"cohort/tensor"}},
-	{"cohort/datasets", []string{"cohort/tensor", "cohort/data"}},
-	{"cohort/dist/wire", nil},
-	{"cohort/dist/internal/admit", nil},
-	{"cohort/dist/internal/mpi", nil},
-	{"cohort/dist/grouptest", []string{"cohort/dist"}},
-	{"cohort/dist/transport/...", []string{"cohort/dist/transport/...", "cohort/dist/wire", "cohort/dist/internal/admit"}},
-	{"cohort/dist/store/...", []string{"cohort/dist/store/...", "cohort/dist/wire", "cohort/dist/internal/admit"}},
-	{"cohort/dist/rendezvous", []string{"cohort/dist/store/..."}},
-	{"cohort/dist/collective/...", []string{"cohort/dist/collective/...", "cohort/dist/transport"}},
-	{"cohort/dist/disttest", []string{"cohort/dist", "cohort/dist/...", "cohort/tensor"}},
-	{"cohort/dist/...", []string{"cohort/dist/...", "cohort/dist", "cohort/tensor", "cohort/internal/affinity"}},
-	{"cohort/dist", []string{"cohort/dist/...", "cohort/tensor", "cohort/internal/affinity"}},
-	{"cohort/ddp/reducer", nil},
-	{"cohort/ddp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/ddp/reducer"}},
-	{"cohort/zero", []string{"cohort/internal/wrapcore", "cohort/ddp", "cohort/ddp/reducer", "cohort/dist", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
-	{"cohort/internal/wrapcore", []string{"cohort/dist", "cohort/ddp/reducer", "cohort/nn", "cohort/autograd"}},
-	{"cohort/internal/proctest", []string{"cohort/dist", "cohort/dist/rendezvous", "cohort/launch"}},
-	{"cohort/fsdp", []string{"cohort/internal/wrapcore", "cohort/zero", "cohort/ddp", "cohort/ddp/reducer", "cohort/dist", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
-	{"cohort/tp", []string{"cohort/dist", "cohort/nn", "cohort/autograd", "cohort/tensor", "cohort/models", "cohort/optim"}},
-	{"cohort/pipeline", []string{"cohort/dist", "cohort/autograd", "cohort/tensor"}},
-	{"cohort/checkpoint", []string{"cohort/tensor", "cohort/nn", "cohort/optim"}},
-	{"cohort/layout", []string{"cohort/dist", "cohort/pipeline", "cohort/tp", "cohort/models", "cohort/nn", "cohort/optim", "cohort/autograd", "cohort/tensor"}},
-	{"cohort/obs/...", []string{"cohort/obs/..."}},
-	{"cohort/launch/...", []string{"cohort/launch/...", "cohort/dist/rendezvous", "cohort/dist/store/...", "cohort/internal/affinity"}},
-	{"cohort/internal/affinity", nil},
+	{"github.com/cohortml/cohort/tensor/...", []string{"github.com/cohortml/cohort/tensor/..."}},
+	{"github.com/cohortml/cohort/autograd", []string{"github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/nn", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd"}},
+	{"github.com/cohortml/cohort/optim", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn"}},
+	{"github.com/cohortml/cohort/models", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn"}},
+	{"github.com/cohortml/cohort/data", []string{"github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/datasets", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/data"}},
+	{"github.com/cohortml/cohort/distributed/wire", nil},
+	{"github.com/cohortml/cohort/distributed/internal/admit", nil},
+	{"github.com/cohortml/cohort/distributed/internal/mpi", nil},
+	{"github.com/cohortml/cohort/distributed/grouptest", []string{"github.com/cohortml/cohort/distributed"}},
+	{"github.com/cohortml/cohort/distributed/transport/...", []string{"github.com/cohortml/cohort/distributed/transport/...", "github.com/cohortml/cohort/distributed/wire", "github.com/cohortml/cohort/distributed/internal/admit"}},
+	{"github.com/cohortml/cohort/distributed/store/...", []string{"github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/distributed/wire", "github.com/cohortml/cohort/distributed/internal/admit"}},
+	{"github.com/cohortml/cohort/distributed/rendezvous", []string{"github.com/cohortml/cohort/distributed/store/..."}},
+	{"github.com/cohortml/cohort/distributed/collective/...", []string{"github.com/cohortml/cohort/distributed/collective/...", "github.com/cohortml/cohort/distributed/transport"}},
+	{"github.com/cohortml/cohort/distributed/distributedtest", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/distributed/...", []string{"github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/internal/affinity"}},
+	{"github.com/cohortml/cohort/distributed", []string{"github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/internal/affinity"}},
+	{"github.com/cohortml/cohort/ddp/reducer", nil},
+	{"github.com/cohortml/cohort/ddp", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/ddp/reducer"}},
+	{"github.com/cohortml/cohort/zero", []string{"github.com/cohortml/cohort/internal/wrapcore", "github.com/cohortml/cohort/ddp", "github.com/cohortml/cohort/ddp/reducer", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/internal/wrapcore", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/ddp/reducer", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd"}},
+	{"github.com/cohortml/cohort/internal/proctest", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/launch"}},
+	{"github.com/cohortml/cohort/fsdp", []string{"github.com/cohortml/cohort/internal/wrapcore", "github.com/cohortml/cohort/zero", "github.com/cohortml/cohort/ddp", "github.com/cohortml/cohort/ddp/reducer", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/tp", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/optim"}},
+	{"github.com/cohortml/cohort/pipeline", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/checkpoint", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim"}},
+	{"github.com/cohortml/cohort/layout", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/pipeline", "github.com/cohortml/cohort/tp", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
+	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
+	{"github.com/cohortml/cohort/internal/affinity", nil},
 }
 
 // coreTrees must never reach the distributed layer, even indirectly.
-var coreTrees = []string{"cohort/tensor/...", "cohort/autograd", "cohort/nn", "cohort/optim", "cohort/data", "cohort/datasets", "cohort/models"}
+var coreTrees = []string{"github.com/cohortml/cohort/tensor/...", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/data", "github.com/cohortml/cohort/datasets", "github.com/cohortml/cohort/models"}
 
 type listedPkg struct {
 	ImportPath string
@@ -87,12 +87,12 @@ func listPackages(t *testing.T) []listedPkg {
 
 func TestImportRules(t *testing.T) {
 	for _, p := range listPackages(t) {
-		if !strings.HasPrefix(p.ImportPath, "cohort/") {
+		if !strings.HasPrefix(p.ImportPath, "github.com/cohortml/cohort/") {
 			continue
 		}
 		// Test helper packages are for _test.go files only.
 		for _, imp := range p.Imports {
-			if strings.HasPrefix(imp, "cohort/") && strings.HasSuffix(imp, "test") && !strings.HasSuffix(p.ImportPath, "test") {
+			if strings.HasPrefix(imp, "github.com/cohortml/cohort/") && strings.HasSuffix(imp, "test") && !strings.HasSuffix(p.ImportPath, "test") {
 				t.Errorf("%s imports test helper %s outside _test.go files", p.ImportPath, imp)
 			}
 		}
@@ -103,7 +103,7 @@ func TestImportRules(t *testing.T) {
 				continue
 			}
 			for _, imp := range p.Imports {
-				if !strings.HasPrefix(imp, "cohort/") {
+				if !strings.HasPrefix(imp, "github.com/cohortml/cohort/") {
 					continue
 				}
 				ok := false
@@ -124,7 +124,7 @@ func TestImportRules(t *testing.T) {
 				continue
 			}
 			for _, d := range p.Deps {
-				if matches("cohort/dist/...", d) || d == "cohort/dist" || d == "cohort/ddp" || matches("cohort/launch/...", d) {
+				if matches("github.com/cohortml/cohort/distributed/...", d) || d == "github.com/cohortml/cohort/distributed" || d == "github.com/cohortml/cohort/ddp" || matches("github.com/cohortml/cohort/launch/...", d) {
 					t.Errorf("core package %s depends on distributed package %s", p.ImportPath, d)
 				}
 			}

@@ -1,4 +1,4 @@
-module cohort
+module github.com/cohortml/cohort
 
 go 1.26.8
 

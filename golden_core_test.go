@@ -6,11 +6,11 @@ import (
 	"sort"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // coreGoldenRunners covers tensor, autograd and nn ops.

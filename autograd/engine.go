@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // node records how a non-leaf Var was computed: its inputs and the

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 func mustPanic(t *testing.T, f func(), fragments ...string) {

@@ -3,7 +3,7 @@ package autograd
 import (
 	"testing"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // TestFusedOps checks each fused op against the composition of the ops it

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 7)) }

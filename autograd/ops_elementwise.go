@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Elementwise ops. Binary ops broadcast like tensor.Add; their backward

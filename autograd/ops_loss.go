@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Reduction says how a loss combines per-sample values.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"slices"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // MatMul returns the matrix product of a [..., m, k] and b [..., k, n]

@@ -5,7 +5,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Neural-network ops: convolution, pooling, softmax, embedding, dropout,

@@ -3,7 +3,7 @@ package autograd
 import (
 	"fmt"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Reductions and view ops. Views share storage with their input (as the

@@ -5,7 +5,7 @@ import (
 	"runtime"
 	"testing"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // recycleChain is a Linear chain as nn.Sequential builds it, with the

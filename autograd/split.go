@@ -4,7 +4,7 @@ import (
 	"container/heap"
 	"fmt"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // deferredNode is a node whose weight gradients BackwardSplit's weight

@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // splitNet is a small transformer-like graph: a tied embedding, a Linear

@@ -3,7 +3,7 @@ package autograd
 import (
 	"fmt"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Var is a tensor in the autograd graph: a leaf (parameter or input) or the

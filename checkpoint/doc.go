@@ -51,6 +51,6 @@
 //
 // The package uses no process group: Save needs only a Group (rank, size,
 // barrier), so it works in tests with goroutine ranks and in programs
-// with a dist.ProcessGroup (see NewGroup). Shard files and the manifest
+// with a distributed.ProcessGroup (see NewGroup). Shard files and the manifest
 // must be on a file system every rank sees.
 package checkpoint

@@ -7,9 +7,9 @@ import (
 	"os"
 	"path/filepath"
 
-	"cohort/checkpoint"
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 // A training loop saves its state every few steps and, on start, resumes

@@ -8,9 +8,9 @@ import (
 	"path/filepath"
 	"strings"
 
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // ErrChecksum is wrapped by the error for a shard file whose size or

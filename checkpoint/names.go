@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // ErrKeys is wrapped by the error a load returns when the file's tensor

@@ -12,8 +12,8 @@ import (
 	"strconv"
 	"testing"
 
-	"cohort/models"
-	"cohort/nn"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 )
 
 // gptKeys is the state_dict() of the anchor GPT-mini (gpt_mini.py) with

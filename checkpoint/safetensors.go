@@ -33,7 +33,7 @@ import (
 	"strconv"
 	"unicode/utf8"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // MaxHeaderBytes is the largest JSON header accepted, the reference

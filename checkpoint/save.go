@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"strings"
 
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 // ErrNoCheckpoint is returned by Latest when a directory holds no complete
@@ -25,7 +25,7 @@ var ErrNoCheckpoint = errors.New("checkpoint: no complete checkpoint")
 // Group is what Save needs from the job: this process's rank, the world
 // size and a barrier that returns once every rank has entered it (or
 // fails, bounded by ctx). Every rank of the group calls Save with the same
-// dir and step. A dist.ProcessGroup fits with
+// dir and step. A distributed.ProcessGroup fits with
 //
 //	checkpoint.NewGroup(pg.Rank(), pg.Size(), func(ctx context.Context) error { return pg.Barrier(ctx).Wait() })
 type Group interface {

@@ -15,17 +15,17 @@ import (
 	"syscall"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/data"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/data"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // pgGroup adapts a process group as the examples do.
-func pgGroup(pg dist.ProcessGroup) Group {
+func pgGroup(pg distributed.ProcessGroup) Group {
 	return NewGroup(pg.Rank(), pg.Size(), func(ctx context.Context) error { return pg.Barrier(ctx).Wait() })
 }
 
@@ -49,7 +49,7 @@ func TestSaveLoadAcrossWorlds(t *testing.T) {
 				sizes["n=1<<20+3"] = 1<<20 + 3
 			}
 			dir := t.TempDir()
-			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				s := &Snapshot{Step: 42, Local: map[string]any{"rank": pg.Rank()}, Meta: map[string]any{"note": "from rank " + fmt.Sprint(pg.Rank())}}
 				for name, n := range sizes {
 					full := fullValues(name, n)
@@ -408,7 +408,7 @@ func checkIntact(t *testing.T, dir string, step int64) {
 func TestDiskFullInjected(t *testing.T) {
 	dir := t.TempDir()
 	s := newTrainState(t, 1)
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		snap := &Snapshot{Step: 1}
 		if pg.Rank() == 0 {
 			snap = s.snapshot(1)
@@ -419,7 +419,7 @@ func TestDiskFullInjected(t *testing.T) {
 	})
 	s.step()
 	errs := make([]error, 2)
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		snap := s.snapshot(2)
 		var o Options
 		if pg.Rank() == 1 {

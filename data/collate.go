@@ -5,7 +5,7 @@ import (
 	"math"
 	"slices"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Batch is a collated batch of samples.

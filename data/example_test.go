@@ -4,8 +4,8 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/data"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/data"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Each rank builds the same sampler with its own rank; the loader yields

@@ -11,7 +11,7 @@ import (
 	"testing"
 	"testing/synctest"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // seqDataset is a test dataset: sample i has shape [2, 3] holding

@@ -3,7 +3,7 @@ package data
 import (
 	"fmt"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // TensorDataset serves the rows of a tensor (PyTorch's TensorDataset):

@@ -10,7 +10,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 // CSVOptions configures ReadCSV. The zero value reads a headerless,

@@ -12,7 +12,7 @@ import (
 	"testing"
 	"time"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 func TestCSV(t *testing.T) {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 // ByteCorpus is a byte-level language-modelling corpus split the way the

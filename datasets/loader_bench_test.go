@@ -5,7 +5,7 @@ import (
 	"sync"
 	"testing"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 var (

@@ -11,7 +11,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 // IDX magic numbers: two zero bytes, the element type (0x08 = unsigned

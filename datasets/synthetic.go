@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"math"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 // maxSyntheticElems bounds a synthetic dataset (4 GiB of float32).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 // Text serves byte-level language-model windows over a byte string: sample

@@ -8,10 +8,10 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/nn"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 )
 
 // TestPlainAutogradBackward: after Call, plain autograd.Backward leaves
@@ -26,7 +26,7 @@ func TestPlainAutogradBackward(t *testing.T) {
 				}
 				want := gradsAfterOneStep(t, world, o)
 				data := newDataset(6, 100, 5, 12)
-				errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+				errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 					ctx := context.Background()
 					net := newMLP(uint64(pg.Rank()), 12, 16, 16, 5)
 					m, err := Wrap(ctx, net, pg, o())
@@ -64,7 +64,7 @@ func TestPlainAutogradBackward(t *testing.T) {
 // TestWrapModuleGPT: a module whose forward takes token ids is wrapped
 // with WrapModule and driven with Call; Forward names the problem.
 func TestWrapModuleGPT(t *testing.T) {
-	errs := runDist(t, 2, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, 2, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		cfg := models.GPTConfig{Vocab: 16, Ctx: 8, NLayer: 1, D: 16, NHead: 2}
 		g, err := models.NewGPT(rand.New(rand.NewPCG(1, 2)), cfg)

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // HalfFormat is a 16-bit floating-point wire format.
@@ -59,11 +59,11 @@ func NewFP16Hook() *CompressHook { return &CompressHook{Format: FP16} }
 func NewBF16Hook() *CompressHook { return &CompressHook{Format: BF16} }
 
 // Start implements CommHook.
-func (h *CompressHook) Start(ctx context.Context, pg dist.ProcessGroup, b *Bucket) Reduction {
-	enc, dec := dist.FP16FromFloat32, dist.FP16ToFloat32
-	wrap := dist.FP16
+func (h *CompressHook) Start(ctx context.Context, pg distributed.ProcessGroup, b *Bucket) Reduction {
+	enc, dec := distributed.FP16FromFloat32, distributed.FP16ToFloat32
+	wrap := distributed.FP16
 	if h.Format == BF16 {
-		enc, dec, wrap = dist.BF16FromFloat32, dist.BF16ToFloat32, dist.BF16
+		enc, dec, wrap = distributed.BF16FromFloat32, distributed.BF16ToFloat32, distributed.BF16
 	}
 	n := len(b.Grad)
 	wire := scratch16(&h.wire, b.Index, n)
@@ -86,7 +86,7 @@ func (h *CompressHook) Start(ctx context.Context, pg dist.ProcessGroup, b *Bucke
 		return newDoneReduction()
 	}
 	if !h.ViaAllGather {
-		w := pg.AllReduce(ctx, wrap(wire), dist.Sum)
+		w := pg.AllReduce(ctx, wrap(wire), distributed.Sum)
 		return &workReduction{work: w, finish: func() error {
 			if err := w.Wait(); err != nil {
 				return fmt.Errorf("ddp: bucket %d: %v all-reduce of %d gradients: %w", b.Index, h.Format, n, err)

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/transport/inproc"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/transport/inproc"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // BenchmarkOverhead measures what DDP costs on a single rank: the anchor
@@ -46,7 +46,7 @@ func BenchmarkOverhead(b *testing.B) {
 				for j := range y {
 					y[j] = int64(rng.IntN(10))
 				}
-				pg, err := dist.New(inproc.NewMesh(1)[0], dist.GroupOptions{})
+				pg, err := distributed.New(inproc.NewMesh(1)[0], distributed.GroupOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -169,7 +169,7 @@ func BenchmarkWorld2(b *testing.B) {
 				}
 				ranks := make([]*rankState, world)
 				for r := range ranks {
-					pg, err := dist.New(mesh[r], dist.GroupOptions{})
+					pg, err := distributed.New(mesh[r], distributed.GroupOptions{})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -257,7 +257,7 @@ func BenchmarkVerifyReplicas(b *testing.B) {
 	ms := make([]*Model, world)
 	errc := make(chan error, world)
 	for r := range world {
-		pg, err := dist.New(mesh[r], dist.GroupOptions{})
+		pg, err := distributed.New(mesh[r], distributed.GroupOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

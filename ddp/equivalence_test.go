@@ -9,11 +9,11 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 // The central property: DDP over N ranks with batch b per rank gives the
@@ -104,7 +104,7 @@ func (c trainCfg) reference(t *testing.T) [][]float32 {
 }
 
 // rank trains one DDP rank and returns its final parameters.
-func (c trainCfg) rank(pg dist.ProcessGroup) ([][]float32, *Model, error) {
+func (c trainCfg) rank(pg distributed.ProcessGroup) ([][]float32, *Model, error) {
 	ctx := context.Background()
 	r := pg.Rank()
 	net := c.net(uint64(100 + r)) // every rank starts elsewhere: Wrap must fix it
@@ -161,7 +161,7 @@ func (c trainCfg) run(t *testing.T) []*Model {
 	want := c.reference(t)
 	got := make([][][]float32, c.world)
 	models := make([]*Model, c.world)
-	errs := runDist(t, c.world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, c.world, func(pg distributed.ProcessGroup) error {
 		var err error
 		got[pg.Rank()], models[pg.Rank()], err = c.rank(pg)
 		return err
@@ -331,7 +331,7 @@ func TestJoinBodyError(t *testing.T) {
 	const world = 3
 	boom := fmt.Errorf("data loader broke")
 	start := time.Now()
-	errs := runDistTimeout(t, world, 20*time.Second, func(pg dist.ProcessGroup) error {
+	errs := runDistTimeout(t, world, 20*time.Second, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		m, err := Wrap(ctx, newMLP(1, 4, 5, 3), pg, Options{})
 		if err != nil {

@@ -6,14 +6,14 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/transport/inproc"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/transport/inproc"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Two ranks (goroutines here; processes under `cohort run`) train the
@@ -28,7 +28,7 @@ func Example() {
 	for rank := range world {
 		wg.Go(func() {
 			ctx := context.Background()
-			pg, err := dist.New(mesh[rank], dist.GroupOptions{})
+			pg, err := distributed.New(mesh[rank], distributed.GroupOptions{})
 			if err != nil {
 				panic(err)
 			}

@@ -8,8 +8,8 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/disttest"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
 )
 
 // fakeHub is a minimal in-memory process group for the reducer's unit
@@ -31,8 +31,8 @@ type fakeOp struct {
 	kind    string
 	avg     bool
 	root    int
-	ins     []dist.Buffer
-	outs    []dist.Buffer
+	ins     []distributed.Buffer
+	outs    []distributed.Buffer
 	arrived int
 	done    chan struct{}
 	err     error
@@ -58,14 +58,14 @@ func newFakeHub(world int) *fakeHub {
 func (g *fakePG) Rank() int { return g.rank }
 func (g *fakePG) Size() int { return g.h.world }
 
-func (g *fakePG) submit(kind string, root int, in, out dist.Buffer) dist.Work {
+func (g *fakePG) submit(kind string, root int, in, out distributed.Buffer) distributed.Work {
 	h := g.h
 	seq := g.seq
 	g.seq++
 	h.mu.Lock()
 	op := h.ops[seq]
 	if op == nil {
-		op = &fakeOp{kind: kind, root: root, ins: make([]dist.Buffer, h.world), outs: make([]dist.Buffer, h.world), done: make(chan struct{})}
+		op = &fakeOp{kind: kind, root: root, ins: make([]distributed.Buffer, h.world), outs: make([]distributed.Buffer, h.world), done: make(chan struct{})}
 		h.ops[seq] = op
 	}
 	if op.kind != kind || op.root != root {
@@ -77,7 +77,7 @@ func (g *fakePG) submit(kind string, root int, in, out dist.Buffer) dist.Work {
 	if last {
 		delete(h.ops, seq)
 		if seq == h.failAt {
-			op.err = fmt.Errorf("fake: op %d failed: %w", seq, dist.ErrAborted)
+			op.err = fmt.Errorf("fake: op %d failed: %w", seq, distributed.ErrAborted)
 		}
 		h.log = append(h.log, kind)
 	}
@@ -102,7 +102,7 @@ func (op *fakeOp) run() error {
 	case "allreduce", "allreduce-avg":
 		op.avg = op.kind == "allreduce-avg"
 		switch op.ins[0].DType {
-		case dist.Float32:
+		case distributed.Float32:
 			sum := make([]float32, n)
 			for _, b := range op.ins {
 				for i, v := range b.Float32s() {
@@ -117,7 +117,7 @@ func (op *fakeOp) run() error {
 			for _, b := range op.ins {
 				copy(b.Float32s(), sum)
 			}
-		case dist.Int64:
+		case distributed.Int64:
 			sum := make([]int64, n)
 			for _, b := range op.ins {
 				for i, v := range b.Int64s() {
@@ -127,10 +127,10 @@ func (op *fakeOp) run() error {
 			for _, b := range op.ins {
 				copy(b.Int64s(), sum)
 			}
-		case dist.Float16, dist.BFloat16:
-			enc, dec := dist.FP16FromFloat32, dist.FP16ToFloat32
-			if op.ins[0].DType == dist.BFloat16 {
-				enc, dec = dist.BF16FromFloat32, dist.BF16ToFloat32
+		case distributed.Float16, distributed.BFloat16:
+			enc, dec := distributed.FP16FromFloat32, distributed.FP16ToFloat32
+			if op.ins[0].DType == distributed.BFloat16 {
+				enc, dec = distributed.BF16FromFloat32, distributed.BF16ToFloat32
 			}
 			sum := make([]float32, n)
 			for _, b := range op.ins {
@@ -150,9 +150,9 @@ func (op *fakeOp) run() error {
 		src := op.ins[op.root]
 		for _, b := range op.ins {
 			switch src.DType {
-			case dist.Float32:
+			case distributed.Float32:
 				copy(b.Float32s(), src.Float32s())
-			case dist.Int64:
+			case distributed.Int64:
 				copy(b.Int64s(), src.Int64s())
 			default:
 				return fmt.Errorf("fake: broadcast of %v", src.DType)
@@ -165,9 +165,9 @@ func (op *fakeOp) run() error {
 			}
 			for r, in := range op.ins {
 				switch in.DType {
-				case dist.Int64:
+				case distributed.Int64:
 					copy(out.Int64s()[r*n:], in.Int64s())
-				case dist.Float32:
+				case distributed.Float32:
 					copy(out.Float32s()[r*n:], in.Float32s())
 				default:
 					copy(out.Uint16s()[r*n:], in.Uint16s())
@@ -178,58 +178,62 @@ func (op *fakeOp) run() error {
 	return nil
 }
 
-func (g *fakePG) AllReduce(ctx context.Context, buf dist.Buffer, op dist.ReduceOp) dist.Work {
+func (g *fakePG) AllReduce(ctx context.Context, buf distributed.Buffer, op distributed.ReduceOp) distributed.Work {
 	switch {
-	case op == dist.Sum:
+	case op == distributed.Sum:
 		return g.submit("allreduce", 0, buf, buf)
-	case op == dist.Avg && buf.DType == dist.Float32:
+	case op == distributed.Avg && buf.DType == distributed.Float32:
 		return g.submit("allreduce-avg", 0, buf, buf)
 	}
 	return g.unsupported(fmt.Sprintf("AllReduce op %d on %v", op, buf.DType))
 }
-func (g *fakePG) Broadcast(ctx context.Context, buf dist.Buffer, root int) dist.Work {
+func (g *fakePG) Broadcast(ctx context.Context, buf distributed.Buffer, root int) distributed.Work {
 	return g.submit("broadcast", root, buf, buf)
 }
-func (g *fakePG) AllGather(ctx context.Context, out, in dist.Buffer) dist.Work {
+func (g *fakePG) AllGather(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	return g.submit("allgather", 0, in, out)
 }
-func (g *fakePG) unsupported(name string) dist.Work {
+func (g *fakePG) unsupported(name string) distributed.Work {
 	op := &fakeOp{done: make(chan struct{}), err: errors.New("fake: " + name + " not implemented")}
 	close(op.done)
 	return fakeWork{op}
 }
-func (g *fakePG) Reduce(context.Context, dist.Buffer, int, dist.ReduceOp) dist.Work {
+func (g *fakePG) Reduce(context.Context, distributed.Buffer, int, distributed.ReduceOp) distributed.Work {
 	return g.unsupported("Reduce")
 }
-func (g *fakePG) ReduceScatter(context.Context, dist.Buffer, dist.Buffer, dist.ReduceOp) dist.Work {
+func (g *fakePG) ReduceScatter(context.Context, distributed.Buffer, distributed.Buffer, distributed.ReduceOp) distributed.Work {
 	return g.unsupported("ReduceScatter")
 }
-func (g *fakePG) AllToAll(context.Context, dist.Buffer, dist.Buffer) dist.Work {
+func (g *fakePG) AllToAll(context.Context, distributed.Buffer, distributed.Buffer) distributed.Work {
 	return g.unsupported("AllToAll")
 }
-func (g *fakePG) Gather(context.Context, dist.Buffer, dist.Buffer, int) dist.Work {
+func (g *fakePG) Gather(context.Context, distributed.Buffer, distributed.Buffer, int) distributed.Work {
 	return g.unsupported("Gather")
 }
-func (g *fakePG) Scatter(context.Context, dist.Buffer, dist.Buffer, int) dist.Work {
+func (g *fakePG) Scatter(context.Context, distributed.Buffer, distributed.Buffer, int) distributed.Work {
 	return g.unsupported("Scatter")
 }
-func (g *fakePG) Send(context.Context, dist.Buffer, int, int) dist.Work { return g.unsupported("Send") }
-func (g *fakePG) Recv(context.Context, dist.Buffer, int, int) dist.Work { return g.unsupported("Recv") }
-func (g *fakePG) Barrier(context.Context) dist.Work                     { return g.unsupported("Barrier") }
-func (g *fakePG) Close() error                                          { return nil }
+func (g *fakePG) Send(context.Context, distributed.Buffer, int, int) distributed.Work {
+	return g.unsupported("Send")
+}
+func (g *fakePG) Recv(context.Context, distributed.Buffer, int, int) distributed.Work {
+	return g.unsupported("Recv")
+}
+func (g *fakePG) Barrier(context.Context) distributed.Work { return g.unsupported("Barrier") }
+func (g *fakePG) Close() error                             { return nil }
 
-var _ dist.ProcessGroup = (*fakePG)(nil)
+var _ distributed.ProcessGroup = (*fakePG)(nil)
 
 // runFake runs fn on world ranks over a fake group, one goroutine each,
 // and returns every rank's error. A run longer than a minute fails the
 // test instead of hanging it.
-func runFake(t *testing.T, world int, fn func(pg dist.ProcessGroup) error) []error {
+func runFake(t *testing.T, world int, fn func(pg distributed.ProcessGroup) error) []error {
 	t.Helper()
 	h := newFakeHub(world)
 	return runHub(t, h, fn)
 }
 
-func runHub(t *testing.T, h *fakeHub, fn func(pg dist.ProcessGroup) error) []error {
+func runHub(t *testing.T, h *fakeHub, fn func(pg distributed.ProcessGroup) error) []error {
 	t.Helper()
 	errs := make([]error, h.world)
 	var wg sync.WaitGroup
@@ -257,16 +261,16 @@ func runHub(t *testing.T, h *fakeHub, fn func(pg dist.ProcessGroup) error) []err
 
 // runDist runs fn on world ranks over the real process group on the
 // in-process transport (disttest) and returns every rank's error.
-func runDist(t *testing.T, world int, fn func(pg dist.ProcessGroup) error) []error {
+func runDist(t *testing.T, world int, fn func(pg distributed.ProcessGroup) error) []error {
 	t.Helper()
 	return runDistTimeout(t, world, 0, fn)
 }
 
 // runDistTimeout is runDist with a per-op timeout (0: disttest's).
-func runDistTimeout(t *testing.T, world int, timeout time.Duration, fn func(pg dist.ProcessGroup) error) []error {
+func runDistTimeout(t *testing.T, world int, timeout time.Duration, fn func(pg distributed.ProcessGroup) error) []error {
 	t.Helper()
 	errs := make([]error, world)
-	disttest.RunWith(t, world, dist.GroupOptions{Timeout: timeout}, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.RunWith(t, world, distributed.GroupOptions{Timeout: timeout}, func(t *testing.T, pg distributed.ProcessGroup) {
 		errs[pg.Rank()] = fn(pg)
 	})
 	return errs

@@ -9,16 +9,16 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 // guardRun trains newMLP(12, 16, 16, 5) for steps SGD steps on every rank
 // of pg with o; after step nudgeAfter (when > 0) the rank nudge adds 1e-3
 // to one element of "2.weight". It returns the steps completed and the
 // first error.
-func guardRun(pg dist.ProcessGroup, o Options, steps, nudge, nudgeAfter int) (int, error) {
+func guardRun(pg distributed.ProcessGroup, o Options, steps, nudge, nudgeAfter int) (int, error) {
 	ctx := context.Background()
 	net := newMLP(uint64(pg.Rank()), 12, 16, 16, 5)
 	m, err := Wrap(ctx, net, pg, o)
@@ -70,7 +70,7 @@ func TestVerifyEvery(t *testing.T) {
 		} {
 			t.Run(fmt.Sprintf("world=%d/%s", world, tc.name), func(t *testing.T) {
 				done := make([]int, world)
-				errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+				errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 					n, err := guardRun(pg, Options{VerifyEvery: tc.every}, steps, tc.nudge, tc.nudgeAfter)
 					done[pg.Rank()] = n
 					return err
@@ -94,7 +94,7 @@ func TestVerifyEvery(t *testing.T) {
 		}
 	}
 	t.Run("negative", func(t *testing.T) {
-		errs := runDist(t, 1, func(pg dist.ProcessGroup) error {
+		errs := runDist(t, 1, func(pg distributed.ProcessGroup) error {
 			_, err := Wrap(context.Background(), newMLP(1, 3, 2), pg, Options{VerifyEvery: -1})
 			return err
 		})
@@ -146,7 +146,7 @@ func TestSpans(t *testing.T) {
 			t.Run(fmt.Sprintf("world=%d/%s", world, hook.name), func(t *testing.T) {
 				logs := make([]*spanLog, world)
 				buckets := make([]int, world)
-				errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+				errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 					ctx := context.Background()
 					l := &spanLog{}
 					logs[pg.Rank()] = l

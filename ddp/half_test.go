@@ -7,7 +7,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // TestHalfGolden checks the float32 → fp16/bf16 roundings bit for bit
@@ -30,15 +30,15 @@ func TestHalfGolden(t *testing.T) {
 	for _, c := range g.Cases {
 		f := math.Float32frombits(c[0])
 		if math.IsNaN(float64(f)) { // any NaN pattern will do
-			if !math.IsNaN(float64(dist.FP16ToFloat32(dist.FP16FromFloat32(f)))) || !math.IsNaN(float64(dist.BF16ToFloat32(dist.BF16FromFloat32(f)))) {
+			if !math.IsNaN(float64(distributed.FP16ToFloat32(distributed.FP16FromFloat32(f)))) || !math.IsNaN(float64(distributed.BF16ToFloat32(distributed.BF16FromFloat32(f)))) {
 				t.Errorf("NaN %#08x did not stay NaN", c[0])
 			}
 			continue
 		}
-		if got := dist.FP16FromFloat32(f); uint32(got) != c[1] {
+		if got := distributed.FP16FromFloat32(f); uint32(got) != c[1] {
 			t.Errorf("dist.FP16FromFloat32(%g [%#08x]) = %#04x, want %#04x", f, c[0], got, c[1])
 		}
-		if got := dist.BF16FromFloat32(f); uint32(got) != c[2] {
+		if got := distributed.BF16FromFloat32(f); uint32(got) != c[2] {
 			t.Errorf("dist.BF16FromFloat32(%g [%#08x]) = %#04x, want %#04x", f, c[0], got, c[2])
 		}
 	}
@@ -53,8 +53,8 @@ func TestHalfRoundTrip(t *testing.T) {
 		from  func(uint16) float32
 		isNaN func(uint16) bool
 	}{
-		{"fp16", dist.FP16FromFloat32, dist.FP16ToFloat32, func(h uint16) bool { return h&0x7c00 == 0x7c00 && h&0x3ff != 0 }},
-		{"bf16", dist.BF16FromFloat32, dist.BF16ToFloat32, func(h uint16) bool { return h&0x7f80 == 0x7f80 && h&0x7f != 0 }},
+		{"fp16", distributed.FP16FromFloat32, distributed.FP16ToFloat32, func(h uint16) bool { return h&0x7c00 == 0x7c00 && h&0x3ff != 0 }},
+		{"bf16", distributed.BF16FromFloat32, distributed.BF16ToFloat32, func(h uint16) bool { return h&0x7f80 == 0x7f80 && h&0x7f != 0 }},
 	}
 	for _, f := range formats {
 		t.Run(f.name, func(t *testing.T) {

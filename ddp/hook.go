@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // Bucket is one bucket's gradients as a CommHook sees them.
@@ -43,7 +43,7 @@ type BucketParam struct {
 type CommHook interface {
 	// Start begins reducing b and returns at once; the collectives it
 	// issues run in the background.
-	Start(ctx context.Context, pg dist.ProcessGroup, b *Bucket) Reduction
+	Start(ctx context.Context, pg distributed.ProcessGroup, b *Bucket) Reduction
 }
 
 // Reduction is a bucket reduction in flight.
@@ -63,20 +63,20 @@ type Reduction interface {
 type AllReduceHook struct{}
 
 // Start implements CommHook.
-func (AllReduceHook) Start(ctx context.Context, pg dist.ProcessGroup, b *Bucket) Reduction {
+func (AllReduceHook) Start(ctx context.Context, pg distributed.ProcessGroup, b *Bucket) Reduction {
 	return startAllReduce(ctx, pg, b.Index, b.Grad, b.Divisor)
 }
 
 // startAllReduce sums grad across the group and divides it by divisor.
-func startAllReduce(ctx context.Context, pg dist.ProcessGroup, index int, grad []float32, divisor int) Reduction {
+func startAllReduce(ctx context.Context, pg distributed.ProcessGroup, index int, grad []float32, divisor int) Reduction {
 	if pg.Size() == 1 && divisor == 1 {
 		return newDoneReduction()
 	}
-	op, post := dist.Sum, divisor
+	op, post := distributed.Sum, divisor
 	if divisor == pg.Size() {
-		op, post = dist.Avg, 1
+		op, post = distributed.Avg, 1
 	}
-	w := pg.AllReduce(ctx, dist.F32(grad), op)
+	w := pg.AllReduce(ctx, distributed.F32(grad), op)
 	return &workReduction{work: w, finish: func() error {
 		if err := w.Wait(); err != nil {
 			return fmt.Errorf("ddp: bucket %d: all-reduce of %d gradients: %w", index, len(grad), err)
@@ -88,11 +88,11 @@ func startAllReduce(ctx context.Context, pg dist.ProcessGroup, index int, grad [
 
 // workReduction is a single collective followed by local work.
 type workReduction struct {
-	work   dist.Work
+	work   distributed.Work
 	finish func() error
 }
 
-func (r *workReduction) Done() <-chan struct{} { return dist.Completion(r.work) }
+func (r *workReduction) Done() <-chan struct{} { return distributed.Completion(r.work) }
 func (r *workReduction) Finish() error         { return r.finish() }
 
 // doneReduction is a reduction with nothing to do (a group of one).

@@ -6,7 +6,7 @@ import (
 	"math"
 	"testing"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // gradsAfterOneStep wraps an MLP on every rank with o, runs one
@@ -16,7 +16,7 @@ func gradsAfterOneStep(t *testing.T, world int, o func() Options) [][][]float32 
 	t.Helper()
 	data := newDataset(6, 100, 5, 12)
 	out := make([][][]float32, world)
-	errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		net := newMLP(uint64(pg.Rank()), 12, 16, 16, 5)
 		m, err := Wrap(ctx, net, pg, o())
@@ -64,9 +64,9 @@ func TestCompressHook(t *testing.T) {
 					o.Hook = &CompressHook{Format: tt.format, ViaAllGather: tt.gather}
 					return o
 				})
-				dec, enc := dist.FP16ToFloat32, dist.FP16FromFloat32
+				dec, enc := distributed.FP16ToFloat32, distributed.FP16FromFloat32
 				if tt.format == BF16 {
-					dec, enc = dist.BF16ToFloat32, dist.BF16FromFloat32
+					dec, enc = distributed.BF16ToFloat32, distributed.BF16FromFloat32
 				}
 				var scale float64
 				for _, g := range exact[0] {
@@ -114,7 +114,7 @@ func TestPowerSGDTraining(t *testing.T) {
 				c.world, c.opt, c.steps = world, "sgd", 5
 				models := make([]*Model, world)
 				got := make([][][]float32, world)
-				errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+				errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 					h, err := NewPowerSGD(PowerSGDOptions{Rank: 2, Seed: 3})
 					if err != nil {
 						return err
@@ -171,7 +171,7 @@ func TestPowerSGDJoin(t *testing.T) {
 	c.world, c.opt, c.steps = 3, "sgd", 5
 	c.rankLen = func(r int) int { return []int{5, 2, 4}[r] }
 	got := make([][][]float32, c.world)
-	errs := runDist(t, c.world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, c.world, func(pg distributed.ProcessGroup) error {
 		h, err := NewPowerSGD(PowerSGDOptions{Seed: 1})
 		if err != nil {
 			return err

@@ -4,7 +4,7 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // Join rounds. Inside Join every synchronised or unsynchronised forward
@@ -77,7 +77,7 @@ type joinState struct {
 func (m *Model) round(ctx context.Context, state int64) (joinRound, error) {
 	v := make([]int64, m.world)
 	v[m.rank] = state
-	if err := m.pg.AllReduce(ctx, dist.I64(v), dist.Sum).Wait(); err != nil {
+	if err := m.pg.AllReduce(ctx, distributed.I64(v), distributed.Sum).Wait(); err != nil {
 		m.join.broken = true
 		return joinRound{}, fmt.Errorf("ddp: Join: round all-reduce: %w", err)
 	}

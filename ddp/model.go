@@ -7,11 +7,11 @@ import (
 	"slices"
 	"time"
 
-	"cohort/autograd"
-	"cohort/ddp/reducer"
-	"cohort/dist"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp/reducer"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Model is a module replicated across a process group. Create it with
@@ -24,7 +24,7 @@ import (
 type Model struct {
 	module      nn.Module
 	layer       nn.Layer // module as a Layer, or nil
-	pg          dist.ProcessGroup
+	pg          distributed.ProcessGroup
 	o           Options
 	rank, world int
 
@@ -84,7 +84,7 @@ type bucketState struct {
 // rank. Every rank must call Wrap at the same point; it blocks until the
 // check and the copy are done. Wrap registers gradient-ready hooks on the
 // model's trainable parameters; Close removes them.
-func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) (*Model, error) {
+func Wrap(ctx context.Context, model nn.Layer, pg distributed.ProcessGroup, o Options) (*Model, error) {
 	if model == nil {
 		return nil, errors.New("ddp: Wrap: nil model or process group")
 	}
@@ -94,7 +94,7 @@ func Wrap(ctx context.Context, model nn.Layer, pg dist.ProcessGroup, o Options) 
 // WrapModule is Wrap for a module without a single-input forward pass
 // (a language model's Forward(idx, B, T)): drive it with Call instead of
 // Forward. When module is also an nn.Layer, Forward works too.
-func WrapModule(ctx context.Context, model nn.Module, pg dist.ProcessGroup, o Options) (*Model, error) {
+func WrapModule(ctx context.Context, model nn.Module, pg distributed.ProcessGroup, o Options) (*Model, error) {
 	if model == nil || pg == nil {
 		return nil, errors.New("ddp: Wrap: nil model or process group")
 	}

@@ -9,11 +9,11 @@ import (
 	"sync"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // TestBroadcastBuffers checks that at the start of every forward pass of
@@ -32,7 +32,7 @@ func TestBroadcastBuffers(t *testing.T) {
 					seen[s] = make([][][]float32, world)
 				}
 				after := make([][][]float32, world) // after an eval forward
-				errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+				errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 					ctx := context.Background()
 					r := pg.Rank()
 					net := newBNNet(uint64(10+r), 6, 8, 3)
@@ -106,7 +106,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 	const world = 3
 	data := newDataset(4, 300, 3, 6)
 	got := make([][][]float32, world)
-	errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		net := newBNNet(uint64(20+pg.Rank()), 6, 8, 3)
 		m, err := Wrap(ctx, net, pg, smallBuckets)
@@ -150,7 +150,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 func TestUnusedParameters(t *testing.T) {
 	t.Run("error names the parameter", func(t *testing.T) {
 		for _, view := range []bool{false, true} {
-			errs := runDist(t, 2, func(pg dist.ProcessGroup) error {
+			errs := runDist(t, 2, func(pg distributed.ProcessGroup) error {
 				ctx := context.Background()
 				net := withUnused(newMLP(uint64(pg.Rank()), 4, 5, 3), 1)
 				m, err := Wrap(ctx, net, pg, Options{GradientAsBucketView: view, FirstBucketCapBytes: 16, BucketCapBytes: 16})
@@ -187,7 +187,7 @@ func TestUnusedParameters(t *testing.T) {
 		// ranks must still agree and not hang.
 		const world = 3
 		got := make([][][]float32, world)
-		errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+		errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 			ctx := context.Background()
 			r := pg.Rank()
 			net := newMLP(uint64(r), 4, 5, 3)
@@ -277,7 +277,7 @@ func TestWrapMismatch(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			errs := runDist(t, tt.world, func(pg dist.ProcessGroup) error {
+			errs := runDist(t, tt.world, func(pg distributed.ProcessGroup) error {
 				_, err := Wrap(context.Background(), tt.build(pg.Rank(), tt.bad), pg, Options{})
 				return err
 			})
@@ -301,7 +301,7 @@ func TestWrapBroadcasts(t *testing.T) {
 	var mu sync.Mutex
 	params := map[int][][]float32{}
 	bufs := map[int][][]float32{}
-	errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 		net := newBNNet(uint64(pg.Rank()), 4, 5, 3)
 		if _, err := Wrap(context.Background(), net, pg, Options{BucketCapBytes: 40}); err != nil {
 			return err
@@ -332,11 +332,11 @@ func TestWrapBroadcasts(t *testing.T) {
 }
 
 // TestCommFailure: a failing collective surfaces as an error wrapping
-// dist.ErrAborted on every rank (naming the bucket when it is a gradient
+// distributed.ErrAborted on every rank (naming the bucket when it is a gradient
 // reduction); nobody hangs. Every op of a short run fails in turn.
 func TestCommFailure(t *testing.T) {
 	run := func(h *fakeHub) []error {
-		return runHub(t, h, func(pg dist.ProcessGroup) error {
+		return runHub(t, h, func(pg distributed.ProcessGroup) error {
 			ctx := context.Background()
 			m, err := Wrap(ctx, newMLP(1, 4, 5, 3), pg, Options{FirstBucketCapBytes: 16, BucketCapBytes: 64})
 			if err != nil {
@@ -370,8 +370,8 @@ func TestCommFailure(t *testing.T) {
 			h := newFakeHub(2)
 			h.failAt = int64(i)
 			for r, err := range run(h) {
-				if !errors.Is(err, dist.ErrAborted) {
-					t.Fatalf("rank %d: err = %v, want one wrapping dist.ErrAborted", r, err)
+				if !errors.Is(err, distributed.ErrAborted) {
+					t.Fatalf("rank %d: err = %v, want one wrapping distributed.ErrAborted", r, err)
 				}
 				if strings.HasPrefix(kind, "allreduce") && !strings.Contains(err.Error(), "bucket") {
 					t.Fatalf("rank %d: err = %v, want it to name the bucket", r, err)
@@ -411,7 +411,7 @@ func TestMisuse(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			errs := runDist(t, 1, func(pg dist.ProcessGroup) error {
+			errs := runDist(t, 1, func(pg distributed.ProcessGroup) error {
 				net := newMLP(1, 4, 5, 3)
 				m, err := Wrap(context.Background(), net, pg, Options{})
 				if err != nil {
@@ -434,7 +434,7 @@ func TestGradReplaced(t *testing.T) {
 	c.opts = Options{GradientAsBucketView: true}
 	want := c.reference(t)
 	got := make([][][]float32, c.world)
-	errs := runDist(t, c.world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, c.world, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		r := pg.Rank()
 		net := c.net(uint64(100 + r))
@@ -485,7 +485,7 @@ func TestVerifyReplicas(t *testing.T) {
 	const world = 3
 	for _, perturb := range []int{-1, 1, 2} {
 		t.Run(fmt.Sprintf("perturbed-rank=%d", perturb), func(t *testing.T) {
-			errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+			errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 				ctx := context.Background()
 				net := newMLP(uint64(pg.Rank()), 4, 5, 3)
 				m, err := Wrap(ctx, net, pg, Options{})

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"cohort/ddp/reducer"
+	"github.com/cohortml/cohort/ddp/reducer"
 )
 
 // Default bucket caps, as in PyTorch: a small first bucket so that the

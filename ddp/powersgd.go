@@ -26,7 +26,7 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // PowerSGDOptions configures NewPowerSGD. The zero value is rank 1,
@@ -142,7 +142,7 @@ func (h *PowerSGD) matrixShape(bp BucketParam) (n, m, r int, ok bool) {
 }
 
 // Start implements CommHook.
-func (h *PowerSGD) Start(ctx context.Context, pg dist.ProcessGroup, b *Bucket) Reduction {
+func (h *PowerSGD) Start(ctx context.Context, pg distributed.ProcessGroup, b *Bucket) Reduction {
 	if b.Step < h.o.StartStep {
 		return startAllReduce(ctx, pg, b.Index, b.Grad, b.Divisor)
 	}
@@ -160,13 +160,13 @@ func (h *PowerSGD) Start(ctx context.Context, pg dist.ProcessGroup, b *Bucket) R
 		}
 	}
 	// Exact part first, then P: both run while backward continues.
-	var exact dist.Work
+	var exact distributed.Work
 	if len(st.u) > 0 {
 		k := 0
 		for _, bp := range st.exact {
 			k += copy(st.u[k:], g[bp.Offset:bp.Offset+bp.Len])
 		}
-		exact = pg.AllReduce(ctx, dist.F32(st.u), dist.Sum)
+		exact = pg.AllReduce(ctx, distributed.F32(st.u), distributed.Sum)
 	}
 	if !st.haveQ || h.o.NoWarmStart {
 		rng := rand.New(rand.NewPCG(h.o.Seed, uint64(b.Step)<<16^uint64(b.Index)))
@@ -179,9 +179,9 @@ func (h *PowerSGD) Start(ctx context.Context, pg dist.ProcessGroup, b *Bucket) R
 		orthonormalizeRows(qt, mt.r, mt.m, h.o.Epsilon)
 		powerP(st.p[mt.pOff:mt.pOff+mt.r*mt.n], g[mt.off:mt.off+mt.n*mt.m], qt, mt.n, mt.m, mt.r)
 	}
-	var pw dist.Work
+	var pw distributed.Work
 	if len(st.p) > 0 {
-		pw = pg.AllReduce(ctx, dist.F32(st.p), dist.Sum)
+		pw = pg.AllReduce(ctx, distributed.F32(st.p), distributed.Sum)
 	}
 	r := &powerReduction{h: h, st: st, b: b, ctx: ctx, pg: pg, exact: exact, pw: pw}
 	return r
@@ -192,8 +192,8 @@ type powerReduction struct {
 	st        *powerBucket
 	b         *Bucket
 	ctx       context.Context
-	pg        dist.ProcessGroup
-	exact, pw dist.Work
+	pg        distributed.ProcessGroup
+	exact, pw distributed.Work
 }
 
 // Done reports the P all-reduce (issued last; ops complete in order).
@@ -230,7 +230,7 @@ func (r *powerReduction) Finish() error {
 		orthonormalizeRows(pt, mt.r, mt.n, r.h.o.Epsilon)
 		powerQ(st.q[mt.qOff:mt.qOff+mt.r*mt.m], g[mt.off:mt.off+mt.n*mt.m], pt, mt.n, mt.m, mt.r)
 	}
-	if err := r.pg.AllReduce(r.ctx, dist.F32(st.q), dist.Sum).Wait(); err != nil {
+	if err := r.pg.AllReduce(r.ctx, distributed.F32(st.q), distributed.Sum).Wait(); err != nil {
 		return fmt.Errorf("ddp: bucket %d: PowerSGD all-reduce of Q (%d values): %w", b.Index, len(st.q), err)
 	}
 	scale(st.q, b.Divisor)

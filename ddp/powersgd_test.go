@@ -7,7 +7,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 func randMat(rng *rand.Rand, n int) []float32 {
@@ -118,7 +118,7 @@ func powerRound(t *testing.T, hooks []*PowerSGD, grads [][]float32, n, m, v int,
 	t.Helper()
 	world := len(hooks)
 	out := make([][]float32, world)
-	errs := runFake(t, world, func(pg dist.ProcessGroup) error {
+	errs := runFake(t, world, func(pg distributed.ProcessGroup) error {
 		g := append([]float32(nil), grads[pg.Rank()]...)
 		b := &Bucket{Grad: g, Divisor: world, Step: step, Params: []BucketParam{
 			{Name: "w", Shape: []int{n, m}, Offset: 0, Len: n * m},

@@ -7,10 +7,10 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/dist"
-	"cohort/internal/proctest"
-	"cohort/models"
-	"cohort/nn"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/proctest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 )
 
 // The equivalence property again, with the ranks as real processes: copies
@@ -124,7 +124,7 @@ func processRank(t *testing.T, name string) {
 		t.Fatalf("no process case %q", name)
 	}
 	c := pc.cfg()
-	processEnv.Rank(t, pc.transport, func(_ context.Context, pg dist.ProcessGroup) ([][]float32, error) {
+	processEnv.Rank(t, pc.transport, func(_ context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
 		if pg.Size() != c.world {
 			return nil, fmt.Errorf("world %d, case %q wants %d", pg.Size(), name, c.world)
 		}

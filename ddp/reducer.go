@@ -13,9 +13,9 @@ import (
 	"time"
 	"unsafe"
 
-	"cohort/ddp/reducer"
-	"cohort/dist"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/ddp/reducer"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // setPlan lays the tracked parameters out in buckets in the given order
@@ -192,7 +192,7 @@ func (io *reducerIO) Agree(order []int) ([]int, error) {
 		if ctx == nil {
 			ctx = context.Background()
 		}
-		if err := m.pg.Broadcast(ctx, dist.I64(order64), root).Wait(); err != nil {
+		if err := m.pg.Broadcast(ctx, distributed.I64(order64), root).Wait(); err != nil {
 			return nil, fmt.Errorf("ddp: rebuilding buckets: broadcast of rank %d's gradient order: %w", root, err)
 		}
 	}

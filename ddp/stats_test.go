@@ -8,17 +8,17 @@ import (
 	"testing"
 	"unsafe"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 func TestStats(t *testing.T) {
 	const world, steps, local = 2, 3, 2
 	stats := make([]Stats, world)
 	reset := make([]Stats, world)
-	errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		net := newMLP(1, 12, 16, 16, 5)
 		m, err := Wrap(ctx, net, pg, smallBuckets)
@@ -90,7 +90,7 @@ func TestRebuildFollowsReadyOrder(t *testing.T) {
 	const world = 2
 	plans := make([][]Plan, world)
 	observed := make([][]int, world)
-	errs := runDist(t, world, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		rng := rngFor(3)
 		net := &testNet{train: true}
@@ -162,7 +162,7 @@ func TestRebuildFollowsReadyOrder(t *testing.T) {
 // TestBucketViewsAligned: in bucket-view mode every gradient starts on a
 // 64-byte boundary, before and after the rebuild.
 func TestBucketViewsAligned(t *testing.T) {
-	errs := runDist(t, 1, func(pg dist.ProcessGroup) error {
+	errs := runDist(t, 1, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
 		net := newMLP(1, 12, 17, 5, 3) // odd sizes: unpadded slots would be misaligned
 		m, err := Wrap(ctx, net, pg, Options{GradientAsBucketView: true, FirstBucketCapBytes: 64, BucketCapBytes: 300})

@@ -7,7 +7,7 @@ import (
 	"strings"
 	"unsafe"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // VerifyReplicas checks that every rank's parameters are bit-for-bit equal
@@ -31,7 +31,7 @@ func (m *Model) VerifyReplicas(ctx context.Context) error {
 		mine[i] = hashFloats(np.Param.Value.Data())
 	}
 	all := make([]int64, n*m.world)
-	if err := m.pg.AllGather(ctx, dist.I64(all), dist.I64(mine)).Wait(); err != nil {
+	if err := m.pg.AllGather(ctx, distributed.I64(all), distributed.I64(mine)).Wait(); err != nil {
 		return fmt.Errorf("ddp: VerifyReplicas: exchanging parameter hashes: %w", err)
 	}
 	var diverged []string

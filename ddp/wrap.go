@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"strings"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // CheckSameModel checks that every rank of pg holds a model with the same
@@ -19,7 +19,7 @@ import (
 // Every rank must call it at the same point; it blocks on one small
 // all-gather (more only on a mismatch). The sharded wrappers (zero, fsdp)
 // use it as Wrap does.
-func CheckSameModel(ctx context.Context, pg dist.ProcessGroup, params []nn.NamedParameter, buffers []nn.NamedBuffer) error {
+func CheckSameModel(ctx context.Context, pg distributed.ProcessGroup, params []nn.NamedParameter, buffers []nn.NamedBuffer) error {
 	specs, err := describe(params, buffers)
 	if err != nil {
 		return err
@@ -63,7 +63,7 @@ func describe(params []nn.NamedParameter, buffers []nn.NamedBuffer) ([]tensorSpe
 // checkSpecs compares every rank's description with rank 0's. The common
 // case costs one small all-gather; on a mismatch rank 0's full description
 // is broadcast so that every rank can name the culprit.
-func checkSpecs(ctx context.Context, pg dist.ProcessGroup, specs []tensorSpec) error {
+func checkSpecs(ctx context.Context, pg distributed.ProcessGroup, specs []tensorSpec) error {
 	rank, world := pg.Rank(), pg.Size()
 	if world == 1 {
 		return nil
@@ -71,7 +71,7 @@ func checkSpecs(ctx context.Context, pg dist.ProcessGroup, specs []tensorSpec) e
 	enc := encodeSpecs(specs)
 	mine := []int64{int64(len(specs)), specHash(enc), int64(len(enc))}
 	all := make([]int64, 3*world)
-	if err := pg.AllGather(ctx, dist.I64(all), dist.I64(mine)).Wait(); err != nil {
+	if err := pg.AllGather(ctx, distributed.I64(all), distributed.I64(mine)).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: exchanging model fingerprints: %w", err)
 	}
 	same := true
@@ -88,7 +88,7 @@ func checkSpecs(ctx context.Context, pg dist.ProcessGroup, specs []tensorSpec) e
 	if rank == 0 {
 		copy(rootWords, packBytes(enc))
 	}
-	if err := pg.Broadcast(ctx, dist.I64(rootWords), 0).Wait(); err != nil {
+	if err := pg.Broadcast(ctx, distributed.I64(rootWords), 0).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; broadcasting rank 0's description: %w", err)
 	}
 	root, err := decodeSpecs(unpackBytes(rootWords, rootLen))
@@ -97,7 +97,7 @@ func checkSpecs(ctx context.Context, pg dist.ProcessGroup, specs []tensorSpec) e
 	}
 	at := []int64{int64(firstSpecMismatch(specs, root))}
 	ats := make([]int64, world)
-	if err := pg.AllGather(ctx, dist.I64(ats), dist.I64(at)).Wait(); err != nil {
+	if err := pg.AllGather(ctx, distributed.I64(ats), distributed.I64(at)).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model fingerprints differ; exchanging where: %w", err)
 	}
 	bad, at0 := -1, -1
@@ -119,14 +119,14 @@ func checkSpecs(ctx context.Context, pg dist.ProcessGroup, specs []tensorSpec) e
 		desc = []byte(describeAt(specs, at0))
 	}
 	n := []int64{int64(len(desc))}
-	if err := pg.Broadcast(ctx, dist.I64(n), bad).Wait(); err != nil {
+	if err := pg.Broadcast(ctx, distributed.I64(n), bad).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
 	}
 	words := make([]int64, (n[0]+7)/8)
 	if rank == bad {
 		copy(words, packBytes(desc))
 	}
-	if err := pg.Broadcast(ctx, dist.I64(words), bad).Wait(); err != nil {
+	if err := pg.Broadcast(ctx, distributed.I64(words), bad).Wait(); err != nil {
 		return fmt.Errorf("ddp: Wrap: model differs on rank %d at entry %d; broadcasting its description: %w", bad, at0, err)
 	}
 	return fmt.Errorf("ddp: Wrap: model differs across ranks: rank %d has %s where rank 0 has %s (differences: %s)",
@@ -169,7 +169,7 @@ func (m *Model) broadcastState(ctx context.Context, root int, params bool) error
 				k += copy(buf[k:], t.Data())
 			}
 		}
-		if err := m.pg.Broadcast(ctx, dist.F32(buf), root).Wait(); err != nil {
+		if err := m.pg.Broadcast(ctx, distributed.F32(buf), root).Wait(); err != nil {
 			return err
 		}
 		if m.rank != root {

@@ -6,15 +6,15 @@ import (
 	"fmt"
 	"slices"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/ddp/reducer"
-	"cohort/dist"
-	"cohort/internal/wrapcore"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
-	"cohort/zero"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/ddp/reducer"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/zero"
 )
 
 // Options configures Wrap. Optimizer is required.
@@ -57,7 +57,7 @@ type Options struct {
 // goroutine: Call, Backward, optionally ClipGradNorm, Step, ZeroGrad.
 type Model struct {
 	module      nn.Module
-	pg          dist.ProcessGroup
+	pg          distributed.ProcessGroup
 	o           Options
 	rank, world int
 
@@ -98,11 +98,11 @@ type Model struct {
 	// unit into the same slot before its gradients are computed.
 	rootBuf  []float32
 	rootOK   bool // rootBuf holds (or is gathering) this step's root values
-	rootWork dist.Work
+	rootWork distributed.Work
 	slots    [][]float32
 	slotCap  []int
 	slotUnit []int
-	slotWork []dist.Work
+	slotWork []distributed.Work
 	unitOf   []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
 	ready    []int  // per unit: trainable parameters whose gradient is final in this pass
 	nReady   int    // the sum of ready
@@ -125,7 +125,7 @@ var _ nn.Module = (*Model)(nil)
 // shards rank 0's parameters, and builds this rank's optimizer. After
 // Wrap the module's trainable parameters hold no values between steps:
 // use Call to run it and FullStateDict to read it.
-func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg dist.ProcessGroup, o Options) (*Model, error) {
+func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg distributed.ProcessGroup, o Options) (*Model, error) {
 	if model == nil || pg == nil {
 		return nil, errors.New("fsdp: Wrap: nil model or process group")
 	}
@@ -229,19 +229,19 @@ func (m *Model) shardParams(ctx context.Context) error {
 		}
 	}
 	if m.world > 1 {
-		if err := m.pg.Broadcast(ctx, dist.F32(full), 0).Wait(); err != nil {
+		if err := m.pg.Broadcast(ctx, distributed.F32(full), 0).Wait(); err != nil {
 			return fmt.Errorf("fsdp: Wrap: broadcast from rank 0: %w", err)
 		}
 		// Frozen parameters and buffers stay whole: copy rank 0's.
 		for i, np := range m.params {
 			if p.Offset[i] < 0 {
-				if err := m.pg.Broadcast(ctx, dist.F32(np.Param.Value.Data()), 0).Wait(); err != nil {
+				if err := m.pg.Broadcast(ctx, distributed.F32(np.Param.Value.Data()), 0).Wait(); err != nil {
 					return fmt.Errorf("fsdp: Wrap: broadcast of %q from rank 0: %w", np.Name, err)
 				}
 			}
 		}
 		for _, nb := range m.module.NamedBuffers() {
-			if err := m.pg.Broadcast(ctx, dist.F32(nb.Buffer.Data()), 0).Wait(); err != nil {
+			if err := m.pg.Broadcast(ctx, distributed.F32(nb.Buffer.Data()), 0).Wait(); err != nil {
 				return fmt.Errorf("fsdp: Wrap: broadcast of buffer %q from rank 0: %w", nb.Name, err)
 			}
 		}

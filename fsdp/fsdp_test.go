@@ -11,15 +11,15 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
-	"cohort/zero"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/zero"
 )
 
 const (
@@ -156,7 +156,7 @@ func reference(t *testing.T, w workload, steps int) [][]float32 {
 	return snapshot(mod)
 }
 
-func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) ([][]float32, error) {
+func trainDDP(ctx context.Context, w workload, pg distributed.ProcessGroup, steps int) ([][]float32, error) {
 	mod := w.model()
 	m, err := ddp.WrapModule(ctx, mod, pg, ddp.Options{GradientAsBucketView: true})
 	if err != nil {
@@ -187,7 +187,7 @@ func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) 
 
 // trainFSDP trains with fsdp on one rank and returns the full parameters
 // (in module order) and the model.
-func trainFSDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int, o Options) ([][]float32, *Model, error) {
+func trainFSDP(ctx context.Context, w workload, pg distributed.ProcessGroup, steps int, o Options) ([][]float32, *Model, error) {
 	mod := w.model()
 	o.Optimizer = adamW
 	m, err := Wrap(ctx, mod, w.units(mod), pg, o)
@@ -283,7 +283,7 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 			}
 			want := wants[steps]
 			t.Run(fmt.Sprintf("%s/world=%d", w.name, world), func(t *testing.T) {
-				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 					ctx := context.Background()
 					ref, err := trainDDP(ctx, w, pg, steps)
 					if err != nil {
@@ -327,7 +327,7 @@ func TestMemory(t *testing.T) {
 	root = total - int64(len(w.units(mod)))*unit
 	for _, world := range []int{2, 4} {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				_, m, err := trainFSDP(context.Background(), w, pg, 1, Options{})
 				if err != nil {
 					t.Fatal(err)
@@ -356,7 +356,7 @@ func TestStateDicts(t *testing.T) {
 	w := workloads()[1] // LeNet
 	var saved []zero.ShardedTensor
 	var full map[string]*tensor.Tensor
-	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 		_, m, err := trainFSDP(context.Background(), w, pg, 2, Options{})
 		if err != nil {
 			t.Fatal(err)
@@ -381,7 +381,7 @@ func TestStateDicts(t *testing.T) {
 			}
 		}
 	})
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		mod := w.model()
 		m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})
@@ -424,10 +424,10 @@ func TestWrapErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		world int
-		wrap  func(ctx context.Context, pg dist.ProcessGroup) error
+		wrap  func(ctx context.Context, pg distributed.ProcessGroup) error
 		want  string
 	}{
-		{"optimizer on full parameters", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"optimizer on full parameters", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5)
 			u, _ := SequentialUnits(net)
 			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
@@ -435,18 +435,18 @@ func TestWrapErrors(t *testing.T) {
 			}})
 			return err
 		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
-		{"models differ", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"models differ", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5 + pg.Rank())
 			u, _ := SequentialUnits(net)
 			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: adamW})
 			return err
 		}, `rank 1 has parameter "0.weight" float32[6 4]`},
-		{"parameter in two units", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"parameter in two units", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5)
 			_, err := Wrap(ctx, net, []nn.Module{net.Layers[0], net.Layers[0]}, pg, Options{Optimizer: adamW})
 			return err
 		}, `parameter "0.weight" is in units 0 and 1`},
-		{"unit of another model", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"unit of another model", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			_, err := Wrap(ctx, small(5), []nn.Module{small(5).Layers[0]}, pg, Options{Optimizer: adamW})
 			return err
 		}, "not a parameter of the model"},
@@ -456,7 +456,7 @@ func TestWrapErrors(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				disttest.Run(t, tt.world, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, tt.world, func(t *testing.T, pg distributed.ProcessGroup) {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
 					if err := tt.wrap(ctx, pg); err == nil || !strings.Contains(err.Error(), tt.want) {
@@ -479,7 +479,7 @@ func TestWrapErrors(t *testing.T) {
 func TestPlainBackwardAndNoSync(t *testing.T) {
 	w := gptWorkload()
 	const steps = 3
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		want, _, err := trainFSDP(ctx, w, pg, steps, Options{})
 		if err != nil {
@@ -583,7 +583,7 @@ func TestOutsideUnit(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
 				rng := rand.New(rand.NewPCG(1, 1))
 				net := nn.NewSequential(nn.NewLinear(rng, 4, 5, true), nn.ReLU{}, nn.NewLinear(rng, 5, 3, true))
@@ -672,7 +672,7 @@ func TestUnusedParameters(t *testing.T) {
 		}
 		return autograd.NewVar(tensor.FromSlice(xs[lo*784:hi*784], hi-lo, 784), false), ys[lo:hi]
 	}
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		n, r := pg.Size(), pg.Rank()
 		lo, hi := r*globalBatch/n, (r+1)*globalBatch/n
@@ -759,7 +759,7 @@ func TestFrozenParameters(t *testing.T) {
 	}
 	frozen := w
 	frozen.model = func() nn.Module { return freeze(w.model()) }
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		want, err := trainDDP(ctx, frozen, pg, 3)
 		if err != nil {
@@ -783,7 +783,7 @@ func TestFrozenParameters(t *testing.T) {
 // gradient is zero to ClipGradNorm (ZeroGrad only marks the shards unset;
 // the first read clears them).
 func TestZeroGradThenClip(t *testing.T) {
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		_, m, err := trainFSDP(ctx, workloads()[0], pg, 1, Options{}) // ends with ZeroGrad
 		if err != nil {

@@ -23,10 +23,10 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/tensor"
-	"cohort/zero"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/zero"
 )
 
 // initGather sizes the slots and indexes parameters by unit.
@@ -35,7 +35,7 @@ func (m *Model) initGather() {
 	if m.o.KeepAfterForward {
 		ns = max(1, len(m.units)-1)
 	}
-	m.slots, m.slotCap, m.slotWork = make([][]float32, ns), make([]int, ns), make([]dist.Work, ns)
+	m.slots, m.slotCap, m.slotWork = make([][]float32, ns), make([]int, ns), make([]distributed.Work, ns)
 	m.slotUnit = make([]int, ns)
 	m.unitOf = make([]int, len(m.params))
 	for i := range m.unitOf {
@@ -66,7 +66,7 @@ func (m *Model) clearSlots() {
 }
 
 // gather starts all-gathering bucket k of the parameters into buf.
-func (m *Model) gather(ctx context.Context, k int, buf []float32) dist.Work {
+func (m *Model) gather(ctx context.Context, k int, buf []float32) distributed.Work {
 	at := m.plan.ShardOffset(k)
 	in := m.shardParam[at : at+m.plan.Buckets[k].Shard]
 	m.gatherBytes += 4 * int64(len(buf))
@@ -76,7 +76,7 @@ func (m *Model) gather(ctx context.Context, k int, buf []float32) dist.Work {
 	}
 	// The shard is not written while a gather is in flight (Step and
 	// LoadShardedStateDict wait for every gather first): no copy.
-	return m.pg.AllGather(ctx, dist.F32(buf), dist.F32(in))
+	return m.pg.AllGather(ctx, distributed.F32(buf), distributed.F32(in))
 }
 
 // startGather begins gathering unit u's parameters into its buffer, unless

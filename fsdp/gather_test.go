@@ -6,9 +6,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/nn"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/nn"
 )
 
 // deepMLP is eight equal 64×64 layers: enough units that two of them are
@@ -36,7 +36,7 @@ func TestBackwardRegather(t *testing.T) {
 			for _, mode := range []string{"prefetch", "no-prefetch", "keep"} {
 				prefetch, keep := mode != "no-prefetch", mode == "keep"
 				t.Run(fmt.Sprintf("%s/world=%d/%s", w.name, world, mode), func(t *testing.T) {
-					disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+					distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 						ctx := context.Background()
 						mod := w.model()
 						m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, NoPrefetch: !prefetch, KeepAfterForward: keep})
@@ -119,7 +119,7 @@ func TestBackwardRegather(t *testing.T) {
 // parameters the later Call gathered.
 func TestBackwardOfEarlierCall(t *testing.T) {
 	w := gptWorkload()
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		mod := w.model()
 		m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})

@@ -5,8 +5,8 @@ import (
 	"slices"
 	"testing"
 
-	"cohort/dist"
-	"cohort/internal/proctest"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/proctest"
 )
 
 // A subset of the equivalence tests with the ranks as real processes
@@ -36,7 +36,7 @@ func TestProcessEquivalence(t *testing.T) {
 			t.Fatalf("no process case %q", name)
 		}
 		pc := processCases[i]
-		processEnv.Rank(t, pc.transport, func(ctx context.Context, pg dist.ProcessGroup) ([][]float32, error) {
+		processEnv.Rank(t, pc.transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
 			params, _, err := trainFSDP(ctx, workloads()[pc.workload], pg, processSteps, Options{})
 			return params, err
 		})

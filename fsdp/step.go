@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"slices"
 
-	"cohort/autograd"
-	"cohort/ddp/reducer"
-	"cohort/dist"
-	"cohort/internal/wrapcore"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
-	"cohort/zero"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp/reducer"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/zero"
 )
 
 // NamedParameters implements nn.Module: the module's parameters (between
@@ -217,8 +217,8 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 		copy(dst, in)
 		m.bufs.PutAfter(in, nil)
 	} else {
-		h.Work = m.pg.ReduceScatter(m.stepCtx(), dist.F32(dst), dist.F32(in), dist.Avg)
-		m.bufs.PutAfter(in, dist.Completion(h.Work))
+		h.Work = m.pg.ReduceScatter(m.stepCtx(), distributed.F32(dst), distributed.F32(in), distributed.Avg)
+		m.bufs.PutAfter(in, distributed.Completion(h.Work))
 	}
 	return h
 }
@@ -394,7 +394,7 @@ func (m *Model) FullStateDict(ctx context.Context) (map[string]*tensor.Tensor, e
 		in := m.shardParam[at : at+b.Shard]
 		if m.world == 1 {
 			copy(full, in)
-		} else if err := m.pg.AllGather(ctx, dist.F32(full), dist.F32(slices.Clone(in))).Wait(); err != nil {
+		} else if err := m.pg.AllGather(ctx, distributed.F32(full), distributed.F32(slices.Clone(in))).Wait(); err != nil {
 			return nil, fmt.Errorf("fsdp: FullStateDict: all-gather of bucket %d: %w", k, err)
 		}
 		for _, i := range b.Params {

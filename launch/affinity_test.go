@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/internal/affinity"
+	"github.com/cohortml/cohort/internal/affinity"
 )
 
 func TestCPUBlocks(t *testing.T) {

@@ -95,7 +95,7 @@ type Config struct {
 	Tee bool
 	// Timeout, when > 0, is passed to the workers as COHORT_TIMEOUT: it
 	// bounds their joining the job and every collective op
-	// (dist.InitFromEnv), so a rank that never arrives is named when it
+	// (distributed.InitFromEnv), so a rank that never arrives is named when it
 	// ends instead of after 30 minutes.
 	Timeout time.Duration
 	// Watchdog, when not 0, is passed as COHORT_WATCHDOG: the interval

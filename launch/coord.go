@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"cohort/dist/store"
+	"github.com/cohortml/cohort/distributed/store"
 )
 
 // The launchers of a multi-node job coordinate through the job's store
@@ -24,7 +24,7 @@ import (
 //	left/R      node R (> 0) has read every outcome; node 0 may stop serving
 //
 // Workers use the same store; their keys never start with keyPrefix.
-const keyPrefix = "cohort/launch/"
+const keyPrefix = "github.com/cohortml/cohort/launch/"
 
 func nodeKey(r int) string { return keyPrefix + "node/" + strconv.Itoa(r) }
 func exitKey(r int) string { return keyPrefix + "exit/" + strconv.Itoa(r) }

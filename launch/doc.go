@@ -9,7 +9,7 @@
 //
 // PROGRAM is an executable (a path, or a name found in PATH) or a Go
 // package: a directory holding .go files ("./examples/mnist", ".") or a
-// package path ("cohort/examples/mnist"). A package is built once with
+// package path ("github.com/cohortml/cohort/examples/mnist"). A package is built once with
 // `go build -o` into a temporary directory, removed when the job ends, and
 // the binary is started N times.
 //
@@ -63,7 +63,7 @@
 // (by about 25 % for LeNet, 10 % for the 1.9M-parameter MLP). Set
 // GOMAXPROCS in the launcher's environment to override it for every
 // worker. The workers of a host exchange their CPU masks when they
-// connect (package dist), so ranks bound to one CPU each still count as
+// connect (package distributed), so ranks bound to one CPU each still count as
 // fitting the host and poll for messages instead of yielding.
 //
 // # The store
@@ -101,7 +101,7 @@
 //
 // The rank named is the one whose failure began first, not the first
 // exit seen: a worker stopped by a signal from outside records when the
-// signal came (rendezvous.Fail, SignalContext, or dist.InitFromEnv for a
+// signal came (rendezvous.Fail, SignalContext, or distributed.InitFromEnv for a
 // signal.NotifyContext context), so SIGTERM to rank 1 names rank 1 and
 // SIGTERM even when rank 0, aborted by rank 1's leaving, exits first; the
 // report lists the other failures after it. An exit code 128+N reads as

@@ -8,7 +8,7 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/dist/rendezvous"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 
 // ExitStatus is how a worker process ended.

@@ -26,7 +26,7 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist/rendezvous"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 
 // startRun runs cfg in the background; the test waits for stdout to

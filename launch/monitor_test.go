@@ -10,7 +10,7 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist/rendezvous"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 
 // TestMonitor walks the state machine through event sequences and checks

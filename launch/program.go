@@ -34,7 +34,7 @@ type resolved struct {
 //   - a name without a slash ("python3"): the executable found in PATH,
 //     else a directory of that name with .go files;
 //   - anything else with a slash that is not on disk and does not start
-//     with ./ or ../ ("cohort/examples/mnist", "example.com/x/cmd/y"): a
+//     with ./ or ../ ("github.com/cohortml/cohort/examples/mnist", "example.com/x/cmd/y"): a
 //     package path for go build.
 //
 // Relative paths are taken from dir ("" = the current directory).

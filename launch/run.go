@@ -17,10 +17,10 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/dist/rendezvous"
-	"cohort/dist/store"
-	"cohort/dist/store/tcpstore"
-	"cohort/internal/affinity"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/distributed/store"
+	"github.com/cohortml/cohort/distributed/store/tcpstore"
+	"github.com/cohortml/cohort/internal/affinity"
 )
 
 // Run runs one node's part of a job: it resolves (and if needed builds)

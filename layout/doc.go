@@ -1,5 +1,5 @@
 // Package layout trains a GPT on any mix of data, pipeline and tensor
-// parallelism (DP × PP × TP): it arranges the ranks as a dist.Mesh
+// parallelism (DP × PP × TP): it arranges the ranks as a distributed.Mesh
 // dp × pp × tp, cuts the model into pipeline stages made of
 // tensor-parallel pieces (tp.GPTStage), runs them under a pipeline
 // schedule (pipeline.Pipeline) and averages the gradients over the

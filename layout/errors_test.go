@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/layout"
-	"cohort/models"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/layout"
+	"github.com/cohortml/cohort/models"
 )
 
 // TestBadConfig: a layout that does not fit the world, the batch or the
@@ -46,8 +46,8 @@ func TestBadConfig(t *testing.T) {
 				tc.model(&cfg)
 			}
 			errs := make([]error, tc.world)
-			disttest.Run(t, tc.world, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, 30*time.Second)
+			distributedtest.Run(t, tc.world, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, 30*time.Second)
 				full, err := models.NewGPT(newRNG(), cfg)
 				if err != nil {
 					t.Fatal(err)
@@ -92,8 +92,8 @@ func TestRanksDisagree(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			errs := make([]error, 2)
-			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, 30*time.Second)
+			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, 30*time.Second)
 				full, err := models.NewGPT(newRNG(), models.GPTMini())
 				if err != nil {
 					t.Fatal(err)
@@ -115,8 +115,8 @@ func TestRanksDisagree(t *testing.T) {
 
 // TestStepBadBatch: a batch of the wrong size is an error naming it.
 func TestStepBadBatch(t *testing.T) {
-	disttest.Run(t, 1, func(t *testing.T, pg dist.ProcessGroup) {
-		ctx := disttest.Context(t, 30*time.Second)
+	distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, 30*time.Second)
 		full, err := models.NewGPT(newRNG(), models.GPTMini())
 		if err != nil {
 			t.Fatal(err)
@@ -149,8 +149,8 @@ func TestRankFails(t *testing.T) {
 	cfg := layout.Config{DP: 2, PP: 2, TP: 2, Microbatches: 2, Schedule: "1f1b", Batch: 2, SeqLen: 8}
 	errs := make([]error, 8)
 	elapsed := make([]time.Duration, 8)
-	disttest.Run(t, 8, func(t *testing.T, pg dist.ProcessGroup) {
-		ctx := disttest.Context(t, time.Minute)
+	distributedtest.Run(t, 8, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, time.Minute)
 		full, err := models.NewGPT(newRNG(), models.GPTMini())
 		if err != nil {
 			t.Fatal(err)

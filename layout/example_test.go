@@ -6,11 +6,11 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"cohort/dist"
-	"cohort/dist/transport/inproc"
-	"cohort/layout"
-	"cohort/models"
-	"cohort/optim"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/transport/inproc"
+	"github.com/cohortml/cohort/layout"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/optim"
 )
 
 // GPT-mini on a pp=2 × tp=2 layout, the four ranks running as goroutines
@@ -21,9 +21,9 @@ func ExampleBuild() {
 	const world, B, T, steps = 4, 4, 16, 2
 	cfg := layout.Config{PP: 2, TP: 2, Microbatches: 2, Schedule: "1f1b", Batch: B, SeqLen: T}
 	transports := inproc.NewMesh(world)
-	groups := make([]dist.ProcessGroup, world)
+	groups := make([]distributed.ProcessGroup, world)
 	for rank := range world {
-		pg, err := dist.New(transports[rank], dist.GroupOptions{})
+		pg, err := distributed.New(transports[rank], distributed.GroupOptions{})
 		if err != nil {
 			panic(err)
 		}

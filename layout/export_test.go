@@ -3,8 +3,8 @@ package layout
 import (
 	"context"
 
-	"cohort/tensor"
-	"cohort/tp"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tp"
 )
 
 // FullGrads gathers the whole model's gradients by name, as FullStateDict

@@ -10,13 +10,13 @@ import (
 	"strconv"
 	"strings"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/optim"
-	"cohort/pipeline"
-	"cohort/tensor"
-	"cohort/tp"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/pipeline"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tp"
 )
 
 // Config describes a layout and the shape of its steps. The zero value of
@@ -151,7 +151,7 @@ type Trainer struct {
 	cfg    Config
 	model  models.GPTConfig
 	split  []int
-	mesh   *dist.Mesh
+	mesh   *distributed.Mesh
 	comm   *tp.Comm
 	pl     *pipeline.Pipeline
 	stages []*tp.GPTStage
@@ -178,7 +178,7 @@ type Trainer struct {
 
 // dpWork is one launched data-parallel all-reduce of a group of shards.
 type dpWork struct {
-	w   dist.Work
+	w   distributed.Work
 	key int
 	idx []int
 }
@@ -190,7 +190,7 @@ type dpWork struct {
 // pipeline. It is a collective op of pg: every rank calls it with the
 // same cfg. A bad cfg gets an error naming the sizes on every rank, and
 // ranks whose cfgs differ get an error naming them; neither hangs.
-func Build(ctx context.Context, pg dist.ProcessGroup, cfg Config, full *models.GPT) (*Trainer, error) {
+func Build(ctx context.Context, pg distributed.ProcessGroup, cfg Config, full *models.GPT) (*Trainer, error) {
 	if pg == nil || full == nil {
 		return nil, errors.New("layout: Build: nil process group or model")
 	}
@@ -199,7 +199,7 @@ func Build(ctx context.Context, pg dist.ProcessGroup, cfg Config, full *models.G
 	if err := agree(ctx, pg, cfg, full.Config, cerr); err != nil {
 		return nil, err
 	}
-	mesh, err := dist.NewMesh(ctx, pg, dist.MeshDim{Name: "dp", Size: cfg.DP}, dist.MeshDim{Name: "pp", Size: cfg.PP}, dist.MeshDim{Name: "tp", Size: cfg.TP})
+	mesh, err := distributed.NewMesh(ctx, pg, distributed.MeshDim{Name: "dp", Size: cfg.DP}, distributed.MeshDim{Name: "pp", Size: cfg.PP}, distributed.MeshDim{Name: "tp", Size: cfg.TP})
 	if err != nil {
 		return nil, fmt.Errorf("layout: %w", err)
 	}
@@ -228,7 +228,7 @@ func Build(ctx context.Context, pg dist.ProcessGroup, cfg Config, full *models.G
 	tied = slices.Compact(tied) // one Var when a rank holds both ends
 	mb := cfg.Batch / cfg.Microbatches
 	opts := pipeline.Options{Shape: []int{mb, cfg.SeqLen, full.Config.D}, Recompute: cfg.Recompute, Tied: tied, Split: split,
-		SendsBuffered: dist.SendsBuffered(mesh.Group("pp"))}
+		SendsBuffered: distributed.SendsBuffered(mesh.Group("pp"))}
 	if cfg.DP > 1 {
 		opts.StageDone = t.stageDone
 	}
@@ -266,7 +266,7 @@ func Build(ctx context.Context, pg dist.ProcessGroup, cfg Config, full *models.G
 // agree all-gathers, over pg, a fingerprint of cfg and whether it checked
 // out, and returns an error on every rank if any rank's check failed or
 // the ranks' configurations differ, naming the ranks.
-func agree(ctx context.Context, pg dist.ProcessGroup, cfg Config, m models.GPTConfig, cerr error) error {
+func agree(ctx context.Context, pg distributed.ProcessGroup, cfg Config, m models.GPTConfig, cerr error) error {
 	h := fnv.New64a()
 	fmt.Fprintf(h, "%s|%+v|%d", cfg, m, cfg.Batch)
 	bad := int64(0)
@@ -275,7 +275,7 @@ func agree(ctx context.Context, pg dist.ProcessGroup, cfg Config, m models.GPTCo
 	}
 	mine := []int64{int64(h.Sum64()), bad}
 	all := make([]int64, 2*pg.Size())
-	if err := pg.AllGather(ctx, dist.I64(all), dist.I64(mine)).Wait(); err != nil {
+	if err := pg.AllGather(ctx, distributed.I64(all), distributed.I64(mine)).Wait(); err != nil {
 		if cerr != nil {
 			return cerr
 		}
@@ -306,7 +306,7 @@ func agree(ctx context.Context, pg dist.ProcessGroup, cfg Config, m models.GPTCo
 func (t *Trainer) Config() Config { return t.cfg }
 
 // Mesh returns the dp × pp × tp mesh.
-func (t *Trainer) Mesh() *dist.Mesh { return t.mesh }
+func (t *Trainer) Mesh() *distributed.Mesh { return t.mesh }
 
 // Pipeline returns the pipeline executor (for its Stats).
 func (t *Trainer) Pipeline() *pipeline.Pipeline { return t.pl }
@@ -397,7 +397,7 @@ func (t *Trainer) launchDP(ctx context.Context, key int, idx []int) {
 		buf = append(buf, t.shards[j].Param.Grad.Contiguous().Data()...)
 	}
 	t.dpBufs[key] = buf
-	t.dpWork = append(t.dpWork, dpWork{t.mesh.Group("dp").AllReduce(ctx, dist.F32(buf), dist.Avg), key, idx})
+	t.dpWork = append(t.dpWork, dpWork{t.mesh.Group("dp").AllReduce(ctx, distributed.F32(buf), distributed.Avg), key, idx})
 }
 
 // syncGrads finishes the average of every gradient of this rank and of
@@ -406,7 +406,7 @@ func (t *Trainer) launchDP(ctx context.Context, key int, idx []int) {
 func (t *Trainer) syncGrads(ctx context.Context, loss float64) (float64, error) {
 	t.launchDP(ctx, -1, t.dpRest)
 	l := []float64{loss}
-	wl := t.mesh.Group("dp").AllReduce(ctx, dist.F64(l), dist.Avg)
+	wl := t.mesh.Group("dp").AllReduce(ctx, distributed.F64(l), distributed.Avg)
 	for _, d := range append(t.dpWork, dpWork{w: wl}) {
 		if err := wait(ctx, d.w); err != nil {
 			return 0, fmt.Errorf("layout: rank %d: data-parallel gradient all-reduce: %w", t.mesh.Rank(), err)
@@ -456,7 +456,7 @@ func (t *Trainer) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, e
 	}
 	for _, dim := range []string{"tp", "pp"} {
 		if g := t.mesh.Group(dim); g.Size() > 1 {
-			if err := wait(ctx, g.AllReduce(ctx, dist.F64(sum), dist.Sum)); err != nil {
+			if err := wait(ctx, g.AllReduce(ctx, distributed.F64(sum), distributed.Sum)); err != nil {
 				return 0, t.fail(fmt.Errorf("layout: rank %d: ClipGradNorm: %s all-reduce: %w", t.mesh.Rank(), dim, err))
 			}
 		}
@@ -493,7 +493,7 @@ func (t *Trainer) fail(err error) error {
 		if g.Size() < 2 {
 			continue
 		}
-		g.Recv(context.Background(), dist.F32(make([]float32, 1)), (g.Rank()+1)%g.Size(), abortTag)
+		g.Recv(context.Background(), distributed.F32(make([]float32, 1)), (g.Rank()+1)%g.Size(), abortTag)
 		g.Close()
 	}
 	return err
@@ -503,7 +503,7 @@ func (t *Trainer) fail(err error) error {
 // before closing it (no message ever carries it).
 const abortTag = 1<<30 - 1
 
-func wait(ctx context.Context, w dist.Work) error {
+func wait(ctx context.Context, w distributed.Work) error {
 	select {
 	case <-w.Done():
 		return w.Wait()

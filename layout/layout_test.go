@@ -8,16 +8,16 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/layout"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/pipeline"
-	"cohort/tensor"
-	"cohort/tp"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/layout"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/pipeline"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tp"
 )
 
 var _ pipeline.Stage = (*tp.GPTStage)(nil)
@@ -117,7 +117,7 @@ func trainReference(t testing.TB, batches []batch, B, T int) run {
 
 // trainLayout trains GPT-mini under cfg on this rank: each replica takes
 // its rows of every global batch.
-func trainLayout(ctx context.Context, pg dist.ProcessGroup, cfg layout.Config, batches []batch) (run, error) {
+func trainLayout(ctx context.Context, pg distributed.ProcessGroup, cfg layout.Config, batches []batch) (run, error) {
 	var r run
 	full, err := models.NewGPT(newRNG(), models.GPTMini())
 	if err != nil {
@@ -277,8 +277,8 @@ func TestEqualsOneProcess(t *testing.T) {
 			global := max(cfg.DP, 1) * cfg.Batch
 			batches := makeBatches(tc.steps, global, T, models.GPTMini().Vocab)
 			ref := trainReference(t, batches, global, T)
-			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, 2*time.Minute)
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, 2*time.Minute)
 				got, err := trainLayout(ctx, pg, cfg, batches)
 				if err != nil {
 					t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -297,8 +297,8 @@ func TestDPOverlapsPipeline(t *testing.T) {
 		t.Run(sched, func(t *testing.T) {
 			cfg := layout.Config{DP: 2, PP: 2, Microbatches: 2, Schedule: sched, Batch: 2, SeqLen: 16}
 			batches := makeBatches(2, 4, 16, models.GPTMini().Vocab)
-			disttest.Run(t, 4, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, time.Minute)
+			distributedtest.Run(t, 4, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, time.Minute)
 				full, err := models.NewGPT(newRNG(), models.GPTMini())
 				if err != nil {
 					t.Fatal(err)

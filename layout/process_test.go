@@ -9,12 +9,12 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
-	"cohort/layout"
-	"cohort/models"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/layout"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // The equality with one process again, with the ranks as real processes:
@@ -113,7 +113,7 @@ func processRank(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: pc.transport, Group: dist.GroupOptions{Timeout: time.Minute}})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: pc.transport, Group: distributed.GroupOptions{Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}

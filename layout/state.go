@@ -4,12 +4,12 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/tensor"
-	"cohort/tp"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tp"
 )
 
 // FullStateDict gathers the whole model's parameters, named as
@@ -88,7 +88,7 @@ func (t *Trainer) gather(ctx context.Context, of func(tp.Shard) *tensor.Tensor) 
 			flat[n+i] = 1
 		}
 	}
-	if err := wait(ctx, t.mesh.Group("pp").AllReduce(ctx, dist.F32(flat), dist.Sum)); err != nil {
+	if err := wait(ctx, t.mesh.Group("pp").AllReduce(ctx, distributed.F32(flat), distributed.Sum)); err != nil {
 		return nil, t.fail(fmt.Errorf("layout: rank %d: gathering the model over pp: %w", t.mesh.Rank(), err))
 	}
 	out := make(map[string]*tensor.Tensor, len(t.names))
@@ -133,7 +133,7 @@ func (t *Trainer) Eval(ctx context.Context, idx, targets []int64) (float64, erro
 	P := t.cfg.PP
 	me := t.mesh.Coord("pp")
 	last := P*t.cfg.Virtual - 1
-	var sends []dist.Work
+	var sends []distributed.Work
 	var carry *tensor.Tensor // output of the previous stage when it ran here
 	loss := []float64{0}
 	for c, st := range t.stages {
@@ -147,7 +147,7 @@ func (t *Trainer) Eval(ctx context.Context, idx, targets []int64) (float64, erro
 				in = autograd.NewVar(carry, false)
 			} else {
 				buf := tensor.New(B, T, t.model.D)
-				if err := wait(ctx, pp.Recv(ctx, dist.FromTensor(buf), from, s)); err != nil {
+				if err := wait(ctx, pp.Recv(ctx, distributed.FromTensor(buf), from, s)); err != nil {
 					return 0, t.fail(fmt.Errorf("layout: rank %d: Eval: receiving stage %d's input from pipeline rank %d: %w", t.mesh.Rank(), s, from, err))
 				}
 				in = autograd.NewVar(buf, false)
@@ -163,7 +163,7 @@ func (t *Trainer) Eval(ctx context.Context, idx, targets []int64) (float64, erro
 		}
 		carry = out.Value.Contiguous()
 		if to := (s + 1) % P; to != me {
-			sends = append(sends, pp.Send(ctx, dist.FromTensor(carry), to, s+1))
+			sends = append(sends, pp.Send(ctx, distributed.FromTensor(carry), to, s+1))
 		}
 	}
 	for _, w := range sends {
@@ -172,12 +172,12 @@ func (t *Trainer) Eval(ctx context.Context, idx, targets []int64) (float64, erro
 		}
 	}
 	if P > 1 {
-		if err := wait(ctx, pp.Broadcast(ctx, dist.F64(loss), last%P)); err != nil {
+		if err := wait(ctx, pp.Broadcast(ctx, distributed.F64(loss), last%P)); err != nil {
 			return 0, t.fail(fmt.Errorf("layout: rank %d: Eval: loss broadcast: %w", t.mesh.Rank(), err))
 		}
 	}
 	if t.cfg.DP > 1 {
-		if err := wait(ctx, t.mesh.Group("dp").AllReduce(ctx, dist.F64(loss), dist.Avg)); err != nil {
+		if err := wait(ctx, t.mesh.Group("dp").AllReduce(ctx, distributed.F64(loss), distributed.Avg)); err != nil {
 			return 0, t.fail(fmt.Errorf("layout: rank %d: Eval: data-parallel loss all-reduce: %w", t.mesh.Rank(), err))
 		}
 	}

@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/autograd"
-	"cohort/tensor"
-	"cohort/tp"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tp"
 )
 
 // FullStateDictOf gathers, as FullStateDict gathers the parameters,

@@ -6,12 +6,12 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/layout"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/layout"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // TestFullStateDictOfRoundTrip gathers per-parameter tensors shaped like
@@ -32,8 +32,8 @@ func TestFullStateDictOfRoundTrip(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			tc.c.Batch, tc.c.SeqLen = 2, cfg.Ctx
-			disttest.Run(t, tc.world, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, time.Minute)
+			distributedtest.Run(t, tc.world, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, time.Minute)
 				full, err := models.NewGPT(rand.New(rand.NewPCG(1, 0)), cfg)
 				if err != nil {
 					t.Fatal(err)

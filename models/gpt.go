@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"cohort/autograd"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // GPTConfig sizes a GPT.

@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"strconv"
 
-	"cohort/autograd"
-	"cohort/nn"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/nn"
 )
 
 // The pieces of GPT.Forward, for running a GPT in pipeline stages:

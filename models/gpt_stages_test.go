@@ -5,8 +5,8 @@ import (
 	"runtime"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/nn"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/nn"
 )
 
 // Running a GPT as a chain of stages over microbatches gives the loss and

@@ -3,7 +3,7 @@ package models
 import (
 	"math/rand/v2"
 
-	"cohort/nn"
+	"github.com/cohortml/cohort/nn"
 )
 
 // MLP returns the anchor multi-layer perceptron for flattened 28×28 images:

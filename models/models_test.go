@@ -5,9 +5,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 func TestParameterCounts(t *testing.T) {

@@ -4,9 +4,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // BenchmarkTrainStep measures one training step of the anchor workloads

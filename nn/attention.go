@@ -4,8 +4,8 @@ import (
 	"fmt"
 	"math/rand/v2"
 
-	"cohort/autograd"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // CausalSelfAttention is multi-head causal self-attention with one fused

@@ -3,7 +3,7 @@ package nn
 import (
 	"strconv"
 
-	"cohort/autograd"
+	"github.com/cohortml/cohort/autograd"
 )
 
 // Child is a named submodule, used to build a composite module's

@@ -5,8 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 
-	"cohort/autograd"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // KaimingUniform fills t from U(−b, b) with b = gain·√(3/fanIn) and

@@ -1,6 +1,6 @@
 package nn
 
-import "cohort/autograd"
+import "github.com/cohortml/cohort/autograd"
 
 // CrossEntropy returns the mean cross-entropy of logits [N, C] against
 // class targets with PyTorch's defaults: targets equal to −100 are ignored.

@@ -1,8 +1,8 @@
 package nn
 
 import (
-	"cohort/autograd"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // NamedParameter is a parameter with its dotted path ("0.weight").

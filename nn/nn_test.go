@@ -8,8 +8,8 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 3)) }

@@ -3,8 +3,8 @@ package nn
 import (
 	"fmt"
 
-	"cohort/autograd"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // LayerNorm normalises over the last dimension (size D) with Weight and

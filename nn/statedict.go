@@ -6,7 +6,7 @@ import (
 	"sort"
 	"strings"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // ErrStateDict is wrapped by every error LoadStateDict returns.

@@ -10,9 +10,9 @@ import (
 	"strconv"
 	"time"
 
-	"cohort/obs/dashboard"
-	"cohort/obs/progress"
-	"cohort/obs/trace"
+	"github.com/cohortml/cohort/obs/dashboard"
+	"github.com/cohortml/cohort/obs/progress"
+	"github.com/cohortml/cohort/obs/trace"
 )
 
 // Options configures Start; FromEnv fills it from the environment.

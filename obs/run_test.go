@@ -11,7 +11,7 @@ import (
 	"testing"
 	"time"
 
-	"cohort/obs/trace"
+	"github.com/cohortml/cohort/obs/trace"
 )
 
 // TestRunTwoRanks: rank 0 serves the page, rank 1 posts to it, both trace.

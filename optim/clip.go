@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
-	"cohort/autograd"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // ErrNonFiniteNorm is returned (wrapped) by ClipGradNorm when the total

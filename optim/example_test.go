@@ -3,9 +3,9 @@ package optim_test
 import (
 	"fmt"
 
-	"cohort/autograd"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // A training loop's optimizer half: AdamW with decay on the weight but not

@@ -7,9 +7,9 @@ import (
 	"os"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // testdata/goldens.json comes from testdata/make_goldens.py (PyTorch 1.13,

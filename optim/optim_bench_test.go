@@ -4,9 +4,9 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // benchParam returns a parameter of n elements with a gradient.

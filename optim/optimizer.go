@@ -5,8 +5,8 @@ import (
 	"fmt"
 	"math"
 
-	"cohort/autograd"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // ErrInvalid is wrapped by every error about a bad hyperparameter, parameter

@@ -7,7 +7,7 @@ import (
 	"strconv"
 	"strings"
 
-	"cohort/tensor"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // StateDict is the serialisable state of an optimizer or a Scheduler:

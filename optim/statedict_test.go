@@ -7,9 +7,9 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // copyState deep-copies sd, as a save to disk and a load would.

@@ -7,7 +7,7 @@ import (
 	"slices"
 	"testing"
 
-	"cohort/optim"
+	"github.com/cohortml/cohort/optim"
 )
 
 func randSlice(rng *rand.Rand, n int, scale float64) []float32 {

@@ -9,18 +9,18 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/models"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/tensor"
 )
 
 var tinyGPT = models.GPTConfig{Vocab: 16, Ctx: 8, NLayer: 8, D: 8, NHead: 2}
 
 // tinyRank builds this rank's stages of a tiny GPT for schedule s (uniform
 // split) with batch 8×8, and wraps each in wrap.
-func tinyRank(t testing.TB, pg dist.ProcessGroup, s *Schedule, wrap func(Stage) Stage) ([]Stage, Options) {
+func tinyRank(t testing.TB, pg distributed.ProcessGroup, s *Schedule, wrap func(Stage) Stage) ([]Stage, Options) {
 	g := newGPT(t, tinyGPT)
 	split, err := Uniform(tinyGPT.NLayer, s.NumStages())
 	if err != nil {
@@ -66,14 +66,14 @@ func TestDyingStage(t *testing.T) {
 			for _, how := range []string{"error", "panic", "close"} {
 				culprit := p / 2
 				t.Run(fmt.Sprintf("%s/p=%d/%s", name, p, how), func(t *testing.T) {
-					defer disttest.CheckLeaks(t)()
+					defer distributedtest.CheckLeaks(t)()
 					s, err := NewSchedule(name, p, 0, 4)
 					if err != nil {
 						t.Skip(err)
 					}
 					errs := make([]error, p)
-					disttest.Run(t, p, func(t *testing.T, pg dist.ProcessGroup) {
-						ctx := disttest.Context(t, 30*time.Second)
+					distributedtest.Run(t, p, func(t *testing.T, pg distributed.ProcessGroup) {
+						ctx := distributedtest.Context(t, 30*time.Second)
 						stages, opts := tinyRank(t, pg, s, func(st Stage) Stage {
 							if pg.Rank() != culprit {
 								return st
@@ -152,8 +152,8 @@ func TestRanksDisagree(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			errs := make([]error, 3)
-			disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, 30*time.Second)
+			distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, 30*time.Second)
 				name, m := c.sched(pg.Rank())
 				s, err := NewSchedule(name, 3, 1, m)
 				if err != nil {
@@ -200,7 +200,7 @@ func TestBadInput(t *testing.T) {
 	}
 	var mu sync.Mutex
 	var errs []error
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		s, _ := NewSchedule("1f1b", 3, 1, 2)
 		_, err := New(context.Background(), pg, s, nil, Options{})
 		mu.Lock()
@@ -220,14 +220,14 @@ func TestCancelledStage(t *testing.T) {
 	for _, name := range []string{"gpipe", "1f1b", "zb"} {
 		for _, culprit := range []int{0, 1} {
 			t.Run(fmt.Sprintf("%s/rank%d", name, culprit), func(t *testing.T) {
-				defer disttest.CheckLeaks(t)()
+				defer distributedtest.CheckLeaks(t)()
 				s, err := NewSchedule(name, 2, 0, 4)
 				if err != nil {
 					t.Fatal(err)
 				}
 				errs := make([]error, 2)
-				disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
-					ctx, cancel := context.WithCancel(disttest.Context(t, 30*time.Second))
+				distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+					ctx, cancel := context.WithCancel(distributedtest.Context(t, 30*time.Second))
 					defer cancel()
 					stages, opts := tinyRank(t, pg, s, func(st Stage) Stage {
 						if pg.Rank() != culprit {

@@ -6,7 +6,7 @@ import (
 	"slices"
 	"strings"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 // fingerprintLen is the fixed number of int64 each rank contributes to the
@@ -67,9 +67,9 @@ func describeFingerprint(f []int64) string {
 // an error naming the ranks that disagree, with what each has. The ranks
 // first and last (those of the first and the last stage) must hold the
 // same number of tied elements, and no other rank any.
-func checkFingerprint(ctx context.Context, pg dist.ProcessGroup, mine []int64, first, last int) error {
+func checkFingerprint(ctx context.Context, pg distributed.ProcessGroup, mine []int64, first, last int) error {
 	all := make([]int64, fingerprintLen*pg.Size())
-	if err := waitWork(ctx, pg.AllGather(ctx, dist.I64(all), dist.I64(mine))); err != nil {
+	if err := waitWork(ctx, pg.AllGather(ctx, distributed.I64(all), distributed.I64(mine))); err != nil {
 		return fmt.Errorf("pipeline: rank %d: exchanging the plan fingerprint: %w", pg.Rank(), err)
 	}
 	var groups [][]int // ranks with equal fingerprints, in order of first rank

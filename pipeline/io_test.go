@@ -8,11 +8,11 @@ import (
 	"sync"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/transport"
-	"cohort/dist/transport/inproc"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/transport"
+	"github.com/cohortml/cohort/distributed/transport/inproc"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // ioLog is one rank's transcript of the executor's work: stage passes as
@@ -130,10 +130,10 @@ func TestTransfersAtTheirActions(t *testing.T) {
 		t.Run(name, func(t *testing.T) {
 			mesh := inproc.NewMesh(c.stages)
 			logs := make([]*ioLog, c.stages)
-			groups := make([]dist.ProcessGroup, c.stages)
+			groups := make([]distributed.ProcessGroup, c.stages)
 			for r := range c.stages {
 				logs[r] = &ioLog{}
-				pg, err := dist.New(&loggedTransport{mesh[r], logs[r], s.NumStages()}, dist.GroupOptions{})
+				pg, err := distributed.New(&loggedTransport{mesh[r], logs[r], s.NumStages()}, distributed.GroupOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

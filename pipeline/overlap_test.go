@@ -6,10 +6,10 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // sleepy is a stage whose passes take fixed times and no CPU: forward f,
@@ -77,8 +77,8 @@ func TestStepTimeMatchesSimulator(t *testing.T) {
 			shape := []int{2, 4}
 			measure := func() (got time.Duration, bubble float64) {
 				walls, compute := make([]time.Duration, 2), make([]time.Duration, 2)
-				disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
-					ctx := disttest.Context(t, time.Minute)
+				distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+					ctx := distributedtest.Context(t, time.Minute)
 					var stages []Stage
 					for ch := range s.Virtual {
 						st := ch*s.Stages + pg.Rank()

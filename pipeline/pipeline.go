@@ -8,9 +8,9 @@ import (
 	"slices"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Stage is the part of the model one pipeline stage runs.
@@ -104,7 +104,7 @@ type Options struct {
 //
 // A Pipeline is used by one goroutine at a time.
 type Pipeline struct {
-	pg     dist.ProcessGroup
+	pg     distributed.ProcessGroup
 	sched  *Schedule
 	rank   int
 	acts   []Action
@@ -112,9 +112,9 @@ type Pipeline struct {
 	opts   Options
 	last   int // last global stage
 
-	links map[linkKey]dist.ProcessGroup
-	ctl   dist.ProcessGroup // all ranks: loss, tied gradients, norms, abort
-	tied  dist.ProcessGroup // ranks of the first and last stage, when they differ
+	links map[linkKey]distributed.ProcessGroup
+	ctl   distributed.ProcessGroup // all ranks: loss, tied gradients, norms, abort
+	tied  distributed.ProcessGroup // ranks of the first and last stage, when they differ
 	err   error
 	stats Stats
 
@@ -189,7 +189,7 @@ type linkKey struct {
 // collective op of pg: every rank calls it, and the ranks first exchange a
 // fingerprint of their schedule, options and split, so ranks that
 // disagree get an error naming them instead of a hang.
-func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage, o Options) (*Pipeline, error) {
+func New(ctx context.Context, pg distributed.ProcessGroup, s *Schedule, stages []Stage, o Options) (*Pipeline, error) {
 	if pg == nil || s == nil {
 		return nil, errors.New("pipeline: New: nil process group or schedule")
 	}
@@ -212,7 +212,7 @@ func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage,
 		o.LossScale = 1 / float64(s.Microbatches)
 	}
 	p := &Pipeline{pg: pg, sched: s, rank: r, acts: s.Ranks[r], stages: map[int]Stage{}, opts: o,
-		last: s.NumStages() - 1, links: map[linkKey]dist.ProcessGroup{}}
+		last: s.NumStages() - 1, links: map[linkKey]distributed.ProcessGroup{}}
 	for c, st := range stages {
 		if st == nil {
 			return nil, fmt.Errorf("pipeline: rank %d: stage %d is nil", r, c*s.Stages+r)
@@ -256,7 +256,7 @@ func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage,
 				if !used[k] {
 					continue
 				}
-				g, err := dist.NewGroup(ctx, pg, []int{from, to})
+				g, err := distributed.NewGroup(ctx, pg, []int{from, to})
 				if err != nil {
 					return fail(err)
 				}
@@ -270,14 +270,14 @@ func New(ctx context.Context, pg dist.ProcessGroup, s *Schedule, stages []Stage,
 	for i := range all {
 		all[i] = i
 	}
-	g, err := dist.NewGroup(ctx, pg, all)
+	g, err := distributed.NewGroup(ctx, pg, all)
 	if err != nil {
 		return fail(err)
 	}
 	p.ctl = g
 	first, lastRank := s.RankOf(0), s.RankOf(p.last)
 	if first != lastRank {
-		g, err := dist.NewGroup(ctx, pg, []int{first, lastRank})
+		g, err := distributed.NewGroup(ctx, pg, []int{first, lastRank})
 		if err != nil {
 			return fail(err)
 		}
@@ -317,13 +317,13 @@ type msgKey struct {
 type fwdKey struct{ stage, mb int }
 
 type pendingRecv struct {
-	w    dist.Work
+	w    distributed.Work
 	buf  *tensor.Tensor
 	peer int
 }
 
 type pendingSend struct {
-	w    dist.Work
+	w    distributed.Work
 	peer int
 }
 
@@ -410,7 +410,7 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 	loss = st.losses / float64(p.sched.Microbatches)
 	if p.ctl != nil {
 		buf := []float64{loss}
-		if err := waitWork(ctx, p.ctl.Broadcast(ctx, dist.F64(buf), p.sched.RankOf(p.last))); err != nil {
+		if err := waitWork(ctx, p.ctl.Broadcast(ctx, distributed.F64(buf), p.sched.RankOf(p.last))); err != nil {
 			return 0, p.fail(ctx, fmt.Errorf("pipeline: rank %d: loss broadcast: %w", p.rank, err))
 		}
 		loss = buf[0]
@@ -437,7 +437,7 @@ func (p *Pipeline) span(track, name string) func() {
 // waitLink waits for a transfer with peer. A failure is the peer's
 // (linkError), unless this rank's own context was cancelled: then it began
 // here.
-func (p *Pipeline) waitLink(ctx context.Context, w dist.Work, peer int) error {
+func (p *Pipeline) waitLink(ctx context.Context, w distributed.Work, peer int) error {
 	err := waitWork(ctx, w)
 	if err == nil {
 		return nil
@@ -503,7 +503,7 @@ const inlineSendBytes = 1 << 20
 // action a's stage for its microbatch, to a.Peer.
 func (p *Pipeline) send(ctx context.Context, st *stepState, a Action, grad bool, data *tensor.Tensor) error {
 	g := p.links[linkKey{p.rank, a.Peer, grad}]
-	w := g.Send(ctx, dist.FromTensor(data), 1, p.tag(a.Stage, a.Microbatch))
+	w := g.Send(ctx, distributed.FromTensor(data), 1, p.tag(a.Stage, a.Microbatch))
 	if !p.opts.SendsBuffered || int64(data.Len())*4 >= inlineSendBytes {
 		st.sends = append(st.sends, pendingSend{w, a.Peer})
 		return nil
@@ -527,7 +527,7 @@ func (p *Pipeline) post(ctx context.Context, st *stepState, a Action) {
 	buf := st.bufs[st.taken]
 	st.taken++
 	g := p.links[linkKey{a.Peer, p.rank, grad}]
-	st.recvs[msgKey{grad, a.Stage, a.Microbatch}] = &pendingRecv{w: g.Recv(ctx, dist.FromTensor(buf), 0, p.tag(producer, a.Microbatch)), buf: buf, peer: a.Peer}
+	st.recvs[msgKey{grad, a.Stage, a.Microbatch}] = &pendingRecv{w: g.Recv(ctx, distributed.FromTensor(buf), 0, p.tag(producer, a.Microbatch)), buf: buf, peer: a.Peer}
 }
 
 // input returns the data stage consumes for microbatch mb: an activation
@@ -734,7 +734,7 @@ func (p *Pipeline) reduceTied(ctx context.Context) error {
 	for i, b := range p.tiedBase[:n] { // this Step's contribution
 		flat[i] -= b
 	}
-	if err := waitWork(ctx, p.tied.AllReduce(ctx, dist.F32(flat), dist.Sum)); err != nil {
+	if err := waitWork(ctx, p.tied.AllReduce(ctx, distributed.F32(flat), distributed.Sum)); err != nil {
 		return fmt.Errorf("pipeline: rank %d: tied gradient all-reduce: %w", p.rank, err)
 	}
 	off := 0
@@ -755,7 +755,7 @@ func (p *Pipeline) reduceTied(ctx context.Context) error {
 // scheduler slice. The op itself stops when ctx is done or dist's op
 // timeout passes, so the wait is bounded by both (with the MPI backend,
 // only until the op is handed to MPI, as dist documents).
-func waitWork(ctx context.Context, w dist.Work) error {
+func waitWork(ctx context.Context, w distributed.Work) error {
 	return w.Wait()
 }
 
@@ -792,12 +792,12 @@ func (p *Pipeline) fail(ctx context.Context, err error) error {
 	if culprit != p.rank && p.ctl != nil {
 		// If the control group was aborted, a receive there fails at once
 		// with the notice, which names the rank where the failure began.
-		w := p.ctl.Recv(context.WithoutCancel(ctx), dist.F32(make([]float32, 1)), (p.rank+1)%p.sched.Stages, abortTagBase+culprit)
+		w := p.ctl.Recv(context.WithoutCancel(ctx), distributed.F32(make([]float32, 1)), (p.rank+1)%p.sched.Stages, abortTagBase+culprit)
 		select {
 		case <-w.Done():
 			// The error is this receive's own (tagged with this rank's
 			// guess); the notice is its cause.
-			var own *dist.OpError
+			var own *distributed.OpError
 			if e := w.Wait(); errors.As(e, &own) {
 				if c := abortCulprit(own.Err); c >= 0 && c < p.sched.Stages {
 					culprit = c
@@ -838,7 +838,7 @@ func abortCulprit(err error) int {
 	if err == nil {
 		return -1
 	}
-	if oe, ok := err.(*dist.OpError); ok && oe.Seq>>63 == 1 {
+	if oe, ok := err.(*distributed.OpError); ok && oe.Seq>>63 == 1 {
 		if tag := int(oe.Seq >> 32 & (1<<31 - 1)); tag >= abortTagBase {
 			return tag - abortTagBase
 		}
@@ -860,7 +860,7 @@ func abortCulprit(err error) int {
 // a pending receive tagged with the culprit, so that closing it tells its
 // peers (see abortTagBase).
 func (p *Pipeline) closeGroups(abort bool, culprit int) {
-	gs := []dist.ProcessGroup{p.ctl, p.tied}
+	gs := []distributed.ProcessGroup{p.ctl, p.tied}
 	for _, g := range p.links {
 		gs = append(gs, g)
 	}
@@ -873,7 +873,7 @@ func (p *Pipeline) closeGroups(abort bool, culprit int) {
 			if g.Rank() == 0 {
 				peer = 1
 			}
-			g.Recv(context.Background(), dist.F32(make([]float32, 1)), peer, abortTagBase+culprit)
+			g.Recv(context.Background(), distributed.F32(make([]float32, 1)), peer, abortTagBase+culprit)
 		}
 		g.Close()
 	}
@@ -907,7 +907,7 @@ func (p *Pipeline) ClipGradNorm(ctx context.Context, params []*autograd.Var, max
 		}
 	}
 	n, err := ClipGradNorm(ctx, p.ctl, counted, extra, maxNorm)
-	if err != nil && errors.Is(err, dist.ErrAborted) {
+	if err != nil && errors.Is(err, distributed.ErrAborted) {
 		return n, p.fail(ctx, err)
 	}
 	return n, err
@@ -919,7 +919,7 @@ func (p *Pipeline) ClipGradNorm(ctx context.Context, params []*autograd.Var, max
 // maxNorm/(norm + 1e-6) when that is below 1. It returns the total norm,
 // the same on every rank. pg may be nil for a single rank. A NaN or
 // infinite norm is an error and leaves the gradients unchanged.
-func ClipGradNorm(ctx context.Context, pg dist.ProcessGroup, counted, extra []*autograd.Var, maxNorm float64) (float64, error) {
+func ClipGradNorm(ctx context.Context, pg distributed.ProcessGroup, counted, extra []*autograd.Var, maxNorm float64) (float64, error) {
 	if math.IsNaN(maxNorm) || maxNorm < 0 {
 		return 0, fmt.Errorf("pipeline: ClipGradNorm: maxNorm = %v, want >= 0", maxNorm)
 	}
@@ -934,7 +934,7 @@ func ClipGradNorm(ctx context.Context, pg dist.ProcessGroup, counted, extra []*a
 	}
 	if pg != nil && pg.Size() > 1 {
 		buf := []float64{sum}
-		if err := waitWork(ctx, pg.AllReduce(ctx, dist.F64(buf), dist.Sum)); err != nil {
+		if err := waitWork(ctx, pg.AllReduce(ctx, distributed.F64(buf), distributed.Sum)); err != nil {
 			return 0, fmt.Errorf("pipeline: ClipGradNorm: rank %d: %w", pg.Rank(), err)
 		}
 		sum = buf[0]

@@ -9,13 +9,13 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 var _ Stage = (*models.GPTStage)(nil)
@@ -120,7 +120,7 @@ type rankRun struct {
 }
 
 // trainRank trains this rank's stages of GPT-mini under the pipeline.
-func trainRank(ctx context.Context, pg dist.ProcessGroup, c trainCfg) (rankRun, error) {
+func trainRank(ctx context.Context, pg distributed.ProcessGroup, c trainCfg) (rankRun, error) {
 	g, err := models.NewGPT(rand.New(rand.NewPCG(5, 6)), models.GPTMini())
 	if err != nil {
 		return rankRun{}, err
@@ -234,8 +234,8 @@ func compare(t *testing.T, ref map[string][]float32, refLoss []float64, runs []r
 func runPipelined(t *testing.T, c trainCfg) []rankRun {
 	t.Helper()
 	runs := make([]rankRun, c.stages)
-	disttest.Run(t, c.stages, func(t *testing.T, pg dist.ProcessGroup) {
-		ctx := disttest.Context(t, time.Minute)
+	distributedtest.Run(t, c.stages, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, time.Minute)
 		run, err := trainRank(ctx, pg, c)
 		if err != nil {
 			t.Errorf("rank %d: %v", pg.Rank(), err)
@@ -317,8 +317,8 @@ func TestStageDone(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, 30*time.Second)
+			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, 30*time.Second)
 				stages, opts := tinyRank(t, pg, s, func(st Stage) Stage { return st })
 				var order []int
 				snaps := map[int][][]float32{}
@@ -383,8 +383,8 @@ func TestStageDone(t *testing.T) {
 // twice.
 func TestAccumulateAcrossSteps(t *testing.T) {
 	const batch, seqLen, mbs = 4, 16, 4
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
-		ctx := disttest.Context(t, time.Minute)
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, time.Minute)
 		g, err := models.NewGPT(rand.New(rand.NewPCG(5, 6)), models.GPTMini())
 		if err != nil {
 			t.Fatal(err)

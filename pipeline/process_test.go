@@ -10,9 +10,9 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
 )
 
 // The equality again with the stages as real processes: copies of this
@@ -98,7 +98,7 @@ func processRank(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: "tcp", Group: dist.GroupOptions{Timeout: 30 * time.Second}})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: "tcp", Group: distributed.GroupOptions{Timeout: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // 2-D convolution as GEMM over unfolded input windows. The input is

@@ -3,8 +3,8 @@ package tensor
 import (
 	"sync"
 
-	"cohort/tensor/internal/gemm"
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Direct tiles for the stride-1 path (see conv_wide.go): the forward

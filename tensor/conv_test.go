@@ -6,7 +6,7 @@ import (
 	"runtime"
 	"testing"
 
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // naiveConv computes the convolution and, given dy, its three gradients by

@@ -1,6 +1,6 @@
 package tensor
 
-import "cohort/tensor/internal/vec"
+import "github.com/cohortml/cohort/tensor/internal/vec"
 
 // The stride-1 convolution path: "wide" unfolding.
 //

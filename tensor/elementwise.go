@@ -5,7 +5,7 @@ import (
 	"slices"
 	"unsafe"
 
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Elementwise kernels. Binary ops broadcast under NumPy/PyTorch rules. Each

@@ -4,8 +4,8 @@ import (
 	"math"
 	"sync"
 
-	"cohort/tensor/internal/gemm"
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Fused kernels of the transformer block: GELU-tanh and its gradient,

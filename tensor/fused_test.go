@@ -5,7 +5,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/gemm"
 )
 
 // TestMathKernelsFollowGEMM checks that the pure-Go GEMM configuration

@@ -1,7 +1,7 @@
 package tensor
 
 import (
-	"cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/gemm"
 	"slices"
 )
 

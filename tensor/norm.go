@@ -3,7 +3,7 @@ package tensor
 import (
 	"math"
 
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Normalisation kernels. Statistics are accumulated in float64.

@@ -1,6 +1,6 @@
 package tensor
 
-import "cohort/tensor/internal/gemm"
+import "github.com/cohortml/cohort/tensor/internal/gemm"
 
 // Work between products shares the GEMM's threads (see
 // docs/ARCHITECTURE.md, "Threads within a process").

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // 2-D pooling over [N, C, H, W] inputs with a square kernel, equal stride

@@ -4,7 +4,7 @@ import (
 	"math"
 	"slices"
 
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Reductions. Sums accumulate each innermost run in float64, so long rows

@@ -5,9 +5,9 @@ import (
 	"fmt"
 	"sync"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Comm is a tensor-parallel group as the layers use it: the process group
@@ -15,7 +15,7 @@ import (
 // bufio.Writer's). It is safe for concurrent use, but the collectives of
 // one group must be issued in the same order on every rank, as always.
 type Comm struct {
-	pg dist.ProcessGroup
+	pg distributed.ProcessGroup
 
 	mu  sync.Mutex
 	err error
@@ -23,7 +23,7 @@ type Comm struct {
 
 // NewComm returns a Comm over pg (for example a Mesh's "tp" group). pg
 // must not be nil.
-func NewComm(pg dist.ProcessGroup) *Comm {
+func NewComm(pg distributed.ProcessGroup) *Comm {
 	if pg == nil {
 		panic("tp: NewComm: nil process group")
 	}
@@ -31,7 +31,7 @@ func NewComm(pg dist.ProcessGroup) *Comm {
 }
 
 // Group returns the process group.
-func (c *Comm) Group() dist.ProcessGroup { return c.pg }
+func (c *Comm) Group() distributed.ProcessGroup { return c.pg }
 
 // Rank returns this rank's index in the group: the index of the shard it
 // holds.
@@ -58,7 +58,7 @@ func (c *Comm) fail(err error) {
 }
 
 // run waits for one collective unless c has already failed.
-func (c *Comm) run(op string, start func() dist.Work) {
+func (c *Comm) run(op string, start func() distributed.Work) {
 	if c.Err() != nil {
 		return
 	}
@@ -72,7 +72,7 @@ func (c *Comm) allReduce(ctx context.Context, op string, t *tensor.Tensor) {
 	if c.Size() == 1 {
 		return
 	}
-	c.run(op, func() dist.Work { return c.pg.AllReduce(ctx, dist.FromTensor(t), dist.Sum) })
+	c.run(op, func() distributed.Work { return c.pg.AllReduce(ctx, distributed.FromTensor(t), distributed.Sum) })
 }
 
 // gatherLast concatenates every rank's x [..., k] along the last dimension
@@ -87,7 +87,9 @@ func (c *Comm) gatherLast(ctx context.Context, op string, x *tensor.Tensor) *ten
 	rows := x.Len() / max(k, 1)
 	out := tensor.New(n, rows, k)
 	in := x.Contiguous()
-	c.run(op, func() dist.Work { return c.pg.AllGather(ctx, dist.FromTensor(out), dist.FromTensor(in)) })
+	c.run(op, func() distributed.Work {
+		return c.pg.AllGather(ctx, distributed.FromTensor(out), distributed.FromTensor(in))
+	})
 	outShape := append(append([]int(nil), shape[:len(shape)-1]...), n*k)
 	return out.Permute(1, 0, 2).Contiguous().Reshape(outShape...)
 }

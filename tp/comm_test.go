@@ -8,12 +8,12 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/nn"
-	"cohort/tensor"
-	"cohort/tp"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tp"
 )
 
 // input is a leaf of a distributed gradient check: replicated (every rank
@@ -60,7 +60,7 @@ func distGradCheck(t *testing.T, ctx context.Context, c *tp.Comm, seed uint64, i
 			buf[0] += float64(o[i]) * float64(d)
 		}
 		if !outReplicated && n > 1 {
-			if err := c.Group().AllReduce(ctx, dist.F64(buf), dist.Sum).Wait(); err != nil {
+			if err := c.Group().AllReduce(ctx, distributed.F64(buf), distributed.Sum).Wait(); err != nil {
 				t.Fatalf("rank %d: objective all-reduce: %v", rank, err)
 			}
 		}
@@ -73,7 +73,7 @@ func distGradCheck(t *testing.T, ctx context.Context, c *tp.Comm, seed uint64, i
 		}
 		owners := []int{-1} // every rank at once
 		if !in.replicated {
-			owners = disttest.Ranks(n)
+			owners = distributedtest.Ranks(n)
 		}
 		x := in.v.Value.Data()
 		gd := g.Contiguous().Data()
@@ -196,8 +196,8 @@ func TestGradCheck(t *testing.T) {
 	for _, world := range []int{1, 2, 3} {
 		for _, tc := range cases {
 			t.Run(fmt.Sprintf("world=%d/%s", world, tc.name), func(t *testing.T) {
-				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
-					ctx := disttest.Context(t, time.Minute)
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+					ctx := distributedtest.Context(t, time.Minute)
 					c := tp.NewComm(pg)
 					rng := rand.New(rand.NewPCG(uint64(pg.Rank())+10, 1))
 					shared := rand.New(rand.NewPCG(7, 7))
@@ -222,10 +222,10 @@ func TestCrossEntropyMatchesFull(t *testing.T) {
 	autograd.Backward(ref)
 	for _, world := range []int{1, 2, 3, 4} {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				c := tp.NewComm(pg)
 				x := autograd.NewVar(tp.ShardedOn(1, 1).Shard(full, c.Rank(), c.Size()), true)
-				loss := tp.CrossEntropy(disttest.Context(t, time.Minute), c, x, tgt)
+				loss := tp.CrossEntropy(distributedtest.Context(t, time.Minute), c, x, tgt)
 				autograd.Backward(loss)
 				if err := c.Err(); err != nil {
 					t.Fatal(err)

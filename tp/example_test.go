@@ -6,12 +6,12 @@ import (
 	"math/rand/v2"
 	"sync"
 
-	"cohort/dist"
-	"cohort/dist/transport/inproc"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/transport/inproc"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tp"
 )
 
 // One training step of GPT-mini split over a dp=2 × tp=2 mesh, the four
@@ -23,9 +23,9 @@ func ExampleGPT() {
 	const world, B, T = 4, 2, 16
 	transports := inproc.NewMesh(world)
 	losses := make([]float32, world)
-	groups := make([]dist.ProcessGroup, world)
+	groups := make([]distributed.ProcessGroup, world)
 	for rank := range world {
-		pg, err := dist.New(transports[rank], dist.GroupOptions{})
+		pg, err := distributed.New(transports[rank], distributed.GroupOptions{})
 		if err != nil {
 			panic(err)
 		}
@@ -35,7 +35,7 @@ func ExampleGPT() {
 	for rank, pg := range groups {
 		wg.Go(func() {
 			ctx := context.Background()
-			mesh, err := dist.NewMesh(ctx, pg, dist.MeshDim{Name: "dp", Size: 2}, dist.MeshDim{Name: "tp", Size: 2})
+			mesh, err := distributed.NewMesh(ctx, pg, distributed.MeshDim{Name: "dp", Size: 2}, distributed.MeshDim{Name: "tp", Size: 2})
 			if err != nil {
 				panic(err)
 			}
@@ -72,7 +72,7 @@ func ExampleGPT() {
 				panic(err)
 			}
 			for _, p := range nn.Parameters(m) {
-				if err := mesh.Group("dp").AllReduce(ctx, dist.FromTensor(p.Grad), dist.Avg).Wait(); err != nil {
+				if err := mesh.Group("dp").AllReduce(ctx, distributed.FromTensor(p.Grad), distributed.Avg).Wait(); err != nil {
 					panic(err)
 				}
 			}

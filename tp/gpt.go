@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"strconv"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // GPT is models.GPT split across a tensor-parallel group: the token
@@ -57,7 +57,7 @@ func CheckConfig(cfg models.GPTConfig, n int) error {
 // returns this rank's part. full is not used afterwards. It returns an
 // error naming the sizes when the heads, the vocabulary or the MLP width
 // do not split across pg.Size() ranks. It runs no collective.
-func NewGPT(pg dist.ProcessGroup, full *models.GPT) (*GPT, error) {
+func NewGPT(pg distributed.ProcessGroup, full *models.GPT) (*GPT, error) {
 	c := NewComm(pg)
 	if err := CheckConfig(full.Config, c.Size()); err != nil {
 		return nil, err

@@ -9,14 +9,14 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
-	"cohort/tp"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tp"
 )
 
 // The anchor recipe (shared/anchors, gpt_mini.py): AdamW lr 3e-4, betas
@@ -113,7 +113,7 @@ func trainReference(t *testing.T, cfg models.GPTConfig, batches []batch, B, T in
 // gradients are averaged over the data-parallel ranks before clipping.
 // It returns the losses (averaged over dpg), the gathered gradients of
 // the first step and the gathered final parameters.
-func trainTP(t *testing.T, ctx context.Context, tpg, dpg dist.ProcessGroup, cfg models.GPTConfig, batches []batch, B, T int) run {
+func trainTP(t *testing.T, ctx context.Context, tpg, dpg distributed.ProcessGroup, cfg models.GPTConfig, batches []batch, B, T int) run {
 	t.Helper()
 	full := newFullGPT(t, cfg)
 	m, err := tp.NewGPT(tpg, full)
@@ -154,11 +154,11 @@ func trainTP(t *testing.T, ctx context.Context, tpg, dpg dist.ProcessGroup, cfg 
 		l := []float32{loss.Value.Item()}
 		if dpg != nil {
 			for _, p := range params {
-				if err := dpg.AllReduce(ctx, dist.FromTensor(p.Grad), dist.Avg).Wait(); err != nil {
+				if err := dpg.AllReduce(ctx, distributed.FromTensor(p.Grad), distributed.Avg).Wait(); err != nil {
 					t.Fatal(err)
 				}
 			}
-			if err := dpg.AllReduce(ctx, dist.F32(l), dist.Avg).Wait(); err != nil {
+			if err := dpg.AllReduce(ctx, distributed.F32(l), distributed.Avg).Wait(); err != nil {
 				t.Fatal(err)
 			}
 		}
@@ -192,7 +192,7 @@ func checkReplicas(t *testing.T, ctx context.Context, m *tp.GPT) {
 		}
 		v := s.Param.Value.Contiguous()
 		all := tensor.New(append([]int{pg.Size()}, v.Shape()...)...)
-		if err := pg.AllGather(ctx, dist.FromTensor(all), dist.FromTensor(v)).Wait(); err != nil {
+		if err := pg.AllGather(ctx, distributed.FromTensor(all), distributed.FromTensor(v)).Wait(); err != nil {
 			t.Fatal(err)
 		}
 		for r := range pg.Size() {
@@ -287,8 +287,8 @@ func TestGPTEqualsOneProcess(t *testing.T) {
 		t.Run(fmt.Sprintf("tp=%d/steps=%d/batch=%dx%d", tc.tp, tc.steps, tc.B, tc.T), func(t *testing.T) {
 			batches := makeBatches(tc.steps, tc.B, tc.T, cfg.Vocab)
 			ref := trainReference(t, cfg, batches, tc.B, tc.T)
-			disttest.Run(t, tc.tp, func(t *testing.T, pg dist.ProcessGroup) {
-				ctx := disttest.Context(t, 2*time.Minute)
+			distributedtest.Run(t, tc.tp, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := distributedtest.Context(t, 2*time.Minute)
 				compare(t, pg.Rank(), trainTP(t, ctx, pg, nil, cfg, batches, tc.B, tc.T), ref)
 			})
 		})
@@ -303,9 +303,9 @@ func TestDPxTP(t *testing.T) {
 	const steps, B, T = 10, 4, 32 // B is the global batch: 2 sequences per dp rank
 	batches := makeBatches(steps, B, T, cfg.Vocab)
 	ref := trainReference(t, cfg, batches, B, T)
-	disttest.Run(t, 4, func(t *testing.T, pg dist.ProcessGroup) {
-		ctx := disttest.Context(t, 2*time.Minute)
-		mesh, err := dist.NewMesh(ctx, pg, dist.MeshDim{Name: "dp", Size: 2}, dist.MeshDim{Name: "tp", Size: 2})
+	distributedtest.Run(t, 4, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, 2*time.Minute)
+		mesh, err := distributed.NewMesh(ctx, pg, distributed.MeshDim{Name: "dp", Size: 2}, distributed.MeshDim{Name: "tp", Size: 2})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -335,14 +335,14 @@ func TestBadConfig(t *testing.T) {
 	}
 	t.Run("NewGPT", func(t *testing.T) {
 		full := newFullGPT(t, models.GPTMini())
-		disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
+		distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 			if _, err := tp.NewGPT(pg, full); err == nil || !strings.Contains(err.Error(), "4 heads do not split across 3") {
 				t.Errorf("rank %d: NewGPT over 3 ranks: %v", pg.Rank(), err)
 			}
 		})
 	})
 	t.Run("layers", func(t *testing.T) {
-		disttest.Run(t, 4, func(t *testing.T, pg dist.ProcessGroup) {
+		distributedtest.Run(t, 4, func(t *testing.T, pg distributed.ProcessGroup) {
 			c := tp.NewComm(pg)
 			if _, err := tp.NewMLP(c, nn.NewMLP(rand.New(rand.NewPCG(1, 1)), 4, 6)); err == nil || !strings.Contains(err.Error(), "hidden width 6 does not split across 4") {
 				t.Errorf("NewMLP: %v", err)
@@ -364,12 +364,12 @@ func TestBadConfig(t *testing.T) {
 // Forward and Backward return an error naming the collective (never a
 // hang), and the error sticks.
 func TestPeerFailure(t *testing.T) {
-	defer disttest.CheckLeaks(t)()
+	defer distributedtest.CheckLeaks(t)()
 	cfg := models.GPTConfig{Vocab: 16, Ctx: 8, NLayer: 1, D: 8, NHead: 2}
 	full := newFullGPT(t, cfg)
 	ids := make([]int64, 8)
-	disttest.RunWith(t, 2, dist.GroupOptions{Timeout: 10 * time.Second}, func(t *testing.T, pg dist.ProcessGroup) {
-		ctx := disttest.Context(t, time.Minute)
+	distributedtest.RunWith(t, 2, distributed.GroupOptions{Timeout: 10 * time.Second}, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, time.Minute)
 		m, err := tp.NewGPT(pg, full)
 		if err != nil {
 			t.Fatal(err)

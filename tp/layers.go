@@ -4,9 +4,9 @@ import (
 	"context"
 	"fmt"
 
-	"cohort/autograd"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Every layer here is built by sharding a full nn layer, so that a

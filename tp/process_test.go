@@ -10,11 +10,11 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
-	"cohort/models"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // The equality with one process again, with the ranks as real processes:
@@ -111,16 +111,16 @@ func processRank(t *testing.T, name string) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: pc.transport, Group: dist.GroupOptions{Timeout: time.Minute}})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: pc.transport, Group: distributed.GroupOptions{Timeout: time.Minute}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	mesh, err := dist.NewMesh(ctx, pg, dist.MeshDim{Name: "dp", Size: pc.dp}, dist.MeshDim{Name: "tp", Size: pc.tp})
+	mesh, err := distributed.NewMesh(ctx, pg, distributed.MeshDim{Name: "dp", Size: pc.dp}, distributed.MeshDim{Name: "tp", Size: pc.tp})
 	if err != nil {
 		t.Fatal(err)
 	}
-	var dpg dist.ProcessGroup
+	var dpg distributed.ProcessGroup
 	if pc.dp > 1 {
 		dpg = mesh.Group("dp")
 	}

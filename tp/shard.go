@@ -5,11 +5,11 @@ import (
 	"fmt"
 	"math"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Placement says how a parameter of the full model is laid out across the
@@ -161,7 +161,7 @@ func FullStateDict(ctx context.Context, c *Comm, shards []Shard) (map[string]*te
 		}
 		in := v.Contiguous()
 		all := tensor.New(append([]int{n}, v.Shape()...)...)
-		if err := c.pg.AllGather(ctx, dist.FromTensor(all), dist.FromTensor(in)).Wait(); err != nil {
+		if err := c.pg.AllGather(ctx, distributed.FromTensor(all), distributed.FromTensor(in)).Wait(); err != nil {
 			return nil, fmt.Errorf("tp: gathering parameter %s: %w", s.Name, err)
 		}
 		parts := make([]*tensor.Tensor, n)
@@ -241,7 +241,7 @@ func ClipGradNorm(ctx context.Context, c *Comm, shards []Shard, maxNorm float64)
 	sh, rep := SumSquares(shards)
 	buf := []float64{sh}
 	if c.Size() > 1 {
-		if err := c.pg.AllReduce(ctx, dist.F64(buf), dist.Sum).Wait(); err != nil {
+		if err := c.pg.AllReduce(ctx, distributed.F64(buf), distributed.Sum).Wait(); err != nil {
 			return 0, fmt.Errorf("tp: ClipGradNorm: %w", err)
 		}
 	}

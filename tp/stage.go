@@ -6,9 +6,9 @@ import (
 	"slices"
 	"strconv"
 
-	"cohort/autograd"
-	"cohort/models"
-	"cohort/nn"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 )
 
 // GPTStage is the part of a tensor-parallel GPT that one pipeline stage

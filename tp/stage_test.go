@@ -4,10 +4,10 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/models"
-	"cohort/tp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/tp"
 )
 
 // TestGPTStages: stages hold the parameters of models.GPTStage under the
@@ -15,7 +15,7 @@ import (
 // splits are errors naming them.
 func TestGPTStages(t *testing.T) {
 	cfg := models.GPTMini()
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		full := newFullGPT(t, cfg)
 		c := tp.NewComm(pg)
 		split := []int{0, 1, 3, 4}
@@ -65,7 +65,7 @@ func TestGPTStages(t *testing.T) {
 			}
 		}
 	})
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		full := newFullGPT(t, models.GPTConfig{Vocab: 256, Ctx: 16, NLayer: 1, D: 48, NHead: 3})
 		_, err := tp.NewGPTStages(tp.NewComm(pg), full, []int{0, 1}, []int{0})
 		if err == nil || !strings.Contains(err.Error(), "3 heads do not split across 2") {

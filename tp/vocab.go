@@ -5,10 +5,10 @@ import (
 	"fmt"
 	"math"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // VocabEmbedding is an embedding table [V, D] with its rows (the
@@ -123,7 +123,7 @@ func CrossEntropy(ctx context.Context, c *Comm, logits *autograd.Var, target []i
 		md[i] = mx
 	}
 	if c.Size() > 1 {
-		c.run("CrossEntropy max all-reduce", func() dist.Work { return c.pg.AllReduce(ctx, dist.FromTensor(m), dist.Max) })
+		c.run("CrossEntropy max all-reduce", func() distributed.Work { return c.pg.AllReduce(ctx, distributed.FromTensor(m), distributed.Max) })
 	}
 
 	// Sums of exp(x − max) and the target logits, all-reduced together.
@@ -148,7 +148,7 @@ func CrossEntropy(ctx context.Context, c *Comm, logits *autograd.Var, target []i
 		}
 	}
 	if c.Size() > 1 {
-		c.run("CrossEntropy sum all-reduce", func() dist.Work { return c.pg.AllReduce(ctx, dist.F64(sums), dist.Sum) })
+		c.run("CrossEntropy sum all-reduce", func() distributed.Work { return c.pg.AllReduce(ctx, distributed.F64(sums), distributed.Sum) })
 	}
 	var total float64
 	for i := range N {

@@ -19,9 +19,9 @@ import (
 	"errors"
 	"fmt"
 
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/optim"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/optim"
 )
 
 // Phases a training rank announces inside Join.
@@ -88,7 +88,7 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 func (m *Model) round(ctx context.Context, state int64) (ddp.JoinRound, error) {
 	v := make([]int64, m.world)
 	v[m.rank] = state
-	if err := m.pg.AllReduce(ctx, dist.I64(v), dist.Sum).Wait(); err != nil {
+	if err := m.pg.AllReduce(ctx, distributed.I64(v), distributed.Sum).Wait(); err != nil {
 		m.join.broken = true
 		return ddp.JoinRound{}, fmt.Errorf("zero: Join: round all-reduce: %w", err)
 	}
@@ -111,7 +111,7 @@ func (m *Model) phase(ctx context.Context, kind int, maxNorm, normType float64) 
 	if kind != 0 {
 		v[3*m.rank], v[3*m.rank+1], v[3*m.rank+2] = float64(kind), maxNorm, normType
 	}
-	if err := m.pg.AllReduce(ctx, dist.F64(v), dist.Sum).Wait(); err != nil {
+	if err := m.pg.AllReduce(ctx, distributed.F64(v), distributed.Sum).Wait(); err != nil {
 		m.join.broken = true
 		return 0, 0, 0, fmt.Errorf("zero: Join: phase all-reduce: %w", err)
 	}

@@ -6,12 +6,12 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 // joinSteps is how many steps rank r trains in the uneven-input tests:
@@ -19,7 +19,7 @@ import (
 func joinSteps(r int) int { return 4 - r }
 
 // trainDDPJoin trains with ddp inside Join on uneven data.
-func trainDDPJoin(ctx context.Context, w workload, pg dist.ProcessGroup) ([][]float32, error) {
+func trainDDPJoin(ctx context.Context, w workload, pg distributed.ProcessGroup) ([][]float32, error) {
 	mod := w.model()
 	m, err := ddp.WrapModule(ctx, mod, pg, ddp.Options{GradientAsBucketView: true})
 	if err != nil {
@@ -43,7 +43,7 @@ func trainDDPJoin(ctx context.Context, w workload, pg dist.ProcessGroup) ([][]fl
 
 // trainZeroJoin trains with zero inside Join on uneven data; clip selects
 // whether the steps clip (the joined ranks learn it from the announcement).
-func trainZeroJoin(ctx context.Context, w workload, pg dist.ProcessGroup, o Options, clip bool) ([][]float32, error) {
+func trainZeroJoin(ctx context.Context, w workload, pg distributed.ProcessGroup, o Options, clip bool) ([][]float32, error) {
 	mod := w.model()
 	o.Optimizer = adamW
 	m, err := Wrap(ctx, mod, pg, o)
@@ -68,7 +68,7 @@ func trainZeroJoin(ctx context.Context, w workload, pg dist.ProcessGroup, o Opti
 
 // unevenLoop is the training loop of rank r inside Join: joinSteps(r)
 // steps of forward (call), backward and update.
-func unevenLoop(ctx context.Context, w workload, mod nn.Module, pg dist.ProcessGroup,
+func unevenLoop(ctx context.Context, w workload, mod nn.Module, pg distributed.ProcessGroup,
 	call func(context.Context, func() *autograd.Var) (*autograd.Var, error),
 	backward func(context.Context, *autograd.Var) error, update func() error) func() error {
 	return func() error {
@@ -97,7 +97,7 @@ func TestJoinUnevenEqualsDDP(t *testing.T) {
 	w := workloads()[1] // the CNN: small, and with two kinds of layers
 	for _, world := range []int{2, 3} {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
 				want, err := trainDDPJoin(ctx, w, pg)
 				if err != nil {
@@ -122,7 +122,7 @@ func TestJoinUnevenEqualsDDP(t *testing.T) {
 					all = append(all, p...)
 				}
 				got := make([]float32, len(all)*world)
-				if err := pg.AllGather(ctx, dist.F32(got), dist.F32(all)).Wait(); err != nil {
+				if err := pg.AllGather(ctx, distributed.F32(got), distributed.F32(all)).Wait(); err != nil {
 					t.Fatal(err)
 				}
 				for r := 1; r < world; r++ {
@@ -140,7 +140,7 @@ func TestJoinUnevenEqualsDDP(t *testing.T) {
 func TestJoinErrors(t *testing.T) {
 	w := workloads()[0]
 	t.Run("failed rank", func(t *testing.T) {
-		disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 			ctx := context.Background()
 			mod := w.model()
 			m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
@@ -166,7 +166,7 @@ func TestJoinErrors(t *testing.T) {
 		})
 	})
 	t.Run("disagreeing clip", func(t *testing.T) {
-		disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 			ctx := context.Background()
 			mod := w.model()
 			m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})

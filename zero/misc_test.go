@@ -10,13 +10,13 @@ import (
 	"testing"
 	"time"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // TestOptimizerMemory: each rank's optimizer state is 1/N of the whole
@@ -30,7 +30,7 @@ func TestOptimizerMemory(t *testing.T) {
 	for _, world := range []int{2, 3, 4} {
 		for _, stage := range []Stage{Stage1, Stage2} {
 			t.Run(fmt.Sprintf("%v/world=%d", stage, world), func(t *testing.T) {
-				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 					_, m, err := trainZero(context.Background(), w, pg, Options{Stage: stage}, 1, false)
 					if err != nil {
 						t.Fatal(err)
@@ -62,23 +62,23 @@ func TestWrapErrors(t *testing.T) {
 	tests := []struct {
 		name  string
 		world int
-		wrap  func(ctx context.Context, pg dist.ProcessGroup) error
+		wrap  func(ctx context.Context, pg distributed.ProcessGroup) error
 		want  string
 	}{
-		{"optimizer on full parameters", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"optimizer on full parameters", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := smallNet(1, 5)
 			_, err := Wrap(ctx, net, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewAdamW([]optim.Group{{Params: nn.Parameters(net), LR: 1e-3}}, optim.AdamDefaults())
 			}})
 			return err
 		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
-		{"optimizer missing part of the shard", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"optimizer missing part of the shard", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Optimizer: func(s []nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewSGD([]optim.Group{{Params: Vars(s[1:]), LR: 0.1}}, optim.SGDOptions{})
 			}})
 			return err
 		}, "does not cover this rank's shard"},
-		{"models differ", 3, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"models differ", 3, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			hidden := 5
 			if pg.Rank() == 2 {
 				hidden = 6
@@ -86,15 +86,15 @@ func TestWrapErrors(t *testing.T) {
 			_, err := Wrap(ctx, smallNet(1, hidden), pg, Options{Stage: Stage1, Optimizer: adamW})
 			return err
 		}, `rank 2 has parameter "0.weight" float32[6 4]`},
-		{"no optimizer", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"no optimizer", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{})
 			return err
 		}, "Options.Optimizer is nil"},
-		{"stage 3", 1, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"stage 3", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Stage: 3, Optimizer: adamW})
 			return err
 		}, "fsdp"},
-		{"backward without call", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"backward without call", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := smallNet(1, 5)
 			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
 			if err != nil {
@@ -103,7 +103,7 @@ func TestWrapErrors(t *testing.T) {
 			x := autograd.NewVar(randTensor(2, 4), false)
 			return m.Backward(ctx, autograd.CrossEntropy(net.Forward(x), []int64{0, 1}, autograd.CrossEntropyOptions{}))
 		}, "no Forward"},
-		{"unused parameter", 2, func(ctx context.Context, pg dist.ProcessGroup) error {
+		{"unused parameter", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := smallNet(1, 5)
 			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
 			if err != nil {
@@ -122,7 +122,7 @@ func TestWrapErrors(t *testing.T) {
 			done := make(chan struct{})
 			go func() {
 				defer close(done)
-				disttest.Run(t, tt.world, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, tt.world, func(t *testing.T, pg distributed.ProcessGroup) {
 					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 					defer cancel()
 					err := tt.wrap(ctx, pg)
@@ -157,7 +157,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 	const steps = 3
 	for _, stage := range []Stage{Stage1, Stage2} {
 		t.Run(stage.String(), func(t *testing.T) {
-			disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
 				want, _, err := trainZero(ctx, w, pg, Options{Stage: stage}, steps, false)
 				if err != nil {
@@ -192,7 +192,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 // accumulate trains steps steps of two micro-batches each (the first
 // under NoSync unless synced; after two forward passes without backward
 // if evals) and compares the parameters with want.
-func accumulate(ctx context.Context, w workload, pg dist.ProcessGroup, stage Stage, steps int, synced, evals bool, want [][]float32) error {
+func accumulate(ctx context.Context, w workload, pg distributed.ProcessGroup, stage Stage, steps int, synced, evals bool, want [][]float32) error {
 	mod := w.model()
 	m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW})
 	if err != nil {
@@ -271,7 +271,7 @@ func TestSGDWithSchedule(t *testing.T) {
 		sc.Step()
 	}
 	want := snapshot(mod)
-	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		mod := w.model()
 		m, err := Wrap(ctx, mod, pg, Options{Optimizer: sgd})
@@ -309,7 +309,7 @@ func TestSGDWithSchedule(t *testing.T) {
 // parameters of 4 steps at world 2 (the same global batches).
 func TestReshardCheckpoint(t *testing.T) {
 	w := workloads()[1] // LeNet
-	run := func(m *Model, mod nn.Module, pg dist.ProcessGroup, from, to int) error {
+	run := func(m *Model, mod nn.Module, pg distributed.ProcessGroup, from, to int) error {
 		ctx := context.Background()
 		n, r := pg.Size(), pg.Rank()
 		for s := from; s < to; s++ {
@@ -333,7 +333,7 @@ func TestReshardCheckpoint(t *testing.T) {
 	}
 	var saved []ShardedTensor
 	var mu sync.Mutex
-	disttest.Run(t, 3, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 		mod := w.model()
 		m, err := Wrap(context.Background(), mod, pg, Options{Optimizer: adamW})
 		if err != nil {
@@ -352,7 +352,7 @@ func TestReshardCheckpoint(t *testing.T) {
 			saved = append(saved, e)
 		}
 	})
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		mod := w.model()
 		want, _, err := trainZero(ctx, w, pg, Options{Stage: Stage2}, 4, false)
@@ -429,7 +429,7 @@ func TestUnusedParameters(t *testing.T) {
 			return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
 		}
 	}
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		n, r := pg.Size(), pg.Rank()
 		ref := model()
@@ -498,7 +498,7 @@ func TestFrozenParameters(t *testing.T) {
 		return mod
 	}
 	frozen := workload{name: "mlp-frozen", model: func() nn.Module { return freeze(w.model()) }, batch: w.batch}
-	disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		want, err := trainDDP(ctx, frozen, pg, 3)
 		if err != nil {
@@ -526,7 +526,7 @@ func TestFrozenParameters(t *testing.T) {
 func TestZeroGradThenClip(t *testing.T) {
 	w := workloads()[0]
 	for _, stage := range []Stage{Stage1, Stage2} {
-		disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+		distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 			ctx := context.Background()
 			_, m, err := trainZero(ctx, w, pg, Options{Stage: stage}, 1, false) // ends with ZeroGrad
 			if err != nil {

@@ -6,14 +6,14 @@ import (
 	"fmt"
 	"slices"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/ddp/reducer"
-	"cohort/dist"
-	"cohort/internal/wrapcore"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/ddp/reducer"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Model is a module trained data-parallel with sharded optimizer state
@@ -26,7 +26,7 @@ import (
 type Model struct {
 	module      nn.Module
 	layer       nn.Layer
-	pg          dist.ProcessGroup
+	pg          distributed.ProcessGroup
 	o           Options
 	rank, world int
 
@@ -78,7 +78,7 @@ func Vars(ps []nn.NamedParameter) []*autograd.Var {
 // registration order, ddp's caps) sharded equally across the ranks, and
 // builds this rank's optimizer with o.Optimizer over its shard. Every rank
 // must call Wrap at the same point; it blocks until done.
-func Wrap(ctx context.Context, model nn.Module, pg dist.ProcessGroup, o Options) (*Model, error) {
+func Wrap(ctx context.Context, model nn.Module, pg distributed.ProcessGroup, o Options) (*Model, error) {
 	if model == nil || pg == nil {
 		return nil, errors.New("zero: Wrap: nil model or process group")
 	}
@@ -231,19 +231,19 @@ func (m *Model) broadcast(ctx context.Context, params bool) error {
 		return nil
 	}
 	if params {
-		if err := m.pg.Broadcast(ctx, dist.F32(m.flatParam), 0).Wait(); err != nil {
+		if err := m.pg.Broadcast(ctx, distributed.F32(m.flatParam), 0).Wait(); err != nil {
 			return err
 		}
 		for i, np := range m.params {
 			if m.plan.Offset[i] < 0 { // frozen parameters live outside the flat buffer
-				if err := m.pg.Broadcast(ctx, dist.F32(np.Param.Value.Data()), 0).Wait(); err != nil {
+				if err := m.pg.Broadcast(ctx, distributed.F32(np.Param.Value.Data()), 0).Wait(); err != nil {
 					return err
 				}
 			}
 		}
 	}
 	for _, nb := range m.buffers {
-		if err := m.pg.Broadcast(ctx, dist.F32(nb.Buffer.Data()), 0).Wait(); err != nil {
+		if err := m.pg.Broadcast(ctx, distributed.F32(nb.Buffer.Data()), 0).Wait(); err != nil {
 			return err
 		}
 	}

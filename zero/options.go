@@ -4,9 +4,9 @@ import (
 	"errors"
 	"fmt"
 
-	"cohort/ddp"
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 // Stage selects what is sharded.

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"strings"
 
-	"cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/internal/wrapcore"
 )
 
 // Align is the alignment, in elements, of every parameter slot and every

@@ -7,9 +7,9 @@ import (
 	"strconv"
 	"strings"
 
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // ShardedTensor is one rank's part of a named tensor of a sharded state

@@ -9,13 +9,13 @@ import (
 	"strconv"
 	"strings"
 
-	"cohort/autograd"
-	"cohort/ddp/reducer"
-	"cohort/dist"
-	"cohort/internal/wrapcore"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp/reducer"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // reducerIO is the Model seen as the reducer's I/O.
@@ -69,7 +69,7 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	if m.o.Stage == Stage1 {
 		h := wrapcore.Reduction{Pkg: "zero", Op: "all-reduce", Bucket: k, N: b.End - b.Start}
 		if m.world > 1 {
-			h.Work = m.pg.AllReduce(ctx, dist.F32(m.flatGrad[b.Start:b.End]), dist.Avg)
+			h.Work = m.pg.AllReduce(ctx, distributed.F32(m.flatGrad[b.Start:b.End]), distributed.Avg)
 		}
 		return h
 	}
@@ -91,8 +91,8 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 		copy(dst, in)
 		m.bufs.PutAfter(in, nil)
 	} else {
-		h.Work = m.pg.ReduceScatter(ctx, dist.F32(dst), dist.F32(in), dist.Avg)
-		m.bufs.PutAfter(in, dist.Completion(h.Work))
+		h.Work = m.pg.ReduceScatter(ctx, distributed.F32(dst), distributed.F32(in), distributed.Avg)
+		m.bufs.PutAfter(in, distributed.Completion(h.Work))
 	}
 	return h
 }
@@ -159,7 +159,7 @@ func checkClip(maxNorm, normType float64) error {
 // ClipShardNorm is ClipGradNorm over the shard variables of any sharded
 // wrapper (their Grads hold this rank's averaged gradient pieces; the
 // pieces of all ranks together cover the gradient once).
-func ClipShardNorm(ctx context.Context, pg dist.ProcessGroup, shard []nn.NamedParameter, maxNorm, normType float64) (float64, error) {
+func ClipShardNorm(ctx context.Context, pg distributed.ProcessGroup, shard []nn.NamedParameter, maxNorm, normType float64) (float64, error) {
 	if err := checkClip(maxNorm, normType); err != nil {
 		return 0, err
 	}
@@ -181,7 +181,7 @@ func ClipShardNorm(ctx context.Context, pg dist.ProcessGroup, shard []nn.NamedPa
 	all := []float64{local}
 	if world := pg.Size(); world > 1 {
 		all = make([]float64, world)
-		if err := pg.AllGather(ctx, dist.F64(all), dist.F64([]float64{local})).Wait(); err != nil {
+		if err := pg.AllGather(ctx, distributed.F64(all), distributed.F64([]float64{local})).Wait(); err != nil {
 			return 0, fmt.Errorf("zero: ClipGradNorm: exchanging partial norms: %w", err)
 		}
 	}
@@ -249,7 +249,7 @@ func (m *Model) step(ctx context.Context) error {
 			s.Param.Grad = grads[j]
 		}
 	}()
-	works := make([]dist.Work, len(m.plan.Buckets))
+	works := make([]distributed.Work, len(m.plan.Buckets))
 	for k := range m.plan.Buckets {
 		for j, pc := range m.pieces {
 			m.shard[j].Param.Grad = nil
@@ -269,7 +269,7 @@ func (m *Model) gather(ctx context.Context, k int) error {
 	if m.world == 1 {
 		return nil
 	}
-	works := make([]dist.Work, len(m.plan.Buckets))
+	works := make([]distributed.Work, len(m.plan.Buckets))
 	for j := range m.plan.Buckets {
 		if k < 0 || j == k {
 			works[j] = m.startGather(ctx, j)
@@ -281,17 +281,17 @@ func (m *Model) gather(ctx context.Context, k int) error {
 // startGather starts all-gathering bucket k's shards into the flat
 // parameter buffer (nil in a group of one). The gather runs in place: this
 // rank's shard is already in its slot of the bucket.
-func (m *Model) startGather(ctx context.Context, k int) dist.Work {
+func (m *Model) startGather(ctx context.Context, k int) distributed.Work {
 	if m.world == 1 {
 		return nil
 	}
 	b := m.plan.Buckets[k]
 	lo, hi := b.ShardRange(m.rank)
-	return m.pg.AllGather(ctx, dist.F32(m.flatParam[b.Start:b.End]), dist.F32(m.flatParam[lo:hi]))
+	return m.pg.AllGather(ctx, distributed.F32(m.flatParam[b.Start:b.End]), distributed.F32(m.flatParam[lo:hi]))
 }
 
 // wait waits for every started all-gather and returns the first error.
-func (m *Model) wait(works []dist.Work) error {
+func (m *Model) wait(works []distributed.Work) error {
 	var first error
 	for k, w := range works {
 		if w == nil {

@@ -8,14 +8,14 @@ import (
 	"os"
 	"testing"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // A workload is a model and a deterministic global batch per step; rank r
@@ -131,7 +131,7 @@ func reference(t *testing.T, w workload, steps int) [][]float32 {
 }
 
 // trainDDP trains with ddp on one rank.
-func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) ([][]float32, error) {
+func trainDDP(ctx context.Context, w workload, pg distributed.ProcessGroup, steps int) ([][]float32, error) {
 	mod := w.model()
 	m, err := ddp.WrapModule(ctx, mod, pg, ddp.Options{GradientAsBucketView: true})
 	if err != nil {
@@ -162,7 +162,7 @@ func trainDDP(ctx context.Context, w workload, pg dist.ProcessGroup, steps int) 
 
 // trainZero trains with zero on one rank; plainBackward uses
 // autograd.Backward instead of Model.Backward.
-func trainZero(ctx context.Context, w workload, pg dist.ProcessGroup, o Options, steps int, plainBackward bool) ([][]float32, *Model, error) {
+func trainZero(ctx context.Context, w workload, pg distributed.ProcessGroup, o Options, steps int, plainBackward bool) ([][]float32, *Model, error) {
 	mod := w.model()
 	o.Optimizer = adamW
 	m, err := Wrap(ctx, mod, pg, o)
@@ -247,7 +247,7 @@ func TestEqualsDDPAndOneProcess(t *testing.T) {
 			}
 			want := wants[steps]
 			t.Run(fmt.Sprintf("%s/world=%d", w.name, world), func(t *testing.T) {
-				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 					ctx := context.Background()
 					ref, err := trainDDP(ctx, w, pg, steps)
 					if err != nil {

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"cohort/cmd/cohort/internal/collbench"
+	"github.com/cohortml/cohort/cmd/cohort/internal/collbench"
 )
 
 // benchCollective runs `cohort bench <op>` through package collbench; the

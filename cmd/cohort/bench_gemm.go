@@ -10,7 +10,7 @@ import (
 	"strings"
 	"time"
 
-	"cohort/tensor/gemmbench"
+	"github.com/cohortml/cohort/tensor/gemmbench"
 )
 
 // benchGemm runs `cohort bench gemm`: cohort's sgemm against OpenBLAS,

@@ -23,14 +23,14 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/autograd"
-	"cohort/dist"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
-	"cohort/models"
-	"cohort/obs/trace"
-	"cohort/optim"
-	"cohort/pipeline"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/obs/trace"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/pipeline"
 )
 
 const benchPipelineUsage = `usage: cohort bench pipeline [flags]
@@ -376,7 +376,7 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 	if info.WorldSize != s.stages {
 		return fmt.Errorf("the environment says world %d, --stages %d", info.WorldSize, s.stages)
 	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: s.transport})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: s.transport})
 	if err != nil {
 		return err
 	}
@@ -414,7 +414,7 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		tied = []*autograd.Var{g.Wte}
 	}
 	mb := s.batch / s.microbatches
-	opts := pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split, SendsBuffered: dist.SendsBuffered(pg)}
+	opts := pipeline.Options{Shape: []int{mb, T, g.Config.D}, Tied: tied, Split: split, SendsBuffered: distributed.SendsBuffered(pg)}
 	var tr *trace.Tracer
 	tracing := false
 	if s.trace != "" {
@@ -499,7 +499,7 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 	for i, v := range row {
 		all[rank*len(row)+i] = float64(v)
 	}
-	if err := pg.AllReduce(ctx, dist.F64(all), dist.Sum).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F64(all), distributed.Sum).Wait(); err != nil {
 		return err
 	}
 	if rank != 0 {

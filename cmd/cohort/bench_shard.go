@@ -20,15 +20,15 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/autograd"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/fsdp"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
-	"cohort/zero"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/fsdp"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/zero"
 )
 
 // shardSpec is one sharded-training benchmark configuration.
@@ -87,7 +87,7 @@ func (s trainSpec) shardSpec() shardSpec {
 
 // shardWorkerRun is trainWorker's run function under --shard: it returns
 // the measurement in trainResult.Shard (and the common fields).
-func shardWorkerRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile string) (trainResult, error) {
+func shardWorkerRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpuprofile string) (trainResult, error) {
 	spec := s.shardSpec()
 	spec.CPUProfile = cpuprofile
 	r, err := shardTrainRun(ctx, spec, pg)
@@ -305,7 +305,7 @@ func shardWorkload(s shardSpec, rank int) (nn.Module, []nn.Module, func(step int
 // shardTrainRun is one rank of the benchmark over pg (every rank calls it
 // with the same spec): s.Warmup untimed and s.Steps timed steps of
 // forward, backward, clipping and AdamW, under s.Shard.
-func shardTrainRun(ctx context.Context, s shardSpec, pg dist.ProcessGroup) (shardResult, error) {
+func shardTrainRun(ctx context.Context, s shardSpec, pg distributed.ProcessGroup) (shardResult, error) {
 	if err := s.validate(); err != nil {
 		return shardResult{}, err
 	}

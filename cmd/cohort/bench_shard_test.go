@@ -14,8 +14,8 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/disttest"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
 )
 
 var shardLine = regexp.MustCompile(`(?m)^train: (\w+) world (\d+) shard (\w+) samples/s ([0-9.]+) state-bytes/rank (\d+) param-bytes/rank (\d+) peak-rss-MiB ([0-9.]+)\n\z`)
@@ -32,7 +32,7 @@ func TestShardTrainRun(t *testing.T) {
 			t.Run(model+"/"+shard, func(t *testing.T) {
 				s := shardSpec{Model: model, Shard: shard, Batch: 2, Warmup: 1, Steps: 1}
 				var res shardResult
-				disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 					r, err := shardTrainRun(context.Background(), s, pg)
 					if err != nil {
 						t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -76,7 +76,7 @@ func TestShardSpeed(t *testing.T) {
 		for range 3 {
 			for _, shard := range modes {
 				s := shardSpec{Model: model, Shard: shard, Warmup: 3, Steps: 15}
-				disttest.Run(t, 2, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 					r, err := shardTrainRun(context.Background(), s, pg)
 					if err != nil {
 						t.Fatalf("rank %d: %v", pg.Rank(), err)

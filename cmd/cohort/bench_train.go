@@ -18,18 +18,18 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/autograd"
-	"cohort/data"
-	"cohort/datasets"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/obs/progress"
-	"cohort/optim"
-	"cohort/tensor/gemmbench"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/data"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/obs/progress"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor/gemmbench"
 )
 
 // The anchor workload (see the PyTorch anchors' ddp_mlp_bench.py): 60000
@@ -375,7 +375,7 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 	if err != nil {
 		return err
 	}
-	var pg dist.ProcessGroup
+	var pg distributed.ProcessGroup
 	rank := 0
 	if s.ddp {
 		info, err := rendezvous.FromEnv(os.Getenv)
@@ -385,7 +385,7 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 		if info.WorldSize != s.world {
 			return fmt.Errorf("the environment says world %d, --world %d", info.WorldSize, s.world)
 		}
-		if pg, err = dist.InitFromInfo(ctx, info, dist.Options{Transport: s.transport}); err != nil {
+		if pg, err = distributed.InitFromInfo(ctx, info, distributed.Options{Transport: s.transport}); err != nil {
 			return err
 		}
 		defer pg.Close()
@@ -420,7 +420,7 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 // trainRun builds the workload for pg's rank (a world of one when pg is
 // nil, in which case the model is not wrapped) and runs s.warmup untimed
 // and s.steps timed training steps.
-func trainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile string) (trainResult, error) {
+func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpuprofile string) (trainResult, error) {
 	shape := []int{784}
 	if s.model == "cnn" {
 		shape = []int{1, 28, 28}
@@ -577,7 +577,7 @@ func epochs(ctx context.Context, l *data.Loader) iter.Seq2[*data.Batch, error] {
 // benchProgress is rank 0's progress over the timed steps, on stderr (the
 // report goes to stdout); nil elsewhere. Its update costs a clock read and
 // a lock per step, and writes a line at most every 10 s off a terminal.
-func benchProgress(pg dist.ProcessGroup, steps, samplesPerStep int) func(step int, loss float64) {
+func benchProgress(pg distributed.ProcessGroup, steps, samplesPerStep int) func(step int, loss float64) {
 	if pg != nil && pg.Rank() != 0 {
 		return func(int, float64) {}
 	}

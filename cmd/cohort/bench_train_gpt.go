@@ -10,13 +10,13 @@ import (
 	"runtime/pprof"
 	"time"
 
-	"cohort/autograd"
-	"cohort/datasets"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // The GPT-mini anchor workload (gpt_mini.py, gpt_bench.py): the bytes of
@@ -46,7 +46,7 @@ const (
 // within the noise; the overlapped all-reduces were busy 28–44 ms a step
 // with 12–20 ms exposed, their op goroutines waiting in the transport
 // while backward computes. Revisit when that wait no longer costs compute.
-func gptTrainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprofile string) (trainResult, error) {
+func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpuprofile string) (trainResult, error) {
 	world, rank := 1, 0
 	if pg != nil {
 		world, rank = pg.Size(), pg.Rank()
@@ -100,7 +100,7 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg dist.ProcessGroup, cpuprof
 		autograd.Backward(loss)
 		if pg != nil && world > 1 {
 			t := time.Now()
-			if err := pg.AllReduce(ctx, dist.F32(grads), dist.Avg).Wait(); err != nil {
+			if err := pg.AllReduce(ctx, distributed.F32(grads), distributed.Avg).Wait(); err != nil {
 				return data, 0, fmt.Errorf("gradient all-reduce: %w", err)
 			}
 			comm = time.Since(t)

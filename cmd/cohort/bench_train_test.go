@@ -13,8 +13,8 @@ import (
 	"testing"
 	"time"
 
-	"cohort/datasets"
-	"cohort/dist"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/distributed"
 )
 
 func TestTrainRun(t *testing.T) {
@@ -25,10 +25,10 @@ func TestTrainRun(t *testing.T) {
 		for _, withDDP := range []bool{false, true} {
 			t.Run(model+map[bool]string{false: "/plain", true: "/ddp"}[withDDP], func(t *testing.T) {
 				ctx := context.Background()
-				var pg dist.ProcessGroup
+				var pg distributed.ProcessGroup
 				if withDDP {
 					var err error
-					if pg, err = dist.Init(ctx, dist.Options{WorldSize: 1}); err != nil {
+					if pg, err = distributed.Init(ctx, distributed.Options{WorldSize: 1}); err != nil {
 						t.Fatal(err)
 					}
 					defer pg.Close()

@@ -15,8 +15,8 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/dist/rendezvous"
-	"cohort/launch"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
 )
 
 const runUsage = `usage: cohort run [flags] [--] PROGRAM|GO-PACKAGE [ARGS...]

@@ -9,7 +9,7 @@ import (
 	"testing"
 	"time"
 
-	"cohort/launch"
+	"github.com/cohortml/cohort/launch"
 )
 
 func TestParseRunArgs(t *testing.T) {

@@ -6,7 +6,7 @@ import (
 	"os"
 	"path/filepath"
 
-	"cohort/obs/trace"
+	"github.com/cohortml/cohort/obs/trace"
 )
 
 // runTrace is `cohort trace merge DIR [-o FILE]`: all ranks' timelines

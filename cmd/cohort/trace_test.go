@@ -5,7 +5,7 @@ import (
 	"path/filepath"
 	"testing"
 
-	"cohort/obs/trace"
+	"github.com/cohortml/cohort/obs/trace"
 )
 
 func TestTraceMerge(t *testing.T) {

@@ -11,7 +11,7 @@ type Handle interface {
 	// Done is closed when the communication Start issued has completed.
 	// The Reducer only checks it without blocking (Poll, for the step's
 	// timings), so asking for it must not count as waiting for the
-	// communication (dist.Completion): a reduction launched during
+	// communication (distributed.Completion): a reduction launched during
 	// backward is not polled for by the transport until Finish waits.
 	Done() <-chan struct{}
 	// Finish waits for the communication and completes the reduction. The

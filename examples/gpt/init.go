@@ -7,9 +7,9 @@ import (
 	"math"
 	"os"
 
-	"cohort/models"
-	"cohort/nn"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // initManifest is the FILE.json that gpt_bench.py --dump-init writes next

@@ -89,10 +89,10 @@ import (
 	"strings"
 	"syscall"
 
-	"cohort/datasets"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/pipeline"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/pipeline"
 )
 
 type config struct {
@@ -164,7 +164,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	pg, err := dist.InitFromEnv(ctx)
+	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {
 		return err
 	}

@@ -17,11 +17,11 @@ import (
 	"testing"
 	"time"
 
-	"cohort/datasets"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/launch"
-	"cohort/models"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/models"
 )
 
 // tiny is the model of testdata/tiny_golden.json: GPT-mini's shape at a
@@ -161,19 +161,19 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 			one := newTrace()
 			c := base
 			c.batch, c.record = world*batch, one.record
-			disttest.Run(t, 1, func(t *testing.T, pg dist.ProcessGroup) {
-				if err := train(disttest.Context(t, time.Minute), c, pg, &bytes.Buffer{}); err != nil {
+			distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+				if err := train(distributedtest.Context(t, time.Minute), c, pg, &bytes.Buffer{}); err != nil {
 					t.Error(err)
 				}
 			})
 			ranks := make([]*lossTrace, world)
 			outs := make([]bytes.Buffer, world)
-			disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				tr := newTrace()
 				ranks[pg.Rank()] = tr
 				c := base
 				c.batch, c.record = batch, tr.record
-				if err := train(disttest.Context(t, time.Minute), c, pg, &outs[pg.Rank()]); err != nil {
+				if err := train(distributedtest.Context(t, time.Minute), c, pg, &outs[pg.Rank()]); err != nil {
 					t.Error(err)
 				}
 			})

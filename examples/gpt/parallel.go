@@ -5,15 +5,15 @@ import (
 	"fmt"
 	"strings"
 
-	"cohort/autograd"
-	"cohort/datasets"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/layout"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/layout"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // The anchor's recipe (gpt_mini.py).
@@ -59,7 +59,7 @@ type trainer interface {
 // newTrainer sets this rank's part of model up for the layout of c (c.dp
 // etc. complete): ddp when every rank holds the whole model, layout
 // otherwise. Every rank passes a model with the same weights.
-func newTrainer(ctx context.Context, c config, pg dist.ProcessGroup, model *models.GPT) (trainer, error) {
+func newTrainer(ctx context.Context, c config, pg distributed.ProcessGroup, model *models.GPT) (trainer, error) {
 	if c.pp == 1 && c.tp == 1 {
 		return newReplicated(ctx, model, pg, c.microbatches)
 	}
@@ -107,7 +107,7 @@ func setSteps(opt *optim.Adam, steps int64) error {
 type replicated struct {
 	model        *models.GPT
 	ddp          *ddp.Model
-	pg           dist.ProcessGroup
+	pg           distributed.ProcessGroup
 	names        []string // parameter names, in optimizer order
 	params       []*autograd.Var
 	opt          *optim.Adam
@@ -116,7 +116,7 @@ type replicated struct {
 
 // newReplicated copies rank 0's weights to every rank and builds the
 // optimizer.
-func newReplicated(ctx context.Context, model *models.GPT, pg dist.ProcessGroup, microbatches int) (*replicated, error) {
+func newReplicated(ctx context.Context, model *models.GPT, pg distributed.ProcessGroup, microbatches int) (*replicated, error) {
 	m, err := ddp.WrapModule(ctx, model, pg, ddp.Options{GradientAsBucketView: true})
 	if err != nil {
 		return nil, err
@@ -199,7 +199,7 @@ func (r *replicated) valLoss(ctx context.Context, c *datasets.ByteCorpus) (float
 		sum[1] += float64(len(y))
 	}
 	if r.pg.Size() > 1 {
-		if err := r.pg.AllReduce(ctx, dist.F64(sum), dist.Sum).Wait(); err != nil {
+		if err := r.pg.AllReduce(ctx, distributed.F64(sum), distributed.Sum).Wait(); err != nil {
 			return 0, fmt.Errorf("summing the ranks' validation losses: %w", err)
 		}
 	}
@@ -248,7 +248,7 @@ type staged struct {
 	opt *optim.Adam
 }
 
-func newStaged(ctx context.Context, c config, pg dist.ProcessGroup, model *models.GPT) (*staged, error) {
+func newStaged(ctx context.Context, c config, pg distributed.ProcessGroup, model *models.GPT) (*staged, error) {
 	tr, err := layout.Build(ctx, pg, layout.Config{DP: c.dp, PP: c.pp, TP: c.tp, Microbatches: c.microbatches,
 		Schedule: c.schedule, Virtual: c.virtual, Recompute: c.recompute, Batch: c.batch, SeqLen: model.Config.Ctx}, model)
 	if err != nil {

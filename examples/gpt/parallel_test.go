@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"cohort/checkpoint"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/models"
-	"cohort/obs/trace"
+	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/obs/trace"
 )
 
 // deep is a tiny model with enough layers for 2 pipeline ranks of 2
@@ -37,12 +37,12 @@ type layoutRun struct {
 func runRanks(t *testing.T, world int, c config) *layoutRun {
 	t.Helper()
 	r := &layoutRun{ranks: make([]*lossTrace, world), outs: make([]bytes.Buffer, world), errs: make([]error, world)}
-	disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		tr := newTrace()
 		r.ranks[pg.Rank()] = tr
 		c := c
 		c.record = tr.record
-		r.errs[pg.Rank()] = train(disttest.Context(t, 2*time.Minute), c, pg, &r.outs[pg.Rank()])
+		r.errs[pg.Rank()] = train(distributedtest.Context(t, 2*time.Minute), c, pg, &r.outs[pg.Rank()])
 	})
 	return r
 }
@@ -248,13 +248,13 @@ func TestSaveLoadsBack(t *testing.T) {
 			}
 			var mu sync.Mutex
 			var v float64
-			disttest.Run(t, 1, func(t *testing.T, pg dist.ProcessGroup) {
-				tr, err := newReplicated(disttest.Context(t, time.Minute), m, pg, 1)
+			distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+				tr, err := newReplicated(distributedtest.Context(t, time.Minute), m, pg, 1)
 				if err != nil {
 					t.Fatal(err)
 				}
 				defer tr.close()
-				got, err := tr.valLoss(disttest.Context(t, time.Minute), corpus)
+				got, err := tr.valLoss(distributedtest.Context(t, time.Minute), corpus)
 				if err != nil {
 					t.Fatal(err)
 				}

@@ -5,10 +5,10 @@ import (
 	"errors"
 	"fmt"
 
-	"cohort/checkpoint"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // A checkpoint (package checkpoint) holds the job's whole training state,
@@ -94,7 +94,7 @@ func openLatest(c config, model *models.GPT) (*resumed, error) {
 // the window stream drawn) into c.ckptDir. It is collective: every rank
 // gathers the state (full holds the whole model afterwards) and rank 0
 // writes it.
-func saveCheckpoint(ctx context.Context, c config, pg dist.ProcessGroup, tr trainer, full *models.GPT, step int, dataSteps int64) error {
+func saveCheckpoint(ctx context.Context, c config, pg distributed.ProcessGroup, tr trainer, full *models.GPT, step int, dataSteps int64) error {
 	if err := tr.gather(ctx, full); err != nil {
 		return err
 	}
@@ -123,7 +123,7 @@ func saveCheckpoint(ctx context.Context, c config, pg dist.ProcessGroup, tr trai
 
 // saveWeights gathers the final weights into full and rank 0 writes them
 // to c.save with PyTorch's names. It is collective.
-func saveWeights(ctx context.Context, c config, pg dist.ProcessGroup, tr trainer, full *models.GPT) error {
+func saveWeights(ctx context.Context, c config, pg distributed.ProcessGroup, tr trainer, full *models.GPT) error {
 	if err := tr.gather(ctx, full); err != nil {
 		return err
 	}

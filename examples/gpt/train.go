@@ -10,17 +10,17 @@ import (
 	"sync"
 	"time"
 
-	"cohort/dist"
-	"cohort/models"
-	"cohort/obs"
-	"cohort/obs/trace"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/obs"
+	"github.com/cohortml/cohort/obs/trace"
 )
 
 // errStopped ends a run at config.stopAfter, as a crash would.
 var errStopped = errors.New("stopped after the requested number of steps")
 
 // train runs the job on this rank of pg; rank 0 reports to out.
-func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) error {
+func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
@@ -195,11 +195,11 @@ func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) e
 }
 
 // meanOverRanks averages v element-wise over the ranks.
-func meanOverRanks(ctx context.Context, pg dist.ProcessGroup, v []float64) ([]float64, error) {
+func meanOverRanks(ctx context.Context, pg distributed.ProcessGroup, v []float64) ([]float64, error) {
 	if pg.Size() == 1 {
 		return v, nil
 	}
-	if err := pg.AllReduce(ctx, dist.F64(v), dist.Avg).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F64(v), distributed.Avg).Wait(); err != nil {
 		return nil, fmt.Errorf("averaging the loss over the ranks: %w", err)
 	}
 	return v, nil

@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/datasets"
+	"github.com/cohortml/cohort/datasets"
 )
 
 // TestEmptySetsAreErrors: an empty training or test set stops the run

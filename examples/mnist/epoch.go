@@ -3,7 +3,7 @@ package main
 import (
 	"fmt"
 
-	"cohort/data"
+	"github.com/cohortml/cohort/data"
 )
 
 // position is where the job is in an epoch, as saved in checkpoints (every

@@ -57,15 +57,15 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/checkpoint"
-	"cohort/data"
-	"cohort/datasets"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/obs"
-	"cohort/optim"
+	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/data"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/obs"
+	"github.com/cohortml/cohort/optim"
 )
 
 type config struct {
@@ -125,7 +125,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 		c.getenv = os.Getenv
 	}
 	// The job's process group: the launcher's world, or a world of one.
-	pg, err := dist.InitFromEnv(ctx)
+	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func (c config) validate() error {
 }
 
 // train runs the job as one rank of pg.
-func train(ctx context.Context, c config, pg dist.ProcessGroup, out io.Writer) error {
+func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}

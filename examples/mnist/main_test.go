@@ -19,15 +19,15 @@ import (
 	"testing"
 	"time"
 
-	"cohort/checkpoint"
-	"cohort/datasets"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/launch"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/optim"
+	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 )
 
 // TestTrainLearns trains each model briefly on a slice of real MNIST as a
@@ -50,7 +50,7 @@ func TestTrainLearns(t *testing.T) {
 		{"cnn", models.LeNet, []int{1, 28, 28}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			pg, err := dist.Init(ctx, dist.Options{WorldSize: 1})
+			pg, err := distributed.Init(ctx, distributed.Options{WorldSize: 1})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -228,7 +228,7 @@ func TestResume(t *testing.T) {
 			base := config{model: "cnn", epochs: 2, batch: 32, lr: 0.05, seed: 3, limit: 320, testLimit: 200, ckptEvery: 3, ckptKeep: 2, sets: sets}
 			runs := func(c config) ([]string, []error) {
 				outs, errs := make([]strings.Builder, world), make([]error, world)
-				disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 					errs[pg.Rank()] = train(context.Background(), c, pg, &outs[pg.Rank()])
 				})
 				s := make([]string, world)
@@ -326,7 +326,7 @@ func TestResize(t *testing.T) {
 		lc := c
 		lc.stopAfter = leg.stopAfter
 		outs, errs := make([]strings.Builder, leg.world), make([]error, leg.world)
-		disttest.Run(t, leg.world, func(t *testing.T, pg dist.ProcessGroup) {
+		distributedtest.Run(t, leg.world, func(t *testing.T, pg distributed.ProcessGroup) {
 			errs[pg.Rank()] = train(context.Background(), lc, pg, &outs[pg.Rank()])
 		})
 		out0 = outs[0].String()

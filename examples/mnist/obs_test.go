@@ -14,11 +14,11 @@ import (
 	"testing"
 	"time"
 
-	"cohort/datasets"
-	"cohort/dist"
-	"cohort/dist/disttest"
-	"cohort/obs"
-	"cohort/obs/trace"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/obs"
+	"github.com/cohortml/cohort/obs/trace"
 )
 
 // mlpGradBytes is the MLP's gradient size: 784·1024+1024 + 1024·1024+1024
@@ -59,7 +59,7 @@ func TestObservedRun(t *testing.T) {
 			mu.Unlock()
 		}}
 	outs, errs := make([]strings.Builder, world), make([]error, world)
-	disttest.Run(t, world, func(t *testing.T, pg dist.ProcessGroup) {
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		errs[pg.Rank()] = train(context.Background(), c, pg, &outs[pg.Rank()])
 	})
 	if err := errors.Join(errs...); err != nil {

@@ -8,15 +8,15 @@ import (
 	"testing"
 	"time"
 
-	"cohort/datasets"
-	"cohort/ddp"
-	"cohort/dist"
-	"cohort/dist/store/memstore"
-	"cohort/dist/transport/inproc"
-	"cohort/models"
-	"cohort/nn"
-	"cohort/obs"
-	"cohort/optim"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/store/memstore"
+	"github.com/cohortml/cohort/distributed/transport/inproc"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/obs"
+	"github.com/cohortml/cohort/optim"
 )
 
 // BenchmarkObsOverhead prices watching a run: two 2-rank MNIST MLP jobs
@@ -74,13 +74,13 @@ func benchObsOverhead(b *testing.B, trainSet *datasets.MNIST, observe bool) {
 		var wg sync.WaitGroup
 		errs := make([]error, world)
 		for r := range world {
-			pg, err := dist.New(mesh[r], dist.GroupOptions{Timeout: time.Minute})
+			pg, err := distributed.New(mesh[r], distributed.GroupOptions{Timeout: time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}
 			b.Cleanup(func() { pg.Close() })
 			if observed {
-				if err := dist.Watch(pg, st, "bench", dist.WatchdogOptions{}); err != nil {
+				if err := distributed.Watch(pg, st, "bench", distributed.WatchdogOptions{}); err != nil {
 					b.Fatal(err)
 				}
 			}

@@ -12,8 +12,8 @@ import (
 
 	"github.com/chromedp/chromedp"
 
-	"cohort/datasets"
-	"cohort/launch"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/launch"
 )
 
 // TestRunPageInChromium starts a 2-rank MNIST job as real processes with

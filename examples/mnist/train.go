@@ -4,14 +4,14 @@ import (
 	"context"
 	"time"
 
-	"cohort/autograd"
-	"cohort/datasets"
-	"cohort/ddp"
-	"cohort/nn"
-	"cohort/obs"
-	"cohort/obs/trace"
-	"cohort/optim"
-	"cohort/tensor"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/obs"
+	"github.com/cohortml/cohort/obs/trace"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // watch is where trainEpoch reports its steps: the run being observed

@@ -14,9 +14,9 @@ import (
 	"testing"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
 )
 
 // Env names the two variables a parent test sets for its rank processes:
@@ -65,7 +65,7 @@ func (e Env) Launch(t *testing.T, test, name string, world int) [][][]float32 {
 // over transport, runs train and writes the parameters it returns for
 // the parent, then waits for every rank (no rank closes its links while
 // another still reads).
-func (e Env) Rank(t *testing.T, transport string, train func(ctx context.Context, pg dist.ProcessGroup) ([][]float32, error)) {
+func (e Env) Rank(t *testing.T, transport string, train func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error)) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
 	defer cancel()
@@ -73,7 +73,7 @@ func (e Env) Rank(t *testing.T, transport string, train func(ctx context.Context
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: transport, Group: dist.GroupOptions{Timeout: 30 * time.Second}})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: transport, Group: distributed.GroupOptions{Timeout: 30 * time.Second}})
 	if err != nil {
 		t.Fatal(err)
 	}

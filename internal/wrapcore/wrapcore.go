@@ -9,10 +9,10 @@ import (
 	"fmt"
 	"strings"
 
-	"cohort/autograd"
-	"cohort/ddp/reducer"
-	"cohort/dist"
-	"cohort/nn"
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/ddp/reducer"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/nn"
 )
 
 // Core is embedded by value in a wrapper's Model (as a named field, so
@@ -131,21 +131,21 @@ func (c *Core) Finish(allowUnused bool, done func()) error {
 
 // Reduction is the reducer.Handle of one bucket's collective.
 type Reduction struct {
-	Work      dist.Work // nil: nothing in flight (a group of one)
-	Pkg, Op   string    // for errors: "zero", "reduce-scatter"
-	Bucket, N int       // the bucket and its element count, for errors
-	After     func()    // if set, runs once the work is done, error or not
+	Work      distributed.Work // nil: nothing in flight (a group of one)
+	Pkg, Op   string           // for errors: "zero", "reduce-scatter"
+	Bucket, N int              // the bucket and its element count, for errors
+	After     func()           // if set, runs once the work is done, error or not
 }
 
 var closed = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
 
 // Done implements reducer.Handle (without counting as a wait: see
-// dist.Completion).
+// distributed.Completion).
 func (h Reduction) Done() <-chan struct{} {
 	if h.Work == nil {
 		return closed
 	}
-	return dist.Completion(h.Work)
+	return distributed.Completion(h.Work)
 }
 
 // Finish implements reducer.Handle: it waits for the work, runs After and

@@ -31,7 +31,7 @@ func TestHubServesStateAndMetrics(t *testing.T) {
 	}
 	c.Close()
 	h.Restart()
-	h.Note("dist: watchdog: rank 0: allreduce #3 is stuck")
+	h.Note("distributed: watchdog: rank 0: allreduce #3 is stuck")
 	st := h.State()
 	if len(st.Ranks) != 2 || st.Ranks[1].Step != 4 || len(st.Curve) != 5 || st.Restarts != 1 || len(st.Notes) != 1 {
 		t.Errorf("state = %+v; want 2 ranks (rank 1 at step 4), 5 curve points, 1 restart, 1 note", st)

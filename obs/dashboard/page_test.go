@@ -38,7 +38,7 @@ func TestPageInChromium(t *testing.T) {
 	}
 	defer srv.Close()
 	feed(h, 2, 0, 20)
-	h.Note("dist: watchdog: rank 0: allreduce #21 is stuck: rank 1 never entered it (its last: broadcast #20)")
+	h.Note("distributed: watchdog: rank 0: allreduce #21 is stuck: rank 1 never entered it (its last: broadcast #20)")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	defer cancel()
 	stop := make(chan struct{})

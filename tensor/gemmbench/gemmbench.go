@@ -12,7 +12,7 @@ import (
 
 	"golang.org/x/sys/cpu"
 
-	"cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/gemm"
 )
 
 // Shape is one sgemm problem: C[m×n] = op(A)[m×k]·op(B)[k×n].

@@ -41,7 +41,7 @@ func bin(t *testing.T, name string) string {
 		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
 		defer cancel()
 		out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-			"cohort/cmd/cohort", "cohort/examples/mnist", "./testdata/collcheck").CombinedOutput()
+			"github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/mnist", "./testdata/collcheck").CombinedOutput()
 		if err != nil {
 			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
 		}

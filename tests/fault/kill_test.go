@@ -13,14 +13,14 @@ import (
 	"testing"
 	"time"
 
-	"cohort/checkpoint"
+	"github.com/cohortml/cohort/checkpoint"
 )
 
 // build compiles the cohort CLI and the MNIST example into dir.
 func build(t *testing.T, dir string) (cohort, mnist string) {
 	t.Helper()
 	cohort, mnist = filepath.Join(dir, "cohort"), filepath.Join(dir, "mnist")
-	for out, pkg := range map[string]string{cohort: "cohort/cmd/cohort", mnist: "cohort/examples/mnist"} {
+	for out, pkg := range map[string]string{cohort: "github.com/cohortml/cohort/cmd/cohort", mnist: "github.com/cohortml/cohort/examples/mnist"} {
 		cmd := exec.Command("go", "build", "-o", out, pkg)
 		if b, err := cmd.CombinedOutput(); err != nil {
 			t.Fatalf("go build %s: %v\n%s", pkg, err, b)

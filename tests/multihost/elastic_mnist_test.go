@@ -15,7 +15,7 @@ import (
 	"testing"
 	"time"
 
-	"cohort/checkpoint"
+	"github.com/cohortml/cohort/checkpoint"
 )
 
 // testElasticMNIST trains examples/mnist with checkpoints as an elastic job
@@ -30,7 +30,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 		t.Skip("set COHORT_SOAK=1 to train MNIST through a shrink and a growth (about 1-3 minutes)")
 	}
 	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "cohort/examples/mnist").CombinedOutput(); err != nil {
+	if out, err := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "github.com/cohortml/cohort/examples/mnist").CombinedOutput(); err != nil {
 		t.Fatalf("go build examples/mnist: %v\n%s", err, out)
 	}
 	mnist := filepath.Join(bin, "mnist")

@@ -88,7 +88,7 @@ func build(t *testing.T) *suite {
 	defer cancel()
 	start := time.Now()
 	out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-		"cohort/cmd/cohort", "./testdata/worker").CombinedOutput()
+		"github.com/cohortml/cohort/cmd/cohort", "./testdata/worker").CombinedOutput()
 	if err != nil {
 		t.Fatalf("go build: %v\n%s", err, out)
 	}

@@ -1,5 +1,5 @@
 // Command initworker is the dist program the launch tests start: it joins
-// the job with dist.InitFromEnv (so COHORT_TIMEOUT bounds the join), runs
+// the job with distributed.InitFromEnv (so COHORT_TIMEOUT bounds the join), runs
 // one all-reduce and exits 0. On an error it prints it and exits through
 // rendezvous.Fail (error file, 128+signal).
 //
@@ -14,8 +14,8 @@ import (
 	"strconv"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/rendezvous"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 
 func main() {
@@ -38,13 +38,13 @@ func main() {
 }
 
 func run(ctx context.Context) error {
-	pg, err := dist.InitFromEnv(ctx)
+	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
 	buf := []float32{float32(pg.Rank() + 1)}
-	if err := pg.AllReduce(ctx, dist.F32(buf), dist.Sum).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F32(buf), distributed.Sum).Wait(); err != nil {
 		return err
 	}
 	fmt.Println("sum " + strconv.FormatFloat(float64(buf[0]), 'g', -1, 32))

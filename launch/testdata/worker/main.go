@@ -42,7 +42,7 @@ import (
 	"syscall"
 	"time"
 
-	"cohort/dist/rendezvous"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 
 func main() {

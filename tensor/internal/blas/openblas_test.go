@@ -4,8 +4,8 @@ import (
 	"errors"
 	"testing"
 
-	"cohort/tensor/internal/blas"
-	"cohort/tensor/internal/gemm/gemmtest"
+	"github.com/cohortml/cohort/tensor/internal/blas"
+	"github.com/cohortml/cohort/tensor/internal/gemm/gemmtest"
 )
 
 // load returns OpenBLAS or skips the test, saying why.

@@ -3,7 +3,7 @@ package gemm
 import (
 	"fmt"
 
-	"cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Addends are what [SgemmFused] adds to a product's result: C[i][j] +=

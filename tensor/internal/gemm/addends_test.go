@@ -7,7 +7,7 @@ import (
 	"sync/atomic"
 	"testing"
 
-	. "cohort/tensor/internal/gemm"
+	. "github.com/cohortml/cohort/tensor/internal/gemm"
 )
 
 // TestAddends: SgemmFused gives, bit for bit, Sgemm's product with the row

@@ -6,8 +6,8 @@ import (
 	"strings"
 	"testing"
 
-	"cohort/tensor/gemmbench"
-	. "cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/gemmbench"
+	. "github.com/cohortml/cohort/tensor/internal/gemm"
 )
 
 func BenchmarkSgemm(b *testing.B) {

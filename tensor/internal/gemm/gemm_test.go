@@ -7,8 +7,8 @@ import (
 	"strings"
 	"testing"
 
-	. "cohort/tensor/internal/gemm"
-	"cohort/tensor/internal/gemm/gemmtest"
+	. "github.com/cohortml/cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/gemm/gemmtest"
 )
 
 // kernels returns the cohort kernels this CPU can run.

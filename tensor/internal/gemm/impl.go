@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"sync"
 
-	"cohort/tensor/internal/blas"
+	"github.com/cohortml/cohort/tensor/internal/blas"
 )
 
 // Impl is one configured sgemm: a backend, a kernel and a thread count,

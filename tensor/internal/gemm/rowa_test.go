@@ -5,8 +5,8 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	. "cohort/tensor/internal/gemm"
-	"cohort/tensor/internal/gemm/gemmtest"
+	. "github.com/cohortml/cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/gemm/gemmtest"
 )
 
 // TestRowAPath checks the transposed-output path for A·Bᵀ with at most 64

@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	. "cohort/tensor/internal/gemm"
+	. "github.com/cohortml/cohort/tensor/internal/gemm"
 )
 
 // TestSgemmTriangular checks the triangular path against the naive

@@ -18,10 +18,10 @@ import (
 	"strings"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/collective"
-	"cohort/dist/rendezvous"
-	"cohort/launch"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/collective"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch"
 )
 
 // Ops lists the collectives the benchmark measures.
@@ -406,7 +406,7 @@ func (c Config) threads() int {
 func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	if cfg.Backend == "mpi" {
 		runtime.GOMAXPROCS(cfg.threads())
-		pg, err := dist.Init(ctx, dist.Options{Backend: "mpi"})
+		pg, err := distributed.Init(ctx, distributed.Options{Backend: "mpi"})
 		if err != nil {
 			return err
 		}
@@ -421,11 +421,11 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	}
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
-	gopts := dist.GroupOptions{Timeout: 2 * time.Minute, Tuning: collective.Tuning{SegmentBytes: cfg.SegmentBytes, InlineBytes: cfg.InlineBytes}}
+	gopts := distributed.GroupOptions{Timeout: 2 * time.Minute, Tuning: collective.Tuning{SegmentBytes: cfg.SegmentBytes, InlineBytes: cfg.InlineBytes}}
 	if cfg.Algo != "" {
 		gopts.Algorithms = map[collective.Kind]string{opKinds[cfg.Op]: cfg.Algo}
 	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{Transport: cfg.Transport, Group: gopts})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: cfg.Transport, Group: gopts})
 	if err != nil {
 		return err
 	}
@@ -433,7 +433,7 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 }
 
 // work measures every size on pg and closes it.
-func work(ctx context.Context, pg dist.ProcessGroup, cfg Config, w io.Writer) error {
+func work(ctx context.Context, pg distributed.ProcessGroup, cfg Config, w io.Writer) error {
 	defer pg.Close()
 	ctx, cancel := context.WithTimeout(ctx, cfg.Timeout)
 	defer cancel()
@@ -454,7 +454,7 @@ func work(ctx context.Context, pg dist.ProcessGroup, cfg Config, w io.Writer) er
 // 16 MiB), iterations chosen so the timed loop takes about cfg.Budget
 // (from the warm-up mean, max over ranks, clamped to [10, 1000]), each
 // iteration timed on its own, element-wise max over ranks, median.
-func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) (Result, error) {
+func measure(ctx context.Context, pg distributed.ProcessGroup, cfg Config, size int64) (Result, error) {
 	n := pg.Size()
 	numel := int(size / 4)
 	var fn func() error
@@ -462,26 +462,26 @@ func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) 
 	switch cfg.Op {
 	case "allreduce":
 		buf := make([]float32, numel)
-		fn = func() error { return pg.AllReduce(ctx, dist.F32(buf), dist.Sum).Wait() }
+		fn = func() error { return pg.AllReduce(ctx, distributed.F32(buf), distributed.Sum).Wait() }
 		check = func() (bool, error) {
 			c := make([]float32, numel)
 			for i := range c {
 				c[i] = 1
 			}
-			if err := pg.AllReduce(ctx, dist.F32(c), dist.Sum).Wait(); err != nil {
+			if err := pg.AllReduce(ctx, distributed.F32(c), distributed.Sum).Wait(); err != nil {
 				return false, err
 			}
 			return allEqual(c, float32(n)), nil
 		}
 	case "broadcast":
 		buf := make([]float32, numel)
-		fn = func() error { return pg.Broadcast(ctx, dist.F32(buf), 0).Wait() }
+		fn = func() error { return pg.Broadcast(ctx, distributed.F32(buf), 0).Wait() }
 		check = func() (bool, error) {
 			c := make([]float32, numel)
 			for i := range c {
 				c[i] = float32(pg.Rank())
 			}
-			if err := pg.Broadcast(ctx, dist.F32(c), 0).Wait(); err != nil {
+			if err := pg.Broadcast(ctx, distributed.F32(c), 0).Wait(); err != nil {
 				return false, err
 			}
 			return allEqual(c, 0), nil
@@ -489,12 +489,12 @@ func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) 
 	case "allgather":
 		per := numel / n
 		in, out := make([]float32, per), make([]float32, per*n)
-		fn = func() error { return pg.AllGather(ctx, dist.F32(out), dist.F32(in)).Wait() }
+		fn = func() error { return pg.AllGather(ctx, distributed.F32(out), distributed.F32(in)).Wait() }
 		check = func() (bool, error) {
 			for i := range in {
 				in[i] = float32(pg.Rank())
 			}
-			if err := pg.AllGather(ctx, dist.F32(out), dist.F32(in)).Wait(); err != nil {
+			if err := pg.AllGather(ctx, distributed.F32(out), distributed.F32(in)).Wait(); err != nil {
 				return false, err
 			}
 			for r := range n {
@@ -507,12 +507,14 @@ func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) 
 	case "reducescatter":
 		per := numel / n
 		in, out := make([]float32, per*n), make([]float32, per)
-		fn = func() error { return pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Sum).Wait() }
+		fn = func() error {
+			return pg.ReduceScatter(ctx, distributed.F32(out), distributed.F32(in), distributed.Sum).Wait()
+		}
 		check = func() (bool, error) {
 			for i := range in {
 				in[i] = 1
 			}
-			if err := pg.ReduceScatter(ctx, dist.F32(out), dist.F32(in), dist.Sum).Wait(); err != nil {
+			if err := pg.ReduceScatter(ctx, distributed.F32(out), distributed.F32(in), distributed.Sum).Wait(); err != nil {
 				return false, err
 			}
 			return allEqual(out, float32(n)), nil
@@ -536,7 +538,7 @@ func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) 
 		}
 	}
 	wm := []float64{time.Since(t0).Seconds() / float64(warmup), first}
-	if err := pg.AllReduce(ctx, dist.F64(wm), dist.Max).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F64(wm), distributed.Max).Wait(); err != nil {
 		return Result{}, err
 	}
 	iters := int(max(10, min(1000, math.Round(cfg.Budget.Seconds()/max(wm[0], 1e-9)))))
@@ -551,7 +553,7 @@ func measure(ctx context.Context, pg dist.ProcessGroup, cfg Config, size int64) 
 		}
 		ts[i] = time.Since(t).Seconds()
 	}
-	if err := pg.AllReduce(ctx, dist.F64(ts), dist.Max).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F64(ts), distributed.Max).Wait(); err != nil {
 		return Result{}, err
 	}
 	ok, err := check()

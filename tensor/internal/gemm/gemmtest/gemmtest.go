@@ -6,7 +6,7 @@ import (
 	"math/rand/v2"
 	"testing"
 
-	"cohort/tensor/internal/gemm"
+	"github.com/cohortml/cohort/tensor/internal/gemm"
 )
 
 // Func is an sgemm with the contract of gemm.Sgemm.

@@ -1,5 +1,5 @@
 // Command collcheck joins the job its launcher describes (torchrun,
-// Slurm, OpenMPI, … through dist.InitFromEnv), all-reduces a vector whose
+// Slurm, OpenMPI, … through distributed.InitFromEnv), all-reduces a vector whose
 // expected sum it knows, checks every element and prints
 //
 //	OK rank=R world=W source=S
@@ -13,8 +13,8 @@ import (
 	"os"
 	"time"
 
-	"cohort/dist"
-	"cohort/dist/rendezvous"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 
 func main() {
@@ -31,7 +31,7 @@ func run(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	pg, err := dist.InitFromInfo(ctx, info, dist.Options{})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{})
 	if err != nil {
 		return err
 	}
@@ -41,7 +41,7 @@ func run(ctx context.Context) error {
 	for i := range v {
 		v[i] = float32(pg.Rank()*n + i)
 	}
-	if err := pg.AllReduce(ctx, dist.F32(v), dist.Sum).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F32(v), distributed.Sum).Wait(); err != nil {
 		return err
 	}
 	w := pg.Size()

@@ -1,6 +1,6 @@
 // Command worker is the program the multi-host tests start under
 // `cohort run` in each network namespace. It joins the job with
-// dist.InitFromEnv and, depending on --mode:
+// distributed.InitFromEnv and, depending on --mode:
 //
 //	check  verifies RANK/WORLD_SIZE/LOCAL_RANK against the group and the
 //	       expected world, runs all-reduce, all-gather and broadcast over
@@ -30,7 +30,7 @@ import (
 	"strings"
 	"time"
 
-	"cohort/dist"
+	"github.com/cohortml/cohort/distributed"
 )
 
 func main() {
@@ -73,7 +73,7 @@ func envInt(name string) (int, error) {
 
 // join connects to the job and checks the launcher's variables against the
 // group it got.
-func join(ctx context.Context, world int) (dist.ProcessGroup, error) {
+func join(ctx context.Context, world int) (distributed.ProcessGroup, error) {
 	rank, err := envInt("RANK")
 	if err != nil {
 		return nil, err
@@ -100,7 +100,7 @@ func join(ctx context.Context, world int) (dist.ProcessGroup, error) {
 	if rank != node*localSize+local {
 		return nil, fmt.Errorf("RANK=%d but NODE_RANK=%d, LOCAL_WORLD_SIZE=%d, LOCAL_RANK=%d", rank, node, localSize, local)
 	}
-	pg, err := dist.InitFromEnv(ctx)
+	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {
 		return nil, err
 	}
@@ -170,13 +170,13 @@ func check(ctx context.Context, world int, benchBytes int64, benchIters int) (er
 // Every value below is an integer under 2^24, so float32 holds it and any
 // sum of them exactly, whatever order the ranks add in.
 
-func checkAllReduce(ctx context.Context, pg dist.ProcessGroup, n int) error {
+func checkAllReduce(ctx context.Context, pg distributed.ProcessGroup, n int) error {
 	w, r := pg.Size(), pg.Rank()
 	buf := make([]float32, n)
 	for i := range buf {
 		buf[i] = float32((r + 1) * (i%1021 + 1))
 	}
-	if err := pg.AllReduce(ctx, dist.F32(buf), dist.Sum).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F32(buf), distributed.Sum).Wait(); err != nil {
 		return fmt.Errorf("all-reduce sum n=%d: %w", n, err)
 	}
 	ranks := w * (w + 1) / 2
@@ -188,7 +188,7 @@ func checkAllReduce(ctx context.Context, pg dist.ProcessGroup, n int) error {
 	for i := range buf {
 		buf[i] = float32((r*7919 + i) % 100003)
 	}
-	if err := pg.AllReduce(ctx, dist.F32(buf), dist.Max).Wait(); err != nil {
+	if err := pg.AllReduce(ctx, distributed.F32(buf), distributed.Max).Wait(); err != nil {
 		return fmt.Errorf("all-reduce max n=%d: %w", n, err)
 	}
 	for i, v := range buf {
@@ -203,14 +203,14 @@ func checkAllReduce(ctx context.Context, pg dist.ProcessGroup, n int) error {
 	return nil
 }
 
-func checkAllGather(ctx context.Context, pg dist.ProcessGroup, n int) error {
+func checkAllGather(ctx context.Context, pg distributed.ProcessGroup, n int) error {
 	w, r := pg.Size(), pg.Rank()
 	in := make([]float32, n)
 	for i := range in {
 		in[i] = float32(r*100000 + i%65521)
 	}
 	out := make([]float32, w*n)
-	if err := pg.AllGather(ctx, dist.F32(out), dist.F32(in)).Wait(); err != nil {
+	if err := pg.AllGather(ctx, distributed.F32(out), distributed.F32(in)).Wait(); err != nil {
 		return fmt.Errorf("all-gather n=%d: %w", n, err)
 	}
 	for q := range w {
@@ -223,12 +223,12 @@ func checkAllGather(ctx context.Context, pg dist.ProcessGroup, n int) error {
 	return nil
 }
 
-func checkBroadcast(ctx context.Context, pg dist.ProcessGroup, n, root int) error {
+func checkBroadcast(ctx context.Context, pg distributed.ProcessGroup, n, root int) error {
 	buf := make([]float32, n)
 	for i := range buf {
 		buf[i] = float32(pg.Rank()*1000003 + i%8191) // differs on every rank
 	}
-	if err := pg.Broadcast(ctx, dist.F32(buf), root).Wait(); err != nil {
+	if err := pg.Broadcast(ctx, distributed.F32(buf), root).Wait(); err != nil {
 		return fmt.Errorf("broadcast n=%d root=%d: %w", n, root, err)
 	}
 	for i, v := range buf {
@@ -241,7 +241,7 @@ func checkBroadcast(ctx context.Context, pg dist.ProcessGroup, n, root int) erro
 
 // bench returns the median time of iters all-reduces of n float32s, each
 // started together after a barrier, following one warm-up.
-func bench(ctx context.Context, pg dist.ProcessGroup, n, iters int) (time.Duration, error) {
+func bench(ctx context.Context, pg distributed.ProcessGroup, n, iters int) (time.Duration, error) {
 	buf := make([]float32, n)
 	times := make([]time.Duration, 0, iters)
 	for it := range iters + 1 {
@@ -249,7 +249,7 @@ func bench(ctx context.Context, pg dist.ProcessGroup, n, iters int) (time.Durati
 			return 0, fmt.Errorf("bench barrier: %w", err)
 		}
 		start := time.Now()
-		if err := pg.AllReduce(ctx, dist.F32(buf), dist.Sum).Wait(); err != nil {
+		if err := pg.AllReduce(ctx, distributed.F32(buf), distributed.Sum).Wait(); err != nil {
 			return 0, fmt.Errorf("bench all-reduce of %d bytes: %w", 4*n, err)
 		}
 		if it > 0 {
@@ -283,7 +283,7 @@ func loop(ctx context.Context, loopFor time.Duration, stopFile string) (err erro
 		for i := range buf {
 			buf[i] = float32(pg.Rank() + 1)
 		}
-		if err := pg.AllReduce(ctx, dist.F32(buf), dist.Sum).Wait(); err != nil {
+		if err := pg.AllReduce(ctx, distributed.F32(buf), distributed.Sum).Wait(); err != nil {
 			return fmt.Errorf("rank %d: all-reduce iteration %d: %w", pg.Rank(), it, err)
 		}
 		for i, v := range buf {

@@ -1,0 +1,282 @@
+package route
+
+import (
+	"context"
+	"fmt"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/cohortml/cohort/distributed/transport"
+	"github.com/cohortml/cohort/distributed/transport/shm"
+	"github.com/cohortml/cohort/distributed/transport/tcp"
+	"github.com/cohortml/cohort/distributed/transport/transporttest"
+)
+
+// The tests below route real transports: ranks on one host (hostOf) share
+// memory through shm, the others talk over tcp on loopback, each part
+// connecting only the ranks it serves.
+
+const testPrefix = "cohort-routetest"
+
+var testToken = []byte("route-test-token")
+
+// mixedListener is one rank's two halves of setup.
+type mixedListener struct {
+	rank, worldSize int
+	local, remote   []int // peers on this host, peers elsewhere
+	tcp             *tcp.Listener
+	shm             *shm.Listener
+}
+
+func listenMixed(ctx context.Context, rank, worldSize int) (*mixedListener, error) {
+	l := &mixedListener{rank: rank, worldSize: worldSize, local: []int{}, remote: []int{}}
+	for r := range worldSize {
+		switch {
+		case r == rank:
+		case hostOf(r) == hostOf(rank):
+			l.local = append(l.local, r)
+		default:
+			l.remote = append(l.remote, r)
+		}
+	}
+	var err error
+	if len(l.remote) > 0 {
+		l.tcp, err = tcp.Listen(ctx, rank, worldSize, "127.0.0.1:0", tcp.Options{Token: testToken, Peers: l.remote})
+		if err != nil {
+			return nil, err
+		}
+	}
+	// A rank alone in the world still needs a part to reach itself.
+	if len(l.local) > 0 || len(l.remote) == 0 {
+		l.shm, err = shm.Listen(ctx, rank, worldSize, shm.Options{Token: testToken, Prefix: testPrefix, Peers: l.local})
+		if err != nil {
+			if l.tcp != nil {
+				l.tcp.Close()
+			}
+			return nil, err
+		}
+	}
+	return l, nil
+}
+
+// Addr is "tcp-address|shm-path", either possibly empty.
+func (l *mixedListener) Addr() string {
+	var a, b string
+	if l.tcp != nil {
+		a = l.tcp.Addr()
+	}
+	if l.shm != nil {
+		b = l.shm.Addr()
+	}
+	return a + "|" + b
+}
+
+func (l *mixedListener) connect(ctx context.Context, addrs []string) (*Transport, error) {
+	tcpAddrs := make([]string, len(addrs))
+	shmAddrs := make([]string, len(addrs))
+	for r, a := range addrs {
+		tcpAddrs[r], shmAddrs[r], _ = strings.Cut(a, "|")
+	}
+	via := make([]transport.Transport, l.worldSize)
+	closeParts := func() {
+		for _, p := range via {
+			if p != nil {
+				p.Close()
+			}
+		}
+	}
+	if l.tcp != nil {
+		t, err := l.tcp.Connect(ctx, tcpAddrs)
+		if err != nil {
+			if l.shm != nil {
+				l.shm.Close()
+			}
+			return nil, err
+		}
+		for _, r := range append([]int{l.rank}, l.remote...) {
+			via[r] = t
+		}
+	}
+	if l.shm != nil {
+		t, err := l.shm.Connect(ctx, shmAddrs)
+		if err != nil {
+			closeParts()
+			return nil, err
+		}
+		for _, r := range append([]int{l.rank}, l.local...) {
+			via[r] = t
+		}
+	}
+	tr, err := New(via)
+	if err != nil {
+		closeParts()
+		return nil, err
+	}
+	return tr, nil
+}
+
+func mixedWorld(tb testing.TB, n int) transporttest.World {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	ls := make([]*mixedListener, n)
+	addrs := make([]string, n)
+	for r := range n {
+		l, err := listenMixed(ctx, r, n)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		ls[r], addrs[r] = l, l.Addr()
+	}
+	ts := make([]*Transport, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Go(func() { ts[r], errs[r] = ls[r].connect(ctx, addrs) })
+	}
+	wg.Wait()
+	var w transporttest.World
+	for r, err := range errs {
+		if err != nil {
+			for _, t := range ts {
+				if t != nil {
+					t.Close()
+				}
+			}
+			tb.Fatalf("rank %d: %v", r, err)
+		}
+		w.Transports = append(w.Transports, ts[r])
+	}
+	// No Kill: the parts' crash hooks are internal to their packages. The
+	// death of a rank is tested with real processes (TestProcessesKill9).
+	return w
+}
+
+func leftovers(t *testing.T) []string {
+	t.Helper()
+	m, err := filepath.Glob(filepath.Join("/dev/shm", testPrefix+"-*"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m
+}
+
+func TestConformanceMixed(t *testing.T) {
+	transporttest.Run(t, mixedWorld, transporttest.Config{})
+	if files := leftovers(t); len(files) > 0 {
+		t.Errorf("files left in /dev/shm: %v", files)
+	}
+}
+
+// TestMixedParts: within a host the route goes through shm, across hosts
+// through tcp, and neither part reaches the ranks of the other.
+func TestMixedParts(t *testing.T) {
+	const n = 4
+	w := mixedWorld(t, n)
+	defer func() {
+		for _, tr := range w.Transports {
+			tr.Close()
+		}
+	}()
+	ctx := context.Background()
+	for r, tr := range w.Transports {
+		rt := tr.(*Transport)
+		for q := range n {
+			part := rt.Via(q)
+			want := "*tcp.Transport"
+			if hostOf(q) == hostOf(r) {
+				want = "*shm.Transport"
+			}
+			if got := fmt.Sprintf("%T", part); got != want {
+				t.Errorf("rank %d reaches rank %d through %s, want %s", r, q, got, want)
+			}
+			if q == r {
+				continue
+			}
+			// The part of the other kind refuses q.
+			for p := range n {
+				other := rt.Via(p)
+				if other == part {
+					continue
+				}
+				err := other.Send(ctx, q, transport.Tag{}, []byte{1})
+				if err == nil || !strings.Contains(err.Error(), fmt.Sprintf("rank %d: not a peer of this transport", q)) {
+					t.Errorf("rank %d: %T Send to rank %d: %v, want a not-a-peer error", r, other, q, err)
+				}
+			}
+		}
+	}
+}
+
+func procSetup(ctx context.Context, rank, worldSize int, exchange func(string) ([]string, error)) (transport.Transport, error) {
+	l, err := listenMixed(ctx, rank, worldSize)
+	if err != nil {
+		return nil, err
+	}
+	addrs, err := exchange(l.Addr())
+	if err != nil {
+		return nil, err
+	}
+	return l.connect(ctx, addrs)
+}
+
+// TestHelperProcess is the body of the child processes of the tests below.
+func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }
+
+func TestProcessesExchange(t *testing.T) {
+	for _, world := range []int{3, 4} {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioExchange, false, 60*time.Second) {
+				if res.Line != "ok" {
+					t.Errorf("rank %d: %s", r, res.Line)
+				}
+			}
+		})
+	}
+}
+
+// TestProcessesKill9: SIGKILL the last rank in the middle of large
+// transfers; every survivor, whether it reaches the victim through shm
+// (its host mate) or tcp (the others), gets an error naming it within 5 s.
+func TestProcessesKill9(t *testing.T) {
+	const world = 4
+	victim := world - 1
+	for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioTransfer, true, 5*time.Second) {
+		via := "tcp"
+		if hostOf(r) == hostOf(victim) {
+			via = "shm"
+		}
+		want := fmt.Sprintf("peer-error %d ", victim)
+		if !strings.HasPrefix(res.Line, want) || !strings.Contains(res.Line, via+": ") {
+			t.Errorf("rank %d reported %q, want a %s error naming rank %d", r, res.Line, via, victim)
+			continue
+		}
+		t.Logf("rank %d (%s) after %v: %s", r, via, res.At.Round(time.Millisecond), res.Line)
+	}
+	if files := leftovers(t); len(files) > 0 {
+		t.Errorf("files left in /dev/shm: %v", files)
+	}
+}
+
+// The benchmarks run ranks 0 and 1, which share a host: shm through the
+// route, to compare with package shm's benchmarks of the same names.
+
+func benchWorld(b *testing.B) transporttest.World {
+	w := mixedWorld(b, 2)
+	b.Cleanup(func() {
+		for _, tr := range w.Transports {
+			tr.Close()
+		}
+	})
+	return w
+}
+
+func BenchmarkPingPong4KiB(b *testing.B) {
+	transporttest.PingPong(b, benchWorld(b), 4<<10)
+}
+
+func BenchmarkThroughput16MiB(b *testing.B) {
+	transporttest.Throughput(b, benchWorld(b), 16<<20)
+}

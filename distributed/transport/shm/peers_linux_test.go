@@ -1,0 +1,227 @@
+package shm
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/cohortml/cohort/distributed/transport"
+	"github.com/cohortml/cohort/distributed/transport/route"
+	"github.com/cohortml/cohort/distributed/transport/transporttest"
+)
+
+// nearFar splits rank's peers into those on its host (two ranks per host)
+// and the others. Both are non-nil.
+func nearFar(rank, worldSize int) (near, far []int) {
+	near, far = []int{}, []int{}
+	for r := range worldSize {
+		switch {
+		case r == rank:
+		case r/2 == rank/2:
+			near = append(near, r)
+		default:
+			far = append(far, r)
+		}
+	}
+	return near, far
+}
+
+// peersWorld gives every rank two transports, one connecting the ranks of
+// its host and one the others (Options.Peers), combined by package route.
+func peersWorld(tb testing.TB, n int) transporttest.World {
+	// Ranks on other hosts exist from a world of three; with fewer, the
+	// second part would serve nobody (and route would not own it).
+	parts := make([][]*Transport, 1, 2)
+	if n > 2 {
+		parts = parts[:2]
+	}
+	for i := range parts {
+		ts, errs := connectWorld(tb, n, func(r int) Options {
+			near, far := nearFar(r, n)
+			return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20, Peers: [][]int{near, far}[i]}
+		})
+		for r, err := range errs {
+			if err != nil {
+				tb.Fatalf("part %d, rank %d: %v", i, r, err)
+			}
+		}
+		parts[i] = ts
+	}
+	w := transporttest.World{Kill: func(r int) {
+		for _, ts := range parts {
+			ts[r].kill()
+		}
+	}}
+	for r := range n {
+		via := make([]transport.Transport, n)
+		for q := range n {
+			via[q] = parts[0][r]
+			if q/2 != r/2 {
+				via[q] = parts[1][r]
+			}
+		}
+		tr, err := route.New(via)
+		if err != nil {
+			tb.Fatal(err)
+		}
+		w.Transports = append(w.Transports, tr)
+	}
+	return w
+}
+
+// TestConformancePeers runs the suite over transports that each connect a
+// subset of the world.
+func TestConformancePeers(t *testing.T) {
+	transporttest.Run(t, peersWorld, transporttest.Config{Worlds: []int{1, 2, 3, 4, 7}})
+	if files := leftovers(t); len(files) > 0 {
+		t.Errorf("files left in /dev/shm: %v", files)
+	}
+}
+
+func TestPeersRejected(t *testing.T) {
+	ctx := context.Background()
+	tests := []struct {
+		name  string
+		rank  int
+		peers []int
+		want  string
+	}{
+		{"out-of-range", 0, []int{1, 3}, "shm: rank 0: Options.Peers: peer rank 3 out of range [0, 3)"},
+		{"negative", 0, []int{-1}, "shm: rank 0: Options.Peers: peer rank -1 out of range [0, 3)"},
+		{"self", 1, []int{2, 1}, "shm: rank 1: Options.Peers: lists rank 1, this rank itself"},
+		{"twice", 0, []int{2, 1, 2}, "shm: rank 0: Options.Peers: lists rank 2 twice"},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Listen(ctx, tc.rank, 3, Options{Prefix: testPrefix, Peers: tc.peers})
+			if err == nil {
+				l.Close()
+				t.Fatal("Listen succeeded")
+			}
+			if err.Error() != tc.want {
+				t.Fatalf("error %q, want %q", err, tc.want)
+			}
+		})
+	}
+	if files := leftovers(t); len(files) > 0 {
+		t.Errorf("files left in /dev/shm: %v", files)
+	}
+}
+
+// TestPeersSegmentSize: a segment holds rings for the peers only.
+func TestPeersSegmentSize(t *testing.T) {
+	const ring = 1 << 16
+	for _, tc := range []struct {
+		name  string
+		world int
+		peers []int
+		slots int
+	}{
+		{"all", 5, nil, 4},
+		{"two", 64, []int{9, 3}, 2},
+		{"none", 3, []int{}, 0},
+		{"table-over-a-page", 2000, nil, 1999},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			l, err := Listen(context.Background(), 1, tc.world, Options{Prefix: testPrefix, RingBytes: ring, Peers: tc.peers})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer l.Close()
+			st, err := os.Stat(l.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			ctl := pageBytes
+			if tc.slots > (pageBytes-offSenders)/4 {
+				ctl = 3 * pageBytes // 512 + 4·1999 bytes
+			}
+			if want := int64(ctl + tc.slots*(pageBytes+ring)); st.Size() != want {
+				t.Fatalf("segment of %d bytes, want %d", st.Size(), want)
+			}
+		})
+	}
+}
+
+// TestPeersNotReachable: a rank outside Options.Peers is an error at once,
+// naming it, and its address is not needed.
+func TestPeersNotReachable(t *testing.T) {
+	ts, errs := connectWorld(t, 3, func(r int) Options {
+		return Options{Prefix: testPrefix, Peers: [][]int{{1}, {0}, {}}[r]}
+	})
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	defer func() {
+		for _, tr := range ts {
+			tr.Close()
+		}
+	}()
+	ctx := context.Background()
+	for _, c := range []struct{ from, to int }{{0, 2}, {2, 0}, {2, 1}} {
+		want := fmt.Sprintf("shm: rank %d: send to rank %d: not a peer of this transport", c.from, c.to)
+		if err := ts[c.from].Send(ctx, c.to, transport.Tag{}, []byte{1}); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Send from %d to %d: %v, want %q", c.from, c.to, err, want)
+		}
+		want = fmt.Sprintf("shm: rank %d: recv from rank %d: not a peer of this transport", c.from, c.to)
+		if err := ts[c.from].Recv(ctx, c.to, transport.Tag{}, []byte{1}); err == nil || !strings.HasPrefix(err.Error(), want) {
+			t.Errorf("Recv of %d from %d: %v, want %q", c.from, c.to, err, want)
+		}
+	}
+	must := func(err error) {
+		t.Helper()
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(ts[0].Send(ctx, 1, transport.Tag{Seq: 1}, []byte("hi")))
+	p := make([]byte, 2)
+	must(ts[1].Recv(ctx, 0, transport.Tag{Seq: 1}, p))
+	must(ts[2].Send(ctx, 2, transport.Tag{Seq: 2}, []byte("me")))
+	must(ts[2].Recv(ctx, 2, transport.Tag{Seq: 2}, p))
+	if string(p) != "me" {
+		t.Fatalf("got %q", p)
+	}
+}
+
+// TestPeersDisagree: a rank that counts as a peer a rank whose segment has
+// no ring for it fails, naming both, and leaves no file behind.
+func TestPeersDisagree(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	peers := [][]int{{1}, {}}
+	ls := make([]*Listener, 2)
+	addrs := make([]string, 2)
+	for r := range 2 {
+		l, err := Listen(ctx, r, 2, Options{Prefix: testPrefix, Peers: peers[r]})
+		if err != nil {
+			t.Fatal(err)
+		}
+		ls[r], addrs[r] = l, l.Addr()
+	}
+	// Rank 0 first: rank 1, which has no peers, removes its segment as
+	// soon as it connects.
+	errs := make([]error, 2)
+	for r := range 2 {
+		tr, err := ls[r].Connect(ctx, addrs)
+		if tr != nil {
+			tr.Close()
+		}
+		errs[r] = err
+	}
+	want := "shm: rank 0: shm: segment of rank 1 has no ring for rank 0: rank 1 does not count it among its peers"
+	if errs[0] == nil || !strings.HasPrefix(errs[0].Error(), want) {
+		t.Errorf("rank 0: %v, want %q", errs[0], want)
+	}
+	if errs[1] != nil {
+		t.Errorf("rank 1 (no peers): %v", errs[1])
+	}
+	if files := leftovers(t); len(files) > 0 {
+		t.Errorf("files left in /dev/shm: %v", files)
+	}
+}

@@ -1,0 +1,161 @@
+package transporttest
+
+import (
+	"context"
+	"fmt"
+	"testing"
+
+	"github.com/cohortml/cohort/distributed/transport"
+)
+
+// The benchmarks below use b.N rather than b.Loop: the peer goroutine has
+// to know in advance how many messages to expect.
+
+// PingPong measures the round trip of a size-byte message between ranks 0
+// and 1 of w: rank 0 sends, rank 1 echoes. It reports µs/roundtrip.
+func PingPong(b *testing.B, w World, size int) {
+	ctx := context.Background()
+	t0, t1 := w.Transports[0], w.Transports[1]
+	tag := transport.Tag{Group: 100}
+	n := b.N
+	echoed := make(chan error, 1)
+	go func() {
+		p := make([]byte, size)
+		for range n {
+			if err := t1.Recv(ctx, 0, tag, p); err != nil {
+				echoed <- err
+				return
+			}
+			if err := t1.Send(ctx, 0, tag, p); err != nil {
+				echoed <- err
+				return
+			}
+		}
+		echoed <- nil
+	}()
+	out, in := make([]byte, size), make([]byte, size)
+	b.SetBytes(int64(2 * size))
+	b.ResetTimer()
+	for range n {
+		if err := t0.Send(ctx, 1, tag, out); err != nil {
+			b.Fatal(err)
+		}
+		if err := t0.Recv(ctx, 1, tag, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := <-echoed; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/roundtrip")
+}
+
+// Throughput measures a one-way stream of size-byte messages from rank 0
+// to rank 1 of w, the receiver posting each receive as soon as the last
+// one completes, and the clock stopping when the receiver acknowledges
+// the last. Bytes per second go through b.SetBytes.
+func Throughput(b *testing.B, w World, size int) {
+	ctx := context.Background()
+	t0, t1 := w.Transports[0], w.Transports[1]
+	tag := transport.Tag{Group: 102}
+	ack := transport.Tag{Group: 103}
+	n := b.N
+	done := make(chan error, 1)
+	go func() {
+		p := make([]byte, size)
+		for range n {
+			if err := t1.Recv(ctx, 0, tag, p); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- t1.Send(ctx, 0, ack, nil)
+	}()
+	out := Pattern(size, 1)
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range n {
+		if err := t0.Send(ctx, 1, tag, out); err != nil {
+			b.Fatal(err)
+		}
+	}
+	if err := t0.Recv(ctx, 1, ack, nil); err != nil {
+		b.Fatal(err)
+	}
+	b.StopTimer()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+}
+
+// Exchange measures ranks 0 and 1 each sending a size-byte message to the
+// other and then receiving the other's, as one step of a two-rank
+// all-reduce does. It reports µs/exchange.
+func Exchange(b *testing.B, w World, size int) {
+	ctx := context.Background()
+	tag := transport.Tag{Group: 104}
+	n := b.N
+	done := make(chan error, 1)
+	go func() {
+		t1 := w.Transports[1]
+		out, in := make([]byte, size), make([]byte, size)
+		for range n {
+			if err := t1.Send(ctx, 0, tag, out); err != nil {
+				done <- err
+				return
+			}
+			if err := t1.Recv(ctx, 0, tag, in); err != nil {
+				done <- err
+				return
+			}
+		}
+		done <- nil
+	}()
+	t0 := w.Transports[0]
+	out, in := make([]byte, size), make([]byte, size)
+	b.SetBytes(int64(size))
+	b.ResetTimer()
+	for range n {
+		if err := t0.Send(ctx, 1, tag, out); err != nil {
+			b.Fatal(err)
+		}
+		if err := t0.Recv(ctx, 1, tag, in); err != nil {
+			b.Fatal(err)
+		}
+	}
+	b.StopTimer()
+	if err := <-done; err != nil {
+		b.Fatal(err)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/exchange")
+}
+
+// ProcessBenchmarks runs between child processes of the test binary: the
+// 4 KiB ping-pong, 4 KiB all-pairs exchanges at world 2 and 4, the 16 MiB
+// stream and the 16 MiB exchange, and reports medians. helperTest names
+// the package's TestHelperProcess. The sub-benchmarks measure a fixed
+// number of iterations whatever b.N is; run them with -benchtime=1x.
+func ProcessBenchmarks(b *testing.B, helperTest string) {
+	b.Run("PingPong4KiB", func(b *testing.B) {
+		med, mean := ProcessBench(b, helperTest, ScenarioPingPong, 2, 4<<10, 20000)
+		b.ReportMetric(med/1e3, "µs/roundtrip")
+		b.ReportMetric(mean/1e3, "µs/roundtrip-mean")
+	})
+	for _, world := range []int{2, 4} {
+		b.Run(fmt.Sprintf("Exchange4KiB/world=%d", world), func(b *testing.B) {
+			med, mean := ProcessBench(b, helperTest, ScenarioExchangeAll, world, 4<<10, 10000)
+			b.ReportMetric(med/1e3, "µs/round")
+			b.ReportMetric(mean/1e3, "µs/round-mean")
+		})
+	}
+	b.Run("Stream16MiB", func(b *testing.B) {
+		_, bps := ProcessBench(b, helperTest, ScenarioStream, 2, 16<<20, 100)
+		b.ReportMetric(bps/1e9, "GB/s")
+	})
+	b.Run("Exchange16MiB", func(b *testing.B) {
+		med, _ := ProcessBench(b, helperTest, ScenarioExchangeAll, 2, 16<<20, 50)
+		b.ReportMetric(med/1e3, "µs/round")
+		b.ReportMetric(float64(16<<20)/med, "GB/s-each-way")
+	})
+}
