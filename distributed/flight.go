@@ -134,7 +134,7 @@ func caller(pcs []uintptr) string {
 	frames := runtime.CallersFrames(pcs)
 	for {
 		fr, more := frames.Next()
-		if fr.Function != "" && !strings.HasPrefix(fr.Function, "github.com/cohortml/cohort/dist.") {
+		if fr.Function != "" && !strings.HasPrefix(fr.Function, "github.com/cohortml/cohort/distributed.") {
 			return fr.Function
 		}
 		if !more {

@@ -65,7 +65,7 @@ func TestFlightIssuer(t *testing.T) {
 		}
 		nest(depth)
 		got := functions(f.ring[0].pcs[:])
-		if !slices.Equal(got[:1], []string{"github.com/cohortml/cohort/dist.fakeIssuer"}) || !slices.Equal(got, want) {
+		if !slices.Equal(got[:1], []string{"github.com/cohortml/cohort/distributed.fakeIssuer"}) || !slices.Equal(got, want) {
 			t.Errorf("depth %d: recorded %q, want %q", depth, got, want)
 		}
 	}
@@ -74,7 +74,7 @@ func TestFlightIssuer(t *testing.T) {
 	var f flightRecorder
 	go func() { fakeSubmit(&f, &op{}); done <- nil }()
 	<-done
-	if got := functions(f.ring[0].pcs[:]); len(got) == 0 || !strings.HasPrefix(got[0], "github.com/cohortml/cohort/dist.TestFlightIssuer") {
+	if got := functions(f.ring[0].pcs[:]); len(got) == 0 || !strings.HasPrefix(got[0], "github.com/cohortml/cohort/distributed.TestFlightIssuer") {
 		t.Errorf("on a fresh goroutine: recorded %q", got)
 	}
 }
