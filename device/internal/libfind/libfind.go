@@ -244,3 +244,26 @@ func GoString(p uintptr) string {
 	}
 	return string(unsafe.Slice(start, n))
 }
+
+// Resolve returns the file a library opened by name is mapped from, read
+// from /proc/self/maps; name itself when it is a path or is not found there.
+func Resolve(name string) string {
+	if strings.ContainsRune(name, '/') {
+		return name
+	}
+	stem, _, _ := strings.Cut(name, ".so")
+	b, err := os.ReadFile("/proc/self/maps")
+	if err != nil {
+		return name
+	}
+	for _, line := range strings.Split(string(b), "\n") {
+		f := strings.Fields(line)
+		if len(f) < 6 {
+			continue
+		}
+		if p := f[len(f)-1]; strings.HasPrefix(filepath.Base(p), stem+".so") {
+			return p
+		}
+	}
+	return name
+}
