@@ -534,3 +534,97 @@ func TestEmuCast(t *testing.T) {
 		t.Errorf("ties: %v → %v, %v → %v", x[3], b[3].f32(), x[4], b[4].f32())
 	}
 }
+
+// TestEmuBF16Twins checks bf16 variants whose math is fp32 with one
+// rounding per stored result: run on bf16 inputs, each must give exactly
+// the bf16 rounding of its f32 twin run on the same (widened) inputs.
+func TestEmuBF16Twins(t *testing.T) {
+	rng := newRNG(t)
+	const n = 300
+	a, b := bf16s(randn(rng, n)), bf16s(randn(rng, n))
+	fa, fb := widen(a), widen(b)
+	p := kernels.Problem{N: n}
+	same := func(name string, got []bf16, want []float32) {
+		t.Helper()
+		for i := range want {
+			if got[i] != toBF16(want[i]) {
+				t.Errorf("%s_bf16[%d] = %v, want the rounding of %s_f32's %v", name, i, got[i].f32(), name, want[i])
+				return
+			}
+		}
+	}
+	binary := func(name string) {
+		got, want := make([]bf16, n), make([]float32, n)
+		launch(t, name+"_bf16", p, got, a, b, n)
+		launch(t, name+"_f32", p, want, fa, fb, n)
+		same(name, got, want)
+	}
+	binary("add")
+	binary("sub")
+	binary("mul")
+	binary("relu_bwd")
+	{
+		got, want := make([]bf16, n), make([]float32, n)
+		launch(t, "scale_bf16", p, got, a, float32(-0.7), n)
+		launch(t, "scale_f32", p, want, fa, float32(-0.7), n)
+		same("scale", got, want)
+		launch(t, "relu_fwd_bf16", p, got, a, n)
+		launch(t, "relu_fwd_f32", p, want, fa, n)
+		same("relu_fwd", got, want)
+		got, want = append([]bf16(nil), b...), append([]float32(nil), fb...)
+		launch(t, "axpy_bf16", p, got, float32(0.25), a, n)
+		launch(t, "axpy_f32", p, want, float32(0.25), fa, n)
+		same("axpy", got, want)
+		launch(t, "fill_f32", p, want, float32(2.5), n)
+		same("fill", bf16s(want), want)
+	}
+	{
+		const rows, cols = 10, 30
+		got, want := make([]bf16, n), make([]float32, n)
+		launch(t, "bias_add_bf16", kernels.Problem{Rows: rows, Cols: cols}, got, a, b[:cols], rows, cols)
+		launch(t, "bias_add_f32", kernels.Problem{Rows: rows, Cols: cols}, want, fa, fb[:cols], rows, cols)
+		same("bias_add", got, want)
+	}
+	{
+		const C, H, W, K, OH, OW = 2, 5, 6, 3, 3, 4 // stride 1, pad 0 on [1, 2, 5, 6]
+		x := bf16s(randn(rng, C*H*W))
+		cp := kernels.Problem{C: C, NB: 1, H: H, W: W, KH: K, KW: K, OH: OH, OW: OW}
+		got, want := make([]bf16, C*K*K*OH*OW), make([]float32, C*K*K*OH*OW)
+		launch(t, "im2col_bf16", cp, got, x, 0, 1, C, H, W, K, K, 1, 0, OH, OW)
+		launch(t, "im2col_f32", cp, want, widen(x), 0, 1, C, H, W, K, K, 1, 0, OH, OW)
+		same("im2col", got, want)
+		dx, fdx := make([]bf16, C*H*W), make([]float32, C*H*W)
+		launch(t, "col2im_bf16", cp, dx, got, 0, 1, C, H, W, K, K, 1, 0, OH, OW)
+		launch(t, "col2im_f32", cp, fdx, widen(got), 0, 1, C, H, W, K, K, 1, 0, OH, OW)
+		same("col2im", dx, fdx)
+	}
+	{
+		parts := kernels.ReduceParts(n)
+		got, want := make([]float32, parts), make([]float32, parts)
+		launch(t, "reduce_sum_partial_bf16", p, got, a, n)
+		launch(t, "reduce_sum_partial_f32", p, want, fa, n)
+		checkBits(t, "reduce_sum_partial_bf16", got, want)
+		sumsq := []float32{4}
+		g, fg := append([]bf16(nil), a...), append([]float32(nil), fa...)
+		launch(t, "grad_clip_bf16", p, g, n, sumsq, float32(1))
+		launch(t, "grad_clip_f32", p, fg, n, sumsq, float32(1))
+		same("grad_clip", g, fg)
+	}
+	{
+		s := kernels.NewAdamScalars(1e-3, 0.1, 0.9, 0.95, 1e-8, 2, true, false, false)
+		param, m, v := randn(rng, n), randn(rng, n), randn(rng, n)
+		for i := range v {
+			v[i] *= v[i]
+		}
+		fparam, fm, fv := append([]float32(nil), param...), append([]float32(nil), m...), append([]float32(nil), v...)
+		launch(t, "adam_step_bf16", p, param, a, m, v, []float32{}, n, s.Sign, s.Decay, s.L2, s.B1, s.C1, s.B2, s.C2, s.BC2Sqrt, s.Eps, s.StepSize, s.HasL2, s.AMSGrad)
+		launch(t, "adam_step_f32", p, fparam, fa, fm, fv, []float32{}, n, s.Sign, s.Decay, s.L2, s.B1, s.C1, s.B2, s.C2, s.BC2Sqrt, s.Eps, s.StepSize, s.HasL2, s.AMSGrad)
+		checkBits(t, "adam_step_bf16", param, fparam)
+		g := kernels.NewSGDScalars(0.1, 1e-4, 0.9, 0, true, false, 2)
+		buf, fbuf := randn(rng, n), []float32(nil)
+		fbuf = append(fbuf, buf...)
+		launch(t, "sgd_step_bf16", p, param, a, buf, n, g.Sign, g.WD, g.Mom, g.Damp, g.LR, g.HasWD, g.Momentum, g.Nesterov, g.First)
+		launch(t, "sgd_step_f32", p, fparam, fa, fbuf, n, g.Sign, g.WD, g.Mom, g.Damp, g.LR, g.HasWD, g.Momentum, g.Nesterov, g.First)
+		checkBits(t, "sgd_step_bf16", param, fparam)
+	}
+}

@@ -133,6 +133,7 @@ func launch(t *testing.T, name string, p kernels.Problem, args ...any) {
 		return
 	}
 	bin := emulator(t, k.Family)
+	launched.Store(name, true)
 	dir := t.TempDir()
 	spec := fmt.Sprintf("kernel %s\ngrid %d %d %d\nblock %d %d %d\nshared %d\n", name, g.Grid[0], g.Grid[1], g.Grid[2], g.Block[0], g.Block[1], g.Block[2], g.SharedBytes)
 	type back struct {
