@@ -158,7 +158,9 @@ func (f *Fabric) AllReduceTime(g Group, bytes float64) float64 {
 // AllGatherTime prices a ring all-gather whose result is bytes (each rank
 // contributes bytes/n): (n−1)/n·bytes/β + (n−1)α, hierarchical across
 // nodes (between nodes, then inside). ReduceScatterTime is its mirror.
-func (f *Fabric) AllGatherTime(g Group, bytes float64) float64 { return f.halfRing(AllGather, g, bytes) }
+func (f *Fabric) AllGatherTime(g Group, bytes float64) float64 {
+	return f.halfRing(AllGather, g, bytes)
+}
 
 // ReduceScatterTime prices a ring reduce-scatter of bytes (see AllGatherTime).
 func (f *Fabric) ReduceScatterTime(g Group, bytes float64) float64 {

@@ -299,18 +299,63 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 	return out
 }
 
-// inFlight returns how many microbatch-chunks pipeline rank i holds
+// StageCost is one pipeline rank's seconds for one microbatch (all its
+// chunks): forward, backward-input and backward-weight.
+type StageCost struct{ F, B, W float64 }
+
+func (c StageCost) total() float64 { return c.F + c.B + c.W }
+
+// Makespan returns the time of a pipeline step of microbatches over
+// len(ranks) ranks (each holding virtual chunks) whose sends arrive comm
+// seconds after they are made. The busiest rank computes every
+// microbatch; the pipeline's fill and drain cost one microbatch of every
+// other rank, divided by the chunks per rank for interleaved 1F1B
+// (Narayanan et al. 2021: the bubble (p−1)/v of a microbatch), and for
+// ZB-H1 (Qi et al. 2023) only F + B − W of it when m ≥ p (at least F),
+// the weight passes filling the drain (fewer microbatches fill less); each of the p·v−1 stage boundaries adds comm
+// to the critical path forward and backward. With equal ranks and free
+// communication this is (m + (p−1)/v)·(F+B+W), pipeline.IdealBubble's
+// makespan.
+func Makespan(schedule string, virtual, microbatches int, ranks []StageCost, comm float64) float64 {
+	busiest := 0
+	for i, r := range ranks {
+		if r.total() > ranks[busiest].total() {
+			busiest = i
+		}
+	}
+	fill := 0.0
+	p := len(ranks)
+	for i, r := range ranks {
+		if i == busiest {
+			continue
+		}
+		if schedule == "zb" {
+			// each other rank's weight pass of the first microbatch, and
+			// of a share of the next min(m, p)−1, fills the drain
+			k := 1 + float64(min(microbatches, p)-1)/float64(p-1)
+			fill += max(r.total()-k*r.W, r.F)
+		} else {
+			fill += r.total()
+		}
+	}
+	v := float64(max(virtual, 1))
+	return float64(microbatches)*ranks[busiest].total() + fill/v + 2*(float64(p)*v-1)*comm
+}
+
+// InFlight returns how many microbatch-chunks pipeline rank i holds
 // activations for at once under l's schedule, as pipeline.Simulate counts
-// them (Result.Peak): every microbatch for GPipe, min(m, p−i) for 1F1B
-// and ZB-H1, and for interleaved 1F1B its warm-up, (v−1)·p + 2(p−i−1)
+// them (Result.Peak): every microbatch for GPipe, min(m, p−i) for 1F1B,
+// min(m, p) for ZB-H1, and for interleaved 1F1B its warm-up, (v−1)·p + 2(p−i−1)
 // chunks, plus the one in flight, capped by the m·v chunks there are.
-func inFlight(l Layout, i int) int {
+func InFlight(l Layout, i int) int {
 	m, p, v := l.Microbatches, l.PP, l.Virtual
 	switch l.Schedule {
 	case "gpipe":
 		return m
-	case "1f1b", "zb":
+	case "1f1b":
 		return min(m, p-i)
+	case "zb":
+		return min(m, p) // the deferred weight passes keep every rank's activations longer
 	case "interleaved":
 		return min(m*v, (v-1)*p+2*(p-i-1)+1)
 	}
@@ -323,38 +368,24 @@ func (e *Env) predict(l Layout) Prediction {
 	b := m.GlobalBatch / (l.DP * l.Microbatches)
 	rs := e.ranks(l, b)
 	mb := float64(l.Microbatches)
-
-	// Pipeline: the busiest rank runs every microbatch; the others' passes
-	// for one microbatch fill and drain the pipeline (divided by v for
-	// interleaved; ZB-H1 leaves only F + B − W of each to the bubble).
 	var t Times
-	busiest, sumAll := 0, 0.0
-	per := func(r rankCost) float64 { return r.f + r.b + r.w + r.tp }
+	stages := make([]StageCost, len(rs))
+	busiest := 0
 	for i, r := range rs {
-		if per(r) > per(rs[busiest]) {
+		stages[i] = StageCost{F: r.f + r.tp/2, B: r.b + r.tp/2, W: r.w}
+		if stages[i].total() > stages[busiest].total() {
 			busiest = i
 		}
-		sumAll += per(r)
 	}
 	top := rs[busiest]
 	t.Compute = mb * (top.f + top.b + top.w)
 	t.TP = mb * top.tp
 	if l.PP > 1 {
-		fill := 0.0
-		for i, r := range rs {
-			if i == busiest {
-				continue
-			}
-			if l.Schedule == "zb" {
-				fill += max(r.f+r.b-r.w, r.f) + r.tp
-			} else {
-				fill += per(r)
-			}
-		}
-		t.Bubble = fill / float64(l.Virtual)
 		interPP := l.TP*l.PP > e.Cluster.ProcsPerNode || e.Cluster.ProcsPerNode%(l.TP*l.PP) != 0
 		c := f.P2PTime(interPP, float64(int64(b)*int64(m.Seq)*int64(m.DModel)*pr.act))
+		span := Makespan(l.Schedule, l.Virtual, l.Microbatches, stages, c)
 		t.PP = 2 * float64(l.PP*l.Virtual-1) * c
+		t.Bubble = max(0, span-t.Compute-t.TP-t.PP)
 	}
 
 	// Data parallelism: the DP group's placement (stride tp·pp).
@@ -432,7 +463,7 @@ func (e *Env) predict(l Layout) Prediction {
 			x.Optimizer = ceilDiv(r.params*pr.opt, d)
 			x.Buffers = 2*r.unitBytes*pr.param + r.unitBytes*pr.grad // two gathered units (prefetch) and one unit's full gradient
 		}
-		x.Activations = int64(inFlight(l, i)) * r.act
+		x.Activations = int64(InFlight(l, i)) * r.act
 		if m.Recompute && m.Kind != "mlp" {
 			x.Activations += r.blockAct
 		}

@@ -192,11 +192,11 @@ type Cost struct {
 	// is small (its inner dimension is the head width), so the curve is
 	// read at one head's forward product, AttnGEMM = 2·s²·h/a.
 	AttnF, AttnB, AttnGEMM float64
-	ActBytes  int64   // activations kept for backward
-	WorkBytes int64   // memory-bound traffic of the elementwise work, forward (backward moves twice as much)
+	ActBytes               int64 // activations kept for backward
+	WorkBytes              int64 // memory-bound traffic of the elementwise work, forward (backward moves twice as much)
 	// TPBytes is the size of each tensor-parallel all-reduce on the
 	// layer's critical path; TPForward and TPBackward count them.
-	TPBytes                int64
+	TPBytes               int64
 	TPForward, TPBackward int
 }
 
