@@ -326,3 +326,44 @@ func (m *Model) Tokens() int64 {
 	}
 	return int64(m.GlobalBatch) * int64(m.Seq)
 }
+
+// Describe is the accounting of m as text: parameters, FLOPs per token of
+// one block (or layer) by pass, activation bytes per sequence, and the
+// training FLOPs of a step.
+func Describe(m *Model) string {
+	var b strings.Builder
+	pr := m.precision()
+	if m.Kind == "mlp" {
+		fmt.Fprintf(&b, "model %s: mlp %v, batch %d, %s\n", m.Name, m.Widths, m.GlobalBatch, pr.dtype)
+		fmt.Fprintf(&b, "parameters %d\n", m.Params())
+		for i, c := range m.mlpCosts(1) {
+			fmt.Fprintf(&b, "layer %d per sample: forward %.0f backward-input %.0f backward-weight %.0f FLOPs, activations %d bytes\n", i, c.F, c.B, c.W, c.ActBytes)
+		}
+	} else {
+		tied := "tied"
+		if !m.tied() {
+			tied = "untied"
+		}
+		fmt.Fprintf(&b, "model %s: gpt, %d layers, d_model %d, %d heads, ffn %d, seq %d, vocab %d, %s embeddings, batch %d, %s\n",
+			m.Name, m.Layers, m.DModel, m.Heads, m.ffn(), m.Seq, m.Vocab, tied, m.GlobalBatch, pr.dtype)
+		fmt.Fprintf(&b, "parameters %d (per block %d)\n", m.Params(), m.blockCost(1, 1).Params)
+		s := float64(m.Seq)
+		blk := m.blockCost(1, 1)
+		fmt.Fprintf(&b, "block per token: forward %.0f backward-input %.0f backward-weight %.0f FLOPs\n", blk.F/s, blk.B/s, blk.W/s)
+		hd := m.headCost(1, 1)
+		fmt.Fprintf(&b, "head per token: forward %.0f backward-input %.0f backward-weight %.0f FLOPs\n", hd.F/s, hd.B/s, hd.W/s)
+		full := *m
+		full.Recompute = false
+		rec := *m
+		rec.Recompute = true
+		for _, t := range []int{1, 2, 4, 8} {
+			if m.Heads%t != 0 {
+				continue
+			}
+			fmt.Fprintf(&b, "block activations per sequence, tp %d: %d bytes (recompute: %d)\n", t, full.blockCost(1, t).ActBytes, rec.blockCost(1, t).ActBytes)
+		}
+	}
+	fmt.Fprintf(&b, "parameter bytes %d, with gradients and optimizer state %d\n", m.Params()*pr.param, m.Params()*(pr.param+pr.grad+pr.opt))
+	fmt.Fprintf(&b, "training FLOPs per step %.4g (%.4g per token)\n", m.TrainFLOPs(), m.TrainFLOPs()/float64(m.Tokens()))
+	return b.String()
+}
