@@ -564,7 +564,7 @@ func (e *Env) Layouts() []Layout {
 }
 
 // ErrNoLayout is wrapped by Search's error when no layout fits.
-var ErrNoLayout = errors.New("plan: no layout fits")
+var ErrNoLayout = errors.New("plan: no layout")
 
 // Search predicts every layout and returns those that fit in memory,
 // fastest first (ties: less memory first, then the layout's text). When
@@ -576,7 +576,7 @@ func Search(e *Env) ([]Prediction, error) {
 	}
 	ls := e.Layouts()
 	if len(ls) == 0 {
-		return nil, fmt.Errorf("%w: model %s has no layout on %d nodes × %d ranks (global batch %d, micro-batch %d: dp·microbatches must divide the batch; tp must divide the ranks per node, the heads and the vocabulary)",
+		return nil, fmt.Errorf("%w for model %s on %d nodes × %d ranks (global batch %d, micro-batch %d: dp·microbatches must divide the batch; tp must divide the ranks per node, the heads and the vocabulary)",
 			ErrNoLayout, e.Model.Name, e.Cluster.Nodes, e.Cluster.ProcsPerNode, e.Model.GlobalBatch, e.Model.MicroBatch)
 	}
 	var fit []Prediction
@@ -590,7 +590,7 @@ func Search(e *Env) ([]Prediction, error) {
 		}
 	}
 	if len(fit) == 0 {
-		return nil, fmt.Errorf("%w: model %s needs at least %s per rank (%v), the ranks have %s",
+		return nil, fmt.Errorf("%w fits model %s: it needs at least %s per rank (%v), the ranks have %s",
 			ErrNoLayout, e.Model.Name, mib(smallest.Memory.Total), smallest.Layout, mib(e.memLimit()))
 	}
 	sortPredictions(fit)

@@ -133,7 +133,7 @@ func run(t *testing.T, d *datadriven.TestData) (string, error) {
 		for i := 0; i < explain && i < len(ps); i++ {
 			fmt.Fprint(&b, ps[i].Explain(e))
 		}
-		fmt.Fprintln(&b, plan.RunLine(e, ps[0].Layout))
+		fmt.Fprintln(&b, plan.Choose(e, ps))
 	case "scale":
 		e, err := env(t, d)
 		if err != nil {

@@ -65,11 +65,19 @@ func (p *Prediction) Explain(e *Env) string {
 
 func mb(b int64) float64 { return float64(b) / (1 << 20) }
 
-// RunLine returns the command that runs l: examples/gpt's flags under
-// `cohort run` for a GPT without sharding, `cohort bench train --shard`
-// for sharded data parallelism (one node), and for an MLP `cohort bench
-// train`. Only GPT-mini and the MLP have programs; for other models the
-// flags say how to lay out a program of one's own.
+// Runnable reports whether a cohort program runs l: examples/gpt (under
+// `cohort run`) any unsharded GPT layout, `cohort bench train --shard`
+// sharded data parallelism of GPT-mini or the MLP on one host.
+func Runnable(e *Env, l Layout) bool {
+	if e.Model.Kind == "mlp" || l.Shard != "none" {
+		return e.Cluster.Nodes == 1
+	}
+	return true
+}
+
+// RunLine returns the command that runs l (see Runnable), as the last
+// line of `cohort plan`. Only GPT-mini and the MLP have programs; for
+// other models the flags say how to lay out a program of one's own.
 func RunLine(e *Env, l Layout) string {
 	c, m := e.Cluster, e.Model
 	if m.Kind == "mlp" || l.Shard != "none" {
@@ -80,9 +88,6 @@ func RunLine(e *Env, l Layout) string {
 		s := fmt.Sprintf("run: cohort bench train --model %s --world %d", model, c.Ranks())
 		if l.Shard != "none" {
 			s += " --shard " + l.Shard
-		}
-		if c.Nodes > 1 {
-			s += fmt.Sprintf("  # on one host: cohort bench train starts its ranks locally; no program runs shard %s across %d nodes yet", l.Shard, c.Nodes)
 		}
 		return s
 	}
@@ -101,6 +106,22 @@ func RunLine(e *Env, l Layout) string {
 		s += fmt.Sprintf("  # examples/gpt trains GPT-mini; %s needs its own program with this layout", m.Name)
 	}
 	return s
+}
+
+// Choose returns the line that ends `cohort plan`: the fastest layout a
+// cohort program runs, as its command (preceded by a note when a faster
+// layout has no program yet).
+func Choose(e *Env, ps []Prediction) string {
+	for i := range ps {
+		if Runnable(e, ps[i].Layout) {
+			if i == 0 {
+				return RunLine(e, ps[i].Layout)
+			}
+			return fmt.Sprintf("note: the fastest layout (%v) has no cohort program across %d nodes; the fastest that has one:\n%s",
+				ps[0].Layout, e.Cluster.Nodes, RunLine(e, ps[i].Layout))
+		}
+	}
+	return fmt.Sprintf("run: no cohort program runs these layouts across %d nodes yet (sharded or mlp data parallelism runs on one host: cohort bench train)", e.Cluster.Nodes)
 }
 
 // ScalePoint is the best layout at one node count, or why there is none.
