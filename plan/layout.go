@@ -120,59 +120,114 @@ func (e *Env) memLimit() int64 {
 	return e.Device.MemoryBytes
 }
 
-// check reports why l cannot run m on c, or nil.
-func (e *Env) check(l Layout) error {
+// flaw is why a layout cannot run; flawless is none. Layouts tries many
+// candidates, so finding a flaw must not format an error.
+type flaw int
+
+const (
+	flawless flaw = iota
+	flawSizes
+	flawWorld
+	flawTPNode
+	flawBatch
+	flawMicroBatch
+	flawShardMP
+	flawShard
+	flawMLP
+	flawTPDivide
+	flawStages
+	flawNoSchedule
+	flawNoPipeline
+	flawInterleaved
+	flawSchedule
+	flawVirtual
+)
+
+func (e *Env) flaw(l Layout) flaw {
 	m, c := e.Model, e.Cluster
 	switch {
-	case l.DP < 1 || l.PP < 1 || l.TP < 1 || l.Microbatches < 1:
-		return fmt.Errorf("plan: %v: sizes and microbatches must be at least 1", l)
+	case l.DP < 1 || l.PP < 1 || l.TP < 1 || l.Microbatches < 1 || l.Virtual < 1:
+		return flawSizes
 	case l.DP*l.PP*l.TP != c.Ranks():
-		return fmt.Errorf("plan: %v: dp·pp·tp = %d, the cluster has %d ranks", l, l.DP*l.PP*l.TP, c.Ranks())
+		return flawWorld
 	case c.ProcsPerNode%l.TP != 0:
-		return fmt.Errorf("plan: %v: tensor parallelism stays within a node: tp must divide %d ranks per node", l, c.ProcsPerNode)
+		return flawTPNode
 	case m.GlobalBatch%(l.DP*l.Microbatches) != 0:
-		return fmt.Errorf("plan: %v: global batch %d is not a multiple of dp·microbatches = %d", l, m.GlobalBatch, l.DP*l.Microbatches)
+		return flawBatch
 	case m.MicroBatch > 0 && m.GlobalBatch/(l.DP*l.Microbatches) != m.MicroBatch:
-		return fmt.Errorf("plan: %v: microbatches of %d, the model asks for %d", l, m.GlobalBatch/(l.DP*l.Microbatches), m.MicroBatch)
-	}
-	if l.Shard != "none" && (l.PP > 1 || l.TP > 1) {
-		return fmt.Errorf("plan: %v: cohort shards (zero1, zero2, fsdp) only pure data parallelism", l)
-	}
-	if i := index(Shards, l.Shard); i < 0 {
-		return fmt.Errorf("plan: %v: unknown shard %q", l, l.Shard)
-	}
-	if m.Kind == "mlp" {
-		if l.PP > 1 || l.TP > 1 {
-			return fmt.Errorf("plan: %v: an mlp runs data-parallel only", l)
-		}
-	} else {
-		switch {
-		case m.Heads%l.TP != 0 || m.ffn()%l.TP != 0 || m.Vocab%l.TP != 0:
-			return fmt.Errorf("plan: %v: tp %d must divide heads (%d), the MLP width (%d) and the vocabulary (%d; pad it)", l, l.TP, m.Heads, m.ffn(), m.Vocab)
-		case l.PP*l.Virtual > m.Layers:
-			return fmt.Errorf("plan: %v: %d stages for %d layers", l, l.PP*l.Virtual, m.Layers)
-		}
+		return flawMicroBatch
+	case index(Shards, l.Shard) < 0:
+		return flawShard
+	case l.Shard != "none" && (l.PP > 1 || l.TP > 1):
+		return flawShardMP
+	case m.Kind == "mlp" && (l.PP > 1 || l.TP > 1):
+		return flawMLP
+	case m.Kind != "mlp" && (m.Heads%l.TP != 0 || m.ffn()%l.TP != 0 || m.Vocab%l.TP != 0):
+		return flawTPDivide
+	case m.Kind != "mlp" && l.PP*l.Virtual > m.Layers:
+		return flawStages
 	}
 	switch l.Schedule {
 	case "none":
 		if l.PP != 1 {
-			return fmt.Errorf("plan: %v: a pipeline needs a schedule", l)
+			return flawNoSchedule
 		}
 	case "gpipe", "1f1b", "zb":
 		if l.PP == 1 {
-			return fmt.Errorf("plan: %v: schedule %s without a pipeline", l, l.Schedule)
+			return flawNoPipeline
 		}
 	case "interleaved":
 		if l.PP == 1 || l.Virtual < 2 || l.Microbatches%l.PP != 0 {
-			return fmt.Errorf("plan: %v: interleaved needs pp > 1, virtual ≥ 2 and microbatches a multiple of pp", l)
+			return flawInterleaved
 		}
 	default:
-		return fmt.Errorf("plan: %v: unknown schedule %q", l, l.Schedule)
+		return flawSchedule
 	}
 	if l.Schedule != "interleaved" && l.Virtual != 1 {
-		return fmt.Errorf("plan: %v: only interleaved has virtual stages", l)
+		return flawVirtual
 	}
-	return nil
+	return flawless
+}
+
+// check reports why l cannot run e's model on e's cluster, or nil.
+func (e *Env) check(l Layout) error {
+	m, c := e.Model, e.Cluster
+	var why string
+	switch e.flaw(l) {
+	case flawless:
+		return nil
+	case flawSizes:
+		why = "sizes, microbatches and virtual stages must be at least 1"
+	case flawWorld:
+		why = fmt.Sprintf("dp·pp·tp = %d, the cluster has %d ranks", l.DP*l.PP*l.TP, c.Ranks())
+	case flawTPNode:
+		why = fmt.Sprintf("tensor parallelism stays within a node: tp must divide %d ranks per node", c.ProcsPerNode)
+	case flawBatch:
+		why = fmt.Sprintf("global batch %d is not a multiple of dp·microbatches = %d", m.GlobalBatch, l.DP*l.Microbatches)
+	case flawMicroBatch:
+		why = fmt.Sprintf("microbatches of %d, the model asks for %d", m.GlobalBatch/(l.DP*l.Microbatches), m.MicroBatch)
+	case flawShard:
+		why = fmt.Sprintf("unknown shard %q (want none, zero1, zero2 or fsdp)", l.Shard)
+	case flawShardMP:
+		why = "cohort shards (zero1, zero2, fsdp) only pure data parallelism"
+	case flawMLP:
+		why = "an mlp runs data-parallel only"
+	case flawTPDivide:
+		why = fmt.Sprintf("tp %d must divide heads (%d), the MLP width (%d) and the vocabulary (%d; pad it)", l.TP, m.Heads, m.ffn(), m.Vocab)
+	case flawStages:
+		why = fmt.Sprintf("%d stages for %d layers", l.PP*l.Virtual, m.Layers)
+	case flawNoSchedule:
+		why = "a pipeline needs a schedule"
+	case flawNoPipeline:
+		why = fmt.Sprintf("schedule %s without a pipeline", l.Schedule)
+	case flawInterleaved:
+		why = "interleaved needs pp > 1, virtual ≥ 2 and microbatches a multiple of pp"
+	case flawSchedule:
+		why = fmt.Sprintf("unknown schedule %q", l.Schedule)
+	case flawVirtual:
+		why = "only interleaved has virtual stages"
+	}
+	return fmt.Errorf("plan: %v: %s", l, why)
 }
 
 func index(s []string, v string) int {
@@ -552,7 +607,7 @@ func (e *Env) Layouts() []Layout {
 				for _, s := range scheds {
 					for _, sh := range Shards {
 						l := Layout{DP: dp, PP: pp, TP: tp, Shard: sh, Microbatches: mbc, Schedule: s.Schedule, Virtual: s.Virtual}
-						if e.check(l) == nil {
+						if e.flaw(l) == flawless {
 							out = append(out, l)
 						}
 					}
