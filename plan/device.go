@@ -26,6 +26,10 @@ type Device struct {
 	// Points are sorted by FLOPs; between them the fraction is
 	// interpolated linearly in log(FLOPs), beyond them held.
 	Efficiency []EfficiencyPoint `json:"efficiency"`
+	// WholeLayer says the curve was measured on whole layers (cohort plan
+	// profile): it then covers the elementwise work and the attention
+	// products too, which are not priced apart.
+	WholeLayer bool `json:"whole_layer,omitempty"`
 	// Source says where the figures come from.
 	Source string `json:"source,omitempty"`
 }

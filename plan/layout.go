@@ -268,8 +268,13 @@ type rankCost struct {
 
 // passTime is one pass over a layer: its weight products at the
 // efficiency of their size, its attention products at that of one head's,
-// and workPasses passes of its elementwise traffic at memory bandwidth.
+// and workPasses passes of its elementwise traffic at memory bandwidth;
+// or, on a device measured on whole layers, all its FLOPs at the
+// efficiency of the layer's size.
 func (e *Env) passTime(c Cost, flops, attn, peak, workPasses float64) float64 {
+	if e.Device.WholeLayer {
+		return flops / (peak * e.Device.Fraction(c.GEMM))
+	}
 	t := workPasses * float64(c.WorkBytes) / e.Device.MemoryBandwidth
 	if flops-attn > 0 {
 		t += (flops - attn) / (peak * e.Device.Fraction(c.GEMM))

@@ -19,6 +19,7 @@ import (
 //	fabric name=NAME | fabric (JSON input)     collective costs, or the error
 //	plan model=NAME nodes=N procs=P [device=] [fabric=] [mem=MiB] [top=K] [explain=K]
 //	scale model=NAME procs=P nodes=(N,…) [device=] [fabric=]
+//	profile model=NAME microbatch=B (input: "rank name seconds" per span)
 //
 // A plan or scale whose input is not empty reads the model from it.
 func TestTranscripts(t *testing.T) {
@@ -159,6 +160,31 @@ func run(t *testing.T, d *datadriven.TestData) (string, error) {
 		for _, f := range plan.Families(e, nodes) {
 			fmt.Fprintln(&b, f)
 		}
+	case "profile":
+		m, err := plan.NamedModel(arg(d, "model", "gpt"))
+		if err != nil {
+			return "", err
+		}
+		mbs, _ := strconv.Atoi(arg(d, "microbatch", "1"))
+		var spans []plan.Span
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			var s plan.Span
+			if _, err := fmt.Sscan(line, &s.Rank, &s.Name, &s.Seconds); err != nil {
+				t.Fatalf("span %q: %v", line, err)
+			}
+			spans = append(spans, s)
+		}
+		ms, err := plan.Measure(m, mbs, spans)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "measured %.4g FLOP/s at %.4g FLOPs per layer, %d stages, %d passes\n", ms.Rate, ms.GEMM, ms.Stages, ms.Passes)
+		dev := &plan.Device{Name: "cpu", MemoryBytes: 1 << 30, MemoryBandwidth: 1e10}
+		plan.AddMeasurement(dev, "fp32", ms)
+		half := ms
+		half.GEMM, half.Rate = ms.GEMM/4, ms.Rate/2
+		plan.AddMeasurement(dev, "fp32", half)
+		fmt.Fprintf(&b, "device: peak %.4g, curve %v (with a point at a quarter of the size and half the rate)\n", dev.PeakFLOPs["fp32"], dev.Efficiency)
 	default:
 		t.Fatalf("unknown command %q", d.Cmd)
 	}

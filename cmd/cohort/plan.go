@@ -1,18 +1,22 @@
 package main
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"strconv"
 	"strings"
 
+	"github.com/cohortml/cohort/obs/trace"
 	"github.com/cohortml/cohort/plan"
 )
 
-const planUsage = `usage: cohort plan --model gpt|gpt2|mlp | --model-config FILE --nodes N --procs-per-node P
+const planUsage = `usage: cohort plan profile …   (measure this machine as a device; cohort plan profile -h)
+       cohort plan --model gpt|gpt2|mlp | --model-config FILE --nodes N --procs-per-node P
                    [--mem-per-rank M] [--device NAME|FILE] [--fabric NAME|FILE] [--explain K] [--top K]
                    [--scale N1,N2,…]
 
@@ -42,9 +46,157 @@ machine). Model files are JSON: {"name", "layers", "d_model", "heads",
 flags:
 `
 
-// runPlan is `cohort plan`.
+// runPlan is `cohort plan` (and `cohort plan profile`).
 func runPlan(args []string) int {
+	if len(args) > 0 && args[0] == "profile" {
+		return planProfile(args[1:], os.Stdout, os.Stderr)
+	}
 	return planMain(args, os.Stdout, os.Stderr, os.ReadFile)
+}
+
+const profileUsage = `usage: cohort plan profile --microbatch B [--model gpt | --model-config FILE] [--device FILE]
+                           [--name NAME] [--memory-bytes M] [--memory-bandwidth BPS] [-o FILE] TRACE
+
+Measures this machine as a plan device: reads the compute passes (F, B,
+I, W) of a pipeline run's trace, made with
+
+  cohort bench pipeline --trace DIR --batch N --microbatches M …
+  cohort trace merge DIR            # TRACE is DIR/merged.json (or DIR)
+
+prices each pass with the model's FLOPs (GPT-mini by default; B = N/M
+sequences per microbatch) and writes a device whose fp32 efficiency curve
+has the rate the layers reached at that size. With --device FILE the
+point is added to that device's curve (runs at several microbatch sizes
+make a curve). Memory size and bandwidth are not measured: they come
+from the flags (the bandwidth prices only the optimizer step, since the
+measured curve covers the layers' elementwise work).
+
+flags:
+`
+
+func planProfile(args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cohort plan profile", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, profileUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		modelName, modelFile, devFile, name, out, mem string
+		microbatch                                    int
+		bandwidth                                     float64
+	)
+	fs.StringVar(&modelName, "model", "gpt", "the traced model: gpt (GPT-mini, what cohort bench pipeline trains) or gpt2")
+	fs.StringVar(&modelFile, "model-config", "", "the traced model as a model file")
+	fs.IntVar(&microbatch, "microbatch", 0, "sequences per microbatch of the traced run (--batch / --microbatches)")
+	fs.StringVar(&devFile, "device", "", "a device file to add the measurement to (default: a new device)")
+	fs.StringVar(&name, "name", "cpu", "the new device's name")
+	fs.StringVar(&mem, "memory-bytes", "8GiB", "memory one rank may use (not measured)")
+	fs.Float64Var(&bandwidth, "memory-bandwidth", 10e9, "bytes/s of memory for the optimizer step (not measured)")
+	fs.StringVar(&out, "o", "", "write the device here (default: standard output)")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "cohort plan profile:", err)
+		return 1
+	}
+	if fs.NArg() != 1 {
+		fmt.Fprintln(stderr, "cohort plan profile: want one TRACE (a merged trace, a rank's file or the trace directory)")
+		return 2
+	}
+	var m *plan.Model
+	var err error
+	if modelFile != "" {
+		data, rerr := os.ReadFile(modelFile)
+		if rerr != nil {
+			return fail(rerr)
+		}
+		m, err = plan.ParseModel(data)
+	} else {
+		m, err = plan.NamedModel(modelName)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	spans, err := readComputeSpans(fs.Arg(0))
+	if err != nil {
+		return fail(err)
+	}
+	ms, err := plan.Measure(m, microbatch, spans)
+	if err != nil {
+		return fail(err)
+	}
+	dev := &plan.Device{Name: name}
+	if devFile != "" {
+		data, rerr := os.ReadFile(devFile)
+		if rerr != nil {
+			return fail(rerr)
+		}
+		if dev, err = plan.ParseDevice(data); err != nil {
+			return fail(err)
+		}
+	} else {
+		if dev.MemoryBytes, err = parseBytes(mem); err != nil {
+			return fail(fmt.Errorf("--memory-bytes: %w", err))
+		}
+		dev.MemoryBandwidth = bandwidth
+		dev.Source = "cohort plan profile: fp32 rates of whole layers measured from pipeline traces; memory_bytes and memory_bandwidth from flags, not measured"
+	}
+	plan.AddMeasurement(dev, "fp32", ms)
+	if err := dev.Validate(); err != nil {
+		return fail(err)
+	}
+	data, err := json.MarshalIndent(dev, "", "  ")
+	if err != nil {
+		return fail(err)
+	}
+	data = append(data, '\n')
+	fmt.Fprintf(stderr, "cohort plan profile: %s, %d stages, %d passes, microbatches of %d: %.3g FLOP/s at %.3g FLOPs per layer\n",
+		m.Name, ms.Stages, ms.Passes, microbatch, ms.Rate, ms.GEMM)
+	if out == "" {
+		_, err = stdout.Write(data)
+	} else {
+		err = os.WriteFile(out, data, 0o644)
+	}
+	if err != nil {
+		return fail(err)
+	}
+	return 0
+}
+
+// readComputeSpans reads the "compute" spans of a trace file, or of every
+// rank's file in a trace directory.
+func readComputeSpans(path string) ([]plan.Span, error) {
+	files := []string{path}
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if st.IsDir() {
+		if files, err = filepath.Glob(filepath.Join(path, "rank-*.json")); err != nil || len(files) == 0 {
+			return nil, fmt.Errorf("%s: no rank-*.json trace files", path)
+		}
+	}
+	var spans []plan.Span
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		events, err := trace.Read(r, f)
+		r.Close()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range events {
+			if e.Ph == "X" && e.Cat == "compute" && e.Dur != nil && e.PID != nil {
+				spans = append(spans, plan.Span{Rank: *e.PID, Name: e.Name, Seconds: *e.Dur / 1e6})
+			}
+		}
+	}
+	return spans, nil
 }
 
 func planMain(args []string, stdout, stderr io.Writer, readFile func(string) ([]byte, error)) int {
