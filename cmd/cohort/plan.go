@@ -360,7 +360,7 @@ func parseBytes(s string) (int64, error) {
 	return int64(v * mul), nil
 }
 
-const validateUsage = `usage: cohort plan validate --device FILE [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--dry-run]
+const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--dry-run]
 
 Checks the predictions against runs on this machine: for every layout of
 GPT-mini that a benchmark measures at each world size in --ranks (data
@@ -370,9 +370,12 @@ bench pipeline, 32 sequences in 8 microbatches), it runs the benchmark,
 and prints predicted against measured tokens/s and, for the sharded
 runs, the training state's bytes per rank, then the worst errors and
 whether the layout the planner ranks first at each world size is the
-measured best. --device is this machine's (cohort plan profile); --dry-run
-prints the predictions and the commands without running them. Tensor
-parallelism has no benchmark yet and is left out.
+measured best. Without --device it first profiles this machine (two
+traced two-stage GPT-mini pipeline runs, microbatches of 4 and 32
+sequences, as cohort plan profile reads them); --dry-run prints the
+predictions and the commands without running them. The ranks of a run
+should have a core each. Tensor parallelism has no benchmark yet and is
+left out.
 
 flags:
 `
@@ -398,7 +401,7 @@ func planValidate(args []string, stdout, stderr io.Writer) int {
 		dry                       bool
 		timeout                   time.Duration
 	)
-	fs.StringVar(&device, "device", "", "this machine's device file (cohort plan profile)")
+	fs.StringVar(&device, "device", "", "this machine's device file (cohort plan profile); default: profile it first")
 	fs.StringVar(&fabric, "fabric", "local", "the fabric between this machine's ranks")
 	fs.StringVar(&ranksFlag, "ranks", "1,2,4", "world sizes to run")
 	fs.IntVar(&steps, "steps", 20, "timed steps per run")
@@ -414,19 +417,24 @@ func planValidate(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "cohort plan validate:", err)
 		return 1
 	}
-	if device == "" {
-		fmt.Fprintln(stderr, "cohort plan validate: want --device (measure it with cohort plan profile)")
+	exe, err := os.Executable()
+	if err != nil {
+		return fail(err)
+	}
+	var dev *plan.Device
+	if device != "" {
+		if dev, err = loadDevice(device, os.ReadFile); err != nil {
+			return fail(err)
+		}
+	} else if !dry {
+		if dev, err = profileHere(exe, steps, timeout, stderr); err != nil {
+			return fail(err)
+		}
+	} else {
+		fmt.Fprintln(stderr, "cohort plan validate: --dry-run needs --device")
 		return 2
 	}
-	dev, err := loadDevice(device, os.ReadFile)
-	if err != nil {
-		return fail(err)
-	}
 	fab, err := loadFabric(fabric, os.ReadFile)
-	if err != nil {
-		return fail(err)
-	}
-	exe, err := os.Executable()
 	if err != nil {
 		return fail(err)
 	}
@@ -537,6 +545,43 @@ func planValidate(args []string, stdout, stderr io.Writer) int {
 			n, bestPred.run.layout, bestPred.measured, bestMeas.run.layout, bestMeas.measured, 100*(1-bestPred.measured/bestMeas.measured))
 	}
 	return 0
+}
+
+// profileHere measures this machine as a device, as cohort plan profile
+// does, from two traced GPT-mini pipeline runs of two stages: microbatches
+// of 4 sequences (the validated pipelines') and of 32 (the data-parallel
+// runs').
+func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer) (*plan.Device, error) {
+	m, _ := plan.NamedModel("gpt")
+	dev := &plan.Device{Name: "this-machine", MemoryBytes: 8 << 30, MemoryBandwidth: 10e9,
+		Source: "cohort plan validate: fp32 rates of whole layers measured from traced pipeline runs; memory figures not measured"}
+	dir, err := os.MkdirTemp("", "cohort-plan-profile-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	for _, run := range []struct{ batch, microbatches int }{{32, 8}, {64, 2}} {
+		tdir := filepath.Join(dir, strconv.Itoa(run.batch))
+		args := []string{"bench", "pipeline", "--stages", "2", "--schedule", "1f1b", "--batch", strconv.Itoa(run.batch),
+			"--microbatches", strconv.Itoa(run.microbatches), "--steps", strconv.Itoa(steps), "--trace", tdir}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		out, err := exec.CommandContext(ctx, exe, args...).CombinedOutput()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("cohort %s: %w\n%s", strings.Join(args, " "), err, tail(string(out), 2000))
+		}
+		spans, err := readComputeSpans(tdir)
+		if err != nil {
+			return nil, err
+		}
+		ms, err := plan.Measure(m, run.batch/run.microbatches, spans)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "cohort plan validate: profiled microbatches of %d: %.3g FLOP/s\n", run.batch/run.microbatches, ms.Rate)
+		plan.AddMeasurement(dev, "fp32", ms)
+	}
+	return dev, dev.Validate()
 }
 
 // parseBench reads tokens/s (and, from bench train, the optimizer state
