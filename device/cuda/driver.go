@@ -322,3 +322,16 @@ func (c *Context) Close() error {
 
 // Synchronize blocks until every stream of the context is idle.
 func (c *Context) Synchronize() error { return c.call("cuCtxSynchronize", c.d.f.ctxSynchronize) }
+
+// Do runs fn with the context current on the calling OS thread (the
+// goroutine stays on the thread until fn returns): for libraries such as
+// cuBLAS that use the current context.
+func (c *Context) Do(fn func()) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r, _, _ := purego.SyscallN(c.d.f.ctxSetCurrent, c.ctx); r != 0 {
+		return c.d.err("cuCtxSetCurrent", r)
+	}
+	fn()
+	return nil
+}
