@@ -90,7 +90,7 @@ func LoadEnv(env libfind.Env) (*Lib, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lib{Path: path, env: env}
+	l := &Lib{Path: libfind.Resolve(path), env: env}
 	if err := libfind.Symbols("nvrtc", path, h, map[string]*uintptr{
 		"nvrtcVersion":           &l.version,
 		"nvrtcCreateProgram":     &l.create,
