@@ -141,6 +141,11 @@ func (l *Lib) err(call string, r uintptr) *Error {
 	return e
 }
 
+// Pointers converted to uintptr in its arguments are moved to the heap and
+// kept alive for the call (as for purego.SyscallN), so a stack copy cannot
+// move what the library reads.
+//
+//go:uintptrescapes
 func (l *Lib) call(name string, fn uintptr, args ...uintptr) error {
 	if r, _, _ := purego.SyscallN(fn, args...); r != 0 {
 		return l.err(name, r)
@@ -192,6 +197,11 @@ func (l *Lib) Create(c *cuda.Context, opts Options) (*Handle, error) {
 }
 
 // do runs a cuBLAS call with the handle's context current on the thread.
+// Pointers converted to uintptr in its arguments are moved to the heap and
+// kept alive for the call (as for purego.SyscallN), so a stack copy cannot
+// move what the library reads.
+//
+//go:uintptrescapes
 func (h *Handle) do(name string, fn uintptr, args ...uintptr) error {
 	var err error
 	if cerr := h.c.Do(func() { err = h.l.call(name, fn, args...) }); cerr != nil {

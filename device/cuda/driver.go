@@ -95,6 +95,11 @@ func LoadEnv(env libfind.Env) (*Driver, error) {
 
 // call runs a driver function that needs no context and turns its CUresult
 // into a *Error.
+// Pointers converted to uintptr in its arguments are moved to the heap and
+// kept alive for the call (as for purego.SyscallN), so a stack copy cannot
+// move what the library reads.
+//
+//go:uintptrescapes
 func (d *Driver) call(name string, fn uintptr, args ...uintptr) error {
 	r, _, _ := purego.SyscallN(fn, args...)
 	if r != 0 {
@@ -295,6 +300,11 @@ type Context struct {
 func (c *Context) Driver() *Driver { return c.d }
 
 // call makes the context current on this thread and runs fn.
+// Pointers converted to uintptr in its arguments are moved to the heap and
+// kept alive for the call (as for purego.SyscallN), so a stack copy cannot
+// move what the library reads.
+//
+//go:uintptrescapes
 func (c *Context) call(name string, fn uintptr, args ...uintptr) error {
 	runtime.LockOSThread()
 	r, _, _ := purego.SyscallN(c.d.f.ctxSetCurrent, c.ctx)

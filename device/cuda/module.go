@@ -31,6 +31,12 @@ const (
 	jitLogSize                = 16 << 10
 )
 
+type jitOptions struct {
+	info, errs [jitLogSize]byte
+	opts       [4]int32
+	vals       [4]uintptr
+}
+
 // LoadModule JIT-compiles PTX text for the device and loads it
 // (cuModuleLoadDataEx). PTX whose ISA the driver is too old for gives a
 // *VersionError naming both versions, checked before the driver is asked;
@@ -42,18 +48,20 @@ func (c *Context) LoadModule(ptx string) (*Module, error) {
 	}
 	img := make([]byte, len(ptx)+1)
 	copy(img, ptx)
-	infoLog := make([]byte, jitLogSize)
-	errLog := make([]byte, jitLogSize)
-	opts := [4]int32{jitInfoLogBuffer, jitInfoLogBufferSizeBytes, jitErrorLogBuffer, jitErrorLogBufferSize}
+	// One heap object holds the logs and the option arrays: the values
+	// array carries the logs' addresses as integers, which the garbage
+	// collector neither traces nor moves.
+	j := new(jitOptions)
+	j.opts = [4]int32{jitInfoLogBuffer, jitInfoLogBufferSizeBytes, jitErrorLogBuffer, jitErrorLogBufferSize}
 	// Option values are void*: buffers by address, sizes by value (the
 	// driver writes back the used sizes).
-	vals := [4]uintptr{uintptr(unsafe.Pointer(&infoLog[0])), jitLogSize, uintptr(unsafe.Pointer(&errLog[0])), jitLogSize}
+	j.vals = [4]uintptr{uintptr(unsafe.Pointer(&j.info[0])), jitLogSize, uintptr(unsafe.Pointer(&j.errs[0])), jitLogSize}
 	m := &Module{c: c}
 	err := c.call("cuModuleLoadDataEx", c.d.f.moduleLoadDataEx, uintptr(unsafe.Pointer(&m.h)),
-		uintptr(unsafe.Pointer(&img[0])), uintptr(len(opts)), uintptr(unsafe.Pointer(&opts[0])), uintptr(unsafe.Pointer(&vals[0])))
+		uintptr(unsafe.Pointer(&img[0])), uintptr(len(j.opts)), uintptr(unsafe.Pointer(&j.opts[0])), uintptr(unsafe.Pointer(&j.vals[0])))
 	runtime.KeepAlive(img)
-	runtime.KeepAlive(infoLog)
-	runtime.KeepAlive(errLog)
+	runtime.KeepAlive(j)
+	infoLog, errLog := j.info[:], j.errs[:]
 	m.Log = strings.TrimSpace(string(infoLog[:clen(infoLog)]))
 	if err != nil {
 		e := err.(*Error)
