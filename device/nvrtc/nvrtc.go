@@ -121,7 +121,8 @@ var (
 	defaultErr  error
 )
 
-// Default returns the library behind [Compile], loading it on first use.
+// Default returns the library behind [Compile], loading it on first use;
+// a failure to load is remembered for the life of the process.
 func Default() (*Lib, error) {
 	defaultOnce.Do(func() { defaultLib, defaultErr = Load() })
 	return defaultLib, defaultErr

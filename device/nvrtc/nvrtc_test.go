@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cohortml/cohort/device/internal/libfind"
@@ -152,5 +153,35 @@ func TestMissingLibraryOneLine(t *testing.T) {
 	}
 	if !strings.HasPrefix(msg, "nvrtc: libnvrtc not found (looked in "+empty) || strings.Contains(msg, "system loader") {
 		t.Errorf("error %q should name libnvrtc and only the override directory", msg)
+	}
+}
+
+// Goroutines compiling the same source into one cache all get the same
+// PTX, and the cache holds one complete entry.
+func TestConcurrentCompiles(t *testing.T) {
+	l := load(t)
+	dir := t.TempDir()
+	const n = 4
+	ptx := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, err := l.Compile(saxpy, "saxpy.cu", nvrtc.Options{CacheDir: dir})
+			if err == nil {
+				ptx[i] = p.PTX
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || ptx[i] != ptx[0] {
+			t.Fatalf("goroutine %d: err %v, same PTX %v", i, errs[i], ptx[i] == ptx[0])
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(files) != 1 {
+		t.Errorf("cache holds %v, want one entry", files)
 	}
 }
