@@ -5,14 +5,12 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/alloc"
+	"github.com/cohortml/cohort/device/alloc/memtest"
 	"github.com/cohortml/cohort/device/cuda"
 )
 
-// TestGPUAllocator runs the allocator over real device memory: blocks
-// hold data, a freed block is reused on its stream, a cross-stream free
-// waits for its event, EmptyCache returns memory, and a request beyond
-// the device is an *OutOfMemoryError with the device's figures.
-func TestGPUAllocator(t *testing.T) {
+func openGPU(t *testing.T) *cuda.Context {
+	t.Helper()
 	c, err := cuda.Open(0)
 	if errors.Is(err, cuda.ErrNotFound) || errors.Is(err, cuda.ErrNoDevice) {
 		t.Skipf("skipped: %v", err)
@@ -20,7 +18,27 @@ func TestGPUAllocator(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer c.Close()
+	t.Cleanup(func() { c.Close() })
+	return c
+}
+
+// TestGPUMemConformance holds cuMemAlloc, cuMemFree and events to the
+// contract the fake device is held to.
+func TestGPUMemConformance(t *testing.T) {
+	c := openGPU(t)
+	s1, _ := c.NewStream(true)
+	s2, _ := c.NewStream(true)
+	defer c.DestroyStream(s1)
+	defer c.DestroyStream(s2)
+	memtest.Run(t, alloc.CUDA(c), alloc.Stream(s1), alloc.Stream(s2))
+}
+
+// TestGPUAllocator runs the allocator over real device memory: blocks
+// hold data, a freed block is reused on its stream, a cross-stream free
+// waits for its event, EmptyCache returns memory, and a request beyond
+// the device is an *OutOfMemoryError with the device's figures.
+func TestGPUAllocator(t *testing.T) {
+	c := openGPU(t)
 	s1, _ := c.NewStream(true)
 	s2, _ := c.NewStream(true)
 	defer c.DestroyStream(s1)
@@ -79,7 +97,7 @@ func TestGPUAllocator(t *testing.T) {
 	if st := a.Stats(); st.ReservedBytes != 0 || free1 <= free0 {
 		t.Errorf("after EmptyCache: %v; device free %d → %d", st, free0, free1)
 	}
-	_, err = a.Alloc(c.Device.TotalBytes, alloc.Stream(s1))
+	_, err := a.Alloc(c.Device.TotalBytes, alloc.Stream(s1))
 	var oom *alloc.OutOfMemoryError
 	if !errors.As(err, &oom) || oom.TotalBytes != c.Device.TotalBytes || oom.FreeBytes <= 0 {
 		t.Fatalf("Alloc(total) = %v, want an *OutOfMemoryError with the device's figures", err)

@@ -5,6 +5,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/alloc"
+	"github.com/cohortml/cohort/device/alloc/memtest"
 	"github.com/cohortml/cohort/device/fakedev"
 )
 
@@ -82,3 +83,5 @@ func TestMemoryFull(t *testing.T) {
 		t.Error("double free: no error")
 	}
 }
+
+func TestMemConformance(t *testing.T) { memtest.Run(t, fakedev.New(64<<20), 1, 2) }
