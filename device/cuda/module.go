@@ -37,14 +37,18 @@ type jitOptions struct {
 	vals       [4]uintptr
 }
 
-// LoadModule JIT-compiles PTX text for the device and loads it
-// (cuModuleLoadDataEx). PTX whose ISA the driver is too old for gives a
-// *VersionError naming both versions, checked before the driver is asked;
-// any other failure is a *Error whose Detail holds the JIT error log.
-// It blocks while the driver compiles (milliseconds to seconds).
+// LoadModule loads a module (cuModuleLoadDataEx) from PTX text, which the
+// driver JIT-compiles for the device, or from a CUBIN (an ELF image, as
+// nvrtc makes for an sm_XX arch), which it loads as is. PTX whose ISA the
+// driver is too old for gives a *VersionError naming both versions,
+// checked before the driver is asked; any other failure is a *Error whose
+// Detail holds the JIT error log. It blocks while the driver compiles
+// (milliseconds to seconds).
 func (c *Context) LoadModule(ptx string) (*Module, error) {
-	if err := CheckPTX(ptx, c.d.Version); err != nil {
-		return nil, err
+	if !strings.HasPrefix(ptx, "\x7fELF") {
+		if err := CheckPTX(ptx, c.d.Version); err != nil {
+			return nil, err
+		}
 	}
 	img := make([]byte, len(ptx)+1)
 	copy(img, ptx)
@@ -74,6 +78,14 @@ func (c *Context) LoadModule(ptx string) (*Module, error) {
 		return nil, e
 	}
 	return m, nil
+}
+
+// LoadCUBIN loads a module from a CUBIN image (nvrtc's PTX.CUBIN).
+func (c *Context) LoadCUBIN(img []byte) (*Module, error) {
+	if !strings.HasPrefix(string(img[:min(len(img), 4)]), "\x7fELF") {
+		return nil, fmt.Errorf("cuda: LoadCUBIN: the image is not an ELF file (%d bytes)", len(img))
+	}
+	return c.LoadModule(string(img))
 }
 
 func needCUDA(isa int) int {

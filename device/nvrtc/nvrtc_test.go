@@ -58,6 +58,26 @@ func TestCompileTargets(t *testing.T) {
 	}
 }
 
+func TestCompileCUBIN(t *testing.T) {
+	l := load(t)
+	dir := t.TempDir()
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		t.Run(arch, func(t *testing.T) {
+			p, err := l.Compile(saxpy, "saxpy.cu", nvrtc.Options{Arch: arch, CacheDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.PTX != "" || len(p.CUBIN) < 64 || string(p.CUBIN[:4]) != "\x7fELF" {
+				t.Fatalf("want a CUBIN (ELF) and no PTX: PTX %d bytes, CUBIN %q…", len(p.PTX), p.CUBIN[:min(len(p.CUBIN), 8)])
+			}
+			again, err := l.Compile(saxpy, "saxpy.cu", nvrtc.Options{Arch: arch, CacheDir: dir})
+			if err != nil || !again.Cached || string(again.CUBIN) != string(p.CUBIN) {
+				t.Errorf("second compile: cached %v, same CUBIN %v, err %v", again != nil && again.Cached, again != nil && string(again.CUBIN) == string(p.CUBIN), err)
+			}
+		})
+	}
+}
+
 func TestCompileErrorHasLog(t *testing.T) {
 	l := load(t)
 	_, err := l.Compile("extern \"C\" __global__ void bad(float *x) { x[0] = undefined_name; }\n", "bad.cu", nvrtc.Options{NoCache: true})
@@ -76,7 +96,7 @@ func TestCompileErrorHasLog(t *testing.T) {
 func TestBadOptions(t *testing.T) {
 	l := load(t)
 	for name, o := range map[string]nvrtc.Options{
-		"arch=sm_80":     {Arch: "sm_80"},
+		"arch=80":        {Arch: "80"},
 		"flag=-arch":     {Flags: []string{"-arch=compute_90"}},
 		"flag=undefined": {Flags: []string{"--no-such-flag"}},
 	} {
