@@ -185,11 +185,7 @@ func (l *Lib) Create(c *cuda.Context, opts Options) (*Handle, error) {
 	if err := h.do("cublasCreate_v2", l.f.create, uintptr(unsafe.Pointer(&h.h))); err != nil {
 		return nil, err
 	}
-	mode := uintptr(defaultMath)
-	if opts.TF32 {
-		mode = tf32TensorOpMath
-	}
-	if err := h.do("cublasSetMathMode", l.f.setMathMode, h.h, mode); err != nil {
+	if err := h.SetTF32(opts.TF32); err != nil {
 		h.Destroy()
 		return nil, err
 	}
@@ -223,6 +219,26 @@ func (h *Handle) Destroy() error {
 // SetStream makes later calls enqueue on s.
 func (h *Handle) SetStream(s cuda.Stream) error {
 	return h.do("cublasSetStream_v2", h.l.f.setStream, h.h, uintptr(s))
+}
+
+// SetTF32 turns TF32 for fp32 GEMMs on or off (see Options.TF32).
+func (h *Handle) SetTF32(on bool) error {
+	mode := uintptr(defaultMath)
+	if on {
+		mode = tf32TensorOpMath
+	}
+	if err := h.do("cublasSetMathMode", h.l.f.setMathMode, h.h, mode); err != nil {
+		return err
+	}
+	h.tf32 = on
+	return nil
+}
+
+// SetWorkspace gives cuBLAS n bytes of device memory at p as its workspace
+// (cublasSetWorkspace), instead of memory it allocates itself; the memory
+// must outlive the handle's use of it. CUDA graphs need this.
+func (h *Handle) SetWorkspace(p cuda.DevicePtr, n int64) error {
+	return h.do("cublasSetWorkspace_v2", h.l.f.setWorkspace, h.h, uintptr(p), uintptr(n))
 }
 
 // DataType is a cudaDataType_t.

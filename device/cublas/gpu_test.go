@@ -190,3 +190,36 @@ func TestGPUGemmExBF16(t *testing.T) {
 		t.Errorf("bf16 inputs, fp32 accumulation: relative error %.3g, want ≤ 1e-5 against the rounded inputs", e)
 	}
 }
+
+// TestGPUTF32 checks that TF32 is off by default and takes effect when
+// asked: with it, an fp32 product of k = 4096 loses about three decimal
+// digits against the float64 reference; without it, it keeps fp32's.
+func TestGPUTF32(t *testing.T) {
+	c, l := openGPU(t)
+	h, err := l.Create(c, cublas.Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer h.Destroy()
+	rng := rand.New(rand.NewPCG(7, 8))
+	const m, n, k = 64, 64, 4096
+	a, b := randn(rng, m*k), randn(rng, k*n)
+	want := ref(false, false, m, n, k, 1, a, k, b, n, 0, make([]float32, m*n), n)
+	da, db, dc := upload(t, c, a), upload(t, c, b), upload(t, c, make([]float32, m*n))
+	errs := map[bool]float64{}
+	for _, on := range []bool{false, true} {
+		if err := h.SetTF32(on); err != nil {
+			t.Fatal(err)
+		}
+		if err := h.Sgemm(cublas.Gemm{M: m, N: n, K: k, Alpha: 1, A: da, LDA: k, B: db, LDB: n, C: dc, LDC: n}); err != nil {
+			t.Fatal(err)
+		}
+		got := make([]float32, m*n)
+		cuda.FromDevice(c, got, dc)
+		errs[on] = relErr(got, want)
+	}
+	t.Logf("relative error: fp32 %.3g, TF32 %.3g", errs[false], errs[true])
+	if errs[false] > 1e-5 || errs[true] < 10*errs[false] {
+		t.Errorf("fp32 %.3g (want ≤ 1e-5), TF32 %.3g (want ≫ fp32's)", errs[false], errs[true])
+	}
+}
