@@ -87,6 +87,9 @@ func (b *Block) Size() int64 { return b.requested }
 // Stream is the stream the block was allocated on.
 func (b *Block) Stream() Stream { return b.stream }
 
+// A Block must not be used after Free: the allocator may hand the same
+// *Block to a later Alloc.
+
 type segment struct {
 	ptr    Ptr
 	size   int64
@@ -284,11 +287,12 @@ func (a *Allocator) split(b *Block, size int64) *Block {
 
 // RecordStream marks b as used by work on stream s besides its own: when
 // b is freed, it is not reused until s has passed the point of the Free
-// (an event recorded then). Recording b's own stream does nothing.
+// (an event recorded then). Recording b's own stream, or a block that is
+// not allocated, does nothing.
 func (a *Allocator) RecordStream(b *Block, s Stream) {
 	a.mu.Lock()
 	defer a.mu.Unlock()
-	if b.ptr == 0 || s == b.stream || slices.Contains(b.uses, s) {
+	if b.ptr == 0 || b.state != stateUsed || s == b.stream || slices.Contains(b.uses, s) {
 		return
 	}
 	b.uses = append(b.uses, s)

@@ -78,6 +78,21 @@ func TestCompileCUBIN(t *testing.T) {
 	}
 }
 
+func TestCompileWithHeader(t *testing.T) {
+	l := load(t)
+	src := "#include \"scale.h\"\nextern \"C\" __global__ void k(float *x) { x[threadIdx.x] *= SCALE; }\n"
+	p, err := l.Compile(src, "k.cu", nvrtc.Options{Headers: map[string]string{"scale.h": "#define SCALE 3.0f\n"}, NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.PTX, "0f40400000") { // 3.0f
+		t.Errorf("PTX does not multiply by the header's 3.0f:\n%s", p.PTX)
+	}
+	if _, err := l.Compile(src, "k.cu", nvrtc.Options{NoCache: true}); err == nil || !strings.Contains(err.Error(), "scale.h") {
+		t.Errorf("without the header: %v, want an error naming scale.h", err)
+	}
+}
+
 func TestCompileErrorHasLog(t *testing.T) {
 	l := load(t)
 	_, err := l.Compile("extern \"C\" __global__ void bad(float *x) { x[0] = undefined_name; }\n", "bad.cu", nvrtc.Options{NoCache: true})
