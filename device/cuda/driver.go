@@ -95,6 +95,11 @@ func LoadEnv(env libfind.Env) (*Driver, error) {
 
 // call runs a driver function that needs no context and turns its CUresult
 // into a *Error.
+// Pointers converted to uintptr in its arguments are moved to the heap and
+// kept alive for the call (as for purego.SyscallN), so a stack copy cannot
+// move what the library reads.
+//
+//go:uintptrescapes
 func (d *Driver) call(name string, fn uintptr, args ...uintptr) error {
 	r, _, _ := purego.SyscallN(fn, args...)
 	if r != 0 {
@@ -295,6 +300,11 @@ type Context struct {
 func (c *Context) Driver() *Driver { return c.d }
 
 // call makes the context current on this thread and runs fn.
+// Pointers converted to uintptr in its arguments are moved to the heap and
+// kept alive for the call (as for purego.SyscallN), so a stack copy cannot
+// move what the library reads.
+//
+//go:uintptrescapes
 func (c *Context) call(name string, fn uintptr, args ...uintptr) error {
 	runtime.LockOSThread()
 	r, _, _ := purego.SyscallN(c.d.f.ctxSetCurrent, c.ctx)
@@ -322,3 +332,16 @@ func (c *Context) Close() error {
 
 // Synchronize blocks until every stream of the context is idle.
 func (c *Context) Synchronize() error { return c.call("cuCtxSynchronize", c.d.f.ctxSynchronize) }
+
+// Do runs fn with the context current on the calling OS thread (the
+// goroutine stays on the thread until fn returns): for libraries such as
+// cuBLAS that use the current context.
+func (c *Context) Do(fn func()) error {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	if r, _, _ := purego.SyscallN(c.d.f.ctxSetCurrent, c.ctx); r != 0 {
+		return c.d.err("cuCtxSetCurrent", r)
+	}
+	fn()
+	return nil
+}

@@ -2,6 +2,7 @@ package cuda_test
 
 import (
 	"errors"
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -18,7 +19,7 @@ func openGPU(t *testing.T) *cuda.Context {
 	t.Helper()
 	c, err := cuda.Open(0)
 	if errors.Is(err, cuda.ErrNotFound) || errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("skipped: no CUDA device: %v", err)
+		t.Skipf("skipped: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -159,6 +160,53 @@ func TestGPUSaxpy(t *testing.T) {
 		if want := 3*x[i] + y[i]; got[i] != want {
 			t.Fatalf("y[%d] = %v, want %v", i, got[i], want)
 		}
+	}
+}
+
+// TestGPUSaxpyCUBIN loads device code compiled by NVRTC for exactly this
+// GPU (sm_XX), which needs no JIT and no driver newer than NVRTC.
+func TestGPUSaxpyCUBIN(t *testing.T) {
+	c := openGPU(t)
+	p, err := nvrtc.Compile(saxpySrc, "saxpy.cu", nvrtc.Options{Arch: fmt.Sprintf("sm_%d%d", c.Device.Major, c.Device.Minor)})
+	if errors.Is(err, nvrtc.ErrNotFound) {
+		t.Skipf("skipped: %v", err)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	m, err := c.LoadCUBIN(p.CUBIN)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer m.Unload()
+	f, err := m.Function("saxpy")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const n = 1000
+	x, y := make([]float32, n), make([]float32, n)
+	for i := range x {
+		x[i], y[i] = float32(i), 1
+	}
+	dx, _ := c.MemAlloc(4 * n)
+	dy, _ := c.MemAlloc(4 * n)
+	defer c.MemFree(dx)
+	defer c.MemFree(dy)
+	cuda.ToDevice(c, dx, x)
+	cuda.ToDevice(c, dy, y)
+	var args cuda.Args
+	args.Int(n).F32(-2).Ptr(dx).Ptr(dy)
+	if err := c.Launch(f, cuda.Dim3{X: (n + 127) / 128}, cuda.Dim3{X: 128}, 0, 0, &args); err != nil {
+		t.Fatal(err)
+	}
+	cuda.FromDevice(c, y, dy)
+	for i := range y {
+		if want := -2*float32(i) + 1; y[i] != want {
+			t.Fatalf("y[%d] = %v, want %v", i, y[i], want)
+		}
+	}
+	if r, err := c.Registers(f); err != nil || r <= 0 {
+		t.Errorf("Registers = %d, %v", r, err)
 	}
 }
 

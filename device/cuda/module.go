@@ -31,29 +31,41 @@ const (
 	jitLogSize                = 16 << 10
 )
 
-// LoadModule JIT-compiles PTX text for the device and loads it
-// (cuModuleLoadDataEx). PTX whose ISA the driver is too old for gives a
-// *VersionError naming both versions, checked before the driver is asked;
-// any other failure is a *Error whose Detail holds the JIT error log.
-// It blocks while the driver compiles (milliseconds to seconds).
+type jitOptions struct {
+	info, errs [jitLogSize]byte
+	opts       [4]int32
+	vals       [4]uintptr
+}
+
+// LoadModule loads a module (cuModuleLoadDataEx) from PTX text, which the
+// driver JIT-compiles for the device, or from a CUBIN (an ELF image, as
+// nvrtc makes for an sm_XX arch), which it loads as is. PTX whose ISA the
+// driver is too old for gives a *VersionError naming both versions,
+// checked before the driver is asked; any other failure is a *Error whose
+// Detail holds the JIT error log. It blocks while the driver compiles
+// (milliseconds to seconds).
 func (c *Context) LoadModule(ptx string) (*Module, error) {
-	if err := CheckPTX(ptx, c.d.Version); err != nil {
-		return nil, err
+	if !strings.HasPrefix(ptx, "\x7fELF") {
+		if err := CheckPTX(ptx, c.d.Version); err != nil {
+			return nil, err
+		}
 	}
 	img := make([]byte, len(ptx)+1)
 	copy(img, ptx)
-	infoLog := make([]byte, jitLogSize)
-	errLog := make([]byte, jitLogSize)
-	opts := [4]int32{jitInfoLogBuffer, jitInfoLogBufferSizeBytes, jitErrorLogBuffer, jitErrorLogBufferSize}
+	// One heap object holds the logs and the option arrays: the values
+	// array carries the logs' addresses as integers, which the garbage
+	// collector neither traces nor moves.
+	j := new(jitOptions)
+	j.opts = [4]int32{jitInfoLogBuffer, jitInfoLogBufferSizeBytes, jitErrorLogBuffer, jitErrorLogBufferSize}
 	// Option values are void*: buffers by address, sizes by value (the
 	// driver writes back the used sizes).
-	vals := [4]uintptr{uintptr(unsafe.Pointer(&infoLog[0])), jitLogSize, uintptr(unsafe.Pointer(&errLog[0])), jitLogSize}
+	j.vals = [4]uintptr{uintptr(unsafe.Pointer(&j.info[0])), jitLogSize, uintptr(unsafe.Pointer(&j.errs[0])), jitLogSize}
 	m := &Module{c: c}
 	err := c.call("cuModuleLoadDataEx", c.d.f.moduleLoadDataEx, uintptr(unsafe.Pointer(&m.h)),
-		uintptr(unsafe.Pointer(&img[0])), uintptr(len(opts)), uintptr(unsafe.Pointer(&opts[0])), uintptr(unsafe.Pointer(&vals[0])))
+		uintptr(unsafe.Pointer(&img[0])), uintptr(len(j.opts)), uintptr(unsafe.Pointer(&j.opts[0])), uintptr(unsafe.Pointer(&j.vals[0])))
 	runtime.KeepAlive(img)
-	runtime.KeepAlive(infoLog)
-	runtime.KeepAlive(errLog)
+	runtime.KeepAlive(j)
+	infoLog, errLog := j.info[:], j.errs[:]
 	m.Log = strings.TrimSpace(string(infoLog[:clen(infoLog)]))
 	if err != nil {
 		e := err.(*Error)
@@ -66,6 +78,14 @@ func (c *Context) LoadModule(ptx string) (*Module, error) {
 		return nil, e
 	}
 	return m, nil
+}
+
+// LoadCUBIN loads a module from a CUBIN image (nvrtc's PTX.CUBIN).
+func (c *Context) LoadCUBIN(img []byte) (*Module, error) {
+	if !strings.HasPrefix(string(img[:min(len(img), 4)]), "\x7fELF") {
+		return nil, fmt.Errorf("cuda: LoadCUBIN: the image is not an ELF file (%d bytes)", len(img))
+	}
+	return c.LoadModule(string(img))
 }
 
 func needCUDA(isa int) int {

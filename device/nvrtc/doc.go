@@ -10,6 +10,13 @@
 // Kernels should be declared extern "C" so that their names in the PTX
 // are the names in the source.
 //
+// A virtual arch (compute_80, compute_90) gives PTX, which the driver
+// JIT-compiles on load and which needs a driver at least as new as NVRTC
+// (PTX is forward compatible: compute_80 PTX runs on an H100). A real arch
+// (sm_90) gives a CUBIN in PTX.CUBIN, device code for that GPU only, which
+// a driver of the same CUDA major version loads even when it is older than
+// NVRTC (cuda.Context.LoadCUBIN).
+//
 // # Finding the library
 //
 // [Load] looks for libnvrtc (sonames libnvrtc.so.13, .12, .11.2, libnvrtc.so)

@@ -31,8 +31,11 @@ var Spec = libfind.Spec{
 // Options controls one compile. The zero value compiles for compute_80
 // with the default cache.
 type Options struct {
-	// Arch is the virtual architecture, "compute_80" (A100) or "compute_90"
-	// (H100); "" means compute_80.
+	// Arch is the architecture: a virtual one, "compute_80" (A100) or
+	// "compute_90" (H100), gives PTX, which the driver JIT-compiles and
+	// which needs a driver at least as new as NVRTC; a real one, "sm_90",
+	// gives a CUBIN for exactly that GPU, which any driver of the same
+	// CUDA major version loads. "" means compute_80.
 	Arch string
 	// Flags are further NVRTC options ("-use_fast_math", "-DBLOCK=256",
 	// "-lineinfo"). --gpu-architecture is added from Arch; do not pass it.
@@ -48,7 +51,8 @@ type Options struct {
 
 // PTX is the result of a compile.
 type PTX struct {
-	PTX      string // the PTX text, NUL-free
+	PTX      string // the PTX text (for a compute_XX arch), NUL-free
+	CUBIN    []byte // the device code (for an sm_XX arch), an ELF image
 	Arch     string // the arch compiled for
 	Log      string // NVRTC's log (warnings), "" if none
 	Version  string // the NVRTC version that compiled it, "11.8"
@@ -78,6 +82,7 @@ type Lib struct {
 	mu                                       sync.Mutex // serialises compiles
 	version, create, compile, destroy        uintptr
 	ptxSize, getPTX, logSize, getLog, errStr uintptr
+	cubinSize, getCUBIN                      uintptr // 0 in NVRTC before 11.1
 }
 
 // Load finds and opens NVRTC as the package comment describes, with the
@@ -90,7 +95,7 @@ func LoadEnv(env libfind.Env) (*Lib, error) {
 	if err != nil {
 		return nil, err
 	}
-	l := &Lib{Path: path, env: env}
+	l := &Lib{Path: libfind.Resolve(path), env: env}
 	if err := libfind.Symbols("nvrtc", path, h, map[string]*uintptr{
 		"nvrtcVersion":           &l.version,
 		"nvrtcCreateProgram":     &l.create,
@@ -103,6 +108,12 @@ func LoadEnv(env libfind.Env) (*Lib, error) {
 		"nvrtcGetErrorString":    &l.errStr,
 	}); err != nil {
 		return nil, err
+	}
+	if p, err := purego.Dlsym(h, "nvrtcGetCUBINSize"); err == nil {
+		l.cubinSize = p
+	}
+	if p, err := purego.Dlsym(h, "nvrtcGetCUBIN"); err == nil {
+		l.getCUBIN = p
 	}
 	var major, minor int32
 	if r, _, _ := purego.SyscallN(l.version, uintptr(unsafe.Pointer(&major)), uintptr(unsafe.Pointer(&minor))); r != 0 {
@@ -121,7 +132,8 @@ var (
 	defaultErr  error
 )
 
-// Default returns the library behind [Compile], loading it on first use.
+// Default returns the library behind [Compile], loading it on first use;
+// a failure to load is remembered for the life of the process.
 func Default() (*Lib, error) {
 	defaultOnce.Do(func() { defaultLib, defaultErr = Load() })
 	return defaultLib, defaultErr
@@ -137,7 +149,7 @@ func Compile(src, name string, opts Options) (*PTX, error) {
 	return l.Compile(src, name, opts)
 }
 
-var archRE = regexp.MustCompile(`^compute_[0-9]{2,3}[a-z]?$`)
+var archRE = regexp.MustCompile(`^(compute|sm)_[0-9]{2,3}[a-z]?$`)
 
 // Compile compiles src to PTX for opts.Arch, reading and filling the disk
 // cache. A source that does not compile gives a *CompileError with the log.
@@ -147,7 +159,11 @@ func (l *Lib) Compile(src, name string, opts Options) (*PTX, error) {
 		arch = "compute_80"
 	}
 	if !archRE.MatchString(arch) {
-		return nil, fmt.Errorf("nvrtc: compile %s: arch %q is not a virtual architecture like compute_80", name, arch)
+		return nil, fmt.Errorf("nvrtc: compile %s: arch %q is not an architecture like compute_80 or sm_90", name, arch)
+	}
+	cubin := strings.HasPrefix(arch, "sm_")
+	if cubin && l.getCUBIN == 0 {
+		return nil, fmt.Errorf("nvrtc: compile %s: NVRTC %s cannot make a CUBIN (arch %s); use a compute_XX arch", name, l.VersionString(), arch)
 	}
 	for _, f := range opts.Flags {
 		if strings.HasPrefix(f, "--gpu-architecture") || strings.HasPrefix(f, "-arch") {
@@ -164,15 +180,15 @@ func (l *Lib) Compile(src, name string, opts Options) (*PTX, error) {
 	if c != nil {
 		ptx, ok, err := c.get(key)
 		if ok {
-			return &PTX{PTX: ptx, Arch: arch, Version: l.VersionString(), Cached: true}, nil
+			return result(ptx, cubin, &PTX{Arch: arch, Version: l.VersionString(), Cached: true}), nil
 		}
 		cacheErr = err // a corrupt entry: compile again and overwrite it
 	}
-	ptx, log, err := l.compileNoCache(src, name, arch, args, opts.Headers)
+	ptx, log, err := l.compileNoCache(src, name, arch, args, opts.Headers, cubin)
 	if err != nil {
 		return nil, err
 	}
-	out := &PTX{PTX: ptx, Arch: arch, Log: log, Version: l.VersionString(), CacheErr: cacheErr}
+	out := result(ptx, cubin, &PTX{Arch: arch, Log: log, Version: l.VersionString(), CacheErr: cacheErr})
 	if c != nil {
 		if err := c.put(key, ptx); err != nil {
 			out.CacheErr = err
@@ -210,7 +226,18 @@ func cstr(s string) *byte {
 	return &b[0]
 }
 
-func (l *Lib) compileNoCache(src, name, arch string, args []string, headers map[string]string) (ptx, log string, err error) {
+// result fills p's code from the compiled (or cached) bytes.
+func result(code string, cubin bool, p *PTX) *PTX {
+	if cubin {
+		p.CUBIN = []byte(code)
+	} else {
+		p.PTX = code
+	}
+	return p
+}
+
+// compileNoCache returns the PTX, or with cubin the CUBIN's bytes.
+func (l *Lib) compileNoCache(src, name, arch string, args []string, headers map[string]string, cubin bool) (ptx, log string, err error) {
 	l.mu.Lock()
 	defer l.mu.Unlock()
 	keep := []any{} // everything whose address crosses into C
@@ -244,20 +271,24 @@ func (l *Lib) compileNoCache(src, name, arch string, args []string, headers map[
 	defer purego.SyscallN(l.destroy, uintptr(unsafe.Pointer(&prog)))
 	rc, _, _ := purego.SyscallN(l.compile, prog, uintptr(len(args)), uintptr(unsafe.Pointer(&argv[0])))
 	runtime.KeepAlive(keep)
-	log = l.text(prog, l.logSize, l.getLog)
+	log = strings.TrimRight(l.bytes(prog, l.logSize, l.getLog), "\x00")
 	if rc != 0 {
 		return "", "", &CompileError{Name: name, Arch: arch, Code: int(rc), Msg: l.errString(rc), Log: log}
 	}
-	ptx = l.text(prog, l.ptxSize, l.getPTX)
+	if cubin {
+		ptx = l.bytes(prog, l.cubinSize, l.getCUBIN)
+	} else {
+		ptx = strings.TrimRight(l.bytes(prog, l.ptxSize, l.getPTX), "\x00")
+	}
 	if ptx == "" {
 		return "", "", fmt.Errorf("nvrtc: compile %s: NVRTC returned no PTX", name)
 	}
 	return ptx, log, nil
 }
 
-// text reads a NUL-terminated string of a program through a size getter
-// and a copier (nvrtcGetPTX, nvrtcGetProgramLog).
-func (l *Lib) text(prog, size, get uintptr) string {
+// bytes reads a program's output through a size getter and a copier
+// (nvrtcGetPTX, nvrtcGetCUBIN, nvrtcGetProgramLog).
+func (l *Lib) bytes(prog, size, get uintptr) string {
 	var n uintptr
 	if r, _, _ := purego.SyscallN(size, prog, uintptr(unsafe.Pointer(&n))); r != 0 || n == 0 {
 		return ""
@@ -266,7 +297,7 @@ func (l *Lib) text(prog, size, get uintptr) string {
 	if r, _, _ := purego.SyscallN(get, prog, uintptr(unsafe.Pointer(&buf[0]))); r != 0 {
 		return ""
 	}
-	return strings.TrimRight(string(buf), "\x00")
+	return string(buf)
 }
 
 func (l *Lib) errString(r uintptr) string {

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/cohortml/cohort/device/internal/libfind"
@@ -57,6 +58,41 @@ func TestCompileTargets(t *testing.T) {
 	}
 }
 
+func TestCompileCUBIN(t *testing.T) {
+	l := load(t)
+	dir := t.TempDir()
+	for _, arch := range []string{"sm_80", "sm_90"} {
+		t.Run(arch, func(t *testing.T) {
+			p, err := l.Compile(saxpy, "saxpy.cu", nvrtc.Options{Arch: arch, CacheDir: dir})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.PTX != "" || len(p.CUBIN) < 64 || string(p.CUBIN[:4]) != "\x7fELF" {
+				t.Fatalf("want a CUBIN (ELF) and no PTX: PTX %d bytes, CUBIN %q…", len(p.PTX), p.CUBIN[:min(len(p.CUBIN), 8)])
+			}
+			again, err := l.Compile(saxpy, "saxpy.cu", nvrtc.Options{Arch: arch, CacheDir: dir})
+			if err != nil || !again.Cached || string(again.CUBIN) != string(p.CUBIN) {
+				t.Errorf("second compile: cached %v, same CUBIN %v, err %v", again != nil && again.Cached, again != nil && string(again.CUBIN) == string(p.CUBIN), err)
+			}
+		})
+	}
+}
+
+func TestCompileWithHeader(t *testing.T) {
+	l := load(t)
+	src := "#include \"scale.h\"\nextern \"C\" __global__ void k(float *x) { x[threadIdx.x] *= SCALE; }\n"
+	p, err := l.Compile(src, "k.cu", nvrtc.Options{Headers: map[string]string{"scale.h": "#define SCALE 3.0f\n"}, NoCache: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(p.PTX, "0f40400000") { // 3.0f
+		t.Errorf("PTX does not multiply by the header's 3.0f:\n%s", p.PTX)
+	}
+	if _, err := l.Compile(src, "k.cu", nvrtc.Options{NoCache: true}); err == nil || !strings.Contains(err.Error(), "scale.h") {
+		t.Errorf("without the header: %v, want an error naming scale.h", err)
+	}
+}
+
 func TestCompileErrorHasLog(t *testing.T) {
 	l := load(t)
 	_, err := l.Compile("extern \"C\" __global__ void bad(float *x) { x[0] = undefined_name; }\n", "bad.cu", nvrtc.Options{NoCache: true})
@@ -75,7 +111,7 @@ func TestCompileErrorHasLog(t *testing.T) {
 func TestBadOptions(t *testing.T) {
 	l := load(t)
 	for name, o := range map[string]nvrtc.Options{
-		"arch=sm_80":     {Arch: "sm_80"},
+		"arch=80":        {Arch: "80"},
 		"flag=-arch":     {Flags: []string{"-arch=compute_90"}},
 		"flag=undefined": {Flags: []string{"--no-such-flag"}},
 	} {
@@ -152,5 +188,35 @@ func TestMissingLibraryOneLine(t *testing.T) {
 	}
 	if !strings.HasPrefix(msg, "nvrtc: libnvrtc not found (looked in "+empty) || strings.Contains(msg, "system loader") {
 		t.Errorf("error %q should name libnvrtc and only the override directory", msg)
+	}
+}
+
+// Goroutines compiling the same source into one cache all get the same
+// PTX, and the cache holds one complete entry.
+func TestConcurrentCompiles(t *testing.T) {
+	l := load(t)
+	dir := t.TempDir()
+	const n = 4
+	ptx := make([]string, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			p, err := l.Compile(saxpy, "saxpy.cu", nvrtc.Options{CacheDir: dir})
+			if err == nil {
+				ptx[i] = p.PTX
+			}
+			errs[i] = err
+		})
+	}
+	wg.Wait()
+	for i := range n {
+		if errs[i] != nil || ptx[i] != ptx[0] {
+			t.Fatalf("goroutine %d: err %v, same PTX %v", i, errs[i], ptx[i] == ptx[0])
+		}
+	}
+	files, _ := filepath.Glob(filepath.Join(dir, "*"))
+	if len(files) != 1 {
+		t.Errorf("cache holds %v, want one entry", files)
 	}
 }

@@ -219,7 +219,13 @@ func (e Env) Open(pkg string, s Spec, sentinel error) (handle uintptr, name stri
 // Symbols resolves each name into its address; a missing symbol is an
 // error naming the library and the symbol.
 func Symbols(pkg, lib string, h uintptr, syms map[string]*uintptr) error {
-	for name, at := range syms {
+	names := make([]string, 0, len(syms))
+	for name := range syms {
+		names = append(names, name)
+	}
+	slices.Sort(names) // the same symbol is reported on every run
+	for _, name := range names {
+		at := syms[name]
 		p, err := purego.Dlsym(h, name)
 		if err != nil || p == 0 {
 			return fmt.Errorf("%s: %s: symbol %s not found: %v", pkg, lib, name, err)
