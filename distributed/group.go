@@ -108,6 +108,9 @@ type group struct {
 	// closeLast releases what the group owns besides the transport (the
 	// store of InitFromEnv), after the transport.
 	closeLast func() error
+	// job is the job's nonce (see join.go) for a world group made by
+	// Init; "" otherwise. JobID returns it.
+	job string
 	exec      *collective.Executor
 	plans     map[planKey]*collective.Plan // op goroutine only
 

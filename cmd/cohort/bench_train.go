@@ -585,7 +585,7 @@ func benchProgress(pg distributed.ProcessGroup, steps, samplesPerStep int) func(
 	start := time.Now()
 	return func(done int, loss float64) { // done: steps finished, 1..steps
 		bar.Update(progress.Status{Step: done - 1, Epoch: 1, Loss: loss,
-			SamplesPerSec: float64(done*samplesPerStep) / time.Since(start).Seconds()})
+			Throughput: float64(done*samplesPerStep) / time.Since(start).Seconds()})
 		if done == steps {
 			bar.Finish()
 		}

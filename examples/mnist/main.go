@@ -249,7 +249,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	ob, err := obs.Start(ctx, obs.FromEnv(getenv, obs.Options{Name: "mnist " + c.model, Rank: rank, WorldSize: world, TotalSteps: tmax, Progress: out}))
+	ob, err := obs.Start(ctx, obs.FromEnv(getenv, obs.Options{Name: "mnist " + c.model, Rank: rank, WorldSize: world, Job: distributed.JobID(pg), TotalSteps: tmax, Progress: out}))
 	if err != nil {
 		return err
 	}
