@@ -133,9 +133,29 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	return train(ctx, c, pg, out)
 }
 
+// mnistTrainLen is the size of the standard MNIST training set (the
+// GoMNIST module's copy, used without -data).
+const mnistTrainLen = 60000
+
+// validate checks the flags before anything is loaded or joined: every
+// mistake it can see is reported at once, not after the data has loaded.
 func (c config) validate() error {
-	if c.epochs < 1 || c.batch < 1 || c.lr <= 0 || c.limit < 0 {
-		return fmt.Errorf("-epochs %d, -batch %d, -lr %g, -limit %d: want positive values (limit may be 0)", c.epochs, c.batch, c.lr, c.limit)
+	if c.model != "mlp" && c.model != "cnn" {
+		return fmt.Errorf("-model %q: want mlp or cnn", c.model)
+	}
+	if c.epochs < 1 || c.batch < 1 || c.limit < 0 {
+		return fmt.Errorf("-epochs %d, -batch %d, -limit %d: want positive values (limit may be 0)", c.epochs, c.batch, c.limit)
+	}
+	if !(c.lr > 0) || math.IsInf(c.lr, 0) {
+		return fmt.Errorf("-lr %g: want a finite learning rate > 0", c.lr)
+	}
+	// The exact bound (this rank's share) is checked once the set is
+	// loaded; the obvious cases now.
+	switch {
+	case c.limit > 0 && c.batch > c.limit:
+		return fmt.Errorf("-batch %d is larger than the %d samples of -limit: an epoch would be one short step", c.batch, c.limit)
+	case c.dir == "" && c.sets == nil && c.batch > mnistTrainLen:
+		return fmt.Errorf("-batch %d is larger than MNIST's %d training samples: an epoch would be one short step", c.batch, mnistTrainLen)
 	}
 	if c.verifyEvery < 0 {
 		return fmt.Errorf("-verify-every %d: want a number of steps, or 0 for never", c.verifyEvery)
@@ -167,7 +187,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	var trainSet, test *datasets.MNIST
 	if c.sets != nil {
 		trainSet, test = c.sets[0], c.sets[1]
-	} else if trainSet, test, err = datasets.LoadMNIST(c.dir); err != nil {
+	} else if trainSet, test, err = datasets.LoadMNISTContext(ctx, c.dir); err != nil {
 		return err
 	}
 	if c.limit > 0 && c.limit < trainSet.Len() {
@@ -189,8 +209,10 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	// Wrap, which no rank passes before all have arrived, so no rank can
 	// have saved a newer one in between and all load the same.
 	var resume *checkpoint.Checkpoint
+	var skipped []checkpoint.Skipped // newer step directories passed over, logged below
 	if c.ckptDir != "" {
-		path, _, err := checkpoint.Latest(c.ckptDir)
+		var path string
+		path, _, skipped, err = checkpoint.Find(c.ckptDir)
 		switch {
 		case err == nil:
 			if resume, err = checkpoint.Open(path); err != nil {
@@ -212,6 +234,10 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	sampler, err := data.NewDistributedSampler(trainSet.Len(), world, rank, true, c.seed, false)
 	if err != nil {
 		return err
+	}
+	if c.batch > sampler.Len() {
+		return fmt.Errorf("-batch %d is larger than this rank's %d samples (%d training samples over %d ranks): an epoch would be one short step",
+			c.batch, sampler.Len(), trainSet.Len(), world)
 	}
 	stepsFor := func(samples int) int { return (samples + c.batch - 1) / c.batch }
 	perEpoch := stepsFor(sampler.Len())
@@ -254,6 +280,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	defer ob.Close()
+	out = ob.Out() // the bar cleared around each line; "[rank N] " under mpirun
 
 	// Wrap copies rank 0's initial parameters to every rank; gradients
 	// become views into the buckets that are all-reduced.
@@ -283,6 +310,9 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if rank == 0 {
 		peak := sched.StateDict().Scalars["base_lr.0"] // a resumed job keeps its first world size's
 		fmt.Fprintf(out, "%s on %d rank(s), batch %d per rank, peak lr %.4f, %d steps\n", c.model, world, c.batch, peak, tmax)
+		for _, sk := range skipped {
+			fmt.Fprintf(out, "checkpoint skipped: %v\n", sk)
+		}
 		if resume != nil {
 			fmt.Fprintf(out, "resumed at step %d from %s\n", step, resume.Dir)
 		}
