@@ -110,9 +110,9 @@ type group struct {
 	closeLast func() error
 	// job is the job's nonce (see join.go) for a world group made by
 	// Init; "" otherwise. JobID returns it.
-	job string
-	exec      *collective.Executor
-	plans     map[planKey]*collective.Plan // op goroutine only
+	job   string
+	exec  *collective.Executor
+	plans map[planKey]*collective.Plan // op goroutine only
 
 	ctx    context.Context // ends when the group breaks or closes
 	cancel context.CancelFunc
