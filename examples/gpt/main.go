@@ -92,6 +92,7 @@ import (
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/pipeline"
 )
 
@@ -154,7 +155,8 @@ func main() {
 	err := run(ctx, c, os.Stdout)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gpt:", err)
+		// "[rank N] " first under mpirun/srun, as the lines of obs.Run.Out.
+		fmt.Fprintln(os.Stderr, obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix+"gpt:", err)
 		os.Exit(1)
 	}
 }

@@ -32,6 +32,9 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
+	if windows := len(corpus.Train) - c.model.Ctx; c.batch*c.dp > windows {
+		return fmt.Errorf("-batch %d × %d replicas: more windows a step than the %d the training text holds (%d bytes)", c.batch, c.dp, max(windows, 0), len(corpus.Train))
+	}
 	rank, world := pg.Rank(), pg.Size()
 	record := c.record
 	if record == nil {

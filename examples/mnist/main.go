@@ -112,7 +112,8 @@ func main() {
 	err := run(ctx, c, os.Stdout)
 	stop()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mnist:", err)
+		// "[rank N] " first under mpirun/srun, as the lines of obs.Run.Out.
+		fmt.Fprintln(os.Stderr, obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix+"mnist:", err)
 		os.Exit(1)
 	}
 }
