@@ -83,6 +83,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
 	"os/signal"
 	"slices"
@@ -151,12 +152,15 @@ func main() {
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
 	flag.Parse()
+	// Under mpirun/srun, "[rank N] " starts the error line and the
+	// library's log lines, as it does obs.Run.Out's.
+	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
+	log.SetPrefix(prefix) // slog's default handler writes through package log
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c, os.Stdout)
 	stop()
 	if err != nil {
-		// "[rank N] " first under mpirun/srun, as the lines of obs.Run.Out.
-		fmt.Fprintln(os.Stderr, obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix+"gpt:", err)
+		fmt.Fprintln(os.Stderr, prefix+"gpt:", err)
 		os.Exit(1)
 	}
 }

@@ -49,6 +49,7 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"math/rand/v2"
 	"os"
@@ -108,12 +109,15 @@ func main() {
 	flag.IntVar(&c.verifyEvery, "verify-every", 0, "check every N steps that all ranks' parameters are equal, stopping the job naming the rank and parameter that diverged (0: never)")
 	flag.Parse()
 	c.getenv = os.Getenv
+	// Under mpirun/srun, "[rank N] " starts the error line and the
+	// library's log lines, as it does obs.Run.Out's.
+	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
+	log.SetPrefix(prefix) // slog's default handler writes through package log
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
 	err := run(ctx, c, os.Stdout)
 	stop()
 	if err != nil {
-		// "[rank N] " first under mpirun/srun, as the lines of obs.Run.Out.
-		fmt.Fprintln(os.Stderr, obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix+"mnist:", err)
+		fmt.Fprintln(os.Stderr, prefix+"mnist:", err)
 		os.Exit(1)
 	}
 }
