@@ -152,6 +152,11 @@ func main() {
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, w := range c.idleFlags(set) {
+		fmt.Fprintf(os.Stderr, "gpt: warning: %s\n", w)
+	}
 	// Under mpirun/srun, "[rank N] " starts the error line and the
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
@@ -176,6 +181,18 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	defer pg.Close()
 	return train(ctx, c, pg, out)
+}
+
+// idleFlags names the flags set on the command line (set) that do
+// nothing with the others given.
+func (c config) idleFlags(set map[string]bool) []string {
+	var idle []string
+	for _, f := range []string{"checkpoint-every", "checkpoint-keep"} {
+		if set[f] && c.ckptDir == "" {
+			idle = append(idle, "-"+f+" does nothing without -checkpoint-dir")
+		}
+	}
+	return idle
 }
 
 func (c config) validate() error {

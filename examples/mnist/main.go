@@ -108,6 +108,11 @@ func main() {
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "how many checkpoints to keep (0: all)")
 	flag.IntVar(&c.verifyEvery, "verify-every", 0, "check every N steps that all ranks' parameters are equal, stopping the job naming the rank and parameter that diverged (0: never)")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, w := range c.idleFlags(set) {
+		fmt.Fprintf(os.Stderr, "mnist: warning: %s\n", w)
+	}
 	c.getenv = os.Getenv
 	// Under mpirun/srun, "[rank N] " starts the error line and the
 	// library's log lines, as it does obs.Run.Out's.
@@ -141,6 +146,18 @@ func run(ctx context.Context, c config, out io.Writer) error {
 // mnistTrainLen is the size of the standard MNIST training set (the
 // GoMNIST module's copy, used without -data).
 const mnistTrainLen = 60000
+
+// idleFlags names the flags set on the command line (set) that do
+// nothing with the others given.
+func (c config) idleFlags(set map[string]bool) []string {
+	var idle []string
+	for _, f := range []string{"checkpoint-every", "checkpoint-keep"} {
+		if set[f] && c.ckptDir == "" {
+			idle = append(idle, "-"+f+" does nothing without -checkpoint-dir")
+		}
+	}
+	return idle
+}
 
 // validate checks the flags before anything is loaded or joined: every
 // mistake it can see is reported at once, not after the data has loaded.

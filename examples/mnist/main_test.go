@@ -467,3 +467,14 @@ func TestBatchBeyondShareIsAnError(t *testing.T) {
 		t.Fatalf("got %v, want %q", err, want)
 	}
 }
+
+func TestIdleFlags(t *testing.T) {
+	c := config{ckptEvery: 50}
+	if got := c.idleFlags(map[string]bool{"checkpoint-every": true, "epochs": true}); len(got) != 1 || got[0] != "-checkpoint-every does nothing without -checkpoint-dir" {
+		t.Errorf("idle flags %q", got)
+	}
+	c.ckptDir = "ckpt"
+	if got := c.idleFlags(map[string]bool{"checkpoint-every": true, "checkpoint-keep": true}); len(got) != 0 {
+		t.Errorf("with -checkpoint-dir: idle flags %q", got)
+	}
+}
