@@ -19,7 +19,7 @@ import (
 // Every rank of a watched group publishes its flight ring (the last
 // flightHeartbeatOps ops and its op counts) under
 // <prefix>/flight/<group id>/<group rank> as a heartbeat: at most once per
-// poll (Interval/4, capped at a second) when the ring has changed, and
+// poll (a second; see poll) when the ring has changed, and
 // every Interval/4 whatever happens. A rank that stops (SIGSTOP, a
 // debugger, a dead host) leaves its last ring in the store, at most a poll
 // behind what it did, and its age tells that it stopped: a rank that
@@ -36,9 +36,9 @@ import (
 //
 // It never aborts anything: the op still ends at the group timeout (or
 // succeeds if the missing rank comes back). Store traffic: one Set of
-// about 2 KB per rank and group a second while the group runs ops (every
-// Interval/4, 15 s by default, when idle); a diagnosis reads one key per
-// rank.
+// about 2 KB per rank and group a second while the group runs ops (at
+// most ~256 a second per group in larger groups; every Interval/4, 15 s
+// by default, when idle); a diagnosis reads one key per rank.
 
 // DefaultWatchdog is the watchdog interval when WatchdogOptions.Interval
 // is 0, as Horovod's stall check.
@@ -145,8 +145,13 @@ func (w *watchdog) key(rank int) string {
 // tick is the longest time between two heartbeats (Snapshot.Every).
 func (w *watchdog) tick() time.Duration { return max(w.opts.Interval/4, 10*time.Millisecond) }
 
-// poll is how often the watchdog checks, and publishes a changed ring.
-func (w *watchdog) poll() time.Duration { return min(w.tick(), time.Second) }
+// poll is how often the watchdog checks, and publishes a changed ring:
+// every second in groups of up to 256 ranks, then more slowly so that the
+// store gets at most about 256 heartbeats a second per group; never less
+// often than tick.
+func (w *watchdog) poll() time.Duration {
+	return min(w.tick(), max(time.Second, time.Duration(len(w.g.ranks))*time.Second/256))
+}
 
 // loop publishes the ring when it changed (or a tick has passed) and
 // checks for a stuck op every poll.
