@@ -61,6 +61,7 @@ type Bar struct {
 	last    time.Time // the last plain line
 	st      Status
 	started bool // Update has been called
+	done    bool // Finish has been called: nothing is drawn any more
 }
 
 // New starts a progress display.
@@ -103,6 +104,9 @@ func (b *Bar) Terminal() bool { return b.bar != nil }
 func (b *Bar) Update(s Status) {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
 	b.st, b.started = s, true
 	if b.bar != nil {
 		now := time.Now()
@@ -153,7 +157,7 @@ func (b *Bar) Write(p []byte) (int, error) {
 	if len(p) > 0 {
 		b.midLine = p[len(p)-1] != '\n'
 	}
-	if !b.midLine && b.started && !b.bar.IsFinished() && bytes.IndexByte(p, '\n') >= 0 {
+	if !b.midLine && b.started && !b.done && !b.bar.IsFinished() && bytes.IndexByte(p, '\n') >= 0 {
 		b.draw(time.Now())
 	}
 	return n, err
@@ -175,10 +179,15 @@ func (b *Bar) line(now time.Time) string {
 	return l
 }
 
-// Finish ends the display (a last plain line, or the bar cleared).
+// Finish ends the display (a last plain line, or the bar cleared); later
+// Updates show nothing and later writes pass straight through.
 func (b *Bar) Finish() {
 	b.mu.Lock()
 	defer b.mu.Unlock()
+	if b.done {
+		return
+	}
+	b.done = true
 	if b.bar != nil {
 		if b.shown {
 			b.bar.Clear()

@@ -121,3 +121,20 @@ func TestNoEpoch(t *testing.T) {
 		t.Errorf("got %q: want no epoch and tokens/s", out.String())
 	}
 }
+
+// TestNothingAfterFinish: a run that ends early (an error, a signal)
+// finishes the bar before its last lines; they must not bring it back.
+func TestNothingAfterFinish(t *testing.T) {
+	var out bytes.Buffer
+	yes := true
+	b := New(Options{Total: 100, Out: &out, Terminal: &yes})
+	b.Update(Status{Step: 3, Epoch: 1, Loss: 0.5, Throughput: 10})
+	b.Finish()
+	n := out.Len()
+	io.WriteString(b, "stopped at step 4\n")
+	b.Update(Status{Step: 4, Epoch: 1, Loss: 0.5, Throughput: 10})
+	b.Finish()
+	if got := out.String()[n:]; got != "stopped at step 4\n" {
+		t.Errorf("after Finish: %q, want only the line", got)
+	}
+}
