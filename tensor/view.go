@@ -22,7 +22,7 @@ func normDim(op string, d, nd int, shape []int) int {
 }
 
 func (t *Tensor) view(shape, strides []int, offset int) *Tensor {
-	return &Tensor{storage: t.storage, offset: offset, shape: shape, strides: strides}
+	return &Tensor{storage: t.storage, offset: offset, shape: shape, strides: strides, buf: t.buf}
 }
 
 // inferShape resolves one -1 entry in shape so that it holds n elements.
@@ -229,7 +229,7 @@ func BroadcastShapes(a, b []int) ([]int, bool) {
 
 // Clone returns a contiguous copy of t that shares nothing with it.
 func (t *Tensor) Clone() *Tensor {
-	out := New(t.shape...)
+	out := NewOn(t.Device(), t.shape...)
 	out.CopyFrom(t)
 	return out
 }
@@ -243,6 +243,11 @@ func (t *Tensor) CopyFrom(src *Tensor) {
 
 // Fill sets every element of t's view to v.
 func (t *Tensor) Fill(v float32) {
+	if t.buf != nil {
+		_, be := deviceOf("Fill", t)
+		be.Fill(t, v)
+		return
+	}
 	if t.IsContiguous() {
 		d := t.Data()
 		if v == 0 {
@@ -281,15 +286,28 @@ func (t *Tensor) index(op string, idx []int) int {
 }
 
 // At returns the element at the given index (one entry per dimension).
-func (t *Tensor) At(idx ...int) float32 { return t.storage[t.index("At", idx)] }
+func (t *Tensor) At(idx ...int) float32 {
+	if t.buf != nil {
+		t.notHost("At")
+	}
+	return t.storage[t.index("At", idx)]
+}
 
 // Set stores v at the given index (one entry per dimension).
-func (t *Tensor) Set(v float32, idx ...int) { t.storage[t.index("Set", idx)] = v }
+func (t *Tensor) Set(v float32, idx ...int) {
+	if t.buf != nil {
+		t.notHost("Set")
+	}
+	t.storage[t.index("Set", idx)] = v
+}
 
 // Item returns the only element of a one-element tensor.
 func (t *Tensor) Item() float32 {
 	if t.Len() != 1 {
 		panicf("Item: tensor of shape %v has %d elements, want 1", t.shape, t.Len())
+	}
+	if t.buf != nil {
+		t.notHost("Item")
 	}
 	return t.storage[t.offset]
 }
@@ -303,5 +321,8 @@ func Full(v float32, shape ...int) *Tensor {
 
 // Values returns a contiguous copy of t's elements in row-major order.
 func (t *Tensor) Values() []float32 {
+	if t.buf != nil {
+		t.notHost("Values")
+	}
 	return append([]float32(nil), t.Contiguous().Data()...)
 }
