@@ -145,13 +145,13 @@ func Embedding(w *Var, idx []int64, shape ...int) *Var {
 		g2 := g.Reshape(-1, D)
 		if dst, overwrite := s.into(0); dst != nil {
 			if overwrite {
-				clear(dst.Data())
+				dst.Zero()
 			}
 			tensor.IndexAddRows(dst, ids, g2)
 			s.settle(0)
 			return
 		}
-		dw := tensor.New(wShape...)
+		dw := tensor.NewOn(g.Device(), wShape...)
 		tensor.IndexAddRows(dw, ids, g2)
 		s.add(0, dw, true)
 	})
@@ -179,6 +179,7 @@ func Dropout(x *Var, p float64, rng *rand.Rand) *Var {
 			md[i] = scale
 		}
 	}
+	mask = mask.To(x.Value.Device()) // drawn on the host from rng
 	return record("Dropout", tensor.Mul(x.Value, mask), []*Var{x}, func(g *tensor.Tensor, s *sink) {
 		s.add(0, tensor.Mul(g, mask), true)
 	})
@@ -198,7 +199,7 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		bv, bi = b.Value, len(inputs)
 		inputs = append(inputs, b)
 	}
-	y, mean, rstd := tensor.LayerNorm(x.Value, wv, bv, eps)
+	y, mean, rstd := tensor.LayerNormStats(x.Value, wv, bv, eps)
 	xv := x.Value
 	var kept [2]*tensor.Tensor // the weight and bias gradients, for BackwardSplit's weight pass
 	v := record("LayerNorm", y, inputs, func(g *tensor.Tensor, s *sink) {
@@ -207,13 +208,13 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		case kept[0] != nil || kept[1] != nil: // the weight pass: computed by the input pass
 			dw, db = kept[0], kept[1]
 			kept = [2]*tensor.Tensor{}
-		case wv != nil && s.accumulator(0) != nil:
+		case wv != nil && xv.Device().IsCPU() && s.accumulator(0) != nil:
 			// The input's gradient so far (a residual stream's, from its
 			// skip path) takes this one's in place, block by block.
-			dw, db = tensor.LayerNormBackwardAdd(s.accumulator(0), g, xv, wv, mean, rstd)
+			dw, db = tensor.LayerNormBackwardAdd(s.accumulator(0), g, xv, wv, mean.Data(), rstd.Data())
 			s.settle(0)
 		default:
-			dx, dw, db = tensor.LayerNormBackward(g, xv, wv, mean, rstd)
+			dx, dw, db = tensor.LayerNormStatsBackward(g, xv, wv, mean, rstd)
 		}
 		if s.deferring() {
 			kept = [2]*tensor.Tensor{dw, db}

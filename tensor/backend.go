@@ -44,10 +44,10 @@ type Backend interface {
 	// GELUTanhBackward is GELUTanhBackwardInto, or with db non-nil
 	// GELUTanhBackwardSumInto (db accumulates).
 	GELUTanhBackward(dst, dy, x, db *Tensor)
-	Gemm(dst, a, b *Tensor, alpha, beta float32)            // Gemm
-	Linear(h, x, w, b, r, y *Tensor, act Activation)        // LinearInto
-	Sum(dst, src *Tensor)                                   // SumInto (accumulates)
-	Softmax(dst, x *Tensor, dim int, log bool)              // Softmax, LogSoftmax
+	Gemm(dst, a, b *Tensor, alpha, beta float32)           // Gemm
+	Linear(h, x, w, b, r, y *Tensor, act Activation)       // LinearInto
+	Sum(dst, src *Tensor)                                  // SumInto (accumulates)
+	Softmax(dst, x *Tensor, dim int, log bool)             // Softmax, LogSoftmax
 	SoftmaxBackward(dst, y, dy *Tensor, dim int, log bool) // SoftmaxBackward, LogSoftmaxBackward
 	// CrossEntropy is CrossEntropy: loss is [N] (ReduceNone) or a
 	// scalar, prob [N, C]. Targets are valid (checked on the host).
@@ -59,13 +59,13 @@ type Backend interface {
 	LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float64)
 	// LayerNormBackward is LayerNormBackward; dw and db are nil when w is.
 	LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor)
-	Attention(y, p, qkv *Tensor, nHead int, causal bool)                  // AttentionQKV
-	AttentionBackward(dqkv, dy, qkv, p *Tensor, nHead int, causal bool)   // AttentionQKVBackward
-	Conv2d(y, x, w, b *Tensor, stride, padding int, act Activation)        // Conv2d, Conv2dReLU (b may be nil)
+	Attention(y, p, qkv *Tensor, nHead int, causal bool)                // AttentionQKV
+	AttentionBackward(dqkv, dy, qkv, p *Tensor, nHead int, causal bool) // AttentionQKVBackward
+	Conv2d(y, x, w, b *Tensor, stride, padding int, act Activation)     // Conv2d, Conv2dReLU (b may be nil)
 	// Conv2dBackward is Conv2dBackward (act Identity) or Conv2dReLUBackward
 	// (act ReLUAct, y the forward output); dx is nil when not wanted.
 	Conv2dBackward(dx, dw, db, dy, y, x, w *Tensor, stride, padding int, act Activation)
-	AvgPool2d(y, x *Tensor, kernel, stride, padding int)            // AvgPool2d
+	AvgPool2d(y, x *Tensor, kernel, stride, padding int)           // AvgPool2d
 	AvgPool2dBackward(dx, dy *Tensor, kernel, stride, padding int) // AvgPool2dBackward
 	IndexRows(dst, w *Tensor, idx []int64)                         // IndexRows; indices valid
 	IndexAddRows(dst *Tensor, idx []int64, src *Tensor)            // IndexAddRows; indices valid
@@ -360,4 +360,3 @@ func deviceUnary(name string, op unOp, c float32, dst, a *Tensor) *Tensor {
 	be.Unary(UnaryOp(op), c, dst, a)
 	return dst
 }
-
