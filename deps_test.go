@@ -16,6 +16,9 @@ var importRules = []struct {
 	pkg   string
 	allow []string
 }{
+	// The device conformance suite also checks the optimizer kernels a
+	// backend provides (optim.DeviceKernels); it is imported by tests only.
+	{"github.com/cohortml/cohort/tensor/devicetest", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/tensor/...", []string{"github.com/cohortml/cohort/tensor/..."}},
 	{"github.com/cohortml/cohort/autograd", []string{"github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/nn", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd"}},
@@ -47,6 +50,7 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
+	{"github.com/cohortml/cohort/internal/fakedev", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 }
 
 // coreTrees must never reach the distributed layer, even indirectly.
