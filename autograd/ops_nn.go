@@ -55,7 +55,14 @@ func Conv2dReLU(x, w, b *Var, stride, padding int) *Var {
 // pooled gradient straight into the convolution's. Values and gradients
 // equal those of the three ops in sequence (see
 // tensor.Conv2dReLUMaxPool2d).
+//
+// On a device the convolution and the pooling run as two ops
+// (Conv2dReLU, then MaxPool2d): equal values, and gradients equal up to
+// the order of the bias gradient's sum.
 func Conv2dReLUMaxPool2d(x, w, b *Var, stride, padding, pool int) *Var {
+	if !x.Value.Device().IsCPU() {
+		return MaxPool2d(Conv2dReLU(x, w, b, stride, padding), pool, pool, 0)
+	}
 	var bv *tensor.Tensor
 	inputs := []*Var{x, w}
 	if b != nil {
@@ -89,6 +96,12 @@ func deliverConv(s *sink, bias bool, dx, dw, db *tensor.Tensor) {
 func MaxPool2d(x *Var, kernel, stride, padding int) *Var {
 	y, arg := tensor.MaxPool2d(x.Value, kernel, stride, padding)
 	shape := x.Value.Shape()
+	if !x.Value.Device().IsCPU() { // no indices there: the maxima are found again from x
+		xv := x.Value
+		return record("MaxPool2d", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
+			s.add(0, tensor.MaxPool2dBackwardFromInput(g, xv, kernel, stride, padding), true)
+		})
+	}
 	return record("MaxPool2d", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
 		s.add(0, tensor.MaxPool2dBackward(g, arg, shape), true)
 	})

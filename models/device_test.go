@@ -147,3 +147,52 @@ func TestGPTOnFakeDeviceEqualsCPU(t *testing.T) {
 	}
 	sameBits(t, cpu.m, dev.m)
 }
+
+// TestLeNetOnFakeDeviceMatchesCPU trains LeNet (SGD with momentum) on
+// both. On a device the fused convolution-ReLU-pooling op runs as two ops,
+// whose bias gradients are summed in another order than the CPU's fused
+// op: the runs agree to float32 round-off, not bit for bit.
+func TestLeNetOnFakeDeviceMatchesCPU(t *testing.T) {
+	build := func(dev tensor.Device) *trainer {
+		m := LeNet(rand.New(rand.NewPCG(15, 16)))
+		nn.To(m, dev)
+		opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr := &trainer{dev: dev, m: m, opt: opt}
+		tr.loss = func(x *tensor.Tensor, targets []int64) *autograd.Var {
+			return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), targets, autograd.CrossEntropyOptions{})
+		}
+		return tr
+	}
+	cpu, dev := build(tensor.CPU), build(fakedev.Device(0))
+	rng := rand.New(rand.NewPCG(17, 18))
+	const B = 8
+	for s := range 3 {
+		x := tensor.New(B, 1, 28, 28)
+		x.FillNormal(rng, 0, 1)
+		targets := make([]int64, B)
+		for i := range targets {
+			targets[i] = int64(rng.IntN(10))
+		}
+		lc, _ := cpu.step(t, x, targets)
+		ld, _ := dev.step(t, x, targets)
+		if math.Abs(float64(lc-ld)) > 1e-5*math.Abs(float64(lc)) {
+			t.Fatalf("step %d: loss %g on the fake device, %g on the CPU", s, ld, lc)
+		}
+	}
+	pa, pb := cpu.m.NamedParameters(), dev.m.NamedParameters()
+	for i := range pa {
+		x, y := pa[i].Param.Value.Values(), pb[i].Param.Value.To(tensor.CPU).Values()
+		var num, den float64
+		for j := range x {
+			d := float64(x[j]) - float64(y[j])
+			num += d * d
+			den += float64(x[j]) * float64(x[j])
+		}
+		if math.Sqrt(num) > 1e-5*math.Sqrt(den) {
+			t.Errorf("%s: ‖dev − cpu‖/‖cpu‖ = %g", pa[i].Name, math.Sqrt(num/den))
+		}
+	}
+}

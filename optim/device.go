@@ -47,7 +47,7 @@ func deviceKernels(op string, t *tensor.Tensor) DeviceKernels {
 func sameDevice(op string, i int, dev tensor.Device, ts ...*tensor.Tensor) {
 	for _, t := range ts {
 		if t != nil && t.Device() != dev {
-			panic(fmt.Sprintf("optim: %s: parameter %d: operands on %v and %v", op, i, dev, t.Device()))
+			panic(fmt.Sprintf("optim: %s: parameter %d: operands on %v and %v (optimizer state on %v: move the model before building its optimizer)", op, i, dev, t.Device(), dev))
 		}
 	}
 }

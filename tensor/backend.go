@@ -65,10 +65,12 @@ type Backend interface {
 	// Conv2dBackward is Conv2dBackward (act Identity) or Conv2dReLUBackward
 	// (act ReLUAct, y the forward output); dx is nil when not wanted.
 	Conv2dBackward(dx, dw, db, dy, y, x, w *Tensor, stride, padding int, act Activation)
-	AvgPool2d(y, x *Tensor, kernel, stride, padding int)           // AvgPool2d
-	AvgPool2dBackward(dx, dy *Tensor, kernel, stride, padding int) // AvgPool2dBackward
-	IndexRows(dst, w *Tensor, idx []int64)                         // IndexRows; indices valid
-	IndexAddRows(dst *Tensor, idx []int64, src *Tensor)            // IndexAddRows; indices valid
+	MaxPool2d(y, x *Tensor, kernel, stride, padding int)              // MaxPool2d's values
+	MaxPool2dBackward(dx, dy, x *Tensor, kernel, stride, padding int) // MaxPool2dBackwardFromInput
+	AvgPool2d(y, x *Tensor, kernel, stride, padding int)              // AvgPool2d
+	AvgPool2dBackward(dx, dy *Tensor, kernel, stride, padding int)    // AvgPool2dBackward
+	IndexRows(dst, w *Tensor, idx []int64)                            // IndexRows; indices valid
+	IndexAddRows(dst *Tensor, idx []int64, src *Tensor)               // IndexAddRows; indices valid
 }
 
 // The backends, by device kind. Like database/sql's drivers this is

@@ -14,13 +14,22 @@ import (
 // output element the index (h·W + w) within its input plane of the element
 // chosen (the first maximum in row-major window order). Padding counts as
 // −∞. Pass the indices to MaxPool2dBackward.
+//
+// On a device the indices are not made (nil is returned): the backward
+// pass there is MaxPool2dBackwardFromInput, which finds the maxima again
+// from the input, as cuDNN does.
 func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
-	if x.buf != nil {
-		unsupported("MaxPool2d", x.Device())
-	}
 	g := NewConvGeom("MaxPool2d", x.shape, kernel, kernel, stride, padding)
 	if padding > kernel/2 {
 		panicf("MaxPool2d: padding %d exceeds half the kernel %d", padding, kernel)
+	}
+	if x.buf != nil {
+		dev, be := deviceOf("MaxPool2d", x)
+		y := NewOn(dev, g.N, g.C, g.OH, g.OW)
+		if y.Len() > 0 {
+			be.MaxPool2d(y, x, kernel, stride, padding)
+		}
+		return y, nil
 	}
 	xd := x.Contiguous().Data()
 	y := New(g.N, g.C, g.OH, g.OW)
@@ -103,6 +112,27 @@ func MaxPool2dBackward(dy *Tensor, argmax []int32, xShape []int) *Tensor {
 		for i, a := range argmax[pl*L : (pl+1)*L] {
 			in[a] += g[i]
 		}
+	}
+	return dx
+}
+
+// MaxPool2dBackwardFromInput is MaxPool2dBackward for MaxPool2d(x,
+// kernel, stride, padding) that finds each window's chosen element again
+// from x instead of taking saved indices: the form that works on every
+// device (on the CPU it runs MaxPool2d again for the indices).
+func MaxPool2dBackwardFromInput(dy, x *Tensor, kernel, stride, padding int) *Tensor {
+	g := NewConvGeom("MaxPool2dBackward", x.shape, kernel, kernel, stride, padding)
+	if want := []int{g.N, g.C, g.OH, g.OW}; !slices.Equal(dy.shape, want) {
+		panicf("MaxPool2dBackward: gradient shape %v, want %v for input shape %v", dy.shape, want, x.shape)
+	}
+	if dy.buf == nil && x.buf == nil {
+		_, arg := MaxPool2d(x, kernel, stride, padding)
+		return MaxPool2dBackward(dy, arg, x.shape)
+	}
+	dev, be := deviceOf("MaxPool2dBackward", dy, x)
+	dx := NewOn(dev, x.shape...)
+	if dy.Len() > 0 {
+		be.MaxPool2dBackward(dx, dy, x, kernel, stride, padding)
 	}
 	return dx
 }

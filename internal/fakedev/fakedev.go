@@ -228,6 +228,17 @@ func (backend) Conv2dBackward(dx, dw, db, dy, y, x, w *tensor.Tensor, stride, pa
 	h(db).CopyFrom(hdb)
 }
 
+func (backend) MaxPool2d(y, x *tensor.Tensor, kernel, stride, padding int) {
+	op()
+	hy, _ := tensor.MaxPool2d(h(x), kernel, stride, padding)
+	h(y).CopyFrom(hy)
+}
+
+func (backend) MaxPool2dBackward(dx, dy, x *tensor.Tensor, kernel, stride, padding int) {
+	op()
+	h(dx).CopyFrom(tensor.MaxPool2dBackwardFromInput(h(dy), h(x), kernel, stride, padding))
+}
+
 func (backend) AvgPool2d(y, x *tensor.Tensor, kernel, stride, padding int) {
 	op()
 	h(y).CopyFrom(tensor.AvgPool2d(h(x), kernel, stride, padding))

@@ -267,6 +267,16 @@ func cases() []opCase {
 		}
 	}
 
+	// Max pooling (the backward pass finds the maxima again from x).
+	for _, c := range [][7]int{{1, 1, 4, 4, 2, 2, 0}, {2, 6, 28, 28, 2, 2, 0}, {2, 3, 7, 5, 3, 2, 1}, {1, 2, 5, 6, 3, 1, 1}, {0, 2, 4, 4, 2, 2, 0}} {
+		N, C, H, W, k, stride, pad := c[0], c[1], c[2], c[3], c[4], c[5], c[6]
+		oh, ow := (H+2*pad-k)/stride+1, (W+2*pad-k)/stride+1
+		add(fmt.Sprintf("maxpool2d/%v", c), ins([]int{N, C, H, W}, []int{N, C, oh, ow}), func(in []*tensor.Tensor) []*tensor.Tensor {
+			y, _ := tensor.MaxPool2d(in[0], k, stride, pad)
+			return outs(y, tensor.MaxPool2dBackwardFromInput(in[1], in[0], k, stride, pad))
+		})
+	}
+
 	// Average pooling.
 	for _, c := range [][7]int{{1, 1, 4, 4, 2, 2, 0}, {2, 3, 7, 5, 3, 2, 1}, {0, 2, 4, 4, 2, 2, 0}} {
 		N, C, H, W, k, stride, pad := c[0], c[1], c[2], c[3], c[4], c[5], c[6]
