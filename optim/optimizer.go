@@ -180,7 +180,9 @@ func zeroStrided(s []float32, off int, shape, strides []int) {
 // contiguous.
 func (b *base) grad(i int) (value, grad []float32, ok bool) {
 	p := b.params[i]
-	sameDevice(b.name+".Step", i, tensor.CPU, p.Value, p.Grad) // the state is on the host
+	if p.Value.Buffer() != nil || p.Grad != nil && p.Grad.Buffer() != nil {
+		sameDevice(b.name+".Step", i, tensor.CPU, p.Value, p.Grad) // the state is on the host
+	}
 	if p.Grad == nil {
 		return nil, nil, false
 	}
