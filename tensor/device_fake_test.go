@@ -73,5 +73,7 @@ func TestDeviceOpsWithoutADeviceForm(t *testing.T) {
 	mustPanic(t, func() { tensor.MaxDim(d, 0, false) }, "tensor: MaxDim", "fake:0")
 	mustPanic(t, func() { tensor.SoftmaxRows(d, d) }, "tensor: SoftmaxRows", "fake:0")
 	mustPanic(t, func() { tensor.LayerNorm(d, nil, nil, 1e-5) }, "tensor: LayerNorm", "fake:0")
-	mustPanic(t, func() { tensor.GemmThen(tensor.NewOn(fakedev.Device(0), 2, 2), d, d.T(), 1, 0, func(_, _, _, _ int) {}) }, "tensor: GemmThen", "fake:0")
+	mustPanic(t, func() {
+		tensor.GemmThen(tensor.NewOn(fakedev.Device(0), 2, 2), d, d.T(), 1, 0, func(_, _, _, _ int) {})
+	}, "tensor: GemmThen", "fake:0")
 }
