@@ -77,3 +77,12 @@ func TestDeviceOpsWithoutADeviceForm(t *testing.T) {
 		tensor.GemmThen(tensor.NewOn(fakedev.Device(0), 2, 2), d, d.T(), 1, 0, func(_, _, _, _ int) {})
 	}, "tensor: GemmThen", "fake:0")
 }
+
+func TestFromBuffer(t *testing.T) {
+	d := tensor.FromSlice([]float32{0, 1, 2, 3, 4, 5}, 6).To(fakedev.Device(0))
+	v := tensor.FromBuffer(d.Buffer(), 1, []int{2, 2}, []int{2, 1}) // rows [1 2], [3 4]
+	if got := v.To(tensor.CPU).Values(); got[0] != 1 || got[1] != 2 || got[2] != 3 || got[3] != 4 {
+		t.Errorf("FromBuffer view = %v", got)
+	}
+	mustPanic(t, func() { tensor.FromBuffer(d.Buffer(), 3, []int{2, 2}, []int{2, 1}) }, "tensor: FromBuffer: view")
+}
