@@ -61,8 +61,10 @@ func MSELoss(x, y *Var, r Reduction) *Var {
 		if r == ReduceNone {
 			dx = tensor.Mul(d, g)
 			tensor.ScaleInto(dx, dx, scale)
-		} else {
+		} else if g.Device().IsCPU() {
 			dx = tensor.Scale(d, scale*g.Item())
+		} else { // the same products, without reading g on the host
+			dx = tensor.Mul(d, tensor.Scale(g, scale))
 		}
 		if s.need(1) {
 			s.add(1, tensor.Neg(dx), true)

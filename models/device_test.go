@@ -196,3 +196,25 @@ func TestLeNetOnFakeDeviceMatchesCPU(t *testing.T) {
 		}
 	}
 }
+
+// MSELoss's gradient on a device equals the CPU's bit for bit.
+func TestMSELossOnFakeDevice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(19, 20))
+	x, y := tensor.New(5, 3), tensor.New(5, 3)
+	x.FillNormal(rng, 0, 1)
+	y.FillNormal(rng, 0, 1)
+	for _, r := range []autograd.Reduction{autograd.ReduceMean, autograd.ReduceSum, autograd.ReduceNone} {
+		var grads [2][]float32
+		for i, dev := range []tensor.Device{tensor.CPU, fakedev.Device(0)} {
+			xv := autograd.NewVar(x.To(dev), true)
+			l := autograd.MSELoss(xv, autograd.NewVar(y.To(dev), false), r)
+			autograd.BackwardGrad(l, tensor.FullOn(dev, 1.5, l.Value.Shape()...))
+			grads[i] = xv.Grad.To(tensor.CPU).Values()
+		}
+		for j := range grads[0] {
+			if math.Float32bits(grads[0][j]) != math.Float32bits(grads[1][j]) {
+				t.Fatalf("%v: gradient %d = %g on the fake device, %g on the CPU", r, j, grads[1][j], grads[0][j])
+			}
+		}
+	}
+}

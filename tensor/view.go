@@ -272,6 +272,9 @@ func (t *Tensor) Zero() { t.Fill(0) }
 
 // index returns the storage position of a full index.
 func (t *Tensor) index(op string, idx []int) int {
+	if t.buf != nil {
+		t.notHost(op)
+	}
 	if len(idx) != len(t.shape) {
 		panicf("%s: %d indices %v for shape %v", op, len(idx), idx, t.shape)
 	}
@@ -286,20 +289,10 @@ func (t *Tensor) index(op string, idx []int) int {
 }
 
 // At returns the element at the given index (one entry per dimension).
-func (t *Tensor) At(idx ...int) float32 {
-	if t.buf != nil {
-		t.notHost("At")
-	}
-	return t.storage[t.index("At", idx)]
-}
+func (t *Tensor) At(idx ...int) float32 { return t.storage[t.index("At", idx)] }
 
 // Set stores v at the given index (one entry per dimension).
-func (t *Tensor) Set(v float32, idx ...int) {
-	if t.buf != nil {
-		t.notHost("Set")
-	}
-	t.storage[t.index("Set", idx)] = v
-}
+func (t *Tensor) Set(v float32, idx ...int) { t.storage[t.index("Set", idx)] = v }
 
 // Item returns the only element of a one-element tensor.
 func (t *Tensor) Item() float32 {
