@@ -212,7 +212,16 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		bv, bi = b.Value, len(inputs)
 		inputs = append(inputs, b)
 	}
-	y, mean, rstd := tensor.LayerNormStats(x.Value, wv, bv, eps)
+	// On the CPU the row statistics are host slices; on a device they
+	// stay there as tensors (meanT, rstdT).
+	var y, meanT, rstdT *tensor.Tensor
+	var mean, rstd []float32
+	onCPU := x.Value.Device().IsCPU()
+	if onCPU {
+		y, mean, rstd = tensor.LayerNorm(x.Value, wv, bv, eps)
+	} else {
+		y, meanT, rstdT = tensor.LayerNormStats(x.Value, wv, bv, eps)
+	}
 	xv := x.Value
 	var kept [2]*tensor.Tensor // the weight and bias gradients, for BackwardSplit's weight pass
 	v := record("LayerNorm", y, inputs, func(g *tensor.Tensor, s *sink) {
@@ -221,13 +230,15 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		case kept[0] != nil || kept[1] != nil: // the weight pass: computed by the input pass
 			dw, db = kept[0], kept[1]
 			kept = [2]*tensor.Tensor{}
-		case wv != nil && xv.Device().IsCPU() && s.accumulator(0) != nil:
+		case wv != nil && onCPU && s.accumulator(0) != nil:
 			// The input's gradient so far (a residual stream's, from its
 			// skip path) takes this one's in place, block by block.
-			dw, db = tensor.LayerNormBackwardAdd(s.accumulator(0), g, xv, wv, mean.Data(), rstd.Data())
+			dw, db = tensor.LayerNormBackwardAdd(s.accumulator(0), g, xv, wv, mean, rstd)
 			s.settle(0)
+		case onCPU:
+			dx, dw, db = tensor.LayerNormBackward(g, xv, wv, mean, rstd)
 		default:
-			dx, dw, db = tensor.LayerNormStatsBackward(g, xv, wv, mean, rstd)
+			dx, dw, db = tensor.LayerNormStatsBackward(g, xv, wv, meanT, rstdT)
 		}
 		if s.deferring() {
 			kept = [2]*tensor.Tensor{dw, db}
