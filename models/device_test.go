@@ -101,6 +101,10 @@ func TestMLPOnFakeDeviceEqualsCPU(t *testing.T) {
 		if moved.Uploads != 1 || moved.Downloads != 1 || moved.Ops == 0 {
 			t.Errorf("step %d: %d uploads, %d downloads, %d ops: want the batch in, the loss out and the rest on the device", s, moved.Uploads, moved.Downloads, moved.Ops)
 		}
+		if moved.Releases == 0 {
+			t.Errorf("step %d: no buffer handed back by autograd's recycling (%d allocated)", s, moved.Allocs)
+		}
+		t.Logf("step %d: %d ops, %d buffers allocated, %d released", s, moved.Ops, moved.Allocs, moved.Releases)
 	}
 	sameBits(t, cpu.m, dev.m)
 }

@@ -28,9 +28,19 @@ type Buffer interface {
 // Methods panic (with the backend's package prefix) on failures they
 // cannot return, as the CPU ops do on misuse; a device out of memory is
 // reported by Alloc's panic naming the size asked and what is reserved.
+// A backend may run ops asynchronously (in stream order) as long as each
+// one sees its predecessors' results and Download waits for them.
 type Backend interface {
-	// Alloc returns a zeroed buffer of n elements of dtype on dev.
+	// Alloc returns a zeroed buffer of n elements of dtype on dev. A
+	// buffer nobody references any more is the backend's to reclaim (a
+	// cleanup attached to it); Release reclaims one sooner.
 	Alloc(dev Device, dtype DType, n int) Buffer
+	// Release hands back a buffer that will not be used again: Recycle
+	// calls it for a device tensor that owns its whole buffer, as autograd
+	// does with intermediate results, so that a caching allocator can
+	// reuse the memory at once instead of waiting for the garbage
+	// collector. A later use of the buffer is a programmer error.
+	Release(buf Buffer)
 	// Upload copies src into dst's elements [off, off+len(src)).
 	Upload(dst Buffer, off int, src []float32)
 	// Download copies src's elements [off, off+len(dst)) into dst.

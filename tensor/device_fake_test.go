@@ -61,10 +61,17 @@ func TestDeviceViewsAndResultsStayOnDevice(t *testing.T) {
 	if m := s.To(tensor.CPU).Item(); m != 14.0/6 {
 		t.Errorf("Mean = %g, want %g", m, float32(14.0/6))
 	}
-	tensor.Recycle(c) // ignored for device tensors
-	if c.Buffer() == nil {
-		t.Errorf("Recycle dropped a device tensor's buffer")
+	rel := fakedev.Stats().Releases
+	tensor.Recycle(tt) // a view: ignored
+	tensor.Recycle(c)  // owns its buffer: handed to the backend
+	if got := fakedev.Stats().Releases - rel; got != 1 {
+		t.Errorf("%d buffers released, want 1 (the view's is not its own)", got)
 	}
+	if c.Device() != dev {
+		t.Errorf("a recycled device tensor is on %v", c.Device())
+	}
+	tensor.Add(d, d) // the view's buffer is untouched
+	mustPanic(t, func() { tensor.Add(c, c) }, "released")
 }
 
 func TestDeviceOpsWithoutADeviceForm(t *testing.T) {
