@@ -94,10 +94,13 @@ func TestImportRules(t *testing.T) {
 		if !strings.HasPrefix(p.ImportPath, "github.com/cohortml/cohort/") {
 			continue
 		}
-		// Test helper packages are for _test.go files only.
+		// Test helper packages (and the fake device) are for _test.go files only.
 		for _, imp := range p.Imports {
 			if strings.HasPrefix(imp, "github.com/cohortml/cohort/") && strings.HasSuffix(imp, "test") && !strings.HasSuffix(p.ImportPath, "test") {
 				t.Errorf("%s imports test helper %s outside _test.go files", p.ImportPath, imp)
+			}
+			if imp == "github.com/cohortml/cohort/internal/fakedev" {
+				t.Errorf("%s imports the fake device outside _test.go files", p.ImportPath)
 			}
 		}
 		// The first rule that matches decides (most specific rules come first);
