@@ -50,7 +50,7 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
-	{"github.com/cohortml/cohort/internal/fakedev", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
+	{"github.com/cohortml/cohort/internal/fakebackend", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/plan", nil},
 	{"github.com/cohortml/cohort/device/...", []string{"github.com/cohortml/cohort/device/..."}},
 }
@@ -106,7 +106,7 @@ func TestImportRules(t *testing.T) {
 			if strings.HasPrefix(imp, "github.com/cohortml/cohort/") && strings.HasSuffix(imp, "test") && !strings.HasSuffix(p.ImportPath, "test") {
 				t.Errorf("%s imports test helper %s outside _test.go files", p.ImportPath, imp)
 			}
-			if imp == "github.com/cohortml/cohort/internal/fakedev" {
+			if imp == "github.com/cohortml/cohort/internal/fakebackend" {
 				t.Errorf("%s imports the fake device outside _test.go files", p.ImportPath)
 			}
 		}

@@ -1,4 +1,4 @@
-// Package fakedev is a fake accelerator for tests: device kind "fake",
+// Package fakebackend is a fake accelerator for tests: device kind "fake",
 // whose buffers live in host memory of their own that the CPU path never
 // sees (a tensor on it has no host storage, so an op that misses its
 // device dispatch panics instead of computing), and whose backend runs
@@ -8,7 +8,7 @@
 // GPU. It counts transfers and ops.
 //
 // Importing the package registers the kind; it is meant for _test.go files.
-package fakedev
+package fakebackend
 
 import (
 	"fmt"
@@ -79,7 +79,7 @@ func h(t *tensor.Tensor) *tensor.Tensor {
 	}
 	b, ok := t.Buffer().(*buffer)
 	if !ok || b.released {
-		panic(fmt.Sprintf("fakedev: tensor of shape %v on %v: its buffer was released by tensor.Recycle", t.Shape(), t.Device()))
+		panic(fmt.Sprintf("fakebackend: tensor of shape %v on %v: its buffer was released by tensor.Recycle", t.Shape(), t.Device()))
 	}
 	return tensor.FromStorage(b.data, t.Offset(), t.Shape(), t.Strides())
 }
@@ -88,7 +88,7 @@ func op() { counters.ops.Add(1) }
 
 func (backend) Alloc(dev tensor.Device, dtype tensor.DType, n int) tensor.Buffer {
 	if dtype != tensor.Float32 {
-		panic(fmt.Sprintf("fakedev: Alloc: %v buffers are not implemented", dtype))
+		panic(fmt.Sprintf("fakebackend: Alloc: %v buffers are not implemented", dtype))
 	}
 	counters.allocs.Add(1)
 	return &buffer{dev: dev, data: make([]float32, n)}
@@ -97,7 +97,7 @@ func (backend) Alloc(dev tensor.Device, dtype tensor.DType, n int) tensor.Buffer
 func (backend) Release(buf tensor.Buffer) {
 	b := buf.(*buffer)
 	if b.released {
-		panic(fmt.Sprintf("fakedev: Release: buffer of %d elements on %v released twice", len(b.data), b.dev))
+		panic(fmt.Sprintf("fakebackend: Release: buffer of %d elements on %v released twice", len(b.data), b.dev))
 	}
 	counters.releases.Add(1)
 	b.released, b.data = true, nil
