@@ -151,8 +151,8 @@ func (t *Tensor) DType() DType {
 // for backends; Offset, Shape and Strides place the view in it.
 func (t *Tensor) Buffer() Buffer { return t.buf }
 
-// onDevice names the op and the device of a tensor that a host accessor
-// was called on.
+// notHost panics for a host accessor (op) called on a device tensor,
+// naming the device.
 func (t *Tensor) notHost(op string) {
 	panicf("%s: tensor of shape %v is on %v, not in host memory (move it with To(tensor.CPU))", op, t.shape, t.Device())
 }
