@@ -84,13 +84,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/pipeline"
 )
@@ -127,6 +126,8 @@ type config struct {
 	stopAfter int
 	// progress receives rank 0's progress line; nil turns it off.
 	progress io.Writer
+	// stop ends the run after a step when a signal came; nil never does.
+	stop *distributed.Stopper
 }
 
 func main() {
@@ -150,12 +151,15 @@ func main() {
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT or SIGTERM: every rank finishes the step, saves a checkpoint
+	// (-checkpoint-dir) and exits 130 or 143; a second signal exits at once.
+	c.stop = distributed.NotifyStop(context.Background())
+	ctx := c.stop.Context()
 	err := run(ctx, c, os.Stdout)
-	stop()
+	c.stop.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, "gpt:", err)
-		os.Exit(1)
+		os.Exit(rendezvous.Fail(ctx, err))
 	}
 }
 
