@@ -152,8 +152,11 @@ func (s *Stopper) handle(sig os.Signal, at time.Time) (code int, now bool) {
 	if first {
 		rendezvous.NoteSignal(sig, at)
 		if !armed {
+			fmt.Fprintf(os.Stderr, "distributed: %s before the first step: stopping\n", rendezvous.SignalName(sig))
 			s.cancel(&rendezvous.Signaled{Signal: sig, At: at})
+			return 0, false
 		}
+		fmt.Fprintf(os.Stderr, "distributed: %s: stopping after the step in flight (a second signal stops at once)\n", rendezvous.SignalName(sig))
 		return 0, false
 	}
 	name := rendezvous.SignalName(sig)
