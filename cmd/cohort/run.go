@@ -38,6 +38,11 @@ workers' joining and collectives (COHORT_TIMEOUT), --log-dir keeps each
 rank's output in files (--tee: on the console too), --watchdog and
 --dashboard set COHORT_WATCHDOG and COHORT_DASHBOARD.
 
+SIGINT and SIGTERM are forwarded to the workers, at any moment (start-up
+included); they get --stop-timeout to finish their step, save and exit
+before SIGKILL, and the report says how each ended. A second signal kills
+them at once. More workers than this node's CPUs need --oversubscribe.
+
 Elastic jobs (torchrun's c10d rendezvous): --nnodes MIN:MAX with
 --rdzv-endpoint HOST:PORT (the agent on HOST serves the rendezvous store
 there) and --rdzv-id. Nodes meet in rounds; ranks are assigned per round;

@@ -35,16 +35,44 @@ func gptArgs(steps int, ckpt, save string) []string {
 	return args
 }
 
-// buildSignalBins compiles the cohort CLI and the GPT example into dir.
-func buildSignalBins(t *testing.T, dir string) (cohort, gpt string) {
-	t.Helper()
-	cohort, gpt = filepath.Join(dir, "cohort"), filepath.Join(dir, "gpt")
-	for out, pkg := range map[string]string{cohort: "github.com/cohortml/cohort/cmd/cohort", gpt: "github.com/cohortml/cohort/examples/gpt"} {
-		if b, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
+// signalBins are the cohort CLI and the GPT example, built once for the
+// signal tests into a directory TestMain removes.
+var signalBins struct {
+	once        sync.Once
+	dir         string
+	cohort, gpt string
+	err         error
+}
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if signalBins.dir != "" {
+		os.RemoveAll(signalBins.dir)
 	}
-	return cohort, gpt
+	os.Exit(code)
+}
+
+// buildSignalBins returns the paths of the built cohort CLI and GPT
+// example.
+func buildSignalBins(t *testing.T) (cohort, gpt string) {
+	t.Helper()
+	b := &signalBins
+	b.once.Do(func() {
+		if b.dir, b.err = os.MkdirTemp("", "cohort-signal-test-"); b.err != nil {
+			return
+		}
+		b.cohort, b.gpt = filepath.Join(b.dir, "cohort"), filepath.Join(b.dir, "gpt")
+		for out, pkg := range map[string]string{b.cohort: "github.com/cohortml/cohort/cmd/cohort", b.gpt: "github.com/cohortml/cohort/examples/gpt"} {
+			if out, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
+				b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
+				return
+			}
+		}
+	})
+	if b.err != nil {
+		t.Fatal(b.err)
+	}
+	return b.cohort, b.gpt
 }
 
 // stream collects a process's output and wakes waiters when a pattern
@@ -215,8 +243,7 @@ func skipUnlessSoak(t *testing.T) {
 // uninterrupted run's.
 func TestSignalTable(t *testing.T) {
 	skipUnlessSoak(t)
-	bin := t.TempDir()
-	cohort, gpt := buildSignalBins(t, bin)
+	cohort, gpt := buildSignalBins(t)
 	const steps = 60
 	refRoot := t.TempDir()
 	refs := map[int]string{} // world: the uninterrupted run's weights
@@ -331,8 +358,7 @@ func TestSignalTable(t *testing.T) {
 // still running, ends the process at once with 130.
 func TestSignalSecondSIGINT(t *testing.T) {
 	skipUnlessSoak(t)
-	bin := t.TempDir()
-	_, gpt := buildSignalBins(t, bin)
+	_, gpt := buildSignalBins(t)
 	dir := t.TempDir()
 	// Full batches: a step takes long enough to interrupt it.
 	p := startProc(t, nil, gpt, "-steps", "100000", "-batch", "32", "-log-every", "1", "-eval-every", "0",
@@ -356,9 +382,8 @@ func TestSignalSecondSIGINT(t *testing.T) {
 // stopped, the launcher exits 143.
 func TestSignalLauncherStartup(t *testing.T) {
 	skipUnlessSoak(t)
-	bin := t.TempDir()
-	cohort, _ := buildSignalBins(t, bin)
-	script := filepath.Join(bin, "s.sh")
+	cohort, _ := buildSignalBins(t)
+	script := filepath.Join(t.TempDir(), "s.sh")
 	if err := os.WriteFile(script, []byte("#!/bin/sh\necho up\nexec sleep 30\n"), 0o755); err != nil {
 		t.Fatal(err)
 	}
@@ -382,8 +407,7 @@ func TestSignalLauncherStartup(t *testing.T) {
 // once, naming the limit.
 func TestSignalRefuseOversubscribe(t *testing.T) {
 	skipUnlessSoak(t)
-	bin := t.TempDir()
-	cohort, gpt := buildSignalBins(t, bin)
+	cohort, gpt := buildSignalBins(t)
 	start := time.Now()
 	out, err := exec.Command(cohort, "run", "--nproc-per-node", "100000", gpt).CombinedOutput()
 	took := time.Since(start)
