@@ -2,6 +2,7 @@ package distributed
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"os"
 	"os/signal"
@@ -42,13 +43,21 @@ import (
 // The signals, in order:
 //
 //   - before the loop's first ShouldStop (loading data, joining the job)
-//     the first signal ends Context at once: there is no step to finish;
+//     a signal ends the process at once with 128+N: there is no step to
+//     finish and nothing to save, and loading need not watch a context;
 //   - after it, the first signal is noted (and recorded in the worker's
 //     error file for its launcher, which blames the rank a signal
 //     stopped) and the step in flight runs to its end on every rank: the
 //     next ShouldStop returns true on all of them;
 //   - a second signal ends the process at once with 128+N, without
 //     finishing anything.
+//
+// Ending at once records the signal in the error file (rendezvous.Fail)
+// and calls os.Exit: deferred calls do not run, as they would not after
+// the signal's default action. A rank still before its first ShouldStop
+// when its peers are inside theirs (a signal during the first step)
+// leaves them an aborted collective to report; the job stops all the
+// same.
 //
 // The all-reduce costs one small collective per step (measured in
 // docs/ARCHITECTURE.md); a group of one rank needs none.
@@ -149,27 +158,27 @@ func (s *Stopper) handle(sig os.Signal, at time.Time) (code int, now bool) {
 		s.received = &Stopped{Signal: sig, At: at}
 	}
 	s.mu.Unlock()
-	if first {
-		rendezvous.NoteSignal(sig, at)
-		if !armed {
-			fmt.Fprintf(os.Stderr, "distributed: %s before the first step: stopping\n", rendezvous.SignalName(sig))
-			s.cancel(&rendezvous.Signaled{Signal: sig, At: at})
-			return 0, false
-		}
-		fmt.Fprintf(os.Stderr, "distributed: %s: stopping after the step in flight (a second signal stops at once)\n", rendezvous.SignalName(sig))
-		return 0, false
-	}
 	name := rendezvous.SignalName(sig)
-	fmt.Fprintf(os.Stderr, "distributed: a second signal (%s): stopping at once, without finishing the step\n", name)
+	var why string
+	switch {
+	case first && armed:
+		rendezvous.NoteSignal(sig, at)
+		fmt.Fprintf(os.Stderr, "distributed: %s: stopping after the step in flight (a second signal stops at once)\n", name)
+		return 0, false
+	case first:
+		why = fmt.Sprintf("stopped at once by %s before the first step: nothing to save", name)
+	default:
+		why = fmt.Sprintf("stopped at once by a second signal (%s), without finishing the step", name)
+	}
+	fmt.Fprintln(os.Stderr, "distributed:", why)
 	s.cancel(&rendezvous.Signaled{Signal: sig, At: at})
-	return rendezvous.Fail(s.ctx, fmt.Errorf("stopped at once by a second signal (%s)", name)), true
+	return rendezvous.Fail(s.ctx, errors.New(why)), true
 }
 
-// Context is parent's context until the process must stop at once: a
-// second signal, or a first one before the loop's first ShouldStop. Its
-// cause (context.Cause) is then a *rendezvous.Signaled. Pass it to the
-// collectives: the first signal after the loop began leaves it running,
-// so the step in flight finishes.
+// Context is parent's context until Close, or until a signal ends the
+// process at once (its cause is then a *rendezvous.Signaled). Pass it to
+// InitFromEnv and the collectives: the first signal after the loop began
+// leaves it running, so the step in flight finishes.
 func (s *Stopper) Context() context.Context {
 	if s == nil {
 		return context.Background()
