@@ -63,9 +63,9 @@ import (
 // needs none): 1.2 µs median between 2 processes over shared memory on a
 // 2-core Xeon, and no cost measurable in training. MNIST's MLP under
 // DDP at world 2 ran its epoch in 7.4–9.2 s with it and 10.7–14.8 s
-// without (a median step of 7–11 ms against 24–27 ms, alternated runs):
-// ranks that leave each step together start the next one's gradient
-// all-reduces together. GPT-mini at world 2 moved within noise
+// without (a median step of 7–11 ms against 24–27 ms, alternated runs;
+// likely because ranks that leave each step together start the next
+// one's gradient all-reduces together). GPT-mini at world 2 moved within noise
 // (5,700–6,000 tokens/s with it, 5,400–5,700 without).
 
 // Stopped is the error of a run stopped by a signal: Stopper.Err after
