@@ -146,7 +146,13 @@ func blame(failed []*WorkerError) *WorkerError {
 	root.Others = nil
 	for i, f := range failed {
 		if i != first {
-			root.Others = append(root.Others, fmt.Sprintf("rank %d %s", f.Rank, f.how()))
+			other := fmt.Sprintf("rank %d %s", f.Rank, f.how())
+			// What it recorded, unless only the signal: a rank that stopped
+			// gracefully with the blamed one says whether it saved.
+			if r := f.Record; r != nil && r.Message != "" && r.Message != "stopped by "+r.Signal {
+				other += ": " + r.Message
+			}
+			root.Others = append(root.Others, other)
 		}
 	}
 	return &root
