@@ -3,7 +3,7 @@ package tensor
 import "github.com/cohortml/cohort/tensor/internal/gemm"
 
 // Work between products shares the GEMM's threads (see
-// docs/ARCHITECTURE.md, "Threads within a process").
+// docs/PERFORMANCE.md, "Threads within a process").
 
 // serialOnly makes parallelRanges run everything on the caller (tests
 // compare the two).
