@@ -97,6 +97,17 @@ func listPackages(t *testing.T) []listedPkg {
 	return pkgs
 }
 
+// onTop reports whether path is a program, an end-to-end test or the
+// benchmarks' package.
+func onTop(path string) bool {
+	for _, top := range []string{"cmd/...", "examples/...", "tests/...", "bench"} {
+		if matches("github.com/cohortml/cohort/"+top, path) {
+			return true
+		}
+	}
+	return false
+}
+
 func TestImportRules(t *testing.T) {
 	for _, p := range listPackages(t) {
 		if !strings.HasPrefix(p.ImportPath, "github.com/cohortml/cohort/") {
@@ -109,6 +120,14 @@ func TestImportRules(t *testing.T) {
 			}
 			if imp == "github.com/cohortml/cohort/internal/fakebackend" {
 				t.Errorf("%s imports the fake device outside _test.go files", p.ImportPath)
+			}
+		}
+		// Programs, end-to-end tests and the benchmarks sit on top: nothing
+		// imports them but cmd/cohort (its own internal packages, and bench).
+		for _, imp := range p.Imports {
+			if onTop(imp) && !strings.HasPrefix(imp, p.ImportPath+"/") &&
+				!(p.ImportPath == "github.com/cohortml/cohort/cmd/cohort" && imp == "github.com/cohortml/cohort/bench") {
+				t.Errorf("%s imports %s, which only cmd/cohort may import", p.ImportPath, imp)
 			}
 		}
 		// The first rule that matches decides (most specific rules come first);

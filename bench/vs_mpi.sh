@@ -10,7 +10,7 @@
 # shuffled afresh for every run (the same order for all four), so that
 # neither load from other tenants nor a size's place in the run (the first
 # size meets cold memory) favours one side. Both sides measure alike
-# (bench/mpi_allreduce.c follows collbench): float32 SUM in place, warm-up,
+# (bench/anchors/mpi_allreduce.c follows collbench): float32 SUM in place, warm-up,
 # ~BUDGET s of individually timed ops, element-wise max over ranks, median;
 # and the first op of each size on a fresh buffer, timed alone ("first").
 #
@@ -75,7 +75,7 @@ if [[ -n "$baseline" ]]; then
 	echo "vs_mpi: baseline: $baseline"
 fi
 if [[ $mpi == 1 ]]; then
-	mpicc -O2 -o "$work/mpi_allreduce" "$root/bench/mpi_allreduce.c"
+	mpicc -O2 -o "$work/mpi_allreduce" "$root/bench/anchors/mpi_allreduce.c"
 	echo "vs_mpi: $(mpirun --version 2>&1 | head -n 1)"
 fi
 : >"$work/all.jsonl"

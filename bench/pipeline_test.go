@@ -1,4 +1,4 @@
-package main
+package bench
 
 import "testing"
 
@@ -20,8 +20,8 @@ func TestBenchPipelineBadInput(t *testing.T) {
 	}
 	for name, args := range cases {
 		t.Run(name, func(t *testing.T) {
-			if code := benchPipeline(args); code != 2 {
-				t.Errorf("benchPipeline(%q) = %d, want 2", args, code)
+			if code := Pipeline(nil, args); code != 2 {
+				t.Errorf("Pipeline(%q) = %d, want 2", args, code)
 			}
 		})
 	}

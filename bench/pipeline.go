@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"cmp"
@@ -117,7 +117,10 @@ type pipeResult struct {
 	Outside []float64        `json:"outside"`
 }
 
-func benchPipeline(args []string) int {
+// Pipeline runs `cohort bench pipeline` with args; self is the command
+// that runs it again ({executable, "bench", "pipeline"}), which the
+// workers are started as.
+func Pipeline(self, args []string) int {
 	var s pipeSpec
 	var worker bool
 	var result string
@@ -194,18 +197,14 @@ func benchPipeline(args []string) int {
 		return 0
 	}
 	stop() // the launcher forwards signals to the workers from here on
-	if err := runPipelineBench(os.Stdout, s, scheds); err != nil {
+	if err := runPipelineBench(os.Stdout, s, scheds, self); err != nil {
 		fmt.Fprintf(os.Stderr, "cohort bench pipeline: %v\n", err)
 		return 1
 	}
 	return 0
 }
 
-func runPipelineBench(w io.Writer, s pipeSpec, scheds []*pipeline.Schedule) error {
-	exe, err := os.Executable()
-	if err != nil {
-		return err
-	}
+func runPipelineBench(w io.Writer, s pipeSpec, scheds []*pipeline.Schedule, self []string) error {
 	base := s
 	base.schedule, base.virtual, base.trace = "1f1b", 1, ""
 	specs := make([]pipeSpec, len(scheds))
@@ -234,7 +233,7 @@ func runPipelineBench(w io.Writer, s pipeSpec, scheds []*pipeline.Schedule) erro
 	type round struct{ one, r pipeResult }
 	rounds := make([][]round, len(scheds)) // [schedule][round]
 	for i := range s.rounds {
-		one, err := spawnPipe(base, 1, exe)
+		one, err := spawnPipe(base, 1, self)
 		if err != nil {
 			return fmt.Errorf("baseline (1 stage): %w", err)
 		}
@@ -245,7 +244,7 @@ func runPipelineBench(w io.Writer, s pipeSpec, scheds []*pipeline.Schedule) erro
 			if i%2 == 1 {
 				j = len(specs) - 1 - k
 			}
-			r, err := spawnPipe(specs[j], s.stages, exe)
+			r, err := spawnPipe(specs[j], s.stages, self)
 			if err != nil {
 				return fmt.Errorf("%s: %w", specs[j].schedule, err)
 			}
@@ -328,7 +327,7 @@ func median(xs []float64) float64 {
 
 // spawnPipe runs s on stages worker processes through the launcher and
 // returns rank 0's result.
-func spawnPipe(s pipeSpec, stages int, exe string) (pipeResult, error) {
+func spawnPipe(s pipeSpec, stages int, self []string) (pipeResult, error) {
 	dir, err := os.MkdirTemp("", "cohort-bench-pipeline-")
 	if err != nil {
 		return pipeResult{}, err
@@ -340,8 +339,8 @@ func spawnPipe(s pipeSpec, stages int, exe string) (pipeResult, error) {
 	defer signal.Stop(sigs)
 	err = launch.Run(context.Background(), launch.Config{
 		NProcPerNode: stages,
-		Program:      exe,
-		Args:         append([]string{"bench", "pipeline"}, s.workerArgs(stages, file)...),
+		Program:      self[0],
+		Args:         append(slices.Clone(self[1:]), s.workerArgs(stages, file)...),
 		Env:          os.Environ(),
 		Stdout:       os.Stderr,
 		Stderr:       os.Stderr,

@@ -1,10 +1,10 @@
-package main
+package bench
 
 // The worker side of `cohort bench train --shard none|zero1|zero2|fsdp`:
 // one rank trains the MLP, the LeNet CNN or GPT-mini with AdamW and
 // global-norm clipping under DDP (none) or a sharded wrapper, and reports
 // samples/s and the per-rank memory of the training state. The flag
-// plumbing (spawning the workers) lives in bench_train.go; it calls
+// plumbing (spawning the workers) lives in train.go; it calls
 // shardTrainRun in each worker and printShardTrain with rank 0's result.
 
 import (

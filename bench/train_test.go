@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -146,7 +146,7 @@ func TestBenchTrainWorker(t *testing.T) {
 	if os.Getenv(workerArgsEnv) == "" {
 		t.Skip("runs only as a worker of TestSpawnTrain")
 	}
-	if code := benchTrain(flag.Args()); code != 0 {
+	if code := Train(nil, flag.Args()); code != 0 {
 		t.Fatalf("benchTrain exited %d", code)
 	}
 }
@@ -235,21 +235,6 @@ func TestBenchTrainFlags(t *testing.T) {
 			var stderr bytes.Buffer
 			if _, code := parseBenchTrain(args, &stderr); code != 2 || stderr.Len() == 0 {
 				t.Errorf("parseBenchTrain(%q): exit code %d, stderr %q; want 2 (usage error) and a message", args, code, stderr.String())
-			}
-		})
-	}
-}
-
-func TestBenchGemmFlags(t *testing.T) {
-	for name, args := range map[string][]string{
-		"bad threads":    {"--threads", "1,x"},
-		"zero threads":   {"--threads", "0"},
-		"unknown shape":  {"--shapes", "128^3,nope"},
-		"stray argument": {"extra"},
-	} {
-		t.Run(name, func(t *testing.T) {
-			if code := benchGemm(args); code != 2 {
-				t.Errorf("benchGemm(%q) = %d, want 2 (usage error)", args, code)
 			}
 		})
 	}

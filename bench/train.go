@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -104,7 +104,7 @@ type trainSpec struct {
 	steps      int // 0: the model's default (withDefaults)
 	warmup     int // -1: the model's default
 	cpuprofile string
-	shard      string // none, zero1, zero2 or fsdp: the sharded-training workload (bench_shard.go); "": the anchor's
+	shard      string // none, zero1, zero2 or fsdp: the sharded-training workload (shard.go); "": the anchor's
 }
 
 // withDefaults fills in the anchor's step counts for s.model where the
@@ -158,8 +158,10 @@ func (s trainSpec) workerArgs(result string) []string {
 		"--shard", s.shard, "--worker", "--result", result}
 }
 
-// benchTrain runs `cohort bench train`.
-func benchTrain(args []string) int {
+// Train runs `cohort bench train` with args; self is the command that
+// runs it again ({executable, "bench", "train"}), which the workers are
+// started as.
+func Train(self, args []string) int {
 	cmd, code := parseBenchTrain(args, os.Stderr)
 	if code >= 0 {
 		return code
@@ -174,13 +176,8 @@ func benchTrain(args []string) int {
 		}
 		return 0
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
-		return 1
-	}
 	stop() // the launcher forwards signals to the workers from here on
-	r, err := spawnTrain(context.Background(), s, []string{exe, "bench", "train"}, os.Environ(), os.Stderr)
+	r, err := spawnTrain(context.Background(), s, self, os.Environ(), os.Stderr)
 	if err != nil {
 		fmt.Fprintf(os.Stderr, "cohort bench train: %v\n", err)
 		return 1
