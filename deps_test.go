@@ -25,6 +25,7 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/optim", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn"}},
 	{"github.com/cohortml/cohort/models", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn"}},
 	{"github.com/cohortml/cohort/data", []string{"github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/recipe", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/data", "github.com/cohortml/cohort/datasets", "github.com/cohortml/cohort/obs/trace"}},
 	{"github.com/cohortml/cohort/datasets", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/data"}},
 	{"github.com/cohortml/cohort/distributed/wire", nil},
 	{"github.com/cohortml/cohort/distributed/internal/admit", nil},
@@ -62,7 +63,7 @@ var importRules = []struct {
 var deviceModules = []string{"github.com/ebitengine/purego", "golang.org/x/sys/..."}
 
 // coreTrees must never reach the distributed layer, even indirectly.
-var coreTrees = []string{"github.com/cohortml/cohort/tensor/...", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/data", "github.com/cohortml/cohort/datasets", "github.com/cohortml/cohort/models"}
+var coreTrees = []string{"github.com/cohortml/cohort/tensor/...", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/data", "github.com/cohortml/cohort/datasets", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/recipe"}
 
 type listedPkg struct {
 	ImportPath string

@@ -27,6 +27,7 @@ import (
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/recipe"
 	"github.com/cohortml/cohort/tensor"
 	"github.com/cohortml/cohort/zero"
 )
@@ -45,9 +46,7 @@ type shardSpec struct {
 
 const (
 	shardSeqLen  = 64 // GPT-mini's context
-	shardLR      = 3e-4
-	shardWD      = 0.1
-	shardMaxNorm = 1.0
+	shardMaxNorm = recipe.ClipNorm
 )
 
 func (s shardSpec) validate() error {
@@ -229,7 +228,7 @@ func (s shardSpec) batch() int {
 
 // shardAdamW builds AdamW over ps (full parameters or a shard).
 func shardAdamW(ps []nn.NamedParameter) (optim.Optimizer, error) {
-	return optim.NewAdamW([]optim.Group{{Params: zero.Vars(ps), LR: shardLR, WeightDecay: shardWD}}, optim.AdamOptions{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+	return recipe.NewAdamW(zero.Vars(ps))
 }
 
 // shardBatch is one step's data on one rank: the plain forward pass, the
@@ -277,11 +276,11 @@ func shardWorkload(s shardSpec, rank int) (nn.Module, []nn.Module, func(step int
 			}
 		}, nil
 	}
-	shape := []int{784}
-	seq := models.MLP(rng)
-	if s.Model == "cnn" {
-		shape, seq = []int{1, 28, 28}, models.LeNet(rng)
+	c, err := recipe.NewClassifier(s.Model, rng)
+	if err != nil {
+		return nil, nil, nil, err
 	}
+	shape, seq := c.Shape, c.Model
 	units, fwd := fsdp.SequentialUnits(seq)
 	return seq, units, func(step int) shardBatch {
 		r := rand.New(rand.NewPCG(uint64(step), uint64(rank)))

@@ -18,33 +18,24 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/data"
-	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/launch"
-	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs/progress"
-	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/recipe"
 	"github.com/cohortml/cohort/tensor/gemmbench"
 )
 
-// The anchor workload (see the PyTorch anchors' ddp_mlp_bench.py): 60000
-// synthetic MNIST-shaped samples from seed 1234, DistributedSampler(world,
-// rank, shuffle, seed 0) batches of 64 per rank without the last partial
-// batch, model seed 0, SGD lr 0.01 momentum 0.9, cross-entropy loss; DDP
-// with the default 25 MiB buckets (1 MiB first bucket). Timing: warm-up
-// steps, a barrier, the timed steps, a barrier; samples/s =
-// world·64·steps / rank 0's wall time.
+// The anchor workload is recipe.Classifier's (the PyTorch anchors'
+// ddp_mlp_bench.py), model seed 0, under DDP with the default 25 MiB
+// buckets (1 MiB first bucket). Timing: warm-up steps, a barrier, the
+// timed steps, a barrier; samples/s = world·64·steps / rank 0's wall time.
 const (
-	trainSamples     = 60000
-	trainBatch       = 64
-	trainDataSeed    = 1234
-	trainModelSeed   = 0
-	trainSamplerSeed = 0
+	trainBatch     = recipe.AnchorBatch
+	trainModelSeed = 0
 )
 
 const benchTrainUsage = `usage: cohort bench train [flags]
@@ -418,62 +409,30 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 // nil, in which case the model is not wrapped) and runs s.warmup untimed
 // and s.steps timed training steps.
 func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpuprofile string) (trainResult, error) {
-	shape := []int{784}
-	if s.model == "cnn" {
-		shape = []int{1, 28, 28}
-	}
 	world, rank := 1, 0
 	if pg != nil {
 		world, rank = pg.Size(), pg.Rank()
 	}
-	ds, err := datasets.NewSynthetic(trainSamples, shape, 10, trainDataSeed)
+	c, err := recipe.NewClassifier(s.model, rand.New(rand.NewPCG(trainModelSeed, 0)))
 	if err != nil {
 		return trainResult{}, err
 	}
-	sampler, err := data.NewDistributedSampler(ds.Len(), world, rank, true, trainSamplerSeed, false)
+	loader, err := recipe.SyntheticLoader(c.Shape, world, rank)
 	if err != nil {
 		return trainResult{}, err
 	}
-	bs, err := data.NewBatchSampler(sampler, trainBatch, true)
-	if err != nil {
-		return trainResult{}, err
-	}
-	loader, err := data.NewLoader(ds, bs, data.Options{})
-	if err != nil {
-		return trainResult{}, err
-	}
-	rng := rand.New(rand.NewPCG(trainModelSeed, 0))
-	var model nn.Layer
-	if s.model == "cnn" {
-		model = models.LeNet(rng)
-	} else {
-		model = models.MLP(rng)
-	}
-	res := trainResult{Params: nn.NumParameters(model)}
-	// forwardBackward is the plain loop's, or ddp's.
-	forwardBackward := func(x *autograd.Var, y []int64) (*autograd.Var, error) {
-		loss := nn.CrossEntropy(model.Forward(x), y)
-		autograd.Backward(loss)
-		return loss, nil
-	}
-	var params nn.Module = model
+	res := trainResult{Params: nn.NumParameters(c.Model)}
+	// The step runs the model alone, or under ddp.
+	run, params := recipe.Local(c.Model), nn.Module(c.Model)
 	var m *ddp.Model
 	if pg != nil {
-		if m, err = ddp.Wrap(ctx, model, pg, ddp.Options{GradientAsBucketView: s.view}); err != nil {
+		if m, err = ddp.Wrap(ctx, c.Model, pg, ddp.Options{GradientAsBucketView: s.view}); err != nil {
 			return res, err
 		}
 		defer m.Close()
-		params = m
-		forwardBackward = func(x *autograd.Var, y []int64) (*autograd.Var, error) {
-			out, err := m.Forward(ctx, x)
-			if err != nil {
-				return nil, err
-			}
-			loss := nn.CrossEntropy(out, y)
-			return loss, m.Backward(ctx, loss)
-		}
+		run, params = m, m
 	}
-	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(params), LR: 0.01}}, optim.SGDOptions{Momentum: 0.9})
+	opt, err := recipe.NewSGD(nn.Parameters(params), recipe.AnchorLR)
 	if err != nil {
 		return res, err
 	}
@@ -499,12 +458,10 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 		if err != nil {
 			return data, err
 		}
-		opt.ZeroGrad()
-		loss, err := forwardBackward(autograd.NewVar(b.X, false), b.Labels)
+		loss, err := recipe.ClassifierStep(ctx, run, opt, nil, recipe.Input(b, c.Shape), b.Labels, nil)
 		if err != nil {
 			return data, err
 		}
-		opt.Step()
 		res.LastLoss = loss.Value.Item()
 		return data, nil
 	}

@@ -15,22 +15,18 @@ import (
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
-	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/recipe"
 	"github.com/cohortml/cohort/tensor"
 )
 
 // The GPT-mini anchor workload (gpt_mini.py, gpt_bench.py): the bytes of
 // Opticks split 90/10, each step world·32 random 64-byte windows drawn
 // from one MT19937 seeded with 0 (rank r takes its 32), model seed 0,
-// AdamW lr 3e-4 betas (0.9, 0.95) eps 1e-8 weight decay 0.1 on every
-// parameter, gradient clipping at norm 1.0.
+// package recipe's AdamW and clipping.
 const (
-	gptBatch       = 32
-	gptDataSeed    = 0
-	gptModelSeed   = 0
-	gptLR          = 3e-4
-	gptWeightDecay = 0.1
-	gptClip        = 1.0
+	gptBatch     = recipe.GPTBatch
+	gptDataSeed  = 0
+	gptModelSeed = 0
 )
 
 // gptTrainRun is trainRun for GPT-mini: pg's rank (a world of one when pg
@@ -78,8 +74,7 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 		p.Grad = tensor.FromSlice(grads[off:off+n:off+n], p.Value.Shape()...)
 		off += n
 	}
-	opt, err := optim.NewAdamW([]optim.Group{{Params: params, LR: gptLR, WeightDecay: gptWeightDecay}},
-		optim.AdamOptions{Beta1: 0.9, Beta2: 0.95, Eps: 1e-8})
+	opt, err := recipe.NewAdamW(params)
 	if err != nil {
 		return res, err
 	}
@@ -105,10 +100,9 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 			}
 			comm = time.Since(t)
 		}
-		if _, err := optim.ClipGradNorm(params, gptClip, 2); err != nil {
+		if err := recipe.Update(params, opt); err != nil {
 			return data, comm, err
 		}
-		opt.Step()
 		res.LastLoss = loss.Value.Item()
 		return data, comm, nil
 	}

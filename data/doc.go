@@ -34,7 +34,10 @@
 // State (seed, epoch, position, plan fingerprint) can be saved and
 // restored so a resumed run yields exactly the batches an uninterrupted
 // run would have yielded next; DistributedSampler.Unseen and ListSampler
-// re-split an interrupted epoch for a different world size.
+// re-split an interrupted epoch for a different world size. Position puts
+// them together for a job's checkpoints: where every rank is in the epoch,
+// Redeal when the job resumes at another world size, Share for this
+// rank's samples, so each is used once per epoch whatever the resizes.
 //
 // StreamLoader does the same for an IterableDataset.
 package data

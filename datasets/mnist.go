@@ -66,9 +66,13 @@ func (m *MNIST) Get(i int) (data.Sample, error) {
 		return data.Sample{}, fmt.Errorf("datasets: mnist: %w", err)
 	}
 	n := m.Rows * m.Cols
+	shape := m.shape
+	if shape == nil { // a set built as a literal (tests, subsets)
+		shape = []int{1, m.Rows, m.Cols}
+	}
 	return data.Sample{
 		X:      m.Images[i*n : (i+1)*n : (i+1)*n],
-		Shape:  m.shape,
+		Shape:  shape,
 		Labels: m.Labels[i : i+1 : i+1],
 	}, nil
 }

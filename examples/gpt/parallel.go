@@ -13,18 +13,14 @@ import (
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/recipe"
 	"github.com/cohortml/cohort/tensor"
 )
 
-// The anchor's recipe (gpt_mini.py).
+// The anchor's recipe (gpt_mini.py) is package recipe's GPT recipe.
 const (
-	lr          = 3e-4
-	beta1       = 0.9
-	beta2       = 0.95
-	eps         = 1e-8
-	weightDecay = 0.1 // on every parameter, biases and LayerNorms included
-	clipNorm    = 1.0
-	valBatch    = 64 // validation windows per forward pass
+	clipNorm = recipe.ClipNorm
+	valBatch = recipe.ValBatch // validation windows per forward pass
 )
 
 // trainer is one rank's part of the job's model and optimizer. replicated
@@ -66,10 +62,7 @@ func newTrainer(ctx context.Context, c config, pg distributed.ProcessGroup, mode
 	return newStaged(ctx, c, pg, model)
 }
 
-func newAdamW(params []*autograd.Var) (*optim.Adam, error) {
-	return optim.NewAdamW([]optim.Group{{Params: params, LR: lr, WeightDecay: weightDecay}},
-		optim.AdamOptions{Beta1: beta1, Beta2: beta2, Eps: eps})
-}
+func newAdamW(params []*autograd.Var) (*optim.Adam, error) { return recipe.NewAdamW(params) }
 
 // momentsOf returns opt's moment tensors in parameter order (they alias
 // the live state).
@@ -177,11 +170,7 @@ func (r *replicated) forwardBackward(ctx context.Context, x, y []int64) (float64
 }
 
 func (r *replicated) update(context.Context) error {
-	if _, err := optim.ClipGradNorm(r.params, clipNorm, 2); err != nil {
-		return err
-	}
-	r.opt.Step()
-	return nil
+	return recipe.Update(r.params, r.opt)
 }
 
 // valLoss evaluates the validation windows in batches of valBatch windows

@@ -62,10 +62,10 @@ import (
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/rendezvous"
-	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/recipe"
 )
 
 type config struct {
@@ -196,19 +196,13 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err := c.validate(); err != nil {
 		return err
 	}
-	var err error
 	pcg := rand.NewPCG(c.seed, 0)
 	rng := rand.New(pcg)
-	var model nn.Layer
-	var shape []int // one input sample
-	switch c.model {
-	case "mlp":
-		model, shape = models.MLP(rng), []int{784}
-	case "cnn":
-		model, shape = models.LeNet(rng), []int{1, 28, 28}
-	default:
-		return fmt.Errorf("-model %q: want mlp or cnn", c.model)
+	net, err := recipe.NewClassifier(c.model, rng)
+	if err != nil {
+		return err
 	}
+	model, shape := net.Model, net.Shape
 	var trainSet, test *datasets.MNIST
 	if c.sets != nil {
 		trainSet, test = c.sets[0], c.sets[1]
@@ -269,7 +263,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	// The schedule's length: the job's steps at its first world size, or,
 	// after a resize, the steps done plus those left at the new size.
 	tmax := c.epochs * perEpoch
-	step, pos := 0, startOf(0, world)
+	step, pos := 0, data.StartOf(0, world)
 	resized := false
 	if resume != nil {
 		step = int(resume.Step())
@@ -279,14 +273,15 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		if err := resume.Local(0, "data", &pos); err != nil {
 			return err
 		}
-		if len(pos.Splits) == 0 {
-			return fmt.Errorf("checkpoint %s: data position %+v without a split", resume.Dir, pos)
+		// At another world size, the samples of the epoch no rank reached
+		// are dealt among this world.
+		if pos.Epoch < c.epochs {
+			if resized, err = pos.Redeal(world); err != nil {
+				return fmt.Errorf("checkpoint %s: %w", resume.Dir, err)
+			}
 		}
-		if last := pos.Splits[len(pos.Splits)-1]; last.World != world && pos.Epoch < c.epochs {
-			// Deal the samples of the epoch no rank reached among this world.
-			resized = true
-			pos.Splits = append(pos.Splits, split{World: world})
-			share, err := pos.share(trainSet.Len(), c.seed, rank)
+		if resized {
+			share, err := pos.Share(trainSet.Len(), c.seed, rank)
 			if err != nil {
 				return fmt.Errorf("checkpoint %s: %w", resume.Dir, err)
 			}
@@ -318,7 +313,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	defer m.Close()
-	opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: lr}}, optim.SGDOptions{Momentum: 0.9})
+	opt, err := recipe.NewSGD(nn.Parameters(m), lr)
 	if err != nil {
 		return err
 	}
@@ -371,20 +366,17 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	}
 	for pos.Epoch < c.epochs {
 		epoch := pos.Epoch
-		share, err := pos.share(trainSet.Len(), c.seed, rank)
+		share, err := pos.Share(trainSet.Len(), c.seed, rank)
 		if err != nil {
 			return err
 		}
-		turn := &pos.Splits[len(pos.Splits)-1]
-		order := share[min(turn.Consumed, len(share)):]
+		order := share[min(pos.Splits[len(pos.Splits)-1].Consumed, len(share)):]
 		afterStep := func(idx []int) error {
 			if c.seen != nil {
 				c.seen(rank, epoch, idx)
 			}
 			step++
-			if turn.Consumed += len(idx); turn.Consumed >= len(share) {
-				pos = startOf(epoch+1, world)
-			}
+			pos.Advance(len(idx), len(share))
 			if c.ckptDir != "" && (step%c.ckptEvery == 0 || step == tmax) {
 				if err := saveAt(step); err != nil {
 					return err
@@ -410,7 +402,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 			return nil
 		}
 		if len(order) == 0 {
-			pos = startOf(epoch+1, world)
+			pos = data.StartOf(epoch+1, world)
 			continue
 		}
 		start := time.Now()
@@ -434,7 +426,11 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		m.ResetStats()
 	}
 	if rank == 0 {
-		fmt.Fprintf(out, "test accuracy: %.4f\n", evaluate(model, test, shape))
+		acc, err := evaluate(model, test, shape)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(out, "test accuracy: %.4f\n", acc)
 		if c.save != "" {
 			if err := checkpoint.SaveModel(c.save, model, nil, map[string]string{"format": "pt"}); err != nil {
 				return err

@@ -20,6 +20,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/data"
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
@@ -77,7 +78,10 @@ func TestTrainLearns(t *testing.T) {
 			if st := m.Stats(); st.Steps != 150 {
 				t.Errorf("ddp counted %d synchronised steps for 150 batches", st.Steps)
 			}
-			acc := evaluate(net, subset(test, 1000), tc.shape)
+			acc, err := evaluate(net, subset(test, 1000), tc.shape)
+			if err != nil {
+				t.Fatal(err)
+			}
 			t.Logf("%s: mean loss %.3f, accuracy %.3f after 150 steps", tc.name, loss, acc)
 			if acc < 0.85 {
 				t.Errorf("accuracy %.3f after 150 steps, want ≥ 0.85", acc)
@@ -173,8 +177,8 @@ func TestDistributed(t *testing.T) {
 		t.Errorf("checkpoint of world %d, want 2", ck.WorldSize())
 	}
 	for r := range 2 {
-		var p position
-		if err := ck.Local(r, "data", &p); err != nil || !reflect.DeepEqual(p, startOf(2, 2)) {
+		var p data.Position
+		if err := ck.Local(r, "data", &p); err != nil || !reflect.DeepEqual(p, data.StartOf(2, 2)) {
 			t.Errorf("rank %d data position %+v, %v; want the start of epoch 2 (after the last)", r, p, err)
 		}
 	}

@@ -2,16 +2,18 @@ package main
 
 import (
 	"context"
+	"fmt"
+	"iter"
+	"slices"
 	"time"
 
-	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/obs/trace"
 	"github.com/cohortml/cohort/optim"
-	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/recipe"
 )
 
 // watch is where trainEpoch reports its steps: the run being observed
@@ -29,50 +31,46 @@ type watch struct {
 // with the batch's sample indices (checkpoints); its error ends the epoch.
 //
 // Each step is traced (when w.run traces) as spans on obs/trace's tracks:
-// "batch" on data, "forward", "backward" and "optimizer" on compute, and,
-// from ddp's Options.Span, each bucket's all-reduce on comm. It is then
-// reported to w.run with its time split into data wait, exposed
+// "batch" on data, the recipe's "forward", "backward" and "optimizer" on
+// compute, and, from ddp's Options.Span, each bucket's all-reduce on comm.
+// It is then reported to w.run with its time split into data wait, exposed
 // communication (ddp.Stats.Exposed, what the all-reduce added to the step)
 // and compute (the rest).
 func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, w watch, afterStep func(idx []int) error) (float64, error) {
+	loader, err := recipe.MNISTLoader(ds, order, batch)
+	if err != nil {
+		return 0, err
+	}
+	next, stop := iter.Pull2(loader.Batches(ctx))
+	defer stop()
 	tr := w.run.Tracer()
-	var b batchBuf
 	var sum float64
 	steps := 0
-	for lo := 0; lo < len(order); lo += batch {
+	for range (len(order) + batch - 1) / batch {
 		t0 := time.Now()
 		stepSpan := tr.Begin(trace.Step, "step")
-		idx := order[lo:min(lo+batch, len(order))]
 		sp := tr.Begin(trace.Data, "batch")
-		x, y := b.fill(ds, idx, shape)
+		b, err, ok := next()
 		sp.End()
-		dataWait := time.Since(t0)
-		before := m.Stats()
-
-		sp = tr.Begin(trace.Compute, "forward")
-		out, err := m.Forward(ctx, x)
+		if !ok {
+			return 0, fmt.Errorf("loader ended after %d of %d samples", steps*batch, len(order))
+		}
 		if err != nil {
 			return 0, err
 		}
-		loss := nn.CrossEntropy(out, y)
-		sp.End()
-		sp = tr.Begin(trace.Compute, "backward")
-		if err := m.Backward(ctx, loss); err != nil { // gradients are now the average over the ranks
+		dataWait := time.Since(t0)
+		before := m.Stats()
+		loss, err := recipe.ClassifierStep(ctx, m, opt, sched, recipe.Input(b, shape), b.Labels, tr)
+		if err != nil {
 			return 0, err
 		}
-		sp.End()
-		sp = tr.Begin(trace.Compute, "optimizer")
-		opt.Step()
-		opt.ZeroGrad()
-		sched.Step()
-		sp.End()
 		l := float64(loss.Value.Item())
 		sum += l
 		stepSpan.End()
 
 		d, after := time.Since(t0), m.Stats()
 		exposed := after.Exposed - before.Exposed
-		rep := obs.Step{Step: w.step + steps, Epoch: w.epoch + 1, Loss: l, Samples: len(idx),
+		rep := obs.Step{Step: w.step + steps, Epoch: w.epoch + 1, Loss: l, Samples: b.Size(),
 			Duration: d, DataWait: dataWait, Comm: exposed, Compute: d - dataWait - exposed, Bytes: after.Bytes - before.Bytes}
 		w.run.Step(rep)
 		if w.seen != nil {
@@ -80,7 +78,7 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 		}
 		steps++
 		if afterStep != nil {
-			if err := afterStep(idx); err != nil {
+			if err := afterStep(slices.Clone(b.Indices)); err != nil {
 				return 0, err
 			}
 		}
@@ -89,52 +87,12 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 }
 
 // evaluate returns the fraction of ds the model classifies correctly.
-func evaluate(model nn.Layer, ds *datasets.MNIST, shape []int) float64 {
-	defer nn.NoGrad(model)()
-	model.SetTraining(false)
-	defer model.SetTraining(true)
-	var b batchBuf
-	idx := make([]int, ds.Len())
-	for i := range idx {
-		idx[i] = i
-	}
-	correct := 0
-	for lo := 0; lo < len(idx); lo += 1000 {
-		x, y := b.fill(ds, idx[lo:min(lo+1000, len(idx))], shape)
-		for i, p := range tensor.ArgMax(model.Forward(x).Value) {
-			if int64(p) == y[i] {
-				correct++
-			}
-		}
-	}
-	return float64(correct) / float64(ds.Len())
+func evaluate(model nn.Layer, ds *datasets.MNIST, shape []int) (float64, error) {
+	return recipe.Accuracy(model, ds, shape)
 }
 
 // subset returns the first n samples of ds (sharing its storage).
 func subset(ds *datasets.MNIST, n int) *datasets.MNIST {
 	px := ds.Rows * ds.Cols
 	return &datasets.MNIST{Images: ds.Images[:n*px], Labels: ds.Labels[:n], Rows: ds.Rows, Cols: ds.Cols}
-}
-
-// The training set's pixel mean and standard deviation: inputs are
-// standardised with them, as in PyTorch's MNIST example.
-const pixelMean, pixelStd = 0.1307, 0.3081
-
-// batchBuf gathers standardised samples into buffers reused from batch to
-// batch.
-type batchBuf struct {
-	x []float32
-	y []int64
-}
-
-func (b *batchBuf) fill(ds *datasets.MNIST, idx []int, shape []int) (*autograd.Var, []int64) {
-	n := ds.Rows * ds.Cols
-	b.x, b.y = b.x[:0], b.y[:0]
-	for _, i := range idx {
-		for _, v := range ds.Images[i*n : (i+1)*n] {
-			b.x = append(b.x, (v-pixelMean)/pixelStd)
-		}
-		b.y = append(b.y, ds.Labels[i])
-	}
-	return autograd.NewVar(tensor.FromSlice(b.x, append([]int{len(idx)}, shape...)...), false), b.y
 }

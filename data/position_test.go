@@ -1,4 +1,4 @@
-package main
+package data
 
 import (
 	"fmt"
@@ -16,15 +16,15 @@ func TestPositionDealsEachSampleOnce(t *testing.T) {
 		n := rng.IntN(50)
 		turns := 1 + rng.IntN(4)
 		t.Run(fmt.Sprintf("trial=%d/n=%d/turns=%d", trial, n, turns), func(t *testing.T) {
-			pos := position{Epoch: rng.IntN(3)}
+			pos := Position{Epoch: rng.IntN(3)}
 			used := map[int]int{}
 			total, padding := 0, 0
 			for k := range turns {
 				world := 1 + rng.IntN(5)
-				pos.Splits = append(pos.Splits, split{World: world})
+				pos.Splits = append(pos.Splits, Split{World: world})
 				var shares [][]int
 				for r := range world {
-					s, err := pos.share(n, 7, r)
+					s, err := pos.Share(n, 7, r)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -32,7 +32,7 @@ func TestPositionDealsEachSampleOnce(t *testing.T) {
 				}
 				left := n
 				if k > 0 {
-					l, err := pos.unseen(n, 7, k)
+					l, err := pos.Unseen(n, 7, k)
 					if err != nil {
 						t.Fatal(err)
 					}
