@@ -1,0 +1,319 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/cohortml/cohort/obs/trace"
+	"github.com/cohortml/cohort/plan"
+)
+
+const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--dry-run]
+
+Checks the predictions against runs on this machine: for every layout of
+GPT-mini that a benchmark measures at each world size in --ranks (data
+parallelism under none, zero1, zero2 and fsdp with cohort bench train
+--shard, 32 sequences per rank; pipelines of every schedule with cohort
+bench pipeline, 32 sequences in 8 microbatches), it runs the benchmark,
+and prints predicted against measured tokens/s and, for the sharded
+runs, the training state's bytes per rank, then the worst errors and
+whether the layout the planner ranks first at each world size is the
+measured best. Without --device it first profiles this machine (two
+traced two-stage GPT-mini pipeline runs, microbatches of 4 and 32
+sequences, as cohort plan profile reads them); --dry-run prints the
+predictions and the commands without running them. The ranks of a run
+should have a core each. Tensor parallelism has no benchmark yet and is
+left out.
+
+flags:
+`
+
+// validateRun is one benchmark run and the layout it measures.
+type validateRun struct {
+	ranks  int
+	layout plan.Layout
+	model  *plan.Model
+	args   []string
+}
+
+// Validate runs `cohort plan validate` with args: the planner's
+// predictions against benchmark runs of exe (the cohort executable, whose
+// `bench train` and `bench pipeline` it runs) on this machine.
+func Validate(exe string, args []string, stdout, stderr io.Writer) int {
+	fs := flag.NewFlagSet("cohort plan validate", flag.ContinueOnError)
+	fs.SetOutput(stderr)
+	fs.Usage = func() {
+		fmt.Fprint(stderr, validateUsage)
+		fs.PrintDefaults()
+	}
+	var (
+		device, fabric, ranksFlag string
+		steps                     int
+		dry                       bool
+		timeout                   time.Duration
+	)
+	fs.StringVar(&device, "device", "", "this machine's device file (cohort plan profile); default: profile it first")
+	fs.StringVar(&fabric, "fabric", "local", "the fabric between this machine's ranks")
+	fs.StringVar(&ranksFlag, "ranks", "1,2,4", "world sizes to run")
+	fs.IntVar(&steps, "steps", 20, "timed steps per run")
+	fs.BoolVar(&dry, "dry-run", false, "print the predictions and commands, run nothing")
+	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "bound on each run")
+	if err := fs.Parse(args); err != nil {
+		if errors.Is(err, flag.ErrHelp) {
+			return 0
+		}
+		return 2
+	}
+	fail := func(err error) int {
+		fmt.Fprintln(stderr, "cohort plan validate:", err)
+		return 1
+	}
+	var dev *plan.Device
+	var err error
+	if device != "" {
+		if dev, err = plan.LoadDevice(device, os.ReadFile); err != nil {
+			return fail(err)
+		}
+	} else if !dry {
+		if dev, err = profileHere(exe, steps, timeout, stderr); err != nil {
+			return fail(err)
+		}
+	} else {
+		fmt.Fprintln(stderr, "cohort plan validate: --dry-run needs --device")
+		return 2
+	}
+	fab, err := plan.LoadFabric(fabric, os.ReadFile)
+	if err != nil {
+		return fail(err)
+	}
+	var ranks []int
+	for _, f := range strings.Split(ranksFlag, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil || n < 1 {
+			return fail(fmt.Errorf("--ranks: %q is not a world size", f))
+		}
+		ranks = append(ranks, n)
+	}
+	var runs []validateRun
+	st := strconv.Itoa(steps)
+	for _, n := range ranks {
+		// data parallelism: cohort bench train --shard, 32 sequences per rank
+		dpModel, _ := plan.NamedModel("gpt")
+		dpModel.GlobalBatch = 32 * n
+		shards := plan.Shards
+		if n == 1 {
+			shards = []string{"none"}
+		}
+		for _, sh := range shards {
+			runs = append(runs, validateRun{ranks: n, model: dpModel,
+				layout: plan.Layout{DP: n, PP: 1, TP: 1, Shard: sh, Microbatches: 1, Schedule: "none", Virtual: 1},
+				args:   []string{"bench", "train", "--model", "gpt", "--world", strconv.Itoa(n), "--shard", sh, "--steps", st}})
+		}
+		// pipelines: cohort bench pipeline, 32 sequences in 8 microbatches
+		if n < 2 {
+			continue
+		}
+		ppModel, _ := plan.NamedModel("gpt")
+		for _, sc := range []plan.Layout{{Schedule: "gpipe", Virtual: 1}, {Schedule: "1f1b", Virtual: 1}, {Schedule: "zb", Virtual: 1}, {Schedule: "interleaved", Virtual: 2}} {
+			if n*sc.Virtual > ppModel.Layers {
+				continue
+			}
+			runs = append(runs, validateRun{ranks: n, model: ppModel,
+				layout: plan.Layout{DP: 1, PP: n, TP: 1, Shard: "none", Microbatches: 8, Schedule: sc.Schedule, Virtual: sc.Virtual},
+				args: []string{"bench", "pipeline", "--stages", strconv.Itoa(n), "--schedule", sc.Schedule, "--virtual", strconv.Itoa(sc.Virtual),
+					"--microbatches", "8", "--batch", "32", "--steps", st}})
+		}
+	}
+	type outcome struct {
+		run                 validateRun
+		pred                *plan.Prediction
+		measured, stateMeas float64
+	}
+	var outs []outcome
+	worstTok, worstMem := 0.0, 0.0
+	for _, r := range runs {
+		env := &plan.Env{Model: r.model, Device: dev, Fabric: fab, Cluster: plan.Cluster{Nodes: 1, ProcsPerNode: r.ranks}}
+		pred, err := plan.Predict(env, r.layout)
+		if err != nil {
+			return fail(err)
+		}
+		line := fmt.Sprintf("validate: %v predicted tokens/s %.0f", r.layout, pred.TokensPerSec)
+		if dry {
+			fmt.Fprintf(stdout, "%s  # cohort %s\n", line, strings.Join(r.args, " "))
+			continue
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		outb, err := exec.CommandContext(ctx, exe, r.args...).CombinedOutput()
+		cancel()
+		if err != nil {
+			return fail(fmt.Errorf("cohort %s: %w\n%s", strings.Join(r.args, " "), err, tail(string(outb), 2000)))
+		}
+		o := outcome{run: r, pred: pred}
+		if o.measured, o.stateMeas, err = parseBench(string(outb), r.args[1]); err != nil {
+			return fail(fmt.Errorf("cohort %s: %w", strings.Join(r.args, " "), err))
+		}
+		rel := (pred.TokensPerSec - o.measured) / o.measured
+		if math.Abs(rel) > math.Abs(worstTok) {
+			worstTok = rel
+		}
+		line += fmt.Sprintf(" measured %.0f error %+.1f%%", o.measured, 100*rel)
+		if o.stateMeas > 0 {
+			// bench train's state-bytes/rank is the optimizer state
+			mrel := (float64(pred.Memory.Optimizer) - o.stateMeas) / o.stateMeas
+			if math.Abs(mrel) > math.Abs(worstMem) {
+				worstMem = mrel
+			}
+			line += fmt.Sprintf(" optimizer-state/rank predicted %.2f measured %.2f MiB error %+.1f%%", float64(pred.Memory.Optimizer)/(1<<20), o.stateMeas/(1<<20), 100*mrel)
+		}
+		fmt.Fprintln(stdout, line)
+		outs = append(outs, o)
+	}
+	if dry {
+		return 0
+	}
+	fmt.Fprintf(stdout, "validate: worst tokens/s error %+.1f%% (aim 15%%), worst optimizer-state error %+.1f%% (aim 10%%)\n", 100*worstTok, 100*worstMem)
+	for _, n := range ranks {
+		var bestPred, bestMeas *outcome
+		for i := range outs {
+			o := &outs[i]
+			if o.run.ranks != n {
+				continue
+			}
+			if bestPred == nil || o.pred.TokensPerSec > bestPred.pred.TokensPerSec {
+				bestPred = o
+			}
+			if bestMeas == nil || o.measured > bestMeas.measured {
+				bestMeas = o
+			}
+		}
+		if bestPred == nil {
+			continue
+		}
+		fmt.Fprintf(stdout, "validate: %d ranks: the planner picks %v (measured %.0f), the measured best is %v (%.0f): within %.1f%%\n",
+			n, bestPred.run.layout, bestPred.measured, bestMeas.run.layout, bestMeas.measured, 100*(1-bestPred.measured/bestMeas.measured))
+	}
+	return 0
+}
+
+// profileHere measures this machine as a device, as cohort plan profile
+// does, from two traced GPT-mini pipeline runs of two stages: microbatches
+// of 4 sequences (the validated pipelines') and of 32 (the data-parallel
+// runs').
+func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer) (*plan.Device, error) {
+	m, _ := plan.NamedModel("gpt")
+	dev := &plan.Device{Name: "this-machine", MemoryBytes: 8 << 30, MemoryBandwidth: 10e9,
+		Source: "cohort plan validate: fp32 rates of whole layers measured from traced pipeline runs; memory figures not measured"}
+	dir, err := os.MkdirTemp("", "cohort-plan-profile-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(dir)
+	for _, run := range []struct{ batch, microbatches int }{{32, 8}, {64, 2}} {
+		tdir := filepath.Join(dir, strconv.Itoa(run.batch))
+		args := []string{"bench", "pipeline", "--stages", "2", "--schedule", "1f1b", "--batch", strconv.Itoa(run.batch),
+			"--microbatches", strconv.Itoa(run.microbatches), "--steps", strconv.Itoa(steps), "--trace", tdir}
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		out, err := exec.CommandContext(ctx, exe, args...).CombinedOutput()
+		cancel()
+		if err != nil {
+			return nil, fmt.Errorf("cohort %s: %w\n%s", strings.Join(args, " "), err, tail(string(out), 2000))
+		}
+		spans, err := ComputeSpans(tdir)
+		if err != nil {
+			return nil, err
+		}
+		ms, err := plan.Measure(m, run.batch/run.microbatches, spans)
+		if err != nil {
+			return nil, err
+		}
+		fmt.Fprintf(stderr, "cohort plan validate: profiled microbatches of %d: %.3g FLOP/s\n", run.batch/run.microbatches, ms.Rate)
+		plan.AddMeasurement(dev, "fp32", ms)
+	}
+	return dev, dev.Validate()
+}
+
+// parseBench reads tokens/s (and, from bench train, the optimizer state
+// per rank) from a benchmark's last lines.
+func parseBench(out, which string) (tokens, stateBytes float64, err error) {
+	for _, line := range strings.Split(out, "\n") {
+		f := strings.Fields(line)
+		switch {
+		case which == "train" && len(f) >= 10 && f[0] == "train:" && f[4] == "shard":
+			// train: gpt world N shard S samples/s X state-bytes/rank Y …
+			for i := 0; i+1 < len(f); i++ {
+				switch f[i] {
+				case "samples/s":
+					v, perr := strconv.ParseFloat(f[i+1], 64)
+					if perr != nil {
+						return 0, 0, perr
+					}
+					tokens = v * 64 // GPT-mini sequences of 64 tokens
+				case "state-bytes/rank":
+					if stateBytes, err = strconv.ParseFloat(f[i+1], 64); err != nil {
+						return 0, 0, err
+					}
+				}
+			}
+		case which == "pipeline" && len(f) >= 9 && f[0] == "pipeline:" && f[1] == "schedule":
+			for i := 0; i+1 < len(f); i++ {
+				if f[i] == "tokens/s" {
+					if tokens, err = strconv.ParseFloat(f[i+1], 64); err != nil {
+						return 0, 0, err
+					}
+				}
+			}
+		}
+	}
+	if tokens == 0 {
+		return 0, 0, fmt.Errorf("no result line in its output:\n%s", tail(out, 2000))
+	}
+	return tokens, stateBytes, nil
+}
+
+func tail(s string, n int) string {
+	if len(s) > n {
+		return "…" + s[len(s)-n:]
+	}
+	return s
+}
+
+// ComputeSpans reads the "compute" spans of a trace file, or of every
+// rank's file in a trace directory.
+func ComputeSpans(path string) ([]plan.Span, error) {
+	files := []string{path}
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if st.IsDir() {
+		if files, err = filepath.Glob(filepath.Join(path, "rank-*.json")); err != nil || len(files) == 0 {
+			return nil, fmt.Errorf("%s: no rank-*.json trace files", path)
+		}
+	}
+	var spans []plan.Span
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		events, err := trace.Read(r, f)
+		r.Close()
+		if err != nil {
+			return nil, err
+		}
+		for _, e := range events {
+			if e.Ph == "X" && e.Cat == "compute" && e.Dur != nil && e.PID != nil {
+				spans = append(spans, plan.Span{Rank: *e.PID, Name: e.Name, Seconds: *e.Dur / 1e6})
+			}
+		}
+	}
+	return spans, nil
+}
