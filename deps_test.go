@@ -47,6 +47,7 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
+	{"github.com/cohortml/cohort/internal/extras", nil},
 }
 
 // coreTrees must never reach the distributed layer, even indirectly.

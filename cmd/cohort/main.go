@@ -18,10 +18,11 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"run":   {"launch workers with torchrun's environment contract", runRun},
-		"bench": {"measure kernels, collectives and training throughput", runBench},
-		"trace": {"merge the ranks' COHORT_TRACE timelines into one (trace merge DIR)", runTrace},
-		"k8s":   {"write Kubernetes manifests (PyTorchJob, Indexed Job, JobSet) for a job", runK8s},
+		"run":    {"launch workers with torchrun's environment contract", runRun},
+		"bench":  {"measure kernels, collectives and training throughput", runBench},
+		"trace":  {"merge the ranks' COHORT_TRACE timelines into one (trace merge DIR)", runTrace},
+		"k8s":    {"write Kubernetes manifests (PyTorchJob, Indexed Job, JobSet) for a job", runK8s},
+		"doctor": {"list the optional extras found here (OpenBLAS, MPI, …) and the tests that skip without them", runDoctor},
 	}
 }
 
