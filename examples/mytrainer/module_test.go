@@ -27,7 +27,7 @@ const (
 // which the README must show verbatim, and the program runs under the
 // README's `go tool cohort run --nproc-per-node 2 .` and must train.
 //
-// Where the README says `go mod tidy`, the test runs `go build -mod=mod .
+// Where the README says `go mod tidy`, the test runs `go list -mod=mod .
 // tool`, which adds the same requirements for building: tidy also resolves
 // the tests of dependencies (progressbar's use of testify), which a module
 // cache filled by this module's own build and tests need not hold, and
@@ -78,7 +78,7 @@ func TestOwnModule(t *testing.T) {
 		}
 		return string(out)
 	}
-	run(5*time.Minute, "build", "-mod=mod", ".", "tool")
+	run(time.Minute, "list", "-mod=mod", ".", "tool")
 	out := run(3*time.Minute, append(strings.Fields(readmeRun)[1:], "-epochs", "3")...)
 
 	// Rank 0 prints each epoch's loss, which must fall.
