@@ -58,7 +58,7 @@ type Options struct {
 	// Token authenticates transport connections (see tcp.Options.Token).
 	Token []byte
 	// Prefix namespaces the store keys, so that several groups (or
-	// restarts) can share one store; default "github.com/cohortml/cohort/distributed".
+	// restarts) can share one store; default "cohort/dist".
 	Prefix string
 	// Group configures the returned group (timeout, tuning). Its Timeout
 	// also bounds Init's wait for the other ranks to join.
@@ -120,7 +120,7 @@ func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 		return nil, err
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = "github.com/cohortml/cohort/distributed"
+		opts.Prefix = "cohort/dist"
 	}
 	if opts.Group.Timeout == 0 {
 		opts.Group.Timeout = DefaultTimeout
@@ -497,7 +497,7 @@ func InitFromInfo(ctx context.Context, info rendezvous.Info, opts Options) (Proc
 		opts.Host = routeTo(info.MasterAddr, info.MasterPort)
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = "github.com/cohortml/cohort/distributed"
+		opts.Prefix = "cohort/dist"
 	}
 	if info.RunID != "" || info.RestartCount > 0 {
 		opts.Prefix += fmt.Sprintf("/%s/%d", info.RunID, info.RestartCount)

@@ -1,5 +1,6 @@
 // Package extras names the optional software cohort uses when a machine
-// has it (libraries loaded at run time, tools that some tests drive),
+// has it (libraries loaded at run time, found the way the packages using
+// them find them; tools that some tests drive),
 // looks for each, and says which tests skip without it. Everything else
 // needs only Go.
 //
@@ -19,6 +20,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortml/cohort/device/cublas"
+	"github.com/cohortml/cohort/device/cuda"
+	"github.com/cohortml/cohort/device/nvrtc"
 	"github.com/ebitengine/purego"
 )
 
@@ -27,7 +31,7 @@ type Extra struct {
 	Name    string
 	Use     string   // what cohort does with it
 	Install string   // how to get it on Debian
-	Tests   []string // the tests that skip without it, "dir.TestName" or "dir.TestName/subtest" (dir from the module root)
+	Tests   []string // the tests that skip without it: "dir.TestName", "dir.TestName/subtest" or "dir.TestPrefix*" (dir from the module root)
 	find    func(ctx context.Context) (where string, err error)
 }
 
@@ -87,8 +91,59 @@ func List() []Extra {
 			find:  python("/usr/bin/python3", "import torch, numpy"),
 		},
 		{
-			Name: "CUDA driver", Use: "nothing yet: the GPU backend will load it at run time", Install: "the NVIDIA driver",
-			find: library("", "libcuda.so.1"),
+			Name: "CUDA driver", Use: "the device packages (libcuda.so.1, loaded at run time)", Install: "the NVIDIA driver, or Debian's libcuda1 (non-free)",
+			Tests: []string{"device/cuda.TestDriverLoads", "device/cuda.TestInitWithoutDevice"},
+			find: func(context.Context) (string, error) {
+				d, err := cuda.Load()
+				if err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("%s (CUDA %d.%d)", d.Path, d.Version/1000, d.Version%1000/10), nil
+			},
+		},
+		{
+			Name: "a CUDA device", Use: "the device packages' GPU tests", Install: "a machine with an NVIDIA GPU",
+			Tests: []string{"device/cuda.TestGPU*", "device/alloc.TestGPU*", "device/cublas.TestGPU*"},
+			find: func(context.Context) (string, error) {
+				d, err := cuda.Load()
+				if err != nil {
+					return "", err
+				}
+				if err := d.Init(); err != nil {
+					return "", err
+				}
+				n, err := d.DeviceCount()
+				if err == nil && n == 0 {
+					err = errors.New("the driver sees no device")
+				}
+				if err != nil {
+					return "", err
+				}
+				return fmt.Sprintf("%d device(s)", n), nil
+			},
+		},
+		{
+			Name: "NVRTC", Use: "compiling the CUDA kernels at run time", Install: "Debian's libnvrtc12 (non-free), or pip's nvidia-cuda-nvrtc-cu12",
+			Tests: []string{"device/nvrtc.TestCompileTargets", "device/nvrtc.TestCompileCUBIN", "device/nvrtc.TestCompileWithHeader",
+				"device/nvrtc.TestCompileErrorHasLog", "device/nvrtc.TestBadOptions", "device/nvrtc.TestCacheHitAndCorruption", "device/nvrtc.TestConcurrentCompiles"},
+			find: func(context.Context) (string, error) {
+				l, err := nvrtc.Load()
+				if err != nil {
+					return "", err
+				}
+				return l.Path, nil
+			},
+		},
+		{
+			Name: "cuBLAS", Use: "GEMMs on the GPU", Install: "Debian's libcublas12 (non-free), or pip's nvidia-cublas-cu12",
+			Tests: []string{"device/cublas.TestLoadAndBind"},
+			find: func(context.Context) (string, error) {
+				l, err := cublas.Load()
+				if err != nil {
+					return "", err
+				}
+				return l.Path, nil
+			},
 		},
 	}
 }
