@@ -65,6 +65,9 @@ func main() {
 }
 
 func train(ctx context.Context, epochs, batch int, lr float64) error {
+	if epochs < 1 || batch < 1 || !(lr > 0) {
+		return fmt.Errorf("-epochs %d, -batch %d, -lr %g: want positive numbers", epochs, batch, lr)
+	}
 	// RANK, WORLD_SIZE, MASTER_ADDR, … from cohort run (or torchrun,
 	// Slurm, mpirun); a world of one when they are unset.
 	pg, err := distributed.InitFromEnv(ctx)
