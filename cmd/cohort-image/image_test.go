@@ -135,7 +135,7 @@ func TestSharedObjectsOfThisProgram(t *testing.T) {
 // TestImage checks an image built by cohort-image (COHORT_IMAGE names
 // its tarball; CI builds one): its configuration, that cohort, mnist and
 // gpt are there and need nothing beyond the glibc the image holds, and
-// that they run from the unpacked image. As root the programs run in a
+// that they run from the unpacked image (--help, cohort version). As root the programs run in a
 // chroot of it as its nonroot user with its environment only, so without
 // Go, a module cache or this machine's libraries: cohort run trains MNIST
 // on 2 ranks and gpt takes 2 steps. Otherwise each prints its help through
@@ -216,6 +216,9 @@ func TestImage(t *testing.T) {
 		if out := run(time.Minute, binDir+"/"+name, "--help"); !strings.Contains(out, "sage") {
 			t.Errorf("%s --help: no usage in\n%s", name, out)
 		}
+	}
+	if out := run(time.Minute, binDir+"/cohort", "version"); !strings.Contains(out, "go: go1.") {
+		t.Errorf("cohort version from the image: no Go version in\n%s", out)
 	}
 	if os.Geteuid() != 0 {
 		t.Logf("not root: the programs ran through the image's loader, not in a chroot; no training run")
