@@ -6,18 +6,18 @@ package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
-	"syscall"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/data"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -56,15 +56,18 @@ func main() {
 	batch := flag.Int("batch", 32, "samples per step on each rank")
 	lr := flag.Float64("lr", 0.1, "SGD learning rate (momentum 0.9)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
-	defer stop()
-	if err := train(ctx, *epochs, *batch, *lr); err != nil {
+	// SIGINT or SIGTERM (Ctrl-C, Kubernetes, Slurm): every rank finishes
+	// its step and the run exits 130 or 143; a second signal exits at once.
+	stop := distributed.NotifyStop(context.Background())
+	err := train(stop.Context(), stop, *epochs, *batch, *lr)
+	stop.Close()
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "mytrainer:", err)
-		os.Exit(1)
+		os.Exit(rendezvous.Fail(stop.Context(), err))
 	}
 }
 
-func train(ctx context.Context, epochs, batch int, lr float64) error {
+func train(ctx context.Context, stop *distributed.Stopper, epochs, batch int, lr float64) error {
 	if epochs < 1 || batch < 1 || !(lr > 0) {
 		return fmt.Errorf("-epochs %d, -batch %d, -lr %g: want positive numbers", epochs, batch, lr)
 	}
@@ -114,6 +117,9 @@ func train(ctx context.Context, epochs, batch int, lr float64) error {
 			opt.ZeroGrad()
 			sum += float64(loss.Value.Item())
 			steps++
+			if halt, err := stop.ShouldStop(ctx, pg); err != nil || halt { // the ranks agree
+				return errors.Join(err, stop.Err())
+			}
 		}
 		if pg.Rank() == 0 {
 			fmt.Printf("epoch %d: loss %.4f (%d ranks)\n", epoch+1, sum/float64(steps), pg.Size())
