@@ -54,7 +54,7 @@ func writeDoctor(w io.Writer, found []extras.Status, gates []extras.Gate) {
 	for _, t := range skipped {
 		n[t] = true
 	}
-	fmt.Fprintf(w, "%d of %d extras found; go test ./... skips %d tests here for the others (go test -v ./... prints each reason).\n",
+	fmt.Fprintf(w, "%d of %d extras found; without the others go test ./... skips the %d tests (or TestX* groups) listed above; go test -v ./... prints each reason.\n",
 		len(found)-countAbsent(found), len(found), len(n))
 }
 

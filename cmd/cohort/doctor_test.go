@@ -25,7 +25,7 @@ func TestDoctorReport(t *testing.T) {
 		"absent  MPI", "libmpi.so.40: not found", "apt-get install libopenmpi3", "skipped: b.TestY, c.TestZ",
 		"absent  mpirun", "skipped: b.TestY",
 		"off     COHORT_SOAK=1", "soak: d.TestKill",
-		"1 of 3 extras found; go test ./... skips 2 tests here",
+		"1 of 3 extras found; without the others go test ./... skips the 2 tests",
 	} {
 		if !strings.Contains(out, want) {
 			t.Errorf("report lacks %q:\n%s", want, out)
