@@ -16,6 +16,9 @@ var importRules = []struct {
 	pkg   string
 	allow []string
 }{
+	// The device conformance suite also checks the optimizer kernels a
+	// backend provides (optim.DeviceKernels); it is imported by tests only.
+	{"github.com/cohortml/cohort/tensor/devicetest", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/tensor/...", []string{"github.com/cohortml/cohort/tensor/..."}},
 	{"github.com/cohortml/cohort/autograd", []string{"github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/nn", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd"}},
@@ -49,6 +52,7 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/internal/affinity", nil},
 	{"github.com/cohortml/cohort/plan", nil},
 	{"github.com/cohortml/cohort/device/...", []string{"github.com/cohortml/cohort/device/..."}},
+	{"github.com/cohortml/cohort/internal/fakedev", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 }
 
 // deviceModules are the only module dependencies the device packages may

@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -114,6 +115,9 @@ func Neg(x *Var) *Var { return Scale(x, -1) }
 // from the input x and the output y: dx = g·deriv(x, y).
 func unaryOp(name string, x *Var, y *tensor.Tensor, deriv func(dx, g, xd, yd []float32)) *Var {
 	xv := x.Value
+	if dev := xv.Device(); !dev.IsCPU() {
+		panic(fmt.Sprintf("autograd: %s: its gradient is not available on %v yet", name, dev))
+	}
 	return record(name, y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
 		dx := tensor.New(xv.Shape()...)
 		deriv(dx.Data(), g.Contiguous().Data(), xv.Contiguous().Data(), y.Data())
