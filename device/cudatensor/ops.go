@@ -3,6 +3,7 @@ package cudatensor
 import (
 	"fmt"
 	"math"
+	"slices"
 
 	"github.com/cohortml/cohort/device/cublas"
 	"github.com/cohortml/cohort/device/cuda"
@@ -109,31 +110,42 @@ func (backend) Fill(dst *tensor.Tensor, v float32) {
 	stOf(dst).launch("Fill", "fill_f32", kernels.Problem{N: n64(dst)}, ptr(p(dst)), f32(v), i64(n64(dst)))
 }
 
-// isRowBroadcast reports whether b is a [cols] vector expanded over the
-// rows of a contiguous [.., cols] operand (strides 0 except the last, 1).
-func isRowBroadcast(b *tensor.Tensor) bool {
-	st := b.Strides()
-	if len(st) == 0 || st[len(st)-1] != 1 {
-		return false
+// rowBroadcast reports whether t is a contiguous block of cols elements
+// repeated over its leading dimensions (strides 0 there, contiguous after:
+// a bias [cols] over [rows, cols], a position table [T, D] over a batch
+// [B, T, D]), and gives cols.
+func rowBroadcast(t *tensor.Tensor) (cols int, ok bool) {
+	sh, st := t.Shape(), t.Strides()
+	k := 0
+	for k < len(sh) && (st[k] == 0 || sh[k] == 1) {
+		k++
 	}
-	for _, x := range st[:len(st)-1] {
-		if x != 0 {
-			return false
+	cols, want := 1, 1
+	for i := len(sh) - 1; i >= k; i-- {
+		if sh[i] != 1 && st[i] != want {
+			return 0, false
 		}
+		want *= sh[i]
+		cols *= sh[i]
 	}
-	return true
+	return cols, k > 0 && cols > 0
 }
 
 func (backend) Binary(op tensor.BinaryOp, alpha float32, dst, a, b *tensor.Tensor) {
 	s := stOf(dst)
 	n := n64(dst)
-	contig("Binary", dst, a)
-	if op == tensor.BinaryAdd && !b.IsContiguous() && isRowBroadcast(b) {
-		rows, cols := lastDim(dst)
-		s.launch("Binary", "bias_add_f32", kernels.Problem{Rows: rows, Cols: cols}, ptr(p(dst)), ptr(p(a)), ptr(p(b)), i32(rows), i32(cols))
-		return
+	contig("Binary", dst)
+	if op == tensor.BinaryAdd && a.IsContiguous() != b.IsContiguous() {
+		if !a.IsContiguous() {
+			a, b = b, a // addition commutes
+		}
+		if cols, ok := rowBroadcast(b); ok && n > 0 {
+			rows := int(n) / cols
+			s.launch("Binary", "bias_add_f32", kernels.Problem{Rows: rows, Cols: cols}, ptr(p(dst)), ptr(p(a)), ptr(p(b)), i32(rows), i32(cols))
+			return
+		}
 	}
-	contig("Binary", b)
+	contig("Binary", a, b)
 	name := map[tensor.BinaryOp]string{tensor.BinaryAdd: "add_f32", tensor.BinarySub: "sub_f32", tensor.BinaryMul: "mul_f32"}[op]
 	switch {
 	case op == tensor.BinaryCopy:
@@ -313,25 +325,25 @@ func (backend) Sum(dst, src *tensor.Tensor) {
 		n := n64(dst)
 		s.launch(op, "add_f32", kernels.Problem{N: n}, ptr(p(dst)), ptr(p(dst)), ptr(p(src)), i64(n))
 	default:
-		rows, cols := lastDim(src)
-		if dst.Len() != cols || !trailing(dst.Shape(), cols) {
-			missing(op, dst.Device(), fmt.Sprintf("a sum of %v into %v (only into a scalar or over the rows)", src.Shape(), dst.Shape()))
+		if !trailing(dst.Shape(), src.Shape()) {
+			missing(op, dst.Device(), fmt.Sprintf("a sum of %v into %v (only into a scalar or over leading dimensions)", src.Shape(), dst.Shape()))
 		}
+		cols := dst.Len()
+		rows := src.Len() / cols
 		s.launch(op, "bias_grad_f32", kernels.Problem{Cols: cols}, ptr(p(dst)), ptr(p(src)), i32(rows), i32(cols), i32(1))
 	}
 }
 
-// trailing reports whether shape is [1, ..., 1, cols] (or [cols]).
-func trailing(shape []int, cols int) bool {
-	if len(shape) == 0 || shape[len(shape)-1] != cols {
+// trailing reports whether dst's shape, without its leading ones, is the
+// tail of src's: a sum over src's leading dimensions.
+func trailing(dst, src []int) bool {
+	for len(dst) > 0 && dst[0] == 1 {
+		dst = dst[1:]
+	}
+	if len(dst) > len(src) {
 		return false
 	}
-	for _, d := range shape[:len(shape)-1] {
-		if d != 1 {
-			return false
-		}
-	}
-	return true
+	return slices.Equal(dst, src[len(src)-len(dst):])
 }
 
 // sumAll writes (or adds, with accumulate) Σ src into out[0]: partial
