@@ -75,6 +75,7 @@ type config struct {
 	seed          uint64
 	dir           string
 	limit         int // training samples used, 0: all
+	device        string
 
 	save      string // final weights as safetensors, "": none
 	ckptDir   string // training-state checkpoints, "": none
@@ -101,6 +102,7 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 1, "seed for initialisation and shuffling (the same on every rank)")
 	flag.StringVar(&c.dir, "data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
 	flag.IntVar(&c.limit, "limit", 0, "train on the first N training samples only (0: all 60000)")
+	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this safetensors file (PyTorch nn.Sequential names)")
 	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
@@ -123,6 +125,11 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	if c.getenv == nil {
 		c.getenv = os.Getenv
+	}
+	if dev, err := openDevice(c.device); err != nil {
+		return err // before any data is loaded
+	} else if !dev.IsCPU() {
+		return fmt.Errorf("-device %v: the data-parallel wrapper (ddp) keeps gradients in host buckets and cannot train on a device yet", dev)
 	}
 	// The job's process group: the launcher's world, or a world of one.
 	pg, err := distributed.InitFromEnv(ctx)
@@ -207,6 +214,12 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 			return err
 		}
 	}
+
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	nn.To(model, dev)
 
 	lr := c.lr * math.Sqrt(float64(c.batch*world)/64)
 	sampler, err := data.NewDistributedSampler(trainSet.Len(), world, rank, true, c.seed, false)
