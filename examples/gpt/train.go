@@ -12,6 +12,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/obs/trace"
 )
@@ -53,6 +54,11 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	nn.To(model, dev)
 	tr, err := newTrainer(ctx, c, pg, model)
 	if err != nil {
 		return err
