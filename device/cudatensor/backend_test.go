@@ -90,7 +90,7 @@ func TestPathsComplete(t *testing.T) {
 			t.Errorf("%s: path with no kernel, cuBLAS or driver call", m)
 		}
 		for _, k := range pa.kernels {
-			if _, ok := kernels.Lookup(k); !ok {
+			if _, ok := lookup(k); !ok {
 				t.Errorf("%s: kernel %s is not in the kernel table", m, k)
 			}
 		}
@@ -152,14 +152,20 @@ func dryCases() []dryCase {
 	add("upload", "Upload", func(s *state) { be.Upload(buf(s.tensor(4)), 1, []float32{1, 2}) })
 	add("download", "Download", func(s *state) { be.Download(make([]float32, 2), buf(s.tensor(4)), 1) })
 	add("copy", "Copy", func(s *state) { be.Copy(s.tensor(3, 4), s.tensor(3, 4)) })
+	add("copy-strided", "Copy", func(s *state) { be.Copy(s.tensor(3, 2), s.tensor(2, 3).Transpose(0, 1)) })
+	add("copy-5d", "Copy", func(s *state) { be.Copy(s.tensor(2, 3, 2, 2, 2), s.tensor(2, 2, 2, 3, 2).Permute(0, 3, 1, 2, 4)) })
 	add("fill", "Fill", func(s *state) { be.Fill(s.tensor(3, 4), 2) })
-	for _, op := range []tensor.BinaryOp{tensor.BinaryCopy, tensor.BinaryAdd, tensor.BinarySub, tensor.BinaryMul, tensor.BinaryAxpy} {
+	for _, op := range []tensor.BinaryOp{tensor.BinaryCopy, tensor.BinaryAdd, tensor.BinarySub, tensor.BinaryMul, tensor.BinaryAxpy, tensor.BinaryDiv, tensor.BinaryMax, tensor.BinaryMin} {
 		add(fmt.Sprintf("binary-%d", op), "Binary", func(s *state) { be.Binary(op, 0.5, s.tensor(3, 4), s.tensor(3, 4), s.tensor(3, 4)) })
 	}
 	add("binary-bias", "Binary", func(s *state) {
 		be.Binary(tensor.BinaryAdd, 0, s.tensor(3, 4), s.tensor(3, 4), s.tensor(4).Expand(3, 4))
 	})
-	for _, op := range []tensor.UnaryOp{tensor.UnaryNeg, tensor.UnaryScale, tensor.UnaryReLU, tensor.UnaryGELUTanh} {
+	add("binary-strided", "Binary", func(s *state) {
+		be.Binary(tensor.BinaryMul, 0, s.tensor(3, 4), s.tensor(4, 3).Transpose(0, 1), s.tensor(1, 4).Expand(3, 4))
+	})
+	add("unary-strided", "Unary", func(s *state) { be.Unary(tensor.UnaryReLU, 0, s.tensor(3, 4), s.tensor(4, 3).Transpose(0, 1)) })
+	for _, op := range []tensor.UnaryOp{tensor.UnaryNeg, tensor.UnaryScale, tensor.UnaryReLU, tensor.UnaryGELUTanh, tensor.UnaryExp, tensor.UnaryPow} {
 		add(fmt.Sprintf("unary-%d", op), "Unary", func(s *state) { be.Unary(op, 2, s.tensor(5), s.tensor(5)) })
 	}
 	add("relu-bwd", "ReLUBackward", func(s *state) { be.ReLUBackward(s.tensor(5), s.tensor(5), s.tensor(5)) })
@@ -181,12 +187,23 @@ func dryCases() []dryCase {
 	add("sum-all", "Sum", func(s *state) { be.Sum(s.tensor(), s.tensor(3, 4)) })
 	add("sum-rows", "Sum", func(s *state) { be.Sum(s.tensor(1, 4), s.tensor(3, 4)) })
 	add("sum-same", "Sum", func(s *state) { be.Sum(s.tensor(3, 4), s.tensor(3, 4)) })
+	add("sum-mid", "Sum", func(s *state) { be.Sum(s.tensor(3, 1, 5), s.tensor(3, 4, 5)) })
+	add("fill-strided", "Fill", func(s *state) { be.Fill(s.tensor(4, 3).Transpose(0, 1), 2) })
+	add("softmax-dim0", "Softmax", func(s *state) { be.Softmax(s.tensor(3, 4), s.tensor(3, 4), 0, false) })
+	add("softmax-bwd-mid", "SoftmaxBackward", func(s *state) {
+		be.SoftmaxBackward(s.tensor(2, 3, 4), s.tensor(2, 3, 4), s.tensor(2, 3, 4), 1, false)
+	})
+	add("log-softmax", "Softmax", func(s *state) { be.Softmax(s.tensor(3, 4), s.tensor(3, 4), 1, true) })
+	add("log-softmax-bwd", "SoftmaxBackward", func(s *state) { be.SoftmaxBackward(s.tensor(3, 4), s.tensor(3, 4), s.tensor(3, 4), 1, true) })
 	add("softmax", "Softmax", func(s *state) { be.Softmax(s.tensor(3, 4), s.tensor(3, 4), 1, false) })
 	add("softmax-bwd", "SoftmaxBackward", func(s *state) { be.SoftmaxBackward(s.tensor(3, 4), s.tensor(3, 4), s.tensor(3, 4), -1, false) })
 	add("ce-mean", "CrossEntropy", func(s *state) { be.CrossEntropy(s.tensor(), s.tensor(4, V), s.tensor(4, V), tg[:3], ce) })
 	add("ce-none", "CrossEntropy", func(s *state) { be.CrossEntropy(s.tensor(4), s.tensor(4, V), s.tensor(4, V), tg, ign) })
 	add("ce-sum", "CrossEntropy", func(s *state) {
 		be.CrossEntropy(s.tensor(), s.tensor(4, V), s.tensor(4, V), tg, tensor.CrossEntropyOptions{Reduction: tensor.ReduceSum})
+	})
+	add("ce-bwd-none", "CrossEntropyBackward", func(s *state) {
+		be.CrossEntropyBackward(s.tensor(4, V), s.tensor(4), tg, tensor.CrossEntropyOptions{Reduction: tensor.ReduceNone, Ignore: true, IgnoreIndex: -100})
 	})
 	add("ce-bwd", "CrossEntropyBackward", func(s *state) { be.CrossEntropyBackward(s.tensor(4, V), s.tensor(), tg, ign) })
 	add("layernorm", "LayerNorm", func(s *state) {
@@ -221,6 +238,7 @@ func dryCases() []dryCase {
 		be.SGDUpdate(s.tensor(7), s.tensor(7), s.tensor(7), optim.SGDHyper{LR: 0.1, Momentum: 0.9}, 2)
 	})
 	add("grad-norm", "GradNorm", func(s *state) { be.GradNorm(s.tensor(7), 2) })
+	add("grad-norm-1", "GradNorm", func(s *state) { be.GradNorm(s.tensor(7), 1) })
 	return cs
 }
 
@@ -273,10 +291,12 @@ func TestDryRun(t *testing.T) {
 func TestMissingNamesOpAndDevice(t *testing.T) {
 	s := dry()
 	for name, f := range map[string]func(){
-		"Unary":   func() { backend{}.Unary(tensor.UnaryExp, 0, s.tensor(3), s.tensor(3)) },
-		"Binary":  func() { backend{}.Binary(tensor.BinaryDiv, 0, s.tensor(3), s.tensor(3), s.tensor(3)) },
-		"Softmax": func() { backend{}.Softmax(s.tensor(2, 3), s.tensor(2, 3), 1, true) },
-		"Copy":    func() { backend{}.Copy(s.tensor(3, 2), s.tensor(2, 3).Transpose(0, 1)) },
+		"Unary":  func() { backend{}.Unary(tensor.UnaryOp(200), 0, s.tensor(3), s.tensor(3)) },
+		"Binary": func() { backend{}.Binary(tensor.BinaryOp(200), 0, s.tensor(3), s.tensor(3), s.tensor(3)) },
+		"CrossEntropy": func() {
+			backend{}.CrossEntropy(s.tensor(), s.tensor(2, 3), s.tensor(2, 3), []int64{0, 1}, tensor.CrossEntropyOptions{LabelSmoothing: 0.1})
+		},
+		"Copy": func() { backend{}.Copy(s.tensor(2, 2, 2, 2, 2), s.tensor(2, 2, 2, 2, 2).Permute(4, 2, 0, 3, 1)) },
 	} {
 		msg := func() (m string) {
 			defer func() { m = fmt.Sprint(recover()) }()
@@ -304,7 +324,7 @@ func TestKernelsCompile(t *testing.T) {
 	byFamily := map[string][]string{}
 	for _, pa := range paths {
 		for _, name := range pa.kernels {
-			k, _ := kernels.Lookup(name)
+			k, _ := lookup(name)
 			if !slices.Contains(byFamily[k.Family], name) {
 				byFamily[k.Family] = append(byFamily[k.Family], name)
 			}
@@ -317,7 +337,7 @@ func TestKernelsCompile(t *testing.T) {
 	sort.Strings(fams)
 	cache := t.TempDir()
 	for _, f := range fams {
-		src, err := kernels.Source(f)
+		src, err := source(f)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -338,6 +358,25 @@ func TestKernelsCompile(t *testing.T) {
 }
 
 // TestSegments checks the counting sort behind IndexAddRows.
+// TestUnaryCodes: every unary and binary op has a kernel path.
+func TestUnaryCodes(t *testing.T) {
+	for op := tensor.UnaryNeg; op <= tensor.UnaryPow; op++ {
+		switch op {
+		case tensor.UnaryNeg, tensor.UnaryScale, tensor.UnaryReLU, tensor.UnaryGELUTanh:
+			continue
+		}
+		if unaryCodes[op] == 0 {
+			t.Errorf("unary op %d has no code", op)
+		}
+	}
+	src, _ := source(stridedFamily)
+	for op, code := range unaryCodes {
+		if !strings.Contains(src, fmt.Sprintf(" %d\n", code)) {
+			t.Errorf("unary op %d: code %d not defined in the source", op, code)
+		}
+	}
+}
+
 func TestSegments(t *testing.T) {
 	order, start, id := segments([]int64{5, 2, 5, 7, 2, 5})
 	if !slices.Equal(order, []int32{0, 2, 5, 1, 4, 3}) || !slices.Equal(start, []int32{0, 3, 5, 6}) || !slices.Equal(id, []int32{5, 2, 7}) {

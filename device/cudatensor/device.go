@@ -178,7 +178,7 @@ func Synchronize(dev tensor.Device) error {
 // disk, keyed by source, arch and NVRTC version).
 func (s *state) function(op, name string) launcher {
 	if s.dry != nil {
-		k, ok := kernels.Lookup(name)
+		k, ok := lookup(name)
 		if !ok {
 			panic(fmt.Sprintf("cudatensor: %s on %v: kernel %s is not in the kernel table", op, s.dev, name))
 		}
@@ -189,13 +189,13 @@ func (s *state) function(op, name string) launcher {
 	if l, ok := s.funcs[name]; ok {
 		return l
 	}
-	k, ok := kernels.Lookup(name)
+	k, ok := lookup(name)
 	if !ok {
 		panic(fmt.Sprintf("cudatensor: %s on %v: kernel %s is not in the kernel table", op, s.dev, name))
 	}
 	m := s.modules[k.Family]
 	if m == nil {
-		src, err := kernels.Source(k.Family)
+		src, err := source(k.Family)
 		if err != nil {
 			panic(fmt.Sprintf("cudatensor: %s on %v: %v", op, s.dev, err))
 		}

@@ -98,16 +98,21 @@ func (backend) Download(dst []float32, src tensor.Buffer, off int) {
 }
 
 func (backend) Copy(dst, src *tensor.Tensor) {
-	contig("Copy", dst, src)
 	s := stOf(dst)
+	if !src.IsContiguous() || !dst.IsContiguous() {
+		s.gather("Copy", dst, src)
+		return
+	}
 	if n := n64(dst); n > 0 {
 		s.dtod("Copy", p(dst), p(src), 4*n)
 	}
 }
 
 func (backend) Fill(dst *tensor.Tensor, v float32) {
-	contig("Fill", dst)
-	stOf(dst).launch("Fill", "fill_f32", kernels.Problem{N: n64(dst)}, ptr(p(dst)), f32(v), i64(n64(dst)))
+	s := stOf(dst)
+	s.into("Fill", dst, func(d *tensor.Tensor) {
+		s.launch("Fill", "fill_f32", kernels.Problem{N: n64(d)}, ptr(p(d)), f32(v), i64(n64(d)))
+	})
 }
 
 // rowBroadcast reports whether t is a contiguous block of cols elements
@@ -131,10 +136,13 @@ func rowBroadcast(t *tensor.Tensor) (cols int, ok bool) {
 	return cols, k > 0 && cols > 0
 }
 
-func (backend) Binary(op tensor.BinaryOp, alpha float32, dst, a, b *tensor.Tensor) {
+func (be backend) Binary(op tensor.BinaryOp, alpha float32, dst, a, b *tensor.Tensor) {
 	s := stOf(dst)
+	if !dst.IsContiguous() {
+		s.into("Binary", dst, func(d *tensor.Tensor) { be.Binary(op, alpha, d, a, b) })
+		return
+	}
 	n := n64(dst)
-	contig("Binary", dst)
 	if op == tensor.BinaryAdd && a.IsContiguous() != b.IsContiguous() {
 		if !a.IsContiguous() {
 			a, b = b, a // addition commutes
@@ -145,7 +153,7 @@ func (backend) Binary(op tensor.BinaryOp, alpha float32, dst, a, b *tensor.Tenso
 			return
 		}
 	}
-	contig("Binary", a, b)
+	a, b = s.dense("Binary", a), s.dense("Binary", b)
 	name := map[tensor.BinaryOp]string{tensor.BinaryAdd: "add_f32", tensor.BinarySub: "sub_f32", tensor.BinaryMul: "mul_f32"}[op]
 	switch {
 	case op == tensor.BinaryCopy:
@@ -158,14 +166,20 @@ func (backend) Binary(op tensor.BinaryOp, alpha float32, dst, a, b *tensor.Tenso
 			backend{}.Copy(dst, a)
 		}
 		s.launch("Binary", "axpy_f32", kernels.Problem{N: n}, ptr(p(dst)), f32(alpha), ptr(p(b)), i64(n))
+	case binaryCodes[op] != 0:
+		s.launch("Binary", "binary_f32", kernels.Problem{N: n}, ptr(p(dst)), ptr(p(a)), ptr(p(b)), i64(n), i32(binaryCodes[op]))
 	default:
-		missing("Binary", dst.Device(), fmt.Sprintf("binary op %d (div, max and min have no kernel)", op))
+		missing("Binary", dst.Device(), fmt.Sprintf("binary op %d", op))
 	}
 }
 
-func (backend) Unary(op tensor.UnaryOp, c float32, dst, a *tensor.Tensor) {
-	contig("Unary", dst, a)
+func (be backend) Unary(op tensor.UnaryOp, c float32, dst, a *tensor.Tensor) {
 	s := stOf(dst)
+	if !dst.IsContiguous() {
+		s.into("Unary", dst, func(d *tensor.Tensor) { be.Unary(op, c, d, a) })
+		return
+	}
+	a = s.dense("Unary", a)
 	n := n64(dst)
 	switch op {
 	case tensor.UnaryNeg:
@@ -177,7 +191,11 @@ func (backend) Unary(op tensor.UnaryOp, c float32, dst, a *tensor.Tensor) {
 	case tensor.UnaryGELUTanh:
 		s.launch("Unary", "gelu_fwd_f32", kernels.Problem{N: n}, ptr(p(dst)), ptr(p(a)), i64(n))
 	default:
-		missing("Unary", dst.Device(), fmt.Sprintf("unary op %d (only neg, scale, relu and gelu-tanh have kernels)", op))
+		code := unaryCodes[op]
+		if code == 0 {
+			missing("Unary", dst.Device(), fmt.Sprintf("unary op %d", op))
+		}
+		s.launch("Unary", "unary_f32", kernels.Problem{N: n}, ptr(p(dst)), ptr(p(a)), i64(n), i32(code), f32(c))
 	}
 }
 
@@ -324,14 +342,40 @@ func (backend) Sum(dst, src *tensor.Tensor) {
 	case dst.Len() == src.Len():
 		n := n64(dst)
 		s.launch(op, "add_f32", kernels.Problem{N: n}, ptr(p(dst)), ptr(p(dst)), ptr(p(src)), i64(n))
-	default:
-		if !trailing(dst.Shape(), src.Shape()) {
-			missing(op, dst.Device(), fmt.Sprintf("a sum of %v into %v (only into a scalar or over leading dimensions)", src.Shape(), dst.Shape()))
-		}
+	case trailing(dst.Shape(), src.Shape()):
 		cols := dst.Len()
 		rows := src.Len() / cols
 		s.launch(op, "bias_grad_f32", kernels.Problem{Cols: cols}, ptr(p(dst)), ptr(p(src)), i32(rows), i32(cols), i32(1))
+	default:
+		s.sumDims(op, dst, src)
 	}
+}
+
+// sumDims adds src's sums over the dimensions dst lacks or has as 1 into
+// dst: the kept dimensions are moved first and the summed ones last, the
+// view made contiguous [K, R], and one GEMM with a vector of ones adds
+// its row sums into dst.
+func (s *state) sumDims(op string, dst, src *tensor.Tensor) {
+	sh := src.Shape()
+	dpad := append(make([]int, len(sh)-len(dst.Shape())), dst.Shape()...)
+	var kept, red []int
+	K, R := 1, 1
+	for i := range sh {
+		if dpad[i] != sh[i] {
+			red = append(red, i)
+			R *= sh[i]
+		} else {
+			kept = append(kept, i)
+			K *= sh[i]
+		}
+	}
+	if K == 0 || R == 0 {
+		return
+	}
+	m := s.dense(op, src.Permute(append(kept, red...)...))
+	ones := s.scratch(op, R)
+	backend{}.Fill(ones, 1)
+	s.gemm(op, cublas.Gemm{M: K, N: 1, K: R, Alpha: 1, Beta: 1, A: p(m), B: p(ones), C: p(dst), LDA: R, LDB: 1, LDC: 1})
 }
 
 // trailing reports whether dst's shape, without its leading ones, is the
@@ -362,31 +406,101 @@ func (s *state) reduce(op, partial string, out cuda.DevicePtr, src *tensor.Tenso
 	s.launch(op, "reduce_final", kernels.Problem{}, ptr(out), ptr(p(tmp)), i32(parts), flag(accumulate))
 }
 
-func lastAxis(op string, t *tensor.Tensor, dim int) {
-	nd := len(t.Shape())
-	if dim != -1 && dim != nd-1 {
-		missing(op, t.Device(), fmt.Sprintf("dimension %d of %v (only the last)", dim, t.Shape()))
+// lastAxis runs f on x (and the others) with dim moved last: as they are
+// when it is last already, else on contiguous permuted copies, and copies
+// f's result back into dst's layout.
+func (s *state) lastAxis(op string, dst *tensor.Tensor, dim int, f func(dst *tensor.Tensor, in ...*tensor.Tensor), in ...*tensor.Tensor) {
+	nd := len(dst.Shape())
+	if dim < 0 {
+		dim += nd
 	}
+	if dim == nd-1 || nd == 0 {
+		for i := range in {
+			in[i] = s.dense(op, in[i])
+		}
+		s.into(op, dst, func(d *tensor.Tensor) { f(d, in...) })
+		return
+	}
+	perm, inv := make([]int, 0, nd), make([]int, nd)
+	for i := range nd {
+		if i != dim {
+			perm = append(perm, i)
+		}
+	}
+	perm = append(perm, dim)
+	for i, d := range perm {
+		inv[d] = i
+	}
+	for i := range in {
+		in[i] = s.dense(op, in[i].Permute(perm...))
+	}
+	out := s.scratch(op, in[0].Shape()...)
+	f(out, in...)
+	s.gather(op, dst, out.Permute(inv...))
 }
 
-func (backend) Softmax(dst, x *tensor.Tensor, dim int, log bool) {
-	contig("Softmax", dst, x)
-	lastAxis("Softmax", x, dim)
+func (be backend) Softmax(dst, x *tensor.Tensor, dim int, log bool) {
+	s := stOf(dst)
 	if log {
-		missing("Softmax", dst.Device(), "log-softmax")
+		s.lastAxis("Softmax", dst, dim, func(d *tensor.Tensor, in ...*tensor.Tensor) { s.logSoftmax(d, in[0]) }, x)
+		return
 	}
+	s.lastAxis("Softmax", dst, dim, func(d *tensor.Tensor, in ...*tensor.Tensor) {
+		rows, cols := lastDim(in[0])
+		s.launch("Softmax", "softmax_fwd", kernels.Problem{Rows: rows, Cols: cols}, ptr(p(d)), ptr(p(in[0])), i32(rows), i32(cols))
+	}, x)
+}
+
+func (be backend) SoftmaxBackward(dst, y, dy *tensor.Tensor, dim int, log bool) {
+	s := stOf(dst)
+	if log {
+		s.lastAxis("SoftmaxBackward", dst, dim, func(d *tensor.Tensor, in ...*tensor.Tensor) { s.logSoftmaxBackward(d, in[0], in[1]) }, y, dy)
+		return
+	}
+	s.lastAxis("SoftmaxBackward", dst, dim, func(d *tensor.Tensor, in ...*tensor.Tensor) {
+		rows, cols := lastDim(in[0])
+		s.launch("SoftmaxBackward", "softmax_bwd", kernels.Problem{Rows: rows, Cols: cols}, ptr(p(d)), ptr(p(in[0])), ptr(p(in[1])), i32(rows), i32(cols))
+	}, y, dy)
+}
+
+// logSoftmax writes x − lse(x) row by row (contiguous, last axis). The
+// log-sum-exp comes from the fused classifier run on a copy with every
+// target 0: its loss is lse − x[r, 0].
+func (s *state) logSoftmax(y, x *tensor.Tensor) {
+	const op = "Softmax"
 	rows, cols := lastDim(x)
-	stOf(dst).launch("Softmax", "softmax_fwd", kernels.Problem{Rows: rows, Cols: cols}, ptr(p(dst)), ptr(p(x)), i32(rows), i32(cols))
+	if rows == 0 {
+		return
+	}
+	work := s.scratch(op, rows, cols)
+	backend{}.Copy(work, x.Reshape(rows, cols))
+	lse := s.scratch(op, rows, 1)
+	tg := s.uploadI64(op, make([]int64, rows))
+	s.launch(op, "fused_classifier_f32", kernels.Problem{Rows: rows}, ptr(p(work)), ptr(p(lse)), ptr(tg.at(0)), i32(rows), i32(cols), f32(1), i64(math.MinInt64))
+	x2 := x.Reshape(rows, cols)
+	first := s.dense(op, x2.Narrow(1, 0, 1))
+	n := int64(rows)
+	s.launch(op, "add_f32", kernels.Problem{N: n}, ptr(p(lse)), ptr(p(lse)), ptr(p(first)), i64(n))
+	full := s.dense(op, lse.Expand(rows, cols))
+	m := int64(rows * cols)
+	s.launch(op, "sub_f32", kernels.Problem{N: m}, ptr(p(y)), ptr(p(x2)), ptr(p(full)), i64(m))
 }
 
-func (backend) SoftmaxBackward(dst, y, dy *tensor.Tensor, dim int, log bool) {
-	contig("SoftmaxBackward", dst, y, dy)
-	lastAxis("SoftmaxBackward", y, dim)
-	if log {
-		missing("SoftmaxBackward", dst.Device(), "log-softmax's gradient")
-	}
+// logSoftmaxBackward writes dy − e^y · Σ dy row by row.
+func (s *state) logSoftmaxBackward(dx, y, dy *tensor.Tensor) {
+	const op = "SoftmaxBackward"
 	rows, cols := lastDim(y)
-	stOf(dst).launch("SoftmaxBackward", "softmax_bwd", kernels.Problem{Rows: rows, Cols: cols}, ptr(p(dst)), ptr(p(y)), ptr(p(dy)), i32(rows), i32(cols))
+	if rows == 0 {
+		return
+	}
+	sum := s.scratch(op, rows, 1)
+	s.sumDims(op, sum, dy.Reshape(rows, cols))
+	m := int64(rows * cols)
+	e := s.scratch(op, rows, cols)
+	s.launch(op, "unary_f32", kernels.Problem{N: m}, ptr(p(e)), ptr(p(y)), i64(m), i32(unaryCodes[tensor.UnaryExp]), f32(0))
+	full := s.dense(op, sum.Expand(rows, cols))
+	s.launch(op, "mul_f32", kernels.Problem{N: m}, ptr(p(e)), ptr(p(e)), ptr(p(full)), i64(m))
+	s.launch(op, "sub_f32", kernels.Problem{N: m}, ptr(p(dx)), ptr(p(dy)), ptr(p(e)), i64(m))
 }
 
 // ceCount is how many samples count towards the mean.
@@ -447,9 +561,6 @@ func (backend) CrossEntropyBackward(prob, g *tensor.Tensor, target []int64, o te
 	if o.LabelSmoothing != 0 {
 		missing(op, prob.Device(), "label smoothing")
 	}
-	if o.Reduction == tensor.ReduceNone {
-		missing(op, prob.Device(), "a per-sample upstream gradient (ReduceNone)")
-	}
 	s := stOf(prob)
 	N, C := prob.Shape()[0], prob.Shape()[1]
 	if N == 0 {
@@ -480,6 +591,13 @@ func (backend) CrossEntropyBackward(prob, g *tensor.Tensor, target []int64, o te
 			backend{}.Fill(row, 0)
 		}
 	}
+	n := n64(prob)
+	if o.Reduction == tensor.ReduceNone {
+		// Each row by its sample's upstream gradient g [N].
+		full := s.dense(op, s.dense(op, g).Reshape(N, 1).Expand(N, C))
+		s.launch(op, "mul_f32", kernels.Problem{N: n}, ptr(p(prob)), ptr(p(prob)), ptr(p(full)), i64(n))
+		return
+	}
 	// Scale by the upstream gradient (a scalar read back: one sync).
 	var gv [1]float32
 	backend{}.Download(gv[:], buf(g), g.Offset())
@@ -489,7 +607,6 @@ func (backend) CrossEntropyBackward(prob, g *tensor.Tensor, target []int64, o te
 			scale /= float32(c)
 		}
 	}
-	n := n64(prob)
 	s.launch(op, "scale_f32", kernels.Problem{N: n}, ptr(p(prob)), ptr(p(prob)), f32(scale), i64(n))
 }
 

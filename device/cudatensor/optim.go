@@ -1,6 +1,8 @@
 package cudatensor
 
 import (
+	"math"
+
 	"github.com/cohortml/cohort/device/kernels"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -30,17 +32,26 @@ func (backend) SGDUpdate(param, grad, buf *tensor.Tensor, h optim.SGDHyper, step
 		i64(n), f32(a.Sign), f32(a.WD), f32(a.Mom), f32(a.Damp), f32(a.LR), i32(a.HasWD), i32(a.Momentum), i32(a.Nesterov), i32(a.First))
 }
 
-// GradNorm supports the 2-norm (the sum of squares on the device, read
-// back as one float); other norms have no kernel.
+// GradNorm sums g² on the device for the 2-norm, |g|^p for another finite
+// p, and reads the sum back as one float; the ∞-norm (a maximum) has no
+// kernel.
 func (backend) GradNorm(g *tensor.Tensor, normType float64) float64 {
 	const op = "GradNorm"
 	contig(op, g)
-	if normType != 2 {
-		missing(op, g.Device(), "a norm other than the 2-norm")
+	if math.IsInf(normType, 0) || math.IsNaN(normType) {
+		missing(op, g.Device(), "the ∞-norm")
 	}
 	s := stOf(g)
 	out := s.scratch(op, 1)
-	s.reduce(op, "reduce_sumsq_partial_f32", p(out), g, false)
+	if normType == 2 {
+		s.reduce(op, "reduce_sumsq_partial_f32", p(out), g, false)
+	} else {
+		n := n64(g)
+		t := s.scratch(op, max(int(n), 1))
+		s.launch(op, "unary_f32", kernels.Problem{N: n}, ptr(p(t)), ptr(p(g)), i64(n), i32(unaryCodes[tensor.UnaryAbs]), f32(0))
+		s.launch(op, "unary_f32", kernels.Problem{N: n}, ptr(p(t)), ptr(p(t)), i64(n), i32(unaryCodes[tensor.UnaryPow]), f32(float32(normType)))
+		s.reduce(op, "reduce_sum_partial_f32", p(out), t.Narrow(0, 0, int(n)), false)
+	}
 	var v [1]float32
 	backend{}.Download(v[:], buf(out), 0)
 	return float64(v[0])

@@ -4,7 +4,7 @@ package cudatensor
 // the kernel table entries it launches, the cuBLAS calls it makes, and
 // the forms that have no kernel (which panic naming the op and device).
 type path struct {
-	kernels []string // device/kernels table names
+	kernels []string // device/kernels table names (strided_copy_f32, unary_f32, binary_f32: this package's)
 	cublas  []string // cuBLAS calls
 	driver  []string // driver calls that are the op (memcpy, memset)
 	missing string   // forms without a kernel, "" if none
@@ -18,22 +18,24 @@ var paths = map[string]path{
 	"Alloc":    {driver: []string{"cuMemAlloc (through the caching allocator)", "cuMemsetD32Async"}, missing: "bfloat16 buffers"},
 	"Upload":   {driver: []string{"cuMemcpyHtoDAsync"}},
 	"Download": {driver: []string{"cuMemcpyDtoHAsync"}},
-	"Copy":     {driver: []string{"cuMemcpyDtoDAsync"}, missing: "strided views"},
-	"Fill":     {kernels: []string{"fill_f32"}},
-	"Binary":   {kernels: []string{"add_f32", "sub_f32", "mul_f32", "axpy_f32", "bias_add_f32"}, driver: []string{"cuMemcpyDtoDAsync"}, missing: "div, max, min; broadcasts other than a row vector added"},
-	"Unary":    {kernels: []string{"scale_f32", "relu_fwd_f32", "gelu_fwd_f32"}, missing: "exp, log, sqrt, tanh, sigmoid, abs, erf-GELU, SiLU, square, add-scalar, pow"},
+	"Copy":     {kernels: []string{"strided_copy_f32"}, driver: []string{"cuMemcpyDtoDAsync"}, missing: "views of more than 4 dimensions that do not fold"},
+	"Fill":     {kernels: []string{"fill_f32", "strided_copy_f32"}},
+	"Binary":   {kernels: []string{"add_f32", "sub_f32", "mul_f32", "axpy_f32", "bias_add_f32", "strided_copy_f32", "binary_f32"}, driver: []string{"cuMemcpyDtoDAsync"}},
+	"Unary":    {kernels: []string{"scale_f32", "relu_fwd_f32", "gelu_fwd_f32", "strided_copy_f32", "unary_f32"}},
 
 	"ReLUBackward":     {kernels: []string{"relu_bwd_f32"}},
 	"GELUTanhBackward": {kernels: []string{"gelu_bwd_f32", "bias_grad_f32"}},
 	"Gemm":             {kernels: []string{"scale_f32"}, cublas: []string{"cublasSgemm", "cublasSgemmStridedBatched"}, missing: "batch dimensions that do not fold into one stride"},
 	"Linear":           {kernels: []string{"bias_add_f32", "add_f32", "relu_fwd_f32", "gelu_fwd_f32", "fill_f32"}, cublas: []string{"cublasSgemm"}},
-	"Sum":              {kernels: []string{"reduce_sum_partial_f32", "reduce_final", "add_f32", "bias_grad_f32"}, missing: "sums over dimensions other than all or the leading ones"},
-	"Softmax":          {kernels: []string{"softmax_fwd"}, missing: "log-softmax; a dimension other than the last"},
-	"SoftmaxBackward":  {kernels: []string{"softmax_bwd"}, missing: "log-softmax; a dimension other than the last"},
+	"Sum":              {kernels: []string{"reduce_sum_partial_f32", "reduce_final", "add_f32", "bias_grad_f32", "strided_copy_f32", "fill_f32"}, cublas: []string{"cublasSgemm (row sums against ones)"}},
+	"Softmax": {kernels: []string{"softmax_fwd", "strided_copy_f32", "fused_classifier_f32", "add_f32", "sub_f32"},
+		driver: []string{"cuMemcpyDtoDAsync", "cuMemcpyHtoDAsync (zero targets)"}},
+	"SoftmaxBackward": {kernels: []string{"softmax_bwd", "strided_copy_f32", "fill_f32", "unary_f32", "mul_f32", "sub_f32"},
+		cublas: []string{"cublasSgemm (row sums against ones)"}},
 	"CrossEntropy": {kernels: []string{"softmax_fwd", "fused_classifier_f32", "reduce_sum_partial_f32", "reduce_final", "scale_f32"},
 		driver: []string{"cuMemcpyDtoDAsync"}, missing: "label smoothing"},
-	"CrossEntropyBackward": {kernels: []string{"fill_f32", "embedding_bwd_wte", "scale_f32"}, driver: []string{"cuMemcpyDtoHAsync (the upstream scalar)"},
-		missing: "label smoothing; ReduceNone's per-sample gradient"},
+	"CrossEntropyBackward": {kernels: []string{"fill_f32", "embedding_bwd_wte", "scale_f32", "mul_f32", "strided_copy_f32"}, driver: []string{"cuMemcpyDtoHAsync (the upstream scalar)"},
+		missing: "label smoothing"},
 	"LayerNorm":         {kernels: []string{"layernorm_fwd", "fill_f32"}},
 	"LayerNormBackward": {kernels: []string{"layernorm_bwd", "layernorm_bwd_reduce", "fill_f32"}, missing: "widths over 1536"},
 	"Attention":         {kernels: []string{"attention_fwd_f32"}, missing: "the probabilities p (flash attention keeps the log-sum-exp); head dimensions over 128"},
@@ -50,5 +52,5 @@ var paths = map[string]path{
 
 	"AdamUpdate": {kernels: []string{"adam_step_f32"}},
 	"SGDUpdate":  {kernels: []string{"sgd_step_f32"}},
-	"GradNorm":   {kernels: []string{"reduce_sumsq_partial_f32", "reduce_final"}, driver: []string{"cuMemcpyDtoHAsync"}, missing: "norms other than the 2-norm"},
+	"GradNorm":   {kernels: []string{"reduce_sumsq_partial_f32", "reduce_final", "unary_f32", "reduce_sum_partial_f32"}, driver: []string{"cuMemcpyDtoHAsync"}, missing: "the ∞-norm"},
 }
