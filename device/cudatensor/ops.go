@@ -648,17 +648,47 @@ func attDims(qkv *tensor.Tensor, nHead int) (B, T, hd int) {
 	return B, T, sh[2] / 3 / nHead
 }
 
-// Attention runs the flash kernel: it writes y and keeps each score row's
-// log-sum-exp, not the probabilities, so p (which the seam allocates as
-// [B, nHead, T, T] for the CPU's backward pass) is left unwritten and
-// AttentionBackward recomputes y and the log-sum-exp from qkv.
-func (backend) Attention(y, pr, qkv *tensor.Tensor, nHead int, causal bool) {
+// Attention runs the flash kernel for y, which keeps each score row's
+// log-sum-exp rather than the probabilities. The seam also asks for the
+// probabilities p [B, nHead, T, T] (the CPU's backward pass reads them);
+// they are rebuilt from the log-sum-exp: batched score GEMMs, minus the
+// log-sum-exp, −∞ above the diagonal when causal, exponentiated.
+// AttentionBackward does not read p: it recomputes y and the log-sum-exp.
+func (be backend) Attention(y, pr, qkv *tensor.Tensor, nHead int, causal bool) {
 	const op = "Attention"
-	contig(op, y, qkv)
+	contig(op, y, pr, qkv)
 	s := stOf(y)
 	B, T, hd := attDims(qkv, nHead)
-	lse := s.scratch(op, max(B*nHead*T, 1))
+	if y.Len() == 0 {
+		return
+	}
+	lse := s.scratch(op, B, nHead, T, 1)
 	s.attentionFwd(op, y, lse, qkv, B, T, nHead, hd, causal)
+	if pr == nil || pr.Len() == 0 {
+		return
+	}
+	d := nHead * hd
+	scale := float32(1 / math.Sqrt(float64(hd)))
+	base := p(qkv)
+	for b := range B {
+		row := cuda.DevicePtr(4 * b * T * 3 * d)
+		s.gemm(op, cublas.Gemm{TransB: true, M: T, N: T, K: hd, Alpha: scale,
+			A: base + row, LDA: 3 * d, StrideA: int64(hd), B: base + row + cuda.DevicePtr(4*d), LDB: 3 * d, StrideB: int64(hd),
+			C: p(pr) + cuda.DevicePtr(4*b*nHead*T*T), LDC: T, StrideC: int64(T * T), Batch: nHead})
+	}
+	be.Binary(tensor.BinarySub, 0, pr, pr, lse.Expand(B, nHead, T, T))
+	if causal {
+		mask := make([]float32, T*T)
+		for i := range T {
+			for j := i + 1; j < T; j++ {
+				mask[i*T+j] = float32(math.Inf(-1))
+			}
+		}
+		m := s.scratch(op, T, T)
+		s.htod(op, p(m), unsafePtr(mask), int64(4*len(mask)))
+		be.Binary(tensor.BinaryAdd, 0, pr, pr, m.Expand(B, nHead, T, T))
+	}
+	be.Unary(tensor.UnaryExp, 0, pr, pr)
 }
 
 func (s *state) attentionFwd(op string, y, lse, qkv *tensor.Tensor, B, T, nHead, hd int, causal bool) {
