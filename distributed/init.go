@@ -149,11 +149,26 @@ func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 		t.Close()
 		return nil, err
 	}
+	g.job = opts.jobNonce
 	if dupKey != "" {
 		g.watchDuplicate(opts.Store, dupKey)
 		g.watch(opts.Store, opts.Prefix, opts.Watchdog)
 	}
 	return g, nil
+}
+
+// JobID returns the identity of the job whose world group pg is: a random
+// value that rank 0 drew when the job started and that every rank of it,
+// and only they, learned from the job's store. It is "" for a world of one,
+// a group of the MPI backend, a subgroup or a group made by New. It is not
+// a secret where any process can read the store (no COHORT_TOKEN); it
+// tells the job's processes from other jobs' (package obs keys the run
+// page's reports with it).
+func JobID(pg ProcessGroup) string {
+	if g, ok := pg.(*group); ok {
+		return g.job
+	}
+	return ""
 }
 
 func ranksOf(n int) []int {

@@ -6,7 +6,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/internal/fakedev"
+	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -50,7 +50,7 @@ func sameBits(t *testing.T, a, b nn.Module) {
 	t.Helper()
 	pa, pb := a.NamedParameters(), b.NamedParameters()
 	for i := range pa {
-		if d := pb[i].Param.Value.Device(); d != fakedev.Device(0) {
+		if d := pb[i].Param.Value.Device(); d != fakebackend.Device(0) {
 			t.Fatalf("%s is on %v after training", pb[i].Name, d)
 		}
 		x, y := pa[i].Param.Value.Values(), pb[i].Param.Value.To(tensor.CPU).Values()
@@ -81,7 +81,7 @@ func TestMLPOnFakeDeviceEqualsCPU(t *testing.T) {
 		}
 		return tr
 	}
-	cpu, dev := build(tensor.CPU), build(fakedev.Device(0))
+	cpu, dev := build(tensor.CPU), build(fakebackend.Device(0))
 	rng := rand.New(rand.NewPCG(9, 10))
 	const B = 16
 	for s := range 4 {
@@ -92,15 +92,19 @@ func TestMLPOnFakeDeviceEqualsCPU(t *testing.T) {
 			targets[i] = int64(rng.IntN(10))
 		}
 		lc, nc := cpu.step(t, x, targets)
-		before := fakedev.Stats()
+		before := fakebackend.Stats()
 		ld, nd := dev.step(t, x, targets)
-		moved := fakedev.Stats().Sub(before)
+		moved := fakebackend.Stats().Sub(before)
 		if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
 			t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
 		}
 		if moved.Uploads != 1 || moved.Downloads != 1 || moved.Ops == 0 {
 			t.Errorf("step %d: %d uploads, %d downloads, %d ops: want the batch in, the loss out and the rest on the device", s, moved.Uploads, moved.Downloads, moved.Ops)
 		}
+		if moved.Releases == 0 {
+			t.Errorf("step %d: no buffer handed back by autograd's recycling (%d allocated)", s, moved.Allocs)
+		}
+		t.Logf("step %d: %d ops, %d buffers allocated, %d released", s, moved.Ops, moved.Allocs, moved.Releases)
 	}
 	sameBits(t, cpu.m, dev.m)
 }
@@ -127,7 +131,7 @@ func TestGPTOnFakeDeviceEqualsCPU(t *testing.T) {
 		}
 		return tr
 	}
-	cpu, dev := build(tensor.CPU), build(fakedev.Device(0))
+	cpu, dev := build(tensor.CPU), build(fakebackend.Device(0))
 	rng := rand.New(rand.NewPCG(13, 14))
 	for s := range 3 {
 		ids := make([]int64, 2*B*T)
@@ -135,9 +139,9 @@ func TestGPTOnFakeDeviceEqualsCPU(t *testing.T) {
 			ids[i] = int64(rng.IntN(cfg.Vocab))
 		}
 		lc, nc := cpu.step(t, nil, ids)
-		before := fakedev.Stats()
+		before := fakebackend.Stats()
 		ld, nd := dev.step(t, nil, ids)
-		moved := fakedev.Stats().Sub(before)
+		moved := fakebackend.Stats().Sub(before)
 		if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
 			t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
 		}
@@ -166,7 +170,7 @@ func TestLeNetOnFakeDeviceMatchesCPU(t *testing.T) {
 		}
 		return tr
 	}
-	cpu, dev := build(tensor.CPU), build(fakedev.Device(0))
+	cpu, dev := build(tensor.CPU), build(fakebackend.Device(0))
 	rng := rand.New(rand.NewPCG(17, 18))
 	const B = 8
 	for s := range 3 {
@@ -205,7 +209,7 @@ func TestMSELossOnFakeDevice(t *testing.T) {
 	y.FillNormal(rng, 0, 1)
 	for _, r := range []autograd.Reduction{autograd.ReduceMean, autograd.ReduceSum, autograd.ReduceNone} {
 		var grads [2][]float32
-		for i, dev := range []tensor.Device{tensor.CPU, fakedev.Device(0)} {
+		for i, dev := range []tensor.Device{tensor.CPU, fakebackend.Device(0)} {
 			xv := autograd.NewVar(x.To(dev), true)
 			l := autograd.MSELoss(xv, autograd.NewVar(y.To(dev), false), r)
 			autograd.BackwardGrad(l, tensor.FullOn(dev, 1.5, l.Value.Shape()...))

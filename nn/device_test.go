@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/internal/fakedev"
+	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/tensor"
 )
@@ -14,7 +14,7 @@ import (
 // keeps its Vars and buffer tensors, and a state dict from the host loads
 // into the moved module.
 func TestToMovesInPlace(t *testing.T) {
-	dev := fakedev.Device(0)
+	dev := fakebackend.Device(0)
 	rng := rand.New(rand.NewPCG(1, 2))
 	bn := nn.NewBatchNorm2d(3)
 	m := nn.NewSequential(nn.NewConv2d(rng, 1, 3, 3, nn.Conv2dOptions{}), bn, nn.NewLinear(rng, 4, 2, true))
@@ -75,5 +75,5 @@ func TestVarToRefusesNonLeaves(t *testing.T) {
 			t.Errorf("Var.To of an op's output did not panic")
 		}
 	}()
-	y.To(fakedev.Device(0))
+	y.To(fakebackend.Device(0))
 }

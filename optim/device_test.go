@@ -5,7 +5,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/internal/fakedev"
+	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
 )
@@ -13,7 +13,7 @@ import (
 // An optimizer built over device parameters keeps its state there and
 // its state dict round-trips through the host.
 func TestAdamStateOnDevice(t *testing.T) {
-	dev := fakedev.Device(0)
+	dev := fakebackend.Device(0)
 	build := func() (*autograd.Var, *optim.Adam) {
 		p := autograd.NewVar(tensor.FromSlice([]float32{1, -2, 3}, 3).To(dev), true)
 		a, err := optim.NewAdamW([]optim.Group{{Params: []*autograd.Var{p}, LR: 0.1}}, optim.AdamOptions{Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, AMSGrad: true})
@@ -57,8 +57,8 @@ func TestStepRefusesMovedParameter(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	p.To(fakedev.Device(0))
-	p.Grad = tensor.NewOn(fakedev.Device(0), 4)
+	p.To(fakebackend.Device(0))
+	p.Grad = tensor.NewOn(fakebackend.Device(0), 4)
 	defer func() {
 		r := recover()
 		if r == nil {

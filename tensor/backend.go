@@ -28,9 +28,19 @@ type Buffer interface {
 // Methods panic (with the backend's package prefix) on failures they
 // cannot return, as the CPU ops do on misuse; a device out of memory is
 // reported by Alloc's panic naming the size asked and what is reserved.
+// A backend may run ops asynchronously (in stream order) as long as each
+// one sees its predecessors' results and Download waits for them.
 type Backend interface {
-	// Alloc returns a zeroed buffer of n elements of dtype on dev.
+	// Alloc returns a zeroed buffer of n elements of dtype on dev. A
+	// buffer nobody references any more is the backend's to reclaim (a
+	// cleanup attached to it); Release reclaims one sooner.
 	Alloc(dev Device, dtype DType, n int) Buffer
+	// Release hands back a buffer that will not be used again: Recycle
+	// calls it for a device tensor that owns its whole buffer, as autograd
+	// does with intermediate results, so that a caching allocator can
+	// reuse the memory at once instead of waiting for the garbage
+	// collector. A later use of the buffer is a programmer error.
+	Release(buf Buffer)
 	// Upload copies src into dst's elements [off, off+len(src)).
 	Upload(dst Buffer, off int, src []float32)
 	// Download copies src's elements [off, off+len(dst)) into dst.
@@ -141,8 +151,8 @@ func (t *Tensor) DType() DType {
 // for backends; Offset, Shape and Strides place the view in it.
 func (t *Tensor) Buffer() Buffer { return t.buf }
 
-// onDevice names the op and the device of a tensor that a host accessor
-// was called on.
+// notHost panics for a host accessor (op) called on a device tensor,
+// naming the device.
 func (t *Tensor) notHost(op string) {
 	panicf("%s: tensor of shape %v is on %v, not in host memory (move it with To(tensor.CPU))", op, t.shape, t.Device())
 }

@@ -4,7 +4,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cohortml/cohort/internal/fakedev"
+	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/tensor"
 )
 
@@ -29,9 +29,9 @@ func mustPanic(t *testing.T, f func(), parts ...string) {
 // Views of a device tensor share its buffer, and results stay on the
 // device: nothing moves unless To is called.
 func TestDeviceViewsAndResultsStayOnDevice(t *testing.T) {
-	dev := fakedev.Device(0)
+	dev := fakebackend.Device(0)
 	x := tensor.FromSlice([]float32{1, 2, 3, 4, 5, 6}, 2, 3)
-	before := fakedev.Stats()
+	before := fakebackend.Stats()
 	d := x.To(dev)
 	tt := d.T()
 	if tt.Device() != dev || tt.Buffer() != d.Buffer() {
@@ -46,7 +46,7 @@ func TestDeviceViewsAndResultsStayOnDevice(t *testing.T) {
 			t.Errorf("result on %v, want %v", u.Device(), dev)
 		}
 	}
-	if got := fakedev.Stats().Sub(before); got.Uploads != 1 || got.Downloads != 0 {
+	if got := fakebackend.Stats().Sub(before); got.Uploads != 1 || got.Downloads != 0 {
 		t.Errorf("%d uploads, %d downloads: want the one explicit move", got.Uploads, got.Downloads)
 	}
 	want := []float32{1, 0, 3, 4, 0, 6}
@@ -61,25 +61,32 @@ func TestDeviceViewsAndResultsStayOnDevice(t *testing.T) {
 	if m := s.To(tensor.CPU).Item(); m != 14.0/6 {
 		t.Errorf("Mean = %g, want %g", m, float32(14.0/6))
 	}
-	tensor.Recycle(c) // ignored for device tensors
-	if c.Buffer() == nil {
-		t.Errorf("Recycle dropped a device tensor's buffer")
+	rel := fakebackend.Stats().Releases
+	tensor.Recycle(tt) // a view: ignored
+	tensor.Recycle(c)  // owns its buffer: handed to the backend
+	if got := fakebackend.Stats().Releases - rel; got != 1 {
+		t.Errorf("%d buffers released, want 1 (the view's is not its own)", got)
 	}
+	if c.Device() != dev {
+		t.Errorf("a recycled device tensor is on %v", c.Device())
+	}
+	tensor.Add(d, d) // the view's buffer is untouched
+	mustPanic(t, func() { tensor.Add(c, c) }, "released")
 }
 
 func TestDeviceOpsWithoutADeviceForm(t *testing.T) {
-	d := tensor.NewOn(fakedev.Device(0), 2, 3)
+	d := tensor.NewOn(fakebackend.Device(0), 2, 3)
 	mustPanic(t, func() { tensor.ArgMax(d) }, "tensor: ArgMax: not available on fake:0")
 	mustPanic(t, func() { tensor.MaxDim(d, 0, false) }, "tensor: MaxDim", "fake:0")
 	mustPanic(t, func() { tensor.SoftmaxRows(d, d) }, "tensor: SoftmaxRows", "fake:0")
 	mustPanic(t, func() { tensor.LayerNorm(d, nil, nil, 1e-5) }, "tensor: LayerNorm", "fake:0")
 	mustPanic(t, func() {
-		tensor.GemmThen(tensor.NewOn(fakedev.Device(0), 2, 2), d, d.T(), 1, 0, func(_, _, _, _ int) {})
+		tensor.GemmThen(tensor.NewOn(fakebackend.Device(0), 2, 2), d, d.T(), 1, 0, func(_, _, _, _ int) {})
 	}, "tensor: GemmThen", "fake:0")
 }
 
 func TestFromBuffer(t *testing.T) {
-	d := tensor.FromSlice([]float32{0, 1, 2, 3, 4, 5}, 6).To(fakedev.Device(0))
+	d := tensor.FromSlice([]float32{0, 1, 2, 3, 4, 5}, 6).To(fakebackend.Device(0))
 	v := tensor.FromBuffer(d.Buffer(), 1, []int{2, 2}, []int{2, 1}) // rows [1 2], [3 4]
 	if got := v.To(tensor.CPU).Values(); got[0] != 1 || got[1] != 2 || got[2] != 3 || got[3] != 4 {
 		t.Errorf("FromBuffer view = %v", got)

@@ -137,6 +137,9 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	if err != nil {
 		return runFlags{}, err
 	}
+	if err := checkDashboard(dashboard); err != nil {
+		return runFlags{}, err
+	}
 	bind, err := launch.ParseCPUBind(cpuBind)
 	if err != nil {
 		return runFlags{}, err
@@ -198,6 +201,25 @@ func parseWatchdog(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("--watchdog %q: want a duration such as 60s, or off", v)
 	}
 	return d, nil
+}
+
+// checkDashboard refuses a --dashboard that rank 0 could not listen on,
+// before any worker starts (it failed in rank 0 after the data had loaded).
+func checkDashboard(v string) error {
+	if v == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		var p uint64
+		if p, err = strconv.ParseUint(port, 10, 16); err == nil && p == 0 && port != "0" {
+			err = errors.New("bad port")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("--dashboard %q: want HOST:PORT or :PORT (port a number 0..65535): %v", v, err)
+	}
+	return nil
 }
 
 // teeFlag is --tee: a boolean that also takes torchrun's stream numbers

@@ -150,6 +150,17 @@ func TestParseRunArgs(t *testing.T) {
 		{name: "bad-conf", args: []string{"--rdzv-endpoint", "h:1", "--rdzv-conf", "nope=1", "prog"}, wantErr: "unknown key"},
 		{name: "bad-env", args: []string{"prog"}, env: map[string]string{"PET_NNODES": "3:1"}, wantErr: "MIN <= MAX"},
 		{name: "negative-restarts", args: []string{"--max-restarts", "-1", "prog"}, wantErr: "--max-restarts -1"},
+		{name: "dashboard-nonsense", args: []string{"--dashboard", "nonsense", "prog"}, wantErr: `--dashboard "nonsense": want HOST:PORT`},
+		{name: "dashboard-bad-port", args: []string{"--dashboard", ":http8080", "prog"}, wantErr: `--dashboard ":http8080"`},
+		{name: "dashboard-port-range", args: []string{"--dashboard", "0.0.0.0:70000", "prog"}, wantErr: `--dashboard "0.0.0.0:70000"`},
+		{
+			name: "dashboard-ok", args: []string{"--dashboard", ":8080", "prog"},
+			check: func(t *testing.T, rf runFlags) {
+				if rf.cfg.Dashboard != ":8080" {
+					t.Fatalf("dashboard %q", rf.cfg.Dashboard)
+				}
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

@@ -149,6 +149,7 @@ func dryCases() []dryCase {
 	var cs []dryCase
 	add := func(name, method string, run func(s *state)) { cs = append(cs, dryCase{name, method, run}) }
 	add("alloc", "Alloc", func(s *state) { backend{dry: s}.Alloc(s.dev, tensor.Float32, 10) })
+	add("release", "Release", func(s *state) { be.Release(buf(s.tensor(4))) })
 	add("upload", "Upload", func(s *state) { be.Upload(buf(s.tensor(4)), 1, []float32{1, 2}) })
 	add("download", "Download", func(s *state) { be.Download(make([]float32, 2), buf(s.tensor(4)), 1) })
 	add("copy", "Copy", func(s *state) { be.Copy(s.tensor(3, 4), s.tensor(3, 4)) })

@@ -5,6 +5,7 @@ import (
 	"math"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"unsafe"
 
 	"github.com/cohortml/cohort/device/alloc"
@@ -283,10 +284,21 @@ func (s *state) check(op string, err error) {
 // allocator reuses it only for work queued later on the same stream, so
 // kernels still in flight keep their memory.
 type buffer struct {
-	st    *state
-	block *alloc.Block // nil in a dry run
-	base  cuda.DevicePtr
-	n     int
+	st      *state
+	block   *alloc.Block // nil in a dry run
+	base    cuda.DevicePtr
+	n       int
+	cleanup runtime.Cleanup
+	freed   atomic.Bool
+}
+
+// release returns the block to the allocator now (Backend.Release), once.
+func (b *buffer) release() {
+	if b.block == nil || b.freed.Swap(true) {
+		return
+	}
+	b.cleanup.Stop()
+	b.st.mem.Free(b.block)
 }
 
 func (b *buffer) Device() tensor.Device { return b.st.dev }
@@ -313,7 +325,7 @@ func (s *state) newBuffer(op string, n int) *buffer {
 		s.check(op, s.ctx.Memset32Async(b.at(0), 0, int64(n), s.stream))
 	}
 	mem := s.mem
-	runtime.AddCleanup(b, func(blk *alloc.Block) { mem.Free(blk) }, blk)
+	b.cleanup = runtime.AddCleanup(b, func(blk *alloc.Block) { mem.Free(blk) }, blk)
 	return b
 }
 

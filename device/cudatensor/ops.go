@@ -81,6 +81,11 @@ func (be backend) Alloc(dev tensor.Device, dtype tensor.DType, n int) tensor.Buf
 	return must(dev).newBuffer("Alloc", n)
 }
 
+// Release returns buf's memory to the caching allocator at once; work
+// already queued on the stream still sees it, as later reuse is queued
+// after it.
+func (backend) Release(buf tensor.Buffer) { buf.(*buffer).release() }
+
 func (backend) Upload(dst tensor.Buffer, off int, src []float32) {
 	b := dst.(*buffer)
 	if len(src) == 0 {

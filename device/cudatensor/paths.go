@@ -16,6 +16,7 @@ type path struct {
 // makes (run dry, op by op).
 var paths = map[string]path{
 	"Alloc":    {driver: []string{"cuMemAlloc (through the caching allocator)", "cuMemsetD32Async"}, missing: "bfloat16 buffers"},
+	"Release":  {driver: []string{"the caching allocator's Free"}},
 	"Upload":   {driver: []string{"cuMemcpyHtoDAsync"}},
 	"Download": {driver: []string{"cuMemcpyDtoHAsync"}},
 	"Copy":     {kernels: []string{"strided_copy_f32"}, driver: []string{"cuMemcpyDtoDAsync"}, missing: "views of more than 4 dimensions that do not fold"},

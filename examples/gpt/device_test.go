@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/cudatensor"
-	"github.com/cohortml/cohort/internal/fakedev"
+	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/tensor"
 )
@@ -25,8 +25,8 @@ func TestDeviceFailsFast(t *testing.T) {
 			t.Fatalf("run: %v, want the one-line device error", err)
 		}
 	}
-	c.device = fakedev.Kind
+	c.device = fakebackend.Kind
 	if err := run(context.Background(), c, io.Discard); err == nil || !strings.Contains(err.Error(), "ddp") {
-		t.Fatalf("run on %s: %v, want the error naming ddp", fakedev.Kind, err)
+		t.Fatalf("run on %s: %v, want the error naming ddp", fakebackend.Kind, err)
 	}
 }

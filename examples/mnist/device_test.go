@@ -7,7 +7,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/cudatensor"
-	"github.com/cohortml/cohort/internal/fakedev"
+	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/tensor"
 )
 
@@ -32,7 +32,7 @@ func TestDeviceFailsFast(t *testing.T) {
 // TestDeviceNeedsDDP: on a device that opens (the fake one), the program
 // stops before loading data, naming what is missing: ddp's device support.
 func TestDeviceNeedsDDP(t *testing.T) {
-	c := config{model: "mlp", epochs: 1, batch: 8, lr: 0.05, device: fakedev.Kind, dir: t.TempDir() + "/absent"}
+	c := config{model: "mlp", epochs: 1, batch: 8, lr: 0.05, device: fakebackend.Kind, dir: t.TempDir() + "/absent"}
 	err := run(context.Background(), c, io.Discard)
 	if err == nil || !strings.Contains(err.Error(), "ddp") {
 		t.Fatalf("run: %v, want the error naming ddp", err)

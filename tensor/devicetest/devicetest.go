@@ -46,6 +46,7 @@ func RunWith(t *testing.T, dev tensor.Device, o Options) {
 	t.Run("moves", s.moves)
 	t.Run("host-accessors", s.hostAccessors)
 	t.Run("mixed-devices", s.mixed)
+	t.Run("recycle", s.recycle)
 	for _, c := range cases() {
 		t.Run(c.name, func(t *testing.T) { s.check(t, c) })
 	}
@@ -248,6 +249,26 @@ func (s *suite) mixed(t *testing.T) {
 	if other := tensor.NewDevice(s.dev.Kind(), s.dev.Index()+1); true {
 		e := tensor.NewOn(other, 2, 2)
 		mustPanic(t, "Add across indices", func() { tensor.Add(d, e) }, "tensor: Add", dn, other.String())
+	}
+}
+
+// recycle hands buffers back through tensor.Recycle (Backend.Release)
+// and checks that fresh allocations are zeroed and usable afterwards.
+func (s *suite) recycle(t *testing.T) {
+	for range 3 {
+		x := tensor.FullOn(s.dev, 7, 33, 31)
+		tensor.Recycle(x)
+		y := tensor.NewOn(s.dev, 33, 31)
+		for i, v := range y.To(tensor.CPU).Values() {
+			if v != 0 {
+				t.Fatalf("NewOn after Recycle: element %d = %g, want 0", i, v)
+			}
+		}
+		tensor.Recycle(y.T()) // a view: ignored
+		y.Fill(2)
+		if v := tensor.Sum(y).To(tensor.CPU).Item(); v != 2*33*31 {
+			t.Fatalf("after recycling a view: sum %g, want %d", v, 2*33*31)
+		}
 	}
 }
 

@@ -1,4 +1,4 @@
-// Package fakedev is a fake accelerator for tests: device kind "fake",
+// Package fakebackend is a fake accelerator for tests: device kind "fake",
 // whose buffers live in host memory of their own that the CPU path never
 // sees (a tensor on it has no host storage, so an op that misses its
 // device dispatch panics instead of computing), and whose backend runs
@@ -8,7 +8,7 @@
 // GPU. It counts transfers and ops.
 //
 // Importing the package registers the kind; it is meant for _test.go files.
-package fakedev
+package fakebackend
 
 import (
 	"fmt"
@@ -29,11 +29,11 @@ type Counters struct {
 	Uploads, Downloads         int64 // host→device and device→host copies
 	UploadBytes, DownloadBytes int64
 	Ops                        int64 // op methods called (Alloc and transfers excluded)
-	Allocs                     int64
+	Allocs, Releases           int64 // buffers made, and handed back by tensor.Recycle
 }
 
 var counters struct {
-	uploads, downloads, uploadBytes, downloadBytes, ops, allocs atomic.Int64
+	uploads, downloads, uploadBytes, downloadBytes, ops, allocs, releases atomic.Int64
 }
 
 // Stats returns the counters; tests compare two readings.
@@ -41,22 +41,23 @@ func Stats() Counters {
 	return Counters{
 		Uploads: counters.uploads.Load(), Downloads: counters.downloads.Load(),
 		UploadBytes: counters.uploadBytes.Load(), DownloadBytes: counters.downloadBytes.Load(),
-		Ops: counters.ops.Load(), Allocs: counters.allocs.Load(),
+		Ops: counters.ops.Load(), Allocs: counters.allocs.Load(), Releases: counters.releases.Load(),
 	}
 }
 
 // Sub returns c − o, counter by counter.
 func (c Counters) Sub(o Counters) Counters {
 	return Counters{c.Uploads - o.Uploads, c.Downloads - o.Downloads, c.UploadBytes - o.UploadBytes,
-		c.DownloadBytes - o.DownloadBytes, c.Ops - o.Ops, c.Allocs - o.Allocs}
+		c.DownloadBytes - o.DownloadBytes, c.Ops - o.Ops, c.Allocs - o.Allocs, c.Releases - o.Releases}
 }
 
 func init() { tensor.Register(Kind, backend{}) }
 
 // buffer is a fake device's memory.
 type buffer struct {
-	dev  tensor.Device
-	data []float32
+	dev      tensor.Device
+	data     []float32
+	released bool // by Recycle: any later use panics
 }
 
 func (b *buffer) Device() tensor.Device { return b.dev }
@@ -77,8 +78,8 @@ func h(t *tensor.Tensor) *tensor.Tensor {
 		return nil
 	}
 	b, ok := t.Buffer().(*buffer)
-	if !ok {
-		panic(fmt.Sprintf("fakedev: tensor on %v is not a fake device's", t.Device()))
+	if !ok || b.released {
+		panic(fmt.Sprintf("fakebackend: tensor of shape %v on %v: its buffer was released by tensor.Recycle", t.Shape(), t.Device()))
 	}
 	return tensor.FromStorage(b.data, t.Offset(), t.Shape(), t.Strides())
 }
@@ -87,10 +88,19 @@ func op() { counters.ops.Add(1) }
 
 func (backend) Alloc(dev tensor.Device, dtype tensor.DType, n int) tensor.Buffer {
 	if dtype != tensor.Float32 {
-		panic(fmt.Sprintf("fakedev: Alloc: %v buffers are not implemented", dtype))
+		panic(fmt.Sprintf("fakebackend: Alloc: %v buffers are not implemented", dtype))
 	}
 	counters.allocs.Add(1)
 	return &buffer{dev: dev, data: make([]float32, n)}
+}
+
+func (backend) Release(buf tensor.Buffer) {
+	b := buf.(*buffer)
+	if b.released {
+		panic(fmt.Sprintf("fakebackend: Release: buffer of %d elements on %v released twice", len(b.data), b.dev))
+	}
+	counters.releases.Add(1)
+	b.released, b.data = true, nil
 }
 
 func (backend) Upload(dst tensor.Buffer, off int, src []float32) {
