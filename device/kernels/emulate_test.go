@@ -68,16 +68,30 @@ func buildEmulator(gxx, family string) (string, error) {
 		return "", fmt.Errorf("emulator: the prelude's bf16 rounding changed; update asmRE")
 	}
 	src = asmRE.ReplaceAllLiteralString(src, "r.bits = emu_bf16_bits(x);")
+	var ks []kernels.Kernel
+	for _, k := range kernels.Table() {
+		if k.Family == family {
+			ks = append(ks, k)
+		}
+	}
+	return compileEmulator(gxx, family, src, ks)
+}
+
+// emuDirs are the emulators' build directories, removed by TestMain.
+var emuDirs struct {
+	sync.Mutex
+	list []string
+}
+
+// compileEmulator builds an emulator of the kernels ks defined in src.
+func compileEmulator(gxx, name, src string, ks []kernels.Kernel) (string, error) {
 	src = dynSmemR.ReplaceAllString(src, "float* $1 = emu_dyn_smem;")
 	var b strings.Builder
 	b.WriteString("#include \"cuda_emu.h\"\n\n")
 	b.WriteString(src)
 	b.WriteString("\n// Launch glue from the table.\n")
 	var lookup strings.Builder
-	for _, k := range kernels.Table() {
-		if k.Family != family {
-			continue
-		}
+	for _, k := range ks {
 		var args []string
 		for i, p := range k.Params {
 			if strings.HasSuffix(p.Type, "*") {
@@ -94,7 +108,10 @@ func buildEmulator(gxx, family string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	cpp := filepath.Join(dir, family+".cpp")
+	emuDirs.Lock()
+	emuDirs.list = append(emuDirs.list, dir)
+	emuDirs.Unlock()
+	cpp := filepath.Join(dir, name+".cpp")
 	if err := os.WriteFile(cpp, []byte(b.String()), 0o644); err != nil {
 		return "", err
 	}
@@ -102,10 +119,10 @@ func buildEmulator(gxx, family string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	bin := filepath.Join(dir, family)
+	bin := filepath.Join(dir, name)
 	cmd := exec.Command(gxx, "-std=c++20", "-O1", "-U_FORTIFY_SOURCE", "-ffp-contract=off", "-fno-fast-math", "-w", "-I", inc, "-o", bin, cpp)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return "", fmt.Errorf("emulator: g++ %s: %v\n%s", family, err, out)
+		return "", fmt.Errorf("emulator: g++ %s: %v\n%s", name, err, out)
 	}
 	return bin, nil
 }
@@ -261,5 +278,69 @@ func checkBits(t *testing.T, what string, got, want []float32) {
 			t.Errorf("%s[%d] = %v, CPU %v: want the same bits", what, i, got[i], want[i])
 			return
 		}
+	}
+}
+
+// TestEmulator checks the emulator itself: warp shuffles exchange lanes'
+// values, __syncthreads orders shared memory, and a barrier that can never
+// complete is reported as a deadlock rather than hanging.
+func TestEmulator(t *testing.T) {
+	if testing.Short() {
+		t.Skip("skipped in -short mode: the kernel emulator is built with g++")
+	}
+	gxx, err := exec.LookPath("g++")
+	if err != nil {
+		t.Skipf("skipped: no g++ to build the kernel emulator: %v", err)
+	}
+	const src = `
+extern "C" __global__ void shuffles(float* out) {
+	__shared__ float s[64];
+	float v = threadIdx.x;
+	for (int o = 16; o > 0; o >>= 1)
+		v += __shfl_xor_sync(0xffffffffu, v, o); // each warp's lane sum
+	s[threadIdx.x] = __shfl_sync(0xffffffffu, (float)threadIdx.x, 31 - (threadIdx.x & 31));
+	__syncthreads();
+	out[threadIdx.x] = v + 1000.0f * s[63 - threadIdx.x];
+}
+extern "C" __global__ void divergent(float* out) {
+	if (threadIdx.x < 16)
+		__syncthreads();
+	else
+		out[0] = __shfl_sync(0xffffffffu, 1.0f, 0);
+}
+`
+	ks := []kernels.Kernel{{Name: "shuffles", Params: []kernels.Param{{Type: "float*", Name: "out"}}}, {Name: "divergent", Params: []kernels.Param{{Type: "float*", Name: "out"}}}}
+	bin, err := compileEmulator(gxx, "selftest", src, ks)
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	buf := filepath.Join(dir, "out")
+	if err := os.WriteFile(buf, make([]byte, 64*4), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	run := func(kernel string, threads int) ([]byte, error) {
+		spec := filepath.Join(dir, "spec")
+		os.WriteFile(spec, fmt.Appendf(nil, "kernel %s\ngrid 1 1 1\nblock %d 1 1\nshared 0\nbuf %s\n", kernel, threads, buf), 0o644)
+		return exec.Command(bin, spec).CombinedOutput()
+	}
+	if out, err := run("shuffles", 64); err != nil {
+		t.Fatalf("shuffles: %v\n%s", err, out)
+	}
+	raw, _ := os.ReadFile(buf)
+	got := make([]float32, 64)
+	binary.Decode(raw, binary.LittleEndian, got)
+	for i, v := range got {
+		w := i &^ 31
+		laneSum := float32(32*w + 31*32/2)
+		// s[j] holds the thread index of lane 31 − (j mod 32) in j's warp.
+		j := 63 - i
+		if want := laneSum + 1000*float32(j&^31+31-j&31); v != want {
+			t.Errorf("shuffles: out[%d] = %v, want %v", i, v, want)
+		}
+	}
+	out, err := run("divergent", 32)
+	if err == nil || !strings.Contains(string(out), "deadlock") {
+		t.Errorf("divergent barriers: %v, output %q; want a deadlock error", err, out)
 	}
 }

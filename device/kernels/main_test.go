@@ -17,6 +17,9 @@ var launched sync.Map
 
 func TestMain(m *testing.M) {
 	code := m.Run()
+	for _, d := range emuDirs.list {
+		os.RemoveAll(d)
+	}
 	run := flag.Lookup("test.run")
 	if code == 0 && !testing.Short() && run != nil && run.Value.String() == "" {
 		var missing []string
