@@ -85,13 +85,12 @@ import (
 	"io"
 	"log"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/pipeline"
@@ -130,6 +129,8 @@ type config struct {
 	stopAfter int
 	// progress receives rank 0's progress line; nil turns it off.
 	progress io.Writer
+	// stop ends the run after a step when a signal came; nil never does.
+	stop *distributed.Stopper
 }
 
 func main() {
@@ -163,12 +164,15 @@ func main() {
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
 	log.SetPrefix(prefix) // slog's default handler writes through package log
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT or SIGTERM: every rank finishes the step, saves a checkpoint
+	// (-checkpoint-dir) and exits 130 or 143; a second signal exits at once.
+	c.stop = distributed.NotifyStop(context.Background())
+	ctx := c.stop.Context()
 	err := run(ctx, c, os.Stdout)
-	stop()
+	c.stop.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, prefix+"gpt:", err)
-		os.Exit(1)
+		os.Exit(rendezvous.Fail(ctx, err))
 	}
 }
 

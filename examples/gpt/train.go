@@ -184,6 +184,20 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 			evalTime += time.Since(t)
 			logStart = time.Now()
 		}
+		if halt, err := c.stop.ShouldStop(ctx, pg); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		} else if halt {
+			saved := "no checkpoint without -checkpoint-dir"
+			if c.ckptDir != "" {
+				if step%c.ckptEvery != 0 && step != c.steps { // else saved above
+					if err := saveCheckpoint(ctx, c, pg, tr, model, step, stream.Steps()); err != nil {
+						return fmt.Errorf("step %d: checkpoint: %w", step, err)
+					}
+				}
+				saved = "checkpoint saved in " + c.ckptDir
+			}
+			return fmt.Errorf("%w after step %d; %s", c.stop.Err(), step, saved)
+		}
 		if step == c.stopAfter {
 			return errStopped
 		}

@@ -53,9 +53,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
@@ -63,6 +61,7 @@ import (
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
@@ -83,6 +82,7 @@ type config struct {
 	ckptEvery int    // steps between checkpoints
 	ckptKeep  int    // checkpoints kept
 
+	stop        *distributed.Stopper    // ends the run after a step when a signal came; nil: never
 	verifyEvery int                     // the divergence guard's period in steps (ddp.Options.VerifyEvery), 0: off
 	getenv      func(key string) string // the environment obs reads (COHORT_TRACE, COHORT_DASHBOARD, …); nil: none
 
@@ -120,12 +120,15 @@ func main() {
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
 	log.SetPrefix(prefix) // slog's default handler writes through package log
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// SIGINT or SIGTERM: every rank finishes the step, saves a checkpoint
+	// (-checkpoint-dir) and exits 130 or 143; a second signal exits at once.
+	c.stop = distributed.NotifyStop(context.Background())
+	ctx := c.stop.Context()
 	err := run(ctx, c, os.Stdout)
-	stop()
+	c.stop.Close()
 	if err != nil {
 		fmt.Fprintln(os.Stderr, prefix+"mnist:", err)
-		os.Exit(1)
+		os.Exit(rendezvous.Fail(ctx, err))
 	}
 }
 
@@ -399,6 +402,20 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 				if err := saveAt(step); err != nil {
 					return err
 				}
+			}
+			if halt, err := c.stop.ShouldStop(ctx, pg); err != nil {
+				return err
+			} else if halt {
+				saved := "no checkpoint without -checkpoint-dir"
+				if c.ckptDir != "" {
+					if step%c.ckptEvery != 0 && step != tmax { // else saved above
+						if err := saveAt(step); err != nil {
+							return err
+						}
+					}
+					saved = "checkpoint saved in " + c.ckptDir
+				}
+				return fmt.Errorf("%w after step %d; %s", c.stop.Err(), step, saved)
 			}
 			if step == c.stopAfter {
 				return errStopped
