@@ -3,6 +3,7 @@ package cudatensor
 import (
 	"errors"
 	"fmt"
+	"math"
 	"reflect"
 	"slices"
 	"sort"
@@ -239,6 +240,13 @@ func dryCases() []dryCase {
 		be.SGDUpdate(s.tensor(7), s.tensor(7), s.tensor(7), optim.SGDHyper{LR: 0.1, Momentum: 0.9}, 2)
 	})
 	add("grad-norm", "GradNorm", func(s *state) { be.GradNorm(s.tensor(7), 2) })
+	add("grad-norm-inf", "GradNorm", func(s *state) { be.GradNorm(s.tensor(7), math.Inf(1)) })
+	add("ce-smooth", "CrossEntropy", func(s *state) {
+		be.CrossEntropy(s.tensor(), s.tensor(4, V), s.tensor(4, V), tg, tensor.CrossEntropyOptions{Ignore: true, IgnoreIndex: -100, LabelSmoothing: 0.1})
+	})
+	add("ce-bwd-smooth", "CrossEntropyBackward", func(s *state) {
+		be.CrossEntropyBackward(s.tensor(4, V), s.tensor(), tg, tensor.CrossEntropyOptions{LabelSmoothing: 0.1, Ignore: true, IgnoreIndex: -100})
+	})
 	add("grad-norm-1", "GradNorm", func(s *state) { be.GradNorm(s.tensor(7), 1) })
 	return cs
 }
@@ -292,12 +300,10 @@ func TestDryRun(t *testing.T) {
 func TestMissingNamesOpAndDevice(t *testing.T) {
 	s := dry()
 	for name, f := range map[string]func(){
-		"Unary":  func() { backend{}.Unary(tensor.UnaryOp(200), 0, s.tensor(3), s.tensor(3)) },
-		"Binary": func() { backend{}.Binary(tensor.BinaryOp(200), 0, s.tensor(3), s.tensor(3), s.tensor(3)) },
-		"CrossEntropy": func() {
-			backend{}.CrossEntropy(s.tensor(), s.tensor(2, 3), s.tensor(2, 3), []int64{0, 1}, tensor.CrossEntropyOptions{LabelSmoothing: 0.1})
-		},
-		"Copy": func() { backend{}.Copy(s.tensor(2, 2, 2, 2, 2), s.tensor(2, 2, 2, 2, 2).Permute(4, 2, 0, 3, 1)) },
+		"Unary":    func() { backend{}.Unary(tensor.UnaryOp(200), 0, s.tensor(3), s.tensor(3)) },
+		"Binary":   func() { backend{}.Binary(tensor.BinaryOp(200), 0, s.tensor(3), s.tensor(3), s.tensor(3)) },
+		"GradNorm": func() { backend{}.GradNorm(s.tensor(3), math.NaN()) },
+		"Copy":     func() { backend{}.Copy(s.tensor(2, 2, 2, 2, 2), s.tensor(2, 2, 2, 2, 2).Permute(4, 2, 0, 3, 1)) },
 	} {
 		msg := func() (m string) {
 			defer func() { m = fmt.Sprint(recover()) }()

@@ -477,18 +477,26 @@ func (s *state) logSoftmax(y, x *tensor.Tensor) {
 	if rows == 0 {
 		return
 	}
-	work := s.scratch(op, rows, cols)
-	backend{}.Copy(work, x.Reshape(rows, cols))
-	lse := s.scratch(op, rows, 1)
-	tg := s.uploadI64(op, make([]int64, rows))
-	s.launch(op, "fused_classifier_f32", kernels.Problem{Rows: rows}, ptr(p(work)), ptr(p(lse)), ptr(tg.at(0)), i32(rows), i32(cols), f32(1), i64(math.MinInt64))
 	x2 := x.Reshape(rows, cols)
-	first := s.dense(op, x2.Narrow(1, 0, 1))
-	n := int64(rows)
-	s.launch(op, "add_f32", kernels.Problem{N: n}, ptr(p(lse)), ptr(p(lse)), ptr(p(first)), i64(n))
+	lse := s.scratch(op, rows, 1)
+	s.logSumExp(op, lse, x2)
 	full := s.dense(op, lse.Expand(rows, cols))
 	m := int64(rows * cols)
 	s.launch(op, "sub_f32", kernels.Problem{N: m}, ptr(p(y)), ptr(p(x2)), ptr(p(full)), i64(m))
+}
+
+// logSumExp writes each row's log Σ e^x of x [rows, cols] (contiguous)
+// into lse [rows, 1]: the fused classifier's loss with every target 0 is
+// lse − x[r, 0].
+func (s *state) logSumExp(op string, lse, x *tensor.Tensor) {
+	rows, cols := x.Shape()[0], x.Shape()[1]
+	work := s.scratch(op, rows, cols)
+	backend{}.Copy(work, x)
+	tg := s.uploadI64(op, make([]int64, rows))
+	s.launch(op, "fused_classifier_f32", kernels.Problem{Rows: rows}, ptr(p(work)), ptr(p(lse)), ptr(tg.at(0)), i32(rows), i32(cols), f32(1), i64(math.MinInt64))
+	first := s.dense(op, x.Narrow(1, 0, 1))
+	n := int64(rows)
+	s.launch(op, "add_f32", kernels.Problem{N: n}, ptr(p(lse)), ptr(p(lse)), ptr(p(first)), i64(n))
 }
 
 // logSoftmaxBackward writes dy − e^y · Σ dy row by row.
@@ -529,9 +537,6 @@ func ignoreIndex(o tensor.CrossEntropyOptions) int64 {
 func (backend) CrossEntropy(loss, prob, logits *tensor.Tensor, target []int64, o tensor.CrossEntropyOptions) {
 	const op = "CrossEntropy"
 	contig(op, loss, prob, logits)
-	if o.LabelSmoothing != 0 {
-		missing(op, loss.Device(), "label smoothing")
-	}
 	s := stOf(loss)
 	N, C := logits.Shape()[0], logits.Shape()[1]
 	if N == 0 {
@@ -548,6 +553,9 @@ func (backend) CrossEntropy(loss, prob, logits *tensor.Tensor, target []int64, o
 	}
 	tg := s.uploadI64(op, target)
 	s.launch(op, "fused_classifier_f32", kernels.Problem{Rows: N}, ptr(p(work)), ptr(p(losses)), ptr(tg.at(0)), i32(N), i32(C), f32(1), i64(ignoreIndex(o)))
+	if eps := o.LabelSmoothing; eps != 0 {
+		s.smooth(losses, logits, target, o)
+	}
 	switch o.Reduction {
 	case tensor.ReduceNone:
 	case tensor.ReduceSum:
@@ -560,13 +568,36 @@ func (backend) CrossEntropy(loss, prob, logits *tensor.Tensor, target []int64, o
 	}
 }
 
+// smooth turns the per-row losses nll into (1−ε)·nll + ε·(lse − mean(x))
+// for the rows that count (label smoothing, as tensor.CrossEntropy).
+func (s *state) smooth(losses, logits *tensor.Tensor, target []int64, o tensor.CrossEntropyOptions) {
+	const op = "CrossEntropy"
+	N, C := logits.Shape()[0], logits.Shape()[1]
+	n := int64(N)
+	lse := s.scratch(op, N, 1)
+	s.logSumExp(op, lse, logits)
+	rs := s.scratch(op, N, 1)
+	s.sumDims(op, rs, logits)
+	s.launch(op, "axpy_f32", kernels.Problem{N: n}, ptr(p(lse)), f32(float32(-1/float64(C))), ptr(p(rs)), i64(n))
+	mask := make([]float32, N)
+	for r, t := range target {
+		if !o.Ignore || t != o.IgnoreIndex {
+			mask[r] = 1
+		}
+	}
+	m := s.scratch(op, N, 1)
+	s.htod(op, p(m), unsafePtr(mask), int64(4*N))
+	s.launch(op, "mul_f32", kernels.Problem{N: n}, ptr(p(lse)), ptr(p(lse)), ptr(p(m)), i64(n))
+	eps := float32(o.LabelSmoothing)
+	s.launch(op, "scale_f32", kernels.Problem{N: n}, ptr(p(losses)), ptr(p(losses)), f32(1-eps), i64(n))
+	s.launch(op, "axpy_f32", kernels.Problem{N: n}, ptr(p(losses)), f32(eps), ptr(p(lse)), i64(n))
+}
+
 func (backend) CrossEntropyBackward(prob, g *tensor.Tensor, target []int64, o tensor.CrossEntropyOptions) {
 	const op = "CrossEntropyBackward"
 	contig(op, prob, g)
-	if o.LabelSmoothing != 0 {
-		missing(op, prob.Device(), "label smoothing")
-	}
 	s := stOf(prob)
+	eps := float32(o.LabelSmoothing)
 	N, C := prob.Shape()[0], prob.Shape()[1]
 	if N == 0 {
 		return
@@ -586,9 +617,13 @@ func (backend) CrossEntropyBackward(prob, g *tensor.Tensor, target []int64, o te
 	start = append(start, int32(len(order)))
 	if len(id) > 0 {
 		ones := s.scratch(op, len(id), 1)
-		backend{}.Fill(ones, -1)
+		backend{}.Fill(ones, -(1 - eps))
 		ob, sb, ib := s.uploadI32(op, order), s.uploadI32(op, start), s.uploadI32(op, id)
 		s.launch(op, "embedding_bwd_wte", kernels.Problem{Segments: len(id)}, ptr(p(prob)), ptr(p(ones)), ptr(ob.at(0)), ptr(sb.at(0)), ptr(ib.at(0)), i32(len(id)), i32(1))
+	}
+	if eps != 0 { // q's uniform part, ε/C from every element
+		n := n64(prob)
+		s.launch(op, "unary_f32", kernels.Problem{N: n}, ptr(p(prob)), ptr(p(prob)), i64(n), i32(unaryCodes[tensor.UnaryAddScalar]), f32(-eps/float32(C)))
 	}
 	for r, t := range target {
 		if o.Ignore && t == o.IgnoreIndex {

@@ -1,8 +1,10 @@
 package cudatensor
 
 import (
+	"fmt"
 	"math"
 
+	"github.com/cohortml/cohort/device/cuda"
 	"github.com/cohortml/cohort/device/kernels"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -33,17 +35,30 @@ func (backend) SGDUpdate(param, grad, buf *tensor.Tensor, h optim.SGDHyper, step
 }
 
 // GradNorm sums g² on the device for the 2-norm, |g|^p for another finite
-// p, and reads the sum back as one float; the ∞-norm (a maximum) has no
-// kernel.
+// p, or takes max |g| for the ∞-norm (pairwise maxima, halving the array),
+// and reads the result back as one float.
 func (backend) GradNorm(g *tensor.Tensor, normType float64) float64 {
 	const op = "GradNorm"
 	contig(op, g)
-	if math.IsInf(normType, 0) || math.IsNaN(normType) {
-		missing(op, g.Device(), "the ∞-norm")
+	if math.IsNaN(normType) || math.IsInf(normType, -1) {
+		missing(op, g.Device(), fmt.Sprintf("norm type %g", normType))
 	}
 	s := stOf(g)
 	out := s.scratch(op, 1)
-	if normType == 2 {
+	if math.IsInf(normType, 1) {
+		n := g.Len()
+		if n == 0 {
+			return 0
+		}
+		t := s.scratch(op, n)
+		s.launch(op, "unary_f32", kernels.Problem{N: int64(n)}, ptr(p(t)), ptr(p(g)), i64(int64(n)), i32(unaryCodes[tensor.UnaryAbs]), f32(0))
+		for n > 1 {
+			h := n / 2 // max(t[i], t[n−h+i]) into t[i]; the middle of an odd n stays
+			s.launch(op, "binary_f32", kernels.Problem{N: int64(h)}, ptr(p(t)), ptr(p(t)), ptr(p(t)+cuda.DevicePtr(4*(n-h))), i64(int64(h)), i32(binaryCodes[tensor.BinaryMax]))
+			n -= h
+		}
+		out = t
+	} else if normType == 2 {
 		s.reduce(op, "reduce_sumsq_partial_f32", p(out), g, false)
 	} else {
 		n := n64(g)
