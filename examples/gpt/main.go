@@ -181,10 +181,8 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	if dev, err := openDevice(c.device); err != nil {
+	if _, err := openDevice(c.device); err != nil {
 		return err // before any data is loaded
-	} else if !dev.IsCPU() {
-		return fmt.Errorf("-device %v: the data-parallel wrapper (ddp) keeps gradients in host buckets and cannot train on a device yet", dev)
 	}
 	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {

@@ -117,7 +117,8 @@ type replicated struct {
 // newReplicated copies rank 0's weights to every rank and builds the
 // optimizer.
 func newReplicated(ctx context.Context, model *models.GPT, pg distributed.ProcessGroup, microbatches int) (*replicated, error) {
-	m, err := ddp.WrapModule(ctx, model, pg, ddp.Options{GradientAsBucketView: true})
+	onHost := nn.Parameters(model)[0].Value.Device().IsCPU() // bucket views are host memory
+	m, err := ddp.WrapModule(ctx, model, pg, ddp.Options{GradientAsBucketView: onHost})
 	if err != nil {
 		return nil, err
 	}

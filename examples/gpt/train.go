@@ -29,6 +29,13 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	if !dev.IsCPU() && pg.Size() > 1 {
+		return fmt.Errorf("-device %v on %d ranks: ddp and the staged layouts keep host buffers; a device trains as a world of one for now", dev, pg.Size())
+	}
 	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
 	if err != nil {
 		return err
@@ -54,10 +61,6 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		}
 	}
 	resume, skipped, err := openLatest(c, model)
-	if err != nil {
-		return err
-	}
-	dev, err := openDevice(c.device)
 	if err != nil {
 		return err
 	}

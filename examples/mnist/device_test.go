@@ -3,9 +3,11 @@ package main
 import (
 	"context"
 	"io"
+	"math/rand/v2"
 	"strings"
 	"testing"
 
+	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/device/cudatensor"
 	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/tensor"
@@ -29,12 +31,37 @@ func TestDeviceFailsFast(t *testing.T) {
 	}
 }
 
-// TestDeviceNeedsDDP: on a device that opens (the fake one), the program
-// stops before loading data, naming what is missing: ddp's device support.
-func TestDeviceNeedsDDP(t *testing.T) {
-	c := config{model: "mlp", epochs: 1, batch: 8, lr: 0.05, device: fakebackend.Kind, dir: t.TempDir() + "/absent"}
-	err := run(context.Background(), c, io.Discard)
-	if err == nil || !strings.Contains(err.Error(), "ddp") {
-		t.Fatalf("run: %v, want the error naming ddp", err)
+// TestTrainOnFakeDevice runs the program's training loop (ddp as a world
+// of one, without bucket views) with the model on the fake device: the
+// moves of -device (model, batches in, loss and predictions out) are all
+// a step needs.
+func TestTrainOnFakeDevice(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	mk := func(n int) *datasets.MNIST {
+		ds := &datasets.MNIST{Images: make([]float32, n*784), Labels: make([]int64, n), Rows: 28, Cols: 28}
+		for i := range ds.Images {
+			ds.Images[i] = rng.Float32()
+		}
+		for i := range ds.Labels {
+			ds.Labels[i] = int64(rng.IntN(10))
+		}
+		return ds
+	}
+	sets := [2]*datasets.MNIST{mk(32), mk(16)}
+	for _, model := range []string{"mlp", "cnn"} {
+		t.Run(model, func(t *testing.T) {
+			var out strings.Builder
+			c := config{model: model, epochs: 1, batch: 8, lr: 0.05, device: fakebackend.Kind, sets: &sets}
+			before := fakebackend.Stats()
+			if err := run(context.Background(), c, &out); err != nil {
+				t.Fatal(err)
+			}
+			if d := fakebackend.Stats().Sub(before); d.Ops == 0 || d.Uploads < 4 {
+				t.Errorf("fake device counters %+v: the steps did not run there", d)
+			}
+			if !strings.Contains(out.String(), "test accuracy") {
+				t.Errorf("output:\n%s", out.String())
+			}
+		})
 	}
 }

@@ -139,10 +139,8 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if c.getenv == nil {
 		c.getenv = os.Getenv
 	}
-	if dev, err := openDevice(c.device); err != nil {
+	if _, err := openDevice(c.device); err != nil {
 		return err // before any data is loaded
-	} else if !dev.IsCPU() {
-		return fmt.Errorf("-device %v: the data-parallel wrapper (ddp) keeps gradients in host buckets and cannot train on a device yet", dev)
 	}
 	// The job's process group: the launcher's world, or a world of one.
 	pg, err := distributed.InitFromEnv(ctx)
@@ -203,7 +201,13 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err := c.validate(); err != nil {
 		return err
 	}
-	var err error
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	if !dev.IsCPU() && pg.Size() > 1 {
+		return fmt.Errorf("-device %v on %d ranks: ddp keeps gradients in host buckets; a device trains as a world of one for now", dev, pg.Size())
+	}
 	pcg := rand.NewPCG(c.seed, 0)
 	rng := rand.New(pcg)
 	var model nn.Layer
@@ -262,10 +266,6 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		}
 	}
 
-	dev, err := openDevice(c.device)
-	if err != nil {
-		return err
-	}
 	nn.To(model, dev)
 
 	lr := c.lr * math.Sqrt(float64(c.batch*world)/64)
@@ -322,7 +322,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 
 	// Wrap copies rank 0's initial parameters to every rank; gradients
 	// become views into the buckets that are all-reduced.
-	o := ddp.Options{GradientAsBucketView: true, VerifyEvery: c.verifyEvery}
+	o := ddp.Options{GradientAsBucketView: dev.IsCPU(), VerifyEvery: c.verifyEvery} // bucket views are host memory
 	if tr := ob.Tracer(); tr != nil {
 		o.Span = func(track, name string) func() { return tr.Begin(track, name).End }
 	}
