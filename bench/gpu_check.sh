@@ -5,6 +5,8 @@
 # binaries carried to the machine:
 #
 #   bin/cohort       CGO_ENABLED=0 go build -o bin/cohort ./cmd/cohort
+#   bin/gpt          CGO_ENABLED=0 go build -o bin/gpt ./examples/gpt
+#   bin/opticks.txt  cp "$(go env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt" bin/opticks.txt
 #   bin/<pkg>.test   one per package with GPU tests, built by
 #                    for p in cuda nvrtc cublas alloc cudatensor; do
 #                      CGO_ENABLED=0 go test -c -o bin/$p.test ./device/$p
@@ -29,9 +31,11 @@
 # PyTorch anchor (bench/anchors/gpt2_bench.py --gemm 4096, fp32 and bf16)
 # and passes when cohort's bf16 rate is at least 0.95 of torch.matmul's.
 #
-# Steps that this script does not list (the golden suites on CUDA,
-# GPT-mini 300 steps and GPT-2 training beside the PyTorch anchor) do not
-# exist yet.
+# gpt trains GPT-mini for 300 steps with `bin/gpt -device cuda` and passes
+# when its final val loss is within 0.02 of the CPU run's 2.4157.
+#
+# Steps that this script does not list (the golden suites on CUDA, bf16,
+# GPT-2 training beside the PyTorch anchor) do not exist yet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -157,6 +161,24 @@ gemm_step() {
 	record gemm "$result" $((SECONDS - t0)) "$note"
 }
 gemm_step
+
+# gpt_step: GPT-mini, 300 steps on cuda:0, against the CPU's val loss.
+gpt_step() {
+	local t0=$SECONDS want=2.4157
+	if [[ ! -x bin/gpt || ! -f bin/opticks.txt ]]; then
+		record gpt MISSING 0 "bin/gpt or bin/opticks.txt not built (see the top of this script)"
+		return
+	fi
+	local result=PASS
+	timeout 150 bin/gpt -device cuda -steps 300 -data bin/opticks.txt >"$OUT/gpt.log" 2>&1 || result=FAIL
+	local got
+	got=$(awk '$1=="val" && $2=="loss:" {v=$3} END {print v}' "$OUT/gpt.log")
+	if [[ -z "$got" ]] || awk -v g="$got" -v w=$want 'BEGIN{d=g-w; if (d<0) d=-d; exit !(d > 0.02)}'; then
+		result=FAIL
+	fi
+	record gpt "$result" $((SECONDS - t0)) "val loss ${got:-?} after 300 steps on cuda:0 (CPU 2.4157, bound 0.02); $(tail -1 "$OUT/gpt.log" | cut -c1-80)"
+}
+gpt_step
 
 echo
 echo "gpu_check: ${gpu:-no GPU found by nvidia-smi}; logs in $OUT"
