@@ -390,3 +390,20 @@ func TestSegments(t *testing.T) {
 		t.Fatalf("segments: order %v start %v id %v", order, start, id)
 	}
 }
+
+// TestLocalSignatures checks this package's kernel entries against the
+// signatures in strided.cu, as device/kernels checks its table.
+func TestLocalSignatures(t *testing.T) {
+	src, _ := source(stridedFamily)
+	flat := strings.Join(strings.Fields(src), " ")
+	for _, k := range localKernels {
+		var decl []string
+		for _, p := range k.Params {
+			decl = append(decl, p.Type+" "+p.Name)
+		}
+		want := `extern "C" __global__ void ` + k.Name + "(" + strings.Join(decl, ", ") + ")"
+		if !strings.Contains(flat, want) {
+			t.Errorf("strided.cu has no %s", want)
+		}
+	}
+}

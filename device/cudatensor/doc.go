@@ -18,10 +18,18 @@
 // disk by device/nvrtc) and loaded once per device; products go through
 // cuBLAS (fp32 Sgemm, strided-batched where the batch folds). Every
 // launch's arguments are checked against the kernel table's parameter
-// list. The implementation path of each tensor.Backend and
+// list. Three kernels device/kernels does not have live here (strided.cu):
+// the strided copy behind views and broadcasts, and the elementwise ops
+// no model needs but the conformance suite covers (division, max, min,
+// exp, log, …). The implementation path of each tensor.Backend and
 // optim.DeviceKernels method is listed in paths.go, with the forms that
 // have no kernel: those panic naming the op and the device; nothing falls
 // back to the CPU.
+//
+// Attention runs the flash kernels, which keep each score row's
+// log-sum-exp instead of the T×T probabilities; because the seam asks
+// for the probabilities too, they are rebuilt from it (score GEMMs, mask,
+// exp), and the backward pass recomputes what it needs from qkv.
 //
 // Storage is float32; bf16 buffers and autocast are not implemented here
 // yet (tensor's BFloat16 is reserved). Running out of device memory panics
