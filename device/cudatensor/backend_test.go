@@ -10,7 +10,9 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cohortml/cohort/device/alloc"
 	"github.com/cohortml/cohort/device/cuda"
+	"github.com/cohortml/cohort/device/fakedev"
 	"github.com/cohortml/cohort/device/kernels"
 	"github.com/cohortml/cohort/device/nvrtc"
 	"github.com/cohortml/cohort/optim"
@@ -404,6 +406,23 @@ func TestLocalSignatures(t *testing.T) {
 		want := `extern "C" __global__ void ` + k.Name + "(" + strings.Join(decl, ", ") + ")"
 		if !strings.Contains(flat, want) {
 			t.Errorf("strided.cu has no %s", want)
+		}
+	}
+}
+
+// TestOutOfMemory: a buffer the device cannot hold panics with the
+// allocator's error (the size, what is reserved, the remedies), naming
+// the device. The memory is device/fakedev's, of 64 MiB.
+func TestOutOfMemory(t *testing.T) {
+	s := &state{dev: tensor.CUDA(0), mem: alloc.New(fakedev.New(64 << 20))}
+	msg := func() (m string) {
+		defer func() { m = fmt.Sprint(recover()) }()
+		backend{dry: s}.Alloc(s.dev, tensor.Float32, 1<<26) // 256 MiB
+		return ""
+	}()
+	for _, want := range []string{"cudatensor: Alloc: 67108864 float32 elements on cuda:0: ", "out of device memory", "256.00 MiB", "reserved", "remedies"} {
+		if !strings.Contains(msg, want) {
+			t.Errorf("panic %q lacks %q", msg, want)
 		}
 	}
 }
