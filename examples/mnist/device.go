@@ -6,9 +6,13 @@ import (
 	"github.com/cohortml/cohort/tensor"
 )
 
-// openDevice parses -device and, for a GPU, opens it: a machine without
-// one fails here with one line, before any data is loaded.
+// openDevice parses -device ("" is the CPU) and, for a GPU, opens it: a
+// machine without one fails here with one line, before any data is
+// loaded.
 func openDevice(s string) (tensor.Device, error) {
+	if s == "" {
+		return tensor.CPU, nil
+	}
 	dev, err := tensor.ParseDevice(s)
 	if err != nil {
 		return dev, err

@@ -74,8 +74,8 @@ type config struct {
 	lr            float64
 	seed          uint64
 	dir           string
-	limit         int // training samples used, 0: all
-	device        string
+	limit         int    // training samples used, 0: all
+	device        string // where to train: "cpu" (or ""), "cuda", "cuda:N"
 
 	save      string // final weights as safetensors, "": none
 	ckptDir   string // training-state checkpoints, "": none
