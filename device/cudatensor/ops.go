@@ -658,7 +658,9 @@ func (backend) LayerNorm(y, mean, rstd, x, w, b *tensor.Tensor, eps float64) {
 	if w == nil {
 		w = s.scratch(op, D)
 		backend{}.Fill(w, 1)
-		b = s.scratch(op, D)
+	}
+	if b == nil {
+		b = s.scratch(op, D) // zeros
 	}
 	s.launch(op, "layernorm_fwd", kernels.Problem{Rows: rows, Cols: D}, ptr(p(y)), ptr(p(mean)), ptr(p(rstd)), ptr(p(x)), ptr(p(w)), ptr(p(b)), i32(rows), i32(D), f32(float32(eps)))
 }
