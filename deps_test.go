@@ -54,6 +54,7 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/internal/fakebackend", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/plan", nil},
 	{"github.com/cohortml/cohort/device/kernels", nil}, // sources and launch table only; its tests use device/nvrtc
+	{"github.com/cohortml/cohort/device/cudatensor", []string{"github.com/cohortml/cohort/device/...", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/device/...", []string{"github.com/cohortml/cohort/device/..."}},
 }
 
