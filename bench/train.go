@@ -26,6 +26,7 @@ import (
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs/progress"
 	"github.com/cohortml/cohort/recipe"
+	"github.com/cohortml/cohort/tensor"
 	"github.com/cohortml/cohort/tensor/gemmbench"
 )
 
@@ -458,7 +459,7 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 		if err != nil {
 			return data, err
 		}
-		loss, err := recipe.ClassifierStep(ctx, run, opt, nil, recipe.Input(b, c.Shape), b.Labels, nil)
+		loss, err := recipe.ClassifierStep(ctx, run, opt, nil, recipe.Input(b, c.Shape, tensor.CPU), b.Labels, nil)
 		if err != nil {
 			return data, err
 		}

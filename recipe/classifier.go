@@ -97,12 +97,13 @@ func MNISTLoader(ds *datasets.MNIST, order []int, batch int) (*data.Loader, erro
 }
 
 // Accuracy returns the fraction of ds that model classifies correctly,
-// evaluated in batches of 1000 with gradients off and the model in
-// evaluation mode.
+// evaluated in batches of 1000 on the model's device, with gradients off
+// and the model in evaluation mode.
 func Accuracy(model nn.Layer, ds *datasets.MNIST, shape []int) (float64, error) {
 	defer nn.NoGrad(model)()
 	model.SetTraining(false)
 	defer model.SetTraining(true)
+	dev := DeviceOf(model)
 	order := make([]int, ds.Len())
 	for i := range order {
 		order[i] = i
@@ -116,7 +117,7 @@ func Accuracy(model nn.Layer, ds *datasets.MNIST, shape []int) (float64, error) 
 		if err != nil {
 			return 0, err
 		}
-		for i, p := range tensor.ArgMax(model.Forward(Input(b, shape)).Value) {
+		for i, p := range tensor.ArgMax(model.Forward(Input(b, shape, dev)).Value.To(tensor.CPU)) {
 			if int64(p) == b.Labels[i] {
 				correct++
 			}
@@ -125,8 +126,16 @@ func Accuracy(model nn.Layer, ds *datasets.MNIST, shape []int) (float64, error) 
 	return float64(correct) / float64(ds.Len()), nil
 }
 
-// Input is batch b's samples as the model's input, [B, shape...] (a view
-// of b.X, valid as long as b is).
-func Input(b *data.Batch, shape []int) *autograd.Var {
-	return autograd.NewVar(b.X.Reshape(append([]int{b.Size()}, shape...)...), false)
+// Input is batch b's samples as the model's input, [B, shape...], on dev
+// (on the CPU a view of b.X, valid as long as b is).
+func Input(b *data.Batch, shape []int, dev tensor.Device) *autograd.Var {
+	return autograd.NewVar(b.X.Reshape(append([]int{b.Size()}, shape...)...).To(dev), false)
+}
+
+// DeviceOf is where m's parameters are (the CPU for a model without any).
+func DeviceOf(m nn.Module) tensor.Device {
+	if ps := nn.Parameters(m); len(ps) > 0 {
+		return ps[0].Value.Device()
+	}
+	return tensor.CPU
 }

@@ -59,7 +59,7 @@ func TestMNISTLoader(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x := Input(b, []int{784})
+		x := Input(b, []int{784}, tensor.CPU)
 		if s := x.Value.Shape(); s[0] != b.Size() || s[1] != 784 {
 			t.Fatalf("input shape %v for a batch of %d", s, b.Size())
 		}
@@ -110,7 +110,7 @@ func TestClassifierStep(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		x := Input(batch, shape)
+		x := Input(batch, shape, tensor.CPU)
 		lossA, err := ClassifierStep(context.Background(), Local(a.Model), optA, schedA, x, batch.Labels, nil)
 		if err != nil {
 			t.Fatal(err)

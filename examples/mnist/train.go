@@ -14,6 +14,7 @@ import (
 	"github.com/cohortml/cohort/obs/trace"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/recipe"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // watch is where trainEpoch reports its steps: the run being observed
@@ -43,7 +44,7 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 	}
 	next, stop := iter.Pull2(loader.Batches(ctx))
 	defer stop()
-	tr := w.run.Tracer()
+	tr, dev := w.run.Tracer(), recipe.DeviceOf(m)
 	var sum float64
 	steps := 0
 	for range (len(order) + batch - 1) / batch {
@@ -60,11 +61,11 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 		}
 		dataWait := time.Since(t0)
 		before := m.Stats()
-		loss, err := recipe.ClassifierStep(ctx, m, opt, sched, recipe.Input(b, shape), b.Labels, tr)
+		loss, err := recipe.ClassifierStep(ctx, m, opt, sched, recipe.Input(b, shape, dev), b.Labels, tr)
 		if err != nil {
 			return 0, err
 		}
-		l := float64(loss.Value.Item())
+		l := float64(loss.Value.To(tensor.CPU).Item())
 		sum += l
 		stepSpan.End()
 
