@@ -4,6 +4,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/cohortml/cohort/bench"
 	"os"
 	"os/signal"
 	"strconv"
@@ -37,7 +38,7 @@ func benchGemm(args []string) int {
 		fmt.Fprintf(os.Stderr, "cohort bench gemm: --device %q --n %d: want cpu or cuda[:N] and n ≥ 1\n", *device, *n)
 		return 2
 	} else if !dev.IsCPU() {
-		if err := gemmCUDA(os.Stdout, dev, *n); err != nil {
+		if err := bench.GemmCUDA(os.Stdout, dev, *n); err != nil {
 			fmt.Fprintf(os.Stderr, "cohort bench gemm: %v\n", err)
 			return 1
 		}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"fmt"
@@ -13,13 +13,13 @@ import (
 	"github.com/cohortml/cohort/tensor"
 )
 
-// gemmCUDA times cuBLAS n×n×n products on dev as the PyTorch anchor
+// GemmCUDA times (`cohort bench gemm --device cuda`) cuBLAS n×n×n products on dev as the PyTorch anchor
 // (bench/anchors/gpt2_bench.py --gemm N) times torch.matmul: 60 products,
 // each between two CUDA events, the first 10 dropped, the median kept.
 // fp32 runs cublasSgemm with TF32 off (PyTorch's default); bf16 runs
 // cublasGemmEx with bf16 inputs and output and fp32 accumulation (what
 // x @ y computes for bf16 tensors). One line per dtype goes to w.
-func gemmCUDA(w io.Writer, dev tensor.Device, n int) error {
+func GemmCUDA(w io.Writer, dev tensor.Device, n int) error {
 	c, err := cuda.Open(dev.Index())
 	if err != nil {
 		return err
