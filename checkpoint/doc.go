@@ -44,7 +44,9 @@
 // without a manifest — a crash or a full disk in the middle of a save — is
 // never loaded, and older checkpoints are deleted (Options.Keep) only
 // after the new one is committed. Latest finds the newest complete
-// checkpoint.
+// checkpoint; Resume opens it for a restarted program, refusing one saved
+// by another run (its Meta "job" differs), and with data.Position for the
+// epoch's samples makes a program's elastic resume two calls.
 //
 // Open reads one at any world size and sharding: Checkpoint.ReadSlice
 // assembles any flat slice of any tensor from whichever ranks' files hold

@@ -2,8 +2,6 @@ package main
 
 import (
 	"context"
-	"errors"
-	"fmt"
 
 	"github.com/cohortml/cohort/checkpoint"
 	"github.com/cohortml/cohort/distributed"
@@ -50,35 +48,19 @@ type resumed struct {
 // before all have arrived, so no rank can have saved a newer one in
 // between and all load the same.
 func openLatest(c config, model *models.GPT) (r *resumed, skipped []checkpoint.Skipped, err error) {
-	if c.ckptDir == "" {
-		return nil, nil, nil
-	}
-	path, _, skipped, err := checkpoint.Find(c.ckptDir)
-	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
-		return nil, skipped, nil
-	}
-	if err != nil {
+	ck, skipped, err := checkpoint.Resume(c.ckptDir, jobOf(c))
+	if ck == nil || err != nil {
 		return nil, skipped, err
 	}
-	r, err = openCheckpoint(c, model, path)
+	defer ck.Close()
+	r, err = openCheckpoint(ck, model)
 	return r, skipped, err
 }
 
-// openCheckpoint loads the checkpoint at path (see openLatest).
-func openCheckpoint(c config, model *models.GPT, path string) (*resumed, error) {
-	ck, err := checkpoint.Open(path)
-	if err != nil {
-		return nil, err
-	}
-	defer ck.Close()
-	var saved job
-	if err := ck.Meta("job", &saved); err != nil {
-		return nil, err
-	}
-	if want := jobOf(c); saved != want {
-		return nil, fmt.Errorf("checkpoint %s is of another run: %+v, this run is %+v (use another -checkpoint-dir)", path, saved, want)
-	}
-	r := &resumed{dir: path, step: ck.Step(), expAvg: map[string]*tensor.Tensor{}, expAvgSq: map[string]*tensor.Tensor{}}
+// openCheckpoint loads the checkpoint ck (see openLatest).
+func openCheckpoint(ck *checkpoint.Checkpoint, model *models.GPT) (*resumed, error) {
+	var err error
+	r := &resumed{dir: ck.Dir, step: ck.Step(), expAvg: map[string]*tensor.Tensor{}, expAvgSq: map[string]*tensor.Tensor{}}
 	if err := ck.Meta("data", &r.dataSteps); err != nil {
 		return nil, err
 	}

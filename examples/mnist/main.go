@@ -239,24 +239,13 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	// Resume: every rank opens the newest complete checkpoint before
 	// Wrap, which no rank passes before all have arrived, so no rank can
 	// have saved a newer one in between and all load the same.
-	var resume *checkpoint.Checkpoint
-	var skipped []checkpoint.Skipped // newer step directories passed over, logged below
-	if c.ckptDir != "" {
-		var path string
-		path, _, skipped, err = checkpoint.Find(c.ckptDir)
-		switch {
-		case err == nil:
-			if resume, err = checkpoint.Open(path); err != nil {
-				return err
-			}
-			defer resume.Close()
-			if err := checkJob(resume, jobOf(c)); err != nil {
-				return err
-			}
-			if err := resume.LoadModule("model", model, nil); err != nil {
-				return err
-			}
-		case !errors.Is(err, checkpoint.ErrNoCheckpoint):
+	resume, skipped, err := checkpoint.Resume(c.ckptDir, jobOf(c))
+	if err != nil {
+		return err
+	}
+	if resume != nil {
+		defer resume.Close()
+		if err := resume.LoadModule("model", model, nil); err != nil {
 			return err
 		}
 	}
@@ -475,18 +464,6 @@ type job struct {
 
 func jobOf(c config) job {
 	return job{Model: c.model, Epochs: c.epochs, Batch: c.batch, LR: c.lr, Seed: c.seed, Limit: c.limit}
-}
-
-// checkJob refuses a checkpoint of another run.
-func checkJob(ck *checkpoint.Checkpoint, want job) error {
-	var got job
-	if err := ck.Meta("job", &got); err != nil {
-		return err
-	}
-	if got != want {
-		return fmt.Errorf("checkpoint %s is of another run (%+v, this one %+v): use another -checkpoint-dir", ck.Dir, got, want)
-	}
-	return nil
 }
 
 // restore loads the optimizer, scheduler and RNG state of ck. A rank the
