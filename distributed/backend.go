@@ -178,7 +178,7 @@ func InitFromInfo(ctx context.Context, info rendezvous.Info, opts Options) (Proc
 		opts.Host = routeTo(info.MasterAddr, info.MasterPort)
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = "github.com/cohortml/cohort/distributed"
+		opts.Prefix = DefaultPrefix
 	}
 	if info.RunID != "" || info.RestartCount > 0 {
 		opts.Prefix += fmt.Sprintf("/%s/%d", info.RunID, info.RestartCount)

@@ -58,7 +58,7 @@ type Options struct {
 	// Token authenticates transport connections (see tcp.Options.Token).
 	Token []byte
 	// Prefix namespaces the store keys, so that several groups (or
-	// restarts) can share one store; default "github.com/cohortml/cohort/distributed".
+	// restarts) can share one store; default DefaultPrefix.
 	Prefix string
 	// Group configures the returned group (timeout, tuning). Its Timeout
 	// also bounds Init's wait for the other ranks to join.
@@ -71,6 +71,9 @@ type Options struct {
 	// value turns it on with DefaultWatchdog (60 s).
 	Watchdog WatchdogOptions
 }
+
+// DefaultPrefix is Options.Prefix's default.
+const DefaultPrefix = "github.com/cohortml/cohort/distributed"
 
 // DefaultTimeout bounds an op that GroupOptions.Timeout leaves unbounded,
 // from the moment it starts running. It matches torch.distributed's.

@@ -66,7 +66,7 @@ func initConfig(ctx context.Context, opts config) (distributed.ProcessGroup, err
 		return nil, err
 	}
 	if opts.Prefix == "" {
-		opts.Prefix = "github.com/cohortml/cohort/distributed"
+		opts.Prefix = distributed.DefaultPrefix
 	}
 	if opts.Group.Timeout == 0 {
 		opts.Group.Timeout = distributed.DefaultTimeout
