@@ -55,7 +55,7 @@ func (t DataType) Size() int {
 		return 1
 	case Float16, BFloat16:
 		return 2
-	case Int32, Uint32:
+	case Int32, Uint32, Float32:
 		return 4
 	default:
 		return 8

@@ -114,3 +114,11 @@ func TestGPULoad(t *testing.T) {
 	}
 	t.Logf("NCCL %s from %s", nccl.VersionString(l.Version), l.Path)
 }
+
+func TestDataTypeSize(t *testing.T) {
+	for dt, want := range map[nccl.DataType]int{nccl.Int8: 1, nccl.Float16: 2, nccl.BFloat16: 2, nccl.Float32: 4, nccl.Int32: 4, nccl.Float64: 8, nccl.Int64: 8} {
+		if dt.Size() != want {
+			t.Errorf("DataType(%d).Size() = %d, want %d", dt, dt.Size(), want)
+		}
+	}
+}

@@ -3,7 +3,7 @@
 //
 //	import (
 //		"github.com/cohortml/cohort/distributed"
-//		_ "github.com/cohortml/cohort/distributed/backend/all" // native, mpi
+//		_ "github.com/cohortml/cohort/distributed/backend/all" // native, mpi, nccl
 //	)
 //
 //	pg, err := distributed.InitFromEnv(ctx)
@@ -15,4 +15,5 @@ package all
 import (
 	_ "github.com/cohortml/cohort/distributed/backend/mpi"    // "mpi": the MPI library's collectives
 	_ "github.com/cohortml/cohort/distributed/backend/native" // "native": cohort's collectives over tcp, shm, inproc
+	_ "github.com/cohortml/cohort/distributed/backend/nccl"   // "nccl": NVIDIA's NCCL, one GPU per rank
 )
