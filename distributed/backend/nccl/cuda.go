@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"context"
 	"fmt"
 	"unsafe"
 
@@ -97,16 +98,33 @@ func (d *cudaDevice) EventDone(e Event) (bool, error) { return d.ctx.EventDone(c
 
 func (d *cudaDevice) NewID() (nccl.UniqueID, error) { return d.lib.GetUniqueID() }
 
-func (d *cudaDevice) Join(id nccl.UniqueID, nranks, rank int) (Comm, error) {
-	var c nccl.Comm
-	var err error
-	if e := d.ctx.Do(func() { c, err = d.lib.CommInitRank(nranks, rank, id) }); e != nil {
-		return nil, e
+// Join runs ncclCommInitRank, which blocks until every rank has joined
+// and cannot be cancelled: when ctx ends first, Join returns and the call
+// is left to finish (or not) in its goroutine; the process is expected to
+// exit with Init's error. (A non-blocking init, ncclCommInitRankConfig
+// with blocking=0 polled and aborted, would release it.)
+func (d *cudaDevice) Join(ctx context.Context, id nccl.UniqueID, nranks, rank int) (Comm, error) {
+	type result struct {
+		c   nccl.Comm
+		err error
 	}
-	if err != nil {
-		return nil, err
+	done := make(chan result, 1)
+	go func() {
+		var r result
+		if e := d.ctx.Do(func() { r.c, r.err = d.lib.CommInitRank(nranks, rank, id) }); e != nil {
+			r.err = e
+		}
+		done <- r
+	}()
+	select {
+	case r := <-done:
+		if r.err != nil {
+			return nil, r.err
+		}
+		return &cudaComm{d: d, c: r.c}, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("ncclCommInitRank: %d of %d ranks: %w", rank, nranks, ctx.Err())
 	}
-	return &cudaComm{d: d, c: c}, nil
 }
 
 // cudaComm is a real communicator; each call runs with the context

@@ -1,6 +1,8 @@
 package nccl
 
 import (
+	"context"
+
 	"github.com/cohortml/cohort/device/nccl"
 )
 
@@ -45,10 +47,10 @@ type Comm interface {
 
 // Joiner makes communicators: NewID on one rank, Join on every rank of
 // the communicator with the id it made. Join blocks until every rank has
-// joined.
+// joined or ctx ends.
 type Joiner interface {
 	NewID() (nccl.UniqueID, error)
-	Join(id nccl.UniqueID, nranks, rank int) (Comm, error)
+	Join(ctx context.Context, id nccl.UniqueID, nranks, rank int) (Comm, error)
 }
 
 // Device is the memory, streams and events of the GPU a group runs on.

@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"context"
 	"crypto/rand"
 	"encoding/binary"
 	"errors"
@@ -230,7 +231,7 @@ func (j fakeJoiner) NewID() (nccl.UniqueID, error) {
 	return id, err
 }
 
-func (j fakeJoiner) Join(id nccl.UniqueID, n, rank int) (Comm, error) {
+func (j fakeJoiner) Join(ctx context.Context, id nccl.UniqueID, n, rank int) (Comm, error) {
 	j.net.mu.Lock()
 	if j.net.worlds == nil {
 		j.net.worlds = map[nccl.UniqueID]*fakeWorld{}
@@ -255,6 +256,8 @@ func (j fakeJoiner) Join(id nccl.UniqueID, n, rank int) (Comm, error) {
 	case <-w.ready:
 	case <-w.abort:
 		return nil, errors.New("fake: aborted while joining")
+	case <-ctx.Done():
+		return nil, fmt.Errorf("fake: ncclCommInitRank: %w", ctx.Err())
 	}
 	return &fakeComm{w: w, d: j.dev, rank: rank}, nil
 }

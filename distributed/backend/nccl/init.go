@@ -121,7 +121,7 @@ func (g *group) join(ctx context.Context, prefix string, ranks []int, rank int) 
 		}
 		copy(id.Internal[:], b)
 	}
-	comm, err := g.joiner.Join(id, len(ranks), rank)
+	comm, err := g.joiner.Join(ctx, id, len(ranks), rank)
 	if err != nil {
 		return fmt.Errorf("rank %d: joining the communicator of %d ranks: %w", g.me, len(ranks), err)
 	}
