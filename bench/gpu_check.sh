@@ -6,9 +6,10 @@
 #
 #   bin/cohort       CGO_ENABLED=0 go build -o bin/cohort ./cmd/cohort
 #   bin/<pkg>.test   one per package with GPU tests, built by
-#                    for p in cuda nvrtc cublas alloc; do
+#                    for p in cuda nvrtc cublas alloc nccl; do
 #                      CGO_ENABLED=0 go test -c -o bin/$p.test ./device/$p
 #                    done
+#                    CGO_ENABLED=0 go test -c -o bin/ncclbackend.test ./distributed/backend/nccl
 #
 # Each test binary runs in its package's directory with -test.v and a
 # filter selecting its GPU tests (named TestGPU…; without a device they
@@ -22,7 +23,10 @@
 # timeout; the whole script stays under 7 minutes. The exit status is 1
 # when a step failed or skipped.
 #
-# Steps that this script does not list (the op-by-op comparison with the
+# NCCL at world 2+ needs a machine with several GPUs: the same backend test
+# binary runs there under `bin/cohort run --nproc-per-node N` (not wired
+# here: the GPU machines have one GPU). Steps that this script does not
+# list (the staged 2-rank path on one GPU, the op-by-op comparison with the
 # CPU path, the golden suites on CUDA, GPT-mini and GPT-2 training beside
 # the PyTorch anchor) do not exist yet.
 set -uo pipefail
@@ -48,7 +52,7 @@ wheel_dirs() {
 	fi
 	local s d dirs=()
 	for s in "${sites[@]}"; do
-		for d in "$s/cu13/lib" "$s/cuda_nvrtc/lib" "$s/cublas/lib"; do
+		for d in "$s/cu13/lib" "$s/cuda_nvrtc/lib" "$s/cublas/lib" "$s/nccl/lib"; do
 			[[ -d "$d" ]] && dirs+=("$d")
 		done
 	done
@@ -120,6 +124,18 @@ run_test nvrtc device/nvrtc '.' 60 'NVRTC [0-9.]+ from [^ ]+'
 run_test cuda device/cuda 'GPU|DriverLoads' 90 'device [^(]+\(sm_[0-9]+[^)]*\)|memset 256 MiB: [^)]+\)'
 run_test cublas device/cublas 'GPU|LoadAndBind' 120 'cuBLAS [0-9.]+ from [^ ,]+'
 run_test alloc device/alloc 'GPU' 60 'reserved [0-9.]+ [KMG]iB \(peak[^)]*\)'
+# NCCL: the binding loads the wheel's libnccl, then the backend passes the
+# conformance suite at world 1 (one GPU) and the device all-reduce.
+run_test nccl device/nccl 'GPU' 15 'NCCL [0-9.]+ from [^ ]+'
+run_test ncclbackend distributed/backend/nccl 'GPU|WithoutNCCL' 35 'TestGPU[A-Za-z]+ \([0-9.]+s\)'
+if [[ -x bin/cohort ]]; then
+	t0=$SECONDS
+	if timeout 20 bin/cohort bench allreduce --backend nccl --world 1 --sizes 1MiB,64MiB --budget 100ms >"$OUT/bench_nccl.log" 2>&1; then
+		record bench_nccl PASS $((SECONDS - t0)) "$(grep -E '64MiB' "$OUT/bench_nccl.log" | head -1 | tr -s ' ')"
+	else
+		record bench_nccl FAIL $((SECONDS - t0)) "see bench_nccl.log"
+	fi
+fi
 
 echo
 echo "gpu_check: ${gpu:-no GPU found by nvidia-smi}; logs in $OUT"

@@ -62,6 +62,48 @@ type group struct {
 	flight recorder
 
 	closeLast func() error // the store handed over by Options.CloseStore
+
+	poolMu sync.Mutex
+	pool   map[int64][]Ptr // staging buffers by size class, reused across ops
+}
+
+// stageClass rounds a staging size up to its class: a power of two, at
+// least 4 KiB, so that buffers are reused across ops of similar sizes
+// (cuMemFree synchronises the device, so freeing per op would serialise
+// communication with compute).
+func stageClass(n int64) int64 {
+	c := int64(4 << 10)
+	for c < n {
+		c <<= 1
+	}
+	return c
+}
+
+// stage returns a staging buffer of at least n bytes.
+func (g *group) stage(n int64) (Ptr, int64, error) {
+	c := stageClass(n)
+	g.poolMu.Lock()
+	if l := g.pool[c]; len(l) > 0 {
+		p := l[len(l)-1]
+		g.pool[c] = l[:len(l)-1]
+		g.poolMu.Unlock()
+		return p, c, nil
+	}
+	g.poolMu.Unlock()
+	p, err := g.dev.Alloc(c)
+	return p, c, err
+}
+
+// freePool frees the pooled staging buffers (Close, after the stream).
+func (g *group) freePool() {
+	g.poolMu.Lock()
+	defer g.poolMu.Unlock()
+	for _, l := range g.pool {
+		for _, p := range l {
+			_ = g.dev.Free(p)
+		}
+	}
+	g.pool = nil
 }
 
 type p2pKey struct {
@@ -86,7 +128,8 @@ type op struct {
 	dIn, dOut  Ptr
 	launch     func(c Comm, in, out Ptr, s Stream) error
 	post       func() // host fix-up once out is filled
-	bufs       []Ptr  // staging buffers, freed when the op completes
+	bufs       []Ptr  // staging buffers, back to the pool when the op completes
+	classes    []int64
 	ev         Event
 	issuedOnce chan struct{} // closed once enqueued (or failed)
 	done       chan struct{}
@@ -313,10 +356,11 @@ func (g *group) enqueue(o *op) error {
 	if o.in != nil || o.out != nil || o.outBytes > 0 {
 		var err error
 		if n := int64(len(o.in)); n > 0 {
-			if in, err = d.Alloc(n); err != nil {
+			var c int64
+			if in, c, err = g.stage(n); err != nil {
 				return err
 			}
-			o.bufs = append(o.bufs, in)
+			o.bufs, o.classes = append(o.bufs, in), append(o.classes, c)
 			if err := d.CopyIn(in, o.in, s); err != nil {
 				return err
 			}
@@ -324,10 +368,11 @@ func (g *group) enqueue(o *op) error {
 		if o.inPlace {
 			out = in
 		} else if o.outBytes > 0 {
-			if out, err = d.Alloc(o.outBytes); err != nil {
+			var c int64
+			if out, c, err = g.stage(o.outBytes); err != nil {
 				return err
 			}
-			o.bufs = append(o.bufs, out)
+			o.bufs, o.classes = append(o.bufs, out), append(o.classes, c)
 		}
 	}
 	g.mu.Lock()
@@ -364,12 +409,17 @@ func (g *group) enqueue(o *op) error {
 	return d.Record(ev, s)
 }
 
-// release frees o's staging buffers and event.
+// release returns o's staging buffers to the pool and frees its event.
 func (g *group) release(o *op) {
-	for _, p := range o.bufs {
-		_ = g.dev.Free(p)
+	g.poolMu.Lock()
+	if g.pool == nil {
+		g.pool = make(map[int64][]Ptr)
 	}
-	o.bufs = nil
+	for i, p := range o.bufs {
+		g.pool[o.classes[i]] = append(g.pool[o.classes[i]], p)
+	}
+	g.poolMu.Unlock()
+	o.bufs, o.classes = nil, nil
 	if o.ev != 0 {
 		_ = g.dev.DestroyEvent(o.ev)
 	}
@@ -484,6 +534,9 @@ func (g *group) Close() error {
 		g.abort()
 	}
 	_ = g.dev.DestroyStream(g.stream)
+	if !broken {
+		g.freePool() // an aborted stream may still hold them: left to the process
+	}
 	if g.computeEv != 0 {
 		_ = g.dev.DestroyEvent(g.computeEv)
 	}

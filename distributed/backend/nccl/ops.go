@@ -83,7 +83,12 @@ func (g *group) AllReduce(ctx context.Context, buf distributed.Buffer, red distr
 	}
 	n := buf.Len()
 	o.in, o.out, o.inPlace, o.bytes = buf.Bytes(), buf.Bytes(), true, int64(len(buf.Bytes()))
-	o.launch = func(c Comm, in, out Ptr, s Stream) error { return c.AllReduce(in, out, n, dt, rop, s) }
+	o.launch = func(c Comm, in, out Ptr, s Stream) error {
+		if n == 0 {
+			return nil
+		}
+		return c.AllReduce(in, out, n, dt, rop, s)
+	}
 	if divide {
 		o.post = g.averager(buf)
 	}
@@ -118,7 +123,12 @@ func (g *group) Broadcast(ctx context.Context, buf distributed.Buffer, root int)
 	}
 	n := buf.Len()
 	o.in, o.out, o.inPlace, o.bytes = buf.Bytes(), buf.Bytes(), true, int64(len(buf.Bytes()))
-	o.launch = func(c Comm, in, out Ptr, s Stream) error { return c.Broadcast(in, out, n, dt, root, s) }
+	o.launch = func(c Comm, in, out Ptr, s Stream) error {
+		if n == 0 {
+			return nil
+		}
+		return c.Broadcast(in, out, n, dt, root, s)
+	}
 	return g.submit(ctx, o, err)
 }
 
@@ -140,7 +150,12 @@ func (g *group) Reduce(ctx context.Context, buf distributed.Buffer, root int, re
 			o.post = g.averager(buf)
 		}
 	}
-	o.launch = func(c Comm, in, out Ptr, s Stream) error { return c.Reduce(in, out, n, dt, rop, root, s) }
+	o.launch = func(c Comm, in, out Ptr, s Stream) error {
+		if n == 0 {
+			return nil
+		}
+		return c.Reduce(in, out, n, dt, rop, root, s)
+	}
 	return g.submit(ctx, o, err)
 }
 
@@ -167,7 +182,12 @@ func (g *group) AllGather(ctx context.Context, out, in distributed.Buffer) distr
 	}
 	n := in.Len()
 	o.in, o.out, o.outBytes, o.bytes = in.Bytes(), out.Bytes(), int64(len(out.Bytes())), int64(len(in.Bytes()))
-	o.launch = func(c Comm, in, out Ptr, s Stream) error { return c.AllGather(in, out, n, dt, s) }
+	o.launch = func(c Comm, in, out Ptr, s Stream) error {
+		if n == 0 {
+			return nil
+		}
+		return c.AllGather(in, out, n, dt, s)
+	}
 	return g.submit(ctx, o, err)
 }
 
@@ -188,7 +208,12 @@ func (g *group) ReduceScatter(ctx context.Context, out, in distributed.Buffer, r
 	if divide {
 		o.post = g.averager(out)
 	}
-	o.launch = func(c Comm, in, out Ptr, s Stream) error { return c.ReduceScatter(in, out, n, dt, rop, s) }
+	o.launch = func(c Comm, in, out Ptr, s Stream) error {
+		if n == 0 {
+			return nil
+		}
+		return c.ReduceScatter(in, out, n, dt, rop, s)
+	}
 	return g.submit(ctx, o, err)
 }
 
