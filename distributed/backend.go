@@ -112,7 +112,39 @@ func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("distributed: Init: %w", err)
 	}
+	if err := agreeBackend(ctx, opts); err != nil {
+		return nil, err
+	}
 	return b.Init(ctx, opts)
+}
+
+// agreeBackend refuses a rank whose backend differs from rank 0's: rank 0
+// sets its backend's name under <Prefix>/backend, every other rank gets
+// it (bounded by Group.Timeout) and compares. Without it, ranks on two
+// backends would each wait for the other's rendezvous until the timeout.
+// Backends with their own rendezvous (no store) and worlds of one skip it.
+func agreeBackend(ctx context.Context, opts Options) error {
+	if opts.Store == nil || opts.WorldSize <= 1 {
+		return nil
+	}
+	name := cmp.Or(opts.Backend, DefaultBackend)
+	key := cmp.Or(opts.Prefix, DefaultPrefix) + "/backend"
+	ctx, cancel := context.WithTimeout(ctx, cmp.Or(opts.Group.Timeout, DefaultTimeout))
+	defer cancel()
+	if opts.Rank == 0 {
+		if err := opts.Store.Set(ctx, key, []byte(name)); err != nil {
+			return fmt.Errorf("distributed: Init: rank 0: publishing the backend under %s: %w", key, err)
+		}
+		return nil
+	}
+	v, err := opts.Store.Get(ctx, key)
+	if err != nil {
+		return fmt.Errorf("distributed: Init: rank %d: waiting for rank 0 to publish its backend under %s: %w", opts.Rank, key, err)
+	}
+	if string(v) != name {
+		return fmt.Errorf("distributed: Init: rank %d uses backend %q but rank 0 uses %q: every rank of a job must use the same backend (Options.Backend, COHORT_BACKEND)", opts.Rank, name, v)
+	}
+	return nil
 }
 
 // InitFromEnv joins the job described by the environment (torchrun's

@@ -5,8 +5,10 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/store/memstore"
 )
 
 // TestUnknownBackend: a backend name nobody registered is an error naming
@@ -51,4 +53,33 @@ func TestRegister(t *testing.T) {
 		}
 	}()
 	distributed.Register("fake", distributed.Backend{Init: func(context.Context, distributed.Options) (distributed.ProcessGroup, error) { return nil, nil }})
+}
+
+// TestBackendsDisagree: a rank whose backend differs from rank 0's is
+// refused, naming both backends, before either backend's rendezvous.
+func TestBackendsDisagree(t *testing.T) {
+	calls := 0
+	fake := distributed.Backend{Init: func(context.Context, distributed.Options) (distributed.ProcessGroup, error) {
+		calls++
+		return nil, nil
+	}}
+	distributed.Register("agree-a", fake)
+	distributed.Register("agree-b", fake)
+	st := memstore.New()
+	defer st.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if _, err := distributed.Init(ctx, distributed.Options{Backend: "agree-a", Store: st, Rank: 0, WorldSize: 2, Prefix: "job"}); err != nil {
+		t.Fatalf("rank 0: %v", err)
+	}
+	_, err := distributed.Init(ctx, distributed.Options{Backend: "agree-b", Store: st, Rank: 1, WorldSize: 2, Prefix: "job"})
+	if err == nil || !strings.Contains(err.Error(), `rank 1 uses backend "agree-b" but rank 0 uses "agree-a"`) {
+		t.Errorf("rank 1 on another backend: %v, want an error naming both backends", err)
+	}
+	if _, err := distributed.Init(ctx, distributed.Options{Backend: "agree-a", Store: st, Rank: 1, WorldSize: 2, Prefix: "job"}); err != nil {
+		t.Errorf("rank 1 on rank 0's backend: %v", err)
+	}
+	if calls != 2 {
+		t.Errorf("the backends' Init ran %d times, want 2 (rank 0, and rank 1 once it agreed)", calls)
+	}
 }

@@ -63,6 +63,8 @@ type group struct {
 
 	closeLast func() error // the store handed over by Options.CloseStore
 
+	wd *watchdog // set once by watch
+
 	poolMu sync.Mutex
 	pool   map[int64][]Ptr // staging buffers by size class, reused across ops
 }

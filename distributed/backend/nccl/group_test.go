@@ -266,3 +266,42 @@ func TestIDWaitBounded(t *testing.T) {
 }
 
 var _ store.Store = (*memstore.Store)(nil)
+
+// TestWatchdogNamesMissingRank: rank 0 enters an all-reduce that rank 1
+// never issues; rank 0's watchdog reads both flight rings from the store
+// and names rank 1, before the op's timeout.
+func TestWatchdogNamesMissingRank(t *testing.T) {
+	diag := make(chan flight.Diagnosis, 4)
+	diagnosed := make(chan struct{})
+	opts := distributed.Options{Group: distributed.GroupOptions{Timeout: time.Minute},
+		Watchdog: distributed.WatchdogOptions{Interval: 100 * time.Millisecond, Report: func(d flight.Diagnosis) { diag <- d }}}
+	runFake(t, &fakeNet{}, 2, opts, func(t *testing.T, g *group) {
+		ctx := context.Background()
+		if err := g.Barrier(ctx).Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if g.rank == 1 {
+			// Alive but elsewhere: never enters allreduce #2, and keeps
+			// publishing its ring until rank 0 has its diagnosis.
+			select {
+			case <-diagnosed:
+			case <-time.After(20 * time.Second):
+			}
+			return
+		}
+		w := g.AllReduce(ctx, distributed.F32([]float32{1}), distributed.Sum)
+		select {
+		case d := <-diag:
+			if !strings.Contains(d.Text, "allreduce #2") || !strings.Contains(d.Text, "rank 1 never entered it") {
+				t.Errorf("diagnosis %q: want allreduce #2 and rank 1 named", d.Text)
+			}
+		case <-time.After(20 * time.Second):
+			t.Error("no diagnosis within 20 s")
+		}
+		close(diagnosed)
+		g.Close()
+		if err := w.Wait(); !errors.Is(err, distributed.ErrClosed) {
+			t.Errorf("the stuck op after Close: %v, want ErrClosed", err)
+		}
+	})
+}

@@ -70,6 +70,9 @@ func initWith(ctx context.Context, opts distributed.Options, dev Device, j Joine
 	if opts.CloseStore && opts.Store != nil {
 		g.closeLast = opts.Store.Close
 	}
+	if opts.WorldSize > 1 {
+		g.watch(opts.Store, prefix, opts.Watchdog)
+	}
 	return g, nil
 }
 
@@ -176,7 +179,11 @@ func (g *group) NewGroup(ctx context.Context, ranks []int) (distributed.ProcessG
 	}
 	g.mu.Lock()
 	g.children = append(g.children, c)
+	wd := g.wd
 	g.mu.Unlock()
+	if wd != nil {
+		c.watch(wd.st, wd.prefix, wd.opts)
+	}
 	return c, nil
 }
 
