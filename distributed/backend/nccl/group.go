@@ -65,6 +65,9 @@ type group struct {
 
 	wd *watchdog // set once by watch
 
+	evMu        sync.RWMutex // WaitStream's use of an op's event against its destruction
+	closeDevice func() error // the world group's: releases the GPU context after the streams
+
 	poolMu sync.Mutex
 	pool   map[int64][]Ptr // staging buffers by size class, reused across ops
 }
@@ -159,6 +162,8 @@ func (w work) WaitStream(s Stream) error {
 	case <-w.o.issuedOnce:
 	case <-w.o.done:
 	}
+	w.g.evMu.RLock() // the completer destroys the event under evMu
+	defer w.g.evMu.RUnlock()
 	select {
 	case <-w.o.done:
 		return w.o.err
@@ -320,7 +325,7 @@ func (g *group) issuer() {
 		}
 		g.flight.start(o)
 		if err := g.enqueue(o); err != nil {
-			g.release(o)
+			g.release(o, true)
 			g.finish(o, g.breakWith(o, err, -1))
 			continue
 		}
@@ -411,8 +416,9 @@ func (g *group) enqueue(o *op) error {
 	return d.Record(ev, s)
 }
 
-// release returns o's staging buffers to the pool and frees its event.
-func (g *group) release(o *op) {
+// release returns o's staging buffers to the pool and, with event, frees
+// its event.
+func (g *group) release(o *op, event bool) {
 	g.poolMu.Lock()
 	if g.pool == nil {
 		g.pool = make(map[int64][]Ptr)
@@ -422,8 +428,10 @@ func (g *group) release(o *op) {
 	}
 	g.poolMu.Unlock()
 	o.bufs, o.classes = nil, nil
-	if o.ev != 0 {
+	if event && o.ev != 0 {
+		g.evMu.Lock()
 		_ = g.dev.DestroyEvent(o.ev)
+		g.evMu.Unlock()
 	}
 }
 
@@ -451,11 +459,14 @@ func (g *group) completer() {
 			g.finish(o, g.breakWith(o, err, -1))
 			continue
 		}
-		g.release(o)
+		g.release(o, false) // the event is destroyed below, once done is closed (WaitStream checks done first)
 		if o.post != nil {
 			o.post()
 		}
 		g.finish(o, nil)
+		g.evMu.Lock()
+		_ = g.dev.DestroyEvent(o.ev)
+		g.evMu.Unlock()
 	}
 }
 
@@ -541,6 +552,9 @@ func (g *group) Close() error {
 	}
 	if g.computeEv != 0 {
 		_ = g.dev.DestroyEvent(g.computeEv)
+	}
+	if g.closeDevice != nil {
+		_ = g.closeDevice()
 	}
 	if g.closeLast != nil {
 		if e := g.closeLast(); err == nil && e != nil {

@@ -2,8 +2,10 @@ package nccl
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"sync"
 	"testing"
@@ -303,5 +305,47 @@ func TestWatchdogNamesMissingRank(t *testing.T) {
 		if err := w.Wait(); !errors.Is(err, distributed.ErrClosed) {
 			t.Errorf("the stuck op after Close: %v, want ErrClosed", err)
 		}
+	})
+}
+
+// TestDeviceOrdering: on the fake device, an all-reduce of device memory
+// runs after the work the compute stream had before it (an event waited
+// for by the communication stream), and a stream made to wait with
+// WaitStream sees the reduced values without the host waiting.
+func TestDeviceOrdering(t *testing.T) {
+	runFake(t, &fakeNet{}, 2, distributed.Options{}, func(t *testing.T, g *group) {
+		ctx := context.Background()
+		dev := g.dev.(*fakeDev)
+		p, _ := dev.Alloc(4)
+		compute, _ := dev.NewStream()
+		defer dev.DestroyStream(compute)
+		g.SetComputeStream(compute)
+		gate := make(chan struct{})
+		// The compute stream writes this rank's value once the gate opens.
+		dev.enqueue(compute, func() {
+			<-gate
+			binary.LittleEndian.PutUint32(dev.mem(p, 4), math.Float32bits(float32(g.rank+1)))
+		})
+		w := g.AllReduceDevice(ctx, p, 1, distributed.Float32, distributed.Sum)
+		after, _ := dev.NewStream()
+		defer dev.DestroyStream(after)
+		if err := w.(work).WaitStream(after); err != nil {
+			t.Fatal(err)
+		}
+		seen := make(chan float32, 1)
+		dev.enqueue(after, func() { seen <- math.Float32frombits(binary.LittleEndian.Uint32(dev.mem(p, 4))) })
+		select {
+		case <-w.Done():
+			t.Error("the all-reduce completed before the compute stream's write")
+		default:
+		}
+		close(gate)
+		if err := w.Wait(); err != nil {
+			t.Fatal(err)
+		}
+		if v := <-seen; v != 3 {
+			t.Errorf("rank %d: the waiting stream saw %v, want 3 (1+2)", g.rank, v)
+		}
+		dev.Free(p)
 	})
 }

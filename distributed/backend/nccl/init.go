@@ -39,6 +39,7 @@ func Init(ctx context.Context, opts distributed.Options) (distributed.ProcessGro
 		dev.Close()
 		return nil, err
 	}
+	g.closeDevice = dev.Close
 	return g, nil
 }
 
