@@ -51,7 +51,14 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
+	{"github.com/cohortml/cohort/plan", nil},
+	{"github.com/cohortml/cohort/device/...", []string{"github.com/cohortml/cohort/device/..."}},
 }
+
+// deviceModules are the only module dependencies the device packages may
+// import (besides the standard library): they load NVIDIA's libraries at
+// run time and must stay free of cgo and of everything else.
+var deviceModules = []string{"github.com/ebitengine/purego", "golang.org/x/sys/..."}
 
 // coreTrees must never reach the distributed layer, even indirectly.
 var coreTrees = []string{"github.com/cohortml/cohort/tensor/...", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/data", "github.com/cohortml/cohort/datasets", "github.com/cohortml/cohort/models"}
@@ -132,6 +139,26 @@ func TestImportRules(t *testing.T) {
 				if matches("github.com/cohortml/cohort/distributed/...", d) || d == "github.com/cohortml/cohort/distributed" || d == "github.com/cohortml/cohort/ddp" || matches("github.com/cohortml/cohort/launch/...", d) {
 					t.Errorf("core package %s depends on distributed package %s", p.ImportPath, d)
 				}
+			}
+		}
+	}
+}
+
+func TestDeviceImports(t *testing.T) {
+	for _, p := range listPackages(t) {
+		if !matches("github.com/cohortml/cohort/device/...", p.ImportPath) {
+			continue
+		}
+		for _, imp := range p.Imports {
+			if !strings.Contains(strings.Split(imp, "/")[0], ".") || strings.HasPrefix(imp, "github.com/cohortml/cohort/") {
+				continue // the standard library, or checked by TestImportRules
+			}
+			ok := false
+			for _, m := range deviceModules {
+				ok = ok || matches(m, imp) || strings.HasPrefix(imp, strings.TrimSuffix(m, "/...")+"/")
+			}
+			if !ok {
+				t.Errorf("%s must not import %s (device packages import only the standard library, purego and x/sys)", p.ImportPath, imp)
 			}
 		}
 	}

@@ -73,7 +73,7 @@ type Options struct {
 }
 
 // DefaultPrefix is Options.Prefix's default.
-const DefaultPrefix = "github.com/cohortml/cohort/distributed"
+const DefaultPrefix = "cohort/dist"
 
 // DefaultTimeout bounds an op that GroupOptions.Timeout leaves unbounded,
 // from the moment it starts running. It matches torch.distributed's.

@@ -24,7 +24,7 @@ import (
 //	left/R      node R (> 0) has read every outcome; node 0 may stop serving
 //
 // Workers use the same store; their keys never start with keyPrefix.
-const keyPrefix = "github.com/cohortml/cohort/launch/"
+const keyPrefix = "cohort/launch/"
 
 func nodeKey(r int) string { return keyPrefix + "node/" + strconv.Itoa(r) }
 func exitKey(r int) string { return keyPrefix + "exit/" + strconv.Itoa(r) }

@@ -22,7 +22,7 @@ import (
 //	state          the rendezvous State (JSON), changed by compare-and-swap
 //	hb/NODE        NODE's heartbeat counter, incremented every keep-alive interval
 //	round/R/…      round R's workers' keys (their COHORT_STORE_PREFIX)
-func elasticPrefix(id string) string { return "github.com/cohortml/cohort/elastic/" + id + "/" }
+func elasticPrefix(id string) string { return "cohort/elastic/" + id + "/" }
 
 // opTimeout bounds one store operation of the agent loop.
 const opTimeout = 10 * time.Second

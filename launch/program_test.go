@@ -126,7 +126,7 @@ func TestWorkerEnvWatchdogOff(t *testing.T) {
 func TestWorkerEnvElastic(t *testing.T) {
 	a := &agent{cfg: Config{NProcPerNode: 2, Env: []string{"COHORT_STORE_PREFIX=old/", "COHORT_ROUND=9"}}, token: "tok", runID: "job"}
 	g := generation{nodeRank: 1, numNodes: 2, rankBase: 2, world: 4, nproc: 2, restarts: 1, masterAddr: "10.0.0.1",
-		masterPort: 29400, storeAddr: "10.0.0.1:29400", storePrefix: "github.com/cohortml/cohort/elastic/job/round/3/", round: 3}
+		masterPort: 29400, storeAddr: "10.0.0.1:29400", storePrefix: "cohort/elastic/job/round/3/", round: 3}
 	env := strings.Join(a.workerEnv(1, g, 1, "e.json"), "\n") + "\n"
 	for _, want := range []string{"RANK=3\n", "WORLD_SIZE=4\n", "GROUP_RANK=1\n", "COHORT_STORE_PREFIX=cohort/elastic/job/round/3/\n",
 		"COHORT_ROUND=3\n", "COHORT_RESTART_COUNT=1\n", "TORCHELASTIC_RESTART_COUNT=1\n", "TORCHELASTIC_RUN_ID=job\n"} {

@@ -156,7 +156,7 @@ func (s k8sSpec) meta(name string) obj {
 	if s.namespace != "" {
 		m = append(m, kv{"namespace", s.namespace})
 	}
-	return append(m, kv{"labels", obj{{"app.kubernetes.io/name", "cohort"}, {"github.com/cohortml/cohort/job", s.name}}})
+	return append(m, kv{"labels", obj{{"app.kubernetes.io/name", "cohort"}, {"cohort/job", s.name}}})
 }
 
 func (s k8sSpec) secret() obj {
@@ -218,7 +218,7 @@ func (s k8sSpec) pytorchJob() obj {
 func (s k8sSpec) service() obj {
 	return obj{{"apiVersion", "v1"}, {"kind", "Service"}, {"metadata", s.meta(s.name)},
 		{"spec", obj{{"clusterIP", "None"}, {"publishNotReadyAddresses", true},
-			{"selector", obj{{"github.com/cohortml/cohort/job", s.name}}},
+			{"selector", obj{{"cohort/job", s.name}}},
 			{"ports", []any{obj{{"name", "cohort-store"}, {"port", s.port}}}}}}}
 }
 
@@ -230,7 +230,7 @@ func (s k8sSpec) indexedJob() obj {
 	return obj{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", s.meta(s.name)},
 		{"spec", obj{{"completionMode", "Indexed"}, {"completions", s.maxNodes}, {"parallelism", s.maxNodes},
 			{"backoffLimit", s.maxRestarts},
-			{"template", obj{{"metadata", obj{{"labels", obj{{"github.com/cohortml/cohort/job", s.name}}}}},
+			{"template", obj{{"metadata", obj{{"labels", obj{{"cohort/job", s.name}}}}},
 				{"spec", obj{{"subdomain", s.name}, {"restartPolicy", "Never"}, {"containers", []any{c}}}}}}}}}
 }
 

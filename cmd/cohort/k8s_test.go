@@ -217,8 +217,8 @@ func TestK8sFixed(t *testing.T) {
 		t.Errorf("Job command %v\nwant %v", jc, want)
 	}
 	svc := docs["Service"]
-	if path(t, svc, "spec", "clusterIP") != "None" || path(t, svc, "spec", "selector", "github.com/cohortml/cohort/job") != "mnist" ||
-		path(t, job, "spec", "template", "metadata", "labels", "github.com/cohortml/cohort/job") != "mnist" {
+	if path(t, svc, "spec", "clusterIP") != "None" || path(t, svc, "spec", "selector", "cohort/job") != "mnist" ||
+		path(t, job, "spec", "template", "metadata", "labels", "cohort/job") != "mnist" {
 		t.Errorf("the headless Service does not select the Job's pods: %v", svc)
 	}
 

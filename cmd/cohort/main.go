@@ -22,6 +22,7 @@ func commands() map[string]command {
 		"bench": {"measure kernels, collectives and training throughput", runBench},
 		"trace": {"merge the ranks' COHORT_TRACE timelines into one (trace merge DIR)", runTrace},
 		"k8s":   {"write Kubernetes manifests (PyTorchJob, Indexed Job, JobSet) for a job", runK8s},
+		"plan":  {"predict every DP × PP × TP × shard layout's step time and memory, pick the best", runPlan},
 	}
 }
 

@@ -1,0 +1,4 @@
+package cuda
+
+// ArgsErr exposes the error an Args carries.
+func ArgsErr(a *Args) error { return a.err }

@@ -1,0 +1,150 @@
+package plan
+
+import (
+	"embed"
+	"encoding/json"
+	"fmt"
+	"math"
+	"sort"
+	"strings"
+)
+
+// Device describes one accelerator (or one CPU rank): what it can compute
+// and hold. Read from JSON (--device FILE) or named (BuiltinDevice).
+type Device struct {
+	Name string `json:"name"`
+	// PeakFLOPs is the peak rate per dtype ("fp32", "bf16", …), FLOP/s.
+	PeakFLOPs map[string]float64 `json:"peak_flops"`
+	// MemoryBytes is the memory one rank may use.
+	MemoryBytes int64 `json:"memory_bytes"`
+	// MemoryBandwidth is bytes/s to that memory: the elementwise work
+	// (norms, activations, softmax) and the optimizer step are bound by it.
+	MemoryBandwidth float64 `json:"memory_bandwidth"`
+	// Efficiency is the fraction of peak that the matrix products of one
+	// layer reach, as a function of the layer's forward FLOPs per
+	// microbatch on one rank (larger products run closer to peak).
+	// Points are sorted by FLOPs; between them the fraction is
+	// interpolated linearly in log(FLOPs), beyond them held.
+	Efficiency []EfficiencyPoint `json:"efficiency"`
+	// WholeLayer says the curve was measured on whole layers (cohort plan
+	// profile): it then covers the elementwise work and the attention
+	// products too, which are not priced apart.
+	WholeLayer bool `json:"whole_layer,omitempty"`
+	// Source says where the figures come from.
+	Source string `json:"source,omitempty"`
+}
+
+// EfficiencyPoint is one point of Device.Efficiency.
+type EfficiencyPoint struct {
+	FLOPs    float64 `json:"flops"`
+	Fraction float64 `json:"fraction"`
+}
+
+// Validate names the first unusable field.
+func (d *Device) Validate() error {
+	bad := func(field string, v any, want string) error {
+		return fmt.Errorf("plan: device %s: %s is %v: want %s", d.Name, field, v, want)
+	}
+	if len(d.PeakFLOPs) == 0 {
+		return bad("peak_flops", "missing", "FLOP/s per dtype, e.g. {\"bf16\": 312e12}")
+	}
+	for _, k := range sortedKeys(d.PeakFLOPs) {
+		if v := d.PeakFLOPs[k]; !(v > 0) || math.IsInf(v, 0) {
+			return bad("peak_flops."+k, v, "FLOP/s > 0")
+		}
+	}
+	if d.MemoryBytes <= 0 {
+		return bad("memory_bytes", d.MemoryBytes, "bytes > 0")
+	}
+	if !(d.MemoryBandwidth > 0) || math.IsInf(d.MemoryBandwidth, 0) {
+		return bad("memory_bandwidth", d.MemoryBandwidth, "bytes/s > 0")
+	}
+	if len(d.Efficiency) == 0 {
+		return bad("efficiency", "missing", "at least one {flops, fraction} point")
+	}
+	for i, p := range d.Efficiency {
+		if !(p.FLOPs > 0) {
+			return bad(fmt.Sprintf("efficiency[%d].flops", i), p.FLOPs, "> 0")
+		}
+		if !(p.Fraction > 0 && p.Fraction <= 1) {
+			return bad(fmt.Sprintf("efficiency[%d].fraction", i), p.Fraction, "in (0, 1]")
+		}
+		if i > 0 && p.FLOPs <= d.Efficiency[i-1].FLOPs {
+			return bad(fmt.Sprintf("efficiency[%d].flops", i), p.FLOPs, "points in increasing order of flops")
+		}
+	}
+	return nil
+}
+
+// Peak returns the peak FLOP/s for dtype, or an error naming what the
+// device has.
+func (d *Device) Peak(dtype string) (float64, error) {
+	if v, ok := d.PeakFLOPs[dtype]; ok {
+		return v, nil
+	}
+	return 0, fmt.Errorf("plan: device %s: no peak_flops.%s (has %s)", d.Name, dtype, strings.Join(sortedKeys(d.PeakFLOPs), ", "))
+}
+
+// Fraction returns the efficiency curve at flops.
+func (d *Device) Fraction(flops float64) float64 {
+	e := d.Efficiency
+	if flops <= e[0].FLOPs {
+		return e[0].Fraction
+	}
+	for i := 1; i < len(e); i++ {
+		if flops <= e[i].FLOPs {
+			x := (math.Log(flops) - math.Log(e[i-1].FLOPs)) / (math.Log(e[i].FLOPs) - math.Log(e[i-1].FLOPs))
+			return e[i-1].Fraction + x*(e[i].Fraction-e[i-1].Fraction)
+		}
+	}
+	return e[len(e)-1].Fraction
+}
+
+// ParseDevice reads a device description from JSON and validates it.
+func ParseDevice(data []byte) (*Device, error) {
+	var d Device
+	if err := strictDecode(data, &d); err != nil {
+		return nil, fmt.Errorf("plan: device: %w", err)
+	}
+	if err := d.Validate(); err != nil {
+		return nil, err
+	}
+	return &d, nil
+}
+
+//go:embed devices/*.json fabrics/*.json
+var builtin embed.FS
+
+// BuiltinDevice returns a device kept in the repository (plan/devices):
+// "a100-80gb" or "h100-sxm".
+func BuiltinDevice(name string) (*Device, error) {
+	data, err := builtin.ReadFile("devices/" + name + ".json")
+	if err != nil {
+		return nil, fmt.Errorf("plan: unknown device %q (have %s, or a --device file)", name, strings.Join(builtinNames("devices"), ", "))
+	}
+	return ParseDevice(data)
+}
+
+func builtinNames(dir string) []string {
+	ents, _ := builtin.ReadDir(dir)
+	var names []string
+	for _, e := range ents {
+		names = append(names, strings.TrimSuffix(e.Name(), ".json"))
+	}
+	return names
+}
+
+func strictDecode(data []byte, v any) error {
+	dec := json.NewDecoder(strings.NewReader(string(data)))
+	dec.DisallowUnknownFields()
+	return dec.Decode(v)
+}
+
+func sortedKeys[V any](m map[string]V) []string {
+	keys := make([]string, 0, len(m))
+	for k := range m {
+		keys = append(keys, k)
+	}
+	sort.Strings(keys)
+	return keys
+}

@@ -1,0 +1,84 @@
+// Package plan predicts the step time and peak memory per rank of every
+// way to lay a training job out on a cluster (DP × PP × TP, the sharding
+// of the training state, the microbatches and the pipeline schedule) and
+// ranks them, so that a user can choose a layout, for hardware at hand or
+// not, without running a grid. It is a cost model made of pure functions:
+// it reads the JSON it is given (a model, a device, a fabric) and does no
+// other I/O.
+//
+// # Inputs
+//
+//   - Model: a GPT-style decoder (layers, width, heads, MLP width,
+//     sequence, vocabulary, tied embeddings) or an MLP, the global batch,
+//     the microbatch size (or every size that divides the batch), fp32 or
+//     mixed precision, full recomputation or none. NamedModel has the
+//     repository's: gpt (GPT-mini), gpt2 (GPT-2 small), mlp (the MNIST
+//     MLP). Cost documents the FLOP and activation accounting
+//     (Narayanan et al. 2021; Korthikanti et al. 2022).
+//   - Device: peak FLOP/s per dtype, memory, memory bandwidth and one
+//     efficiency curve, the fraction of peak a layer's products reach as a
+//     function of their size. Kept in the repository: a100-80gb and
+//     h100-sxm (plan/devices); measured on this machine by `cohort plan
+//     profile` from a pipeline run's trace (Measure, AddMeasurement).
+//   - Fabric: α–β per link class (intra-node: NVLink, shared memory;
+//     inter-node: InfiniBand, TCP), optionally per collective; rings
+//     across nodes are hierarchical. Kept: dgx-a100, dgx-h100, local
+//     (plan/fabrics). A missing, negative or zero figure is an error
+//     naming the field.
+//
+// # The step
+//
+// Step time = compute + tensor-parallel all-reduces + bubble + pipeline
+// transfers + exposed data-parallel communication + optimizer, with the
+// overlap rules cohort implements:
+//
+//   - compute: the busiest pipeline rank's passes for every microbatch;
+//     each pass's weight products at the curve's efficiency for their
+//     size, its attention products at that of one head's product, and its
+//     elementwise traffic (the activations it stores, written forward,
+//     read and their gradients written backward) at memory bandwidth;
+//   - tensor parallelism (package tp, Megatron's f and g): two all-reduces
+//     of the block's output per block forward and two backward (two more
+//     with recomputation), on the critical path;
+//   - pipeline (package pipeline): Makespan, checked against
+//     pipeline.Simulate in the tests (package pipeline imports
+//     distributed, which this package does not, so the bubble is modelled
+//     analytically: (p−1)/v of a microbatch for GPipe, 1F1B and
+//     interleaved 1F1B, less for ZB-H1), plus one transfer per stage
+//     boundary forward and backward on the critical path;
+//   - data parallelism: package layout's one all-reduce of the gradients
+//     after the pipeline's step (with pp or tp > 1), not overlapped; ddp's
+//     bucketed all-reduce (25 MiB buckets) overlapped with the last
+//     microbatch's backward except what outruns it and the last bucket;
+//     zero1 the same plus an all-gather of the parameters after the step;
+//     zero2 a bucketed reduce-scatter overlapped likewise plus that
+//     all-gather; fsdp an all-gather per unit (block) prefetched during the
+//     forward and again the backward, and the reduce-scatter during the
+//     backward. cohort shards only pure data parallelism, so sharded
+//     layouts have pp = tp = 1;
+//   - optimizer: Adam reading parameters, gradients and state and writing
+//     parameters and state at memory bandwidth (a 1/N shard when sharded).
+//
+// Peak memory per rank: parameters, gradients and Adam's state (8 bytes a
+// parameter in fp32, 12 in mixed precision: master copy and two moments),
+// divided as the shard divides them (zero2 keeps its full-size gradient
+// buckets for the step, as package zero does; fsdp holds two gathered
+// units), plus the activations of the microbatches in flight on the
+// fullest rank (InFlight, as the simulator counts them) and, with
+// recomputation, one block's full activations.
+//
+// # Search and report
+//
+// Search predicts every layout Env.Layouts allows (TP within a node and
+// dividing heads, MLP width and vocabulary; dp·microbatches dividing the
+// batch; interleaved with v chunks dividing the layers) and returns those
+// that fit, fastest first; when none fits, its error names the smallest
+// memory per rank that would. Sweep and Families follow node counts (8 to
+// 4,096 nodes in a fraction of a second per model) and say where each
+// layout shape stops scaling and why: bubble, exposed all-reduce, memory,
+// or a batch too small for more replicas.
+//
+// The cost model is checked against Narayanan et al. 2021, Table 1
+// (testdata/megatron2021, TestMegatron2021): every row predicted with one
+// device and fabric description.
+package plan
