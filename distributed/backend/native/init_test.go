@@ -12,6 +12,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/distributed/store"
 	"github.com/cohortml/cohort/distributed/store/memstore"
 )
 
@@ -149,5 +150,38 @@ func TestInitTCPCongestion(t *testing.T) {
 		if err == nil || !strings.Contains(err.Error(), `"nosuch"`) {
 			t.Errorf("rank %d: TCPCongestion nosuch: %v, want an error naming it", r, err)
 		}
+	}
+}
+
+// TestInitCloseStore: a group handed its store (Options.CloseStore, as
+// InitFromEnv does) closes it with itself; otherwise the store stays the
+// caller's.
+func TestInitCloseStore(t *testing.T) {
+	ctx := context.Background()
+	for _, hand := range []bool{false, true} {
+		st := memstore.New()
+		var pg1 distributed.ProcessGroup
+		done := make(chan error, 1)
+		go func() {
+			var err error
+			pg1, err = distributed.Init(ctx, distributed.Options{Store: st, WorldSize: 2, Rank: 1, Group: distributed.GroupOptions{Timeout: 30 * time.Second}})
+			done <- err
+		}()
+		pg, err := distributed.Init(ctx, distributed.Options{Store: st, WorldSize: 2, Rank: 0, CloseStore: hand,
+			Group: distributed.GroupOptions{Timeout: 30 * time.Second}})
+		if err := errors.Join(err, <-done); err != nil {
+			t.Fatal(err)
+		}
+		if err := errors.Join(pg.Close(), pg1.Close()); err != nil {
+			t.Fatal(err)
+		}
+		err = st.Set(ctx, "after", []byte{1})
+		if hand && !errors.Is(err, store.ErrClosed) {
+			t.Errorf("CloseStore: Set after the group closed = %v, want store.ErrClosed", err)
+		}
+		if !hand && err != nil {
+			t.Errorf("store not handed over: Set after the group closed = %v, want it open", err)
+		}
+		st.Close()
 	}
 }
