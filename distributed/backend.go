@@ -122,10 +122,11 @@ func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
 // sets its backend's name under <Prefix>/backend, every other rank gets
 // it (bounded by Group.Timeout) and compares. Without it, ranks on two
 // backends would each wait for the other's rendezvous until the timeout.
-// Backends with their own rendezvous (no store) and worlds of one skip it.
+// Backends with their own rendezvous (no store), worlds of one and
+// options that the backend will refuse skip it.
 func agreeBackend(ctx context.Context, opts Options) error {
-	if opts.Store == nil || opts.WorldSize <= 1 {
-		return nil
+	if opts.Store == nil || opts.WorldSize <= 1 || opts.Rank < 0 || opts.Rank >= opts.WorldSize || opts.Group.Timeout < 0 {
+		return nil // nothing to agree on, or options the backend refuses
 	}
 	name := cmp.Or(opts.Backend, DefaultBackend)
 	key := cmp.Or(opts.Prefix, DefaultPrefix) + "/backend"
