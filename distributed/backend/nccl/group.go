@@ -43,11 +43,12 @@ type group struct {
 
 	ctx    context.Context // ends when the group closes
 	cancel context.CancelFunc
-	ops    chan *op // to the issuer
-	issued chan *op // issuer → completer
+	wake   chan struct{} // the issuer's: the queue has grown (capacity 1)
+	issued chan *op      // issuer → completer
 	wg     sync.WaitGroup
 
 	mu         sync.Mutex
+	queue      []*op // submitted, not yet taken by the issuer (seq order)
 	seq        uint64
 	p2p        map[p2pKey]uint32
 	compute    Stream // ordered before every op when set (SetComputeStream)
@@ -139,6 +140,7 @@ type op struct {
 	issuedOnce chan struct{} // closed once enqueued (or failed)
 	done       chan struct{}
 	err        error
+	bad        error  // the call's validation error: it fails and breaks the group
 	slot       uint64 // flight ring slot
 	deadline   time.Time
 }
@@ -188,7 +190,7 @@ func (g *group) SetComputeStream(s Stream) {
 // start runs the group's goroutines.
 func (g *group) start() {
 	g.ctx, g.cancel = context.WithCancel(context.Background())
-	g.ops = make(chan *op, 1024)
+	g.wake = make(chan struct{}, 1)
 	g.issued = make(chan *op, 1024)
 	g.p2p = make(map[p2pKey]uint32)
 	g.wg.Add(2)
@@ -213,29 +215,19 @@ func (g *group) submit(ctx context.Context, o *op, bad error) distributed.Work {
 		o.seq = g.seq
 	}
 	g.flight.enqueue(g, o)
-	switch {
-	case g.closed:
+	if g.closed {
 		g.mu.Unlock()
 		g.finish(o, &distributed.OpError{Op: o.kind.String(), Seq: o.seq, Rank: g.me, Peer: -1, Err: distributed.ErrClosed})
 		return work{o, g}
-	case bad != nil:
-		g.mu.Unlock()
-		g.finish(o, g.breakWith(o, bad, -1))
-		return work{o, g}
 	}
-	// Invariant: an op handed over while g.mu is held and the group open
-	// is seen by the issuer or by Close's last drain.
+	// An invalid call goes through the queue too, so that it breaks the
+	// group after the ops issued before it, and completes after them.
+	o.bad = bad
+	g.queue = append(g.queue, o)
+	g.mu.Unlock()
 	select {
-	case g.ops <- o:
-		g.mu.Unlock()
-		return work{o, g}
+	case g.wake <- struct{}{}:
 	default:
-		g.mu.Unlock()
-	}
-	select {
-	case g.ops <- o:
-	case <-g.ctx.Done():
-		g.finish(o, &distributed.OpError{Op: o.kind.String(), Seq: o.seq, Rank: g.me, Peer: -1, Err: distributed.ErrClosed})
 	}
 	return work{o, g}
 }
@@ -304,12 +296,27 @@ func (g *group) issuer() {
 	defer g.wg.Done()
 	defer close(g.issued)
 	for {
+		if g.ctx.Err() != nil {
+			return // Close fails what is left in the queue
+		}
 		var o *op
-		select {
-		case o = <-g.ops:
-		case <-g.ctx.Done():
-			g.drain(g.ops)
-			return
+		g.mu.Lock()
+		if len(g.queue) > 0 {
+			o = g.queue[0]
+			g.queue[0] = nil
+			g.queue = g.queue[1:]
+		}
+		g.mu.Unlock()
+		if o == nil {
+			select {
+			case <-g.wake:
+			case <-g.ctx.Done():
+			}
+			continue
+		}
+		if o.bad != nil {
+			g.finish(o, g.breakWith(o, o.bad, -1))
+			continue
 		}
 		if err := g.brokenErr(o); err != nil {
 			g.finish(o, err)
@@ -334,23 +341,14 @@ func (g *group) issuer() {
 	}
 }
 
-// drain fails the ops left in ch when the group closes.
-func (g *group) drain(ch chan *op) {
-	for {
-		select {
-		case o, ok := <-ch:
-			if !ok {
-				return
-			}
-			if o.ev != 0 && o.err == nil {
-				// Enqueued but not completed: the stream may still use its
-				// buffers, which Close's abort and stream teardown release.
-				o.bufs = nil
-			}
-			g.finish(o, &distributed.OpError{Op: o.kind.String(), Seq: o.seq, Rank: g.me, Peer: -1, Err: distributed.ErrClosed})
-		default:
-			return
-		}
+// drain fails the ops left in the queue when the group closes.
+func (g *group) drain() {
+	g.mu.Lock()
+	left := g.queue
+	g.queue = nil
+	g.mu.Unlock()
+	for _, o := range left {
+		g.finish(o, &distributed.OpError{Op: o.kind.String(), Seq: o.seq, Rank: g.me, Peer: -1, Err: distributed.ErrClosed})
 	}
 }
 
@@ -536,7 +534,7 @@ func (g *group) Close() error {
 	}
 	g.cancel()
 	g.wg.Wait()
-	g.drain(g.ops)
+	g.drain()
 	var err error
 	g.mu.Lock()
 	broken := g.broken != nil || g.unfinished
