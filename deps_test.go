@@ -16,6 +16,9 @@ var importRules = []struct {
 	pkg   string
 	allow []string
 }{
+	// The device conformance suite also checks the optimizer kernels a
+	// backend provides (optim.DeviceKernels); it is imported by tests only.
+	{"github.com/cohortml/cohort/tensor/devicetest", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/tensor/...", []string{"github.com/cohortml/cohort/tensor/..."}},
 	{"github.com/cohortml/cohort/autograd", []string{"github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/nn", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd"}},
@@ -52,7 +55,11 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
+	{"github.com/cohortml/cohort/internal/extras", []string{"github.com/cohortml/cohort/device/..."}},
+	{"github.com/cohortml/cohort/internal/fakebackend", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/plan", nil},
+	{"github.com/cohortml/cohort/device/kernels", nil}, // sources and launch table only; its tests use device/nvrtc
+	{"github.com/cohortml/cohort/device/cudatensor", []string{"github.com/cohortml/cohort/device/...", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/device/...", []string{"github.com/cohortml/cohort/device/..."}},
 }
 
@@ -103,10 +110,13 @@ func TestImportRules(t *testing.T) {
 		if !strings.HasPrefix(p.ImportPath, "github.com/cohortml/cohort/") {
 			continue
 		}
-		// Test helper packages are for _test.go files only.
+		// Test helper packages (and the fake device) are for _test.go files only.
 		for _, imp := range p.Imports {
 			if strings.HasPrefix(imp, "github.com/cohortml/cohort/") && strings.HasSuffix(imp, "test") && !strings.HasSuffix(p.ImportPath, "test") {
 				t.Errorf("%s imports test helper %s outside _test.go files", p.ImportPath, imp)
+			}
+			if imp == "github.com/cohortml/cohort/internal/fakebackend" {
+				t.Errorf("%s imports the fake device outside _test.go files", p.ImportPath)
 			}
 		}
 		// The first rule that matches decides (most specific rules come first);

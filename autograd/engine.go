@@ -281,7 +281,7 @@ func Backward(v *Var) {
 	if v.Value.Len() != 1 {
 		panic(fmt.Sprintf("autograd: Backward of a non-scalar of shape %v; use BackwardGrad", v.Value.Shape()))
 	}
-	BackwardGrad(v, tensor.Full(1, v.Value.Shape()...))
+	BackwardGrad(v, tensor.FullOn(v.Value.Device(), 1, v.Value.Shape()...))
 }
 
 // BackwardGrad is Backward starting from a given gradient of v (same
@@ -476,9 +476,9 @@ func (s *sink) settle(i int) {
 		if s.e.leafPending[in] == 0 {
 			switch {
 			case in.Grad == nil:
-				in.Grad = tensor.New(in.Value.Shape()...)
+				in.Grad = tensor.NewOn(in.Value.Device(), in.Value.Shape()...)
 			case in.takeGradBuf(): // reached, but nothing was written
-				clear(in.Grad.Data())
+				in.Grad.Zero()
 			}
 			fireHooks(in)
 		}

@@ -1,6 +1,7 @@
 package autograd
 
 import (
+	"fmt"
 	"math"
 	"slices"
 
@@ -112,8 +113,21 @@ func Neg(x *Var) *Var { return Scale(x, -1) }
 
 // unaryGrad builds a unary op whose derivative is computed per element
 // from the input x and the output y: dx = g·deriv(x, y).
-func unaryOp(name string, x *Var, y *tensor.Tensor, deriv func(dx, g, xd, yd []float32)) *Var {
+//
+// On a device the gradient is devGrad(g, x, y), the same float32
+// operations in the same order as deriv as tensor ops (so equal bit for
+// bit); an op whose derivative has no such form passes nil and is not
+// available there.
+func unaryOp(name string, x *Var, y *tensor.Tensor, deriv func(dx, g, xd, yd []float32), devGrad func(g, x, y *tensor.Tensor) *tensor.Tensor) *Var {
 	xv := x.Value
+	if dev := xv.Device(); !dev.IsCPU() {
+		if devGrad == nil {
+			panic(fmt.Sprintf("autograd: %s: its gradient is not available on %v yet", name, dev))
+		}
+		return record(name, y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
+			s.add(0, devGrad(g, xv, y), true)
+		})
+	}
 	return record(name, y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
 		dx := tensor.New(xv.Shape()...)
 		deriv(dx.Data(), g.Contiguous().Data(), xv.Contiguous().Data(), y.Data())
@@ -127,7 +141,7 @@ func Exp(x *Var) *Var {
 		for i := range dx {
 			dx[i] = g[i] * y[i]
 		}
-	})
+	}, func(g, _, y *tensor.Tensor) *tensor.Tensor { return tensor.Mul(g, y) })
 }
 
 // Log returns the natural logarithm.
@@ -136,7 +150,7 @@ func Log(x *Var) *Var {
 		for i := range dx {
 			dx[i] = g[i] / xd[i]
 		}
-	})
+	}, func(g, x, _ *tensor.Tensor) *tensor.Tensor { return tensor.Div(g, x) })
 }
 
 // Sqrt returns √x.
@@ -145,7 +159,7 @@ func Sqrt(x *Var) *Var {
 		for i := range dx {
 			dx[i] = g[i] * 0.5 / y[i]
 		}
-	})
+	}, func(g, _, y *tensor.Tensor) *tensor.Tensor { return tensor.Div(tensor.Scale(g, 0.5), y) })
 }
 
 // Abs returns |x| (subgradient 0 at 0).
@@ -161,7 +175,7 @@ func Abs(x *Var) *Var {
 				dx[i] = 0
 			}
 		}
-	})
+	}, nil)
 }
 
 // Square returns x².
@@ -170,7 +184,7 @@ func Square(x *Var) *Var {
 		for i, v := range xd {
 			dx[i] = 2 * v * g[i]
 		}
-	})
+	}, func(g, x, _ *tensor.Tensor) *tensor.Tensor { return tensor.Mul(tensor.Scale(x, 2), g) })
 }
 
 // Pow returns xᶜ.
@@ -179,7 +193,7 @@ func Pow(x *Var, c float32) *Var {
 		for i, v := range xd {
 			dx[i] = g[i] * c * float32(math.Pow(float64(v), float64(c-1)))
 		}
-	})
+	}, func(g, x, _ *tensor.Tensor) *tensor.Tensor { return tensor.Mul(tensor.Scale(g, c), tensor.Pow(x, c-1)) })
 }
 
 // Tanh returns tanh(x).
@@ -188,6 +202,8 @@ func Tanh(x *Var) *Var {
 		for i, v := range y {
 			dx[i] = g[i] * (1 - v*v)
 		}
+	}, func(g, _, y *tensor.Tensor) *tensor.Tensor {
+		return tensor.Mul(g, tensor.AddScalar(tensor.Neg(tensor.Mul(y, y)), 1)) // 1 − v² is 1 + (−v²) exactly
 	})
 }
 
@@ -197,6 +213,8 @@ func Sigmoid(x *Var) *Var {
 		for i, v := range y {
 			dx[i] = g[i] * v * (1 - v)
 		}
+	}, func(g, _, y *tensor.Tensor) *tensor.Tensor {
+		return tensor.Mul(tensor.Mul(g, y), tensor.AddScalar(tensor.Neg(y), 1))
 	})
 }
 
@@ -230,7 +248,7 @@ func GELU(x *Var) *Var {
 			x := float64(v)
 			dx[i] = g[i] * float32(float64(cdf[i])+x*invSqrt2Pi*math.Exp(-0.5*x*x))
 		}
-	})
+	}, nil)
 }
 
 // GELUTanh returns the tanh approximation 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))),
@@ -257,5 +275,5 @@ func SiLU(x *Var) *Var {
 			}
 			dx[i] = g[i] * float32(sg*(1+x*(1-sg)))
 		}
-	})
+	}, nil)
 }

@@ -104,7 +104,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	}
 	// h2 is written whole by the GEMM; its bias, residual and activation
 	// are added in the GEMM's epilogue, block by block.
-	h2 := tensor.Empty(rows, out) // the pre-activation, kept for GELU's gradient
+	h2 := tensor.EmptyOn(xv.Device(), rows, out) // the pre-activation, kept for GELU's gradient
 	var rv, bv, y2 *tensor.Tensor
 	if r != nil {
 		rv = r.Value.Reshape(rows, out)
@@ -117,7 +117,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	case actReLU:
 		tact = tensor.ReLUAct
 	case actGELUTanh:
-		tact, y2 = tensor.GELUTanhAct, tensor.Empty(rows, out)
+		tact, y2 = tensor.GELUTanhAct, tensor.EmptyOn(xv.Device(), rows, out)
 	}
 	tensor.LinearInto(h2, x2, wv, bv, rv, y2, tact)
 	if y2 == nil {
@@ -146,7 +146,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 				g2 = tensor.ReLUBackwardInto(g2, g2, y2) // g is the engine's and dead after this call
 			case s.deferring():
 				// Kept for the weight pass, then recycled with the node.
-				gh = tensor.ReLUBackwardInto(tensor.Empty(g2.Shape()...), g2, y2)
+				gh = tensor.ReLUBackwardInto(tensor.EmptyOn(g2.Device(), g2.Shape()...), g2, y2)
 				s.n.scratch, g2 = gh, gh
 			default:
 				g2 = tensor.ReLUBackward(g2, y2)
@@ -195,13 +195,13 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 func biasGrad(s *sink, bi, out int, sum func(db *tensor.Tensor)) {
 	if dst, overwrite := s.into(bi); dst != nil {
 		if overwrite {
-			clear(dst.Data())
+			dst.Zero()
 		}
 		sum(dst)
 		s.settle(bi)
 		return
 	}
-	db := tensor.New(out)
+	db := tensor.NewOn(s.n.inputs[bi].Value.Device(), out)
 	sum(db)
 	s.add(bi, db, true)
 }

@@ -55,7 +55,14 @@ func Conv2dReLU(x, w, b *Var, stride, padding int) *Var {
 // pooled gradient straight into the convolution's. Values and gradients
 // equal those of the three ops in sequence (see
 // tensor.Conv2dReLUMaxPool2d).
+//
+// On a device the convolution and the pooling run as two ops
+// (Conv2dReLU, then MaxPool2d): equal values, and gradients equal up to
+// the order of the bias gradient's sum.
 func Conv2dReLUMaxPool2d(x, w, b *Var, stride, padding, pool int) *Var {
+	if !x.Value.Device().IsCPU() {
+		return MaxPool2d(Conv2dReLU(x, w, b, stride, padding), pool, pool, 0)
+	}
 	var bv *tensor.Tensor
 	inputs := []*Var{x, w}
 	if b != nil {
@@ -89,6 +96,12 @@ func deliverConv(s *sink, bias bool, dx, dw, db *tensor.Tensor) {
 func MaxPool2d(x *Var, kernel, stride, padding int) *Var {
 	y, arg := tensor.MaxPool2d(x.Value, kernel, stride, padding)
 	shape := x.Value.Shape()
+	if !x.Value.Device().IsCPU() { // no indices there: the maxima are found again from x
+		xv := x.Value
+		return record("MaxPool2d", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
+			s.add(0, tensor.MaxPool2dBackwardFromInput(g, xv, kernel, stride, padding), true)
+		})
+	}
 	return record("MaxPool2d", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
 		s.add(0, tensor.MaxPool2dBackward(g, arg, shape), true)
 	})
@@ -145,13 +158,13 @@ func Embedding(w *Var, idx []int64, shape ...int) *Var {
 		g2 := g.Reshape(-1, D)
 		if dst, overwrite := s.into(0); dst != nil {
 			if overwrite {
-				clear(dst.Data())
+				dst.Zero()
 			}
 			tensor.IndexAddRows(dst, ids, g2)
 			s.settle(0)
 			return
 		}
-		dw := tensor.New(wShape...)
+		dw := tensor.NewOn(g.Device(), wShape...)
 		tensor.IndexAddRows(dw, ids, g2)
 		s.add(0, dw, true)
 	})
@@ -179,6 +192,7 @@ func Dropout(x *Var, p float64, rng *rand.Rand) *Var {
 			md[i] = scale
 		}
 	}
+	mask = mask.To(x.Value.Device()) // drawn on the host from rng
 	return record("Dropout", tensor.Mul(x.Value, mask), []*Var{x}, func(g *tensor.Tensor, s *sink) {
 		s.add(0, tensor.Mul(g, mask), true)
 	})
@@ -198,7 +212,16 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		bv, bi = b.Value, len(inputs)
 		inputs = append(inputs, b)
 	}
-	y, mean, rstd := tensor.LayerNorm(x.Value, wv, bv, eps)
+	// On the CPU the row statistics are host slices; on a device they
+	// stay there as tensors (meanT, rstdT).
+	var y, meanT, rstdT *tensor.Tensor
+	var mean, rstd []float32
+	onCPU := x.Value.Device().IsCPU()
+	if onCPU {
+		y, mean, rstd = tensor.LayerNorm(x.Value, wv, bv, eps)
+	} else {
+		y, meanT, rstdT = tensor.LayerNormStats(x.Value, wv, bv, eps)
+	}
 	xv := x.Value
 	var kept [2]*tensor.Tensor // the weight and bias gradients, for BackwardSplit's weight pass
 	v := record("LayerNorm", y, inputs, func(g *tensor.Tensor, s *sink) {
@@ -207,13 +230,15 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		case kept[0] != nil || kept[1] != nil: // the weight pass: computed by the input pass
 			dw, db = kept[0], kept[1]
 			kept = [2]*tensor.Tensor{}
-		case wv != nil && s.accumulator(0) != nil:
+		case wv != nil && onCPU && s.accumulator(0) != nil:
 			// The input's gradient so far (a residual stream's, from its
 			// skip path) takes this one's in place, block by block.
 			dw, db = tensor.LayerNormBackwardAdd(s.accumulator(0), g, xv, wv, mean, rstd)
 			s.settle(0)
-		default:
+		case onCPU:
 			dx, dw, db = tensor.LayerNormBackward(g, xv, wv, mean, rstd)
+		default:
+			dx, dw, db = tensor.LayerNormStatsBackward(g, xv, wv, meanT, rstdT)
 		}
 		if s.deferring() {
 			kept = [2]*tensor.Tensor{dw, db}

@@ -14,7 +14,7 @@ import (
 func Sum(x *Var) *Var {
 	shape := x.Value.Shape()
 	return record("Sum", tensor.Sum(x.Value), []*Var{x}, func(g *tensor.Tensor, s *sink) {
-		s.add(0, tensor.Full(g.Item(), shape...), true)
+		s.add(0, broadcastScalar(g, 1, shape), true)
 	})
 }
 
@@ -23,8 +23,26 @@ func Mean(x *Var) *Var {
 	shape := x.Value.Shape()
 	n := float32(x.Value.Len())
 	return record("Mean", tensor.Mean(x.Value), []*Var{x}, func(g *tensor.Tensor, s *sink) {
-		s.add(0, tensor.Full(g.Item()/n, shape...), true)
+		s.add(0, broadcastScalar(g, n, shape), true)
 	})
+}
+
+// broadcastScalar returns a tensor of the given shape, on g's device,
+// filled with the value of the one-element g divided by n.
+func broadcastScalar(g *tensor.Tensor, n float32, shape []int) *tensor.Tensor {
+	if g.Device().IsCPU() {
+		v := g.Item()
+		if n != 1 {
+			v /= n
+		}
+		return tensor.Full(v, shape...)
+	}
+	if n != 1 {
+		g = tensor.Div(g, tensor.FullOn(g.Device(), n, g.Shape()...)) // the same rounded quotient
+	}
+	out := tensor.NewOn(g.Device(), shape...)
+	out.CopyFrom(g.Reshape(make([]int, 0)...).Expand(shape...))
+	return out
 }
 
 // SumDim returns the sum over dimension dim; keepDim keeps it with size 1.
@@ -56,7 +74,7 @@ func reduceDim(name string, x *Var, dim int, keepDim bool, scale float32) *Var {
 	}
 	shape := x.Value.Shape()
 	return record(name, y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
-		dx := tensor.New(shape...)
+		dx := tensor.NewOn(x.Value.Device(), shape...)
 		dx.CopyFrom(g.Reshape(kept...))
 		if scale != 1 {
 			tensor.ScaleInto(dx, dx, scale)
@@ -79,7 +97,7 @@ func MaxDim(x *Var, dim int, keepDim bool) *Var {
 		inner *= v
 	}
 	return record("MaxDim", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
-		dx := tensor.New(shape...)
+		dx := tensor.NewOn(x.Value.Device(), shape...)
 		dd, gd := dx.Data(), g.Contiguous().Data()
 		for k, j := range idx {
 			o, i := k/inner, k%inner
@@ -141,7 +159,7 @@ func Permute(x *Var, dims ...int) *Var {
 func Narrow(x *Var, dim, start, length int) *Var {
 	shape := x.Value.Shape()
 	return record("Narrow", x.Value.Narrow(dim, start, length), []*Var{x}, func(g *tensor.Tensor, s *sink) {
-		dx := tensor.New(shape...)
+		dx := tensor.NewOn(x.Value.Device(), shape...)
 		dx.Narrow(dim, start, length).CopyFrom(g)
 		s.add(0, dx, true)
 	})
@@ -208,7 +226,7 @@ func Concat(dim int, xs ...*Var) *Var {
 		}
 		shape[dim] += sh[dim]
 	}
-	y := tensor.New(shape...)
+	y := tensor.NewOn(xs[0].Value.Device(), shape...)
 	starts := make([]int, len(xs))
 	off := 0
 	for i, x := range xs {
@@ -231,7 +249,7 @@ func Concat(dim int, xs ...*Var) *Var {
 func Select(x *Var, dim, i int) *Var {
 	shape := x.Value.Shape()
 	return record("Select", x.Value.Select(dim, i), []*Var{x}, func(g *tensor.Tensor, s *sink) {
-		dx := tensor.New(shape...)
+		dx := tensor.NewOn(x.Value.Device(), shape...)
 		dx.Select(dim, i).CopyFrom(g)
 		s.add(0, dx, true)
 	})

@@ -68,6 +68,27 @@ func (v *Var) takeGradBuf() bool {
 	return fresh
 }
 
+// To moves the leaf v's Value and Grad (when it has one) to dev, in place:
+// v keeps its identity, so optimizers and modules holding it see the
+// moved tensors. A Grad installed by SetGradBuffer and not yet written
+// stays unwritten. Views that aliased the old tensors (a flat gradient
+// bucket) are not moved with them: move a model before wrapping it. It
+// panics for a non-leaf.
+func (v *Var) To(dev tensor.Device) {
+	if v.node != nil {
+		panic(fmt.Sprintf("autograd: Var.To: %s output is not a leaf", v.node.op))
+	}
+	v.Value = v.Value.To(dev)
+	if v.Grad != nil {
+		fresh := v.gradBuf != nil && v.Grad == v.gradBuf
+		v.Grad = v.Grad.To(dev)
+		v.gradBuf = nil
+		if fresh {
+			v.gradBuf = v.Grad
+		}
+	}
+}
+
 // RequiresGrad reports whether gradients flow to v.
 func (v *Var) RequiresGrad() bool { return v.requiresGrad }
 

@@ -22,7 +22,7 @@ func writeAtomic(path string, wrap func(io.Writer) io.Writer, write func(w io.Wr
 	if dir == "" {
 		dir = "."
 	}
-	f, err := os.CreateTemp(dir, "."+base+".tmp-*")
+	f, err := os.CreateTemp(dir, tempPattern(base)) // its owner in its name: see leftovers.go
 	if err != nil {
 		return 0, "", fmt.Errorf("checkpoint: %s: %w", path, err)
 	}

@@ -17,6 +17,13 @@
 // float32) and names every missing and unexpected key when the file is of
 // another model.
 //
+// SaveGPT2 and LoadGPT2 read and write models.GPT in the layout of Hugging
+// Face transformers' GPT2LMHeadModel (GPT2Names; Conv1D projection weights
+// stored [in, out]; the tied lm_head left out on save, and accepted on load
+// when it equals wte; older versions' attention mask buffers skipped), so
+// a model.safetensors from save_pretrained, GPT-2 small's included, loads
+// into models.GPT2() and back.
+//
 // # Training state: a checkpoint directory
 //
 // Save is collective: every rank hands it a Snapshot (its Shards — whole

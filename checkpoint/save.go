@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -155,6 +156,9 @@ func Save(ctx context.Context, dir string, g Group, s *Snapshot, o Options) (str
 	var errs []error
 	if rank == 0 {
 		errs = append(errs, prepareStepDir(dir, stepDir))
+		// Leftovers of writers killed earlier; failing to remove one does
+		// not fail the save.
+		removeStaleTemps(dir, time.Now())
 	}
 	fail := func(what string, err error) (string, error) {
 		return "", &saveError{step: s.Step, rank: rank, what: what, err: errors.Join(append(errs, err)...)}
@@ -403,19 +407,52 @@ func readManifest(path string) (*Manifest, error) {
 
 // Latest returns the directory and step of the newest complete checkpoint
 // under dir: the highest step whose manifest.json exists and is valid.
-// Directories without one (a save that crashed or failed) are skipped. It
-// returns an error wrapping ErrNoCheckpoint when there is none, also when
-// dir does not exist.
+// Directories without one (a save that crashed or failed) are skipped;
+// Find also says which and why. It returns an error wrapping
+// ErrNoCheckpoint when there is none, also when dir does not exist.
 func Latest(dir string) (string, int64, error) {
+	path, step, _, err := Find(dir)
+	return path, step, err
+}
+
+// Skipped is a step directory newer than the checkpoint Find returned,
+// passed over because it is not a complete checkpoint.
+type Skipped struct {
+	Dir  string
+	Step int64
+	// Reason says why: an error wrapping fs.ErrNotExist for a save that
+	// did not finish (no manifest), ErrManifest for a manifest that does
+	// not parse or validate.
+	Reason error
+}
+
+func (s Skipped) String() string {
+	if errors.Is(s.Reason, fs.ErrNotExist) {
+		return fmt.Sprintf("%s: no manifest (a save that did not finish)", s.Dir)
+	}
+	return fmt.Sprintf("%s: %v", s.Dir, strings.ReplaceAll(s.Reason.Error(), "checkpoint: ", ""))
+}
+
+// Find is Latest that also returns the newer step directories it skipped,
+// newest first, so that a program can say why it resumes from an older
+// step (or from none). It removes the temporary files that writers killed
+// while saving left in dir (see leftovers.go).
+func Find(dir string) (path string, step int64, skipped []Skipped, err error) {
 	steps, err := stepDirs(dir)
 	if err != nil && !errors.Is(err, fs.ErrNotExist) {
-		return "", 0, fmt.Errorf("checkpoint: %w", err)
+		return "", 0, nil, fmt.Errorf("checkpoint: %w", err)
 	}
+	removeStaleTemps(dir, time.Now())
 	for _, st := range steps {
 		path := StepDir(dir, st)
-		if m, err := readManifest(path); err == nil && m.Step == st {
-			return path, st, nil
+		m, err := readManifest(path)
+		if err == nil && m.Step != st {
+			err = fmt.Errorf("%w: %s: step %d in a directory of step %d", ErrManifest, filepath.Join(path, manifestName), m.Step, st)
 		}
+		if err == nil {
+			return path, st, skipped, nil
+		}
+		skipped = append(skipped, Skipped{Dir: path, Step: st, Reason: err})
 	}
-	return "", 0, fmt.Errorf("%w in %s", ErrNoCheckpoint, dir)
+	return "", 0, skipped, fmt.Errorf("%w in %s", ErrNoCheckpoint, dir)
 }

@@ -67,12 +67,12 @@ func OpticksPath(ctx context.Context) (string, error) {
 }
 
 // defaultMNISTDir resolves the directory used when LoadMNIST gets "".
-func defaultMNISTDir() (string, error) {
+func defaultMNISTDir(ctx context.Context) (string, error) {
 	if d := os.Getenv("COHORT_MNIST_DIR"); d != "" {
 		return d, nil
 	}
 	var tried []string
-	for _, c := range mnistModuleDirs() {
+	for _, c := range mnistModuleDirs(ctx) {
 		d := filepath.Join(c, "data")
 		if _, err := os.Stat(filepath.Join(d, mnistFiles[0]+".gz")); err == nil {
 			return d, nil
@@ -89,9 +89,8 @@ func defaultMNISTDir() (string, error) {
 // mnistModuleDirs lists candidate directories of the MNIST module, most
 // specific first: what the go command reports, then the module cache path
 // of the version this binary was built with, then any cached version.
-func mnistModuleDirs() []string {
+func mnistModuleDirs(ctx context.Context) []string {
 	var dirs []string
-	ctx := context.Background()
 	if d := goOutput(ctx, "list", "-m", "-f", "{{.Dir}}", mnistModule); d != "" {
 		dirs = append(dirs, d)
 	}

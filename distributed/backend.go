@@ -28,6 +28,7 @@ import (
 //	NewGroup(ctx context.Context, ranks []int) (ProcessGroup, error)  // on the group
 //	SendsBuffered() bool                                              // on the group
 //	Watch(st store.Store, prefix string, opts WatchdogOptions) error  // on the group
+//	JobID() string                                                    // on the group
 //	Completion() <-chan struct{}                                      // on a Work
 type Backend struct {
 	// Init joins the job's world group as Init documents; opts.Backend
@@ -296,4 +297,19 @@ func Watch(pg ProcessGroup, st store.Store, prefix string, opts WatchdogOptions)
 		return fmt.Errorf("distributed: Watch: %T has no flight recorder", pg)
 	}
 	return w.Watch(st, prefix, opts)
+}
+
+// JobID returns the identity of the job whose world group pg is: a random
+// value that rank 0 drew when the job started and that every rank of it,
+// and only they, learned from the job's store. It is "" for a world of one,
+// a group of the MPI backend (or any group without a JobID method), a
+// subgroup or a group made by native.New. It is not a secret where any
+// process can read the store (no COHORT_TOKEN); it tells the job's
+// processes from other jobs' (package obs keys the run page's reports with
+// it).
+func JobID(pg ProcessGroup) string {
+	if j, ok := pg.(interface{ JobID() string }); ok {
+		return j.JobID()
+	}
+	return ""
 }

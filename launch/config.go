@@ -56,7 +56,9 @@ type Config struct {
 	// launcher's, what it would have had unbound, unless Env sets it.
 	CPUBind CPUBind
 	// GracePeriod is how long workers may take to exit after SIGTERM (or a
-	// forwarded signal) before they are killed; 0 means 5 s.
+	// forwarded signal) before they are killed; 0 means 30 s, Kubernetes'
+	// terminationGracePeriodSeconds: time for a worker that stops
+	// gracefully (distributed.Stopper) to finish its step and save.
 	GracePeriod time.Duration
 	// JoinTimeout bounds the wait for every node's launcher to join;
 	// 0 means 5 min.
@@ -196,10 +198,10 @@ func (c Config) withDefaults() Config {
 		c.MasterAddr = "127.0.0.1"
 	}
 	if c.NumCPU == 0 {
-		c.NumCPU = runtime.NumCPU()
+		c.NumCPU = CPUs()
 	}
 	if c.GracePeriod == 0 {
-		c.GracePeriod = 5 * time.Second
+		c.GracePeriod = 30 * time.Second
 	}
 	if c.JoinTimeout == 0 {
 		c.JoinTimeout = 5 * time.Minute
@@ -316,3 +318,8 @@ func (e Elastic) withDefaults() Elastic {
 
 // WorldSize is the number of workers in the job.
 func (c *Config) WorldSize() int { return max(c.NNodes, 1) * c.NProcPerNode }
+
+// CPUs is the number of CPUs this process may run on (its affinity mask,
+// read at start-up): Config.NumCPU's default, and the bound cohort run
+// puts on --nproc-per-node unless --oversubscribe.
+func CPUs() int { return runtime.NumCPU() }

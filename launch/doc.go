@@ -108,10 +108,24 @@
 // "stopped by signal N". A signal to the launcher itself (Ctrl-C) stops
 // the job as a *SignalError and blames no rank. Signals given to
 // the launcher (Config.Signals; cohort run passes SIGINT and SIGTERM) are
-// forwarded to every worker; a second signal kills them. Before Run
+// forwarded to every worker; a second signal kills them. They are obeyed
+// at every moment: during the build, the join and the workers' start (no
+// further worker is started). Workers that stop gracefully
+// (distributed.Stopper: finish the step, save, exit 128+N) get
+// Config.GracePeriod, 30 s by default as Kubernetes'
+// terminationGracePeriodSeconds, before SIGKILL; the *SignalError lists
+// how each ended and what it recorded in its error file ("stopped by
+// SIGTERM after step 37; checkpoint saved in DIR"). Before Run
 // returns every worker's process group is killed, so no process the
 // workers started is left behind; on Linux the workers also get SIGKILL
-// if the launcher itself dies (parent-death signal).
+// if the launcher itself dies (parent-death signal). A worker's first
+// stderr line that states its own error (a panic's message, a flag error
+// before a long usage text) is kept as WorkerError.Cause and reported
+// before the tail of its stderr.
+//
+// The launcher's temporary directories (a built program, the error files)
+// name their launcher's PID and PID namespace; a launcher killed with
+// SIGKILL cannot remove them, and the next Run on the machine does.
 //
 // The supervision logic is a small state machine without I/O (monitor.go)
 // with a restart-policy hook: Config.Restart may restart the workers of a

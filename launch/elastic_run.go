@@ -255,24 +255,33 @@ func (x *elastic) loop(ctx context.Context) error {
 	defer tick.Stop()
 	ctxDone := ctx.Done()
 	x.idleSince = time.Now()
-	for {
-		var ev *event
-		select {
-		case e := <-a.events:
-			ev = &e
-		case sig := <-c.Signals:
-			if x.leaving {
-				ev = &event{kind: evSignal, sig: sig}
-				break
-			}
+	onSignal := func(sig os.Signal) *event {
+		if !x.leaving {
 			a.log.Warn("launch: leaving the job", "signal", sig)
 			x.leave(&SignalError{Signal: sig})
-			ev = &event{kind: evSignal, sig: sig}
-		case <-ctxDone:
-			ctxDone = nil
-			x.leave(fmt.Errorf("launch: %w", context.Cause(ctx)))
-			ev = &event{kind: evCancel}
-		case <-tick.C:
+		}
+		return &event{kind: evSignal, sig: sig}
+	}
+	for {
+		var ev *event
+		var sig os.Signal
+		if x.m != nil {
+			sig, _ = a.takeInterrupted(x.m) // a signal stopped the workers' start
+		}
+		if sig != nil {
+			ev = onSignal(sig)
+		} else {
+			select {
+			case e := <-a.events:
+				ev = &e
+			case sig := <-c.Signals:
+				ev = onSignal(sig)
+			case <-ctxDone:
+				ctxDone = nil
+				x.leave(fmt.Errorf("launch: %w", context.Cause(ctx)))
+				ev = &event{kind: evCancel}
+			case <-tick.C:
+			}
 		}
 		if ev != nil && x.m != nil {
 			if ev.kind == evExit {

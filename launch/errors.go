@@ -71,6 +71,10 @@ type WorkerError struct {
 	// StderrTail holds the last lines the worker wrote to stderr (at most
 	// Config.TailLines), oldest first.
 	StderrTail []string
+	// Cause is the first stderr line in which the worker stated its own
+	// error (a panic's message, a flag error before its usage text), ""
+	// when none did. Report puts it first: the tail may have lost it.
+	Cause string
 	// Restarts is how many times the workers had been restarted before
 	// this failure.
 	Restarts int
@@ -142,7 +146,13 @@ func blame(failed []*WorkerError) *WorkerError {
 	root.Others = nil
 	for i, f := range failed {
 		if i != first {
-			root.Others = append(root.Others, fmt.Sprintf("rank %d %s", f.Rank, f.how()))
+			other := fmt.Sprintf("rank %d %s", f.Rank, f.how())
+			// What it recorded, unless only the signal: a rank that stopped
+			// gracefully with the blamed one says whether it saved.
+			if r := f.Record; r != nil && r.Message != "" && r.Message != "stopped by "+r.Signal {
+				other += ": " + r.Message
+			}
+			root.Others = append(root.Others, other)
 		}
 	}
 	return &root
@@ -157,6 +167,9 @@ func (e *WorkerError) Report() string {
 		fmt.Fprintf(&b, " (after %d restarts)", e.Restarts)
 	}
 	b.WriteString("\n")
+	if e.Cause != "" {
+		fmt.Fprintf(&b, "its error line: %s\n", e.Cause)
+	}
 	if e.Record != nil {
 		fmt.Fprintf(&b, "its error (%s): %s\n", e.ErrorFile, e.Record.Message)
 	}
@@ -189,9 +202,49 @@ func (e *RemoteError) Error() string { return "launch: stopped: " + e.Msg }
 // which it forwarded to the workers.
 type SignalError struct {
 	Signal os.Signal
+	// Workers says how each of this node's workers ended, in local rank
+	// order: its exit status and what it recorded in its error file (a
+	// program that stops gracefully says there whether it saved a
+	// checkpoint). Empty when the signal came before any worker started.
+	Workers []WorkerStop
+}
+
+// WorkerStop is how one worker ended after a signal.
+type WorkerStop struct {
+	Rank   int
+	Status ExitStatus
+	// Message is what the worker recorded in its error file; "" if
+	// nothing.
+	Message string
 }
 
 func (e *SignalError) Error() string { return fmt.Sprintf("launch: stopped by signal %v", e.Signal) }
+
+// Report is a multi-line account for the user: the signal, then how each
+// worker ended. A worker that exited 128+N after finishing its step
+// stopped gracefully; one killed by SIGKILL did not stop within the grace
+// period.
+func (e *SignalError) Report() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "stopped by %s", rendezvous.SignalName(e.Signal))
+	if len(e.Workers) == 0 {
+		b.WriteString(" before any worker started\n")
+		return b.String()
+	}
+	b.WriteString(", forwarded to the workers:\n")
+	for _, w := range e.Workers {
+		if w.Status.Signal == syscall.SIGKILL {
+			fmt.Fprintf(&b, "  rank %d was killed (SIGKILL): it did not stop within the grace period, or a second signal came", w.Rank)
+		} else {
+			fmt.Fprintf(&b, "  rank %d %s", w.Rank, w.Status)
+		}
+		if w.Message != "" {
+			fmt.Fprintf(&b, ": %s", w.Message)
+		}
+		b.WriteString("\n")
+	}
+	return b.String()
+}
 
 // ExitCode is the conventional shell status for the signal: 128 + its
 // number.

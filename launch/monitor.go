@@ -210,6 +210,14 @@ func (m *monitor) kill() []action {
 	return []action{{kind: actKill}}
 }
 
+// notStarted marks the workers from local rank n on as gone: a signal
+// stopped their start (they never ran).
+func (m *monitor) notStarted(n int) {
+	for local := n; local < len(m.exited); local++ {
+		m.markExited(local)
+	}
+}
+
 func (m *monitor) markExited(local int) bool {
 	if local < 0 || local >= len(m.exited) || m.exited[local] {
 		return false

@@ -221,6 +221,14 @@ func TestBlame(t *testing.T) {
 		}, 0, []string{"rank 1 was stopped by SIGTERM (then exited with code 1)"}},
 		{"tie-keeps-order", []*WorkerError{fail(1, 1, 10, nil), fail(0, 1, 10, nil)}, 1, []string{"rank 0 exited with code 1"}},
 		{"alone", []*WorkerError{fail(4, 2, 10, nil)}, 4, nil},
+		{"stopped-together", []*WorkerError{
+			fail(0, 143, 10, &rendezvous.ErrorRecord{Time: at(9), Signal: "SIGTERM", Message: "distributed: stopped by SIGTERM (received by another rank) after step 6; checkpoint saved in ck"}),
+			fail(1, 143, 12, &rendezvous.ErrorRecord{Time: at(11), Signal: "SIGTERM", SignalTime: at(2), Message: "distributed: stopped by SIGTERM after step 6; checkpoint saved in ck"}),
+			fail(2, 143, 13, &rendezvous.ErrorRecord{Time: at(12), Signal: "SIGTERM", SignalTime: at(12), Message: "stopped by SIGTERM"}),
+		}, 1, []string{
+			"rank 0 exited with code 143 (128+SIGTERM: it was stopped by that signal): distributed: stopped by SIGTERM (received by another rank) after step 6; checkpoint saved in ck",
+			"rank 2 exited with code 143 (128+SIGTERM: it was stopped by that signal)",
+		}},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

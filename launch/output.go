@@ -27,15 +27,37 @@ func (lw *lineWriter) writeLine(prefix, line []byte) {
 	lw.w.Write(buf) // output errors must not stop the job
 }
 
-// tail keeps the last n lines written to it.
+// tail keeps the last n lines written to it, and the first that reads
+// as the writer's own error (see errorLine).
 type tail struct {
 	mu    sync.Mutex
 	lines []string
 	next  int
 	full  bool
+	cause string
 }
 
 func newTail(n int) *tail { return &tail{lines: make([]string, n)} }
+
+// errorPrefixes start the lines in which a Go program states why it
+// failed before the rest of its output buries it: a panic's message, the
+// runtime's fatal error, and the flag package's errors, which come before
+// a usage text longer than the tail.
+var errorPrefixes = []string{
+	"panic: ", "fatal error: ",
+	"flag provided but not defined: ", "invalid value ", "invalid boolean value ",
+	"flag needs an argument: ", "bad flag syntax: ",
+}
+
+// errorLine reports whether line is one of those.
+func errorLine(line []byte) bool {
+	for _, p := range errorPrefixes {
+		if bytes.HasPrefix(line, []byte(p)) {
+			return true
+		}
+	}
+	return false
+}
 
 func (t *tail) add(line []byte) {
 	if len(t.lines) == 0 {
@@ -43,6 +65,9 @@ func (t *tail) add(line []byte) {
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
+	if t.cause == "" && errorLine(line) {
+		t.cause = string(line)
+	}
 	t.lines[t.next] = string(line)
 	t.next = (t.next + 1) % len(t.lines)
 	if t.next == 0 {
@@ -58,6 +83,14 @@ func (t *tail) snapshot() []string {
 		return append([]string(nil), t.lines[:t.next]...)
 	}
 	return append(append([]string(nil), t.lines[t.next:]...), t.lines[:t.next]...)
+}
+
+// errorCause returns the first line that read as the writer's own
+// error, or "".
+func (t *tail) errorCause() string {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	return t.cause
 }
 
 // sink is one destination of a worker's stream: a writer and the prefix

@@ -108,7 +108,7 @@ func buildPackage(ctx context.Context, goCmd, pkg, dir string, env []string) (bi
 	if err != nil {
 		return "", "", fmt.Errorf("launch: %s is a Go package, but the go command (%q) is not available: %w", pkg, goCmd, err)
 	}
-	tmp, err = os.MkdirTemp("", "cohort-run-")
+	tmp, err = makeTempDir("build")
 	if err != nil {
 		return "", "", fmt.Errorf("launch: temporary directory for the build: %w", err)
 	}

@@ -103,6 +103,22 @@ type agent struct {
 
 	watchCancel context.CancelFunc
 	watchDone   chan struct{}
+
+	// interrupted is a signal that came while spawn was starting the
+	// workers, which it stopped; the supervising loop handles it next.
+	interrupted os.Signal
+}
+
+// takeInterrupted returns the signal that stopped spawn, if one did, after
+// marking the workers it did not start as gone in m.
+func (a *agent) takeInterrupted(m *monitor) (os.Signal, bool) {
+	sig := a.interrupted
+	if sig == nil {
+		return nil, false
+	}
+	a.interrupted = nil
+	m.notStarted(len(a.workers))
+	return sig, true
 }
 
 // prepare resolves the program, sets up the store and joins the job.
@@ -290,6 +306,15 @@ func (a *agent) spawn(g generation) error {
 	threads := max(1, c.NumCPU/c.NProcPerNode)
 	blocks := a.cpuBlocks()
 	for local := range c.NProcPerNode {
+		// A signal stops the start at once, however many workers are left
+		// to start; the caller stops those already running.
+		select {
+		case sig := <-c.Signals:
+			a.interrupted = sig
+			a.log.Warn("launch: signal while starting the workers", "signal", sig, "started", local, "workers", c.NProcPerNode)
+			return nil
+		default:
+		}
 		rank := g.rankBase + local
 		dir, err := a.workerDir(g, rank)
 		if err != nil {
@@ -377,7 +402,7 @@ func (a *agent) workerDir(g generation, rank int) (string, error) {
 		root = filepath.Join(a.cfg.LogDir, id)
 	} else {
 		if a.errDir == "" {
-			d, err := os.MkdirTemp("", "cohort-run-errors-")
+			d, err := makeTempDir("errors")
 			if err != nil {
 				return "", fmt.Errorf("launch: directory for the workers' error files: %w", err)
 			}
@@ -483,6 +508,9 @@ func (a *agent) supervise(ctx context.Context) error {
 	defer stopGrace()
 	ctxDone := ctx.Done()
 	var queued []event // events to handle before the next select
+	if sig, ok := a.takeInterrupted(m); ok {
+		queued = append(queued, event{kind: evSignal, sig: sig})
+	}
 	for {
 		var ev event
 		if len(queued) > 0 {
@@ -515,6 +543,7 @@ func (a *agent) supervise(ctx context.Context) error {
 		}
 		if ev.kind == evExit {
 			w := a.workers[ev.local]
+			w.status, w.exited = ev.status, true
 			a.log.Info("launch: worker exited", "rank", w.rank, "pid", w.pid, "status", ev.status.String())
 		}
 		for _, act := range m.handle(ev) {
@@ -539,6 +568,9 @@ func (a *agent) supervise(ctx context.Context) error {
 				}
 				if err := a.restart(ctx, m.restarts); err != nil {
 					return err
+				}
+				if sig, ok := a.takeInterrupted(m); ok {
+					queued = append(queued, event{kind: evSignal, sig: sig})
 				}
 			case actFinish:
 				return a.finish(ctx, m)
@@ -573,6 +605,10 @@ func (a *agent) finish(ctx context.Context, m *monitor) error {
 	if errors.Is(outcome, errCanceled) {
 		outcome = fmt.Errorf("launch: %w", context.Cause(ctx))
 	}
+	var se *SignalError
+	if errors.As(outcome, &se) {
+		se.Workers = a.stops()
+	}
 	if a.cfg.NNodes > 1 {
 		others, err := exitBarrier(a.st, &a.cfg, outcome)
 		if err != nil {
@@ -586,12 +622,28 @@ func (a *agent) finish(ctx context.Context, m *monitor) error {
 	return outcome
 }
 
+// stops says how each started worker ended after a signal.
+func (a *agent) stops() []WorkerStop {
+	var out []WorkerStop
+	for _, w := range a.workers {
+		if !w.exited {
+			continue
+		}
+		ws := WorkerStop{Rank: w.rank, Status: w.status}
+		if rec, err := rendezvous.ReadErrorFile(w.errorFile); err == nil {
+			ws.Message = rec.Message
+		}
+		out = append(out, ws)
+	}
+	return out
+}
+
 // describe builds the WorkerError for a failed worker.
 func (a *agent) describe(local int, st ExitStatus) *WorkerError {
 	w := a.workers[local]
 	e := &WorkerError{
 		Rank: w.rank, LocalRank: local, NodeRank: a.gen.nodeRank, PID: w.pid,
-		Status: st, StderrTail: w.stderrTail.snapshot(), ExitTime: w.exitTime,
+		Status: st, StderrTail: w.stderrTail.snapshot(), Cause: w.stderrTail.errorCause(), ExitTime: w.exitTime,
 		ErrorFile: w.errorFile, StderrLog: w.stderrLog,
 	}
 	if rec, err := rendezvous.ReadErrorFile(w.errorFile); err == nil {

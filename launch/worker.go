@@ -28,6 +28,10 @@ type worker struct {
 	// exitTime is set by the waiter goroutine before it sends the exit
 	// event, and read only after that event is received.
 	exitTime time.Time
+	// status is how the worker ended, and exited whether it has: set by
+	// the supervising goroutine when it receives the exit event.
+	status ExitStatus
+	exited bool
 }
 
 // workerSpec says how to start one worker.

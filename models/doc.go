@@ -9,7 +9,9 @@
 //     Linear(84,10), 61,706 parameters, on [N, 1, 28, 28] inputs;
 //   - GPT: a GPT-2 style pre-LayerNorm byte-level language model with
 //     learned positions and a weight-tied head (GPT-mini: vocab 256,
-//     context 64, 4 layers, d 128, 4 heads, 834,304 parameters).
+//     context 64, 4 layers, d 128, 4 heads, 834,304 parameters; GPT-2
+//     small: vocab 50,257, context 1024, 12 layers, d 768, 12 heads,
+//     124,439,808 parameters).
 //
 // Parameter names and order are PyTorch's ("0.weight", "3.bias", …; GPT
 // uses "wte", "wpe", "h.{i}.…", "ln_f.…"). Initial values are drawn from an

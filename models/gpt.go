@@ -25,6 +25,23 @@ type GPTConfig struct {
 // context 64, 4 layers, width 128 and 4 heads.
 func GPTMini() GPTConfig { return GPTConfig{Vocab: 256, Ctx: 64, NLayer: 4, D: 128, NHead: 4} }
 
+// GPT2 is OpenAI's GPT-2 "small" (124M) as llm.c and Hugging Face's
+// GPT2LMHeadModel build it: the GPT-2 BPE vocabulary of 50,257 tokens,
+// context 1024, 12 layers, width 768, 12 heads; 124,439,808 parameters
+// with the head tied to wte. checkpoint.LoadGPT2 reads its weights from a
+// transformers safetensors file.
+func GPT2() GPTConfig { return GPTConfig{Vocab: 50257, Ctx: 1024, NLayer: 12, D: 768, NHead: 12} }
+
+// NumParams is the number of parameters of a GPT of this configuration
+// (the head shares wte and adds none): the embeddings, per block two
+// LayerNorms, the qkv, output and two MLP projections with their biases,
+// and the final LayerNorm.
+func (c GPTConfig) NumParams() int {
+	d := c.D
+	block := 2*2*d + (3*d*d + 3*d) + (d*d + d) + (4*d*d + 4*d) + (4*d*d + d)
+	return c.Vocab*d + c.Ctx*d + c.NLayer*block + 2*d
+}
+
 func (c GPTConfig) validate() error {
 	if c.Vocab <= 0 || c.Ctx <= 0 || c.NLayer < 0 || c.D <= 0 || c.NHead <= 0 {
 		return fmt.Errorf("models: GPT config %+v: sizes must be positive", c)
@@ -40,6 +57,15 @@ func (c GPTConfig) validate() error {
 //	h = wte[idx] + wpe[0:T]
 //	h = Block_i(h) for each layer (pre-LayerNorm, causal attention, 4·D GELU-tanh MLP)
 //	logits = LN_f(h) @ wteᵀ  (the head shares wte; no bias)
+//
+// This is GPT-2's architecture exactly, as Hugging Face's GPT2LMHeadModel
+// computes it in evaluation mode: learned position embeddings, LayerNorm
+// eps 1e-5 before each sublayer and after the last block, biases on every
+// projection, scores scaled by 1/√(D/NHead) under a causal mask, the tanh
+// approximation of GELU ("gelu_new"), and the head tied to wte. Only the
+// storage differs: GPT-2 keeps its projections in Conv1D layout [in, out]
+// where GPT has PyTorch's Linear layout [out, in] (checkpoint.SaveGPT2 and
+// LoadGPT2 convert).
 //
 // Parameters in order: "wte" [Vocab, D], "wpe" [Ctx, D], "h.{i}.…" per
 // block (see nn.Block), "ln_f.weight", "ln_f.bias".

@@ -66,3 +66,34 @@ func TestForwardShapes(t *testing.T) {
 		t.Errorf("width 9 with 2 heads accepted")
 	}
 }
+
+// TestGPTNumParams checks the configuration's count against the built
+// models' and GPT-2 small's published 124,439,808 (head tied to wte).
+func TestGPTNumParams(t *testing.T) {
+	if n := GPT2().NumParams(); n != 124439808 {
+		t.Errorf("GPT2().NumParams() = %d, want 124439808", n)
+	}
+	rng := rand.New(rand.NewPCG(1, 2))
+	for _, c := range []GPTConfig{GPTMini(), {Vocab: 50, Ctx: 8, NLayer: 2, D: 64, NHead: 2}, {Vocab: 7, Ctx: 3, NLayer: 0, D: 4, NHead: 1}} {
+		g, err := NewGPT(rng, c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got, want := nn.NumParameters(g), c.NumParams(); got != want {
+			t.Errorf("%+v: built %d parameters, NumParams says %d", c, got, want)
+		}
+	}
+	if testing.Short() {
+		t.Skip("-short: not building GPT-2 small (500 MB)")
+	}
+	g, err := NewGPT(rng, GPT2())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n := nn.NumParameters(g); n != 124439808 {
+		t.Errorf("GPT-2 small built with %d parameters, want 124439808", n)
+	}
+	if n := len(g.NamedParameters()); n != 2+12*12+2 {
+		t.Errorf("GPT-2 small has %d parameter tensors, want 148", n)
+	}
+}

@@ -60,7 +60,7 @@ func LoadStateDict(m Module, sd map[string]*tensor.Tensor) error {
 		return fmt.Errorf("%w: %s", ErrStateDict, strings.Join(problems, "; "))
 	}
 	for name, t := range dst {
-		t.CopyFrom(sd[name])
+		t.CopyFrom(sd[name].To(t.Device())) // a host state dict is moved to the module's device
 	}
 	return nil
 }

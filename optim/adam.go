@@ -3,6 +3,8 @@ package optim
 import (
 	"fmt"
 	"math"
+
+	"github.com/cohortml/cohort/tensor"
 )
 
 // AdamOptions are Adam's and AdamW's hyperparameters other than the
@@ -105,7 +107,8 @@ type Adam struct {
 	base
 	opts      AdamOptions
 	decoupled bool
-	state     []AdamState // per parameter
+	state     []AdamState        // per parameter on the CPU
+	devState  []*deviceAdamState // per parameter; non-nil for one on a device
 }
 
 var _ Optimizer = (*Adam)(nil)
@@ -129,6 +132,18 @@ func newAdam(name string, groups []Group, o AdamOptions, decoupled bool) (*Adam,
 	}
 	a := &Adam{base: b, opts: o, decoupled: decoupled, state: make([]AdamState, len(b.params))}
 	for i, p := range b.params {
+		if dev := p.Value.Device(); !dev.IsCPU() {
+			if a.devState == nil {
+				a.devState = make([]*deviceAdamState, len(b.params))
+			}
+			shape := p.Value.Shape()
+			ds := &deviceAdamState{expAvg: tensor.NewOn(dev, shape...), expAvgSq: tensor.NewOn(dev, shape...)}
+			if o.AMSGrad {
+				ds.maxExpAvgSq = tensor.NewOn(dev, shape...)
+			}
+			a.devState[i] = ds
+			continue
+		}
 		a.state[i] = NewAdamState(p.Value.Len(), o.AMSGrad)
 	}
 	return a, nil
@@ -141,9 +156,19 @@ func (a *Adam) Hyper(g int) AdamHyper {
 		Eps: a.opts.Eps, Decoupled: a.decoupled, AMSGrad: a.opts.AMSGrad, Maximize: a.opts.Maximize}
 }
 
-// Step applies one update to every parameter that has a gradient.
+// Step applies one update to every parameter that has a gradient. A
+// parameter on a device is updated there, by its backend's DeviceKernels;
+// its state was allocated there by the constructor.
 func (a *Adam) Step() {
 	for i := range a.params {
+		if a.devState != nil && a.devState[i] != nil {
+			p, ds := a.params[i], a.devState[i]
+			if a.checkDeviceGrad(i, ds.expAvg.Device()) {
+				a.steps[i]++
+				deviceKernels(a.name+".Step", p.Value).AdamUpdate(p.Value, p.Grad, ds.expAvg, ds.expAvgSq, ds.maxExpAvgSq, a.Hyper(a.group[i]), a.steps[i])
+			}
+			continue
+		}
 		value, grad, ok := a.grad(i)
 		if !ok {
 			continue
@@ -167,6 +192,15 @@ func (a *Adam) StateDict() *StateDict {
 	sd := newStateDict(a.kind())
 	a.putCommon(sd)
 	for i, s := range a.state {
+		if a.devState != nil && a.devState[i] != nil {
+			ds := a.devState[i]
+			sd.Tensors[stateKey(i, "exp_avg")] = ds.expAvg
+			sd.Tensors[stateKey(i, "exp_avg_sq")] = ds.expAvgSq
+			if ds.maxExpAvgSq != nil {
+				sd.Tensors[stateKey(i, "max_exp_avg_sq")] = ds.maxExpAvgSq
+			}
+			continue
+		}
 		a.putTensor(sd, i, "exp_avg", s.ExpAvg)
 		a.putTensor(sd, i, "exp_avg_sq", s.ExpAvgSq)
 		if s.MaxExpAvgSq != nil {

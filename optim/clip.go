@@ -43,6 +43,15 @@ func ClipGradNorm(params []*autograd.Var, maxNorm, normType float64) (float64, e
 		if !p.Grad.IsContiguous() {
 			panic(fmt.Sprintf("optim: ClipGradNorm: parameter %d: grad is a non-contiguous view (shape %v)", i, p.Grad.Shape()))
 		}
+		if k := deviceKernels(op, p.Grad); k != nil {
+			part := k.GradNorm(p.Grad, normType)
+			if normType == math.Inf(1) {
+				acc = max(acc, part)
+			} else {
+				acc += part
+			}
+			continue
+		}
 		acc = accumulateNorm(acc, p.Grad.Data(), normType)
 	}
 	total := acc

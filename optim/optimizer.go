@@ -154,6 +154,10 @@ func (b *base) ZeroGrad() {
 
 // zero clears the elements of t, contiguous or not.
 func zero(t *tensor.Tensor) {
+	if !t.Device().IsCPU() {
+		t.Zero()
+		return
+	}
 	if t.IsContiguous() {
 		clear(t.Data())
 		return
@@ -176,6 +180,9 @@ func zeroStrided(s []float32, off int, shape, strides []int) {
 // contiguous.
 func (b *base) grad(i int) (value, grad []float32, ok bool) {
 	p := b.params[i]
+	if p.Value.Buffer() != nil || p.Grad != nil && p.Grad.Buffer() != nil {
+		sameDevice(b.name+".Step", i, tensor.CPU, p.Value, p.Grad) // the state is on the host
+	}
 	if p.Grad == nil {
 		return nil, nil, false
 	}
@@ -188,4 +195,20 @@ func (b *base) grad(i int) (value, grad []float32, ok bool) {
 			b.name, i, p.Value.Shape()))
 	}
 	return p.Value.Data(), p.Grad.Data(), true
+}
+
+// checkDeviceGrad reports whether parameter i, whose state lives on dev,
+// has a gradient, panicking when its value or gradient is elsewhere (moved
+// after the optimizer was built), of another shape or not contiguous.
+func (b *base) checkDeviceGrad(i int, dev tensor.Device) bool {
+	p := b.params[i]
+	op := b.name + ".Step"
+	sameDevice(op, i, dev, p.Value, p.Grad)
+	if p.Grad == nil {
+		return false
+	}
+	if !p.Grad.SameShape(p.Value) || !p.Grad.IsContiguous() || !p.Value.IsContiguous() {
+		panic(fmt.Sprintf("optim: %s: parameter %d: grad shape %v, value shape %v: want equal and contiguous", op, i, p.Grad.Shape(), p.Value.Shape()))
+	}
+	return true
 }

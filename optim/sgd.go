@@ -1,6 +1,10 @@
 package optim
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/cohortml/cohort/tensor"
+)
 
 // SGDOptions are SGD's hyperparameters other than the per-group learning
 // rate and weight decay. The zero value is plain SGD, PyTorch's default.
@@ -65,7 +69,9 @@ func SGDUpdate(param, grad, buf []float32, h SGDHyper, step int64) {
 type SGD struct {
 	base
 	opts     SGDOptions
-	momentum [][]float32 // per parameter; nil when Momentum == 0
+	momentum [][]float32      // per parameter; nil when Momentum == 0
+	devBuf   []*tensor.Tensor // momentum buffers of parameters on a device; nil when Momentum == 0
+	onDevice []bool           // per parameter; nil when every one is on the CPU
 }
 
 var _ Optimizer = (*SGD)(nil)
@@ -81,9 +87,24 @@ func NewSGD(groups []Group, o SGDOptions) (*SGD, error) {
 		return nil, err
 	}
 	s := &SGD{base: b, opts: o}
+	for i, p := range b.params {
+		if !p.Value.Device().IsCPU() {
+			if s.onDevice == nil {
+				s.onDevice = make([]bool, len(b.params))
+			}
+			s.onDevice[i] = true
+		}
+	}
 	if o.Momentum != 0 {
 		s.momentum = make([][]float32, len(b.params))
 		for i, p := range b.params {
+			if s.onDevice != nil && s.onDevice[i] {
+				if s.devBuf == nil {
+					s.devBuf = make([]*tensor.Tensor, len(b.params))
+				}
+				s.devBuf[i] = tensor.NewOn(p.Value.Device(), p.Value.Shape()...)
+				continue
+			}
 			s.momentum[i] = make([]float32, p.Value.Len())
 		}
 	}
@@ -100,6 +121,18 @@ func (s *SGD) Hyper(g int) SGDHyper {
 // Step applies one update to every parameter that has a gradient.
 func (s *SGD) Step() {
 	for i := range s.params {
+		if s.onDevice != nil && s.onDevice[i] {
+			p := s.params[i]
+			var buf *tensor.Tensor
+			if s.devBuf != nil {
+				buf = s.devBuf[i]
+			}
+			if s.checkDeviceGrad(i, p.Value.Device()) {
+				s.steps[i]++
+				deviceKernels("SGD.Step", p.Value).SGDUpdate(p.Value, p.Grad, buf, s.Hyper(s.group[i]), s.steps[i])
+			}
+			continue
+		}
 		value, grad, ok := s.grad(i)
 		if !ok {
 			continue
@@ -119,6 +152,10 @@ func (s *SGD) StateDict() *StateDict {
 	sd := newStateDict("sgd")
 	s.putCommon(sd)
 	for i, buf := range s.momentum {
+		if s.devBuf != nil && s.devBuf[i] != nil {
+			sd.Tensors[stateKey(i, "momentum_buffer")] = s.devBuf[i]
+			continue
+		}
 		s.putTensor(sd, i, "momentum_buffer", buf)
 	}
 	sd.Scalars["momentum"] = s.opts.Momentum

@@ -103,6 +103,10 @@ func (b *base) checkLoad(own, sd *StateDict) error {
 // buffers own aliases, then the common scalars.
 func (b *base) applyLoad(own, sd *StateDict) {
 	for k, t := range sd.Tensors {
+		if d := own.Tensors[k]; !d.Device().IsCPU() {
+			d.CopyFrom(t.To(d.Device())) // state on a device: moved there
+			continue
+		}
 		dst := own.Tensors[k].Data()
 		if t.IsContiguous() {
 			copy(dst, t.Data())

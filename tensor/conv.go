@@ -103,6 +103,9 @@ func convCheck(op string, x, w, b *Tensor, stride, padding int) ConvGeom {
 // documentation for the paths), so no full-batch unfolded copy is ever
 // built; the bias is added as the product is copied out.
 func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
+	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
+		return deviceConv("Conv2d", x, w, b, stride, padding, Identity)
+	}
 	g, y := convStart("Conv2d", x, w, b, stride, padding, 1)
 	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data()})
 	return y
@@ -112,6 +115,9 @@ func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
 // the same pass as the convolution (no intermediate tensor). Its gradients
 // come from Conv2dReLUBackward.
 func Conv2dReLU(x, w, b *Tensor, stride, padding int) *Tensor {
+	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
+		return deviceConv("Conv2dReLU", x, w, b, stride, padding, ReLUAct)
+	}
 	g, y := convStart("Conv2dReLU", x, w, b, stride, padding, 1)
 	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true})
 	return y
@@ -128,6 +134,9 @@ func Conv2dReLU(x, w, b *Tensor, stride, padding int) *Tensor {
 // The values equal the unfused ops' exactly; so do the gradients, up to
 // the order of the bias gradient's sum.
 func Conv2dReLUMaxPool2d(x, w, b *Tensor, stride, padding, pool int) (*Tensor, []int32) {
+	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
+		unsupported("Conv2dReLUMaxPool2d", x.Device())
+	}
 	g, y := convStart("Conv2dReLUMaxPool2d", x, w, b, stride, padding, pool)
 	arg := make([]int32, y.Len())
 	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true, pool: pool, arg: arg})
@@ -178,6 +187,9 @@ func convForward(x, w *Tensor, g ConvGeom, ep *convEpilogue) {
 func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
 	g := convCheck("Conv2dBackward", x, w, nil, stride, padding)
 	checkGradShape("Conv2dBackward", dy, g, w, 1)
+	if dy.buf != nil || x.buf != nil || w.buf != nil {
+		return deviceConvBackward("Conv2dBackward", dy, nil, x, w, stride, padding, needInput, Identity)
+	}
 	return convBackward(&convPrologue{dy: dy.Contiguous().Data()}, x, w, g, needInput)
 }
 
@@ -191,6 +203,9 @@ func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool
 	if !slices.Equal(y.shape, dy.shape) {
 		panicf("Conv2dReLUBackward: output shape %v, output gradient shape %v: want equal", y.shape, dy.shape)
 	}
+	if dy.buf != nil || y.buf != nil || x.buf != nil || w.buf != nil {
+		return deviceConvBackward("Conv2dReLUBackward", dy, y, x, w, stride, padding, needInput, ReLUAct)
+	}
 	pr := &convPrologue{dy: dy.Contiguous().Data(), y: y.Contiguous().Data()}
 	return convBackward(pr, x, w, g, needInput)
 }
@@ -201,6 +216,9 @@ func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool
 // Conv2dBackward.
 func Conv2dReLUMaxPool2dBackward(dy, y *Tensor, argmax []int32, x, w *Tensor, stride, padding, pool int, needInput bool) (dx, dw, db *Tensor) {
 	const op = "Conv2dReLUMaxPool2dBackward"
+	if dy.buf != nil || x.buf != nil || w.buf != nil {
+		unsupported(op, dy.Device())
+	}
 	g := convCheck(op, x, w, nil, stride, padding)
 	checkPool(op, g, pool)
 	checkGradShape(op, dy, g, w, pool)
@@ -461,4 +479,26 @@ func sum64(v []float32) float32 {
 		acc += float64(x)
 	}
 	return float32(acc)
+}
+
+// deviceConv is Conv2d (act Identity) or Conv2dReLU on a device.
+func deviceConv(op string, x, w, b *Tensor, stride, padding int, act Activation) *Tensor {
+	g := convCheck(op, x, w, b, stride, padding)
+	dev, be := deviceOf(op, x, w, b)
+	y := NewOn(dev, g.N, w.shape[0], g.OH, g.OW)
+	if y.Len() > 0 {
+		be.Conv2d(y, x, w, b, stride, padding, act)
+	}
+	return y
+}
+
+// deviceConvBackward is Conv2dBackward or Conv2dReLUBackward on a device.
+func deviceConvBackward(op string, dy, y, x, w *Tensor, stride, padding int, needInput bool, act Activation) (dx, dw, db *Tensor) {
+	dev, be := deviceOf(op, dy, y, x, w)
+	if needInput {
+		dx = NewOn(dev, x.shape...)
+	}
+	dw, db = NewOn(dev, w.shape...), NewOn(dev, w.shape[0])
+	be.Conv2dBackward(dx, dw, db, dy, y, x, w, stride, padding, act)
+	return dx, dw, db
 }

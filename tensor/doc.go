@@ -59,6 +59,54 @@
 // the LayerNorm weight gradients in float32 blocks of 64 rows added into
 // float64 totals.
 //
+// # Devices and dtypes
+//
+// Every tensor carries a Device: CPU (the zero value: host memory, every
+// tensor made by New or FromSlice) or an accelerator such as CUDA(0),
+// parsed from "cpu", "cuda" or "cuda:1" by ParseDevice. A tensor on an
+// accelerator views an opaque Buffer of that device instead of a host
+// slice; views (Reshape, T, Narrow, …) work on it as on the host, while
+// the host accessors (Storage, Data, At, Set, Item, Values, the Fill*
+// draws) panic naming the device. Moves are explicit: t.To(dev) copies
+// (and is t itself when t is there already); no op moves its operands.
+//
+// Each public op checks its operands' devices once, at its entry: host
+// operands run the CPU code unchanged (the check is a nil test of each
+// operand's buffer, outside every loop); operands on one device go to the
+// Backend registered for that device's kind; operands on two devices
+// panic, naming the op and both devices ("tensor: MatMul: operands on cpu
+// and cuda:0"). That is a panic, not an error, for the reason a shape
+// mismatch is one: it is a programmer error in a call whose result is
+// the tensor itself, so no caller could act on a returned error. Results
+// are allocated on the operands' device (NewOn, EmptyOn, FullOn).
+//
+// Backends are registered by kind (Register), from the init function of
+// the package that implements the kind, as database/sql drivers are: the
+// registry is written only at init and read-only afterwards, and the
+// device an op runs on is still chosen by its caller, on each tensor.
+// Each backend passes the conformance suite in tensor/devicetest: every
+// op equal to its CPU twin on fresh random inputs within a stated bound
+// (1e-5 relative in float32), forward and backward, moves bit for bit,
+// and the mixed-device panic. The ops a backend implements are those of
+// the MLP, the LeNet CNN and GPT: elementwise (with broadcasting), GEMM
+// and the fused linear layer, reductions, softmax, cross-entropy,
+// LayerNorm (LayerNormStats keeps its statistics on the device),
+// attention over a fused qkv, convolution, max and average pooling, and
+// embedding rows; a backend's optimizer steps and gradient norms are the
+// optim.DeviceKernels it also implements. Ops that return host slices
+// (MaxDim, ArgMax, Max, SoftmaxRows, the BatchNorm statistics, LayerNorm's
+// slice form, the fused convolution-ReLU-pool with its indices, GemmThen's
+// host epilogue) have no device form yet and panic on a device, saying
+// so; MaxPool2d on a device returns no indices, and its gradient is
+// MaxPool2dBackwardFromInput.
+//
+// The element type is a DType on the tensor, like the device: Float32 for
+// every host tensor and every op today. BFloat16 is reserved for device
+// buffers (mixed precision on accelerators) and the CPU bf16 kernels to
+// come; the ops refuse any other DType at the same entry check until they
+// have kernels for it, so adding bf16 extends the check and the backend
+// interface rather than redesigning them.
+//
 // # Randomness
 //
 // FillUniform and FillNormal draw from a *rand.Rand (math/rand/v2) passed

@@ -62,6 +62,9 @@ func binaryShape(name string, a, b *Tensor) []int {
 }
 
 func binary(name string, op binOp, alpha float32, a, b *Tensor) *Tensor {
+	if a.buf != nil || b.buf != nil {
+		return deviceBinary(name, op, alpha, nil, a, b)
+	}
 	out := Empty(binaryShape(name, a, b)...) // written whole
 	binaryIntoAlpha(name, op, alpha, out, a, b)
 	return out
@@ -72,6 +75,9 @@ func binaryInto(name string, op binOp, dst, a, b *Tensor) *Tensor {
 }
 
 func binaryIntoAlpha(name string, op binOp, alpha float32, dst, a, b *Tensor) *Tensor {
+	if dst.buf != nil || a.buf != nil || b.buf != nil {
+		return deviceBinary(name, op, alpha, dst, a, b)
+	}
 	shape := binaryShape(name, a, b)
 	if !slices.Equal(shape, dst.shape) {
 		panicf("%s: destination shape %v, want %v (from %v and %v)", name, dst.shape, shape, a.shape, b.shape)
@@ -337,6 +343,9 @@ func unaryRow(op unOp, c float32, d, a []float32) {
 }
 
 func unary(name string, op unOp, c float32, dst, a *Tensor) *Tensor {
+	if a.buf != nil || dst != nil && dst.buf != nil {
+		return deviceUnary(name, op, c, dst, a)
+	}
 	if dst == nil {
 		dst = Empty(a.shape...) // every element is written below
 	} else if !slices.Equal(dst.shape, a.shape) {
@@ -458,7 +467,7 @@ func ScaleInto(dst, a *Tensor, c float32) *Tensor { return unary("ScaleInto", uM
 // and ReLU's output y (same shape): dy where y > 0, 0 where y = 0 (PyTorch's
 // convention at 0). A NaN in y passes dy through.
 func ReLUBackward(dy, y *Tensor) *Tensor {
-	return ReLUBackwardInto(Empty(y.shape...), dy, y)
+	return ReLUBackwardInto(EmptyOn(y.Device(), y.shape...), dy, y)
 }
 
 // ReLUBackwardInto writes ReLUBackward(dy, y) into dst and returns it; dst
@@ -466,6 +475,11 @@ func ReLUBackward(dy, y *Tensor) *Tensor {
 func ReLUBackwardInto(dst, dy, y *Tensor) *Tensor {
 	if !slices.Equal(dy.shape, y.shape) || !slices.Equal(dst.shape, y.shape) {
 		panicf("ReLUBackward: gradient shape %v, output shape %v, destination shape %v: want equal", dy.shape, y.shape, dst.shape)
+	}
+	if dst.buf != nil || dy.buf != nil || y.buf != nil {
+		_, be := deviceOf("ReLUBackward", dst, dy, y)
+		be.ReLUBackward(dst, dy, y)
+		return dst
 	}
 	if dst.IsContiguous() && dy.IsContiguous() && y.IsContiguous() {
 		reluMaskRow(dst.Data(), dy.Data(), y.Data())

@@ -25,13 +25,18 @@ var mathKernels = sync.OnceValue(func() vec.Math {
 
 // GELUTanhBackward returns dy·GELU-tanh′(x) for same-shaped dy and x.
 func GELUTanhBackward(dy, x *Tensor) *Tensor {
-	return GELUTanhBackwardInto(New(x.shape...), dy, x)
+	return GELUTanhBackwardInto(NewOn(x.Device(), x.shape...), dy, x)
 }
 
 // GELUTanhBackwardInto writes dy·GELU-tanh′(x) into dst (contiguous, x's
 // shape; it may be dy or x) and returns dst.
 func GELUTanhBackwardInto(dst, dy, x *Tensor) *Tensor {
 	checkGELUTanhBackward(dst, dy, x)
+	if dst.buf != nil || dy.buf != nil || x.buf != nil {
+		_, be := deviceOf("GELUTanhBackward", dst, dy, x)
+		be.GELUTanhBackward(dst, dy, x, nil)
+		return dst
+	}
 	m, dd, gd, xd := mathKernels(), dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data()
 	parallelRanges(len(dd), elementwiseMin, 8, func(lo, hi int) { m.GELUTanhGrad(dd[lo:hi], gd[lo:hi], xd[lo:hi]) })
 	return dst
@@ -57,11 +62,22 @@ func GELUTanhBackwardSumInto(dst, dy, x, db *Tensor) *Tensor {
 	if db.Len() != n || !db.IsContiguous() || db.shape[len(db.shape)-1] != n {
 		panicf("GELUTanhBackwardSumInto: bias gradient shape %v for input %v", db.shape, x.shape)
 	}
+	if dst.buf != nil || dy.buf != nil || x.buf != nil || db.buf != nil {
+		checkGELUTanhBackward(dst, dy, x)
+		_, be := deviceOf("GELUTanhBackwardSumInto", dst, dy, x, db)
+		be.GELUTanhBackward(dst, dy, x, db)
+		return dst
+	}
 	if g, err := gemm.Default(); err != nil || g.Threads() > 1 && !serialOnly || n == 0 {
 		SumInto(db, GELUTanhBackwardInto(dst, dy, x))
 		return dst
 	}
 	checkGELUTanhBackward(dst, dy, x)
+	if dst.buf != nil || dy.buf != nil || x.buf != nil {
+		_, be := deviceOf("GELUTanhBackward", dst, dy, x)
+		be.GELUTanhBackward(dst, dy, x, nil)
+		return dst
+	}
 	m, dd, gd, xd, bd := mathKernels(), dst.Data(), dy.Contiguous().Data(), x.Contiguous().Data(), db.Data()
 	rows := len(dd) / n
 	step := max(1, 8192/n) // rows per block: 32 KiB of results
@@ -116,6 +132,11 @@ func LinearInto(h, x, w, b, r, y *Tensor, act Activation) {
 			rs = r.shape
 		}
 		panicf("LinearInto: shapes h %v, x %v, w %v, bias %v, residual %v, y %v for activation %d: want [rows, out], [rows, in], [out, in], [out], [rows, out] and, for GELU only, y [rows, out]", h.shape, x.shape, w.shape, bs, rs, ys, act)
+	}
+	if h.buf != nil || x.buf != nil || w.buf != nil || b != nil && b.buf != nil || r != nil && r.buf != nil || y != nil && y.buf != nil {
+		_, be := deviceOf("LinearInto", h, x, w, b, r, y)
+		be.Linear(h, x, w, b, r, y, act)
+		return
 	}
 	n := h.shape[1]
 	hd := h.Data()
@@ -175,6 +196,14 @@ func attentionQKVDims(name string, qkv *Tensor, nHead int) (B, T, d, hd int) {
 // permuted copy of q, k, v or y is made.
 func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 	B, T, d, hd := attentionQKVDims("AttentionQKV", qkv, nHead)
+	if qkv.buf != nil {
+		dev, be := deviceOf("AttentionQKV", qkv)
+		y, p = NewOn(dev, B, T, d), NewOn(dev, B, nHead, T, T)
+		if B*T*d > 0 {
+			be.Attention(y, p, qkv, nHead, causal)
+		}
+		return y, p
+	}
 	if B*T*d == 0 {
 		return New(B, T, d), New(B, nHead, T, T)
 	}
@@ -210,6 +239,14 @@ func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int, causal bool) *Tensor {
 	if len(dy.shape) != 3 || dy.shape[0] != B || dy.shape[1] != T || dy.shape[2] != d ||
 		len(p.shape) != 4 || p.shape[0] != B || p.shape[1] != nHead || p.shape[2] != T || p.shape[3] != T {
 		panicf("AttentionQKVBackward: gradient shape %v, probabilities %v for qkv %v and %d heads", dy.shape, p.shape, qkv.shape, nHead)
+	}
+	if dy.buf != nil || qkv.buf != nil || p.buf != nil {
+		dev, be := deviceOf("AttentionQKVBackward", dy, qkv, p)
+		dqkv := NewOn(dev, qkv.shape...)
+		if B*T*d > 0 {
+			be.AttentionBackward(dqkv, dy, qkv, p, nHead, causal)
+		}
+		return dqkv
 	}
 	if B*T*d == 0 {
 		return New(qkv.shape...)
@@ -276,6 +313,9 @@ func mulProbs(causal, transA bool, T, hd int, a, b []float32, ldb int, c []float
 func SoftmaxRows(dst, x *Tensor) (lse []float64) {
 	if len(x.shape) != 2 || !dst.SameShape(x) || !dst.IsContiguous() {
 		panicf("SoftmaxRows: shapes dst %v, input %v, want contiguous [N, C] for both", dst.shape, x.shape)
+	}
+	if dst.buf != nil || x.buf != nil {
+		unsupported("SoftmaxRows (its log-sum-exp is a host slice; CrossEntropy has a device form)", x.Device())
 	}
 	N, C := x.shape[0], x.shape[1]
 	xd, dd := x.Contiguous().Data(), dst.Data()

@@ -10,6 +10,13 @@ func IndexRows(w *Tensor, idx []int64) *Tensor {
 		panicf("IndexRows: table shape %v, want 2-D", w.shape)
 	}
 	V, D := w.shape[0], w.shape[1]
+	if w.buf != nil {
+		checkRows("IndexRows", idx, V, w.shape)
+		dev, be := deviceOf("IndexRows", w)
+		out := NewOn(dev, len(idx), D)
+		be.IndexRows(out, w, idx)
+		return out
+	}
 	out := Empty(len(idx), D) // every row is copied in
 	od := out.Data()
 	wc := w.Contiguous()
@@ -31,6 +38,12 @@ func IndexAddRows(dst *Tensor, idx []int64, src *Tensor) {
 		panicf("IndexAddRows: destination shape %v, source shape %v, %d indices", dst.shape, src.shape, len(idx))
 	}
 	V, D := dst.shape[0], dst.shape[1]
+	if dst.buf != nil || src.buf != nil {
+		checkRows("IndexAddRows", idx, V, dst.shape)
+		_, be := deviceOf("IndexAddRows", dst, src)
+		be.IndexAddRows(dst, idx, src)
+		return
+	}
 	dd := dst.Data()
 	sd := src.Contiguous().Data()
 	for i, r := range idx {
@@ -40,6 +53,15 @@ func IndexAddRows(dst *Tensor, idx []int64, src *Tensor) {
 		row := dd[int(r)*D:][:D]
 		for j, v := range sd[i*D : (i+1)*D] {
 			row[j] += v
+		}
+	}
+}
+
+// checkRows panics at the first index outside [0, V), as the host loops do.
+func checkRows(op string, idx []int64, V int, shape []int) {
+	for i, r := range idx {
+		if r < 0 || r >= int64(V) {
+			panicf("%s: index %d at position %d out of range for table shape %v", op, r, i, shape)
 		}
 	}
 }

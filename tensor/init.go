@@ -17,6 +17,9 @@ func (t *Tensor) FillNormal(rng *rand.Rand, mean, std float32) {
 
 // fillFunc sets the elements in row-major order to successive values of f.
 func (t *Tensor) fillFunc(f func() float32) {
+	if t.buf != nil {
+		t.notHost("FillUniform/FillNormal") // draws are made on the host: fill there, then move
+	}
 	l := newLoop(t.shape, t.strides)
 	l.rows(t.offset, 0, 0, func(o, _, _, n, s, _, _ int) {
 		for i := 0; i < n; i++ {

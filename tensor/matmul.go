@@ -67,6 +67,12 @@ func matmulShape(name string, a, b *Tensor) (batch []int, m, k, n int) {
 // need at least two dimensions.
 func MatMul(a, b *Tensor) *Tensor {
 	batch, m, _, n := matmulShape("MatMul", a, b)
+	if a.buf != nil || b.buf != nil {
+		dev, _ := deviceOf("MatMul", a, b)
+		out := NewOn(dev, append(batch, m, n)...)
+		Gemm(out, a, b, 1, 0)
+		return out
+	}
 	out := Empty(append(batch, m, n)...) // beta 0: Gemm writes every element
 	Gemm(out, a, b, 1, 0)
 	return out
@@ -106,6 +112,16 @@ func gemmThen(dst, a, b *Tensor, alpha, beta float32, add *gemm.Addends, then fu
 	}
 	if !dst.IsContiguous() {
 		panicf("Gemm: destination of shape %v is not contiguous", dst.shape)
+	}
+	if dst.buf != nil || a.buf != nil || b.buf != nil {
+		_, be := deviceOf("Gemm", dst, a, b)
+		if add != nil || then != nil {
+			panicf("GemmThen: an epilogue function runs on the host; %v tensors take Gemm", dst.Device())
+		}
+		if dst.Len() > 0 {
+			be.Gemm(dst, a, b, alpha, beta)
+		}
+		return
 	}
 	if dst.Len() == 0 {
 		return

@@ -13,6 +13,9 @@ import (
 // [D] or nil (no affine transform). It also returns each row's mean and
 // 1/√(var + eps), which LayerNormBackward needs.
 func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
+	if x.buf != nil {
+		x.notHost("LayerNorm (LayerNormStats keeps the statistics on the device)")
+	}
 	if len(x.shape) == 0 {
 		panicf("LayerNorm: input is 0-dimensional")
 	}
@@ -84,6 +87,9 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 // x, the weight w (nil when none) and the saved mean and rstd: dx, and dw,
 // db ([D]; nil when w is nil).
 func LayerNormBackward(dy, x, w *Tensor, mean, rstd []float32) (dx, dw, db *Tensor) {
+	if x.buf != nil {
+		x.notHost("LayerNormBackward (LayerNormStatsBackward keeps the statistics on the device)")
+	}
 	if !dy.SameShape(x) {
 		panicf("LayerNormBackward: gradient shape %v, input shape %v", dy.shape, x.shape)
 	}
@@ -140,6 +146,9 @@ func LayerNormBackward(dy, x, w *Tensor, mean, rstd []float32) (dx, dw, db *Tens
 // BatchNormStats returns the per-channel mean and biased variance of x
 // [N, C, ...] over every dimension but 1.
 func BatchNormStats(x *Tensor) (mean, variance []float64) {
+	if x.buf != nil {
+		unsupported("BatchNormStats", x.Device())
+	}
 	if len(x.shape) < 2 {
 		panicf("BatchNormStats: input shape %v, want [N, C, ...]", x.shape)
 	}
@@ -266,6 +275,9 @@ func BatchNormBackward(dy, x, w *Tensor, mean, scale []float64, batchStats bool)
 // the normalisation's so, block by block while each is in cache. acc may
 // be dy.
 func LayerNormBackwardAdd(acc, dy, x, w *Tensor, mean, rstd []float32) (dw, db *Tensor) {
+	if x.buf != nil {
+		x.notHost("LayerNormBackwardAdd")
+	}
 	if !dy.SameShape(x) || !acc.SameShape(x) || !acc.IsContiguous() || w == nil || len(x.shape) == 0 {
 		panicf("LayerNormBackwardAdd: accumulator shape %v (contiguous: %v), gradient %v, input %v, weight %v", acc.shape, acc.IsContiguous(), dy.shape, x.shape, w != nil)
 	}
@@ -328,5 +340,53 @@ func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, add bool, mean, rst
 	for j := range dwAcc {
 		dw.storage[j], db.storage[j] = float32(dwAcc[j]), float32(dbAcc[j])
 	}
+	return dx, dw, db
+}
+
+// LayerNormStats is LayerNorm with the row statistics returned as [rows]
+// tensors on x's device (rows: the product of x's leading dimensions), the
+// form that works on every device; on the CPU they view LayerNorm's
+// slices.
+func LayerNormStats(x, w, b *Tensor, eps float64) (y, mean, rstd *Tensor) {
+	if x.buf == nil && (w == nil || w.buf == nil) && (b == nil || b.buf == nil) {
+		y, m, r := LayerNorm(x, w, b, eps)
+		return y, FromSlice(m, len(m)), FromSlice(r, len(r))
+	}
+	if len(x.shape) == 0 {
+		panicf("LayerNorm: input is 0-dimensional")
+	}
+	D := x.shape[len(x.shape)-1]
+	for _, p := range []*Tensor{w, b} {
+		if p != nil && (len(p.shape) != 1 || p.shape[0] != D) {
+			panicf("LayerNorm: parameter shape %v, want [%d] for input shape %v", p.shape, D, x.shape)
+		}
+	}
+	dev, be := deviceOf("LayerNorm", x, w, b)
+	rows := 1
+	for _, s := range x.shape[:len(x.shape)-1] {
+		rows *= s
+	}
+	y, mean, rstd = NewOn(dev, x.shape...), NewOn(dev, rows), NewOn(dev, rows)
+	if x.Len() > 0 {
+		be.LayerNorm(y, mean, rstd, x, w, b, eps)
+	}
+	return y, mean, rstd
+}
+
+// LayerNormStatsBackward is LayerNormBackward with LayerNormStats's
+// statistics.
+func LayerNormStatsBackward(dy, x, w, mean, rstd *Tensor) (dx, dw, db *Tensor) {
+	if dy.buf == nil && x.buf == nil && (w == nil || w.buf == nil) && mean.buf == nil && rstd.buf == nil {
+		return LayerNormBackward(dy, x, w, mean.Data(), rstd.Data())
+	}
+	if !dy.SameShape(x) {
+		panicf("LayerNormBackward: gradient shape %v, input shape %v", dy.shape, x.shape)
+	}
+	dev, be := deviceOf("LayerNormBackward", dy, x, w, mean, rstd)
+	dx = NewOn(dev, x.shape...)
+	if w != nil {
+		dw, db = NewOn(dev, w.shape...), NewOn(dev, w.shape...)
+	}
+	be.LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd)
 	return dx, dw, db
 }

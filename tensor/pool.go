@@ -14,10 +14,22 @@ import (
 // output element the index (h·W + w) within its input plane of the element
 // chosen (the first maximum in row-major window order). Padding counts as
 // −∞. Pass the indices to MaxPool2dBackward.
+//
+// On a device the indices are not made (nil is returned): the backward
+// pass there is MaxPool2dBackwardFromInput, which finds the maxima again
+// from the input, as cuDNN does.
 func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
 	g := NewConvGeom("MaxPool2d", x.shape, kernel, kernel, stride, padding)
 	if padding > kernel/2 {
 		panicf("MaxPool2d: padding %d exceeds half the kernel %d", padding, kernel)
+	}
+	if x.buf != nil {
+		dev, be := deviceOf("MaxPool2d", x)
+		y := NewOn(dev, g.N, g.C, g.OH, g.OW)
+		if y.Len() > 0 {
+			be.MaxPool2d(y, x, kernel, stride, padding)
+		}
+		return y, nil
 	}
 	xd := x.Contiguous().Data()
 	y := New(g.N, g.C, g.OH, g.OW)
@@ -83,6 +95,9 @@ func b2i(b bool) int {
 // MaxPool2dBackward routes dy [N, C, OH, OW] to the input positions
 // MaxPool2d chose, returning dx of shape xShape.
 func MaxPool2dBackward(dy *Tensor, argmax []int32, xShape []int) *Tensor {
+	if dy.buf != nil {
+		unsupported("MaxPool2dBackward", dy.Device())
+	}
 	if len(xShape) != 4 || len(dy.shape) != 4 || dy.shape[0] != xShape[0] || dy.shape[1] != xShape[1] || len(argmax) != dy.Len() {
 		panicf("MaxPool2dBackward: gradient shape %v with %d indices does not match input shape %v", dy.shape, len(argmax), xShape)
 	}
@@ -101,10 +116,39 @@ func MaxPool2dBackward(dy *Tensor, argmax []int32, xShape []int) *Tensor {
 	return dx
 }
 
+// MaxPool2dBackwardFromInput is MaxPool2dBackward for MaxPool2d(x,
+// kernel, stride, padding) that finds each window's chosen element again
+// from x instead of taking saved indices: the form that works on every
+// device (on the CPU it runs MaxPool2d again for the indices).
+func MaxPool2dBackwardFromInput(dy, x *Tensor, kernel, stride, padding int) *Tensor {
+	g := NewConvGeom("MaxPool2dBackward", x.shape, kernel, kernel, stride, padding)
+	if want := []int{g.N, g.C, g.OH, g.OW}; !slices.Equal(dy.shape, want) {
+		panicf("MaxPool2dBackward: gradient shape %v, want %v for input shape %v", dy.shape, want, x.shape)
+	}
+	if dy.buf == nil && x.buf == nil {
+		_, arg := MaxPool2d(x, kernel, stride, padding)
+		return MaxPool2dBackward(dy, arg, x.shape)
+	}
+	dev, be := deviceOf("MaxPool2dBackward", dy, x)
+	dx := NewOn(dev, x.shape...)
+	if dy.Len() > 0 {
+		be.MaxPool2dBackward(dx, dy, x, kernel, stride, padding)
+	}
+	return dx
+}
+
 // AvgPool2d returns the window means of x, [N, C, OH, OW]. Padding counts
 // as zeros in the mean (PyTorch's count_include_pad).
 func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 	g := NewConvGeom("AvgPool2d", x.shape, kernel, kernel, stride, padding)
+	if x.buf != nil {
+		dev, be := deviceOf("AvgPool2d", x)
+		y := NewOn(dev, g.N, g.C, g.OH, g.OW)
+		if y.Len() > 0 {
+			be.AvgPool2d(y, x, kernel, stride, padding)
+		}
+		return y
+	}
 	xd := x.Contiguous().Data()
 	y := New(g.N, g.C, g.OH, g.OW)
 	yd := y.Data()
@@ -136,6 +180,14 @@ func AvgPool2dBackward(dy *Tensor, xShape []int, kernel, stride, padding int) *T
 	g := NewConvGeom("AvgPool2dBackward", xShape, kernel, kernel, stride, padding)
 	if want := []int{g.N, g.C, g.OH, g.OW}; !slices.Equal(dy.shape, want) {
 		panicf("AvgPool2dBackward: gradient shape %v, want %v for input shape %v", dy.shape, want, xShape)
+	}
+	if dy.buf != nil {
+		dev, be := deviceOf("AvgPool2dBackward", dy)
+		dx := NewOn(dev, xShape...)
+		if dy.Len() > 0 {
+			be.AvgPool2dBackward(dx, dy, kernel, stride, padding)
+		}
+		return dx
 	}
 	dx := New(xShape...)
 	dxd := dx.Data()

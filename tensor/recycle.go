@@ -55,8 +55,18 @@ func Empty(shape ...int) *Tensor {
 // Recycle hands t's storage back for reuse by a later Empty. The caller
 // promises that neither t nor any view of its storage is used again.
 // Tensors that do not own their whole storage (views with an offset or
-// gaps, or a part of their storage) and tiny ones are ignored.
+// gaps, or a part of their storage) and tiny ones are ignored. A device
+// tensor that owns its whole buffer hands it to its backend's Release.
 func Recycle(t *Tensor) {
+	if t != nil && t.buf != nil {
+		// A device tensor owning its whole buffer hands it to its backend.
+		if t.offset == 0 && t.buf.Len() == t.Len() && t.Len() > 0 && t.IsContiguous() {
+			b := t.buf
+			t.buf = released{b.Device()} // a use after Recycle panics rather than reading reused memory
+			backendOf("Recycle", b.Device()).Release(b)
+		}
+		return
+	}
 	if t == nil || t.offset != 0 || len(t.storage) != t.Len() || t.Len() < 256 || !t.IsContiguous() {
 		return
 	}
@@ -88,3 +98,12 @@ func takeSpare(n int) []float32 {
 	spare.floats -= n
 	return s[:n:n]
 }
+
+// released stands for a device buffer handed back by Recycle: a tensor
+// holding it is still on its device, and any op on it reaches a backend
+// that refuses the buffer.
+type released struct{ dev Device }
+
+func (r released) Device() Device { return r.dev }
+func (released) DType() DType     { return Float32 }
+func (released) Len() int         { return 0 }

@@ -18,6 +18,11 @@ func SumInto(dst, src *Tensor) *Tensor {
 	if !ok {
 		panicf("SumInto: destination shape %v does not broadcast to source shape %v", dst.shape, src.shape)
 	}
+	if dst.buf != nil || src.buf != nil {
+		_, be := deviceOf("SumInto", dst, src)
+		be.Sum(dst, src)
+		return dst
+	}
 	d, s := dst.storage, src.storage
 	// A bias gradient: a contiguous [n] (or [1, …, 1, n]) summed over the
 	// rows of a contiguous [..., n]. The rows are added one at a time, as
@@ -60,16 +65,19 @@ func SumTo(src *Tensor, shape ...int) *Tensor {
 	if slices.Equal(shape, src.shape) {
 		return src.Clone()
 	}
-	return SumInto(New(shape...), src)
+	return SumInto(NewOn(src.Device(), shape...), src)
 }
 
 // Sum returns the sum of all elements as a 0-dimensional tensor.
-func Sum(a *Tensor) *Tensor { return SumInto(New(), a) }
+func Sum(a *Tensor) *Tensor { return SumInto(NewOn(a.Device()), a) }
 
 // Mean returns the mean of all elements as a 0-dimensional tensor (NaN for
 // an empty tensor).
 func Mean(a *Tensor) *Tensor {
 	s := Sum(a)
+	if s.buf != nil {
+		return DivInto(s, s, FullOn(s.Device(), float32(a.Len()))) // the same rounded quotient
+	}
 	s.storage[0] /= float32(a.Len())
 	return s
 }
@@ -88,7 +96,7 @@ func dropDim(shape []int, dim int) []int {
 // SumDim returns the sum over dimension dim; keepDim keeps it with size 1.
 func SumDim(a *Tensor, dim int, keepDim bool) *Tensor {
 	dim = normDim("SumDim", dim, len(a.shape), a.shape)
-	out := SumInto(New(keptShape(a.shape, dim)...), a)
+	out := SumInto(NewOn(a.Device(), keptShape(a.shape, dim)...), a)
 	if !keepDim {
 		out = out.Reshape(dropDim(a.shape, dim)...)
 	}
@@ -106,6 +114,9 @@ func MeanDim(a *Tensor, dim int, keepDim bool) *Tensor {
 // Max returns the largest element as a 0-dimensional tensor. It panics for
 // an empty tensor. NaN propagates.
 func Max(a *Tensor) *Tensor {
+	if a.buf != nil {
+		unsupported("Max", a.Device())
+	}
 	if a.Len() == 0 {
 		panicf("Max: empty tensor of shape %v", a.shape)
 	}
@@ -126,6 +137,9 @@ func Max(a *Tensor) *Tensor {
 // element, the index along dim where it was found (the first on ties).
 // keepDim keeps dimension dim with size 1. It panics when dim is empty.
 func MaxDim(a *Tensor, dim int, keepDim bool) (*Tensor, []int) {
+	if a.buf != nil {
+		unsupported("MaxDim", a.Device())
+	}
 	dim = normDim("MaxDim", dim, len(a.shape), a.shape)
 	n := a.shape[dim]
 	if n == 0 {
@@ -166,6 +180,9 @@ func MaxDim(a *Tensor, dim int, keepDim bool) (*Tensor, []int) {
 // largest element (the first on ties), in row-major order of the other
 // dimensions.
 func ArgMax(a *Tensor) []int {
+	if a.buf != nil {
+		unsupported("ArgMax", a.Device())
+	}
 	if len(a.shape) == 0 {
 		return []int{0}
 	}

@@ -27,6 +27,12 @@ func LogSoftmax(x *Tensor, dim int) *Tensor { return softmax("LogSoftmax", x, di
 
 func softmax(name string, x *Tensor, dim int, logOut bool) *Tensor {
 	_, outer, n, inner := softmaxDims(name, x, dim)
+	if x.buf != nil {
+		dev, be := deviceOf(name, x)
+		y := NewOn(dev, x.shape...)
+		be.Softmax(y, x, dim, logOut)
+		return y
+	}
 	xd := x.Contiguous().Data()
 	y := New(x.shape...)
 	yd := y.Data()
@@ -77,6 +83,12 @@ func softmaxBackward(name string, y, dy *Tensor, dim int, logOut bool) *Tensor {
 		panicf("%s: output shape %v and gradient shape %v differ", name, y.shape, dy.shape)
 	}
 	_, outer, n, inner := softmaxDims(name, y, dim)
+	if y.buf != nil || dy.buf != nil {
+		dev, be := deviceOf(name, y, dy)
+		dx := NewOn(dev, y.shape...)
+		be.SoftmaxBackward(dx, y, dy, dim, logOut)
+		return dx
+	}
 	yd := y.Contiguous().Data()
 	gd := dy.Contiguous().Data()
 	dx := New(y.shape...)

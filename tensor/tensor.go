@@ -9,10 +9,13 @@ import (
 // Tensor is a dense float32 array: a view (shape, strides, offset) over a
 // storage slice that several tensors may share. A Tensor created by FromSlice
 // aliases the caller's slice, which is how flat gradient buckets hand out
-// per-parameter views.
+// per-parameter views. A tensor on a device (see Device) views a device
+// Buffer instead; its host accessors (Storage, Data, At, Set, Item,
+// Values) panic, naming the device.
 //
 // Invariant: len(shape) == len(strides); every index reachable through the
-// view lies inside storage.
+// view lies inside storage (or buf); buf is nil exactly for host tensors,
+// and then storage holds the elements.
 //
 // Tensors are not safe for concurrent mutation; concurrent reads are fine.
 type Tensor struct {
@@ -20,6 +23,7 @@ type Tensor struct {
 	offset  int
 	shape   []int
 	strides []int
+	buf     Buffer // the device's memory; nil on the CPU
 }
 
 // New returns a contiguous zero tensor of the given shape. A tensor with no
@@ -52,7 +56,12 @@ func (t *Tensor) Strides() []int { return t.strides }
 func (t *Tensor) Offset() int { return t.offset }
 
 // Storage returns the whole backing slice shared by all views of it.
-func (t *Tensor) Storage() []float32 { return t.storage }
+func (t *Tensor) Storage() []float32 {
+	if t.buf != nil {
+		t.notHost("Storage")
+	}
+	return t.storage
+}
 
 // Dims returns the number of dimensions.
 func (t *Tensor) Dims() int { return len(t.shape) }
@@ -93,6 +102,9 @@ func (t *Tensor) IsContiguous() bool {
 // storage (writes are visible through the tensor). It panics for a
 // non-contiguous view; call Contiguous first.
 func (t *Tensor) Data() []float32 {
+	if t.buf != nil {
+		t.notHost("Data")
+	}
 	if !t.IsContiguous() {
 		panic(fmt.Sprintf("tensor: Data: non-contiguous view (shape %v, strides %v)", t.shape, t.strides))
 	}
@@ -105,6 +117,10 @@ func (t *Tensor) SameShape(u *Tensor) bool { return slices.Equal(t.shape, u.shap
 // String formats the shape and up to 8 leading values, for debugging.
 func (t *Tensor) String() string {
 	var b strings.Builder
+	if t.buf != nil {
+		fmt.Fprintf(&b, "tensor%v on %v", t.shape, t.Device())
+		return b.String()
+	}
 	fmt.Fprintf(&b, "tensor%v[", t.shape)
 	c := t
 	if !t.IsContiguous() {
@@ -130,7 +146,7 @@ func (t *Tensor) Contiguous() *Tensor {
 	if t.IsContiguous() {
 		return t
 	}
-	out := New(t.shape...)
+	out := NewOn(t.Device(), t.shape...)
 	out.CopyFrom(t)
 	return out
 }

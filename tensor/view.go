@@ -22,7 +22,7 @@ func normDim(op string, d, nd int, shape []int) int {
 }
 
 func (t *Tensor) view(shape, strides []int, offset int) *Tensor {
-	return &Tensor{storage: t.storage, offset: offset, shape: shape, strides: strides}
+	return &Tensor{storage: t.storage, offset: offset, shape: shape, strides: strides, buf: t.buf}
 }
 
 // inferShape resolves one -1 entry in shape so that it holds n elements.
@@ -229,7 +229,7 @@ func BroadcastShapes(a, b []int) ([]int, bool) {
 
 // Clone returns a contiguous copy of t that shares nothing with it.
 func (t *Tensor) Clone() *Tensor {
-	out := New(t.shape...)
+	out := NewOn(t.Device(), t.shape...)
 	out.CopyFrom(t)
 	return out
 }
@@ -243,6 +243,11 @@ func (t *Tensor) CopyFrom(src *Tensor) {
 
 // Fill sets every element of t's view to v.
 func (t *Tensor) Fill(v float32) {
+	if t.buf != nil {
+		_, be := deviceOf("Fill", t)
+		be.Fill(t, v)
+		return
+	}
 	if t.IsContiguous() {
 		d := t.Data()
 		if v == 0 {
@@ -267,6 +272,9 @@ func (t *Tensor) Zero() { t.Fill(0) }
 
 // index returns the storage position of a full index.
 func (t *Tensor) index(op string, idx []int) int {
+	if t.buf != nil {
+		t.notHost(op)
+	}
 	if len(idx) != len(t.shape) {
 		panicf("%s: %d indices %v for shape %v", op, len(idx), idx, t.shape)
 	}
@@ -291,6 +299,9 @@ func (t *Tensor) Item() float32 {
 	if t.Len() != 1 {
 		panicf("Item: tensor of shape %v has %d elements, want 1", t.shape, t.Len())
 	}
+	if t.buf != nil {
+		t.notHost("Item")
+	}
 	return t.storage[t.offset]
 }
 
@@ -303,5 +314,8 @@ func Full(v float32, shape ...int) *Tensor {
 
 // Values returns a contiguous copy of t's elements in row-major order.
 func (t *Tensor) Values() []float32 {
+	if t.buf != nil {
+		t.notHost("Values")
+	}
 	return append([]float32(nil), t.Contiguous().Data()...)
 }

@@ -534,7 +534,7 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
-	report := benchProgress(pg, s.steps, trainBatch)
+	report := benchProgress(pg, s.steps, trainBatch, "samples")
 	for i := range s.steps {
 		d, err := step()
 		res.Data += d
@@ -577,15 +577,15 @@ func epochs(ctx context.Context, l *data.Loader) iter.Seq2[*data.Batch, error] {
 // benchProgress is rank 0's progress over the timed steps, on stderr (the
 // report goes to stdout); nil elsewhere. Its update costs a clock read and
 // a lock per step, and writes a line at most every 10 s off a terminal.
-func benchProgress(pg distributed.ProcessGroup, steps, samplesPerStep int) func(step int, loss float64) {
+func benchProgress(pg distributed.ProcessGroup, steps, samplesPerStep int, unit string) func(step int, loss float64) {
 	if pg != nil && pg.Rank() != 0 {
 		return func(int, float64) {}
 	}
-	bar := progress.New(progress.Options{Total: steps, Out: os.Stderr})
+	bar := progress.New(progress.Options{Total: steps, Out: os.Stderr, Unit: unit})
 	start := time.Now()
 	return func(done int, loss float64) { // done: steps finished, 1..steps
 		bar.Update(progress.Status{Step: done - 1, Epoch: 1, Loss: loss,
-			SamplesPerSec: float64(done*samplesPerStep) / time.Since(start).Seconds()})
+			Throughput: float64(done*samplesPerStep) / time.Since(start).Seconds()})
 		if done == steps {
 			bar.Finish()
 		}

@@ -132,7 +132,7 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 		defer pprof.StopCPUProfile()
 	}
 	start := time.Now()
-	report := benchProgress(pg, s.steps, gptBatch*models.GPTMini().Ctx)
+	report := benchProgress(pg, s.steps, gptBatch*models.GPTMini().Ctx, "tokens")
 	for i := range s.steps {
 		d, c, err := step()
 		res.Data += d

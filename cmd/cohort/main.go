@@ -1,6 +1,7 @@
 // Command cohort is the command-line front end: `cohort run` launches
 // workers (torchrun-compatible), `cohort bench …` measures kernels,
-// collectives and training throughput.
+// collectives and training throughput, `cohort version` says what was
+// built and which GEMM kernels this machine runs.
 package main
 
 import (
@@ -18,11 +19,13 @@ type command struct {
 
 func commands() map[string]command {
 	return map[string]command{
-		"run":   {"launch workers with torchrun's environment contract", runRun},
-		"bench": {"measure kernels, collectives and training throughput", runBench},
-		"trace": {"merge the ranks' COHORT_TRACE timelines into one (trace merge DIR)", runTrace},
-		"k8s":   {"write Kubernetes manifests (PyTorchJob, Indexed Job, JobSet) for a job", runK8s},
-		"plan":  {"predict every DP × PP × TP × shard layout's step time and memory, pick the best", runPlan},
+		"run":     {"launch workers with torchrun's environment contract", runRun},
+		"bench":   {"measure kernels, collectives and training throughput", runBench},
+		"trace":   {"merge the ranks' COHORT_TRACE timelines into one (trace merge DIR)", runTrace},
+		"k8s":     {"write Kubernetes manifests (PyTorchJob, Indexed Job, JobSet) for a job", runK8s},
+		"plan":    {"predict every DP × PP × TP × shard layout's step time and memory, pick the best", runPlan},
+		"version": {"the build (module version, VCS revision), Go, OS/arch and the GEMM kernels in use", runVersion},
+		"doctor":  {"list the optional extras found here (OpenBLAS, MPI, …) and the tests that skip without them", runDoctor},
 	}
 }
 
@@ -48,6 +51,9 @@ func dispatch(prog string, args []string, cmds map[string]command) int {
 			return 2
 		}
 		return 0
+	}
+	if prog == "cohort" && (args[0] == "--version" || args[0] == "-version") {
+		args[0] = "version"
 	}
 	c, ok := cmds[args[0]]
 	if !ok {

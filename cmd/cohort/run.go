@@ -38,6 +38,11 @@ workers' joining and collectives (COHORT_TIMEOUT), --log-dir keeps each
 rank's output in files (--tee: on the console too), --watchdog and
 --dashboard set COHORT_WATCHDOG and COHORT_DASHBOARD.
 
+SIGINT and SIGTERM are forwarded to the workers, at any moment (start-up
+included); they get --stop-timeout to finish their step, save and exit
+before SIGKILL, and the report says how each ended. A second signal kills
+them at once. More workers than this node's CPUs need --oversubscribe.
+
 Elastic jobs (torchrun's c10d rendezvous): --nnodes MIN:MAX with
 --rdzv-endpoint HOST:PORT (the agent on HOST serves the rendezvous store
 there) and --rdzv-id. Nodes meet in rounds; ranks are assigned per round;
@@ -78,7 +83,7 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		rdzvEndpoint, rdzvID, rdzvBackend        string
 		rdzvConf                                 string
 		grace, joinTimeout, timeout              time.Duration
-		standalone, verbose                      bool
+		standalone, verbose, oversubscribe       bool
 		logDir, watchdog, dashboard, cpuBind     string
 		tee                                      teeFlag
 	)
@@ -106,7 +111,9 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	strFlag(&rdzvID, "rdzv-id", "rdzv_id", node.RdzvID, "elastic: the job's id at the rendezvous (default \"default\")")
 	strFlag(&rdzvBackend, "rdzv-backend", "rdzv_backend", "", "c10d (elastic, the default with --rdzv-endpoint) or static")
 	strFlag(&rdzvConf, "rdzv-conf", "rdzv_conf", "", "elastic: KEY=VALUE,…: join_timeout, last_call_timeout, keep_alive_interval (seconds or durations), keep_alive_max_attempt, is_host")
-	fs.DurationVar(&grace, "grace-period", 5*time.Second, "time workers get to exit after SIGTERM before SIGKILL")
+	fs.DurationVar(&grace, "stop-timeout", 30*time.Second, "time workers get to finish their step, save and exit after a signal before SIGKILL (Kubernetes' terminationGracePeriodSeconds)")
+	fs.DurationVar(&grace, "grace-period", 30*time.Second, "same as --stop-timeout")
+	fs.BoolVar(&oversubscribe, "oversubscribe", false, "allow more workers than this node's CPUs")
 	fs.DurationVar(&joinTimeout, "join-timeout", 5*time.Minute, "how long to wait for every node's launcher")
 	fs.DurationVar(&timeout, "timeout", 0, "bound on the workers' joining and on every collective op (COHORT_TIMEOUT); 0: the workers' default (30m)")
 	strFlag(&logDir, "log-dir", "log_dir", "", "keep each rank's output in DIR/RUN_ID/attempt_K/RANK/{stdout,stderr}.log (and its error.json) instead of the console")
@@ -123,6 +130,9 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		fs.Usage()
 		return runFlags{}, errors.New("no program given")
 	}
+	if cpus := launch.CPUs(); nproc > cpus && !oversubscribe {
+		return runFlags{}, fmt.Errorf("--nproc-per-node %d: more workers than the %d CPUs this node gives the launcher; give --oversubscribe to run them anyway", nproc, cpus)
+	}
 	minNodes, maxNodes, err := parseNNodes(nnodes)
 	if err != nil {
 		return runFlags{}, err
@@ -135,6 +145,9 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	}
 	wd, err := parseWatchdog(watchdog)
 	if err != nil {
+		return runFlags{}, err
+	}
+	if err := checkDashboard(dashboard); err != nil {
 		return runFlags{}, err
 	}
 	bind, err := launch.ParseCPUBind(cpuBind)
@@ -198,6 +211,25 @@ func parseWatchdog(v string) (time.Duration, error) {
 		return 0, fmt.Errorf("--watchdog %q: want a duration such as 60s, or off", v)
 	}
 	return d, nil
+}
+
+// checkDashboard refuses a --dashboard that rank 0 could not listen on,
+// before any worker starts (it failed in rank 0 after the data had loaded).
+func checkDashboard(v string) error {
+	if v == "" {
+		return nil
+	}
+	_, port, err := net.SplitHostPort(v)
+	if err == nil {
+		var p uint64
+		if p, err = strconv.ParseUint(port, 10, 16); err == nil && p == 0 && port != "0" {
+			err = errors.New("bad port")
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("--dashboard %q: want HOST:PORT or :PORT (port a number 0..65535): %v", v, err)
+	}
+	return nil
 }
 
 // teeFlag is --tee: a boolean that also takes torchrun's stream numbers
@@ -332,7 +364,7 @@ func runRun(args []string) int {
 		fmt.Fprintf(os.Stderr, "cohort run: %s", we.Report())
 		return 1
 	case errors.As(err, &se):
-		fmt.Fprintf(os.Stderr, "cohort run: %v\n", err)
+		fmt.Fprintf(os.Stderr, "cohort run: %s", se.Report())
 		return se.ExitCode()
 	default:
 		fmt.Fprintf(os.Stderr, "cohort run: %v\n", err)

@@ -59,9 +59,19 @@ func TestParseRunArgs(t *testing.T) {
 		{name: "tee-without-log-dir", args: []string{"--tee", "prog"}, wantErr: "give --log-dir"},
 		{name: "bad-watchdog", args: []string{"--watchdog", "soon", "prog"}, wantErr: `--watchdog "soon"`},
 		{name: "negative-timeout", args: []string{"--timeout", "-1s", "prog"}, wantErr: "--timeout -1s"},
+		{name: "more-workers-than-cpus", args: []string{"--nproc-per-node", "100000", "prog"}, wantErr: "--nproc-per-node 100000: more workers than the"},
+		{
+			name: "stop-timeout",
+			args: []string{"--stop-timeout", "90s", "--nproc-per-node", "100000", "--oversubscribe", "prog"},
+			check: func(t *testing.T, rf runFlags) {
+				if rf.cfg.GracePeriod != 90*time.Second || rf.cfg.NProcPerNode != 100000 {
+					t.Fatalf("config %+v", rf.cfg)
+				}
+			},
+		},
 		{
 			name: "double-dash",
-			args: []string{"--nproc-per-node", "3", "--", "python3", "--nproc-per-node", "x"},
+			args: []string{"--nproc-per-node", "3", "--oversubscribe", "--", "python3", "--nproc-per-node", "x"},
 			check: func(t *testing.T, rf runFlags) {
 				if rf.cfg.NProcPerNode != 3 || rf.cfg.Program != "python3" || !slices.Equal(rf.cfg.Args, []string{"--nproc-per-node", "x"}) {
 					t.Fatalf("config %+v", rf.cfg)
@@ -73,14 +83,14 @@ func TestParseRunArgs(t *testing.T) {
 			args: []string{"prog"},
 			check: func(t *testing.T, rf runFlags) {
 				c := rf.cfg
-				if c.NProcPerNode != 1 || c.NNodes != 1 || c.NodeRank != 0 || c.MasterPort != 0 || c.GracePeriod != 5*time.Second || c.Restart != nil {
+				if c.NProcPerNode != 1 || c.NNodes != 1 || c.NodeRank != 0 || c.MasterPort != 0 || c.GracePeriod != 30*time.Second || c.Restart != nil {
 					t.Fatalf("config %+v", c)
 				}
 			},
 		},
 		{
 			name: "srun-defaults",
-			args: []string{"--nproc-per-node", "4", "prog"},
+			args: []string{"--nproc-per-node", "4", "--oversubscribe", "prog"},
 			env:  slurm,
 			check: func(t *testing.T, rf runFlags) {
 				c := rf.cfg
@@ -150,6 +160,17 @@ func TestParseRunArgs(t *testing.T) {
 		{name: "bad-conf", args: []string{"--rdzv-endpoint", "h:1", "--rdzv-conf", "nope=1", "prog"}, wantErr: "unknown key"},
 		{name: "bad-env", args: []string{"prog"}, env: map[string]string{"PET_NNODES": "3:1"}, wantErr: "MIN <= MAX"},
 		{name: "negative-restarts", args: []string{"--max-restarts", "-1", "prog"}, wantErr: "--max-restarts -1"},
+		{name: "dashboard-nonsense", args: []string{"--dashboard", "nonsense", "prog"}, wantErr: `--dashboard "nonsense": want HOST:PORT`},
+		{name: "dashboard-bad-port", args: []string{"--dashboard", ":http8080", "prog"}, wantErr: `--dashboard ":http8080"`},
+		{name: "dashboard-port-range", args: []string{"--dashboard", "0.0.0.0:70000", "prog"}, wantErr: `--dashboard "0.0.0.0:70000"`},
+		{
+			name: "dashboard-ok", args: []string{"--dashboard", ":8080", "prog"},
+			check: func(t *testing.T, rf runFlags) {
+				if rf.cfg.Dashboard != ":8080" {
+					t.Fatalf("dashboard %q", rf.cfg.Dashboard)
+				}
+			},
+		},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {

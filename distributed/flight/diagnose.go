@@ -26,6 +26,9 @@ type Absence struct {
 	Last  *Record       // its most recently issued op; nil if its ring is empty
 	Age   time.Duration // how old its snapshot was
 	Every time.Duration // how often it publishes (0 if unknown)
+	// Issued and Finished are its op counts in the group when the
+	// snapshot was taken (Snapshot.Issued, Snapshot.Finished).
+	Issued, Finished uint64
 }
 
 // Diagnose compares the snapshots of a group's ranks about op, which the
@@ -63,14 +66,17 @@ func Diagnose(now time.Time, op Record, self int, snaps []*Snapshot, ranks []int
 		if n := len(s.Records); n > 0 {
 			last = &s.Records[n-1]
 		}
+		absence := func(last *Record) Absence {
+			return Absence{Rank: ranks[p], Last: last, Age: age, Every: time.Duration(s.Every), Issued: s.Issued, Finished: s.Finished}
+		}
 		stale := s.Every > 0 && age > 2*time.Duration(s.Every)+time.Second
 		switch {
 		case mine != nil && mine.State != Queued && stale:
-			d.Silent = append(d.Silent, Absence{Rank: ranks[p], Last: last, Age: age, Every: time.Duration(s.Every)})
+			d.Silent = append(d.Silent, absence(last))
 		case mine == nil:
-			d.Absent = append(d.Absent, Absence{Rank: ranks[p], Last: last, Age: age, Every: time.Duration(s.Every)})
+			d.Absent = append(d.Absent, absence(last))
 		case mine.State == Queued:
-			d.Queued = append(d.Queued, Absence{Rank: ranks[p], Last: running(s), Age: age, Every: time.Duration(s.Every)})
+			d.Queued = append(d.Queued, absence(running(s)))
 		case mine.State == Running:
 			d.Waiting = append(d.Waiting, ranks[p])
 			if mine.Started != 0 {
@@ -130,17 +136,17 @@ func (d Diagnosis) render(now time.Time) string {
 			parts = append(parts, fmt.Sprintf("%d more ranks never entered it", len(d.Absent)-show))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("rank %d never entered it (its last: %s%s)", a.Rank, lastOp(now, a.Last), staleness(a)))
+		parts = append(parts, fmt.Sprintf("rank %d never entered it (its last: %s%s)", a.Rank, lastOp(now, a.Last), counts(a)+staleness(a)))
 	}
 	for i, a := range d.Queued {
 		if i == show {
 			parts = append(parts, fmt.Sprintf("%d more ranks have it queued", len(d.Queued)-show))
 			break
 		}
-		parts = append(parts, fmt.Sprintf("rank %d has it queued behind %s%s", a.Rank, lastOp(now, a.Last), staleness(a)))
+		parts = append(parts, fmt.Sprintf("rank %d has it queued behind %s%s", a.Rank, lastOp(now, a.Last), counts(a)+staleness(a)))
 	}
 	for _, a := range d.Silent {
-		parts = append(parts, fmt.Sprintf("rank %d has sent no heartbeat for %s: stopped or unreachable (its last: %s)", a.Rank, round(a.Age), lastOp(now, a.Last)))
+		parts = append(parts, fmt.Sprintf("rank %d has sent no heartbeat for %s: stopped or unreachable (its last: %s%s)", a.Rank, round(a.Age), lastOp(now, a.Last), counts(a)))
 	}
 	if len(d.Unknown) > 0 {
 		parts = append(parts, fmt.Sprintf("%s sent no heartbeat", rankList(d.Unknown)))
@@ -176,6 +182,19 @@ func lastOp(now time.Time, r *Record) string {
 		s += fmt.Sprintf(", %v %s ago", r.State, round(time.Duration(now.UnixNano()-r.Ended)))
 	}
 	return s
+}
+
+// counts renders a rank's op counts when its snapshot has them:
+// "; 730 ops issued, 730 finished".
+func counts(a Absence) string {
+	if a.Issued == 0 {
+		return ""
+	}
+	ops := "ops"
+	if a.Issued == 1 {
+		ops = "op"
+	}
+	return fmt.Sprintf("; %d %s issued, %d finished", a.Issued, ops, a.Finished)
 }
 
 // staleness notes an old snapshot: a rank that stopped publishing (when

@@ -4,7 +4,7 @@
 // an op has waited too long the rings of every rank of the group are put
 // side by side to name who is missing and where it last was:
 //
-//	dist: watchdog: allreduce #1580 stuck: rank 1 never entered it (its last: broadcast #1579 at main.train, done 61s ago); ranks 0,2,3 waiting in it for 61s
+//	dist: watchdog: allreduce #1580 stuck: rank 1 never entered it (its last: broadcast #1579 at main.train, done 61s ago; 1579 ops issued, 1579 finished); ranks 0,2,3 waiting in it for 61s
 //
 // The package is pure: Snapshot is what a rank publishes (through the store,
 // as a heartbeat), Encode and Decode move it, and Diagnose turns the

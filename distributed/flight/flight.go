@@ -71,8 +71,12 @@ type Snapshot struct {
 	Taken     int64 `json:"t"` // Unix nanoseconds
 	// Every is how often the rank publishes (nanoseconds; 0 if unknown):
 	// a snapshot much older than that comes from a rank that has stopped.
-	Every   int64    `json:"e,omitempty"`
-	Records []Record `json:"ops"` // oldest first
+	Every int64 `json:"e,omitempty"`
+	// Issued and Finished count the ops the rank has issued and finished
+	// in the group since it was made (Records holds only the last few).
+	Issued   uint64   `json:"n,omitempty"`
+	Finished uint64   `json:"f,omitempty"`
+	Records  []Record `json:"ops"` // oldest first
 }
 
 // MaxEncodedBytes bounds an encoded snapshot; Decode refuses larger input.

@@ -60,6 +60,8 @@ func TestDiagnose(t *testing.T) {
 			snap(0, 61, bc, ar), snap(1, 0, run(1579, "broadcast", 0)), snap(2, 61, bc, ar)}},
 		{"stopped rank, period known", 0, ar, []*Snapshot{
 			snap(0, 61, bc, ar), {Rank: 1, GroupRank: 1, Taken: at(0.1), Every: int64(time.Second), Records: []Record{bc}}, snap(2, 61, bc, ar)}},
+		{"stopped after hundreds of ops, its counts from its last heartbeat", 0, ar, []*Snapshot{
+			snap(0, 61, bc, ar), {Rank: 1, GroupRank: 1, Taken: at(-0.8), Every: int64(15 * time.Second), Issued: 1579, Finished: 1579, Records: []Record{bc}}, snap(2, 61, bc, ar)}},
 		{"stopped inside the op", 0, ar, []*Snapshot{
 			snap(0, 61, bc, ar), {Rank: 1, GroupRank: 1, Taken: at(0.5), Every: int64(time.Second), Records: []Record{bc, ar}}, snap(2, 61, bc, ar)}},
 		{"no heartbeat", 0, ar, []*Snapshot{snap(0, 61, bc, ar), nil, snap(2, 61, bc, ar)}},

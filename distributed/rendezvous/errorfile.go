@@ -208,7 +208,8 @@ func SignalContext(parent context.Context) (ctx context.Context, stop context.Ca
 
 // Fail records err as this worker's failure for its launcher, in the file
 // TORCHELASTIC_ERROR_FILE names (nothing is written when it is unset),
-// noting the signal when ctx was cancelled by one (SignalContext), and
+// noting the signal when ctx was cancelled by one (SignalContext) or err
+// wraps a *Signaled (a graceful stop: distributed.Stopped), and
 // returns the exit status the worker should end with: 128+N after signal
 // N (the shell's convention, which cohort run reports as "stopped by
 // signal N"), else 1. A worker's main typically ends with
@@ -227,7 +228,11 @@ func Fail(ctx context.Context, err error) int {
 	}
 	code := 1
 	path := errorFilePath(os.Getenv)
-	if sig, at, ok := signalOf(ctx); ok {
+	sig, at, ok := signalOf(ctx)
+	if s := (*Signaled)(nil); !ok && errors.As(err, &s) {
+		sig, at, ok = s.Signal, s.At, true
+	}
+	if ok {
 		rec.Signal, rec.SignalTime = SignalName(sig), at
 		if s, ok := sig.(syscall.Signal); ok && s > 0 && s < 64 {
 			code = 128 + int(s)
@@ -269,6 +274,23 @@ func RecordSignal(ctx context.Context, path string) {
 	}
 	name := SignalName(sig)
 	WriteErrorFile(path, ErrorRecord{Message: "stopped by " + name, Time: at, Signal: name, SignalTime: at})
+}
+
+// NoteSignal records in the error file TORCHELASTIC_ERROR_FILE names
+// (nothing is written when it is unset) that sig reached this worker at
+// at, as RecordSignal does for a context: a worker that stops gracefully
+// after a signal (distributed.Stopper) notes it when it comes, so that
+// its launcher blames it, not its peers, even if it is killed before it
+// can call Fail.
+func NoteSignal(sig os.Signal, at time.Time) {
+	path := errorFilePath(os.Getenv)
+	if path == "" || sig == nil {
+		return
+	}
+	name := SignalName(sig)
+	if err := WriteErrorFile(path, ErrorRecord{Message: "stopped by " + name, Time: at, Signal: name, SignalTime: at}); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+	}
 }
 
 // signalOf returns the signal that cancelled ctx, if one did: a

@@ -3,6 +3,7 @@ package rendezvous_test
 import (
 	"context"
 	"errors"
+	"fmt"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -140,5 +141,31 @@ func TestRecordSignalNotifyContext(t *testing.T) {
 	got, err := rendezvous.ReadErrorFile(path)
 	if err != nil || got.Message != "boom" || got.Signal != "SIGINT" || !got.SignalTime.Equal(rec.SignalTime) {
 		t.Errorf("after Fail: %+v, %v; want message boom, the signal time kept", got, err)
+	}
+}
+
+// TestFailGracefulStop: a worker that stopped gracefully returns an error
+// wrapping a *Signaled (its context still live); Fail records the signal,
+// keeps the time NoteSignal recorded when the signal came, and exits
+// 128+N.
+func TestFailGracefulStop(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "error.json")
+	t.Setenv("TORCHELASTIC_ERROR_FILE", path)
+	at := time.Now().Add(-time.Second)
+	rendezvous.NoteSignal(syscall.SIGTERM, at)
+	rec, err := rendezvous.ReadErrorFile(path)
+	if err != nil || rec.Signal != "SIGTERM" || !rec.SignalTime.Equal(at) {
+		t.Fatalf("after NoteSignal: record %+v, %v; want SIGTERM at %v", rec, err, at)
+	}
+	stopped := fmt.Errorf("after step 7: %w", &rendezvous.Signaled{Signal: syscall.SIGTERM})
+	if code := rendezvous.Fail(context.Background(), stopped); code != 143 {
+		t.Errorf("Fail = %d; want 143", code)
+	}
+	rec, err = rendezvous.ReadErrorFile(path)
+	if err != nil || rec.Signal != "SIGTERM" || !rec.SignalTime.Equal(at) || rec.Message != stopped.Error() {
+		t.Errorf("record %+v, %v; want SIGTERM at %v with the error's message", rec, err, at)
+	}
+	if code := rendezvous.Fail(context.Background(), &rendezvous.Signaled{Signal: syscall.SIGINT}); code != 130 {
+		t.Errorf("Fail(SIGINT) = %d; want 130", code)
 	}
 }

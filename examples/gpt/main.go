@@ -83,16 +83,17 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"os"
-	"os/signal"
 	"slices"
 	"strings"
-	"syscall"
 
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
 	_ "github.com/cohortml/cohort/distributed/backend/all" // the native and MPI backends
+	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/pipeline"
 )
 
@@ -104,6 +105,7 @@ type config struct {
 	logEvery  int    // steps between training-loss lines
 	data      string // the text; "" finds Opticks in the Go installation
 	init      string // weights from gpt_bench.py --dump-init; "" draws them from seed
+	device    string // where to train: "cpu" (or ""), "cuda", "cuda:N"
 
 	// The layout: dp × pp × tp ranks (0: dp = ranks/(pp·tp), pp = tp =
 	// 1), and the pipeline's schedule ("": 1f1b), microbatches (0: 2·pp),
@@ -128,16 +130,19 @@ type config struct {
 	stopAfter int
 	// progress receives rank 0's progress line; nil turns it off.
 	progress io.Writer
+	// stop ends the run after a step when a signal came; nil never does.
+	stop *distributed.Stopper
 }
 
 func main() {
 	c := config{model: models.GPTMini(), progress: os.Stdout}
 	flag.IntVar(&c.steps, "steps", 300, "training steps")
+	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.IntVar(&c.batch, "batch", 32, "sequences of 64 bytes per data-parallel replica and step")
 	flag.Uint64Var(&c.seed, "seed", 0, "seed of the initial weights and of the data stream (the same on every rank)")
 	flag.IntVar(&c.evalEvery, "eval-every", 100, "validate every N steps (0: only at the end)")
 	flag.IntVar(&c.logEvery, "log-every", 25, "print the training loss every N steps")
-	flag.StringVar(&c.data, "data", "", "the training text (default $OPTICKS, else Opticks from `go env GOROOT`)")
+	flag.StringVar(&c.data, "data", "", "the training text (default: $OPTICKS, else $(go env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt)")
 	flag.StringVar(&c.init, "init", "", "initial weights written by gpt_bench.py --dump-init (raw float32 and FILE.json)")
 	flag.IntVar(&c.dp, "dp", 0, "data-parallel replicas (default: ranks / (pp·tp))")
 	flag.IntVar(&c.pp, "pp", 1, "pipeline stages (ranks per pipeline)")
@@ -151,12 +156,24 @@ func main() {
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
 	flag.Parse()
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, w := range c.idleFlags(set) {
+		fmt.Fprintf(os.Stderr, "gpt: warning: %s\n", w)
+	}
+	// Under mpirun/srun, "[rank N] " starts the error line and the
+	// library's log lines, as it does obs.Run.Out's.
+	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
+	log.SetPrefix(prefix) // slog's default handler writes through package log
+	// SIGINT or SIGTERM: every rank finishes the step, saves a checkpoint
+	// (-checkpoint-dir) and exits 130 or 143; a second signal exits at once.
+	c.stop = distributed.NotifyStop(context.Background())
+	ctx := c.stop.Context()
 	err := run(ctx, c, os.Stdout)
-	stop()
+	c.stop.Close()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "gpt:", err)
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, prefix+"gpt:", err)
+		os.Exit(rendezvous.Fail(ctx, err))
 	}
 }
 
@@ -165,12 +182,27 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
+	if _, err := openDevice(c.device); err != nil {
+		return err // before any data is loaded
+	}
 	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {
 		return err
 	}
 	defer pg.Close()
 	return train(ctx, c, pg, out)
+}
+
+// idleFlags names the flags set on the command line (set) that do
+// nothing with the others given.
+func (c config) idleFlags(set map[string]bool) []string {
+	var idle []string
+	for _, f := range []string{"checkpoint-every", "checkpoint-keep"} {
+		if set[f] && c.ckptDir == "" {
+			idle = append(idle, "-"+f+" does nothing without -checkpoint-dir")
+		}
+	}
+	return idle
 }
 
 func (c config) validate() error {
@@ -211,21 +243,24 @@ func (c config) layout(world int) (config, error) {
 			c.microbatches = 2 * c.pp
 		}
 	}
+	// Flags for a pipeline do nothing without one: the user should hear
+	// it rather than find out (-dp 2 -tp 2 -schedule zb ran with pp 1).
+	if !slices.Contains(pipeline.Names(), c.schedule) {
+		return c, fmt.Errorf("-schedule %q: unknown (have %s)", c.schedule, strings.Join(pipeline.Names(), ", "))
+	}
+	if c.pp == 1 {
+		switch {
+		case c.schedule != "1f1b":
+			return c, fmt.Errorf("-schedule %s needs pipeline stages (-pp 2 or more); this layout (dp %d × tp %d) has none", c.schedule, c.dp, c.tp)
+		case c.virtual != 0:
+			return c, fmt.Errorf("-virtual %d needs pipeline stages (-pp 2 or more and -schedule interleaved); this layout (dp %d × tp %d) has none", c.virtual, c.dp, c.tp)
+		}
+	}
 	if c.pp == 1 && c.tp == 1 { // package layout checks the other layouts
 		if c.batch%c.microbatches != 0 {
 			return c, fmt.Errorf("-microbatches %d do not divide a batch of %d sequences per data-parallel replica", c.microbatches, c.batch)
 		}
-		// Pure data parallelism has no pipeline: flags for one would do
-		// nothing, which the user should hear rather than find out.
-		if !slices.Contains(pipeline.Names(), c.schedule) {
-			return c, fmt.Errorf("-schedule %q: unknown (have %s)", c.schedule, strings.Join(pipeline.Names(), ", "))
-		}
-		switch {
-		case c.schedule != "1f1b":
-			return c, fmt.Errorf("-schedule %s needs pipeline stages (-pp 2 or more); this layout has none", c.schedule)
-		case c.virtual != 0:
-			return c, fmt.Errorf("-virtual %d needs pipeline stages (-pp 2 or more and -schedule interleaved); this layout has none", c.virtual)
-		case c.recompute:
+		if c.recompute {
 			return c, fmt.Errorf("-recompute needs pipeline or tensor parallelism (-pp or -tp 2 or more); this layout has neither")
 		}
 	}

@@ -361,6 +361,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"schedule without stages", func(c *config) { c.data = opticks(t); c.schedule = "zb" }, "-schedule zb needs pipeline stages"},
 		{"virtual without stages", func(c *config) { c.data = opticks(t); c.virtual = 2 }, "-virtual 2 needs pipeline stages"},
 		{"recompute without stages", func(c *config) { c.data = opticks(t); c.recompute = true }, "-recompute needs pipeline or tensor parallelism"},
+		{"batch beyond the text", func(c *config) { c.data = opticks(t); c.batch = 1_000_000_000_000 }, "-batch 1000000000000 × 1 replicas: more windows a step than the"},
 		{"missing text", func(c *config) { c.data = filepath.Join(t.TempDir(), "none.txt") }, "none.txt"},
 		{"missing init", func(c *config) { c.data = opticks(t); c.init = filepath.Join(t.TempDir(), "w.bin") }, "w.bin.json"},
 	} {

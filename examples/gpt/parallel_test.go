@@ -200,6 +200,10 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 					t.Fatalf("rank %d: %v, want errStopped", rank, err)
 				}
 			}
+			// A newer checkpoint with a bad manifest is skipped, and said so.
+			bad := checkpoint.StepDir(filepath.Join(dir, "broken"), every+1)
+			os.MkdirAll(bad, 0o755)
+			os.WriteFile(filepath.Join(bad, "manifest.json"), []byte("{"), 0o644)
 			c = base
 			tc.resume(&c)
 			c.ckptDir = filepath.Join(dir, "broken")
@@ -207,6 +211,9 @@ func TestResumeEqualsUninterrupted(t *testing.T) {
 			resumed.ok(t)
 			if !strings.Contains(resumed.outs[0].String(), fmt.Sprintf("resumed at step %d from ", every)) {
 				t.Errorf("rank 0 did not say it resumed at step %d:\n%s", every, resumed.outs[0].String())
+			}
+			if !strings.Contains(resumed.outs[0].String(), "checkpoint skipped: "+bad+": invalid manifest") {
+				t.Errorf("rank 0 skipped the bad checkpoint of step %d without a word:\n%s", every+1, resumed.outs[0].String())
 			}
 			sameCurve(t, resumed, whole, every+1, steps, []int{steps}, tc.tol)
 		})
@@ -314,6 +321,8 @@ func TestLayoutErrors(t *testing.T) {
 		{"stages", 2, func(c *config) { c.pp, c.schedule, c.virtual = 2, "interleaved", 3 }, "6 pipeline stages"},
 		{"schedule", 2, func(c *config) { c.pp, c.schedule = 2, "fast" }, "fast"},
 		{"heads", 4, func(c *config) { c.tp = 4 }, "tp 4"},
+		// The README once showed -dp 2 -tp 2 -schedule zb: a schedule that did nothing.
+		{"schedule without stages, tensor-parallel", 2, func(c *config) { c.tp, c.schedule = 2, "zb" }, "-schedule zb needs pipeline stages (-pp 2 or more); this layout (dp 1 × tp 2) has none"},
 		{"checkpoint of another run", 1, func(c *config) { c.seed, c.ckptDir, c.ckptEvery = 9, otherRun, 1 }, "is of another run"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

@@ -43,22 +43,29 @@ type resumed struct {
 
 // openLatest loads the newest complete checkpoint in c.ckptDir, if any,
 // into model (the whole model, before any sharding) and returns the rest
-// of its state; nil when there is none. Every rank reads it.
+// of its state; nil when there is none. Every rank reads it. skipped
+// lists the newer step directories passed over, with the reason.
 //
 // Every rank opens the checkpoint before newTrainer, which no rank passes
 // before all have arrived, so no rank can have saved a newer one in
 // between and all load the same.
-func openLatest(c config, model *models.GPT) (*resumed, error) {
+func openLatest(c config, model *models.GPT) (r *resumed, skipped []checkpoint.Skipped, err error) {
 	if c.ckptDir == "" {
-		return nil, nil
+		return nil, nil, nil
 	}
-	path, _, err := checkpoint.Latest(c.ckptDir)
+	path, _, skipped, err := checkpoint.Find(c.ckptDir)
 	if errors.Is(err, checkpoint.ErrNoCheckpoint) {
-		return nil, nil
+		return nil, skipped, nil
 	}
 	if err != nil {
-		return nil, err
+		return nil, skipped, err
 	}
+	r, err = openCheckpoint(c, model, path)
+	return r, skipped, err
+}
+
+// openCheckpoint loads the checkpoint at path (see openLatest).
+func openCheckpoint(c config, model *models.GPT, path string) (*resumed, error) {
 	ck, err := checkpoint.Open(path)
 	if err != nil {
 		return nil, err

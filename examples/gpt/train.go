@@ -12,6 +12,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/obs/trace"
 )
@@ -28,9 +29,19 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	if !dev.IsCPU() && pg.Size() > 1 {
+		return fmt.Errorf("-device %v on %d ranks: ddp and the staged layouts keep host buffers; a device trains as a world of one for now", dev, pg.Size())
+	}
 	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
 	if err != nil {
 		return err
+	}
+	if windows := len(corpus.Train) - c.model.Ctx; c.batch*c.dp > windows {
+		return fmt.Errorf("-batch %d × %d replicas: more windows a step than the %d the training text holds (%d bytes)", c.batch, c.dp, max(windows, 0), len(corpus.Train))
 	}
 	rank, world := pg.Rank(), pg.Size()
 	record := c.record
@@ -49,10 +60,11 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 			return err
 		}
 	}
-	resume, err := openLatest(c, model)
+	resume, skipped, err := openLatest(c, model)
 	if err != nil {
 		return err
 	}
+	nn.To(model, dev)
 	tr, err := newTrainer(ctx, c, pg, model)
 	if err != nil {
 		return err
@@ -76,21 +88,33 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		stream.Skip(resume.dataSteps)
 	}
 	tokens := replicas * c.batch * c.model.Ctx // the job's tokens per step
-	if rank == 0 {
-		fmt.Fprintf(out, "GPT %d layers, width %d, %d heads, %d parameters; %s; %d replica(s) × batch %d × %d tokens; %d training, %d validation bytes\n",
-			c.model.NLayer, c.model.D, c.model.NHead, numParams(model), tr.describe(), replicas, c.batch, c.model.Ctx, len(corpus.Train), len(corpus.Val))
-		if resume != nil {
-			fmt.Fprintf(out, "resumed at step %d from %s\n", step, resume.dir)
-		}
-	}
 
-	watch, err := obs.Start(ctx, obs.FromEnv(os.Getenv, obs.Options{Name: "gpt", TotalSteps: c.steps,
-		Rank: rank, WorldSize: world, Progress: c.progress, NoProgress: c.progress == nil}))
+	// The progress line counts tokens; the program's lines go through it
+	// (the bar is cleared around them) when both share an output.
+	progressTo := c.progress
+	if progressTo == nil {
+		progressTo = out
+	}
+	watch, err := obs.Start(ctx, obs.FromEnv(os.Getenv, obs.Options{Name: "gpt", TotalSteps: c.steps, Unit: "tokens",
+		Rank: rank, WorldSize: world, Job: distributed.JobID(pg), Progress: progressTo, NoProgress: c.progress == nil}))
 	if err != nil {
 		return err
 	}
 	closeWatch := sync.OnceValue(watch.Close) // prints the progress line's last words
 	defer closeWatch()
+	if progressTo == out {
+		out = watch.Out()
+	}
+	if rank == 0 {
+		fmt.Fprintf(out, "GPT %d layers, width %d, %d heads, %d parameters; %s; %d replica(s) × batch %d × %d tokens; %d training, %d validation bytes\n",
+			c.model.NLayer, c.model.D, c.model.NHead, numParams(model), tr.describe(), replicas, c.batch, c.model.Ctx, len(corpus.Train), len(corpus.Val))
+		for _, sk := range skipped {
+			fmt.Fprintf(out, "checkpoint skipped: %v\n", sk)
+		}
+		if resume != nil {
+			fmt.Fprintf(out, "resumed at step %d from %s\n", step, resume.dir)
+		}
+	}
 	spans := watch.Tracer()
 
 	var x, y []int64
@@ -119,7 +143,11 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		}
 		// Samples counts tokens: this rank's share of the job's, so that the
 		// progress line (which multiplies by the ranks) shows the job's tokens/s.
-		watch.Step(obs.Step{Step: step - 1, Loss: loss, Samples: tokens / world, Duration: time.Since(t0),
+		// Epochs are passes over the training text, counted from 1 as in
+		// examples/mnist (the windows are drawn at random, so a pass is
+		// len(Train) tokens drawn, not each byte seen once).
+		epoch := 1 + (step-1)*tokens/max(len(corpus.Train), 1)
+		watch.Step(obs.Step{Step: step - 1, Epoch: epoch, Loss: loss, Samples: tokens / world, Duration: time.Since(t0),
 			Compute: time.Since(t1), DataWait: t1.Sub(t0)})
 		lossSum += loss
 		record("train", step, loss)
@@ -158,6 +186,20 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 			}
 			evalTime += time.Since(t)
 			logStart = time.Now()
+		}
+		if halt, err := c.stop.ShouldStop(ctx, pg); err != nil {
+			return fmt.Errorf("step %d: %w", step, err)
+		} else if halt {
+			saved := "no checkpoint without -checkpoint-dir"
+			if c.ckptDir != "" {
+				if step%c.ckptEvery != 0 && step != c.steps { // else saved above
+					if err := saveCheckpoint(ctx, c, pg, tr, model, step, stream.Steps()); err != nil {
+						return fmt.Errorf("step %d: checkpoint: %w", step, err)
+					}
+				}
+				saved = "checkpoint saved in " + c.ckptDir
+			}
+			return fmt.Errorf("%w after step %d; %s", c.stop.Err(), step, saved)
 		}
 		if step == c.stopAfter {
 			return errStopped

@@ -49,12 +49,11 @@ import (
 	"flag"
 	"fmt"
 	"io"
+	"log"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/signal"
 	"slices"
-	"syscall"
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
@@ -63,6 +62,7 @@ import (
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	_ "github.com/cohortml/cohort/distributed/backend/all" // the native and MPI backends
+	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
@@ -75,13 +75,15 @@ type config struct {
 	lr            float64
 	seed          uint64
 	dir           string
-	limit         int // training samples used, 0: all
+	limit         int    // training samples used, 0: all
+	device        string // where to train: "cpu" (or ""), "cuda", "cuda:N"
 
 	save      string // final weights as safetensors, "": none
 	ckptDir   string // training-state checkpoints, "": none
 	ckptEvery int    // steps between checkpoints
 	ckptKeep  int    // checkpoints kept
 
+	stop        *distributed.Stopper    // ends the run after a step when a signal came; nil: never
 	verifyEvery int                     // the divergence guard's period in steps (ddp.Options.VerifyEvery), 0: off
 	getenv      func(key string) string // the environment obs reads (COHORT_TRACE, COHORT_DASHBOARD, …); nil: none
 
@@ -102,19 +104,32 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 1, "seed for initialisation and shuffling (the same on every rank)")
 	flag.StringVar(&c.dir, "data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
 	flag.IntVar(&c.limit, "limit", 0, "train on the first N training samples only (0: all 60000)")
+	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this safetensors file (PyTorch nn.Sequential names)")
 	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "how many checkpoints to keep (0: all)")
 	flag.IntVar(&c.verifyEvery, "verify-every", 0, "check every N steps that all ranks' parameters are equal, stopping the job naming the rank and parameter that diverged (0: never)")
 	flag.Parse()
+	set := map[string]bool{}
+	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
+	for _, w := range c.idleFlags(set) {
+		fmt.Fprintf(os.Stderr, "mnist: warning: %s\n", w)
+	}
 	c.getenv = os.Getenv
-	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	// Under mpirun/srun, "[rank N] " starts the error line and the
+	// library's log lines, as it does obs.Run.Out's.
+	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
+	log.SetPrefix(prefix) // slog's default handler writes through package log
+	// SIGINT or SIGTERM: every rank finishes the step, saves a checkpoint
+	// (-checkpoint-dir) and exits 130 or 143; a second signal exits at once.
+	c.stop = distributed.NotifyStop(context.Background())
+	ctx := c.stop.Context()
 	err := run(ctx, c, os.Stdout)
-	stop()
+	c.stop.Close()
 	if err != nil {
-		fmt.Fprintln(os.Stderr, "mnist:", err)
-		os.Exit(1)
+		fmt.Fprintln(os.Stderr, prefix+"mnist:", err)
+		os.Exit(rendezvous.Fail(ctx, err))
 	}
 }
 
@@ -125,6 +140,9 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if c.getenv == nil {
 		c.getenv = os.Getenv
 	}
+	if _, err := openDevice(c.device); err != nil {
+		return err // before any data is loaded
+	}
 	// The job's process group: the launcher's world, or a world of one.
 	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {
@@ -134,9 +152,41 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	return train(ctx, c, pg, out)
 }
 
+// mnistTrainLen is the size of the standard MNIST training set (the
+// GoMNIST module's copy, used without -data).
+const mnistTrainLen = 60000
+
+// idleFlags names the flags set on the command line (set) that do
+// nothing with the others given.
+func (c config) idleFlags(set map[string]bool) []string {
+	var idle []string
+	for _, f := range []string{"checkpoint-every", "checkpoint-keep"} {
+		if set[f] && c.ckptDir == "" {
+			idle = append(idle, "-"+f+" does nothing without -checkpoint-dir")
+		}
+	}
+	return idle
+}
+
+// validate checks the flags before anything is loaded or joined: every
+// mistake it can see is reported at once, not after the data has loaded.
 func (c config) validate() error {
-	if c.epochs < 1 || c.batch < 1 || c.lr <= 0 || c.limit < 0 {
-		return fmt.Errorf("-epochs %d, -batch %d, -lr %g, -limit %d: want positive values (limit may be 0)", c.epochs, c.batch, c.lr, c.limit)
+	if c.model != "mlp" && c.model != "cnn" {
+		return fmt.Errorf("-model %q: want mlp or cnn", c.model)
+	}
+	if c.epochs < 1 || c.batch < 1 || c.limit < 0 {
+		return fmt.Errorf("-epochs %d, -batch %d, -limit %d: want positive values (limit may be 0)", c.epochs, c.batch, c.limit)
+	}
+	if !(c.lr > 0) || math.IsInf(c.lr, 0) {
+		return fmt.Errorf("-lr %g: want a finite learning rate > 0", c.lr)
+	}
+	// The exact bound (this rank's share) is checked once the set is
+	// loaded; the obvious cases now.
+	switch {
+	case c.limit > 0 && c.batch > c.limit:
+		return fmt.Errorf("-batch %d is larger than the %d samples of -limit: an epoch would be one short step", c.batch, c.limit)
+	case c.dir == "" && c.sets == nil && c.batch > mnistTrainLen:
+		return fmt.Errorf("-batch %d is larger than MNIST's %d training samples: an epoch would be one short step", c.batch, mnistTrainLen)
 	}
 	if c.verifyEvery < 0 {
 		return fmt.Errorf("-verify-every %d: want a number of steps, or 0 for never", c.verifyEvery)
@@ -152,7 +202,13 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err := c.validate(); err != nil {
 		return err
 	}
-	var err error
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	if !dev.IsCPU() && pg.Size() > 1 {
+		return fmt.Errorf("-device %v on %d ranks: ddp keeps gradients in host buckets; a device trains as a world of one for now", dev, pg.Size())
+	}
 	pcg := rand.NewPCG(c.seed, 0)
 	rng := rand.New(pcg)
 	var model nn.Layer
@@ -168,7 +224,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	var trainSet, test *datasets.MNIST
 	if c.sets != nil {
 		trainSet, test = c.sets[0], c.sets[1]
-	} else if trainSet, test, err = datasets.LoadMNIST(c.dir); err != nil {
+	} else if trainSet, test, err = datasets.LoadMNISTContext(ctx, c.dir); err != nil {
 		return err
 	}
 	if c.limit > 0 && c.limit < trainSet.Len() {
@@ -190,8 +246,10 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	// Wrap, which no rank passes before all have arrived, so no rank can
 	// have saved a newer one in between and all load the same.
 	var resume *checkpoint.Checkpoint
+	var skipped []checkpoint.Skipped // newer step directories passed over, logged below
 	if c.ckptDir != "" {
-		path, _, err := checkpoint.Latest(c.ckptDir)
+		var path string
+		path, _, skipped, err = checkpoint.Find(c.ckptDir)
 		switch {
 		case err == nil:
 			if resume, err = checkpoint.Open(path); err != nil {
@@ -209,10 +267,16 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		}
 	}
 
+	nn.To(model, dev)
+
 	lr := c.lr * math.Sqrt(float64(c.batch*world)/64)
 	sampler, err := data.NewDistributedSampler(trainSet.Len(), world, rank, true, c.seed, false)
 	if err != nil {
 		return err
+	}
+	if c.batch > sampler.Len() {
+		return fmt.Errorf("-batch %d is larger than this rank's %d samples (%d training samples over %d ranks): an epoch would be one short step",
+			c.batch, sampler.Len(), trainSet.Len(), world)
 	}
 	stepsFor := func(samples int) int { return (samples + c.batch - 1) / c.batch }
 	perEpoch := stepsFor(sampler.Len())
@@ -250,15 +314,16 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if getenv == nil {
 		getenv = func(string) string { return "" }
 	}
-	ob, err := obs.Start(ctx, obs.FromEnv(getenv, obs.Options{Name: "mnist " + c.model, Rank: rank, WorldSize: world, TotalSteps: tmax, Progress: out}))
+	ob, err := obs.Start(ctx, obs.FromEnv(getenv, obs.Options{Name: "mnist " + c.model, Rank: rank, WorldSize: world, Job: distributed.JobID(pg), TotalSteps: tmax, Progress: out}))
 	if err != nil {
 		return err
 	}
 	defer ob.Close()
+	out = ob.Out() // the bar cleared around each line; "[rank N] " under mpirun
 
 	// Wrap copies rank 0's initial parameters to every rank; gradients
 	// become views into the buckets that are all-reduced.
-	o := ddp.Options{GradientAsBucketView: true, VerifyEvery: c.verifyEvery}
+	o := ddp.Options{GradientAsBucketView: dev.IsCPU(), VerifyEvery: c.verifyEvery} // bucket views are host memory
 	if tr := ob.Tracer(); tr != nil {
 		o.Span = func(track, name string) func() { return tr.Begin(track, name).End }
 	}
@@ -284,6 +349,9 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if rank == 0 {
 		peak := sched.StateDict().Scalars["base_lr.0"] // a resumed job keeps its first world size's
 		fmt.Fprintf(out, "%s on %d rank(s), batch %d per rank, peak lr %.4f, %d steps\n", c.model, world, c.batch, peak, tmax)
+		for _, sk := range skipped {
+			fmt.Fprintf(out, "checkpoint skipped: %v\n", sk)
+		}
 		if resume != nil {
 			fmt.Fprintf(out, "resumed at step %d from %s\n", step, resume.Dir)
 		}
@@ -335,6 +403,20 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 				if err := saveAt(step); err != nil {
 					return err
 				}
+			}
+			if halt, err := c.stop.ShouldStop(ctx, pg); err != nil {
+				return err
+			} else if halt {
+				saved := "no checkpoint without -checkpoint-dir"
+				if c.ckptDir != "" {
+					if step%c.ckptEvery != 0 && step != tmax { // else saved above
+						if err := saveAt(step); err != nil {
+							return err
+						}
+					}
+					saved = "checkpoint saved in " + c.ckptDir
+				}
+				return fmt.Errorf("%w after step %d; %s", c.stop.Err(), step, saved)
 			}
 			if step == c.stopAfter {
 				return errStopped

@@ -250,11 +250,18 @@ func TestResume(t *testing.T) {
 			if _, step, err := checkpoint.Latest(crash.ckptDir); err != nil || step != 6 {
 				t.Fatalf("latest checkpoint after the crash: step %d, %v; want 6", step, err)
 			}
+			// A newer checkpoint with a bad manifest is skipped, and said so.
+			bad := checkpoint.StepDir(crash.ckptDir, 7)
+			os.MkdirAll(bad, 0o755)
+			os.WriteFile(filepath.Join(bad, "manifest.json"), []byte(`{"format":"cohort-checkpoint/1","step":7`), 0o644)
 			resumed := base
 			resumed.ckptDir, resumed.save = crash.ckptDir, filepath.Join(dir, "resumed.safetensors")
 			out, errs := runs(resumed)
 			if errors.Join(errs...) != nil {
 				t.Fatalf("resumed run: %v\n%s", errs, out[0])
+			}
+			if !strings.Contains(out[0], "checkpoint skipped: "+bad+": invalid manifest") {
+				t.Errorf("the bad checkpoint of step 7 was skipped without a word:\n%s", out[0])
 			}
 			if !strings.Contains(out[0], "resumed at step 6 from ") {
 				t.Errorf("resumed run did not say it resumed:\n%s", out[0])
@@ -426,16 +433,48 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"epochs", func(c *config) { c.epochs = 0 }, "-epochs 0"},
 		{"batch", func(c *config) { c.batch = 0 }, "-batch 0"},
 		{"lr", func(c *config) { c.lr = -1 }, "-lr -1"},
+		{"lr 0", func(c *config) { c.lr = 0 }, "-lr 0: want a finite learning rate > 0"},
+		{"lr NaN", func(c *config) { c.lr = math.NaN() }, "-lr NaN: want a finite learning rate > 0"},
+		{"lr Inf", func(c *config) { c.lr = math.Inf(1) }, "-lr +Inf: want a finite learning rate > 0"},
 		{"limit", func(c *config) { c.limit = -5 }, "-limit -5"},
+		{"batch beyond the set", func(c *config) { c.batch = 1_000_000_000_000 }, "-batch 1000000000000 is larger than MNIST's 60000 training samples"},
+		{"batch beyond the limit", func(c *config) { c.batch, c.limit = 500, 100 }, "-batch 500 is larger than the 100 samples of -limit"},
 		{"checkpoint-every", func(c *config) { c.ckptDir, c.ckptEvery = "ckpt", 0 }, "-checkpoint-every 0"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
 			tc.modify(&c)
+			start := time.Now()
 			err := run(context.Background(), c, &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("run: %v, want an error mentioning %q", err, tc.want)
 			}
+			// Before the data is loaded (several seconds), not after.
+			if took := time.Since(start); took > 500*time.Millisecond {
+				t.Errorf("refused after %v, want at once", took)
+			}
 		})
+	}
+}
+
+// TestBatchBeyondShareIsAnError: a batch larger than a rank's share of
+// the loaded set is refused, not trained as one short step an epoch.
+func TestBatchBeyondShareIsAnError(t *testing.T) {
+	set := &datasets.MNIST{Images: make([]float32, 40*28*28), Labels: make([]int64, 40), Rows: 28, Cols: 28}
+	c := config{model: "mlp", epochs: 1, batch: 64, lr: 0.05, seed: 1, sets: &[2]*datasets.MNIST{set, set}}
+	err := run(context.Background(), c, io.Discard)
+	if want := "-batch 64 is larger than this rank's 40 samples (40 training samples over 1 ranks)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("got %v, want %q", err, want)
+	}
+}
+
+func TestIdleFlags(t *testing.T) {
+	c := config{ckptEvery: 50}
+	if got := c.idleFlags(map[string]bool{"checkpoint-every": true, "epochs": true}); len(got) != 1 || got[0] != "-checkpoint-every does nothing without -checkpoint-dir" {
+		t.Errorf("idle flags %q", got)
+	}
+	c.ckptDir = "ckpt"
+	if got := c.idleFlags(map[string]bool{"checkpoint-every": true, "checkpoint-keep": true}); len(got) != 0 {
+		t.Errorf("with -checkpoint-dir: idle flags %q", got)
 	}
 }

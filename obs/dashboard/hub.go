@@ -8,10 +8,12 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"math"
 	"net"
 	"net/http"
 	"slices"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
@@ -22,42 +24,83 @@ import (
 //go:embed page.html
 var page []byte
 
+// Float is a float64 that JSON can carry whatever its value: a finite
+// number is a JSON number, NaN and ±Inf (a diverging run's loss) are the
+// strings "NaN", "+Inf" and "-Inf", which the page shows as such.
+// encoding/json refuses to encode non-finite float64s, which blanked the
+// page and stopped the other ranks' reports.
+type Float float64
+
+// MarshalJSON implements json.Marshaler.
+func (f Float) MarshalJSON() ([]byte, error) {
+	switch v := float64(f); {
+	case math.IsNaN(v):
+		return []byte(`"NaN"`), nil
+	case math.IsInf(v, 1):
+		return []byte(`"+Inf"`), nil
+	case math.IsInf(v, -1):
+		return []byte(`"-Inf"`), nil
+	}
+	return strconv.AppendFloat(nil, float64(f), 'g', -1, 64), nil
+}
+
+// UnmarshalJSON implements json.Unmarshaler: a number, or one of the
+// strings MarshalJSON writes.
+func (f *Float) UnmarshalJSON(b []byte) error {
+	switch string(b) {
+	case `"NaN"`:
+		*f = Float(math.NaN())
+	case `"+Inf"`, `"Inf"`:
+		*f = Float(math.Inf(1))
+	case `"-Inf"`:
+		*f = Float(math.Inf(-1))
+	default:
+		v, err := strconv.ParseFloat(string(b), 64)
+		if err != nil {
+			return fmt.Errorf("dashboard: %q is not a number", b)
+		}
+		*f = Float(v)
+	}
+	return nil
+}
+
 // Report is one rank's step. Durations are seconds in JSON.
 type Report struct {
-	Rank     int     `json:"rank"`
-	Step     int     `json:"step"`
-	Epoch    int     `json:"epoch"`
-	Loss     float64 `json:"loss"`
-	Samples  int     `json:"samples"` // samples this step, on this rank
-	Seconds  float64 `json:"seconds"` // the whole step
-	Compute  float64 `json:"compute"` // forward, backward, optimizer (minus exposed comm)
-	Comm     float64 `json:"comm"`    // communication not hidden behind compute
-	DataWait float64 `json:"data"`    // waiting for the batch
-	Bytes    int64   `json:"bytes"`   // bytes all-reduced this step
-	Time     int64   `json:"time_ms"` // Unix milliseconds when the step ended
+	Rank     int   `json:"rank"`
+	Step     int   `json:"step"`
+	Epoch    int   `json:"epoch"`
+	Loss     Float `json:"loss"`
+	Samples  int   `json:"samples"` // samples this step, on this rank
+	Seconds  Float `json:"seconds"` // the whole step
+	Compute  Float `json:"compute"` // forward, backward, optimizer (minus exposed comm)
+	Comm     Float `json:"comm"`    // communication not hidden behind compute
+	DataWait Float `json:"data"`    // waiting for the batch
+	Bytes    int64 `json:"bytes"`   // bytes all-reduced this step
+	Time     int64 `json:"time_ms"` // Unix milliseconds when the step ended
 }
 
 // RankState is what the page shows per rank.
 type RankState struct {
-	Rank     int     `json:"rank"`
-	Step     int     `json:"step"`
-	Loss     float64 `json:"loss"`
-	Compute  float64 `json:"compute"` // moving averages, seconds
-	Comm     float64 `json:"comm"`
-	DataWait float64 `json:"data"`
-	LastSeen int64   `json:"last_seen_ms"`
+	Rank     int   `json:"rank"`
+	Step     int   `json:"step"`
+	Loss     Float `json:"loss"`
+	Compute  Float `json:"compute"` // moving averages, seconds
+	Comm     Float `json:"comm"`
+	DataWait Float `json:"data"`
+	LastSeen int64 `json:"last_seen_ms"`
 }
 
 // Point is one step of the run's curves (rank 0's loss, all ranks' samples/s).
 type Point struct {
-	Step       int     `json:"step"`
-	Loss       float64 `json:"loss"`
-	Throughput float64 `json:"throughput"`
+	Step       int   `json:"step"`
+	Loss       Float `json:"loss"`
+	Throughput Float `json:"throughput"`
 }
 
 // State is the JSON the page polls.
 type State struct {
 	Name     string      `json:"name"`
+	Unit     string      `json:"unit,omitempty"` // what the throughput counts; "" for samples
 	World    int         `json:"world"`
 	Restarts int         `json:"restarts"`
 	Ranks    []RankState `json:"ranks"`
@@ -66,13 +109,24 @@ type State struct {
 	Now      int64       `json:"now_ms"`
 }
 
-// maxPoints bounds the curve: beyond it every other point is dropped.
-const maxPoints = 2000
+// What a hub keeps is bounded whatever it is sent: one RankState and a
+// fixed set of metric series per rank of the world (reports of other
+// ranks are refused), maxPoints curve points, maxNotes notes of at most
+// maxNoteBytes each; a POST carries at most maxReportBytes and
+// maxReportsPerPost reports.
+const (
+	maxPoints         = 2000 // beyond it every other point is dropped
+	maxNotes          = 20
+	maxNoteBytes      = 1000
+	maxReportBytes    = 1 << 20
+	maxReportsPerPost = 1000 // a Client's queue
+)
 
 // Hub collects a run's reports. Its methods are safe for concurrent use.
 type Hub struct {
 	mu       sync.Mutex
 	name     string
+	unit     string
 	world    int
 	restarts int
 	ranks    map[int]*RankState
@@ -89,7 +143,10 @@ type Hub struct {
 }
 
 // NewHub returns the hub of a run of world ranks. token, if not empty,
-// must accompany reports posted by other ranks (Client sends it).
+// must accompany reports posted by other ranks (Client sends it); a
+// program gives the job's COHORT_TOKEN or, without one, a secret derived
+// from the job's identity (package obs does), so that only the job's own
+// processes can report. Reports of ranks outside [0, world) are refused.
 func NewHub(name string, world int, token string) *Hub {
 	h := &Hub{name: name, world: world, ranks: map[int]*RankState{}, stride: 1, token: token, reg: prometheus.NewRegistry()}
 	h.steps = prometheus.NewCounterVec(prometheus.CounterOpts{Name: "cohort_steps_total", Help: "Training steps finished, per rank."}, []string{"rank"})
@@ -104,8 +161,12 @@ func NewHub(name string, world int, token string) *Hub {
 	return h
 }
 
-// Record adds a step report.
+// Record adds a step report; it drops the report of a rank outside the
+// world.
 func (h *Hub) Record(r Report) {
+	if r.Rank < 0 || r.Rank >= max(h.world, 1) {
+		return
+	}
 	if r.Time == 0 {
 		r.Time = time.Now().UnixMilli()
 	}
@@ -113,12 +174,19 @@ func (h *Hub) Record(r Report) {
 	h.steps.WithLabelValues(rk).Inc()
 	h.samples.WithLabelValues(rk).Add(float64(r.Samples))
 	h.bytes.WithLabelValues(rk).Add(float64(r.Bytes))
-	h.phase.WithLabelValues(rk, "compute").Add(r.Compute)
-	h.phase.WithLabelValues(rk, "comm").Add(r.Comm)
-	h.phase.WithLabelValues(rk, "data").Add(r.DataWait)
-	h.stepTime.WithLabelValues(rk).Observe(r.Seconds)
+	// A counter must not be given NaN or a negative value (it would stay
+	// NaN, or panic): only finite, non-negative phases are counted.
+	for _, p := range []struct {
+		name string
+		v    Float
+	}{{"compute", r.Compute}, {"comm", r.Comm}, {"data", r.DataWait}} {
+		if v := float64(p.v); v >= 0 && !math.IsInf(v, 0) {
+			h.phase.WithLabelValues(rk, p.name).Add(v)
+		}
+	}
+	h.stepTime.WithLabelValues(rk).Observe(float64(r.Seconds))
 	if r.Rank == 0 {
-		h.loss.Set(r.Loss)
+		h.loss.Set(float64(r.Loss))
 	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
@@ -137,9 +205,9 @@ func (h *Hub) Record(r Report) {
 	}
 	tput := 0.0
 	if r.Seconds > 0 {
-		tput = float64(r.Samples) * float64(max(h.world, 1)) / r.Seconds
+		tput = float64(r.Samples) * float64(max(h.world, 1)) / float64(r.Seconds)
 	}
-	h.curve = append(h.curve, Point{Step: r.Step, Loss: r.Loss, Throughput: tput})
+	h.curve = append(h.curve, Point{Step: r.Step, Loss: r.Loss, Throughput: Float(tput)})
 	if len(h.curve) >= maxPoints {
 		kept := h.curve[:0]
 		for i, p := range h.curve {
@@ -152,6 +220,14 @@ func (h *Hub) Record(r Report) {
 	}
 }
 
+// SetUnit names what Report.Samples counts ("tokens"); the page shows it
+// per second. The default is samples.
+func (h *Hub) SetUnit(unit string) {
+	h.mu.Lock()
+	h.unit = unit
+	h.mu.Unlock()
+}
+
 // Restart records a restart of the job's workers.
 func (h *Hub) Restart() {
 	h.restartsTotal.Inc()
@@ -160,13 +236,17 @@ func (h *Hub) Restart() {
 	h.mu.Unlock()
 }
 
-// Note shows msg on the page (the last 20 are kept).
+// Note shows msg on the page (the last maxNotes are kept, each cut to
+// maxNoteBytes).
 func (h *Hub) Note(msg string) {
+	if len(msg) > maxNoteBytes {
+		msg = strings.ToValidUTF8(msg[:maxNoteBytes], "") + "…"
+	}
 	h.mu.Lock()
 	defer h.mu.Unlock()
 	h.notes = append(h.notes, time.Now().Format("15:04:05 ")+msg)
-	if len(h.notes) > 20 {
-		h.notes = h.notes[len(h.notes)-20:]
+	if len(h.notes) > maxNotes {
+		h.notes = h.notes[len(h.notes)-maxNotes:]
 	}
 }
 
@@ -174,16 +254,16 @@ func (h *Hub) Note(msg string) {
 func (h *Hub) State() State {
 	h.mu.Lock()
 	defer h.mu.Unlock()
-	s := State{Name: h.name, World: h.world, Restarts: h.restarts, Curve: slices.Clone(h.curve), Notes: slices.Clone(h.notes), Now: time.Now().UnixMilli()}
+	s := State{Name: h.name, Unit: h.unit, World: h.world, Restarts: h.restarts, Curve: slices.Clone(h.curve), Notes: slices.Clone(h.notes), Now: time.Now().UnixMilli()}
+	// Empty lists, not null: the page iterates them.
+	s.Ranks = make([]RankState, 0, len(h.ranks))
+	s.Curve, s.Notes = append([]Point{}, s.Curve...), append([]string{}, s.Notes...)
 	for _, r := range h.ranks {
 		s.Ranks = append(s.Ranks, *r)
 	}
 	slices.SortFunc(s.Ranks, func(a, b RankState) int { return a.Rank - b.Rank })
 	return s
 }
-
-// maxReportBytes bounds one POST of reports.
-const maxReportBytes = 1 << 20
 
 // Handler serves the page, /api/state, /api/report and /metrics.
 func (h *Hub) Handler() http.Handler {
@@ -193,8 +273,15 @@ func (h *Hub) Handler() http.Handler {
 		w.Write(page)
 	})
 	mux.HandleFunc("GET /api/state", func(w http.ResponseWriter, r *http.Request) {
+		// Encoded whole before the status is sent: an error is a 500
+		// with its reason, never an empty 200.
+		b, err := json.Marshal(h.State())
+		if err != nil {
+			http.Error(w, "dashboard: state: "+err.Error(), http.StatusInternalServerError)
+			return
+		}
 		w.Header().Set("Content-Type", "application/json")
-		json.NewEncoder(w).Encode(h.State())
+		w.Write(b)
 	})
 	mux.HandleFunc("POST /api/report", func(w http.ResponseWriter, r *http.Request) {
 		if h.token != "" && subtle.ConstantTimeCompare([]byte(r.Header.Get("Authorization")), []byte("Bearer "+h.token)) != 1 {
@@ -205,6 +292,17 @@ func (h *Hub) Handler() http.Handler {
 		if err := json.NewDecoder(io.LimitReader(r.Body, maxReportBytes)).Decode(&reports); err != nil {
 			http.Error(w, "dashboard: "+err.Error(), http.StatusBadRequest)
 			return
+		}
+		if len(reports) > maxReportsPerPost {
+			http.Error(w, fmt.Sprintf("dashboard: %d reports in one post, at most %d", len(reports), maxReportsPerPost), http.StatusBadRequest)
+			return
+		}
+		// Rank 0 reports in-process; others only as ranks of the world.
+		for _, rep := range reports {
+			if rep.Rank < 1 || rep.Rank >= h.world {
+				http.Error(w, fmt.Sprintf("dashboard: report of rank %d: the run's world is %d ranks (posts come from ranks 1..%d)", rep.Rank, h.world, h.world-1), http.StatusBadRequest)
+				return
+			}
 		}
 		for _, rep := range reports {
 			h.Record(rep)
@@ -276,8 +374,8 @@ func (c *Client) Record(r Report) {
 	}
 	c.mu.Lock()
 	c.queue = append(c.queue, r)
-	if len(c.queue) > 1000 {
-		c.queue = c.queue[len(c.queue)-1000:]
+	if len(c.queue) > maxReportsPerPost {
+		c.queue = c.queue[len(c.queue)-maxReportsPerPost:]
 	}
 	c.mu.Unlock()
 	select {

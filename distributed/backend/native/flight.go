@@ -34,6 +34,7 @@ type flightRecorder struct {
 	mu   sync.Mutex
 	ring [flightRingSize]flightEntry
 	n    uint64 // ops ever recorded; op i lives in ring[i%flightRingSize] while n−i ≤ flightRingSize
+	done uint64 // ops ever finished (successfully or not)
 	// version changes whenever the ring does (the watchdog publishes only
 	// changed rings).
 	version atomic.Uint64
@@ -79,6 +80,7 @@ func (f *flightRecorder) start(o *op) {
 func (f *flightRecorder) end(o *op, err error) {
 	now := time.Now().UnixNano()
 	f.mu.Lock()
+	f.done++
 	if e := f.entry(o); e != nil {
 		e.state, e.ended = flight.Done, now
 		if err != nil {
@@ -108,9 +110,10 @@ func (f *flightRecorder) snapshot(g *group, max int) flight.Snapshot {
 	for i := f.n - k; i < f.n; i++ {
 		entries = append(entries, f.ring[i%flightRingSize])
 	}
+	issued, finished := f.n, f.done
 	f.mu.Unlock()
 	s := flight.Snapshot{Group: g.id, Rank: g.me, GroupRank: g.rank, Taken: time.Now().UnixNano(),
-		Records: make([]flight.Record, len(entries))}
+		Issued: issued, Finished: finished, Records: make([]flight.Record, len(entries))}
 	for i, e := range entries {
 		c := e.call
 		peer := -1

@@ -70,8 +70,11 @@ type group struct {
 	// closeLast releases what the group owns besides the transport (the
 	// store of InitFromEnv), after the transport.
 	closeLast func() error
-	exec      *collective.Executor
-	plans     map[planKey]*collective.Plan // op goroutine only
+	// job is the job's nonce (see join.go) for a world group made by
+	// Init; "" otherwise. JobID returns it.
+	job   string
+	exec  *collective.Executor
+	plans map[planKey]*collective.Plan // op goroutine only
 
 	ctx    context.Context // ends when the group breaks or closes
 	cancel context.CancelFunc

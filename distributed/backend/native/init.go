@@ -95,6 +95,7 @@ func initConfig(ctx context.Context, opts config) (distributed.ProcessGroup, err
 		t.Close()
 		return nil, err
 	}
+	g.job = opts.jobNonce
 	if dupKey != "" {
 		g.watchDuplicate(opts.Store, dupKey)
 		g.watch(opts.Store, opts.Prefix, opts.Watchdog)
@@ -104,6 +105,10 @@ func initConfig(ctx context.Context, opts config) (distributed.ProcessGroup, err
 	}
 	return g, nil
 }
+
+// JobID implements distributed.JobID: the job's nonce for a world group
+// made by Init, "" otherwise.
+func (g *group) JobID() string { return g.job }
 
 func ranksOf(n int) []int {
 	r := make([]int, n)

@@ -155,7 +155,7 @@ func TestInitTCPCongestion(t *testing.T) {
 
 // TestInitCloseStore: a group handed its store (Options.CloseStore, as
 // InitFromEnv does) closes it with itself; otherwise the store stays the
-// caller's.
+// caller's. The ranks' groups share one JobID.
 func TestInitCloseStore(t *testing.T) {
 	ctx := context.Background()
 	for _, hand := range []bool{false, true} {
@@ -171,6 +171,9 @@ func TestInitCloseStore(t *testing.T) {
 			Group: distributed.GroupOptions{Timeout: 30 * time.Second}})
 		if err := errors.Join(err, <-done); err != nil {
 			t.Fatal(err)
+		}
+		if j := distributed.JobID(pg); j == "" || j != distributed.JobID(pg1) {
+			t.Errorf("JobID: rank 0 %q, rank 1 %q; want one non-empty identity", j, distributed.JobID(pg1))
 		}
 		if err := errors.Join(pg.Close(), pg1.Close()); err != nil {
 			t.Fatal(err)

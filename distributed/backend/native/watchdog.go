@@ -17,22 +17,28 @@ import (
 // timeout ends the job.
 //
 // Every rank of a watched group publishes its flight ring (the last
-// flightHeartbeatOps ops) under <prefix>/flight/<group id>/<group rank>
-// every Interval/4, as a heartbeat: a rank that stops (SIGSTOP, a
-// debugger, a dead host) leaves its last ring in the store, at most
-// Interval/4 old, and its age tells that it stopped. A rank spinning in
-// user code still publishes (the Go scheduler preempts the spin). Each
-// rank checks its own ring as often; when an op has run for Interval, it
-// reads every rank's last ring, diagnoses (package flight) and, if it is
-// the first rank to claim <prefix>/flight/<group id>/reported/<seq> in the
-// store, logs one line such as
+// flightHeartbeatOps ops and its op counts) under
+// <prefix>/flight/<group id>/<group rank> as a heartbeat: at most once per
+// poll (a second; see poll) when the ring has changed, and
+// every Interval/4 whatever happens. A rank that stops (SIGSTOP, a
+// debugger, a dead host) leaves its last ring in the store, at most a poll
+// behind what it did, and its age tells that it stopped: a rank that
+// trained for a few seconds between two Interval/4 beats and then stopped
+// is still named with its last op, not as one that never ran one. A rank
+// spinning in user code still publishes (the Go scheduler preempts the
+// spin). Each rank checks its own ring every poll; when an op has run for
+// Interval, it reads every rank's last ring, diagnoses (package flight)
+// and, if it is the first rank to claim
+// <prefix>/flight/<group id>/reported/<seq> in the store, logs one line
+// such as
 //
-//	dist: watchdog: rank 0: allreduce #1580 (at main.train) is stuck: rank 1 never entered it (its last: broadcast #1579 at main.train, done 61s ago); ranks 0,2,3 waiting in it for 61s
+//	dist: watchdog: rank 0: allreduce #1580 (at main.train) is stuck: rank 1 never entered it (its last: broadcast #1579 at main.train, done 61s ago; 1579 ops issued, 1579 finished); ranks 0,2,3 waiting in it for 61s
 //
 // It never aborts anything: the op still ends at the group timeout (or
 // succeeds if the missing rank comes back). Store traffic: one Set of
-// about 2 KB per rank and group every Interval/4 (15 s by default); a
-// diagnosis reads one key per rank.
+// about 2 KB per rank and group a second while the group runs ops (at
+// most ~256 a second per group in larger groups; every Interval/4, 15 s
+// by default, when idle); a diagnosis reads one key per rank.
 
 // Watch implements distributed.Watch: it starts g's watchdog (see above),
 // publishing through st under prefix.
@@ -88,10 +94,19 @@ func (w *watchdog) key(rank int) string {
 	return fmt.Sprintf("%s/flight/%d/%d", w.prefix, w.g.id, rank)
 }
 
-// tick is how often the watchdog publishes and checks.
+// tick is the longest time between two heartbeats (Snapshot.Every).
 func (w *watchdog) tick() time.Duration { return max(w.opts.Interval/4, 10*time.Millisecond) }
 
-// loop publishes the ring and checks for a stuck op every tick.
+// poll is how often the watchdog checks, and publishes a changed ring:
+// every second in groups of up to 256 ranks, then more slowly so that the
+// store gets at most about 256 heartbeats a second per group; never less
+// often than tick.
+func (w *watchdog) poll() time.Duration {
+	return min(w.tick(), max(time.Second, time.Duration(len(w.g.ranks))*time.Second/256))
+}
+
+// loop publishes the ring when it changed (or a tick has passed) and
+// checks for a stuck op every poll.
 func (w *watchdog) loop() {
 	g := w.g
 	defer func() {
@@ -99,11 +114,19 @@ func (w *watchdog) loop() {
 			w.opts.Log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", g.me, p))
 		}
 	}()
-	t := time.NewTicker(w.tick())
+	t := time.NewTicker(w.poll())
 	defer t.Stop()
 	var reported uint64 // the slot+1 of the last op diagnosed
+	var version uint64  // the ring's version last published
+	var last time.Time  // when it was published
 	for {
-		w.publish()
+		// The heartbeat follows the ring: a ring published only every
+		// tick was up to 15 s behind, and a rank stopped in between was
+		// described by an old ring (often the empty one of its first beat).
+		if v := g.flight.version.Load(); last.IsZero() || v != version || time.Since(last) >= w.tick() {
+			version, last = v, time.Now()
+			w.publish()
+		}
 		w.check(&reported)
 		select {
 		case <-g.ctx.Done():

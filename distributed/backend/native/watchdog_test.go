@@ -233,3 +233,55 @@ func TestWatchNeedsStore(t *testing.T) {
 		}
 	})
 }
+
+// TestWatchdogHeartbeatFollowsOps: with the default interval (a beat
+// every 15 s) a rank that runs hundreds of ops and then stops must have
+// left them in its heartbeat within about a second, op counts included:
+// a ring published only every 15 s described such a rank as having run
+// no op at all.
+func TestWatchdogHeartbeatFollowsOps(t *testing.T) {
+	st := memstore.New()
+	defer st.Close()
+	const ops = 300
+	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, 30*time.Second)
+		if err := distributed.Watch(pg, st, "beat", distributed.WatchdogOptions{}); err != nil {
+			t.Error(err)
+			return
+		}
+		buf := distributed.F32(make([]float32, 16))
+		for range ops {
+			if err := pg.AllReduce(ctx, buf, distributed.Sum).Wait(); err != nil {
+				t.Error(err)
+				return
+			}
+		}
+		if pg.Rank() != 1 {
+			return
+		}
+		done := time.Now()
+		// Rank 1 stays in the job (no op) until its beat shows the ops.
+		deadline := time.NewTimer(5 * time.Second)
+		defer deadline.Stop()
+		tick := time.NewTicker(50 * time.Millisecond)
+		defer tick.Stop()
+		for {
+			b, err := st.Get(ctx, "beat/flight/0/1")
+			if err == nil {
+				if s, err := flight.Decode(b, "rank 1"); err == nil && s.Issued >= ops {
+					if s.Finished < ops || len(s.Records) == 0 || s.Records[len(s.Records)-1].Seq != ops {
+						t.Errorf("heartbeat %+v: want %d ops finished, the last #%d", s, ops, ops)
+					}
+					t.Logf("rank 1's heartbeat showed its %d ops %v after the last", s.Issued, time.Since(done).Round(time.Millisecond))
+					return
+				}
+			}
+			select {
+			case <-deadline.C:
+				t.Errorf("rank 1's heartbeat still lacks its %d ops 5 s after them (published only every Interval/4 = 15 s?)", ops)
+				return
+			case <-tick.C:
+			}
+		}
+	})
+}

@@ -11,6 +11,8 @@
 //	signal              wait for a signal, print it, exit 0
 //	restart             rank 1 exits 3 on the first run, all exit 0 afterwards
 //	streams             write one line to stdout and one to stderr, exit 0
+//	usage               write a flag error and 30 lines of usage to stderr,
+//	                    exit 2 (as the flag package does)
 //	slow MS             wait MS milliseconds before joining, then exit 0
 //	peerabort [code1]   wait; a rank that gets SIGINT or SIGTERM tells the
 //	                    others through the store, waits 300 ms (so they exit
@@ -159,6 +161,12 @@ func main() {
 	case "streams":
 		fmt.Println("to stdout")
 		fmt.Fprintln(os.Stderr, "to stderr")
+	case "usage":
+		fmt.Fprintln(os.Stderr, "flag provided but not defined: -epoch")
+		for i := 1; i <= 30; i++ {
+			fmt.Fprintf(os.Stderr, "  -flag%d int\n    \tusage line %d\n", i, i)
+		}
+		os.Exit(2)
 	default:
 		fatal("unknown mode " + mode)
 	}
