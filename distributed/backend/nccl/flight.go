@@ -4,7 +4,6 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cohortml/cohort/distributed/collective"
 	"github.com/cohortml/cohort/distributed/flight"
 )
 
@@ -79,9 +78,4 @@ func (g *group) Flight() flight.Snapshot {
 	}
 	f.mu.Unlock()
 	return flight.Snapshot{Group: g.id, Rank: g.me, GroupRank: g.rank, Taken: time.Now().UnixNano(), Records: recs}
-}
-
-// rooted says whether a kind's peer is its root.
-func rooted(k collective.Kind) bool {
-	return k == collective.Broadcast || k == collective.Reduce || k == collective.Gather || k == collective.Scatter
 }
