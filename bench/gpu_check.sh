@@ -8,9 +8,10 @@
 #   bin/gpt          CGO_ENABLED=0 go build -o bin/gpt ./examples/gpt
 #   bin/opticks.txt  cp "$(go env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt" bin/opticks.txt
 #   bin/<pkg>.test   one per package with GPU tests, built by
-#                    for p in cuda nvrtc cublas alloc cudatensor; do
+#                    for p in cuda nvrtc cublas alloc cudatensor nccl; do
 #                      CGO_ENABLED=0 go test -c -o bin/$p.test ./device/$p
 #                    done
+#                    CGO_ENABLED=0 go test -c -o bin/ncclbackend.test ./distributed/backend/nccl
 #
 # Each test binary runs in its package's directory with -test.v and a
 # filter selecting its GPU tests (named TestGPU…; without a device they
@@ -34,8 +35,15 @@
 # gpt trains GPT-mini for 300 steps with `bin/gpt -device cuda` and passes
 # when its final val loss is within 0.02 of the CPU run's 2.4157.
 #
+# nccl loads libnccl from the wheels; ncclbackend runs the NCCL backend's
+# conformance suite at world 1 and its device all-reduce; bench_nccl times
+# `cohort bench allreduce --backend nccl --world 1` (host buffers staged
+# through the GPU). NCCL at world 2+ needs a machine with several GPUs (the
+# same test binary under `bin/cohort run --nproc-per-node N`; not wired).
+#
 # Steps that this script does not list (the golden suites on CUDA, bf16,
-# GPT-2 training beside the PyTorch anchor) do not exist yet.
+# GPT-2 training beside the PyTorch anchor, the staged 2-rank path on one
+# GPU) do not exist yet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -59,7 +67,7 @@ wheel_dirs() {
 	fi
 	local s d dirs=()
 	for s in "${sites[@]}"; do
-		for d in "$s/cu13/lib" "$s/cuda_nvrtc/lib" "$s/cublas/lib"; do
+		for d in "$s/cu13/lib" "$s/cuda_nvrtc/lib" "$s/cublas/lib" "$s/nccl/lib"; do
 			[[ -d "$d" ]] && dirs+=("$d")
 		done
 	done
@@ -179,6 +187,19 @@ gpt_step() {
 	record gpt "$result" $((SECONDS - t0)) "val loss ${got:-?} after 300 steps on cuda:0 (CPU 2.4157, bound 0.02); $(tail -1 "$OUT/gpt.log" | cut -c1-80)"
 }
 gpt_step
+
+# NCCL: the binding loads the wheel's libnccl, then the backend passes the
+# conformance suite at world 1 (one GPU) and the device all-reduce.
+run_test nccl device/nccl 'GPU' 10 'NCCL [0-9.]+ from [^ ]+'
+run_test ncclbackend distributed/backend/nccl 'GPU|WithoutNCCL' 30 'TestGPU[A-Za-z]+ \([0-9.]+s\)'
+if [[ -x bin/cohort ]]; then
+	t0=$SECONDS
+	if timeout 15 bin/cohort bench allreduce --backend nccl --world 1 --sizes 1MiB,64MiB --budget 100ms >"$OUT/bench_nccl.log" 2>&1; then
+		record bench_nccl PASS $((SECONDS - t0)) "$(grep -E '64MiB' "$OUT/bench_nccl.log" | head -1 | tr -s ' ')"
+	else
+		record bench_nccl FAIL $((SECONDS - t0)) "see bench_nccl.log"
+	fi
+fi
 
 echo
 echo "gpu_check: ${gpu:-no GPU found by nvidia-smi}; logs in $OUT"

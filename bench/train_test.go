@@ -15,6 +15,7 @@ import (
 
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
+	_ "github.com/cohortml/cohort/distributed/backend/all" // the workers join through InitFromEnv (cmd/cohort links the same)
 )
 
 func TestTrainRun(t *testing.T) {

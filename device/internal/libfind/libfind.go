@@ -18,6 +18,14 @@
 // In each directory the sonames are tried newest first. The driver library
 // (libcuda.so.1) belongs to the driver, not the toolkit: it is looked for in
 // COHORT_CUDA_LIB_DIR first, then by the system loader.
+//
+// A library may also be named outright by a variable of its own
+// (COHORT_NCCL_LIBRARY for libnccl: a path or a soname): when set, it is
+// the only candidate.
+//
+// NCCL ships in the CUDA toolkit's directories on some systems, in pip's
+// nvidia-nccl-cu12 wheel (site-packages/nvidia/nccl/lib) and in the CUDA 13
+// layout (nvidia/cu13/lib, nvidia-nccl-cu13): the same search finds it.
 package libfind
 
 import (
@@ -41,6 +49,9 @@ type Env struct {
 	Conda      string // CONDA_PREFIX
 	Home       string // HOME
 	CacheDir   string // COHORT_CACHE_DIR: root of cohort's caches (PTX under ptx/)
+	// NCCLLibrary is COHORT_NCCL_LIBRARY: the NCCL library to load (a
+	// path or a soname), and no other.
+	NCCLLibrary string
 }
 
 // FromEnv reads Env with getenv (normally os.Getenv). It is the one place
@@ -54,6 +65,8 @@ func FromEnv(getenv func(string) string) Env {
 		Conda:      getenv("CONDA_PREFIX"),
 		Home:       getenv("HOME"),
 		CacheDir:   getenv("COHORT_CACHE_DIR"),
+
+		NCCLLibrary: getenv("COHORT_NCCL_LIBRARY"),
 	}
 }
 
@@ -63,6 +76,10 @@ type Spec struct {
 	Sonames []string // newest first: "libnvrtc.so.13", …, "libnvrtc.so"
 	Wheel   string   // the CUDA 12 wheel directory under site-packages: "nvidia/cuda_nvrtc/lib"
 	Driver  bool     // the driver's library: COHORT_CUDA_LIB_DIR, then the system loader only
+	// Override is the variable that names this library outright
+	// ("COHORT_NCCL_LIBRARY"); when the Env has it set, it is the only
+	// candidate.
+	Override string
 }
 
 // Candidate is one thing to hand to dlopen: a path, or a bare soname for
@@ -75,6 +92,10 @@ type Candidate struct {
 // Candidates lists, in order, what to try to dlopen for s. Directories
 // that do not exist are left out, but are named in Looked.
 func (e Env) Candidates(s Spec) (c []Candidate, looked []string) {
+	if v := e.override(s.Override); v != "" {
+		where := s.Override + "=" + v
+		return []Candidate{{Name: v, Where: where}}, []string{where}
+	}
 	var dirs []struct{ dir, where string }
 	add := func(dir, where string) {
 		if dir == "" {
@@ -122,6 +143,16 @@ func (e Env) Candidates(s Spec) (c []Candidate, looked []string) {
 		}
 	}
 	return c, looked
+}
+
+// override returns the value of the variable v names, "" when unset or
+// unknown.
+func (e Env) override(v string) string {
+	switch v {
+	case "COHORT_NCCL_LIBRARY":
+		return e.NCCLLibrary
+	}
+	return ""
 }
 
 type dirWhere struct{ dir, where string }

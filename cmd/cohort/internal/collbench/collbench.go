@@ -18,7 +18,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortml/cohort/device/nccl"
 	"github.com/cohortml/cohort/distributed"
+	_ "github.com/cohortml/cohort/distributed/backend/all" // the native, MPI and NCCL backends
 	"github.com/cohortml/cohort/distributed/collective"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/launch"
@@ -39,7 +41,9 @@ type Config struct {
 	World     int    // processes to spawn
 	Transport string // "auto", "tcp", "shm"
 	// Backend is "native" (or "") or "mpi": the MPI library's collectives,
-	// with the workers started by mpirun instead of this package.
+	// with the workers started by mpirun instead of this package; or
+	// "nccl": NCCL on one GPU per worker, its host buffers staged through
+	// device memory (so the figures include the copies in and out).
 	Backend string
 	Sizes   []int64       // message sizes in bytes (all-gather: the gathered output)
 	Budget  time.Duration // target duration of the timed loop per size
@@ -94,7 +98,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	fs.SetOutput(stderr)
 	world := fs.Int("world", 2, "number of local processes")
 	transport := fs.String("transport", "auto", "transport: tcp, shm or auto")
-	backend := fs.String("backend", "native", "native (cohort's collectives) or mpi (the MPI library's, workers started by mpirun; MPIRUN overrides the command)")
+	backend := fs.String("backend", "native", "native (cohort's collectives), mpi (the MPI library's, workers started by mpirun; MPIRUN overrides the command) or nccl (NCCL, one GPU per worker)")
 	sizes := fs.String("sizes", "4KiB,64KiB,1MiB,16MiB,64MiB", "comma-separated message sizes")
 	budget := fs.Duration("budget", time.Second, "target duration of the timed loop per size")
 	repeats := fs.Int("repeats", 1, "fresh process groups, one after the other (all rows are printed)")
@@ -203,12 +207,12 @@ func (c Config) validate() error {
 	}
 	switch c.Backend {
 	case "", "native":
-	case "mpi":
+	case "mpi", "nccl":
 		if c.Algo != "" || c.SegmentBytes != 0 || c.InlineBytes != 0 {
-			return fmt.Errorf("--backend mpi: --algo, --segment and --inline tune cohort's own collectives; MPI chooses its own")
+			return fmt.Errorf("--backend %s: --algo, --segment and --inline tune cohort's own collectives; %s chooses its own", c.Backend, strings.ToUpper(c.Backend))
 		}
 	default:
-		return fmt.Errorf("--backend %q: want native or mpi", c.Backend)
+		return fmt.Errorf("--backend %q: want native, mpi or nccl", c.Backend)
 	}
 	switch c.Transport {
 	case "auto", "tcp", "shm":
@@ -286,6 +290,12 @@ func Spawn(ctx context.Context, cfg Config, self []string, stderr io.Writer) ([]
 	defer cancel()
 	if cfg.Backend == "mpi" {
 		return spawnMPI(ctx, cfg, self, stderr)
+	}
+	if cfg.Backend == "nccl" {
+		// Fail here, in one line, rather than in every worker.
+		if _, err := nccl.Load(); err != nil {
+			return nil, fmt.Errorf("--backend nccl: %w", err)
+		}
 	}
 	pr, pw := io.Pipe()
 	results := make(chan []Result, 1)
@@ -425,7 +435,7 @@ func Worker(ctx context.Context, cfg Config, w io.Writer) error {
 	if cfg.Algo != "" {
 		gopts.Algorithms = map[collective.Kind]string{opKinds[cfg.Op]: cfg.Algo}
 	}
-	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: cfg.Transport, Group: gopts})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Backend: cfg.Backend, Transport: cfg.Transport, Group: gopts})
 	if err != nil {
 		return err
 	}

@@ -97,6 +97,21 @@ func TestMainRejectsBadFlags(t *testing.T) {
 	}
 }
 
+// TestNCCLMissingFailsFast: --backend nccl without libnccl fails before
+// spawning anything, with one line naming libnccl and where it looked.
+func TestNCCLMissingFailsFast(t *testing.T) {
+	t.Setenv("COHORT_NCCL_LIBRARY", t.TempDir()+"/libnccl.so.2")
+	var out, errb bytes.Buffer
+	code := Main("allreduce", []string{"/nonexistent/cohort", "bench", "allreduce"}, []string{"--backend", "nccl", "--world", "1"}, &out, &errb)
+	msg := strings.TrimSpace(errb.String())
+	if code == 0 || strings.Contains(msg, "\n") || !strings.Contains(msg, "--backend nccl: nccl: libnccl not found (looked in COHORT_NCCL_LIBRARY=") {
+		t.Errorf("Main = %d, stderr %q: want a failure in one line naming libnccl", code, msg)
+	}
+	if code := Main("allreduce", nil, []string{"--backend", "nccl", "--algo", "ring"}, &out, &errb); code != 2 {
+		t.Errorf("--backend nccl --algo ring: exit %d, want 2 (NCCL picks its own algorithms)", code)
+	}
+}
+
 // TestSpawn runs every collective for real: two worker processes over
 // each transport, small sizes and a short budget; every result must be
 // checked correct and the table and summary well formed.

@@ -1,0 +1,150 @@
+package nccl
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/flight"
+	"github.com/cohortml/cohort/distributed/store"
+)
+
+// The watchdog names the rank a hung op waits for, as the native
+// backend's does (and with the same keys and diagnosis, package flight):
+// every rank of a watched group publishes its flight ring under
+// <prefix>/flight/<group id>/<group rank> every Interval/4; when an op
+// has run for Interval, the rank reads every rank's last ring, diagnoses
+// and, if it is the first to claim the op in the store, logs one line
+// naming the rank that never entered it. It aborts nothing itself: the
+// op's deadline does (group.await).
+
+// heartbeatOps is how many ops a heartbeat carries.
+const heartbeatOps = 16
+
+type watchdog struct {
+	g      *group
+	st     store.Store
+	prefix string
+	opts   distributed.WatchdogOptions
+}
+
+// Watch implements distributed.Watch.
+func (g *group) Watch(st store.Store, prefix string, opts distributed.WatchdogOptions) error {
+	if st == nil {
+		return fmt.Errorf("distributed: Watch: rank %d: no store", g.me)
+	}
+	g.watch(st, prefix, opts)
+	return nil
+}
+
+func (g *group) watch(st store.Store, prefix string, opts distributed.WatchdogOptions) {
+	if opts.Interval < 0 || st == nil {
+		return
+	}
+	if opts.Interval == 0 {
+		opts.Interval = distributed.DefaultWatchdog
+	}
+	if opts.Log == nil {
+		opts.Log = slog.Default()
+	}
+	g.mu.Lock()
+	if g.wd != nil || g.closed {
+		g.mu.Unlock()
+		return
+	}
+	g.wd = &watchdog{g: g, st: st, prefix: prefix, opts: opts}
+	g.mu.Unlock()
+	g.wg.Add(1)
+	go func() {
+		defer g.wg.Done()
+		g.wd.loop()
+	}()
+}
+
+func (w *watchdog) key(rank int) string {
+	return fmt.Sprintf("%s/flight/%d/%d", w.prefix, w.g.id, rank)
+}
+
+func (w *watchdog) tick() time.Duration { return max(w.opts.Interval/4, 10*time.Millisecond) }
+
+func (w *watchdog) loop() {
+	g := w.g
+	defer func() {
+		if p := recover(); p != nil { // a watchdog bug must not take the job down
+			w.opts.Log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", g.me, p))
+		}
+	}()
+	t := time.NewTicker(w.tick())
+	defer t.Stop()
+	var reported uint64
+	for {
+		w.publish()
+		w.check(&reported)
+		select {
+		case <-g.ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
+func (w *watchdog) snapshot(n int) flight.Snapshot {
+	s := w.g.Flight()
+	if len(s.Records) > n {
+		s.Records = s.Records[len(s.Records)-n:]
+	}
+	return s
+}
+
+func (w *watchdog) publish() {
+	s := w.snapshot(heartbeatOps)
+	s.Every = int64(w.tick())
+	ctx, cancel := context.WithTimeout(w.g.ctx, max(w.tick(), time.Second))
+	defer cancel()
+	_ = w.st.Set(ctx, w.key(w.g.rank), flight.Encode(s))
+}
+
+func (w *watchdog) check(reported *uint64) {
+	g := w.g
+	now := time.Now()
+	mine := w.snapshot(ringSize)
+	op, ok := mine.Stuck(now, w.opts.Interval)
+	if !ok || op.Seq == *reported {
+		return
+	}
+	*reported = op.Seq
+	snaps := make([]*flight.Snapshot, len(g.ranks))
+	snaps[g.rank] = &mine
+	ctx, cancel := context.WithTimeout(g.ctx, max(w.tick(), time.Second))
+	defer cancel()
+	var wg sync.WaitGroup
+	for p := range g.ranks {
+		if p == g.rank {
+			continue
+		}
+		wg.Go(func() {
+			b, err := w.st.Get(ctx, w.key(p))
+			if err != nil {
+				return
+			}
+			if s, err := flight.Decode(b, fmt.Sprintf("rank %d", g.ranks[p])); err == nil {
+				snaps[p] = &s
+			}
+		})
+	}
+	wg.Wait()
+	d := flight.Diagnose(time.Now(), op, g.rank, snaps, g.ranks)
+	me := []byte(strconv.Itoa(g.me))
+	got, err := w.st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", w.prefix, g.id, op.Seq), nil, me)
+	if err == nil && string(got) != string(me) || g.ctx.Err() != nil {
+		return
+	}
+	w.opts.Log.Warn(fmt.Sprintf("distributed: watchdog: rank %d: %s", g.me, d.Text))
+	if w.opts.Report != nil {
+		w.opts.Report(d)
+	}
+}
