@@ -55,7 +55,7 @@
 //
 //	COHORT_NUM_THREADS   goroutines (and OpenBLAS threads) per call; default: the CPUs available
 //	COHORT_BLAS          auto | go | openblas   (auto: see [Options.BLAS])
-//	COHORT_GEMM_KERNEL   auto | avx512 | avx2 | go   (cohort's kernel; auto = the best the CPU has)
+//	COHORT_GEMM_KERNEL   auto | avx512bf16 | avx512 | avx2 | go   (cohort's kernel; auto = the best the CPU has)
 //	COHORT_OPENBLAS_LIB  file name or path of the OpenBLAS library; default libopenblas.so.0
 //
 // An invalid setting makes [Default] return an error and [Sgemm] panic

@@ -2,12 +2,15 @@ package gemm
 
 // packBuf holds one goroutine's packing buffers, reused across calls, and
 // the scratch C of runSwapped.
-type packBuf struct{ a, b, t []float32 }
+type packBuf struct {
+	a, b, t []float32
+	ha, hb  []uint16 // bfloat16 slivers (gemm_bf16.go)
+}
 
 // grow returns s with length at least n, reallocating when needed.
-func grow(s []float32, n int) []float32 {
+func grow[T float32 | uint16](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]float32, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }
