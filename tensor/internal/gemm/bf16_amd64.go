@@ -6,7 +6,7 @@ import "golang.org/x/sys/cpu"
 // documents each contract).
 
 //go:noescape
-func kernelBF16x14x32(k2 int, a, b *uint16, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+func kernelBF16x14x32(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
 func f32ToBF16AVX512BF16(dst *uint16, src *float32, n int)
@@ -25,7 +25,7 @@ func bf16AVX512Arch() *bf16Arch {
 	return &bf16Arch{
 		name: KernelAVX512BF16, mr: 14, nr: 32,
 		mc: 14 * 24, kc: 256, nc: 4096,
-		kernel: func(k2 int, a, b *uint16, c *float32, ldc int, alpha, beta float32, rows, cols int) {
+		kernel: func(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelBF16x14x32(k2, a, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
 	}

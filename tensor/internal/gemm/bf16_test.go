@@ -153,9 +153,9 @@ func TestPackBF16(t *testing.T) {
 			}
 			k2 := (c.kc + 1) / 2
 			slivers := (c.n + c.w - 1) / c.w
-			dst := make([]uint16, slivers*c.w*k2*2)
+			dst := make([]uint32, slivers*c.w*k2)
 			for i := range dst {
-				dst[i] = 0xffff
+				dst[i] = 0xdeadbeef
 			}
 			packBF16(dst, src, c.ld, rowsAlongN, c.n, c.kc, c.w)
 			for s := 0; s < slivers; s++ {
@@ -171,7 +171,7 @@ func TestPackBF16(t *testing.T) {
 									want = src[p*c.ld+i]
 								}
 							}
-							if got := dst[s*c.w*k2*2+(q*c.w+r)*2+e]; got != want {
+							if got := uint16(dst[s*c.w*k2+q*c.w+r] >> (16 * e)); got != want {
 								t.Fatalf("rowsAlongN=%v %+v: X(%d,%d) packed as %d, want %d", rowsAlongN, c, i, p, got, want)
 							}
 						}

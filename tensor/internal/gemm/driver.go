@@ -4,11 +4,11 @@ package gemm
 // the scratch C of runSwapped.
 type packBuf struct {
 	a, b, t []float32
-	ha, hb  []uint16 // bfloat16 slivers (gemm_bf16.go)
+	ha, hb  []uint32 // bfloat16 slivers, a pair of k a word (gemm_bf16.go)
 }
 
 // grow returns s with length at least n, reallocating when needed.
-func grow[T float32 | uint16](s []T, n int) []T {
+func grow[T float32 | uint32](s []T, n int) []T {
 	if cap(s) < n {
 		return make([]T, n)
 	}

@@ -32,7 +32,8 @@ package gemm
 // bf16Arch is one bfloat16 kernel family: a micro-kernel computing an
 // mr×nr tile of C from slivers packed by pairs of k, and its blocking.
 //
-// Packed layouts (for a block of kc steps along k, k2 = ⌈kc/2⌉ pairs):
+// Packed layouts (for a block of kc steps along k, k2 = ⌈kc/2⌉ pairs),
+// each pair one 32-bit word, its first value in the low half:
 //
 //	A sliver: k2 groups of mr pairs, pair (q, r) = op(A)[i0+r][p0+2q], op(A)[i0+r][p0+2q+1]
 //	B sliver: k2 groups of nr pairs, pair (q, c) = op(B)[p0+2q][j0+c], op(B)[p0+2q+1][j0+c]
@@ -47,7 +48,7 @@ type bf16Arch struct {
 	mc, kc, nc int
 	// kernel computes C[r][c] = alpha·Σ a·b + beta·C[r][c] over k2 pairs,
 	// for r < rows and c < cols, reading C only when beta != 0.
-	kernel func(k2 int, a, b *uint16, c *float32, ldc int, alpha, beta float32, rows, cols int)
+	kernel func(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows, cols int)
 }
 
 // GemmBF16 computes C = alpha·op(A)·op(B) + beta·C with A and B bfloat16
@@ -173,8 +174,8 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 	mcMax := blockSize(m, ar.mc, ar.mr)
 	ncMax := blockSize(n, ar.nc, ar.nr)
 	k2Max := (kcMax + 1) / 2
-	buf.ha = grow(buf.ha, (mcMax+ar.mr-1)/ar.mr*ar.mr*k2Max*2)
-	buf.hb = grow(buf.hb, (ncMax+ar.nr-1)/ar.nr*ar.nr*k2Max*2)
+	buf.ha = grow(buf.ha, (mcMax+ar.mr-1)/ar.mr*ar.mr*k2Max)
+	buf.hb = grow(buf.hb, (ncMax+ar.nr-1)/ar.nr*ar.nr*k2Max)
 	for jc := 0; jc < n; jc += ncMax {
 		nc := min(ncMax, n-jc)
 		for pc := 0; pc < k; pc += kcMax {
@@ -198,9 +199,9 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 				}
 				for jr := 0; jr < nc; jr += ar.nr {
 					cols := min(ar.nr, nc-jr)
-					bp := &buf.hb[jr*k2*2]
+					bp := &buf.hb[jr*k2]
 					for ir := 0; ir < mc; ir += ar.mr {
-						ar.kernel(k2, &buf.ha[ir*k2*2], bp, &c[(ic+ir)*ldc+jc+jr], ldc, alpha, bet, min(ar.mr, mc-ir), cols)
+						ar.kernel(k2, &buf.ha[ir*k2], bp, &c[(ic+ir)*ldc+jc+jr], ldc, alpha, bet, min(ar.mr, mc-ir), cols)
 					}
 				}
 			}
@@ -209,47 +210,51 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 }
 
 // packBF16 packs the n×kc block whose slivers run along n, w pairs wide,
-// by pairs of k:
+// by pairs of k, each pair one little-endian word (the first of the pair
+// in its low half):
 //
-//	dst[s*w*k2*2 + (q*w + r)*2 + e] = X(s*w + r, 2q + e)
+//	dst[s*w*k2 + q*w + r] = X(s*w + r, 2q) | X(s*w + r, 2q + 1)<<16
 //
 // where k2 = ⌈kc/2⌉ and X(i, p) = src[i*ld + p] when rowsAlongN, else
 // src[p*ld + i]; positions past n or kc are zero.
-func packBF16(dst, src []uint16, ld int, rowsAlongN bool, n, kc, w int) {
+func packBF16(dst []uint32, src []uint16, ld int, rowsAlongN bool, n, kc, w int) {
 	k2 := (kc + 1) / 2
 	for s := 0; s*w < n; s++ {
-		out := dst[s*w*k2*2 : (s+1)*w*k2*2]
+		out := dst[s*w*k2 : (s+1)*w*k2]
 		rows := min(w, n-s*w)
 		if rowsAlongN {
 			for r := 0; r < rows; r++ {
 				row := src[(s*w+r)*ld:][:kc]
-				for p := 0; p+1 < kc; p += 2 {
-					o := out[(p/2*w+r)*2:][:2]
-					o[0], o[1] = row[p], row[p+1]
+				o := out[r:]
+				q := 0
+				for ; 2*q+1 < kc; q++ {
+					o[q*w] = uint32(row[2*q]) | uint32(row[2*q+1])<<16
 				}
 				if kc%2 == 1 {
-					o := out[(kc/2*w+r)*2:][:2]
-					o[0], o[1] = row[kc-1], 0
+					o[q*w] = uint32(row[kc-1])
 				}
 			}
 		} else {
-			for p := 0; p < kc; p++ {
-				row := src[p*ld+s*w:][:rows]
-				o := out[(p/2*w)*2+p%2:]
-				for r, v := range row {
-					o[2*r] = v
+			p := 0
+			for ; p+1 < kc; p += 2 {
+				r0 := src[p*ld+s*w:][:rows]
+				r1 := src[(p+1)*ld+s*w:][:rows]
+				o := out[p/2*w:][:rows]
+				for r := range o {
+					o[r] = uint32(r0[r]) | uint32(r1[r])<<16
 				}
 			}
 			if kc%2 == 1 {
-				o := out[(kc/2*w)*2+1:]
-				for r := 0; r < rows; r++ {
-					o[2*r] = 0
+				r0 := src[p*ld+s*w:][:rows]
+				o := out[p/2*w:][:rows]
+				for r := range o {
+					o[r] = uint32(r0[r])
 				}
 			}
 		}
 		if rows < w {
 			for q := 0; q < k2; q++ {
-				clear(out[(q*w+rows)*2 : (q+1)*w*2])
+				clear(out[q*w+rows : (q+1)*w])
 			}
 		}
 	}

@@ -2,7 +2,7 @@
 
 #include "textflag.h"
 
-// func kernelBF16x14x32(k2 int, a, b *uint16, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+// func kernelBF16x14x32(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 TEXT ·kernelBF16x14x32(SB), NOSPLIT, $0-64
 	MOVQ k2+0(FP), CX
 	MOVQ a+8(FP), AX

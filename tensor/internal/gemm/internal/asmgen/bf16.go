@@ -80,7 +80,7 @@ func genBF16(e *emitter) {
 // (one per row and B vector and pair of k: the A word broadcast to all
 // lanes, B's words lane by lane).
 //
-// func name(k2 int, a, b *uint16, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
+// func name(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 //
 // When beta is ±0, C is not read. Rows at or beyond rows and columns whose
 // mask bit is clear are neither read nor written. The frame is the packed
@@ -96,7 +96,7 @@ func genKernelBF16(e *emitter, mr, nv int) {
 	breg := func(v int) int { return nacc + v }
 	bc := func(r int) int { return nacc + nv + r%2 }
 	acc := func(r, v int) int { return r*nv + v }
-	e.c("func %s(k2 int, a, b *uint16, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
+	e.c("func %s(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
 	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-64\n", name))
 	e.i("MOVQ k2+0(FP), CX")
 	e.i("MOVQ a+8(FP), AX")
