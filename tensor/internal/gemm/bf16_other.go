@@ -17,3 +17,5 @@ func f32ToBF16AVX512(dst *uint16, src *float32, n int) {
 func bf16ToF32AVX512(dst *float32, src *uint16, n int) {
 	panic("gemm: no AVX-512 conversion on this architecture")
 }
+
+func packBF16Rows(dst []uint32, src []uint16, ld, n, kc, w int) bool { return false }

@@ -146,7 +146,7 @@ func TestBF16Conversions(t *testing.T) {
 // both layouts, with odd kc and partial slivers.
 func TestPackBF16(t *testing.T) {
 	for _, rowsAlongN := range []bool{false, true} {
-		for _, c := range []struct{ n, kc, w, ld int }{{5, 7, 4, 9}, {14, 8, 14, 20}, {33, 3, 32, 40}, {1, 1, 14, 1}} {
+		for _, c := range []struct{ n, kc, w, ld int }{{5, 7, 4, 9}, {14, 8, 14, 20}, {33, 3, 32, 40}, {1, 1, 14, 1}, {14, 9, 14, 12}, {40, 5, 32, 48}, {20, 6, 14, 6}} {
 			src := make([]uint16, c.ld*max(c.n, c.kc))
 			for i := range src {
 				src[i] = uint16(i + 1)

@@ -218,6 +218,14 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 // where k2 = ⌈kc/2⌉ and X(i, p) = src[i*ld + p] when rowsAlongN, else
 // src[p*ld + i]; positions past n or kc are zero.
 func packBF16(dst []uint32, src []uint16, ld int, rowsAlongN bool, n, kc, w int) {
+	if rowsAlongN && packBF16Rows(dst, src, ld, n, kc, w) {
+		return
+	}
+	packBF16Go(dst, src, ld, rowsAlongN, n, kc, w)
+}
+
+// packBF16Go is packBF16 in Go.
+func packBF16Go(dst []uint32, src []uint16, ld int, rowsAlongN bool, n, kc, w int) {
 	k2 := (kc + 1) / 2
 	for s := 0; s*w < n; s++ {
 		out := dst[s*w*k2 : (s+1)*w*k2]
