@@ -13,6 +13,9 @@ import (
 func kernelBF16x14x32(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)
 
 //go:noescape
+func packPairs(dst *uint32, src *uint16, ld, k2 int, loadMask, storeMask uint32, dstStep int)
+
+//go:noescape
 func f32ToBF16AVX512BF16(dst *uint16, src *float32, n int)
 
 //go:noescape
@@ -67,6 +70,34 @@ func packBF16Rows(dst []uint32, src []uint16, ld, n, kc, w int) bool {
 				last[r] = 0
 				if r < rows {
 					last[r] = uint32(src[(s*w+r)*ld+kc-1])
+				}
+			}
+		}
+	}
+	return true
+}
+
+// packBF16Cols is packBF16's other layout (slivers along the source's
+// columns) on AVX-512: packPairs interleaves each pair of rows, for
+// slivers at most 32 wide; it reports false, packing nothing, otherwise.
+func packBF16Cols(dst []uint32, src []uint16, ld, n, kc, w int) bool {
+	if !hasAVX512() || w > 32 {
+		return false
+	}
+	k2, full := (kc+1)/2, kc/2
+	for s := 0; s*w < n; s++ {
+		out := dst[s*w*k2 : (s+1)*w*k2]
+		rows := min(w, n-s*w)
+		if full > 0 {
+			packPairs(&out[0], &src[s*w], ld, full, uint32(bits(rows)), uint32(bits(w)), 4*w)
+		}
+		if kc%2 == 1 {
+			last := out[full*w : (full+1)*w]
+			row := src[(kc-1)*ld+s*w:][:rows]
+			for r := range last {
+				last[r] = 0
+				if r < rows {
+					last[r] = uint32(row[r])
 				}
 			}
 		}

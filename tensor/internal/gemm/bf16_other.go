@@ -19,3 +19,5 @@ func bf16ToF32AVX512(dst *float32, src *uint16, n int) {
 }
 
 func packBF16Rows(dst []uint32, src []uint16, ld, n, kc, w int) bool { return false }
+
+func packBF16Cols(dst []uint32, src []uint16, ld, n, kc, w int) bool { return false }

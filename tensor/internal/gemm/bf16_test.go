@@ -143,8 +143,15 @@ func TestBF16Conversions(t *testing.T) {
 }
 
 // TestPackBF16 checks the pair-interleaved packing against its contract on
-// both layouts, with odd kc and partial slivers.
+// both layouts, with odd kc and partial slivers, through packBF16 (its
+// AVX-512 packers where they apply) and packBF16Go.
 func TestPackBF16(t *testing.T) {
+	for _, pack := range []func(dst []uint32, src []uint16, ld int, rowsAlongN bool, n, kc, w int){packBF16, packBF16Go} {
+		testPackBF16(t, pack)
+	}
+}
+
+func testPackBF16(t *testing.T, pack func(dst []uint32, src []uint16, ld int, rowsAlongN bool, n, kc, w int)) {
 	for _, rowsAlongN := range []bool{false, true} {
 		for _, c := range []struct{ n, kc, w, ld int }{{5, 7, 4, 9}, {14, 8, 14, 20}, {33, 3, 32, 40}, {1, 1, 14, 1}, {14, 9, 14, 12}, {40, 5, 32, 48}, {20, 6, 14, 6}} {
 			src := make([]uint16, c.ld*max(c.n, c.kc))
@@ -157,7 +164,7 @@ func TestPackBF16(t *testing.T) {
 			for i := range dst {
 				dst[i] = 0xdeadbeef
 			}
-			packBF16(dst, src, c.ld, rowsAlongN, c.n, c.kc, c.w)
+			pack(dst, src, c.ld, rowsAlongN, c.n, c.kc, c.w)
 			for s := 0; s < slivers; s++ {
 				for q := 0; q < k2; q++ {
 					for r := 0; r < c.w; r++ {

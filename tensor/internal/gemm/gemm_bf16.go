@@ -218,7 +218,7 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 // where k2 = ⌈kc/2⌉ and X(i, p) = src[i*ld + p] when rowsAlongN, else
 // src[p*ld + i]; positions past n or kc are zero.
 func packBF16(dst []uint32, src []uint16, ld int, rowsAlongN bool, n, kc, w int) {
-	if rowsAlongN && packBF16Rows(dst, src, ld, n, kc, w) {
+	if rowsAlongN && packBF16Rows(dst, src, ld, n, kc, w) || !rowsAlongN && packBF16Cols(dst, src, ld, n, kc, w) {
 		return
 	}
 	packBF16Go(dst, src, ld, rowsAlongN, n, kc, w)

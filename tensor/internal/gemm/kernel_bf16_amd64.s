@@ -667,3 +667,40 @@ bf16ToF32AVX512_loop:
 bf16ToF32AVX512_end:
 	VZEROUPPER
 	RET
+
+// func packPairs(dst *uint32, src *uint16, ld, k2 int, loadMask, storeMask uint32, dstStep int)
+TEXT ·packPairs(SB), NOSPLIT, $0-48
+	MOVQ dst+0(FP), DI
+	MOVQ src+8(FP), SI
+	MOVQ ld+16(FP), BX
+	SHLQ $1, BX
+	MOVQ k2+24(FP), CX
+	MOVL loadMask+32(FP), AX
+	KMOVW AX, K1
+	SHRL $16, AX
+	KMOVW AX, K2
+	MOVL storeMask+36(FP), AX
+	KMOVW AX, K3
+	SHRL $16, AX
+	KMOVW AX, K4
+	MOVQ dstStep+40(FP), R8
+	TESTQ CX, CX
+	JZ packPairs_end
+packPairs_loop:
+	VPMOVZXWD.Z 0(SI), K1, Z0
+	VPMOVZXWD.Z 0(SI)(BX*1), K1, Z1
+	VPSLLD $16, Z1, Z1
+	VPORD Z0, Z1, Z0
+	VMOVDQU32 Z0, K3, 0(DI)
+	VPMOVZXWD.Z 32(SI), K2, Z2
+	VPMOVZXWD.Z 32(SI)(BX*1), K2, Z3
+	VPSLLD $16, Z3, Z3
+	VPORD Z2, Z3, Z2
+	VMOVDQU32 Z2, K4, 64(DI)
+	LEAQ (SI)(BX*2), SI
+	ADDQ R8, DI
+	DECQ CX
+	JNZ packPairs_loop
+packPairs_end:
+	VZEROUPPER
+	RET

@@ -67,6 +67,55 @@ func genBF16(e *emitter) {
 	genCvtF32BF16(e, true)
 	genCvtF32BF16(e, false)
 	genCvtBF16F32(e)
+	genPackPairs(e)
+}
+
+// genPackPairs emits the packer of bfloat16 slivers that run along the
+// source's columns (B not transposed, A transposed): it interleaves rows
+// 2q and 2q+1 into words,
+//
+//	dst[q*width + c] = src[2q*ld + c] | src[(2q+1)*ld + c]<<16   for q < k2, c < width
+//
+// reading only the columns whose loadMask bit is set (the others are
+// zero) and writing only the columns whose storeMask bit is set (width ≤
+// 32, its low bits). dstStep is 4·width, the bytes of one pair's group.
+//
+// func packPairs(dst *uint32, src *uint16, ld, k2 int, loadMask, storeMask uint32, dstStep int)
+func genPackPairs(e *emitter) {
+	const name = "packPairs"
+	e.c("func packPairs(dst *uint32, src *uint16, ld, k2 int, loadMask, storeMask uint32, dstStep int)")
+	e.buf.WriteString("TEXT ·packPairs(SB), NOSPLIT, $0-48\n")
+	e.i("MOVQ dst+0(FP), DI")
+	e.i("MOVQ src+8(FP), SI")
+	e.i("MOVQ ld+16(FP), BX")
+	e.i("SHLQ $1, BX")
+	e.i("MOVQ k2+24(FP), CX")
+	e.i("MOVL loadMask+32(FP), AX")
+	e.i("KMOVW AX, K1")
+	e.i("SHRL $16, AX")
+	e.i("KMOVW AX, K2")
+	e.i("MOVL storeMask+36(FP), AX")
+	e.i("KMOVW AX, K3")
+	e.i("SHRL $16, AX")
+	e.i("KMOVW AX, K4")
+	e.i("MOVQ dstStep+40(FP), R8")
+	e.i("TESTQ CX, CX")
+	e.i("JZ %s_end", name)
+	e.l(name + "_loop")
+	for v := 0; v < 2; v++ {
+		e.i("VPMOVZXWD.Z %d(SI), K%d, %s", 32*v, 1+v, z(2*v))
+		e.i("VPMOVZXWD.Z %d(SI)(BX*1), K%d, %s", 32*v, 1+v, z(2*v+1))
+		e.i("VPSLLD $16, %s, %s", z(2*v+1), z(2*v+1))
+		e.i("VPORD %s, %s, %s", z(2*v), z(2*v+1), z(2*v))
+		e.i("VMOVDQU32 %s, K%d, %d(DI)", z(2*v), 3+v, 64*v)
+	}
+	e.i("LEAQ (SI)(BX*2), SI")
+	e.i("ADDQ R8, DI")
+	e.i("DECQ CX")
+	e.i("JNZ %s_loop", name)
+	e.l(name + "_end")
+	e.i("VZEROUPPER")
+	e.i("RET")
 }
 
 // genKernelBF16 emits the AVX512-BF16 micro-kernel for an mr×(16·nv) tile
