@@ -28,6 +28,7 @@ func F32(h uint16) float32 { return math.Float32frombits(uint32(h) << 16) }
 // Conversion paths, chosen by the Impl's kernel (see [Impl.BF16Kernel]).
 const (
 	cvtGo         = iota // portable Go
+	cvtAVX2              // AVX2 integer rounding
 	cvtAVX512            // AVX-512F integer rounding
 	cvtAVX512BF16        // VCVTNE2PS2BF16, subnormal groups redone as cvtAVX512
 )
@@ -40,7 +41,7 @@ func (g *Impl) ToBF16(dst []uint16, src []float32) {
 		panic("gemm: ToBF16: dst shorter than src")
 	}
 	n := 0
-	if len(src) >= 32 {
+	if len(src) >= 16 {
 		switch g.cvt {
 		case cvtAVX512BF16:
 			n = len(src) &^ 31
@@ -48,6 +49,9 @@ func (g *Impl) ToBF16(dst []uint16, src []float32) {
 		case cvtAVX512:
 			n = len(src) &^ 31
 			f32ToBF16AVX512(&dst[0], &src[0], n)
+		case cvtAVX2:
+			n = len(src) &^ 15
+			f32ToBF16AVX2(&dst[0], &src[0], n)
 		}
 	}
 	toBF16Go(dst[n:], src[n:])
@@ -60,9 +64,13 @@ func (g *Impl) FromBF16(dst []float32, src []uint16) {
 		panic("gemm: FromBF16: dst shorter than src")
 	}
 	n := 0
-	if len(src) >= 32 && g.cvt != cvtGo {
+	switch {
+	case len(src) >= 32 && g.cvt >= cvtAVX512:
 		n = len(src) &^ 31
 		bf16ToF32AVX512(&dst[0], &src[0], n)
+	case len(src) >= 16 && g.cvt == cvtAVX2:
+		n = len(src) &^ 15
+		bf16ToF32AVX2(&dst[0], &src[0], n)
 	}
 	fromBF16Go(dst[n:], src[n:])
 }

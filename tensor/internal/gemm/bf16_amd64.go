@@ -22,6 +22,12 @@ func f32ToBF16AVX512BF16(dst *uint16, src *float32, n int)
 func f32ToBF16AVX512(dst *uint16, src *float32, n int)
 
 //go:noescape
+func f32ToBF16AVX2(dst *uint16, src *float32, n int)
+
+//go:noescape
+func bf16ToF32AVX2(dst *float32, src *uint16, n int)
+
+//go:noescape
 func bf16ToF32AVX512(dst *float32, src *uint16, n int)
 
 func hasAVX512BF16() bool { return cpu.X86.HasAVX512F && cpu.X86.HasAVX512BF16 }

@@ -21,3 +21,11 @@ func bf16ToF32AVX512(dst *float32, src *uint16, n int) {
 func packBF16Rows(dst []uint32, src []uint16, ld, n, kc, w int) bool { return false }
 
 func packBF16Cols(dst []uint32, src []uint16, ld, n, kc, w int) bool { return false }
+
+func f32ToBF16AVX2(dst *uint16, src *float32, n int) {
+	panic("gemm: no AVX2 conversion on this architecture")
+}
+
+func bf16ToF32AVX2(dst *float32, src *uint16, n int) {
+	panic("gemm: no AVX2 conversion on this architecture")
+}

@@ -1,7 +1,6 @@
 package gemm
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -72,6 +71,9 @@ func TestBF16Reference(t *testing.T) {
 // cvtPaths returns the conversion paths this CPU runs.
 func cvtPaths() []int {
 	ps := []int{cvtGo}
+	if hasAVX2() {
+		ps = append(ps, cvtAVX2)
+	}
 	if hasAVX512() {
 		ps = append(ps, cvtAVX512)
 	}
@@ -90,9 +92,9 @@ func TestBF16Conversions(t *testing.T) {
 	rng := rand.New(rand.NewPCG(9, 10))
 	for _, path := range cvtPaths() {
 		g := &Impl{cvt: path}
-		t.Run(fmt.Sprintf("cvt=%d", path), func(t *testing.T) {
+		t.Run("cvt="+[]string{"go", "avx2", "avx512", "avx512bf16"}[path], func(t *testing.T) {
 			var inputs [][]float32
-			for _, n := range []int{0, 1, 31, 32, 33, 64, 95, 1000} {
+			for _, n := range []int{0, 1, 15, 16, 17, 31, 32, 33, 48, 64, 95, 1000} {
 				s := make([]float32, n)
 				for i := range s {
 					s[i] = math.Float32frombits(rng.Uint32())

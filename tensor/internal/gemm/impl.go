@@ -108,6 +108,7 @@ func New(o Options) (*Impl, error) {
 		g.narrowLower = true
 	case KernelAVX2:
 		g.arch = avx2Arch()
+		g.cvt = cvtAVX2
 	default:
 		g.arch = goArch()
 	}

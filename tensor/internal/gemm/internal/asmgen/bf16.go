@@ -68,6 +68,84 @@ func genBF16(e *emitter) {
 	genCvtF32BF16(e, false)
 	genCvtBF16F32(e)
 	genPackPairs(e)
+	genCvtAVX2(e)
+}
+
+// genCvtAVX2 emits the AVX2 conversions, with the contracts of the
+// AVX-512 ones (n a multiple of 16), for CPUs without AVX-512:
+//
+// func f32ToBF16AVX2(dst *uint16, src *float32, n int)
+// func bf16ToF32AVX2(dst *float32, src *uint16, n int)
+//
+// The rounding is emitRoundBF16's, eight lanes a register: NaN lanes
+// found by a signed compare of |x| with +Inf (|x| is non-negative as a
+// signed integer), and the two halves packed to words with VPACKUSDW
+// (each value fits in 16 bits, so nothing saturates) and put back in
+// order with VPERMQ.
+func genCvtAVX2(e *emitter) {
+	name := "f32ToBF16AVX2"
+	e.c("func %s(dst *uint16, src *float32, n int)", name)
+	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-24\n", name))
+	e.i("MOVQ dst+0(FP), DI")
+	e.i("MOVQ src+8(FP), SI")
+	e.i("MOVQ n+16(FP), CX")
+	e.i("SHRQ $4, CX")
+	for i, v := range []uint32{1, 0x7fff, 0x7fffffff, 0x7f800000, 0x40} {
+		e.i("MOVL $0x%x, AX", v)
+		e.i("MOVD AX, X%d", 10+i)
+		e.i("VPBROADCASTD X%d, Y%d", 10+i, 10+i)
+	}
+	e.i("TESTQ CX, CX")
+	e.i("JZ %s_end", name)
+	e.l(name + "_loop")
+	for h := 0; h < 2; h++ {
+		x, t, m := y(h), y(2+h), y(4+h)
+		e.i("VMOVDQU %d(SI), %s", 32*h, x)
+		e.i("VPSRLD $16, %s, %s", x, t)
+		e.i("VPAND Y10, %s, %s", t, t)
+		e.i("VPADDD Y11, %s, %s", t, t)
+		e.i("VPADDD %s, %s, %s", x, t, t)
+		e.i("VPSRLD $16, %s, %s", t, t)
+		e.i("VPAND Y12, %s, %s", x, m)
+		e.i("VPCMPGTD Y13, %s, %s", m, m) // |x| > +Inf: NaN
+		e.i("VPSRLD $16, %s, Y8", x)
+		e.i("VPOR Y14, Y8, Y8")
+		e.i("VPBLENDVB %s, Y8, %s, %s", m, t, t)
+	}
+	e.i("VPACKUSDW Y3, Y2, Y2")
+	e.i("VPERMQ $0xd8, Y2, Y2")
+	e.i("VMOVDQU Y2, (DI)")
+	e.i("ADDQ $64, SI")
+	e.i("ADDQ $32, DI")
+	e.i("DECQ CX")
+	e.i("JNZ %s_loop", name)
+	e.l(name + "_end")
+	e.i("VZEROUPPER")
+	e.i("RET")
+
+	name = "bf16ToF32AVX2"
+	e.c("func %s(dst *float32, src *uint16, n int)", name)
+	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-24\n", name))
+	e.i("MOVQ dst+0(FP), DI")
+	e.i("MOVQ src+8(FP), SI")
+	e.i("MOVQ n+16(FP), CX")
+	e.i("SHRQ $4, CX")
+	e.i("TESTQ CX, CX")
+	e.i("JZ %s_end", name)
+	e.l(name + "_loop")
+	e.i("VPMOVZXWD (SI), Y0")
+	e.i("VPMOVZXWD 16(SI), Y1")
+	e.i("VPSLLD $16, Y0, Y0")
+	e.i("VPSLLD $16, Y1, Y1")
+	e.i("VMOVDQU Y0, (DI)")
+	e.i("VMOVDQU Y1, 32(DI)")
+	e.i("ADDQ $32, SI")
+	e.i("ADDQ $64, DI")
+	e.i("DECQ CX")
+	e.i("JNZ %s_loop", name)
+	e.l(name + "_end")
+	e.i("VZEROUPPER")
+	e.i("RET")
 }
 
 // genPackPairs emits the packer of bfloat16 slivers that run along the
