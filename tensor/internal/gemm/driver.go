@@ -4,7 +4,8 @@ package gemm
 // the scratch C of runSwapped.
 type packBuf struct {
 	a, b, t []float32
-	ha, hb  []uint32 // bfloat16 slivers, a pair of k a word (gemm_bf16.go)
+	ha, hb  []uint32  // bfloat16 slivers, a pair of k a word (gemm_bf16.go)
+	wa, wb  []float32 // bfloat16 operands widened (gemm_bf16.go)
 }
 
 // grow returns s with length at least n, reallocating when needed.

@@ -115,8 +115,8 @@ func (g *Impl) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uin
 // then the float32 product, whose float32 FMAs on exact products round as
 // the bound says.
 func (g *Impl) widenBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
-	widen := func(s []uint16, ld, rows, cols int) []float32 {
-		w := make([]float32, rows*cols)
+	widen := func(w []float32, s []uint16, ld, rows, cols int) []float32 {
+		w = grow(w, rows*cols)
 		for i := 0; i < rows; i++ {
 			g.FromBF16(w[i*cols:(i+1)*cols], s[i*ld:i*ld+cols])
 		}
@@ -130,8 +130,13 @@ func (g *Impl) widenBF16(transA, transB bool, m, n, k int, alpha float32, a []ui
 	if transB {
 		br, bc = n, k
 	}
-	wa, wb := widen(a, lda, ar, ac), widen(b, ldb, br, bc)
-	g.SgemmFused(transA, transB, m, n, k, alpha, wa, ac, wb, bc, beta, c, ldc, nil, nil)
+	// The widened operands live in a pooled buffer, apart from the one the
+	// float32 product takes for its packing.
+	buf := g.bufs.Get().(*packBuf)
+	buf.wa = widen(buf.wa, a, lda, ar, ac)
+	buf.wb = widen(buf.wb, b, ldb, br, bc)
+	g.SgemmFused(transA, transB, m, n, k, alpha, buf.wa, ac, buf.wb, bc, beta, c, ldc, nil, nil)
+	g.bufs.Put(buf)
 }
 
 // runBF16 is the blocked, parallel bfloat16 product on g.bf16, split as
