@@ -22,11 +22,11 @@ package fsdp
 import (
 	"context"
 	"fmt"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/tensor"
-	"github.com/cohortml/cohort/zero"
 )
 
 // initGather sizes the slots and indexes parameters by unit.
@@ -87,7 +87,7 @@ func (m *Model) startGather(ctx context.Context, u int) error {
 	if u == len(m.units)-1 {
 		if !m.rootOK && n > 0 {
 			if m.rootBuf == nil {
-				m.rootBuf = zero.AlignedFloats(n)
+				m.rootBuf = wrapcore.AlignedFloats(n)
 			}
 			m.rootWork, m.rootOK = m.gather(ctx, k, m.rootBuf), true
 			m.account()
@@ -102,7 +102,7 @@ func (m *Model) startGather(ctx context.Context, u int) error {
 		return err
 	}
 	if m.slots[s] == nil {
-		m.slots[s] = zero.AlignedFloats(m.slotCap[s])
+		m.slots[s] = wrapcore.AlignedFloats(m.slotCap[s])
 		m.account()
 	}
 	m.slotUnit[s] = u

@@ -1,8 +1,7 @@
-package ddp
+package reducer
 
 import (
 	"bufio"
-	"flag"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -11,13 +10,11 @@ import (
 	"testing"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata goldens")
-
-// TestPlanBucketsGolden replays testdata/plan.txt: each case gives the
+// TestPlanBucketsGolden replays testdata/plan/plan.txt: each case gives the
 // parameter sizes, the ready order and the caps; the expected plan follows
 // "----". Run with -update to rewrite the expectations (review the diff).
 func TestPlanBucketsGolden(t *testing.T) {
-	path := filepath.Join("testdata", "plan.txt")
+	path := filepath.Join("testdata", "plan", "plan.txt")
 	cases := readPlanCases(t, path)
 	if len(cases) < 5 {
 		t.Fatalf("%s: %d cases, want ≥ 5", path, len(cases))
@@ -211,7 +208,7 @@ func TestCompleteOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := completeOrder(tt.observed, tt.want)
+			got := CompleteOrder(tt.observed, tt.want)
 			if fmt.Sprint(got) != fmt.Sprint(tt.out) {
 				t.Fatalf("completeOrder = %v, want %v", got, tt.out)
 			}
