@@ -1,0 +1,59 @@
+package fsdp
+
+import (
+	"context"
+	"testing"
+
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/dptest"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
+)
+
+// dpModel adapts an fsdp Model to the conformance suite. fsdp has no
+// Join (a joined rank would have to gather every unit the others run).
+type dpModel struct{ *Model }
+
+func (m dpModel) Call(ctx context.Context, f dptest.Forward) (*autograd.Var, error) {
+	return m.Model.Call(ctx, func(us *Units) *autograd.Var { return f(us.Run) })
+}
+
+func (m dpModel) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error) {
+	return m.Model.ClipGradNorm(ctx, maxNorm, 2)
+}
+
+func (m dpModel) Step(ctx context.Context) error {
+	if err := m.Model.Step(ctx); err != nil {
+		return err
+	}
+	m.ZeroGrad()
+	return nil
+}
+
+func (m dpModel) FullState(ctx context.Context) (map[string]*tensor.Tensor, error) {
+	return m.FullStateDict(ctx)
+}
+
+func (m dpModel) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error {
+	return m.LoadShardedStateDict(FullEntries(sd))
+}
+
+func TestConformance(t *testing.T) {
+	dptest.Run(t, dptest.Wrapper{Name: "fsdp",
+		Wrap: func(ctx context.Context, mod nn.Module, units []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
+			m, err := Wrap(ctx, mod, units, pg, Options{FindUnusedParameters: o.FindUnusedParameters,
+				Optimizer: func(shard []nn.NamedParameter) (optim.Optimizer, error) {
+					vars := make([]*autograd.Var, len(shard))
+					for i, s := range shard {
+						vars[i] = s.Param
+					}
+					return o.Optimizer(vars)
+				}})
+			if err != nil {
+				return nil, err
+			}
+			return dpModel{m}, nil
+		}})
+}
