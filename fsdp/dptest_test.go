@@ -40,20 +40,37 @@ func (m dpModel) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error
 	return m.LoadShardedStateDict(FullEntries(sd))
 }
 
+// TestConformance runs the data-parallel suite on fsdp, and with its
+// buffers freed after every step, and with parameters kept gathered from
+// forward to backward.
 func TestConformance(t *testing.T) {
-	dptest.Run(t, dptest.Wrapper{Name: "fsdp",
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{
+		{"fsdp", Options{}},
+		{"fsdp-free-buffers", Options{FreeBuffers: true}},
+		{"fsdp-keep-after-forward", Options{KeepAfterForward: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) { dptest.Run(t, conformance(c.name, c.o)) })
+	}
+}
+
+func conformance(name string, fo Options) dptest.Wrapper {
+	return dptest.Wrapper{Name: name,
 		Wrap: func(ctx context.Context, mod nn.Module, units []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
-			m, err := Wrap(ctx, mod, units, pg, Options{FindUnusedParameters: o.FindUnusedParameters,
-				Optimizer: func(shard []nn.NamedParameter) (optim.Optimizer, error) {
-					vars := make([]*autograd.Var, len(shard))
-					for i, s := range shard {
-						vars[i] = s.Param
-					}
-					return o.Optimizer(vars)
-				}})
+			fo.FindUnusedParameters = o.FindUnusedParameters
+			fo.Optimizer = func(shard []nn.NamedParameter) (optim.Optimizer, error) {
+				vars := make([]*autograd.Var, len(shard))
+				for i, s := range shard {
+					vars[i] = s.Param
+				}
+				return o.Optimizer(vars)
+			}
+			m, err := Wrap(ctx, mod, units, pg, fo)
 			if err != nil {
 				return nil, err
 			}
 			return dpModel{m}, nil
-		}})
+		}}
 }

@@ -41,11 +41,12 @@ func (m dpModel) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error
 	return m.LoadShardedStateDict(FullEntries(sd))
 }
 
-func conformance(stage Stage) dptest.Wrapper {
-	return dptest.Wrapper{Name: stage.String(),
+func conformance(name string, zo Options) dptest.Wrapper {
+	return dptest.Wrapper{Name: name,
 		Wrap: func(ctx context.Context, mod nn.Module, _ []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
-			m, err := Wrap(ctx, mod, pg, Options{Stage: stage, FindUnusedParameters: o.FindUnusedParameters,
-				Optimizer: func(shard []nn.NamedParameter) (optim.Optimizer, error) { return o.Optimizer(Vars(shard)) }})
+			zo.FindUnusedParameters = o.FindUnusedParameters
+			zo.Optimizer = func(shard []nn.NamedParameter) (optim.Optimizer, error) { return o.Optimizer(Vars(shard)) }
+			m, err := Wrap(ctx, mod, pg, zo)
 			if err != nil {
 				return nil, err
 			}
@@ -53,7 +54,17 @@ func conformance(stage Stage) dptest.Wrapper {
 		}}
 }
 
+// TestConformance runs the data-parallel suite on both stages, and on
+// Stage2 with its buffers freed after every step.
 func TestConformance(t *testing.T) {
-	t.Run("zero1", func(t *testing.T) { dptest.Run(t, conformance(Stage1)) })
-	t.Run("zero2", func(t *testing.T) { dptest.Run(t, conformance(Stage2)) })
+	for _, c := range []struct {
+		name string
+		o    Options
+	}{
+		{"zero1", Options{Stage: Stage1}},
+		{"zero2", Options{Stage: Stage2}},
+		{"zero2-free-buffers", Options{Stage: Stage2, FreeBuffers: true}},
+	} {
+		t.Run(c.name, func(t *testing.T) { dptest.Run(t, conformance(c.name, c.o)) })
+	}
 }

@@ -79,6 +79,7 @@ func Run(t *testing.T, w Wrapper) {
 	t.Run("equal", func(t *testing.T) { testEqual(t, w) })
 	t.Run("nosync", func(t *testing.T) { testNoSync(t, w) })
 	t.Run("unused", func(t *testing.T) { testUnused(t, w) })
+	t.Run("frozen", func(t *testing.T) { testFrozen(t, w) })
 	t.Run("join", func(t *testing.T) { testJoin(t, w) })
 	t.Run("clip", func(t *testing.T) { testClip(t, w) })
 	t.Run("state", func(t *testing.T) { testState(t, w) })
@@ -340,12 +341,20 @@ func train(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGr
 }
 
 // testEqual: after AdamW steps with global-norm clipping, every rank's
-// parameters equal one process's on the whole batch (worlds 1–4).
+// parameters equal one process's on the whole batch (worlds 1–4; 20 steps
+// at world 2, 3 elsewhere).
 func testEqual(t *testing.T, w Wrapper) {
-	const steps = 2
 	for _, wl := range workloads() {
-		want, _ := reference(t, wl, steps, full, 1)
+		wants := map[int]map[string][]float32{}
 		for _, world := range []int{1, 2, 3, 4} {
+			steps := 3
+			if world == 2 {
+				steps = 20
+			}
+			if wants[steps] == nil {
+				wants[steps], _ = reference(t, wl, steps, full, 1)
+			}
+			want := wants[steps]
 			t.Run(fmt.Sprintf("%s/world=%d", wl.name, world), func(t *testing.T) {
 				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 					got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
@@ -447,14 +456,43 @@ func testUnused(t *testing.T, w Wrapper) {
 	})
 }
 
-// testJoin: rank r of 3 trains 3−r steps inside Join; each step averages
+// testFrozen: a frozen layer (no gradient) stays unchanged on every rank
+// and the rest trains as in one process.
+func testFrozen(t *testing.T, w Wrapper) {
+	const steps, world = 3, 2
+	base := workloads()[0]
+	wl := base
+	wl.model = func(seed uint64) nn.Module {
+		mod := base.model(seed)
+		for _, p := range mod.NamedParameters()[:2] { // the first Linear
+			p.Param.SetRequiresGrad(false)
+		}
+		return mod
+	}
+	want, _ := reference(t, wl, steps, full, 1)
+	init := snapshot(wl.model(1))
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
+		if err != nil {
+			t.Fatalf("rank %d: %v", pg.Rank(), err)
+		}
+		if err := compare(got, want); err != nil {
+			t.Errorf("rank %d: frozen layer vs one process: %v", pg.Rank(), err)
+		}
+		for _, k := range []string{"0.weight", "0.bias"} {
+			if err := compare(map[string][]float32{k: got[k]}, map[string][]float32{k: init[k]}); err != nil {
+				t.Errorf("rank %d: the frozen layer changed: %v", pg.Rank(), err)
+			}
+		}
+	})
+}
+
+// testJoin: rank r of N trains N−r steps inside Join; each step averages
 // over the ranks still training, as one process on their rows does, and
-// every rank ends with the same parameters.
+// every rank ends with the same parameters (worlds 2 and 3, with and
+// without clipping).
 func testJoin(t *testing.T, w Wrapper) {
-	const world = 3
-	stepsOf := func(r int) int { return world - r }
-	wl := workloads()[0]
-	want, _ := reference(t, wl, world, func(s int) int { return (world - s) * globalBatch / world }, 1)
+	wl := workloads()[1]
 	supported := false
 	distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
 		mod := wl.model(1)
@@ -468,6 +506,33 @@ func testJoin(t *testing.T, w Wrapper) {
 	if !supported {
 		t.Skipf("%s does not support Join", w.Name)
 	}
+	for _, world := range []int{2, 3} {
+		for _, clip := range []bool{true, false} {
+			t.Run(fmt.Sprintf("world=%d/clip=%v", world, clip), func(t *testing.T) { testJoinCase(t, w, wl, world, clip) })
+		}
+	}
+}
+
+func testJoinCase(t *testing.T, w Wrapper, wl workload, world int, clip bool) {
+	stepsOf := func(r int) int { return world - r }
+	rows := func(s int) int { return (world - s) * globalBatch / world }
+	mod := wl.model(1)
+	opt, err := adamW(nn.Parameters(mod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range world {
+		fwd, loss := wl.batch(mod, s, 0, rows(s))
+		autograd.Backward(loss(fwd(plain)))
+		if clip {
+			if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		opt.Step()
+		opt.ZeroGrad()
+	}
+	want := snapshot(mod)
 	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		mod := wl.model(1)
@@ -488,8 +553,10 @@ func testJoin(t *testing.T, w Wrapper) {
 				if err := m.Backward(ctx, loss(out)); err != nil {
 					return err
 				}
-				if _, err := m.ClipGradNorm(ctx, maxNorm); err != nil {
-					return err
+				if clip {
+					if _, err := m.ClipGradNorm(ctx, maxNorm); err != nil {
+						return err
+					}
 				}
 				if err := m.Step(ctx); err != nil {
 					return err
