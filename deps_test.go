@@ -57,9 +57,11 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
+	{"github.com/cohortml/cohort/internal/extras", []string{"github.com/cohortml/cohort/device/..."}},
 	{"github.com/cohortml/cohort/internal/fakebackend", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/plan", nil},
 	{"github.com/cohortml/cohort/device/kernels", nil}, // sources and launch table only; its tests use device/nvrtc
+	{"github.com/cohortml/cohort/device/cudatensor", []string{"github.com/cohortml/cohort/device/...", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/device/...", []string{"github.com/cohortml/cohort/device/..."}},
 }
 

@@ -5,8 +5,10 @@
 # binaries carried to the machine:
 #
 #   bin/cohort       CGO_ENABLED=0 go build -o bin/cohort ./cmd/cohort
+#   bin/gpt          CGO_ENABLED=0 go build -o bin/gpt ./examples/gpt
+#   bin/opticks.txt  cp "$(go env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt" bin/opticks.txt
 #   bin/<pkg>.test   one per package with GPU tests, built by
-#                    for p in cuda nvrtc cublas alloc; do
+#                    for p in cuda nvrtc cublas alloc cudatensor; do
 #                      CGO_ENABLED=0 go test -c -o bin/$p.test ./device/$p
 #                    done
 #
@@ -22,9 +24,18 @@
 # timeout; the whole script stays under 7 minutes. The exit status is 1
 # when a step failed or skipped.
 #
-# Steps that this script does not list (the op-by-op comparison with the
-# CPU path, the golden suites on CUDA, GPT-mini and GPT-2 training beside
-# the PyTorch anchor) do not exist yet.
+# cudatensor runs tensor's conformance suite on cuda:0 (every op against
+# its CPU twin, fp32 within 1e-5 with TF32 off), the MLP and GPT-mini
+# trained 5 steps against the CPU, and the allocator's peak for a GPT-mini
+# step. gemm times `cohort bench gemm --device cuda --n 4096` beside the
+# PyTorch anchor (bench/anchors/gpt2_bench.py --gemm 4096, fp32 and bf16)
+# and passes when cohort's bf16 rate is at least 0.95 of torch.matmul's.
+#
+# gpt trains GPT-mini for 300 steps with `bin/gpt -device cuda` and passes
+# when its final val loss is within 0.02 of the CPU run's 2.4157.
+#
+# Steps that this script does not list (the golden suites on CUDA, bf16,
+# GPT-2 training beside the PyTorch anchor) do not exist yet.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 root=$(pwd)
@@ -120,6 +131,54 @@ run_test nvrtc device/nvrtc '.' 60 'NVRTC [0-9.]+ from [^ ]+'
 run_test cuda device/cuda 'GPU|DriverLoads' 90 'device [^(]+\(sm_[0-9]+[^)]*\)|memset 256 MiB: [^)]+\)'
 run_test cublas device/cublas 'GPU|LoadAndBind' 120 'cuBLAS [0-9.]+ from [^ ,]+'
 run_test alloc device/alloc 'GPU' 60 'reserved [0-9.]+ [KMG]iB \(peak[^)]*\)'
+run_test cudatensor device/cudatensor 'GPU' 150 'peak allocated [0-9.]+ [KMG]iB|worst parameter[^:]*: [0-9.e+-]+'
+
+# gemm_step: cohort's cuBLAS rates beside torch.matmul's at 4096³.
+gemm_step() {
+	local t0=$SECONDS n=4096 note="" result=PASS
+	if [[ ! -x bin/cohort ]]; then
+		record gemm MISSING 0 "bin/cohort not built"
+		return
+	fi
+	timeout 60 bin/cohort bench gemm --device cuda --n $n >"$OUT/gemm_cohort.log" 2>&1 || result=FAIL
+	local dt ours theirs
+	for dt in fp32 bf16; do
+		timeout 60 python3 bench/anchors/gpt2_bench.py --gemm $n --dtype $dt --model gpt-mini --steps 3 --warmup 1 >"$OUT/gemm_torch_$dt.log" 2>&1 || result=FAIL
+		ours=$(awk -v d=$dt '$1=="gemm:" && $2=="cuda" && $3==d {print $9}' "$OUT/gemm_cohort.log")
+		theirs=$(grep -o '"what": "gemm"[^}]*"tflops": [0-9.]*' "$OUT/gemm_torch_$dt.log" | grep -o '[0-9.]*$')
+		if [[ -z "$ours" || -z "$theirs" ]]; then
+			result=FAIL
+			note+="$dt: cohort ${ours:-?} GFLOP/s, torch ${theirs:-?} TFLOP/s; "
+			continue
+		fi
+		local ratio
+		ratio=$(awk -v a="$ours" -v b="$theirs" 'BEGIN{printf "%.3f", a/(b*1000)}')
+		note+="$dt: cohort $ours GFLOP/s, torch $(awk -v b="$theirs" 'BEGIN{print b*1000}') GFLOP/s, ratio $ratio; "
+		if [[ $dt == bf16 ]] && awk -v r="$ratio" 'BEGIN{exit !(r < 0.95)}'; then
+			result=FAIL
+		fi
+	done
+	record gemm "$result" $((SECONDS - t0)) "$note"
+}
+gemm_step
+
+# gpt_step: GPT-mini, 300 steps on cuda:0, against the CPU's val loss.
+gpt_step() {
+	local t0=$SECONDS want=2.4157
+	if [[ ! -x bin/gpt || ! -f bin/opticks.txt ]]; then
+		record gpt MISSING 0 "bin/gpt or bin/opticks.txt not built (see the top of this script)"
+		return
+	fi
+	local result=PASS
+	timeout 150 bin/gpt -device cuda -steps 300 -data bin/opticks.txt >"$OUT/gpt.log" 2>&1 || result=FAIL
+	local got
+	got=$(awk '$1=="val" && $2=="loss:" {v=$3} END {print v}' "$OUT/gpt.log")
+	if [[ -z "$got" ]] || awk -v g="$got" -v w=$want 'BEGIN{d=g-w; if (d<0) d=-d; exit !(d > 0.02)}'; then
+		result=FAIL
+	fi
+	record gpt "$result" $((SECONDS - t0)) "val loss ${got:-?} after 300 steps on cuda:0 (CPU 2.4157, bound 0.02); $(tail -1 "$OUT/gpt.log" | cut -c1-80)"
+}
+gpt_step
 
 echo
 echo "gpu_check: ${gpu:-no GPU found by nvidia-smi}; logs in $OUT"

@@ -10,6 +10,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortml/cohort/tensor"
 	"github.com/cohortml/cohort/tensor/gemmbench"
 )
 
@@ -22,6 +23,8 @@ func benchGemm(args []string) int {
 	minTime := fs.Duration("min-time", 40*time.Millisecond, "minimum timed duration per round and implementation")
 	kernel := fs.String("kernel", "", "cohort kernel: avx512, avx2 or go (default: the best the CPU has)")
 	lib := fs.String("openblas", "", "OpenBLAS library to compare with (default libopenblas.so.0)")
+	device := fs.String("device", "cpu", "cpu, or cuda[:N]: cuBLAS fp32 (TF32 off) and bf16 products of --n cubed, as the PyTorch anchor's --gemm")
+	n := fs.Int("n", 4096, "with --device cuda: the product's size n (n×n times n×n)")
 	only := fs.String("shapes", "", "comma-separated shape names to run (default: all); a name ending in * selects every shape it prefixes (\"gpt*\")")
 	if err := fs.Parse(args); err != nil {
 		return 2
@@ -29,6 +32,16 @@ func benchGemm(args []string) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cohort bench gemm: unexpected argument %q\n", fs.Arg(0))
 		return 2
+	}
+	if dev, err := tensor.ParseDevice(*device); err != nil || dev.Kind() != "cpu" && dev.Kind() != "cuda" || *n < 1 {
+		fmt.Fprintf(os.Stderr, "cohort bench gemm: --device %q --n %d: want cpu or cuda[:N] and n ≥ 1\n", *device, *n)
+		return 2
+	} else if !dev.IsCPU() {
+		if err := gemmCUDA(os.Stdout, dev, *n); err != nil {
+			fmt.Fprintf(os.Stderr, "cohort bench gemm: %v\n", err)
+			return 1
+		}
+		return 0
 	}
 	o := gemmbench.Options{Rounds: *rounds, MinTime: *minTime, Kernel: *kernel, OpenBLASLib: *lib}
 	for _, f := range strings.Split(*threads, ",") {

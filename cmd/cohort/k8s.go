@@ -27,8 +27,16 @@ cohort run on --nnodes pods of --nproc-per-node workers each:
   jobset       a JobSet (jobset.x-k8s.io) of one indexed replicated job
   all          all of them (the default), as separate YAML documents
 
-Each also gets a Secret with a random COHORT_TOKEN. The image must hold
-the cohort binary (--cohort, default "cohort") and the program.
+Each also gets a Secret with a random COHORT_TOKEN, and a memory-backed
+/dev/shm for the shared-memory transport between a pod's workers.
+
+The image must hold the cohort binary (--cohort, default "cohort", found
+in the image's PATH) and PROGRAM, a binary in the image: an absolute path
+such as /usr/local/bin/mnist, or a name in its PATH. The image that
+` + "`go run ./cmd/cohort-image`" + ` builds holds cohort, mnist and gpt in
+/usr/local/bin and the examples' data. A Go package path (./examples/mnist)
+would be built by each pod, so the image would need Go, the source and the
+module cache: cohort k8s warns about one.
 
 flags:
 `
@@ -56,7 +64,7 @@ func parseK8sArgs(args []string, usageOut io.Writer) (k8sSpec, string, error) {
 	var nnodes, kind string
 	fs.StringVar(&s.name, "name", "cohort-job", "the job's name (a DNS label)")
 	fs.StringVar(&s.namespace, "namespace", "", "namespace of the objects (default: none set)")
-	fs.StringVar(&s.image, "image", "", "container image holding cohort and the program (required)")
+	fs.StringVar(&s.image, "image", "", "container image holding cohort and the program, e.g. one built by go run ./cmd/cohort-image (required)")
 	fs.StringVar(&s.cohort, "cohort", "cohort", "path of the cohort binary in the image")
 	fs.StringVar(&nnodes, "nnodes", "2", "pods (nodes): N, or MIN:MAX for an elastic PyTorchJob")
 	fs.IntVar(&s.nproc, "nproc-per-node", 1, "workers per pod")
@@ -115,12 +123,31 @@ func runK8s(args []string) int {
 		return 1
 	}
 	s.token = hex.EncodeToString(b)
+	if w := programWarning(s.command[0]); w != "" {
+		fmt.Fprintf(os.Stderr, "cohort k8s: warning: %s\n", w)
+	}
 	if err := writeManifests(os.Stdout, s, kind); err != nil {
 		fmt.Fprintf(os.Stderr, "cohort k8s: %v\n", err)
 		return 1
 	}
 	return 0
 }
+
+// programWarning says what is wrong with prog as the program a pod runs,
+// or "" when it names a binary: an absolute path, or a name looked up in
+// the image's PATH. Anything else with a slash is a relative path or a Go
+// package path, which cohort run in the pod would build with go.
+func programWarning(prog string) string {
+	if strings.HasPrefix(prog, "/") || !strings.Contains(prog, "/") && prog != "." && prog != ".." {
+		return ""
+	}
+	return fmt.Sprintf("%s is a Go package or a relative path: each pod would build it, so the image needs Go, the source and the module cache; "+
+		"give the absolute path of a binary in the image instead (go run ./cmd/cohort-image puts cohort, mnist and gpt in /usr/local/bin)", prog)
+}
+
+// jobLabel is the label naming a pod's job (a valid label key: one
+// DNS-subdomain prefix, one name).
+const jobLabel = "cohort/job"
 
 // writeManifests writes the manifests of kind as YAML documents.
 func writeManifests(w io.Writer, s k8sSpec, kind string) error {
@@ -156,7 +183,7 @@ func (s k8sSpec) meta(name string) obj {
 	if s.namespace != "" {
 		m = append(m, kv{"namespace", s.namespace})
 	}
-	return append(m, kv{"labels", obj{{"app.kubernetes.io/name", "cohort"}, {"cohort/job", s.name}}})
+	return append(m, kv{"labels", obj{{"app.kubernetes.io/name", "cohort"}, {jobLabel, s.name}}})
 }
 
 func (s k8sSpec) secret() obj {
@@ -177,7 +204,8 @@ func (s k8sSpec) container(name string, runFlags ...string) obj {
 	}
 	c := obj{{"name", name}, {"image", s.image}, {"command", cmd},
 		{"env", []any{obj{{"name", "COHORT_TOKEN"}, {"valueFrom", obj{{"secretKeyRef", obj{{"name", s.name + "-token"}, {"key", "token"}}}}}}}},
-		{"ports", []any{obj{{"name", "cohort-store"}, {"containerPort", s.port}}}}}
+		{"ports", []any{obj{{"name", "cohort-store"}, {"containerPort", s.port}}}},
+		{"volumeMounts", []any{obj{{"name", "dshm"}, {"mountPath", "/dev/shm"}}}}}
 	if s.cpu != "" || s.memory != "" {
 		r := obj{}
 		if s.cpu != "" {
@@ -191,12 +219,25 @@ func (s k8sSpec) container(name string, runFlags ...string) obj {
 	return c
 }
 
+// podSpec is a pod of the container c, with restart policy restart ("":
+// the controller's default) and the memory-backed /dev/shm that c mounts
+// (a container runtime's own is 64 MiB).
+func podSpec(c obj, restart string, extra ...kv) obj {
+	spec := obj{}
+	spec = append(spec, extra...)
+	if restart != "" {
+		spec = append(spec, kv{"restartPolicy", restart})
+	}
+	return append(spec, kv{"containers", []any{c}},
+		kv{"volumes", []any{obj{{"name", "dshm"}, {"emptyDir", obj{{"medium", "Memory"}}}}}})
+}
+
 // pytorchJob: the training-operator sets PET_NNODES, PET_NODE_RANK,
 // PET_MASTER_ADDR and PET_MASTER_PORT (and, elastic, PET_RDZV_*), which
 // cohort run reads; the container only names the workers per node.
 func (s k8sSpec) pytorchJob() obj {
 	pod := func() obj {
-		return obj{{"spec", obj{{"containers", []any{s.container("pytorch")}}}}}
+		return obj{{"spec", podSpec(s.container("pytorch"), "")}}
 	}
 	spec := obj{}
 	var replicas obj
@@ -218,7 +259,7 @@ func (s k8sSpec) pytorchJob() obj {
 func (s k8sSpec) service() obj {
 	return obj{{"apiVersion", "v1"}, {"kind", "Service"}, {"metadata", s.meta(s.name)},
 		{"spec", obj{{"clusterIP", "None"}, {"publishNotReadyAddresses", true},
-			{"selector", obj{{"cohort/job", s.name}}},
+			{"selector", obj{{jobLabel, s.name}}},
 			{"ports", []any{obj{{"name", "cohort-store"}, {"port", s.port}}}}}}}
 }
 
@@ -230,8 +271,8 @@ func (s k8sSpec) indexedJob() obj {
 	return obj{{"apiVersion", "batch/v1"}, {"kind", "Job"}, {"metadata", s.meta(s.name)},
 		{"spec", obj{{"completionMode", "Indexed"}, {"completions", s.maxNodes}, {"parallelism", s.maxNodes},
 			{"backoffLimit", s.maxRestarts},
-			{"template", obj{{"metadata", obj{{"labels", obj{{"cohort/job", s.name}}}}},
-				{"spec", obj{{"subdomain", s.name}, {"restartPolicy", "Never"}, {"containers", []any{c}}}}}}}}}
+			{"template", obj{{"metadata", obj{{"labels", obj{{jobLabel, s.name}}}}},
+				{"spec", podSpec(c, "Never", kv{"subdomain", s.name})}}}}}}
 }
 
 // jobSet: pod i of replicated job "node" is NAME-node-0-i.NAME.
@@ -239,7 +280,7 @@ func (s k8sSpec) jobSet() obj {
 	master := fmt.Sprintf("%s-node-0-0.%s", s.name, s.name)
 	c := s.container("cohort", "--nnodes", strconv.Itoa(s.maxNodes), "--master-addr", master, "--master-port", strconv.Itoa(s.port))
 	job := obj{{"completionMode", "Indexed"}, {"completions", s.maxNodes}, {"parallelism", s.maxNodes}, {"backoffLimit", 0},
-		{"template", obj{{"spec", obj{{"restartPolicy", "Never"}, {"containers", []any{c}}}}}}}
+		{"template", obj{{"spec", podSpec(c, "Never")}}}}
 	return obj{{"apiVersion", "jobset.x-k8s.io/v1alpha2"}, {"kind", "JobSet"}, {"metadata", s.meta(s.name)},
 		{"spec", obj{{"network", obj{{"enableDNSHostnames", true}, {"subdomain", s.name}}},
 			{"failurePolicy", obj{{"maxRestarts", s.maxRestarts}}},

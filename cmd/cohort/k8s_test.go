@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strconv"
 	"strings"
 	"testing"
@@ -217,8 +218,8 @@ func TestK8sFixed(t *testing.T) {
 		t.Errorf("Job command %v\nwant %v", jc, want)
 	}
 	svc := docs["Service"]
-	if path(t, svc, "spec", "clusterIP") != "None" || path(t, svc, "spec", "selector", "cohort/job") != "mnist" ||
-		path(t, job, "spec", "template", "metadata", "labels", "cohort/job") != "mnist" {
+	if path(t, svc, "spec", "clusterIP") != "None" || path(t, svc, "spec", "selector", jobLabel) != "mnist" ||
+		path(t, job, "spec", "template", "metadata", "labels", jobLabel) != "mnist" {
 		t.Errorf("the headless Service does not select the Job's pods: %v", svc)
 	}
 
@@ -231,6 +232,76 @@ func TestK8sFixed(t *testing.T) {
 	}
 	if path(t, docs["Secret"], "stringData", "token") != "tok" {
 		t.Errorf("Secret %v", docs["Secret"])
+	}
+
+	// Every pod mounts a memory-backed /dev/shm for the shm transport.
+	for kind, pod := range map[string]any{
+		"PyTorchJob": path(t, pj, "spec", "pytorchReplicaSpecs", "Worker", "template", "spec"),
+		"Job":        path(t, job, "spec", "template", "spec"),
+		"JobSet":     path(t, rj, "template", "spec", "template", "spec"),
+	} {
+		if path(t, pod, "containers", 0, "volumeMounts", 0, "mountPath") != "/dev/shm" || path(t, pod, "containers", 0, "volumeMounts", 0, "name") != "dshm" ||
+			path(t, pod, "volumes", 0, "name") != "dshm" || path(t, pod, "volumes", 0, "emptyDir", "medium") != "Memory" {
+			t.Errorf("%s pod: no memory-backed /dev/shm: %v", kind, pod)
+		}
+	}
+}
+
+// labelKey is Kubernetes' syntax of a label key: an optional DNS
+// subdomain prefix and a slash, then a name of at most 63 characters.
+var labelKey = regexp.MustCompile(`^([a-z0-9]([-a-z0-9]*[a-z0-9])?(\.[a-z0-9]([-a-z0-9]*[a-z0-9])?)*/)?[A-Za-z0-9]([-A-Za-z0-9_.]{0,61}[A-Za-z0-9])?$`)
+
+// TestK8sLabelKeys: every label and selector key of every manifest is a
+// valid label key (the API server refuses the object otherwise).
+func TestK8sLabelKeys(t *testing.T) {
+	s, kind, err := parseK8sArgs([]string{"--image", "i", "--", "/usr/local/bin/mnist"}, io.Discard)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var b strings.Builder
+	if err := writeManifests(&b, s, kind); err != nil {
+		t.Fatal(err)
+	}
+	n := 0
+	var walk func(v any, under string)
+	walk = func(v any, under string) {
+		switch x := v.(type) {
+		case map[string]any:
+			for k, e := range x {
+				if under == "labels" || under == "selector" {
+					n++
+					if !labelKey.MatchString(k) || len(k) > 253+1+63 {
+						t.Errorf("label key %q is not valid in Kubernetes", k)
+					}
+				}
+				walk(e, k)
+			}
+		case []any:
+			for _, e := range x {
+				walk(e, "")
+			}
+		}
+	}
+	for _, d := range strings.Split(b.String(), "---\n")[1:] {
+		walk(parseYAML(t, d), "")
+	}
+	if n == 0 {
+		t.Fatal("no labels found in the manifests")
+	}
+}
+
+// TestK8sProgramWarning: a pod's program should be a binary in the image;
+// a Go package path is warned about.
+func TestK8sProgramWarning(t *testing.T) {
+	for prog, warn := range map[string]bool{
+		"/usr/local/bin/mnist": false, "mnist": false, "python3": false,
+		"./examples/mnist": true, ".": true, "../train": true, "github.com/cohortml/cohort/examples/mnist": true,
+	} {
+		if got := programWarning(prog); (got != "") != warn {
+			t.Errorf("programWarning(%q) = %q, want a warning: %v", prog, got, warn)
+		} else if warn && !strings.Contains(got, prog) {
+			t.Errorf("programWarning(%q) = %q: does not name the program", prog, got)
+		}
 	}
 }
 

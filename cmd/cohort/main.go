@@ -25,6 +25,7 @@ func commands() map[string]command {
 		"k8s":     {"write Kubernetes manifests (PyTorchJob, Indexed Job, JobSet) for a job", runK8s},
 		"plan":    {"predict every DP × PP × TP × shard layout's step time and memory, pick the best", runPlan},
 		"version": {"the build (module version, VCS revision), Go, OS/arch and the GEMM kernels in use", runVersion},
+		"doctor":  {"list the optional extras found here (OpenBLAS, MPI, …) and the tests that skip without them", runDoctor},
 	}
 }
 

@@ -104,6 +104,7 @@ type config struct {
 	logEvery  int    // steps between training-loss lines
 	data      string // the text; "" finds Opticks in the Go installation
 	init      string // weights from gpt_bench.py --dump-init; "" draws them from seed
+	device    string // where to train: "cpu" (or ""), "cuda", "cuda:N"
 
 	// The layout: dp × pp × tp ranks (0: dp = ranks/(pp·tp), pp = tp =
 	// 1), and the pipeline's schedule ("": 1f1b), microbatches (0: 2·pp),
@@ -135,6 +136,7 @@ type config struct {
 func main() {
 	c := config{model: models.GPTMini(), progress: os.Stdout}
 	flag.IntVar(&c.steps, "steps", 300, "training steps")
+	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.IntVar(&c.batch, "batch", 32, "sequences of 64 bytes per data-parallel replica and step")
 	flag.Uint64Var(&c.seed, "seed", 0, "seed of the initial weights and of the data stream (the same on every rank)")
 	flag.IntVar(&c.evalEvery, "eval-every", 100, "validate every N steps (0: only at the end)")
@@ -178,6 +180,9 @@ func main() {
 func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
+	}
+	if _, err := openDevice(c.device); err != nil {
+		return err // before any data is loaded
 	}
 	pg, err := distributed.InitFromEnv(ctx)
 	if err != nil {

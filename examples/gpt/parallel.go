@@ -117,7 +117,8 @@ type replicated struct {
 // newReplicated copies rank 0's weights to every rank and builds the
 // optimizer.
 func newReplicated(ctx context.Context, model *models.GPT, pg distributed.ProcessGroup, microbatches int) (*replicated, error) {
-	m, err := ddp.WrapModule(ctx, model, pg, ddp.Options{GradientAsBucketView: true})
+	onHost := nn.Parameters(model)[0].Value.Device().IsCPU() // bucket views are host memory
+	m, err := ddp.WrapModule(ctx, model, pg, ddp.Options{GradientAsBucketView: onHost})
 	if err != nil {
 		return nil, err
 	}
@@ -156,7 +157,7 @@ func (r *replicated) forwardBackward(ctx context.Context, x, y []int64) (float64
 				return err
 			}
 			loss := m.Loss(logits, yi)
-			total += float64(loss.Value.Item())
+			total += float64(loss.Value.To(tensor.CPU).Item())
 			if n > 1 {
 				// Each micro-batch's mean counts for its share of the batch.
 				loss = autograd.Scale(loss, 1/float32(n))
@@ -195,7 +196,7 @@ func (r *replicated) valLoss(ctx context.Context, c *datasets.ByteCorpus) (float
 	for b := r.pg.Rank(); b*valBatch < c.ValWindows(); b += r.pg.Size() {
 		x, y = c.ValBatch(b*valBatch, min((b+1)*valBatch, c.ValWindows()), x, y)
 		loss := m.Loss(m.Forward(x, len(x)/m.Config.Ctx, m.Config.Ctx), y)
-		sum[0] += float64(loss.Value.Item()) * float64(len(y))
+		sum[0] += float64(loss.Value.To(tensor.CPU).Item()) * float64(len(y))
 		sum[1] += float64(len(y))
 	}
 	if r.pg.Size() > 1 {

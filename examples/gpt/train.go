@@ -12,6 +12,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/obs/trace"
 )
@@ -27,6 +28,13 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	c, err := c.layout(pg.Size())
 	if err != nil {
 		return err
+	}
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	if !dev.IsCPU() && pg.Size() > 1 {
+		return fmt.Errorf("-device %v on %d ranks: ddp and the staged layouts keep host buffers; a device trains as a world of one for now", dev, pg.Size())
 	}
 	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
 	if err != nil {
@@ -56,6 +64,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
+	nn.To(model, dev)
 	tr, err := newTrainer(ctx, c, pg, model)
 	if err != nil {
 		return err

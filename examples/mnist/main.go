@@ -74,7 +74,8 @@ type config struct {
 	lr            float64
 	seed          uint64
 	dir           string
-	limit         int // training samples used, 0: all
+	limit         int    // training samples used, 0: all
+	device        string // where to train: "cpu" (or ""), "cuda", "cuda:N"
 
 	save      string // final weights as safetensors, "": none
 	ckptDir   string // training-state checkpoints, "": none
@@ -102,6 +103,7 @@ func main() {
 	flag.Uint64Var(&c.seed, "seed", 1, "seed for initialisation and shuffling (the same on every rank)")
 	flag.StringVar(&c.dir, "data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
 	flag.IntVar(&c.limit, "limit", 0, "train on the first N training samples only (0: all 60000)")
+	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this safetensors file (PyTorch nn.Sequential names)")
 	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
@@ -136,6 +138,9 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	}
 	if c.getenv == nil {
 		c.getenv = os.Getenv
+	}
+	if _, err := openDevice(c.device); err != nil {
+		return err // before any data is loaded
 	}
 	// The job's process group: the launcher's world, or a world of one.
 	pg, err := distributed.InitFromEnv(ctx)
@@ -196,7 +201,13 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err := c.validate(); err != nil {
 		return err
 	}
-	var err error
+	dev, err := openDevice(c.device)
+	if err != nil {
+		return err
+	}
+	if !dev.IsCPU() && pg.Size() > 1 {
+		return fmt.Errorf("-device %v on %d ranks: ddp keeps gradients in host buckets; a device trains as a world of one for now", dev, pg.Size())
+	}
 	pcg := rand.NewPCG(c.seed, 0)
 	rng := rand.New(pcg)
 	var model nn.Layer
@@ -255,6 +266,8 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		}
 	}
 
+	nn.To(model, dev)
+
 	lr := c.lr * math.Sqrt(float64(c.batch*world)/64)
 	sampler, err := data.NewDistributedSampler(trainSet.Len(), world, rank, true, c.seed, false)
 	if err != nil {
@@ -309,7 +322,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 
 	// Wrap copies rank 0's initial parameters to every rank; gradients
 	// become views into the buckets that are all-reduced.
-	o := ddp.Options{GradientAsBucketView: true, VerifyEvery: c.verifyEvery}
+	o := ddp.Options{GradientAsBucketView: dev.IsCPU(), VerifyEvery: c.verifyEvery} // bucket views are host memory
 	if tr := ob.Tracer(); tr != nil {
 		o.Span = func(track, name string) func() { return tr.Begin(track, name).End }
 	}

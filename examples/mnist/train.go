@@ -36,7 +36,7 @@ type watch struct {
 // and compute (the rest).
 func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, w watch, afterStep func(idx []int) error) (float64, error) {
 	tr := w.run.Tracer()
-	var b batchBuf
+	b := batchBuf{dev: deviceOf(m)}
 	var sum float64
 	steps := 0
 	for lo := 0; lo < len(order); lo += batch {
@@ -66,7 +66,7 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 		opt.ZeroGrad()
 		sched.Step()
 		sp.End()
-		l := float64(loss.Value.Item())
+		l := float64(loss.Value.To(tensor.CPU).Item())
 		sum += l
 		stepSpan.End()
 
@@ -93,7 +93,7 @@ func evaluate(model nn.Layer, ds *datasets.MNIST, shape []int) float64 {
 	defer nn.NoGrad(model)()
 	model.SetTraining(false)
 	defer model.SetTraining(true)
-	var b batchBuf
+	b := batchBuf{dev: deviceOf(model)}
 	idx := make([]int, ds.Len())
 	for i := range idx {
 		idx[i] = i
@@ -101,7 +101,7 @@ func evaluate(model nn.Layer, ds *datasets.MNIST, shape []int) float64 {
 	correct := 0
 	for lo := 0; lo < len(idx); lo += 1000 {
 		x, y := b.fill(ds, idx[lo:min(lo+1000, len(idx))], shape)
-		for i, p := range tensor.ArgMax(model.Forward(x).Value) {
+		for i, p := range tensor.ArgMax(model.Forward(x).Value.To(tensor.CPU)) {
 			if int64(p) == y[i] {
 				correct++
 			}
@@ -123,8 +123,9 @@ const pixelMean, pixelStd = 0.1307, 0.3081
 // batchBuf gathers standardised samples into buffers reused from batch to
 // batch.
 type batchBuf struct {
-	x []float32
-	y []int64
+	x   []float32
+	y   []int64
+	dev tensor.Device // where the batch goes
 }
 
 func (b *batchBuf) fill(ds *datasets.MNIST, idx []int, shape []int) (*autograd.Var, []int64) {
@@ -136,5 +137,5 @@ func (b *batchBuf) fill(ds *datasets.MNIST, idx []int, shape []int) (*autograd.V
 		}
 		b.y = append(b.y, ds.Labels[i])
 	}
-	return autograd.NewVar(tensor.FromSlice(b.x, append([]int{len(idx)}, shape...)...), false), b.y
+	return autograd.NewVar(tensor.FromSlice(b.x, append([]int{len(idx)}, shape...)...).To(b.dev), false), b.y
 }
