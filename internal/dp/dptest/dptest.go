@@ -66,16 +66,39 @@ type Options struct {
 	FindUnusedParameters bool
 }
 
-// Wrapper is a data-parallel wrapper under test.
+// StepModel is a wrapper that owns its forward and backward passes and
+// trains whole GPT steps on token batches (layout's trainer, on its
+// data-parallel dimension).
+type StepModel interface {
+	// TrainStep runs the forward and backward passes of this rank's rows
+	// (B sequences of T tokens) and averages the gradients.
+	TrainStep(ctx context.Context, idx, tgt []int64, B, T int) error
+	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
+	Step(ctx context.Context) error
+	FullState(ctx context.Context) (map[string]*tensor.Tensor, error)
+	LoadFull(ctx context.Context, sd map[string]*tensor.Tensor) error
+	Close() error
+}
+
+// Wrapper is a data-parallel wrapper under test: Wrap for one that wraps
+// any module, or WrapGPT for a StepModel (which runs the GPT cases only:
+// equality, clipping, state and errors).
 type Wrapper struct {
 	Name string
 	// Wrap wraps mod on pg. units are mod's units (for wrappers that
 	// shard by unit); the others ignore them.
 	Wrap func(ctx context.Context, mod nn.Module, units []nn.Module, pg distributed.ProcessGroup, o Options) (Model, error)
+	// WrapGPT builds a StepModel of g on pg training B sequences of T
+	// tokens per rank and step.
+	WrapGPT func(ctx context.Context, g *models.GPT, pg distributed.ProcessGroup, B, T int, o Options) (StepModel, error)
 }
 
 // Run runs every case of the suite on w.
 func Run(t *testing.T, w Wrapper) {
+	if w.Wrap == nil {
+		runSteps(t, w)
+		return
+	}
 	t.Run("equal", func(t *testing.T) { testEqual(t, w) })
 	t.Run("nosync", func(t *testing.T) { testNoSync(t, w) })
 	t.Run("unused", func(t *testing.T) { testUnused(t, w) })
@@ -112,6 +135,9 @@ type workload struct {
 	// batch returns the forward pass over rows [lo, hi) of step s's batch
 	// through mod, and the loss of its output (the mean over the rows).
 	batch func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var)
+	// tokens returns the inputs and targets of rows [lo, hi) of step s
+	// (GPT only: what a StepModel trains on).
+	tokens func(s, lo, hi int) (idx, tgt []int64)
 }
 
 func plain(u int, x *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var { return f(x) }
@@ -177,9 +203,25 @@ func cnn(rng *rand.Rand) *nn.Sequential {
 		nn.Flatten{}, nn.NewLinear(rng, 36, 10, true))
 }
 
+// gptSeqLen is the GPT workload's sequence length.
+const gptSeqLen = 4
+
 func gptWorkload() workload {
-	const T = 4
+	const T = gptSeqLen
 	cfg := models.GPTConfig{Vocab: 32, Ctx: 8, NLayer: 2, D: 16, NHead: 2}
+	tokens := func(s, lo, hi int) (idx, tgt []int64) {
+		rng := rand.New(rand.NewPCG(uint64(s), 9))
+		toks := make([]int64, globalBatch*(T+1))
+		for i := range toks {
+			toks[i] = int64(rng.IntN(cfg.Vocab))
+		}
+		for b := lo; b < hi; b++ {
+			row := toks[b*(T+1) : (b+1)*(T+1)]
+			idx = append(idx, row[:T]...)
+			tgt = append(tgt, row[1:]...)
+		}
+		return idx, tgt
+	}
 	return workload{name: "gpt",
 		model: func(seed uint64) nn.Module {
 			g, err := models.NewGPT(rand.New(rand.NewPCG(seed, 4)), cfg)
@@ -195,18 +237,9 @@ func gptWorkload() workload {
 			}
 			return us
 		},
+		tokens: tokens,
 		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
-			rng := rand.New(rand.NewPCG(uint64(s), 9))
-			toks := make([]int64, globalBatch*(T+1))
-			for i := range toks {
-				toks[i] = int64(rng.IntN(cfg.Vocab))
-			}
-			var idx, tgt []int64
-			for b := lo; b < hi; b++ {
-				row := toks[b*(T+1) : (b+1)*(T+1)]
-				idx = append(idx, row[:T]...)
-				tgt = append(tgt, row[1:]...)
-			}
+			idx, tgt := tokens(s, lo, hi)
 			g, B := mod.(*models.GPT), hi-lo
 			fwd := func(run RunUnit) *autograd.Var {
 				h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
@@ -708,3 +741,151 @@ func testErrors(t *testing.T, w Wrapper) {
 }
 
 var errBuild = errors.New("dptest: optimizer build failed")
+
+// runSteps runs the GPT cases on a StepModel; the others need a forward
+// pass of the suite's own.
+func runSteps(t *testing.T, w Wrapper) {
+	wl := gptWorkload()
+	t.Run("equal", func(t *testing.T) {
+		for _, world := range []int{1, 2, 3, 4} {
+			steps := 3
+			if world == 2 {
+				steps = 20
+			}
+			want, _ := reference(t, wl, steps, full, 1)
+			t.Run(fmt.Sprintf("gpt/world=%d", world), func(t *testing.T) {
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+					got, _, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
+					if err != nil {
+						t.Fatalf("rank %d: %v", pg.Rank(), err)
+					}
+					if err := compare(got, want); err != nil {
+						t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
+					}
+				})
+			})
+		}
+	})
+	for _, c := range []string{"nosync", "unused", "frozen", "join"} {
+		t.Run(c, func(t *testing.T) { t.Skipf("%s trains whole steps: not supported", w.Name) })
+	}
+	t.Run("clip", func(t *testing.T) {
+		const steps, world = 2, 3
+		_, want := reference(t, wl, steps, full, 1)
+		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			_, got, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
+			if err != nil {
+				t.Fatalf("rank %d: %v", pg.Rank(), err)
+			}
+			for s := range want {
+				if math.Abs(got[s]-want[s]) > 1e-4*want[s] {
+					t.Errorf("rank %d step %d: norm %v, one process %v", pg.Rank(), s, got[s], want[s])
+				}
+			}
+		})
+	})
+	t.Run("state", func(t *testing.T) {
+		const world = 2
+		want, _ := reference(t, wl, 1, full, 1)
+		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			ctx := context.Background()
+			saved, _, err := trainSteps(ctx, w, wl, pg, Options{}, 1)
+			if err != nil {
+				t.Fatalf("rank %d: %v", pg.Rank(), err)
+			}
+			B := globalBatch / world
+			m, err := w.WrapGPT(ctx, wl.model(99).(*models.GPT), pg, B, gptSeqLen, Options{Optimizer: adamW})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			sd := map[string]*tensor.Tensor{}
+			for k, x := range nn.StateDict(wl.model(1)) {
+				sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...)
+			}
+			if err := m.LoadFull(ctx, sd); err != nil {
+				t.Fatalf("rank %d: LoadFull: %v", pg.Rank(), err)
+			}
+			got, err := fullStepSnapshot(ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := compare(got, want); err != nil {
+				t.Errorf("rank %d: state round trip: %v", pg.Rank(), err)
+			}
+			delete(sd, firstKey(sd))
+			if err := m.LoadFull(ctx, sd); err == nil {
+				t.Errorf("rank %d: LoadFull of a state dict missing a key succeeded", pg.Rank())
+			}
+		})
+	})
+	t.Run("errors", func(t *testing.T) {
+		t.Run("closed", func(t *testing.T) {
+			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := context.Background()
+				m, err := w.WrapGPT(ctx, wl.model(1).(*models.GPT), pg, globalBatch/2, gptSeqLen, Options{Optimizer: adamW})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Close(); err != nil {
+					t.Fatal(err)
+				}
+				idx, tgt := wl.tokens(0, 0, globalBatch/2)
+				if err := m.TrainStep(ctx, idx, tgt, globalBatch/2, gptSeqLen); err == nil {
+					t.Errorf("rank %d: TrainStep after Close succeeded", pg.Rank())
+				}
+			})
+		})
+		t.Run("no-optimizer", func(t *testing.T) {
+			distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+				failing := func([]*autograd.Var) (optim.Optimizer, error) { return nil, errBuild }
+				if _, err := w.WrapGPT(context.Background(), wl.model(1).(*models.GPT), pg, globalBatch, gptSeqLen, Options{Optimizer: failing}); !errors.Is(err, errBuild) {
+					t.Errorf("WrapGPT with a failing optimizer: %v, want it wrapped", err)
+				}
+			})
+		})
+	})
+}
+
+func fullStepSnapshot(ctx context.Context, m StepModel) (map[string][]float32, error) {
+	sd, err := m.FullState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]float32{}
+	for k, t := range sd {
+		out[k] = append([]float32(nil), t.Contiguous().Data()...)
+	}
+	return out, nil
+}
+
+// trainSteps is train for a StepModel.
+func trainSteps(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error) {
+	if o.Optimizer == nil {
+		o.Optimizer = adamW
+	}
+	n, r := pg.Size(), pg.Rank()
+	B := globalBatch / n
+	m, err := w.WrapGPT(ctx, wl.model(1).(*models.GPT), pg, B, gptSeqLen, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	var norms []float64
+	for s := range steps {
+		idx, tgt := wl.tokens(s, r*B, (r+1)*B)
+		if err := m.TrainStep(ctx, idx, tgt, B, gptSeqLen); err != nil {
+			return nil, nil, err
+		}
+		nm, err := m.ClipGradNorm(ctx, maxNorm)
+		if err != nil {
+			return nil, nil, err
+		}
+		norms = append(norms, nm)
+		if err := m.Step(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	got, err := fullStepSnapshot(ctx, m)
+	return got, norms, err
+}
