@@ -90,24 +90,24 @@ type Model struct {
 	// Gathered parameters (gather.go). Invariants: the root's full values
 	// are in rootBuf from Call to the end of the backward pass; unit u's
 	// are in slots[u%len(slots)] (two slots, or one per unit under
-	// KeepAfterForward), a buffer as large as the largest unit it serves,
-	// which holds unit slotUnit[s] (−1: none) once slotWork[s] (a
-	// gather in flight, or nil) is done. The forward graph's closures see
-	// a unit's parameters only through its slot: backward re-gathers the
-	// unit into the same slot before its gradients are computed.
-	rootBuf  []float32
-	rootOK   bool // rootBuf holds (or is gathering) this step's root values
-	rootWork distributed.Work
-	slots    [][]float32
-	slotCap  []int
-	slotUnit []int
-	slotWork []distributed.Work
-	unitOf   []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
-	ready    []int  // per unit: trainable parameters whose gradient is final in this pass
-	nReady   int    // the sum of ready
-	inBack   bool   // the backward pass has reached a unit
-	entered  []bool // per unit: its backward began in this pass (reenter)
-	gen      int    // counts Calls; a unit's backward checks it runs on the latest graph
+	// KeepAfterForward), a buffer as large as the largest unit it serves;
+	// gt (slots.go) knows which unit each slot holds and which gathers
+	// (rootWork, slotWork[s]) are in flight. The forward graph's closures
+	// see a unit's parameters only through its slot: backward re-gathers
+	// the unit into the same slot before its gradients are computed.
+	gt        *slotTable
+	gatherCtx context.Context // the context of the table's gathers, during a call into it
+	rootBuf   []float32
+	rootWork  distributed.Work
+	slots     [][]float32
+	slotCap   []int
+	slotWork  []distributed.Work
+	unitOf    []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
+	ready     []int  // per unit: trainable parameters whose gradient is final in this pass
+	nReady    int    // the sum of ready
+	inBack    bool   // the backward pass has reached a unit
+	entered   []bool // per unit: its backward began in this pass (reenter)
+	gen       int    // counts Calls; a unit's backward checks it runs on the latest graph
 
 	ctx         context.Context
 	heldPeak    int64 // most gathered parameter bytes held at once since the last Call

@@ -299,9 +299,9 @@ func (m *Model) Memory() Memory {
 			mem.BufferBytes += 4 * int64(len(buf))
 		}
 	}
-	gathered(m.rootBuf, m.rootOK)
+	gathered(m.rootBuf, m.gt.root)
 	for s, buf := range m.slots {
-		gathered(buf, m.slotUnit[s] >= 0)
+		gathered(buf, m.gt.unit[s] >= 0)
 	}
 	for _, s := range m.scratch { // armed for a step now
 		mem.GradBytes += 4 * int64(len(s))
