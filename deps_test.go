@@ -31,13 +31,18 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/distributed/internal/admit", nil},
 	{"github.com/cohortml/cohort/distributed/internal/mpi", nil},
 	{"github.com/cohortml/cohort/distributed/grouptest", []string{"github.com/cohortml/cohort/distributed"}},
+	{"github.com/cohortml/cohort/distributed/backend/all", []string{"github.com/cohortml/cohort/distributed/backend/..."}},
+	{"github.com/cohortml/cohort/distributed/backend/native", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/collective", "github.com/cohortml/cohort/distributed/flight", "github.com/cohortml/cohort/distributed/store", "github.com/cohortml/cohort/distributed/transport/...", "github.com/cohortml/cohort/internal/affinity"}},
+	{"github.com/cohortml/cohort/distributed/backend/mpi", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/collective", "github.com/cohortml/cohort/distributed/internal/mpi"}},
 	{"github.com/cohortml/cohort/distributed/transport/...", []string{"github.com/cohortml/cohort/distributed/transport/...", "github.com/cohortml/cohort/distributed/wire", "github.com/cohortml/cohort/distributed/internal/admit"}},
 	{"github.com/cohortml/cohort/distributed/store/...", []string{"github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/distributed/wire", "github.com/cohortml/cohort/distributed/internal/admit"}},
 	{"github.com/cohortml/cohort/distributed/rendezvous", []string{"github.com/cohortml/cohort/distributed/store/..."}},
 	{"github.com/cohortml/cohort/distributed/collective/...", []string{"github.com/cohortml/cohort/distributed/collective/...", "github.com/cohortml/cohort/distributed/transport"}},
 	{"github.com/cohortml/cohort/distributed/distributedtest", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/distributed/...", []string{"github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/internal/affinity"}},
-	{"github.com/cohortml/cohort/distributed", []string{"github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/internal/affinity"}},
+	// The API: no backend, no transport (backends bring their own).
+	{"github.com/cohortml/cohort/distributed", []string{"github.com/cohortml/cohort/distributed/collective", "github.com/cohortml/cohort/distributed/flight", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/internal/proctest", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/backend/all", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/launch"}},
 	// The data-parallel wing: ddp, zero and fsdp are siblings on a shared
 	// floor (internal/dp: the bucket reducer and plan, the wrapper core with
 	// the same-model check and the Join codec, the shard plan and sharded
@@ -49,7 +54,6 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/ddp", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/internal/dp/reducer", "github.com/cohortml/cohort/internal/dp/wrapcore"}},
 	{"github.com/cohortml/cohort/zero", []string{"github.com/cohortml/cohort/internal/dp/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/fsdp", []string{"github.com/cohortml/cohort/internal/dp/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
-	{"github.com/cohortml/cohort/internal/proctest", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/launch"}},
 	{"github.com/cohortml/cohort/tp", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/pipeline", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/checkpoint", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim"}},
@@ -75,6 +79,7 @@ var coreTrees = []string{"github.com/cohortml/cohort/tensor/...", "github.com/co
 
 type listedPkg struct {
 	ImportPath string
+	Name       string
 	Imports    []string
 	Deps       []string
 }
@@ -88,7 +93,7 @@ func matches(pattern, path string) bool {
 
 func listPackages(t *testing.T) []listedPkg {
 	t.Helper()
-	out, err := exec.Command("go", "list", "-json=ImportPath,Imports,Deps", "./...").Output()
+	out, err := exec.Command("go", "list", "-json=ImportPath,Name,Imports,Deps", "./...").Output()
 	if err != nil {
 		t.Fatalf("go list: %v", err)
 	}
@@ -190,6 +195,33 @@ func TestDataParallelSiblings(t *testing.T) {
 		for _, d := range p.Deps {
 			if slices.Contains(wrappers, d) && d != p.ImportPath {
 				t.Errorf("%s depends on data-parallel wrapper %s: wrappers share internal/dp instead", p.ImportPath, d)
+			}
+		}
+	}
+}
+
+// TestNoBackendBelowPrograms: the distributed API, and every library built
+// on it (ddp, zero, fsdp, pipeline, tp, layout, …), depends on no backend,
+// even indirectly; backends register themselves (distributed.Register) and
+// only programs (package main, cmd/cohort's internals) and the test
+// helpers link them in. A backend depends on no other backend.
+func TestNoBackendBelowPrograms(t *testing.T) {
+	const backends = "github.com/cohortml/cohort/distributed/backend/..."
+	for _, p := range listPackages(t) {
+		switch {
+		case !strings.HasPrefix(p.ImportPath, "github.com/cohortml/cohort/"),
+			p.Name == "main",
+			matches("github.com/cohortml/cohort/cmd/...", p.ImportPath),
+			strings.HasSuffix(p.ImportPath, "test"),
+			p.ImportPath == "github.com/cohortml/cohort/distributed/backend/all":
+			continue
+		}
+		for _, d := range p.Deps {
+			if matches(backends, d) && !matches(backends, p.ImportPath) {
+				t.Errorf("%s depends on backend %s: only programs link backends in", p.ImportPath, d)
+			}
+			if matches(backends, d) && matches(backends, p.ImportPath) {
+				t.Errorf("backend %s depends on backend %s", p.ImportPath, d)
 			}
 		}
 	}

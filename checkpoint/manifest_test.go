@@ -1,15 +1,13 @@
 package checkpoint
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata goldens")
+	"github.com/cockroachdb/datadriven"
+)
 
 // evenSlices splits n elements into world contiguous slices, the first
 // n%world one element longer (the layout of a ZeRO flat partition).
@@ -28,67 +26,68 @@ func evenSlices(n int64, world int) []Slice {
 }
 
 // TestPlanReadTranscript records, for tensors saved by N ranks, how a
-// reader at world M gathers each of its own slices. Review the diff of
-// testdata/plans.txt after -update.
+// reader at world M gathers each of its own slices: the datadriven
+// transcript testdata/plans.txt (go test -rewrite rewrites it; review the
+// diff). One directive per saved layout:
+//
+//	read shape=(D…) saved=K worlds=(M…)                  K ranks saved even slices
+//	read shape=(D…) slices=(RANK/OFFSET/LEN…) worlds=(M…) these slices
+//
+// Each output line is the reader's world, rank and slice [offset,+len),
+// then the pieces it reads: rankR[src,+len]→dst copies len elements from
+// src elements into rank R's slice to dst in the reader's.
 func TestPlanReadTranscript(t *testing.T) {
-	var b strings.Builder
-	b.WriteString("# Each line: the reader's world, rank and slice [offset,+len), then the pieces it reads:\n")
-	b.WriteString("# rankR[src,+len]→dst copies len elements from src elements into rank R's slice to dst in the reader's.\n")
-	cases := []struct {
-		name   string
-		plan   TensorPlan
-		worlds []int
-	}{
-		{"n=10 saved by 3", TensorPlan{Name: "w", Shape: []int{10}, Slices: evenSlices(10, 3)}, []int{1, 2, 4}},
-		{"n=7 saved by 2", TensorPlan{Name: "w", Shape: []int{7}, Slices: evenSlices(7, 2)}, []int{3}},
-		{"n=3 saved by 4 (one empty)", TensorPlan{Name: "w", Shape: []int{3}, Slices: evenSlices(3, 4)}, []int{2}},
-		{"replicated on 3 ranks", TensorPlan{Name: "w", Shape: []int{2, 3}, Slices: []Slice{{2, 0, 6}, {0, 0, 6}, {1, 0, 6}}}, []int{2}},
-		{"overlapping pieces", TensorPlan{Name: "w", Shape: []int{9}, Slices: []Slice{{0, 0, 4}, {1, 2, 5}, {2, 3, 6}}}, []int{1, 3}},
-	}
-	for _, tc := range cases {
-		fmt.Fprintf(&b, "# %s: %v\n", tc.name, tc.plan.Slices)
-		n, _ := numElements(tc.plan.Shape, 1<<62)
-		if err := checkCover(tc.plan, n, 8); err != nil {
-			t.Fatalf("%s: %v", tc.name, err)
+	datadriven.RunTest(t, filepath.Join("testdata", "plans.txt"), func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "read" {
+			d.Fatalf(t, "unknown command %q (want read)", d.Cmd)
 		}
-		for _, m := range tc.worlds {
+		plan := TensorPlan{Name: "w"}
+		var worlds []int
+		d.ScanArgs(t, "shape", &plan.Shape)
+		d.ScanArgs(t, "worlds", &worlds)
+		n, err := numElements(plan.Shape, 1<<62)
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		if d.HasArg("saved") {
+			var k int
+			d.ScanArgs(t, "saved", &k)
+			plan.Slices = evenSlices(n, k)
+		} else {
+			var specs []string
+			d.ScanArgs(t, "slices", &specs)
+			for _, spec := range specs {
+				var sl Slice
+				if _, err := fmt.Sscanf(spec, "%d/%d/%d", &sl.Rank, &sl.Offset, &sl.Len); err != nil {
+					d.Fatalf(t, "slice %q: want RANK/OFFSET/LEN: %v", spec, err)
+				}
+				plan.Slices = append(plan.Slices, sl)
+			}
+		}
+		if err := checkCover(plan, n, 8); err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		var b strings.Builder
+		for _, m := range worlds {
 			for _, want := range evenSlices(n, m) {
-				pieces := planRead(tc.plan, want.Offset, want.Len)
+				pieces := planRead(plan, want.Offset, want.Len)
 				fmt.Fprintf(&b, "world=%d rank=%d [%d,+%d):", m, want.Rank, want.Offset, want.Len)
 				var covered int64
 				for _, p := range pieces {
 					fmt.Fprintf(&b, " rank%d[%d,+%d]→%d", p.Rank, p.SrcOffset, p.Len, p.DstOffset)
 					if p.DstOffset != covered {
-						t.Errorf("%s world %d: piece %+v leaves a gap at %d", tc.name, m, p, covered)
+						t.Errorf("%s world %d: piece %+v leaves a gap at %d", d.Pos, m, p, covered)
 					}
 					covered += p.Len
 				}
 				if covered != want.Len {
-					t.Errorf("%s world %d rank %d: pieces cover %d of %d", tc.name, m, want.Rank, covered, want.Len)
+					t.Errorf("%s world %d rank %d: pieces cover %d of %d", d.Pos, m, want.Rank, covered, want.Len)
 				}
 				b.WriteByte('\n')
 			}
 		}
-	}
-	golden(t, "plans.txt", b.String())
-}
-
-func golden(t *testing.T, name, got string) {
-	t.Helper()
-	path := filepath.Join("testdata", name)
-	if *update {
-		if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if string(want) != got {
-		t.Errorf("%s differs (run with -update and review the diff):\n--- got\n%s--- want\n%s", path, got, want)
-	}
+		return b.String()
+	})
 }
 
 func TestBuildManifestRejects(t *testing.T) {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
@@ -46,7 +47,7 @@ func BenchmarkOverhead(b *testing.B) {
 				for j := range y {
 					y[j] = int64(rng.IntN(10))
 				}
-				pg, err := distributed.New(inproc.NewMesh(1)[0], distributed.GroupOptions{})
+				pg, err := native.New(inproc.NewMesh(1)[0], distributed.GroupOptions{})
 				if err != nil {
 					b.Fatal(err)
 				}
@@ -169,7 +170,7 @@ func BenchmarkWorld2(b *testing.B) {
 				}
 				ranks := make([]*rankState, world)
 				for r := range ranks {
-					pg, err := distributed.New(mesh[r], distributed.GroupOptions{})
+					pg, err := native.New(mesh[r], distributed.GroupOptions{})
 					if err != nil {
 						b.Fatal(err)
 					}
@@ -257,7 +258,7 @@ func BenchmarkVerifyReplicas(b *testing.B) {
 	ms := make([]*Model, world)
 	errc := make(chan error, world)
 	for r := range world {
-		pg, err := distributed.New(mesh[r], distributed.GroupOptions{})
+		pg, err := native.New(mesh[r], distributed.GroupOptions{})
 		if err != nil {
 			b.Fatal(err)
 		}

@@ -9,6 +9,7 @@ import (
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
@@ -28,7 +29,7 @@ func Example() {
 	for rank := range world {
 		wg.Go(func() {
 			ctx := context.Background()
-			pg, err := distributed.New(mesh[rank], distributed.GroupOptions{})
+			pg, err := native.New(mesh[rank], distributed.GroupOptions{})
 			if err != nil {
 				panic(err)
 			}

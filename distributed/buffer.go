@@ -1,6 +1,9 @@
 package distributed
 
 import (
+	"fmt"
+	"unsafe"
+
 	"github.com/cohortml/cohort/distributed/collective"
 	"github.com/cohortml/cohort/tensor"
 )
@@ -79,3 +82,43 @@ func (b Buffer) Float32s() []float32 { return b.f32 }
 func (b Buffer) Float64s() []float64 { return b.f64 }
 func (b Buffer) Int64s() []int64     { return b.i64 }
 func (b Buffer) Uint16s() []uint16   { return b.u16 }
+
+// Bytes views b's elements as raw bytes, in the machine's byte order (no
+// copy; nil when b is empty), for backends that move them.
+func (b Buffer) Bytes() []byte {
+	var p unsafe.Pointer
+	var n int
+	switch b.DType {
+	case Float32:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.f32)), 4*len(b.f32)
+	case Float64:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.f64)), 8*len(b.f64)
+	case Int64:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.i64)), 8*len(b.i64)
+	default:
+		p, n = unsafe.Pointer(unsafe.SliceData(b.u16)), 2*len(b.u16)
+	}
+	if n == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(p), n)
+}
+
+// AllGatherInPlace reports whether an all-gather's in is exactly rank's
+// own chunk of out (an in-place gather), and returns an error when the two
+// overlap otherwise, as ProcessGroup.AllGather requires: for backends.
+func AllGatherInPlace(out, in Buffer, rank int) (bool, error) {
+	o, i := out.Bytes(), in.Bytes()
+	if len(o) == 0 || len(i) == 0 {
+		return false, nil
+	}
+	ob, ib := uintptr(unsafe.Pointer(&o[0])), uintptr(unsafe.Pointer(&i[0]))
+	if ib+uintptr(len(i)) <= ob || ob+uintptr(len(o)) <= ib {
+		return false, nil
+	}
+	if ib == ob+uintptr(rank*len(i)) {
+		return true, nil
+	}
+	return false, fmt.Errorf("distributed: allgather: the input overlaps the output but is not this rank's chunk of it (rank %d, elements %d to %d)",
+		rank, rank*in.Len(), (rank+1)*in.Len())
+}

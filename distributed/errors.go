@@ -3,9 +3,6 @@ package distributed
 import (
 	"errors"
 	"fmt"
-
-	"github.com/cohortml/cohort/distributed/collective"
-	"github.com/cohortml/cohort/distributed/transport"
 )
 
 // ErrClosed is wrapped (with ErrAborted) by the errors of ops issued on, or
@@ -57,24 +54,3 @@ type RemoteAbortError struct {
 }
 
 func (e *RemoteAbortError) Error() string { return e.Msg }
-
-// peerOf digs the implicated peer (a global rank) out of an op's failure.
-func peerOf(err error) int {
-	var de *collective.DesyncError
-	if errors.As(err, &de) {
-		return de.Peer
-	}
-	var se *collective.StepError
-	if errors.As(err, &se) && se.Peer >= 0 {
-		return se.Peer
-	}
-	var pe *transport.PeerError
-	if errors.As(err, &pe) {
-		return pe.Peer
-	}
-	var oe *OpError
-	if errors.As(err, &oe) {
-		return oe.Peer
-	}
-	return -1
-}

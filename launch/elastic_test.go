@@ -1,22 +1,21 @@
 package launch
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/elastic transcripts")
-
 // TestElasticTranscripts walks the rendezvous state machine through the
-// scenarios in testdata/elastic/*.txt. Each block is one command, a line
-// "----" and the state and every node's role after it:
+// scenarios in testdata/elastic/*.txt, datadriven transcripts: each
+// directive is one command, and its output the state and every node's
+// role after it:
 //
 //	limits MIN:MAX restarts=K      start over with these limits
 //	join ID [nproc=N]              ID reports EvJoin (nproc 2 unless given)
@@ -26,7 +25,7 @@ var update = flag.Bool("update", false, "rewrite testdata/elastic transcripts")
 //	lastcall ID                    ID's last call ran out in the current round
 //	limits-of ID MIN:MAX           ID joins with other limits (an error)
 //
-// go test -run TestElasticTranscripts -update rewrites the expectations.
+// go test -run TestElasticTranscripts -rewrite rewrites the expectations.
 func TestElasticTranscripts(t *testing.T) {
 	files, err := filepath.Glob("testdata/elastic/*.txt")
 	if err != nil || len(files) == 0 {
@@ -34,58 +33,18 @@ func TestElasticTranscripts(t *testing.T) {
 	}
 	for _, file := range files {
 		t.Run(strings.TrimSuffix(filepath.Base(file), ".txt"), func(t *testing.T) {
-			data, err := os.ReadFile(file)
-			if err != nil {
-				t.Fatal(err)
-			}
-			blocks := parseBlocks(t, string(data))
-			var out strings.Builder
 			var st *State
 			lim := Limits{MinNodes: 1, MaxNodes: 1}
 			var known []string
-			for _, b := range blocks {
-				got := runCommand(t, b.cmd, &st, &lim, &known)
-				fmt.Fprintf(&out, "%s\n----\n%s\n", b.cmd, got)
-				if !*update && got != b.want {
-					t.Errorf("%s:%d: %s\ngot:\n%s\nwant:\n%s", file, b.line, b.cmd, got, b.want)
+			datadriven.RunTest(t, file, func(t *testing.T, d *datadriven.TestData) string {
+				f := []string{d.Cmd}
+				for _, a := range d.CmdArgs {
+					f = append(f, a.String())
 				}
-			}
-			if *update {
-				if err := os.WriteFile(file, []byte(out.String()), 0o644); err != nil {
-					t.Fatal(err)
-				}
-			}
+				return runCommand(t, strings.Join(f, " "), &st, &lim, &known)
+			})
 		})
 	}
-}
-
-type block struct {
-	cmd, want string
-	line      int
-}
-
-func parseBlocks(t *testing.T, data string) []block {
-	t.Helper()
-	var blocks []block
-	lines := strings.Split(data, "\n")
-	for i := 0; i < len(lines); i++ {
-		l := lines[i]
-		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
-			continue
-		}
-		b := block{cmd: l, line: i + 1}
-		if i+1 >= len(lines) || lines[i+1] != "----" {
-			t.Fatalf("line %d: %q not followed by ----", i+1, l)
-		}
-		i += 2
-		var want []string
-		for ; i < len(lines) && lines[i] != ""; i++ {
-			want = append(want, lines[i])
-		}
-		b.want = strings.Join(want, "\n") + "\n"
-		blocks = append(blocks, b)
-	}
-	return blocks
 }
 
 func runCommand(t *testing.T, cmd string, st **State, lim *Limits, known *[]string) string {

@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 	"github.com/cohortml/cohort/layout"
 	"github.com/cohortml/cohort/models"
@@ -23,7 +24,7 @@ func ExampleBuild() {
 	transports := inproc.NewMesh(world)
 	groups := make([]distributed.ProcessGroup, world)
 	for rank := range world {
-		pg, err := distributed.New(transports[rank], distributed.GroupOptions{})
+		pg, err := native.New(transports[rank], distributed.GroupOptions{})
 		if err != nil {
 			panic(err)
 		}

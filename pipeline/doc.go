@@ -10,7 +10,8 @@
 // between them). NewSchedule builds GPipe, 1F1B, interleaved 1F1B
 // (virtual stages: stage s on rank s mod P) and ZB-H1; each is written in
 // its own file with a reference. Goldens of the plans live in
-// testdata/schedules (go test -update rewrites them).
+// testdata/schedules (datadriven transcripts: go test -rewrite rewrites
+// them).
 //
 // Simulate runs a schedule symbolically (sends never block, a receive
 // waits for its send, messages between two ranks arrive in order) with

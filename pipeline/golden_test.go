@@ -2,66 +2,48 @@ package pipeline
 
 import (
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-// The schedules as text: each rank's actions in order, then the simulated
-// timing at unit costs. go test -update rewrites testdata/schedules;
-// review the diff.
+// TestScheduleGoldens renders schedules as text, each rank's actions in
+// order, then the simulated timing at unit costs and with communication,
+// and compares them with the datadriven transcripts in testdata/schedules
+// (go test -rewrite rewrites them; review the diff):
+//
+//	schedule name=NAME stages=N virtual=N microbatches=N
 func TestScheduleGoldens(t *testing.T) {
-	cases := []struct {
-		name                     string
-		stages, virtual, microbs int
-	}{
-		{"gpipe", 2, 1, 4},
-		{"gpipe", 4, 1, 8},
-		{"1f1b", 2, 1, 8},
-		{"1f1b", 4, 1, 8},
-		{"interleaved", 2, 2, 4},
-		{"interleaved", 4, 2, 8},
-		{"zb", 2, 1, 8},
-		{"zb", 4, 1, 8},
-	}
-	for _, c := range cases {
-		file := fmt.Sprintf("%s_p%d_v%d_m%d.txt", c.name, c.stages, c.virtual, c.microbs)
-		t.Run(file, func(t *testing.T) {
-			s, err := NewSchedule(c.name, c.stages, c.virtual, c.microbs)
+	datadriven.Walk(t, filepath.Join("testdata", "schedules"), func(t *testing.T, path string) {
+		datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+			if d.Cmd != "schedule" {
+				d.Fatalf(t, "unknown command %q (want schedule)", d.Cmd)
+			}
+			var name string
+			var stages, virtual, microbs int
+			d.ScanArgs(t, "name", &name)
+			d.ScanArgs(t, "stages", &stages)
+			d.ScanArgs(t, "virtual", &virtual)
+			d.ScanArgs(t, "microbatches", &microbs)
+			s, err := NewSchedule(name, stages, virtual, microbs)
 			if err != nil {
-				t.Fatal(err)
+				d.Fatalf(t, "%v", err)
 			}
 			var b strings.Builder
 			b.WriteString(s.String())
 			for _, costs := range []Costs{UnitCosts(), {F: 1, B: 1, W: 1, Comm: 0.25}} {
 				res, err := Simulate(s, costs)
 				if err != nil {
-					t.Fatal(err)
+					d.Fatalf(t, "%v", err)
 				}
 				fmt.Fprintf(&b, "costs F=%g B=%g W=%g comm=%g: makespan %g bubble %.4f idle %g peak %v\n",
 					costs.F, costs.B, costs.W, costs.Comm, res.Makespan, res.Bubble, res.Idle, res.Peak)
 			}
-			got := b.String()
-			path := filepath.Join("testdata", "schedules", file)
-			if *update {
-				if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-					t.Fatal(err)
-				}
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			want, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatalf("%v (go test -update creates it)", err)
-			}
-			if got != string(want) {
-				t.Errorf("schedule differs from %s (go test -update rewrites it; review the diff):\ngot:\n%s\nwant:\n%s", path, got, want)
-			}
+			return b.String()
 		})
-	}
+	})
 }
 
 // The simulator rejects wrong schedules, naming the rank and action.

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 	"github.com/cohortml/cohort/tensor"
@@ -133,7 +134,7 @@ func TestTransfersAtTheirActions(t *testing.T) {
 			groups := make([]distributed.ProcessGroup, c.stages)
 			for r := range c.stages {
 				logs[r] = &ioLog{}
-				pg, err := distributed.New(&loggedTransport{mesh[r], logs[r], s.NumStages()}, distributed.GroupOptions{})
+				pg, err := native.New(&loggedTransport{mesh[r], logs[r], s.NumStages()}, distributed.GroupOptions{})
 				if err != nil {
 					t.Fatal(err)
 				}

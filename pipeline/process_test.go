@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	_ "github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/launch"
 )

@@ -1,14 +1,11 @@
 package pipeline
 
 import (
-	"flag"
 	"fmt"
 	"math"
 	"slices"
 	"testing"
 )
-
-var update = flag.Bool("update", false, "rewrite the schedule goldens in testdata/schedules")
 
 type gridCase struct {
 	name            string

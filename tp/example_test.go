@@ -7,6 +7,7 @@ import (
 	"sync"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
@@ -25,7 +26,7 @@ func ExampleGPT() {
 	losses := make([]float32, world)
 	groups := make([]distributed.ProcessGroup, world)
 	for rank := range world {
-		pg, err := distributed.New(transports[rank], distributed.GroupOptions{})
+		pg, err := native.New(transports[rank], distributed.GroupOptions{})
 		if err != nil {
 			panic(err)
 		}

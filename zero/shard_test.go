@@ -1,61 +1,64 @@
 package zero
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata goldens")
-
-// TestPlanShardsGolden renders shard plans for a table of layouts into
-// testdata/shard.txt (-update rewrites it; review the diff) and checks
-// the plan's invariants for each.
+// TestPlanShardsGolden renders shard plans for the layouts in the
+// datadriven transcript testdata/shard.txt (go test -rewrite rewrites it;
+// review the diff) and checks the plan's invariants for each. A directive
+// gives the world size, and its input the parameter sizes and the buckets
+// (parameter indices in order), one per line:
+//
+//	shard world=N
+//	numel N…
+//	bucket I…
 func TestPlanShardsGolden(t *testing.T) {
-	cases := []struct {
-		name    string
-		numel   []int
-		buckets [][]int
-		world   int
-	}{
-		{"one rank", []int{10, 3}, [][]int{{1, 0}}, 1},
-		{"two ranks, sizes not divisible", []int{10, 3, 7}, [][]int{{2, 1}, {0}}, 2},
-		{"three ranks, one parameter spans all shards", []int{100}, [][]int{{0}}, 3},
-		{"four ranks, tiny parameters", []int{1, 1, 1}, [][]int{{2, 1, 0}}, 4},
-		{"empty parameter and frozen one", []int{0, 5, 9}, [][]int{{2, 0}}, 2},
-		{"anchor LeNet, reverse order, one bucket, world 3", []int{150, 6, 2400, 16, 48000, 120, 10080, 84, 840, 10}, [][]int{{9, 8, 7, 6, 5, 4, 3, 2, 1, 0}}, 3},
-		{"world 7, 1000 elements", []int{1000}, [][]int{{0}}, 7},
-	}
-	var out strings.Builder
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			p, err := PlanShards(c.numel, c.buckets, c.world)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := checkPlan(p); err != nil {
-				t.Fatal(err)
-			}
-			fmt.Fprintf(&out, "# %s\nnumel %v buckets %v world %d\n%s\n", c.name, c.numel, c.buckets, c.world, p)
-		})
-	}
-	path := filepath.Join("testdata", "shard.txt")
-	if *update {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
+	datadriven.RunTest(t, filepath.Join("testdata", "shard.txt"), func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "shard" {
+			d.Fatalf(t, "unknown command %q (want shard)", d.Cmd)
 		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if out.String() != string(want) {
-		t.Errorf("shard plans differ from %s (run with -update and review the diff):\n%s", path, out.String())
-	}
+		var world int
+		d.ScanArgs(t, "world", &world)
+		var numel []int
+		var buckets [][]int
+		for line := range strings.Lines(d.Input) {
+			f := strings.Fields(line)
+			if len(f) == 0 {
+				continue
+			}
+			ints := make([]int, len(f)-1)
+			for i, v := range f[1:] {
+				n, err := strconv.Atoi(v)
+				if err != nil {
+					d.Fatalf(t, "line %q: %v", line, err)
+				}
+				ints[i] = n
+			}
+			switch f[0] {
+			case "numel":
+				numel = ints
+			case "bucket":
+				buckets = append(buckets, ints)
+			default:
+				d.Fatalf(t, "unexpected line %q (want numel or bucket)", line)
+			}
+		}
+		p, err := PlanShards(numel, buckets, world)
+		if err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		if err := checkPlan(p); err != nil {
+			d.Fatalf(t, "%v", err)
+		}
+		return p.String()
+	})
 }
 
 // checkPlan verifies the invariants of Plan's documentation, and that the

@@ -179,7 +179,7 @@ func runSteeredPair(t *testing.T, calls [2]Call, tunings [2]Tuning, detector int
 	}
 	detCtx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	// The deaf rank runs until the detector has failed, as package distributed
+	// The deaf rank runs until the detector has failed, as the native backend
 	// would abort it.
 	otherCtx, stopOther := context.WithCancel(detCtx)
 	defer stopOther()

@@ -9,7 +9,8 @@
 // opening with a prose description and a reference. Plans are tested as
 // data: a symbolic simulator runs every rank's plan and checks that each
 // output element holds exactly the right contributions, and text goldens in
-// testdata/ pin them down (go test -update rewrites them).
+// testdata/ pin them down (datadriven transcripts: go test -rewrite
+// rewrites them).
 //
 // An Executor runs plans over a transport.Transport. Plans whose steps
 // may run strictly in order and whose messages are at most

@@ -582,7 +582,7 @@ func (e *Executor) link(g int, send bool) *link {
 // issue queues a job on its link and returns the link's job count.
 func (r *run) issue(l *link, j job) int64 {
 	j.r = r
-	if !slicesContains(r.used, l) {
+	if !slices.Contains(r.used, l) {
 		r.used = append(r.used, l)
 	}
 	l.mu.Lock()
@@ -594,15 +594,6 @@ func (r *run) issue(l *link, j job) int64 {
 	}
 	l.issued++
 	return l.issued
-}
-
-func slicesContains(ls []*link, l *link) bool {
-	for _, x := range ls {
-		if x == l {
-			return true
-		}
-	}
-	return false
 }
 
 // work is a link's goroutine: it performs the queued jobs in order until

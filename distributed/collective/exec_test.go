@@ -553,14 +553,14 @@ func TestExecutorDesync(t *testing.T) {
 					in, out := buffers(c, tc.size, r)
 					errs[r] = e.Run(ctx, 5, p, in, out)
 					if errs[r] != nil {
-						// Like package distributed: a failed op takes the rank down.
+						// Like the native backend: a failed op takes the rank down.
 						mesh[r].Close()
 					}
 				})
 			}
 			wg.Wait()
 			// A rank whose neighbours agree with it (a broadcast root, say)
-			// may finish; package distributed then fails its next op.
+			// may finish; the native backend then fails its next op.
 			found := false
 			for r, err := range errs {
 				if err == nil {
@@ -606,7 +606,7 @@ func TestExecutorPeerDeath(t *testing.T) {
 			}
 			errs[r] = e.Run(ctx, 1, p, nil, make([]byte, 4<<16))
 			if errs[r] != nil {
-				mesh[r].Close() // as package distributed does on abort
+				mesh[r].Close() // as the native backend does on abort
 			}
 		})
 	}

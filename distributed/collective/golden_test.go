@@ -1,43 +1,24 @@
 package collective
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-var update = flag.Bool("update", false, "rewrite the plan goldens in testdata/plans")
-
-// goldenCases are small configurations whose plans are easy to review by
-// eye: a non-power-of-two world, uneven chunks, a root in the middle, and
+// TestPlanGoldens renders plans for every rank and compares them with the
+// transcripts in testdata/plans/<kind>_<algo>.txt, one per algorithm of
+// every kind (go test -rewrite rewrites them; review the diff). Each
+// "plan" directive names a configuration small enough to review by eye: a
+// non-power-of-two world, uneven chunks, a root in the middle, and
 // 2-element segments so that pipelines show. The ring plans run inline,
-// segment by segment, unless inlining is off (InlineBytes −1): then they
-// are pipelined for the executor's goroutines.
-var goldenCases = []struct {
-	size  int
-	call  Call
-	tuned Tuning
-}{
-	{3, Call{Kind: AllReduce, DType: Float32, Count: 10}, Tuning{SegmentBytes: 8, Depth: 2}},
-	{3, Call{Kind: AllReduce, DType: Float32, Count: 10}, Tuning{SegmentBytes: 8, Depth: 2, InlineBytes: -1}},
-	{5, Call{Kind: AllReduce, DType: Float32, Op: Avg, Count: 9}, Tuning{SegmentBytes: 8, Depth: 2}},
-	{5, Call{Kind: Broadcast, DType: Float32, Count: 5, Root: 2}, Tuning{SegmentBytes: 8, Depth: 2}},
-	{5, Call{Kind: Reduce, DType: Float32, Count: 5, Root: 2}, Tuning{SegmentBytes: 8, Depth: 2}},
-	{3, Call{Kind: AllGather, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2}},
-	{3, Call{Kind: AllGather, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2, InlineBytes: -1}},
-	{3, Call{Kind: ReduceScatter, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2}},
-	{3, Call{Kind: ReduceScatter, DType: Float32, Count: 3}, Tuning{SegmentBytes: 8, Depth: 2, InlineBytes: -1}},
-	{3, Call{Kind: AllToAll, DType: Float32, Count: 2}, Tuning{}},
-	{3, Call{Kind: Gather, DType: Float32, Count: 2, Root: 1}, Tuning{}},
-	{3, Call{Kind: Scatter, DType: Float32, Count: 2, Root: 1}, Tuning{}},
-	{5, Call{Kind: Barrier}, Tuning{}},
-}
-
-// TestPlanGoldens renders every algorithm's plans for every rank of the
-// cases above and compares them with testdata/plans/<kind>_<algo>.txt.
+// segment by segment, unless inlining is off (inline=off, InlineBytes −1):
+// then they are pipelined for the executor's goroutines.
+//
+//	plan ranks=N count=N [dtype=float32] [op=sum] [root=N] [segment=BYTES] [depth=N] [inline=off]
 func TestPlanGoldens(t *testing.T) {
 	for k := range numKinds {
 		if k == Send || k == Recv || k == Agree {
@@ -46,64 +27,76 @@ func TestPlanGoldens(t *testing.T) {
 		for _, algo := range Algorithms(k) {
 			name := fmt.Sprintf("%v_%s", k, algo)
 			t.Run(name, func(t *testing.T) {
-				var b strings.Builder
-				for _, gc := range goldenCases {
-					if gc.call.Kind != k {
-						continue
+				datadriven.RunTest(t, filepath.Join("testdata", "plans", name+".txt"), func(t *testing.T, d *datadriven.TestData) string {
+					if d.Cmd != "plan" {
+						d.Fatalf(t, "unknown command %q (want plan)", d.Cmd)
 					}
-					fmt.Fprintf(&b, "# %v on %d ranks, %s, segment %d bytes, depth %d",
-						gc.call, gc.size, algo, gc.tuned.SegmentBytes, gc.tuned.Depth)
-					if gc.tuned.InlineBytes < 0 {
-						b.WriteString(", inlining off")
-					}
-					b.WriteString("\n")
-					for r := range gc.size {
-						p, err := NewPlan(gc.call, gc.size, r, algo, gc.tuned)
+					size, c, tuned := planArgs(t, d, k)
+					var b strings.Builder
+					for r := range size {
+						p, err := NewPlan(c, size, r, algo, tuned)
 						if err != nil {
-							t.Fatal(err)
+							d.Fatalf(t, "rank %d: %v", r, err)
 						}
-						b.WriteString("\n")
+						if r > 0 {
+							b.WriteString("\n")
+						}
 						b.WriteString(p.String())
 					}
-					b.WriteString("\n")
-				}
-				path := filepath.Join("testdata", "plans", name+".txt")
-				if *update {
-					if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
-						t.Fatal(err)
-					}
-					if err := os.WriteFile(path, []byte(b.String()), 0o644); err != nil {
-						t.Fatal(err)
-					}
-					return
-				}
-				want, err := os.ReadFile(path)
-				if err != nil {
-					t.Fatalf("%v (run go test -update to create it)", err)
-				}
-				if got := b.String(); got != string(want) {
-					t.Errorf("plan differs from %s (go test -update rewrites it; review the diff):\n%s", path, firstDiff(got, string(want)))
-				}
+					return b.String()
+				})
 			})
 		}
 	}
 }
 
-func firstDiff(got, want string) string {
-	g, w := strings.Split(got, "\n"), strings.Split(want, "\n")
-	for i := range max(len(g), len(w)) {
-		var gl, wl string
-		if i < len(g) {
-			gl = g[i]
-		}
-		if i < len(w) {
-			wl = w[i]
-		}
-		if gl != wl {
-			return fmt.Sprintf("line %d:\n got: %s\nwant: %s", i+1, gl, wl)
+// planArgs reads a plan directive's arguments: the group size, the call
+// (of kind k) and the tuning.
+func planArgs(t *testing.T, d *datadriven.TestData, k Kind) (int, Call, Tuning) {
+	c := Call{Kind: k, DType: Float32, Op: Sum}
+	var size int
+	var tuned Tuning
+	d.ScanArgs(t, "ranks", &size)
+	for _, arg := range d.CmdArgs {
+		switch arg.Key {
+		case "ranks":
+		case "count":
+			d.ScanArgs(t, "count", &c.Count)
+		case "root":
+			d.ScanArgs(t, "root", &c.Root)
+		case "segment":
+			d.ScanArgs(t, "segment", &tuned.SegmentBytes)
+		case "depth":
+			d.ScanArgs(t, "depth", &tuned.Depth)
+		case "inline":
+			if len(arg.Vals) != 1 || arg.Vals[0] != "off" {
+				d.Fatalf(t, "inline=%v: want inline=off", arg.Vals)
+			}
+			tuned.InlineBytes = -1
+		case "dtype":
+			c.DType = parseName(t, d, arg, numDTypes)
+		case "op":
+			c.Op = parseName(t, d, arg, numOps)
+		default:
+			d.Fatalf(t, "unknown argument %q", arg.Key)
 		}
 	}
-	return ""
+	return size, c, tuned
+}
+
+// parseName returns the value of type T below n whose String is arg's
+// value.
+func parseName[T interface {
+	~uint8 | ~int
+	String() string
+}](t *testing.T, d *datadriven.TestData, arg datadriven.CmdArg, n T) T {
+	for v := T(0); v < n; v++ {
+		if len(arg.Vals) == 1 && v.String() == arg.Vals[0] {
+			return v
+		}
+	}
+	d.Fatalf(t, "%s=%v: unknown", arg.Key, arg.Vals)
+	return 0
 }
 
 // TestCombinedHeader: an inline plan's op header rides in front of its

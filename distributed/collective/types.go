@@ -79,7 +79,7 @@ const (
 	Send
 	Recv
 	// Agree is a barrier that also checks that every rank passed the same
-	// Count and Root; package distributed uses it to agree on a new subgroup.
+	// Count and Root; the native backend uses it to agree on a new subgroup.
 	Agree
 	numKinds
 )

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 )
 
@@ -46,7 +47,7 @@ func RunWith(t *testing.T, world int, opts distributed.GroupOptions, fn func(t *
 	mesh := inproc.NewMesh(world)
 	groups := make([]distributed.ProcessGroup, world)
 	for r := range world {
-		pg, err := distributed.New(mesh[r], opts)
+		pg, err := native.New(mesh[r], opts)
 		if err != nil {
 			for _, g := range groups[:r] {
 				g.Close()

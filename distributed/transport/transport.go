@@ -5,7 +5,8 @@
 // across hosts); transporttest is their shared conformance suite.
 //
 // Transports know nothing of the store: peer addresses are exchanged by the
-// caller (package distributed) and handed to the constructors.
+// caller (the native backend, distributed/backend/native) and handed to
+// the constructors.
 package transport
 
 import (

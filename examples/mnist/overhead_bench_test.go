@@ -11,6 +11,7 @@ import (
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/store/memstore"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 	"github.com/cohortml/cohort/models"
@@ -74,7 +75,7 @@ func benchObsOverhead(b *testing.B, trainSet *datasets.MNIST, observe bool) {
 		var wg sync.WaitGroup
 		errs := make([]error, world)
 		for r := range world {
-			pg, err := distributed.New(mesh[r], distributed.GroupOptions{Timeout: time.Minute})
+			pg, err := native.New(mesh[r], distributed.GroupOptions{Timeout: time.Minute})
 			if err != nil {
 				b.Fatal(err)
 			}

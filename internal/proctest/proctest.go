@@ -15,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	_ "github.com/cohortml/cohort/distributed/backend/all" // the native and MPI backends
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/launch"
 )

@@ -2,7 +2,6 @@ package tcp
 
 import (
 	"context"
-	"fmt"
 	"runtime"
 	"strings"
 	"testing"
@@ -78,75 +77,22 @@ func TestConformancePeers(t *testing.T) {
 	transporttest.Run(t, peersWorld, transporttest.Config{Worlds: []int{1, 2, 3, 4, 7}})
 }
 
-func TestPeersRejected(t *testing.T) {
-	ctx := context.Background()
-	tests := []struct {
-		name  string
-		rank  int
-		peers []int
-		want  string
-	}{
-		{"out-of-range", 0, []int{1, 3}, "tcp: rank 0: Options.Peers: peer rank 3 out of range [0, 3)"},
-		{"negative", 0, []int{-1}, "tcp: rank 0: Options.Peers: peer rank -1 out of range [0, 3)"},
-		{"self", 1, []int{2, 1}, "tcp: rank 1: Options.Peers: lists rank 1, this rank itself"},
-		{"twice", 0, []int{2, 1, 2}, "tcp: rank 0: Options.Peers: lists rank 2 twice"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l, err := Listen(ctx, tc.rank, 3, "127.0.0.1:0", Options{Peers: tc.peers})
+// TestPeers runs transporttest's checks of Options.Peers.
+func TestPeers(t *testing.T) {
+	transporttest.RunPeers(t, transporttest.Peers{
+		Name: "tcp",
+		Listen: func(ctx context.Context, rank, worldSize int, peers []int) error {
+			l, err := Listen(ctx, rank, worldSize, "127.0.0.1:0", Options{Peers: peers})
 			if err == nil {
 				l.Close()
-				t.Fatal("Listen succeeded")
 			}
-			if err.Error() != tc.want {
-				t.Fatalf("error %q, want %q", err, tc.want)
-			}
-		})
-	}
-}
-
-// TestPeersNotReachable: a rank outside Options.Peers is an error at once,
-// naming it, and its address is not needed.
-func TestPeersNotReachable(t *testing.T) {
-	ts, errs := connectWorld(t, 3, func(r int) Options {
-		return Options{Peers: [][]int{{1}, {0}, {}}[r]}
+			return err
+		},
+		Connect: func(tb testing.TB, peers [][]int) []transport.Transport {
+			ts, errs := connectWorld(tb, len(peers), func(r int) Options { return Options{Peers: peers[r]} })
+			return transporttest.Connected(tb, ts, errs)
+		},
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	defer func() {
-		for _, tr := range ts {
-			tr.Close()
-		}
-	}()
-	ctx := context.Background()
-	for _, c := range []struct{ from, to int }{{0, 2}, {2, 0}, {2, 1}} {
-		want := fmt.Sprintf("tcp: rank %d: send to rank %d: not a peer of this transport", c.from, c.to)
-		if err := ts[c.from].Send(ctx, c.to, transport.Tag{}, []byte{1}); err == nil || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("Send from %d to %d: %v, want %q", c.from, c.to, err, want)
-		}
-		want = fmt.Sprintf("tcp: rank %d: recv from rank %d: not a peer of this transport", c.from, c.to)
-		if err := ts[c.from].Recv(ctx, c.to, transport.Tag{}, []byte{1}); err == nil || !strings.HasPrefix(err.Error(), want) {
-			t.Errorf("Recv of %d from %d: %v, want %q", c.from, c.to, err, want)
-		}
-	}
-	// The peers talk; rank 2 still reaches itself.
-	must := func(err error) {
-		t.Helper()
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
-	must(ts[0].Send(ctx, 1, transport.Tag{Seq: 1}, []byte("hi")))
-	p := make([]byte, 2)
-	must(ts[1].Recv(ctx, 0, transport.Tag{Seq: 1}, p))
-	must(ts[2].Send(ctx, 2, transport.Tag{Seq: 2}, []byte("me")))
-	must(ts[2].Recv(ctx, 2, transport.Tag{Seq: 2}, p))
-	if string(p) != "me" {
-		t.Fatalf("got %q", p)
-	}
 }
 
 // TestPeersDisagree: a rank that dials a rank not counting it among its

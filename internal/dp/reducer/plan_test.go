@@ -1,43 +1,54 @@
 package reducer
 
 import (
-	"bufio"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/cockroachdb/datadriven"
 )
 
-// TestPlanBucketsGolden replays testdata/plan/plan.txt: each case gives the
-// parameter sizes, the ready order and the caps; the expected plan follows
-// "----". Run with -update to rewrite the expectations (review the diff).
+// TestPlanBucketsGolden replays testdata/plan/plan.txt, a datadriven
+// transcript: each "plan" directive gives the parameter sizes, the ready
+// order and the caps as input lines (numel:, order: "reverse" or indices,
+// caps: first and later bucket), and the expected plan follows "----". Run
+// with -rewrite to rewrite the expectations (review the diff).
 func TestPlanBucketsGolden(t *testing.T) {
 	path := filepath.Join("testdata", "plan", "plan.txt")
-	cases := readPlanCases(t, path)
-	if len(cases) < 5 {
-		t.Fatalf("%s: %d cases, want ≥ 5", path, len(cases))
-	}
-	var out strings.Builder
-	for _, c := range cases {
-		got := c.run()
-		t.Run(c.name, func(t *testing.T) {
-			if !*update && got != c.want {
-				t.Errorf("plan:\n%s\nwant:\n%s", got, c.want)
-			}
-		})
-		fmt.Fprintf(&out, "# %s\nnumel:%s\norder:%s\ncaps:%s\n----\n%s\n", c.name, pad(c.numel), pad(c.order), pad(c.caps), got)
-	}
-	if *update {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
+	n := 0
+	datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+		if d.Cmd != "plan" {
+			d.Fatalf(t, "unknown command %q (want plan)", d.Cmd)
 		}
+		n++
+		var c planCase
+		for line := range strings.Lines(d.Input) {
+			key, val, ok := strings.Cut(strings.TrimSpace(line), ":")
+			val = strings.TrimSpace(val)
+			switch {
+			case !ok:
+				d.Fatalf(t, "unexpected line %q (want numel:, order: or caps:)", line)
+			case key == "numel":
+				c.numel = val
+			case key == "order":
+				c.order = val
+			case key == "caps":
+				c.caps = val
+			default:
+				d.Fatalf(t, "unexpected line %q (want numel:, order: or caps:)", line)
+			}
+		}
+		return c.run()
+	})
+	if n < 5 {
+		t.Fatalf("%s: %d cases, want ≥ 5", path, n)
 	}
 }
 
 type planCase struct {
-	name, numel, order, caps, want string
+	numel, order, caps string
 }
 
 func (c planCase) run() string {
@@ -70,13 +81,6 @@ func (c planCase) run() string {
 	return p.String() + fmt.Sprintf("offsets %v\n", p.Offset)
 }
 
-func pad(s string) string {
-	if s == "" {
-		return ""
-	}
-	return " " + s
-}
-
 func parseInts(s string) ([]int, error) {
 	var out []int
 	for _, f := range strings.Fields(s) {
@@ -87,47 +91,6 @@ func parseInts(s string) ([]int, error) {
 		out = append(out, v)
 	}
 	return out, nil
-}
-
-func readPlanCases(t *testing.T, path string) []planCase {
-	t.Helper()
-	f, err := os.Open(path)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer f.Close()
-	var cases []planCase
-	var cur *planCase
-	inWant := false
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		line := sc.Text()
-		switch {
-		case strings.HasPrefix(line, "# "):
-			cases = append(cases, planCase{name: strings.TrimPrefix(line, "# ")})
-			cur = &cases[len(cases)-1]
-			inWant = false
-		case cur == nil || line == "" && !inWant:
-		case inWant:
-			if line != "" {
-				cur.want += line + "\n"
-			}
-		case line == "----":
-			inWant = true
-		case strings.HasPrefix(line, "numel:"):
-			cur.numel = strings.TrimSpace(strings.TrimPrefix(line, "numel:"))
-		case strings.HasPrefix(line, "order:"):
-			cur.order = strings.TrimSpace(strings.TrimPrefix(line, "order:"))
-		case strings.HasPrefix(line, "caps:"):
-			cur.caps = strings.TrimSpace(strings.TrimPrefix(line, "caps:"))
-		default:
-			t.Fatalf("%s: unexpected line %q", path, line)
-		}
-	}
-	if err := sc.Err(); err != nil {
-		t.Fatal(err)
-	}
-	return cases
 }
 
 // check verifies the Plan invariants against the parameter sizes.

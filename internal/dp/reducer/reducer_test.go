@@ -2,16 +2,14 @@ package reducer
 
 import (
 	"errors"
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata transcripts")
+	"github.com/cockroachdb/datadriven"
+)
 
 // fakeIO logs every call the Reducer makes. Buckets are laid out by
 // splitting the order into runs of per parameters.
@@ -161,8 +159,9 @@ func run(r **Reducer, io *fakeIO, cmd string) error {
 	return nil
 }
 
-// TestTranscripts replays testdata/*.txt: lines "> cmd" are commands, the
-// lines after each are what the Reducer did. -update rewrites the files.
+// TestTranscripts replays the datadriven transcripts in testdata/*.txt:
+// each directive is a command, and its output what the Reducer did.
+// -rewrite rewrites the files (review the diff).
 func TestTranscripts(t *testing.T) {
 	files, _ := filepath.Glob(filepath.Join("testdata", "*.txt"))
 	if len(files) == 0 {
@@ -170,39 +169,20 @@ func TestTranscripts(t *testing.T) {
 	}
 	for _, path := range files {
 		t.Run(filepath.Base(path), func(t *testing.T) {
-			raw, err := os.ReadFile(path)
-			if err != nil {
-				t.Fatal(err)
-			}
-			var out strings.Builder
 			var r *Reducer
 			var log strings.Builder
 			io := &fakeIO{log: &log, fail: map[int]bool{}, takeFail: map[int]bool{}}
-			for _, line := range strings.Split(strings.TrimRight(string(raw), "\n"), "\n") {
-				if strings.HasPrefix(line, "#") || line == "" {
-					out.WriteString(line + "\n")
-					continue
-				}
-				cmd, ok := strings.CutPrefix(line, "> ")
-				if !ok {
-					continue // expected output: regenerated below
+			datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
+				f := []string{d.Cmd}
+				for _, a := range d.CmdArgs {
+					f = append(f, a.String())
 				}
 				log.Reset()
-				if err := run(&r, io, cmd); err != nil {
+				if err := run(&r, io, strings.Join(f, " ")); err != nil {
 					fmt.Fprintf(&log, "command error: %v\n", err)
 				}
-				out.WriteString(line + "\n" + log.String())
-			}
-			got := out.String()
-			if *update {
-				if err := os.WriteFile(path, []byte(got), 0o644); err != nil {
-					t.Fatal(err)
-				}
-				return
-			}
-			if got != string(raw) {
-				t.Errorf("transcript differs (run with -update and review the diff):\n%s", got)
-			}
+				return log.String()
+			})
 		})
 	}
 }

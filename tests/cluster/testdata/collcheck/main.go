@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	_ "github.com/cohortml/cohort/distributed/backend/all" // the native and MPI backends
 	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 

@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	_ "github.com/cohortml/cohort/distributed/backend/all" // the native and MPI backends
 )
 
 func main() {
