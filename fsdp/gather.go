@@ -17,7 +17,9 @@ package fsdp
 // slot. When the unit's backward has finished with its slot, that slot is
 // overwritten by the unit after next. The same idea as activation
 // recomputation, except that only the parameters are re-materialised, so
-// no forward compute is repeated.
+// no forward compute is repeated. Which unit each slot holds and which
+// gathers are in flight is the slot table's (slots.go, a state machine
+// with transcript tests); this file does the gathers and the buffers.
 
 import (
 	"context"
