@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"io"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -43,16 +44,22 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/distributed/...", []string{"github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/internal/affinity"}},
 	// The API: no backend, no transport (backends bring their own).
 	{"github.com/cohortml/cohort/distributed", []string{"github.com/cohortml/cohort/distributed/collective", "github.com/cohortml/cohort/distributed/flight", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store", "github.com/cohortml/cohort/tensor"}},
-	{"github.com/cohortml/cohort/ddp/reducer", nil},
-	{"github.com/cohortml/cohort/ddp", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/ddp/reducer"}},
-	{"github.com/cohortml/cohort/zero", []string{"github.com/cohortml/cohort/internal/wrapcore", "github.com/cohortml/cohort/ddp", "github.com/cohortml/cohort/ddp/reducer", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
-	{"github.com/cohortml/cohort/internal/wrapcore", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/ddp/reducer", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd"}},
 	{"github.com/cohortml/cohort/internal/proctest", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/backend/all", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/launch"}},
-	{"github.com/cohortml/cohort/fsdp", []string{"github.com/cohortml/cohort/internal/wrapcore", "github.com/cohortml/cohort/zero", "github.com/cohortml/cohort/ddp", "github.com/cohortml/cohort/ddp/reducer", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	// The data-parallel wing: ddp, zero and fsdp are siblings on a shared
+	// floor (internal/dp: the bucket reducer and plan, the wrapper core with
+	// the same-model check and the Join codec, the shard plan and sharded
+	// state); none imports another (TestDataParallelSiblings).
+	{"github.com/cohortml/cohort/internal/dp/reducer", nil},
+	{"github.com/cohortml/cohort/internal/dp/wrapcore", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/internal/dp/reducer", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd"}},
+	{"github.com/cohortml/cohort/internal/dp/shard", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/internal/dp/dptest", []string{"github.com/cohortml/cohort/internal/dp/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/distributed/...", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/ddp", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/internal/dp/reducer", "github.com/cohortml/cohort/internal/dp/wrapcore"}},
+	{"github.com/cohortml/cohort/zero", []string{"github.com/cohortml/cohort/internal/dp/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/fsdp", []string{"github.com/cohortml/cohort/internal/dp/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/tp", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/pipeline", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/checkpoint", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim"}},
-	{"github.com/cohortml/cohort/layout", []string{"github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/pipeline", "github.com/cohortml/cohort/tp", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
+	{"github.com/cohortml/cohort/layout", []string{"github.com/cohortml/cohort/internal/dp/...", "github.com/cohortml/cohort/distributed", "github.com/cohortml/cohort/pipeline", "github.com/cohortml/cohort/tp", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/obs/...", []string{"github.com/cohortml/cohort/obs/..."}},
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
@@ -190,6 +197,25 @@ func TestDeviceImports(t *testing.T) {
 			}
 			if !ok {
 				t.Errorf("%s must not import %s (device packages import only the standard library, purego and x/sys)", p.ImportPath, imp)
+			}
+		}
+	}
+}
+
+// TestDataParallelSiblings: no data-parallel wrapper (ddp, zero, fsdp, and
+// layout, whose data-parallel dimension is one more) depends on another,
+// even indirectly, and the shared floor under them (internal/dp) on none
+// of them.
+func TestDataParallelSiblings(t *testing.T) {
+	wrappers := []string{"github.com/cohortml/cohort/ddp", "github.com/cohortml/cohort/zero", "github.com/cohortml/cohort/fsdp", "github.com/cohortml/cohort/layout"}
+	for _, p := range listPackages(t) {
+		mine := slices.Contains(wrappers, p.ImportPath)
+		if !mine && !matches("github.com/cohortml/cohort/internal/dp/...", p.ImportPath) {
+			continue
+		}
+		for _, d := range p.Deps {
+			if slices.Contains(wrappers, d) && d != p.ImportPath {
+				t.Errorf("%s depends on data-parallel wrapper %s: wrappers share internal/dp instead", p.ImportPath, d)
 			}
 		}
 	}

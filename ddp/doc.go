@@ -47,7 +47,7 @@
 // Every parameter's slot in the flat buffer starts on a 64-byte boundary,
 // so kernels writing gradients into bucket views store whole cache lines.
 //
-// The bucket bookkeeping is the state machine of package ddp/reducer,
+// The bucket bookkeeping is the state machine of internal/dp/reducer,
 // shared with the sharded wrappers (zero, fsdp); Model supplies its I/O.
 // Autograd's per-parameter gradient-ready hooks mark parameters ready
 // during backward. When every parameter of a bucket is ready, and every

@@ -5,67 +5,8 @@ import (
 	"fmt"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 )
-
-// Join rounds. Inside Join every synchronised or unsynchronised forward
-// pass of a rank that still has data is one round: all ranks all-reduce a
-// vector with one slot per rank holding that rank's state, so each rank
-// learns which ranks are still training and whether they will reduce
-// gradients this round. Ranks that have joined contribute "joined" and
-// then issue exactly the collectives the training ranks issue in that
-// round (buffer broadcast, bucket reductions with zero gradients, the
-// one-time bucket rebuild). When a round shows every rank joined, the
-// model is broadcast from one of the last ranks to train, since the others
-// skipped the optimizer steps after they joined.
-
-// Per-rank states in a join round.
-const (
-	joinJoined  = 0
-	joinNoSync  = 1 // training, gradient sync off (NoSync)
-	joinSyncing = 2 // training, gradients reduced this round
-	joinFailed  = 3 // its training loop returned an error between steps
-)
-
-// joinRound is what a round's all-reduce tells every rank.
-type joinRound struct {
-	active    []int // ranks still training, ascending
-	syncing   bool  // the active ranks reduce gradients this round
-	authority int   // lowest active rank: the source of buffers; -1 if none
-}
-
-// decodeJoinRound interprets the summed state vector. Active ranks must
-// agree on whether this round synchronises gradients.
-func decodeJoinRound(states []int64) (joinRound, error) {
-	r := joinRound{authority: -1}
-	var noSync, syncing, failed []int
-	for rank, s := range states {
-		switch s {
-		case joinFailed:
-			failed = append(failed, rank)
-			continue
-		case joinJoined:
-			continue
-		case joinNoSync:
-			noSync = append(noSync, rank)
-		case joinSyncing:
-			syncing = append(syncing, rank)
-		default:
-			return joinRound{}, fmt.Errorf("ddp: Join: rank %d sent state %d (a rank outside Join, or another collective in its place?)", rank, s)
-		}
-		r.active = append(r.active, rank)
-	}
-	if len(failed) > 0 {
-		return joinRound{}, fmt.Errorf("ddp: Join: ranks %v stopped training with an error", failed)
-	}
-	if len(noSync) > 0 && len(syncing) > 0 {
-		return joinRound{}, fmt.Errorf("ddp: Join: ranks disagree on gradient sync this step: ranks %v synchronise, ranks %v are in NoSync", syncing, noSync)
-	}
-	r.syncing = len(syncing) > 0
-	if len(r.active) > 0 {
-		r.authority = r.active[0]
-	}
-	return r, nil
-}
 
 // joinState is the Join bookkeeping of one rank.
 type joinState struct {
@@ -74,20 +15,20 @@ type joinState struct {
 }
 
 // round runs one join round with this rank's state.
-func (m *Model) round(ctx context.Context, state int64) (joinRound, error) {
+func (m *Model) round(ctx context.Context, state int64) (wrapcore.JoinRound, error) {
 	v := make([]int64, m.world)
 	v[m.rank] = state
 	if err := m.pg.AllReduce(ctx, distributed.I64(v), distributed.Sum).Wait(); err != nil {
 		m.join.broken = true
-		return joinRound{}, fmt.Errorf("ddp: Join: round all-reduce: %w", err)
+		return wrapcore.JoinRound{}, fmt.Errorf("ddp: Join: round all-reduce: %w", err)
 	}
-	r, err := decodeJoinRound(v)
+	r, err := wrapcore.DecodeJoinRound("ddp", v)
 	if err != nil {
 		m.join.broken = true
-		return joinRound{}, err
+		return wrapcore.JoinRound{}, err
 	}
-	if len(r.active) > 0 {
-		m.join.lastActive = r.active
+	if len(r.Active) > 0 {
+		m.join.lastActive = r.Active
 	}
 	return r, nil
 }
@@ -121,7 +62,7 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	if err := body(); err != nil {
 		if !m.join.broken && !m.red.InFlight() {
 			// Best effort: the others learn of it in their next round.
-			_, _ = m.round(ctx, joinFailed)
+			_, _ = m.round(ctx, wrapcore.JoinFailed)
 		}
 		return err
 	}
@@ -130,14 +71,14 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	}
 	m.red.Disarm()
 	for {
-		r, err := m.round(ctx, joinJoined)
+		r, err := m.round(ctx, wrapcore.JoinJoined)
 		if err != nil {
 			return err
 		}
-		if len(r.active) == 0 {
+		if len(r.Active) == 0 {
 			break
 		}
-		if !r.syncing {
+		if !r.Syncing {
 			continue
 		}
 		if err := m.shadowStep(ctx, r); err != nil {
@@ -155,9 +96,9 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 
 // shadowStep issues the collectives of one synchronised step of the ranks
 // still training, contributing zeros.
-func (m *Model) shadowStep(ctx context.Context, r joinRound) error {
+func (m *Model) shadowStep(ctx context.Context, r wrapcore.JoinRound) error {
 	if !m.o.NoBroadcastBuffers {
-		if err := m.broadcastState(ctx, r.authority, false); err != nil {
+		if err := m.broadcastState(ctx, r.Authority, false); err != nil {
 			return err
 		}
 	}
@@ -167,28 +108,4 @@ func (m *Model) shadowStep(ctx context.Context, r joinRound) error {
 	defer func() { m.ctx = nil }()
 	m.red.StartAll()
 	return m.finishStep(ctx)
-}
-
-// Join states of one rank in a round, for other wrappers that run Join
-// rounds like Model.Join (package zero): a rank writes its state into its
-// slot of a vector the group sums, and DecodeJoinRound reads the sum.
-const (
-	JoinJoined  = joinJoined  // out of data: shadows the others' collectives
-	JoinNoSync  = joinNoSync  // training, gradient sync off this round
-	JoinSyncing = joinSyncing // training, gradients reduced this round
-	JoinFailed  = joinFailed  // its training loop returned an error
-)
-
-// JoinRound is what one round tells every rank.
-type JoinRound struct {
-	Active  []int // ranks still training, ascending
-	Syncing bool  // the active ranks reduce gradients this round
-}
-
-// DecodeJoinRound interprets a round's summed state vector (one slot per
-// rank). Active ranks must agree on whether the round synchronises; a
-// failed rank or a state out of range is an error naming the ranks.
-func DecodeJoinRound(states []int64) (JoinRound, error) {
-	r, err := decodeJoinRound(states)
-	return JoinRound{Active: r.active, Syncing: r.syncing}, err
 }

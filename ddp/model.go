@@ -8,8 +8,9 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/ddp/reducer"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/tensor"
 )
@@ -226,27 +227,27 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 	if m.red.InFlight() {
 		return nil, fmt.Errorf("ddp: Forward: the previous backward pass was not finished with Backward (some parameter received no gradient, so it could not complete on its own)")
 	}
-	r := joinRound{authority: 0, syncing: !m.noSync}
+	r := wrapcore.JoinRound{Authority: 0, Syncing: !m.noSync}
 	if m.join != nil {
-		state := int64(joinSyncing)
+		state := int64(wrapcore.JoinSyncing)
 		if m.noSync {
-			state = joinNoSync
+			state = wrapcore.JoinNoSync
 		}
 		var err error
 		if r, err = m.round(ctx, state); err != nil {
 			return nil, err
 		}
 	}
-	if n := int64(m.o.VerifyEvery); n > 0 && r.syncing && m.join == nil && m.step > 0 && m.step%n == 0 && m.verifiedAt != m.step {
+	if n := int64(m.o.VerifyEvery); n > 0 && r.Syncing && m.join == nil && m.step > 0 && m.step%n == 0 && m.verifiedAt != m.step {
 		m.verifiedAt = m.step
 		if err := m.VerifyReplicas(ctx); err != nil {
 			return nil, fmt.Errorf("ddp: Forward: divergence guard (Options.VerifyEvery %d) after step %d: %w", n, m.step, err)
 		}
 	}
 	t0 := time.Now()
-	if r.syncing && !m.o.NoBroadcastBuffers && len(m.buffers) > 0 {
-		if err := m.broadcastState(ctx, r.authority, false); err != nil {
-			return nil, fmt.Errorf("ddp: Forward: buffer broadcast from rank %d: %w", r.authority, err)
+	if r.Syncing && !m.o.NoBroadcastBuffers && len(m.buffers) > 0 {
+		if err := m.broadcastState(ctx, r.Authority, false); err != nil {
+			return nil, fmt.Errorf("ddp: Forward: buffer broadcast from rank %d: %w", r.Authority, err)
 		}
 	}
 	t1 := time.Now()
@@ -258,16 +259,16 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 }
 
 // beginStep arms the reducer for one backward pass.
-func (m *Model) beginStep(r joinRound, shadow bool) {
+func (m *Model) beginStep(r wrapcore.JoinRound, shadow bool) {
 	m.shadow = shadow
 	m.divisor = m.world
 	if m.join != nil && !m.o.JoinDivideByWorldSize {
-		m.divisor = len(r.active)
+		m.divisor = len(r.Active)
 	}
 	for _, bs := range m.buckets {
 		bs.red = nil
 	}
-	m.red.Arm(r.syncing, shadow)
+	m.red.Arm(r.Syncing, shadow)
 }
 
 // Backward runs autograd's backward pass from loss and, for a

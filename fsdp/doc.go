@@ -27,11 +27,11 @@
 //
 // Each unit's trainable parameters form one bucket of a zero.Plan, the
 // parameters in no unit a root bucket; every bucket is split into N equal
-// contiguous shards (zero.PlanShards). Call all-gathers the root (held
+// contiguous shards (the shard plan zero uses). Call all-gathers the root (held
 // from the forward pass to the end of backward: embeddings tied to an
 // output head live there) and prefetches unit 0; Units.Run(u, …) waits
 // for unit u's gather, starts unit u+1's, runs the unit and releases its
-// parameters. Backward uses ddp's bucket state machine (ddp/reducer) with
+// parameters. Backward uses ddp's bucket state machine (internal/dp/reducer) with
 // a reduce-scatter per unit, started as soon as the unit's gradients are
 // all ready, last unit first; the optimizer steps this rank's pieces of
 // the parameters (1-D variables named like their parameters, see zero).

@@ -7,22 +7,21 @@ import (
 	"slices"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/ddp"
-	"github.com/cohortml/cohort/ddp/reducer"
 	"github.com/cohortml/cohort/distributed"
-	"github.com/cohortml/cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/shard"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
-	"github.com/cohortml/cohort/zero"
 )
 
 // Options configures Wrap. Optimizer is required.
 type Options struct {
 	// Optimizer builds this rank's optimizer over its parameter pieces
-	// (see zero.OptimizerFunc); one built on the full parameters is an
+	// (see OptimizerFunc); one built on the full parameters is an
 	// error.
-	Optimizer zero.OptimizerFunc
+	Optimizer OptimizerFunc
 	// NoPrefetch turns off gathering the next unit while the current one
 	// runs its forward pass.
 	NoPrefetch bool
@@ -64,8 +63,8 @@ type Model struct {
 	params []nn.NamedParameter
 	shapes [][]int
 	units  [][]int // parameter indices of each unit; the last is the root
-	plan   zero.Plan
-	pieces []zero.Piece
+	plan   Plan
+	pieces []shard.Piece
 	shard  []nn.NamedParameter
 	opt    optim.Optimizer
 	red    *reducer.Reducer
@@ -91,24 +90,24 @@ type Model struct {
 	// Gathered parameters (gather.go). Invariants: the root's full values
 	// are in rootBuf from Call to the end of the backward pass; unit u's
 	// are in slots[u%len(slots)] (two slots, or one per unit under
-	// KeepAfterForward), a buffer as large as the largest unit it serves,
-	// which holds unit slotUnit[s] (−1: none) once slotWork[s] (a
-	// gather in flight, or nil) is done. The forward graph's closures see
-	// a unit's parameters only through its slot: backward re-gathers the
-	// unit into the same slot before its gradients are computed.
-	rootBuf  []float32
-	rootOK   bool // rootBuf holds (or is gathering) this step's root values
-	rootWork distributed.Work
-	slots    [][]float32
-	slotCap  []int
-	slotUnit []int
-	slotWork []distributed.Work
-	unitOf   []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
-	ready    []int  // per unit: trainable parameters whose gradient is final in this pass
-	nReady   int    // the sum of ready
-	inBack   bool   // the backward pass has reached a unit
-	entered  []bool // per unit: its backward began in this pass (reenter)
-	gen      int    // counts Calls; a unit's backward checks it runs on the latest graph
+	// KeepAfterForward), a buffer as large as the largest unit it serves;
+	// gt (slots.go) knows which unit each slot holds and which gathers
+	// (rootWork, slotWork[s]) are in flight. The forward graph's closures
+	// see a unit's parameters only through its slot: backward re-gathers
+	// the unit into the same slot before its gradients are computed.
+	gt        *slotTable
+	gatherCtx context.Context // the context of the table's gathers, during a call into it
+	rootBuf   []float32
+	rootWork  distributed.Work
+	slots     [][]float32
+	slotCap   []int
+	slotWork  []distributed.Work
+	unitOf    []int  // per parameter: its unit (the root is len(units)−1), −1 if not sharded
+	ready     []int  // per unit: trainable parameters whose gradient is final in this pass
+	nReady    int    // the sum of ready
+	inBack    bool   // the backward pass has reached a unit
+	entered   []bool // per unit: its backward began in this pass (reenter)
+	gen       int    // counts Calls; a unit's backward checks it runs on the latest graph
 
 	ctx         context.Context
 	heldPeak    int64 // most gathered parameter bytes held at once since the last Call
@@ -121,7 +120,7 @@ var _ nn.Module = (*Model)(nil)
 // a transformer block) whose parameters are gathered together just in
 // time for its forward pass; parameters in no unit form a root unit held
 // for the whole forward pass. Every rank must call Wrap with the same
-// model and units; it checks the models agree (ddp.CheckSameModel),
+// model and units; it checks the models agree (as ddp.Wrap does),
 // shards rank 0's parameters, and builds this rank's optimizer. After
 // Wrap the module's trainable parameters hold no values between steps:
 // use Call to run it and FullStateDict to read it.
@@ -134,7 +133,7 @@ func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg distribute
 	}
 	m := &Model{module: model, pg: pg, o: o, rank: pg.Rank(), world: pg.Size()}
 	m.params = model.NamedParameters()
-	if err := ddp.CheckSameModel(ctx, pg, m.params, model.NamedBuffers()); err != nil {
+	if err := wrapcore.CheckSameModel(ctx, "fsdp", pg, m.params, model.NamedBuffers()); err != nil {
 		return nil, fmt.Errorf("fsdp: %w", err)
 	}
 	index := map[*autograd.Var]int{}
@@ -183,7 +182,7 @@ func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg distribute
 		m.shapes[i] = np.Param.Value.Shape()
 	}
 	var err error
-	if m.plan, err = zero.PlanShards(numel, buckets, m.world); err != nil {
+	if m.plan, err = shard.PlanShards(numel, buckets, m.world); err != nil {
 		return nil, err
 	}
 	if err := m.shardParams(ctx); err != nil {
@@ -246,8 +245,8 @@ func (m *Model) shardParams(ctx context.Context) error {
 			}
 		}
 	}
-	m.shardParam = zero.AlignedFloats(p.ShardLen())
-	m.shardGrad = zero.AlignedFloats(p.ShardLen())
+	m.shardParam = wrapcore.AlignedFloats(p.ShardLen())
+	m.shardGrad = wrapcore.AlignedFloats(p.ShardLen())
 	m.gradUnset = make([]bool, len(p.Buckets))
 	for k := range m.gradUnset {
 		m.gradUnset[k] = true // (zero) no gradient yet
@@ -287,7 +286,7 @@ func (m *Model) shardParams(ctx context.Context) error {
 }
 
 // local returns where piece pc lives in this rank's shard buffers.
-func (m *Model) local(pc zero.Piece) int {
+func (m *Model) local(pc shard.Piece) int {
 	lo, _ := m.plan.Buckets[pc.Bucket].ShardRange(m.rank)
 	return m.plan.ShardOffset(pc.Bucket) + pc.Flat - lo
 }

@@ -17,16 +17,18 @@ package fsdp
 // slot. When the unit's backward has finished with its slot, that slot is
 // overwritten by the unit after next. The same idea as activation
 // recomputation, except that only the parameters are re-materialised, so
-// no forward compute is repeated.
+// no forward compute is repeated. Which unit each slot holds and which
+// gathers are in flight is the slot table's (slots.go, a state machine
+// with transcript tests); this file does the gathers and the buffers.
 
 import (
 	"context"
 	"fmt"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/tensor"
-	"github.com/cohortml/cohort/zero"
 )
 
 // initGather sizes the slots and indexes parameters by unit.
@@ -36,32 +38,70 @@ func (m *Model) initGather() {
 		ns = max(1, len(m.units)-1)
 	}
 	m.slots, m.slotCap, m.slotWork = make([][]float32, ns), make([]int, ns), make([]distributed.Work, ns)
-	m.slotUnit = make([]int, ns)
 	m.unitOf = make([]int, len(m.params))
 	for i := range m.unitOf {
 		m.unitOf[i] = -1
 	}
+	empty := make([]bool, len(m.units))
 	for u, ids := range m.units {
 		for _, i := range ids {
 			m.unitOf[i] = u
 		}
+		b := m.plan.Buckets[m.bucketOfUnit(u)]
+		empty[u] = b.End == b.Start
 		if u < len(m.units)-1 {
-			b := m.plan.Buckets[m.bucketOfUnit(u)]
-			m.slotCap[m.slotOf(u)] = max(m.slotCap[m.slotOf(u)], b.End-b.Start)
+			m.slotCap[u%ns] = max(m.slotCap[u%ns], b.End-b.Start)
 		}
 	}
-	m.clearSlots()
+	m.gt = newSlotTable((*gatherIO)(m), ns, empty)
 	m.ready = make([]int, len(m.units))
 	m.entered = make([]bool, len(m.units))
 }
 
-// slotOf returns the slot unit u is gathered into.
-func (m *Model) slotOf(u int) int { return u % len(m.slots) }
+// gatherIO is the slot table's I/O: the buffers and the all-gathers.
+type gatherIO Model
 
-// clearSlots marks every slot empty.
-func (m *Model) clearSlots() {
-	for s := range m.slotUnit {
-		m.slotUnit[s] = -1
+// Gather implements the table's I/O: it starts all-gathering unit u's
+// bucket into slot s (−1: the root's buffer), allocating it first use.
+func (io *gatherIO) Gather(u, s int) {
+	m := (*Model)(io)
+	k := m.bucketOfUnit(u)
+	n := m.plan.Buckets[k].End - m.plan.Buckets[k].Start
+	if s < 0 {
+		if m.rootBuf == nil {
+			m.rootBuf = wrapcore.AlignedFloats(n)
+		}
+		m.rootWork = m.gather(m.gatherCtx, k, m.rootBuf)
+		m.account()
+		return
+	}
+	if m.slots[s] == nil {
+		m.slots[s] = wrapcore.AlignedFloats(m.slotCap[s])
+		m.account()
+	}
+	m.slotWork[s] = m.gather(m.gatherCtx, k, m.slots[s][:n])
+}
+
+// Wait implements the table's I/O: it waits for the gather of unit u
+// into slot s.
+func (io *gatherIO) Wait(u, s int) error {
+	m := (*Model)(io)
+	w := &m.rootWork
+	if s >= 0 {
+		w = &m.slotWork[s]
+	}
+	if *w == nil {
+		return nil
+	}
+	err := (*w).Wait()
+	*w = nil
+	switch {
+	case err == nil:
+		return nil
+	case s < 0:
+		return fmt.Errorf("fsdp: all-gather of the root unit's parameters: %w", err)
+	default:
+		return fmt.Errorf("fsdp: all-gather of unit %d's parameters: %w", u, err)
 	}
 }
 
@@ -82,70 +122,23 @@ func (m *Model) gather(ctx context.Context, k int, buf []float32) distributed.Wo
 // startGather begins gathering unit u's parameters into its buffer, unless
 // the buffer holds them already (or they are on their way).
 func (m *Model) startGather(ctx context.Context, u int) error {
-	k := m.bucketOfUnit(u)
-	n := m.plan.Buckets[k].End - m.plan.Buckets[k].Start
-	if u == len(m.units)-1 {
-		if !m.rootOK && n > 0 {
-			if m.rootBuf == nil {
-				m.rootBuf = zero.AlignedFloats(n)
-			}
-			m.rootWork, m.rootOK = m.gather(ctx, k, m.rootBuf), true
-			m.account()
-		}
-		return nil
-	}
-	s := m.slotOf(u)
-	if n == 0 || m.slotUnit[s] == u {
-		return nil
-	}
-	if err := m.waitSlot(s); err != nil {
-		return err
-	}
-	if m.slots[s] == nil {
-		m.slots[s] = zero.AlignedFloats(m.slotCap[s])
-		m.account()
-	}
-	m.slotUnit[s] = u
-	m.slotWork[s] = m.gather(ctx, k, m.slots[s][:n])
-	return nil
-}
-
-// waitSlot waits for the gather in flight into slot s, if any.
-func (m *Model) waitSlot(s int) error {
-	w := m.slotWork[s]
-	if w == nil {
-		return nil
-	}
-	m.slotWork[s] = nil
-	if err := w.Wait(); err != nil {
-		u := m.slotUnit[s]
-		m.slotUnit[s] = -1
-		return fmt.Errorf("fsdp: all-gather of unit %d's parameters: %w", u, err)
-	}
-	return nil
+	m.gatherCtx = ctx
+	defer func() { m.gatherCtx = nil }()
+	return m.gt.Start(u)
 }
 
 // hold gathers unit u (waiting for a prefetch) and points its parameters'
 // Values at the gathered values.
 func (m *Model) hold(ctx context.Context, u int) error {
-	if err := m.startGather(ctx, u); err != nil {
+	m.gatherCtx = ctx
+	s, err := m.gt.Hold(u)
+	m.gatherCtx = nil
+	if err != nil {
 		return err
 	}
-	var buf []float32
-	if u == len(m.units)-1 {
-		if w := m.rootWork; w != nil {
-			m.rootWork = nil
-			if err := w.Wait(); err != nil {
-				m.rootOK = false
-				return fmt.Errorf("fsdp: all-gather of the root unit's parameters: %w", err)
-			}
-		}
-		buf = m.rootBuf
-	} else {
-		if err := m.waitSlot(m.slotOf(u)); err != nil {
-			return err
-		}
-		buf = m.slots[m.slotOf(u)]
+	buf := m.rootBuf
+	if s >= 0 {
+		buf = m.slots[s]
 	}
 	b := m.plan.Buckets[m.bucketOfUnit(u)]
 	for _, i := range m.units[u] {
@@ -177,14 +170,7 @@ func (m *Model) account() {
 // step, or with FreeBuffers left to the garbage collector, which frees
 // them once no autograd graph refers to them.
 func (m *Model) dropGathered() {
-	if w := m.rootWork; w != nil {
-		_ = w.Wait() // an unused prefetch; its error resurfaces in the group
-	}
-	for s := range m.slots {
-		_ = m.waitSlot(s)
-	}
-	m.rootWork, m.rootOK = nil, false
-	m.clearSlots()
+	m.gt.Drop()
 	if m.o.FreeBuffers {
 		m.rootBuf = nil
 		clear(m.slots)

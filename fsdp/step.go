@@ -7,13 +7,13 @@ import (
 	"slices"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/ddp/reducer"
 	"github.com/cohortml/cohort/distributed"
-	"github.com/cohortml/cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/shard"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
-	"github.com/cohortml/cohort/zero"
 )
 
 // NamedParameters implements nn.Module: the module's parameters (between
@@ -31,7 +31,7 @@ func (m *Model) Unwrap() nn.Module { return m.module }
 
 // Plan returns the shard plan (bucket k is unit len(units)−1−k; the last
 // bucket is the root).
-func (m *Model) Plan() zero.Plan { return m.plan }
+func (m *Model) Plan() Plan { return m.plan }
 
 // Shard returns this rank's parameter pieces, the variables its optimizer
 // steps.
@@ -234,7 +234,7 @@ func (io *reducerIO) Replan([]int) ([][]int, error) {
 // ZeroGrad clears the gradient shards and any NoSync sums. The shards are
 // not cleared at once: the next synchronised backward pass writes over
 // them (no pass over the memory), and ClipGradNorm and Step before that
-// find them zero. Until then the shard variables' Grads (Shard) hold no
+// find them shard. Until then the shard variables' Grads (Shard) hold no
 // gradient, as PyTorch's zero_grad(set_to_none=True) leaves none.
 func (m *Model) ZeroGrad() {
 	for k := range m.gradUnset {
@@ -250,10 +250,10 @@ func (m *Model) ZeroGrad() {
 func (m *Model) settleGrads() { m.plan.ClearShards(m.shardGrad, m.gradUnset) }
 
 // ClipGradNorm scales the gradient shards so that the whole gradient's
-// norm is at most maxNorm (zero.ClipShardNorm); every rank must call it.
+// norm is at most maxNorm (shard.ClipShardNorm); every rank must call it.
 func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
 	m.settleGrads()
-	return zero.ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType)
+	return shard.ClipShardNorm(ctx, "fsdp", m.pg, m.shard, maxNorm, normType)
 }
 
 // Step runs this rank's shard optimizer. With Options.PrefetchAcrossSteps
@@ -290,8 +290,8 @@ func (m *Model) Step(ctx context.Context) error {
 // steps), GradBytes the gradient shard plus NoSync sums (and unit
 // gradients armed now), BufferBytes the gathered-parameter and gradient
 // buffers kept for reuse.
-func (m *Model) Memory() zero.Memory {
-	mem := zero.Memory{ParamBytes: 4 * int64(len(m.shardParam)), GradBytes: 4 * int64(len(m.shardGrad)), BufferBytes: m.bufs.HeldBytes()}
+func (m *Model) Memory() Memory {
+	mem := Memory{ParamBytes: 4 * int64(len(m.shardParam)), GradBytes: 4 * int64(len(m.shardGrad)), BufferBytes: m.bufs.HeldBytes()}
 	gathered := func(buf []float32, holds bool) {
 		if holds {
 			mem.ParamBytes += 4 * int64(len(buf))
@@ -299,9 +299,9 @@ func (m *Model) Memory() zero.Memory {
 			mem.BufferBytes += 4 * int64(len(buf))
 		}
 	}
-	gathered(m.rootBuf, m.rootOK)
+	gathered(m.rootBuf, m.gt.root)
 	for s, buf := range m.slots {
-		gathered(buf, m.slotUnit[s] >= 0)
+		gathered(buf, m.gt.unit[s] >= 0)
 	}
 	for _, s := range m.scratch { // armed for a step now
 		mem.GradBytes += 4 * int64(len(s))
@@ -314,7 +314,7 @@ func (m *Model) Memory() zero.Memory {
 			mem.GradBytes += 4 * int64(s.Len())
 		}
 	}
-	mem.OptimizerBytes = zero.OptimizerBytes(m.opt)
+	mem.OptimizerBytes = shard.OptimizerBytes(m.opt)
 	return mem
 }
 
@@ -325,18 +325,18 @@ func (m *Model) Memory() zero.Memory {
 func (m *Model) PeakGatheredBytes() int64 { return m.heldPeak }
 
 // targets lists this rank's pieces (and replicated tensors) as load targets.
-func (m *Model) targets() []zero.ShardTarget {
-	var ts []zero.ShardTarget
+func (m *Model) targets() []shard.ShardTarget {
+	var ts []shard.ShardTarget
 	for j, pc := range m.pieces {
-		ts = append(ts, zero.ShardTarget{Name: m.params[pc.Param].Name, Shape: m.shapes[pc.Param], Lo: pc.Lo, Data: m.shard[j].Param.Value.Data()})
+		ts = append(ts, shard.ShardTarget{Name: m.params[pc.Param].Name, Shape: m.shapes[pc.Param], Lo: pc.Lo, Data: m.shard[j].Param.Value.Data()})
 	}
 	for i, np := range m.params {
 		if m.plan.Offset[i] < 0 {
-			ts = append(ts, zero.ShardTarget{Name: np.Name, Shape: m.shapes[i], Data: np.Param.Value.Data()})
+			ts = append(ts, shard.ShardTarget{Name: np.Name, Shape: m.shapes[i], Data: np.Param.Value.Data()})
 		}
 	}
 	for _, nb := range m.module.NamedBuffers() {
-		ts = append(ts, zero.ShardTarget{Name: nb.Name, Shape: nb.Buffer.Shape(), Data: nb.Buffer.Data()})
+		ts = append(ts, shard.ShardTarget{Name: nb.Name, Shape: nb.Buffer.Shape(), Data: nb.Buffer.Data()})
 	}
 	return ts
 }
@@ -344,10 +344,10 @@ func (m *Model) targets() []zero.ShardTarget {
 // ShardedStateDict returns this rank's part of the model state: its
 // parameter pieces (aliasing the live shard) and, replicated, frozen
 // parameters and buffers. No communication.
-func (m *Model) ShardedStateDict() []zero.ShardedTensor {
-	var out []zero.ShardedTensor
+func (m *Model) ShardedStateDict() []ShardedTensor {
+	var out []ShardedTensor
 	for _, t := range m.targets() {
-		out = append(out, zero.ShardedTensor{Name: t.Name, Shape: t.Shape, Offset: t.Lo, Data: t.Data, Replicated: m.plan.Offset[m.indexOf(t.Name)] < 0})
+		out = append(out, ShardedTensor{Name: t.Name, Shape: t.Shape, Offset: t.Lo, Data: t.Data, Replicated: m.plan.Offset[m.indexOf(t.Name)] < 0})
 	}
 	return out
 }
@@ -362,9 +362,9 @@ func (m *Model) indexOf(name string) int {
 }
 
 // LoadShardedStateDict loads entries saved at any world size (all saved
-// ranks' entries together, or zero.FullEntries of a full state dict) into
+// ranks' entries together, or FullEntries of a full state dict) into
 // this rank's shard. Errors name the key; nothing changes on an error.
-func (m *Model) LoadShardedStateDict(entries []zero.ShardedTensor) error {
+func (m *Model) LoadShardedStateDict(entries []ShardedTensor) error {
 	m.dropGathered() // a prefetch of the old values
 	ts := m.targets()
 	keys := map[string]bool{}
@@ -374,10 +374,10 @@ func (m *Model) LoadShardedStateDict(entries []zero.ShardedTensor) error {
 	for _, nb := range m.module.NamedBuffers() {
 		keys[nb.Name] = true
 	}
-	if err := zero.CheckKeys(keys, entries); err != nil {
+	if err := shard.CheckKeys(keys, entries); err != nil {
 		return fmt.Errorf("fsdp: %w", err)
 	}
-	if err := zero.LoadShards(ts, entries); err != nil {
+	if err := shard.LoadShards(ts, entries); err != nil {
 		return fmt.Errorf("fsdp: %w", err)
 	}
 	return nil
@@ -414,15 +414,15 @@ func (m *Model) FullStateDict(ctx context.Context) (map[string]*tensor.Tensor, e
 }
 
 // OptimizerShards returns this rank's optimizer state as sharded-state
-// entries that load at any world size (zero.OptimizerShards).
-func (m *Model) OptimizerShards() []zero.ShardedTensor {
-	return zero.OptimizerShards(m.opt, m.shard, m.pieces, m.shapes)
+// entries that load at any world size (shard.OptimizerShards).
+func (m *Model) OptimizerShards() []ShardedTensor {
+	return shard.OptimizerShards(m.opt, m.shard, m.pieces, m.shapes)
 }
 
 // LoadOptimizerShards loads optimizer state saved by OptimizerShards at
 // any world size (every saved rank's entries together).
-func (m *Model) LoadOptimizerShards(entries []zero.ShardedTensor) error {
-	if err := zero.LoadOptimizerShards(m.opt, m.shard, m.pieces, m.shapes, entries); err != nil {
+func (m *Model) LoadOptimizerShards(entries []ShardedTensor) error {
+	if err := shard.LoadOptimizerShards(m.opt, m.shard, m.pieces, m.shapes, entries); err != nil {
 		return fmt.Errorf("fsdp: %w", err)
 	}
 	return nil

@@ -32,8 +32,11 @@
 //     the sum of the tied token-embedding gradient between the first and
 //     the last stage (the same tp coordinate holds the same vocabulary
 //     rows on both).
-//   - dp: after the pipeline step, one all-reduce (average) of every
-//     gradient this rank holds, before clipping and the optimizer.
+//   - dp: an all-reduce (average) of every gradient this rank holds,
+//     before clipping and the optimizer: one bucket per stage, started by
+//     the data-parallel wrappers' bucket state machine as soon as the
+//     pipeline reports the stage's last backward pass (overlapping the
+//     pipeline), then one for the tied embedding after the step.
 //
 // # Clipping
 //

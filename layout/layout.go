@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"hash/fnv"
 	"math"
 	"slices"
@@ -167,20 +169,20 @@ type Trainer struct {
 	// stage's gradients are all-reduced over dp as soon as the stage's
 	// last backward pass of the step is done (pipeline
 	// Options.StageDone), the tied embedding's once Step has summed it.
-	dpGroups map[int][]int     // global stage → indices into shards
-	dpRest   []int             // shards reduced after the pipeline step
-	dpBufs   map[int][]float32 // all-reduce buffers by stage (−1: the rest)
-	dpWork   []dpWork          // launched this step
-	stepCtx  context.Context
-	dpEarly  int // all-reduces launched inside the pipeline step, so far
+	// The buckets are the stages' groups of shards, last stage first, then
+	// the rest; the data-parallel wing's bucket state machine
+	// (internal/dp/reducer) starts each one in that order as soon as its
+	// shards are final, as ddp's does per parameter.
+	dpGroups map[int][]int    // global stage → indices into shards
+	dpRest   []int            // shards reduced after the pipeline step
+	dpRed    *reducer.Reducer // nil without data parallelism
+	dpBufs   [][]float32      // all-reduce buffer of each bucket
+	dpOff    []int            // each shard's offset in its bucket's buffer
+	dpCtx    context.Context  // the step's, while its buckets are reduced
+	stepCtx  context.Context  // set inside the pipeline step
+	dpEarly  int              // all-reduces launched inside the pipeline step, so far
+	dpErr    error            // a stage's gradients refused by the reducer this step
 	err      error
-}
-
-// dpWork is one launched data-parallel all-reduce of a group of shards.
-type dpWork struct {
-	w   distributed.Work
-	key int
-	idx []int
 }
 
 // Build sets this rank's part of the layout up: it checks cfg, arranges
@@ -237,7 +239,7 @@ func Build(ctx context.Context, pg distributed.ProcessGroup, cfg Config, full *m
 		return nil, fmt.Errorf("layout: rank %d: %w", pg.Rank(), err)
 	}
 	t.shards = tp.StageShards(t.stages)
-	t.dpGroups, t.dpBufs = map[int][]int{}, map[int][]float32{}
+	t.dpGroups = map[int][]int{}
 	for j, s := range t.shards {
 		stage := -1
 		if !slices.Contains(tied, s.Param) {
@@ -252,6 +254,11 @@ func Build(ctx context.Context, pg distributed.ProcessGroup, cfg Config, full *m
 			t.dpRest = append(t.dpRest, j)
 		} else {
 			t.dpGroups[stage] = append(t.dpGroups[stage], j)
+		}
+	}
+	if cfg.DP > 1 {
+		if err := t.planDP(); err != nil {
+			return nil, fmt.Errorf("layout: rank %d: %w", pg.Rank(), err)
 		}
 	}
 	for _, s := range t.shards {
@@ -360,7 +367,11 @@ func (t *Trainer) Step(ctx context.Context, idx, targets []int64) (float64, erro
 			return 0, t.fail(fmt.Errorf("layout: rank %d: %w", t.mesh.Rank(), err))
 		}
 	}
-	t.stepCtx, t.dpWork = ctx, t.dpWork[:0]
+	if t.dpRed != nil {
+		t.dpCtx = ctx
+		t.dpRed.Arm(true, false)
+	}
+	t.stepCtx = ctx
 	loss, err := t.pl.Step(ctx)
 	t.stepCtx = nil
 	if err == nil {
@@ -377,55 +388,141 @@ func (t *Trainer) Step(ctx context.Context, idx, targets []int64) (float64, erro
 	return loss, nil
 }
 
-// stageDone launches the dp all-reduce of a stage's gradients, final
-// once the pipeline reports the stage's last backward pass of the step.
+// planDP lays the data-parallel buckets out: one per stage this rank
+// holds, last stage first (the order the pipeline's backward passes end
+// in), then the shards reduced after the pipeline step.
+func (t *Trainer) planDP() error {
+	stages := make([]int, 0, len(t.dpGroups))
+	for st := range t.dpGroups {
+		stages = append(stages, st)
+	}
+	slices.Sort(stages)
+	slices.Reverse(stages)
+	var buckets [][]int
+	for _, st := range stages {
+		buckets = append(buckets, t.dpGroups[st])
+	}
+	if len(t.dpRest) > 0 {
+		buckets = append(buckets, t.dpRest)
+	}
+	t.dpOff = make([]int, len(t.shards))
+	for _, b := range buckets {
+		n := 0
+		for _, j := range b {
+			t.dpOff[j] = n
+			n += t.shards[j].Param.Value.Len()
+		}
+		t.dpBufs = append(t.dpBufs, wrapcore.AlignedFloats(n))
+	}
+	var err error
+	t.dpRed, err = reducer.New(len(t.shards), buckets, (*dpIO)(t), true)
+	return err
+}
+
+// stageDone marks a stage's gradients final once the pipeline reports
+// the stage's last backward pass of the step; the reducer starts every
+// bucket now complete, in order.
 func (t *Trainer) stageDone(stage int) {
-	if t.stepCtx != nil && len(t.dpGroups[stage]) > 0 {
-		t.launchDP(t.stepCtx, stage, t.dpGroups[stage])
-		t.dpEarly++
+	if t.stepCtx == nil || t.dpRed == nil {
+		return
+	}
+	for _, j := range t.dpGroups[stage] {
+		if err := t.dpRed.Ready(j); err != nil && t.dpErr == nil {
+			t.dpErr = fmt.Errorf("layout: rank %d: stage %d: %w", t.mesh.Rank(), stage, err)
+		}
 	}
 }
 
-// launchDP packs the gradients of shards idx into the buffer of key and
-// starts their average over the dp group.
-func (t *Trainer) launchDP(ctx context.Context, key int, idx []int) {
-	if len(idx) == 0 {
-		return
+// dpIO is the reducer's I/O: a bucket's buffer, packed from its shards'
+// gradients, is averaged over the dp group and copied back.
+type dpIO Trainer
+
+// Take implements reducer.IO: it packs shard j's gradient into its bucket.
+func (io *dpIO) Take(j int, used bool) error {
+	t := (*Trainer)(io)
+	g := t.shards[j].Param.Grad
+	dst := t.dpBufs[t.dpRed.BucketOf(j)][t.dpOff[j]:]
+	dst = dst[:t.shards[j].Param.Value.Len()]
+	if used && g != nil {
+		copy(dst, g.Contiguous().Data())
+	} else {
+		clear(dst)
 	}
-	buf := t.dpBufs[key][:0]
-	for _, j := range idx {
-		buf = append(buf, t.shards[j].Param.Grad.Contiguous().Data()...)
+	return nil
+}
+
+// Start implements reducer.IO: the bucket's average over the dp group.
+func (io *dpIO) Start(k int) reducer.Handle {
+	t := (*Trainer)(io)
+	if t.stepCtx != nil {
+		t.dpEarly++
 	}
-	t.dpBufs[key] = buf
-	t.dpWork = append(t.dpWork, dpWork{t.mesh.Group("dp").AllReduce(ctx, distributed.F32(buf), distributed.Avg), key, idx})
+	return dpHandle{t: t, k: k, w: t.mesh.Group("dp").AllReduce(t.dpCtx, distributed.F32(t.dpBufs[k]), distributed.Avg)}
+}
+
+// Agree implements reducer.IO; the buckets are never rebuilt.
+func (io *dpIO) Agree(order []int) ([]int, error) { return order, nil }
+
+// Replan implements reducer.IO; the buckets are never rebuilt.
+func (io *dpIO) Replan([]int) ([][]int, error) {
+	return nil, errors.New("layout: data-parallel buckets cannot be rebuilt")
+}
+
+// dpHandle is one bucket's all-reduce in flight.
+type dpHandle struct {
+	t *Trainer
+	k int
+	w distributed.Work
+}
+
+func (h dpHandle) Done() <-chan struct{} { return distributed.Completion(h.w) }
+
+// Finish waits for the all-reduce (or the step's context) and copies the
+// averaged gradients back into the bucket's shards.
+func (h dpHandle) Finish() error {
+	t := h.t
+	if err := wait(t.dpCtx, h.w); err != nil {
+		return err
+	}
+	buf := t.dpBufs[h.k]
+	for _, j := range t.dpRed.Buckets()[h.k] {
+		s := t.shards[j]
+		g := s.Param.Grad
+		if !g.IsContiguous() {
+			g = tensor.New(g.Shape()...)
+			s.Param.Grad = g
+		}
+		copy(g.Data(), buf[t.dpOff[j]:t.dpOff[j]+g.Len()])
+	}
+	return nil
 }
 
 // syncGrads finishes the average of every gradient of this rank and of
-// the loss over the dp group: the stages' all-reduces were launched during
-// the pipeline step; the tied embedding's and the loss's start now.
+// the loss over the dp group: the stages' buckets were started during the
+// pipeline step; the tied embedding's and the loss's start now.
 func (t *Trainer) syncGrads(ctx context.Context, loss float64) (float64, error) {
-	t.launchDP(ctx, -1, t.dpRest)
+	defer func() { t.dpCtx, t.dpErr = nil, nil }()
+	if err := t.dpErr; err != nil {
+		t.dpRed.Disarm()
+		return 0, err
+	}
+	for _, j := range t.dpRest {
+		if err := t.dpRed.Ready(j); err != nil {
+			return 0, fmt.Errorf("layout: rank %d: %w", t.mesh.Rank(), err)
+		}
+	}
 	l := []float64{loss}
 	wl := t.mesh.Group("dp").AllReduce(ctx, distributed.F64(l), distributed.Avg)
-	for _, d := range append(t.dpWork, dpWork{w: wl}) {
-		if err := wait(ctx, d.w); err != nil {
-			return 0, fmt.Errorf("layout: rank %d: data-parallel gradient all-reduce: %w", t.mesh.Rank(), err)
-		}
+	_, takeErr, err := t.dpRed.Finish()
+	if err == nil {
+		err = takeErr
 	}
-	for _, d := range t.dpWork {
-		buf := t.dpBufs[d.key]
-		off := 0
-		for _, j := range d.idx {
-			s := t.shards[j]
-			g := s.Param.Grad
-			if !g.IsContiguous() {
-				g = tensor.New(g.Shape()...)
-				s.Param.Grad = g
-			}
-			off += copy(g.Data(), buf[off:off+g.Len()])
-		}
+	if err == nil {
+		err = wait(ctx, wl)
 	}
-	t.dpWork = t.dpWork[:0]
+	if err != nil {
+		return 0, fmt.Errorf("layout: rank %d: data-parallel gradient all-reduce: %w", t.mesh.Rank(), err)
+	}
 	return l[0], nil
 }
 

@@ -107,6 +107,13 @@
 // have kernels for it, so adding bf16 extends the check and the backend
 // interface rather than redesigning them.
 //
+// On the host, BFloat16 is today the dtype of a product, not of a tensor:
+// GemmAs, LinearAs and LinearBackwardAs take float32 tensors and run their
+// products on operands rounded to bfloat16 with float32 accumulation
+// (AVX512-BF16's VDPBF16PS where the CPU has it, else widened to the
+// float32 kernels), as PyTorch's CPU autocast does, with the error bound
+// autocast.go states; Float32 gives the float32 op bit for bit.
+//
 // # Randomness
 //
 // FillUniform and FillNormal draw from a *rand.Rand (math/rand/v2) passed

@@ -15,6 +15,11 @@ type GEMMInfo struct {
 	Kernels []string
 	// Threads is how many threads one product may use (COHORT_NUM_THREADS).
 	Threads int
+	// BF16Kernel is the path of bfloat16 products (GemmAs): "avx512bf16"
+	// (VDPBF16PS), or "widen/" and the float32 kernel they run on after
+	// widening their operands (a CPU without AVX512-BF16, or
+	// COHORT_GEMM_KERNEL naming another kernel).
+	BF16Kernel string
 }
 
 // GEMM returns the backend that matrix products use, setting it up from
@@ -26,6 +31,6 @@ func GEMM() (GEMMInfo, error) {
 	if err != nil {
 		return info, err
 	}
-	info.Backend, info.Kernel, info.Threads = g.Backend(), g.Kernel(), g.Threads()
+	info.Backend, info.Kernel, info.Threads, info.BF16Kernel = g.Backend(), g.Kernel(), g.Threads(), g.BF16Kernel()
 	return info, nil
 }

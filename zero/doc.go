@@ -23,7 +23,7 @@
 // # Layout
 //
 // The trainable parameters are grouped into buckets exactly as ddp groups
-// them (ddp.PlanBuckets, reverse registration order, ddp's caps) and laid
+// them (the shared bucket plan, reverse registration order, ddp's caps) and laid
 // out by the pure function PlanShards in one flat buffer in which every
 // bucket is padded to a multiple of 16·N elements and split into N equal
 // contiguous shards: rank r owns the r-th shard of every bucket, never a
@@ -36,7 +36,7 @@
 //
 // # Gradients
 //
-// The bucket state machine is ddp's (package ddp/reducer): gradient-ready
+// The bucket state machine is the one ddp runs (internal/dp/reducer): gradient-ready
 // hooks fill buckets during backward and start each bucket's reduction as
 // soon as it is full, in the same order on every rank. Stage1 all-reduces
 // each bucket (an average, DDP's traffic) in a flat gradient buffer the
@@ -94,7 +94,7 @@
 //
 // # Errors
 //
-// Wrap checks with ddp.CheckSameModel that every rank has the same model
+// Wrap checks, as ddp.Wrap does, that every rank has the same model
 // (naming the rank and the first differing parameter), and that the
 // optimizer steps exactly this rank's pieces: an optimizer built on the
 // full parameters is an error naming the first parameter it would update.

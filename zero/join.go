@@ -1,9 +1,9 @@
 package zero
 
-// Join rounds, as ddp.Model.Join runs them, plus one step further: a rank
-// that has run out of data still owns its shard of the optimizer state,
+// Join rounds, as ddp.Model.Join runs them (the round codec is the shared
+// wrapcore's), plus one step further: a rank that has run out of data still owns its shard of the optimizer state,
 // so it keeps stepping it. Every forward pass of a rank that trains is a
-// round (an all-reduce of one state per rank, ddp.DecodeJoinRound reads
+// round (an all-reduce of one state per rank, wrapcore.DecodeJoinRound reads
 // it). In a synchronised round a joined rank issues the reductions of the
 // step with zero gradients; then, since it cannot know whether the others
 // clip, each ClipGradNorm and Step of a training rank inside Join first
@@ -18,8 +18,9 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortml/cohort/internal/dp/shard"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 
-	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/optim"
 )
@@ -60,7 +61,7 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	defer func() { m.join = nil }()
 	if err := body(); err != nil {
 		if !m.join.broken && !m.red.InFlight() {
-			_, _ = m.round(ctx, ddp.JoinFailed) // best effort: the others learn of it
+			_, _ = m.round(ctx, wrapcore.JoinFailed) // best effort: the others learn of it
 		}
 		return err
 	}
@@ -69,7 +70,7 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	}
 	m.red.Disarm()
 	for {
-		r, err := m.round(ctx, ddp.JoinJoined)
+		r, err := m.round(ctx, wrapcore.JoinJoined)
 		if err != nil {
 			return err
 		}
@@ -85,17 +86,17 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 }
 
 // round runs one join round with this rank's state.
-func (m *Model) round(ctx context.Context, state int64) (ddp.JoinRound, error) {
+func (m *Model) round(ctx context.Context, state int64) (wrapcore.JoinRound, error) {
 	v := make([]int64, m.world)
 	v[m.rank] = state
 	if err := m.pg.AllReduce(ctx, distributed.I64(v), distributed.Sum).Wait(); err != nil {
 		m.join.broken = true
-		return ddp.JoinRound{}, fmt.Errorf("zero: Join: round all-reduce: %w", err)
+		return wrapcore.JoinRound{}, fmt.Errorf("zero: Join: round all-reduce: %w", err)
 	}
-	r, err := ddp.DecodeJoinRound(v)
+	r, err := wrapcore.DecodeJoinRound("zero", v)
 	if err != nil {
 		m.join.broken = true
-		return ddp.JoinRound{}, fmt.Errorf("zero: %w", err)
+		return wrapcore.JoinRound{}, fmt.Errorf("zero: %w", err)
 	}
 	if len(r.Active) > 0 {
 		m.join.active = len(r.Active)
@@ -170,7 +171,7 @@ func (m *Model) shadowStep(ctx context.Context) error {
 			return m.step(ctx)
 		}
 		m.settleGrads()
-		if _, err := ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType); err != nil && !errors.Is(err, optim.ErrNonFiniteNorm) {
+		if _, err := shard.ClipShardNorm(ctx, "zero", m.pg, m.shard, maxNorm, normType); err != nil && !errors.Is(err, optim.ErrNonFiniteNorm) {
 			return err
 		}
 	}

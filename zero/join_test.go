@@ -7,39 +7,14 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
 	"github.com/cohortml/cohort/nn"
-	"github.com/cohortml/cohort/optim"
 )
 
 // joinSteps is how many steps rank r trains in the uneven-input tests:
 // rank 0 the most, each further rank one fewer.
 func joinSteps(r int) int { return 4 - r }
-
-// trainDDPJoin trains with ddp inside Join on uneven data.
-func trainDDPJoin(ctx context.Context, w workload, pg distributed.ProcessGroup) ([][]float32, error) {
-	mod := w.model()
-	m, err := ddp.WrapModule(ctx, mod, pg, ddp.Options{GradientAsBucketView: true})
-	if err != nil {
-		return nil, err
-	}
-	defer m.Close()
-	opt, err := adamW(mod.NamedParameters())
-	if err != nil {
-		return nil, err
-	}
-	err = m.Join(ctx, unevenLoop(ctx, w, mod, pg, m.Call, m.Backward, func() error {
-		if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
-			return err
-		}
-		opt.Step()
-		opt.ZeroGrad()
-		return nil
-	}))
-	return snapshot(mod), err
-}
 
 // trainZeroJoin trains with zero inside Join on uneven data; clip selects
 // whether the steps clip (the joined ranks learn it from the announcement).
@@ -87,51 +62,6 @@ func unevenLoop(ctx context.Context, w workload, mod nn.Module, pg distributed.P
 			}
 		}
 		return nil
-	}
-}
-
-// TestJoinUnevenEqualsDDP: with uneven inputs (rank r trains 4−r steps)
-// zero1 and zero2 inside Join end with DDP-inside-Join's parameters on
-// every rank, within float32 rounding, with and without clipping.
-func TestJoinUnevenEqualsDDP(t *testing.T) {
-	w := workloads()[1] // the CNN: small, and with two kinds of layers
-	for _, world := range []int{2, 3} {
-		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-				ctx := context.Background()
-				want, err := trainDDPJoin(ctx, w, pg)
-				if err != nil {
-					t.Fatalf("rank %d ddp: %v", pg.Rank(), err)
-				}
-				for _, o := range []Options{{Stage: Stage1}, {Stage: Stage2}, {Stage: Stage2, FreeBuffers: true}} {
-					got, err := trainZeroJoin(ctx, w, pg, o, true)
-					if err != nil {
-						t.Fatalf("rank %d %v: %v", pg.Rank(), o.Stage, err)
-					}
-					if err := compare(got, want); err != nil {
-						t.Errorf("rank %d: %v (free buffers %v) in Join vs ddp in Join: %v", pg.Rank(), o.Stage, o.FreeBuffers, err)
-					}
-				}
-				// Without clipping: the joined ranks follow too.
-				a, err := trainZeroJoin(ctx, w, pg, Options{Stage: Stage2}, false)
-				if err != nil {
-					t.Fatalf("rank %d without clipping: %v", pg.Rank(), err)
-				}
-				all := make([]float32, 0)
-				for _, p := range a {
-					all = append(all, p...)
-				}
-				got := make([]float32, len(all)*world)
-				if err := pg.AllGather(ctx, distributed.F32(got), distributed.F32(all)).Wait(); err != nil {
-					t.Fatal(err)
-				}
-				for r := 1; r < world; r++ {
-					if err := compare([][]float32{got[r*len(all) : (r+1)*len(all)]}, [][]float32{got[:len(all)]}); err != nil {
-						t.Errorf("rank %d differs from rank 0 after Join without clipping: %v", r, err)
-					}
-				}
-			})
-		})
 	}
 }
 

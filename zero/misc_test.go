@@ -487,39 +487,6 @@ func TestUnusedParameters(t *testing.T) {
 	})
 }
 
-// TestFrozenParameters: a frozen layer (no gradient) stays whole on every
-// rank and unchanged, and the rest trains as under ddp, in both stages.
-func TestFrozenParameters(t *testing.T) {
-	w := workloads()[0] // the anchor MLP
-	freeze := func(mod nn.Module) nn.Module {
-		for _, p := range mod.NamedParameters()[:2] { // the first Linear
-			p.Param.SetRequiresGrad(false)
-		}
-		return mod
-	}
-	frozen := workload{name: "mlp-frozen", model: func() nn.Module { return freeze(w.model()) }, batch: w.batch}
-	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
-		ctx := context.Background()
-		want, err := trainDDP(ctx, frozen, pg, 3)
-		if err != nil {
-			t.Fatal(err)
-		}
-		init := snapshot(frozen.model())
-		for _, stage := range []Stage{Stage1, Stage2} {
-			got, _, err := trainZero(ctx, frozen, pg, Options{Stage: stage}, 3, false)
-			if err != nil {
-				t.Fatalf("%v: %v", stage, err)
-			}
-			if err := compare(got, want); err != nil {
-				t.Errorf("rank %d: %v: %v", pg.Rank(), stage, err)
-			}
-			if err := compare(got[:2], init[:2]); err != nil {
-				t.Errorf("rank %d: %v: the frozen layer changed: %v", pg.Rank(), stage, err)
-			}
-		}
-	})
-}
-
 // TestZeroGradThenClip: after ZeroGrad, and before any backward pass, the
 // gradient is zero to ClipGradNorm (under Stage2 the shards are only
 // marked unset by ZeroGrad and cleared when first read).

@@ -7,10 +7,9 @@ import (
 	"slices"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/ddp"
-	"github.com/cohortml/cohort/ddp/reducer"
 	"github.com/cohortml/cohort/distributed"
-	"github.com/cohortml/cohort/internal/wrapcore"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -72,7 +71,7 @@ func Vars(ps []nn.NamedParameter) []*autograd.Var {
 }
 
 // Wrap shards model's training state across pg. It checks that every rank
-// holds the same model (ddp.CheckSameModel: a mismatch names the rank and
+// holds the same model (wrapcore.CheckSameModel, as ddp's: a mismatch names the rank and
 // the first differing parameter), copies rank 0's parameters and buffers
 // to every rank, lays the trainable parameters out in buckets (reverse
 // registration order, ddp's caps) sharded equally across the ranks, and
@@ -88,7 +87,7 @@ func Wrap(ctx context.Context, model nn.Module, pg distributed.ProcessGroup, o O
 	m := &Model{module: model, pg: pg, o: o, rank: pg.Rank(), world: pg.Size()}
 	m.layer, _ = model.(nn.Layer)
 	m.params, m.buffers = model.NamedParameters(), model.NamedBuffers()
-	if err := ddp.CheckSameModel(ctx, pg, m.params, m.buffers); err != nil {
+	if err := wrapcore.CheckSameModel(ctx, "zero", pg, m.params, m.buffers); err != nil {
 		return nil, fmt.Errorf("zero: %w", err)
 	}
 	numel := make([]int, len(m.params))
@@ -100,7 +99,7 @@ func Wrap(ctx context.Context, model nn.Module, pg distributed.ProcessGroup, o O
 		}
 	}
 	slices.Reverse(order)
-	bp, err := ddp.PlanBuckets(numel, order, o.FirstBucketCapBytes, o.BucketCapBytes)
+	bp, err := reducer.PlanBuckets(numel, order, o.FirstBucketCapBytes, o.BucketCapBytes)
 	if err != nil {
 		return nil, fmt.Errorf("zero: %w", err)
 	}
@@ -135,7 +134,7 @@ func Wrap(ctx context.Context, model nn.Module, pg distributed.ProcessGroup, o O
 // variables.
 func (m *Model) layout() error {
 	p := m.plan
-	m.flatParam = AlignedFloats(p.Len())
+	m.flatParam = wrapcore.AlignedFloats(p.Len())
 	for i, np := range m.params {
 		off := p.Offset[i]
 		if off < 0 {
@@ -150,7 +149,7 @@ func (m *Model) layout() error {
 		m.bufs.Limit = p.Len()
 	}
 	if m.o.Stage == Stage1 {
-		m.flatGrad = AlignedFloats(p.Len())
+		m.flatGrad = wrapcore.AlignedFloats(p.Len())
 		m.views = make([]*tensor.Tensor, len(m.params))
 		for i, np := range m.params {
 			off := p.Offset[i]
@@ -164,7 +163,7 @@ func (m *Model) layout() error {
 			np.Param.Grad, m.views[i] = v, v
 		}
 	} else {
-		m.shardGrad = AlignedFloats(p.ShardLen())
+		m.shardGrad = wrapcore.AlignedFloats(p.ShardLen())
 		m.gradUnset = make([]bool, len(p.Buckets))
 		for k := range m.gradUnset {
 			m.gradUnset[k] = true // (zero) no gradient yet
@@ -306,9 +305,9 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 		return nil, errors.New("zero: Forward: the previous backward pass was not finished with Backward (some parameter received no gradient, so it could not complete on its own)")
 	}
 	if m.join != nil {
-		state := int64(ddp.JoinSyncing)
+		state := int64(wrapcore.JoinSyncing)
 		if m.core.Syncless {
-			state = ddp.JoinNoSync
+			state = wrapcore.JoinNoSync
 		}
 		if _, err := m.round(ctx, state); err != nil {
 			return nil, err

@@ -3,10 +3,8 @@ package zero
 import (
 	"errors"
 	"fmt"
-
-	"github.com/cohortml/cohort/ddp"
-	"github.com/cohortml/cohort/nn"
-	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/shard"
 )
 
 // Stage selects what is sharded.
@@ -42,7 +40,7 @@ func (s Stage) String() string {
 //	}
 //
 // An optimizer built over the full parameters instead is an error.
-type OptimizerFunc func(shard []nn.NamedParameter) (optim.Optimizer, error)
+type OptimizerFunc = shard.OptimizerFunc
 
 // Options configures Wrap. Optimizer is required; the zero value of
 // every other field works.
@@ -87,10 +85,10 @@ func (o *Options) validate() error {
 		return fmt.Errorf("zero: Wrap: bucket caps must not be negative (first %d bytes, others %d bytes)", o.FirstBucketCapBytes, o.BucketCapBytes)
 	}
 	if o.FirstBucketCapBytes == 0 {
-		o.FirstBucketCapBytes = ddp.DefaultFirstBucketCapBytes
+		o.FirstBucketCapBytes = reducer.DefaultFirstBucketCapBytes
 	}
 	if o.BucketCapBytes == 0 {
-		o.BucketCapBytes = ddp.DefaultBucketCapBytes
+		o.BucketCapBytes = reducer.DefaultBucketCapBytes
 	}
 	return nil
 }

@@ -2,19 +2,15 @@ package zero
 
 import (
 	"context"
-	"errors"
 	"fmt"
-	"math"
+	"github.com/cohortml/cohort/internal/dp/shard"
 	"os"
 	"strconv"
 	"strings"
 
-	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/ddp/reducer"
 	"github.com/cohortml/cohort/distributed"
-	"github.com/cohortml/cohort/internal/wrapcore"
-	"github.com/cohortml/cohort/nn"
-	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"github.com/cohortml/cohort/tensor"
 )
 
@@ -139,76 +135,14 @@ func (m *Model) settleGrads() { m.plan.ClearShards(m.shardGrad, m.gradUnset) }
 func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error) {
 	m.settleGrads()
 	if m.join != nil {
-		if err := checkClip(maxNorm, normType); err != nil {
+		if err := shard.CheckClip("zero", maxNorm, normType); err != nil {
 			return 0, err
 		}
 		if _, _, _, err := m.phase(ctx, phaseClip, maxNorm, normType); err != nil {
 			return 0, err
 		}
 	}
-	return ClipShardNorm(ctx, m.pg, m.shard, maxNorm, normType)
-}
-
-func checkClip(maxNorm, normType float64) error {
-	if !(maxNorm >= 0) || (normType != 2 && !math.IsInf(normType, 1)) {
-		return fmt.Errorf("zero: ClipGradNorm: maxNorm %v, normType %v (want maxNorm >= 0 and normType 2 or +Inf)", maxNorm, normType)
-	}
-	return nil
-}
-
-// ClipShardNorm is ClipGradNorm over the shard variables of any sharded
-// wrapper (their Grads hold this rank's averaged gradient pieces; the
-// pieces of all ranks together cover the gradient once).
-func ClipShardNorm(ctx context.Context, pg distributed.ProcessGroup, shard []nn.NamedParameter, maxNorm, normType float64) (float64, error) {
-	if err := checkClip(maxNorm, normType); err != nil {
-		return 0, err
-	}
-	inf := math.IsInf(normType, 1)
-	vars := make([]*autograd.Var, len(shard))
-	for j, s := range shard {
-		vars[j] = s.Param
-	}
-	// optim's norm kernel over this rank's pieces (no scaling with an
-	// infinite maxNorm); a non-finite local norm still takes part in the
-	// exchange, so that no rank is left waiting.
-	local, err := optim.ClipGradNorm(vars, math.Inf(1), normType)
-	if err != nil && !errors.Is(err, optim.ErrNonFiniteNorm) {
-		local = math.NaN()
-	}
-	if !inf {
-		local *= local // back to the sum of squares
-	}
-	all := []float64{local}
-	if world := pg.Size(); world > 1 {
-		all = make([]float64, world)
-		if err := pg.AllGather(ctx, distributed.F64(all), distributed.F64([]float64{local})).Wait(); err != nil {
-			return 0, fmt.Errorf("zero: ClipGradNorm: exchanging partial norms: %w", err)
-		}
-	}
-	var total float64
-	for _, v := range all { // rank order: the same sum on every rank
-		if inf {
-			total = max(total, v)
-		} else {
-			total += v
-		}
-	}
-	if !inf {
-		total = math.Sqrt(total)
-	}
-	if math.IsNaN(total) || math.IsInf(total, 0) {
-		return total, fmt.Errorf("zero: ClipGradNorm: total norm is %v; gradients left unchanged: %w", total, optim.ErrNonFiniteNorm)
-	}
-	if coef := maxNorm / (total + 1e-6); coef < 1 {
-		c := float32(coef)
-		for _, s := range shard {
-			d := s.Param.Grad.Data()
-			for i := range d {
-				d[i] *= c
-			}
-		}
-	}
-	return total, nil
+	return shard.ClipShardNorm(ctx, "zero", m.pg, m.shard, maxNorm, normType)
 }
 
 // Step runs the shard optimizer's step, then all-gathers the updated
@@ -304,18 +238,6 @@ func (m *Model) wait(works []distributed.Work) error {
 	return first
 }
 
-// Memory is what one rank keeps resident for training, in bytes.
-type Memory struct {
-	ParamBytes     int64 // parameter values (the flat buffer, padding included)
-	GradBytes      int64 // gradients kept between steps
-	OptimizerBytes int64 // optimizer state tensors
-	// BufferBytes is workspace kept for reuse by the next step (full
-	// gradient buckets, gathered-parameter slots), as a caching allocator
-	// keeps freed blocks: it holds no state between steps, is bounded by
-	// what a step needs at its peak anyway, and is zero with FreeBuffers.
-	BufferBytes int64
-}
-
 // Memory reports this rank's resident training state.
 func (m *Model) Memory() Memory {
 	var mem Memory
@@ -333,17 +255,8 @@ func (m *Model) Memory() Memory {
 		mem.GradBytes += 4 * int64(len(s))
 	}
 	mem.BufferBytes = m.bufs.HeldBytes()
-	mem.OptimizerBytes = OptimizerBytes(m.opt)
+	mem.OptimizerBytes = shard.OptimizerBytes(m.opt)
 	return mem
-}
-
-// OptimizerBytes returns the bytes of an optimizer's state tensors.
-func OptimizerBytes(opt optim.Optimizer) int64 {
-	var n int64
-	for _, t := range opt.StateDict().Tensors {
-		n += 4 * int64(t.Len())
-	}
-	return n
 }
 
 // PeakRSSBytes returns this process's peak resident set size (VmHWM on

@@ -90,7 +90,7 @@ import (
 
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
-	_ "github.com/cohortml/cohort/distributed/backend/all" // the native and MPI backends
+	_ "github.com/cohortml/cohort/distributed/backend/all" // the native, MPI and NCCL backends
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/obs"

@@ -17,6 +17,7 @@ import (
 	"github.com/cohortml/cohort/data"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
+	_ "github.com/cohortml/cohort/distributed/backend/all" // the native, MPI and NCCL backends
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"

@@ -62,12 +62,12 @@ func List() []Extra {
 		},
 		{
 			Name: "MPI library", Use: "the MPI backend (COHORT_BACKEND=mpi under mpirun or srun)", Install: "apt-get install libopenmpi3",
-			Tests: []string{"distributed/internal/mpi.TestLoad", "distributed.TestMPIConformance", "distributed.TestMPIPeerDeath"},
+			Tests: []string{"distributed/internal/mpi.TestLoad", "distributed/backend/mpi.TestMPIConformance", "distributed/backend/mpi.TestMPIPeerDeath"},
 			find:  library("COHORT_MPI_LIBRARY", "libmpi.so.40", "libmpi.so.12", "libmpi.so"),
 		},
 		{
 			Name: "mpirun", Use: "starting ranks the MPI way", Install: "apt-get install openmpi-bin",
-			Tests: []string{"distributed.TestMPIConformance", "distributed.TestMPIPeerDeath", "cmd/cohort/internal/collbench.TestSpawnMPI", "tests/cluster.TestMpirun"},
+			Tests: []string{"distributed/backend/mpi.TestMPIConformance", "distributed/backend/mpi.TestMPIPeerDeath", "cmd/cohort/internal/collbench.TestSpawnMPI", "tests/cluster.TestMpirun"},
 			find:  program("mpirun"),
 		},
 		{

@@ -44,6 +44,19 @@
 //     has started, so a parallel call is never much slower than one
 //     thread, and a small call that finds no helper polling runs on one
 //     thread. A call returns only when every part has finished.
+//   - bfloat16 products with float32 accumulation and a float32 result
+//     ([GemmBF16], gemm_bf16.go, which derives their error bound): on CPUs
+//     with AVX512-BF16 a 14×32 VDPBF16PS micro-kernel on slivers packed
+//     by pairs of k (one 32-bit word per pair, as the instruction reads
+//     them; packed by packT16 or packPairs), blocked and split over
+//     threads as the float32 path is; elsewhere A and B are widened to
+//     float32 (exactly) and run on the float32 kernels. The conversions
+//     ([ToBF16], [FromBF16]) round to nearest even, NaNs kept quiet, with
+//     VCVTNE2PS2BF16 (a 32-value group holding a subnormal, which it
+//     would flush, redone by integer rounding), AVX-512 or AVX2 integer
+//     rounding, or Go, bit for bit the same ([BF16]). Go's assembler
+//     lacks the AVX512-BF16 mnemonics: asmgen encodes them (tested
+//     against the Intel SDM's encodings). AMX is not used yet.
 //   - OpenBLAS, loaded at run time from libopenblas.so.0 without cgo
 //     (package tensor/internal/blas), when present and asked for.
 //
@@ -55,7 +68,7 @@
 //
 //	COHORT_NUM_THREADS   goroutines (and OpenBLAS threads) per call; default: the CPUs available
 //	COHORT_BLAS          auto | go | openblas   (auto: see [Options.BLAS])
-//	COHORT_GEMM_KERNEL   auto | avx512 | avx2 | go   (cohort's kernel; auto = the best the CPU has)
+//	COHORT_GEMM_KERNEL   auto | avx512bf16 | avx512 | avx2 | go   (cohort's kernel; auto = the best the CPU has)
 //	COHORT_OPENBLAS_LIB  file name or path of the OpenBLAS library; default libopenblas.so.0
 //
 // An invalid setting makes [Default] return an error and [Sgemm] panic

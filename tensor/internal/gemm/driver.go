@@ -2,12 +2,16 @@ package gemm
 
 // packBuf holds one goroutine's packing buffers, reused across calls, and
 // the scratch C of runSwapped.
-type packBuf struct{ a, b, t []float32 }
+type packBuf struct {
+	a, b, t []float32
+	ha, hb  []uint32  // bfloat16 slivers, a pair of k a word (gemm_bf16.go)
+	wa, wb  []float32 // bfloat16 operands widened (gemm_bf16.go)
+}
 
 // grow returns s with length at least n, reallocating when needed.
-func grow(s []float32, n int) []float32 {
+func grow[T float32 | uint32](s []T, n int) []T {
 	if cap(s) < n {
-		return make([]float32, n)
+		return make([]T, n)
 	}
 	return s[:n]
 }

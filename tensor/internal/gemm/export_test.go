@@ -31,3 +31,6 @@ func NoDirect(g *Impl) {
 		}
 	}
 }
+
+// HasAVX512BF16 reports whether the CPU runs the avx512bf16 kernel.
+func HasAVX512BF16() bool { return hasAVX512BF16() }

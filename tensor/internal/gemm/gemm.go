@@ -110,7 +110,7 @@ func Naive(transA, transB bool, m, n, k int, alpha float32, a []float32, lda int
 
 // checkArgs panics when the arguments do not describe matrices inside the
 // given slices. The assembly kernels rely on it: they do not bounds-check.
-func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float32, ldb int, c []float32, ldc int) {
+func checkArgs[T float32 | uint16](transA, transB bool, m, n, k int, a []T, lda int, b []T, ldb int, c []float32, ldc int) {
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
@@ -127,7 +127,7 @@ func checkArgs(transA, transB bool, m, n, k int, a []float32, lda int, b []float
 	checkMatrix("C", false, c, m, n, ldc, m, n, k)
 }
 
-func checkMatrix(name string, trans bool, s []float32, rows, cols, ld, m, n, k int) {
+func checkMatrix[T float32 | uint16](name string, trans bool, s []T, rows, cols, ld, m, n, k int) {
 	if ld < cols || ld < 0 {
 		panic(fmt.Sprintf("gemm: ld%s=%d shorter than a row of %s (%d×%d stored, trans=%v; m=%d n=%d k=%d)",
 			lowerName(name), ld, name, rows, cols, trans, m, n, k))

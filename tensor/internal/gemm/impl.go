@@ -12,6 +12,8 @@ import (
 // disjoint parts of C may overlap.
 type Impl struct {
 	arch    *arch      // cohort's kernel family; nil when lib is set
+	bf16    *bf16Arch  // the bfloat16 kernel family; nil: GemmBF16 widens to float32
+	cvt     int        // bfloat16 conversion path (cvtGo, ...)
 	wide    *arch      // optional second family for short, wide products
 	dot     dotKernel  // optional dot-product kernel for A·Bᵀ with long k
 	rowA    rowAKernel // optional 6×64 kernel reading A in place, for A·Bᵀ with few rows
@@ -44,12 +46,18 @@ func New(o Options) (*Impl, error) {
 	switch kernel {
 	case "", KernelAuto:
 		switch {
+		case hasAVX512BF16():
+			kernel = KernelAVX512BF16
 		case hasAVX512():
 			kernel = KernelAVX512
 		case hasAVX2():
 			kernel = KernelAVX2
 		default:
 			kernel = KernelGo
+		}
+	case KernelAVX512BF16:
+		if !hasAVX512BF16() {
+			return nil, fmt.Errorf("gemm: kernel %s requested but the CPU lacks AVX512-BF16", kernel)
 		}
 	case KernelAVX512:
 		if !hasAVX512() {
@@ -87,14 +95,20 @@ func New(o Options) (*Impl, error) {
 		return g, nil
 	}
 	switch kernel {
-	case KernelAVX512:
+	case KernelAVX512BF16, KernelAVX512:
 		g.arch = avx512Arch()
+		g.cvt = cvtAVX512
+		if kernel == KernelAVX512BF16 {
+			g.bf16 = bf16AVX512Arch()
+			g.cvt = cvtAVX512BF16
+		}
 		g.wide = avx512WideArch()
 		g.dot = dotAVX512x4x6
 		g.rowA = kernelAVX512x6x64r
 		g.narrowLower = true
 	case KernelAVX2:
 		g.arch = avx2Arch()
+		g.cvt = cvtAVX2
 	default:
 		g.arch = goArch()
 	}

@@ -27,7 +27,11 @@ const (
 	KernelAuto   = "auto"
 	KernelAVX512 = "avx512"
 	KernelAVX2   = "avx2"
-	KernelGo     = "go"
+	// KernelAVX512BF16 is the AVX-512 family with the AVX512-BF16
+	// (VDPBF16PS) kernel for bfloat16 products; the others widen bfloat16
+	// to float32 for theirs.
+	KernelAVX512BF16 = "avx512bf16"
+	KernelGo         = "go"
 )
 
 // DefaultOpenBLASLib is the library [New] loads when Options.OpenBLASLib is
@@ -53,9 +57,11 @@ type Options struct {
 	// chosen.
 	BLAS string
 
-	// Kernel selects cohort's micro-kernel: "avx512", "avx2", "go", or
-	// "auto" (or "") for the best the CPU supports. Asking for a kernel
-	// the CPU lacks is an error.
+	// Kernel selects cohort's micro-kernel: "avx512bf16", "avx512",
+	// "avx2", "go", or "auto" (or "") for the best the CPU supports.
+	// "avx512bf16" is "avx512" for float32 products and the VDPBF16PS
+	// kernel for bfloat16 ones (GemmBF16), which every other kernel runs by
+	// widening to float32. Asking for a kernel the CPU lacks is an error.
 	Kernel string
 
 	// OpenBLASLib is the file name or path handed to dlopen; "" means
@@ -98,9 +104,9 @@ func (o Options) validate() error {
 		return fmt.Errorf("gemm: %s=%q: want %s, %s or %s", EnvBLAS, o.BLAS, BLASAuto, BLASGo, BLASOpenBLAS)
 	}
 	switch o.Kernel {
-	case "", KernelAuto, KernelAVX512, KernelAVX2, KernelGo:
+	case "", KernelAuto, KernelAVX512BF16, KernelAVX512, KernelAVX2, KernelGo:
 	default:
-		return fmt.Errorf("gemm: %s=%q: want %s, %s, %s or %s", EnvKernel, o.Kernel, KernelAuto, KernelAVX512, KernelAVX2, KernelGo)
+		return fmt.Errorf("gemm: %s=%q: want %s, %s, %s, %s or %s", EnvKernel, o.Kernel, KernelAuto, KernelAVX512BF16, KernelAVX512, KernelAVX2, KernelGo)
 	}
 	return nil
 }

@@ -24,6 +24,7 @@ func main() {
 	files := map[string]func(*emitter){
 		"kernel_avx512_amd64.s": genAVX512,
 		"kernel_avx2_amd64.s":   genAVX2,
+		"kernel_bf16_amd64.s":   genBF16,
 	}
 	for name, gen := range files {
 		e := &emitter{}

@@ -1,4 +1,4 @@
-package ddp
+package wrapcore
 
 import (
 	"encoding/binary"

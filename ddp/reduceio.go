@@ -11,10 +11,10 @@ import (
 	"slices"
 	"strings"
 	"time"
-	"unsafe"
 
-	"github.com/cohortml/cohort/ddp/reducer"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"github.com/cohortml/cohort/tensor"
 )
 
@@ -26,11 +26,11 @@ func (m *Model) setPlan(order []int) ([][]int, error) {
 	for i, np := range m.params {
 		numel[i] = np.Param.Value.Len()
 	}
-	plan, err := PlanBuckets(numel, order, m.o.FirstBucketCapBytes, m.o.BucketCapBytes)
+	plan, err := reducer.PlanBuckets(numel, order, m.o.FirstBucketCapBytes, m.o.BucketCapBytes)
 	if err != nil {
 		return nil, err
 	}
-	flat := alignedFloats(plan.Len())
+	flat := wrapcore.AlignedFloats(plan.Len())
 	buckets := make([]*bucketState, len(plan.Buckets))
 	views := make([]*tensor.Tensor, len(m.params))
 	members := make([][]int, len(plan.Buckets))
@@ -61,18 +61,6 @@ func (m *Model) setPlan(order []int) ([][]int, error) {
 		m.spanEnds = make([]func(), len(buckets))
 	}
 	return members, nil
-}
-
-// alignedFloats returns n zeroed float32s starting on a 64-byte boundary,
-// so that the plan's 16-element slot alignment is cache-line alignment in
-// memory (Go's heap does not move objects).
-func alignedFloats(n int) []float32 {
-	buf := make([]float32, n+gradAlign)
-	skip := 0
-	if r := uintptr(unsafe.Pointer(unsafe.SliceData(buf))) % 64; r != 0 {
-		skip = int(64-r) / gradElemBytes
-	}
-	return buf[skip : skip+n : skip+n]
 }
 
 // copyInto copies t's elements (any layout) into dst.

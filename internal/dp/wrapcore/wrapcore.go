@@ -1,7 +1,9 @@
-// Package wrapcore is the part of the sharded data-parallel wrappers
-// (packages zero and fsdp) that does not depend on what is sharded: the
-// gradient hooks and their lifetime, the error a hook leaves for the next
-// call, NoSync, and finishing a step's reductions through the reducer.
+// Package wrapcore is the part of the data-parallel wrappers (ddp, zero,
+// fsdp) that does not depend on what is sharded: the gradient hooks and
+// their lifetime, the error a hook leaves for the next call, NoSync,
+// finishing a step's reductions through the reducer, the wrap-time check
+// that every rank holds the same model (CheckSameModel) and the Join round
+// codec (DecodeJoinRound).
 package wrapcore
 
 import (
@@ -10,8 +12,8 @@ import (
 	"strings"
 
 	"github.com/cohortml/cohort/autograd"
-	"github.com/cohortml/cohort/ddp/reducer"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/reducer"
 	"github.com/cohortml/cohort/nn"
 )
 

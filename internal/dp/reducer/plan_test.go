@@ -1,4 +1,4 @@
-package ddp
+package reducer
 
 import (
 	"fmt"
@@ -10,13 +10,13 @@ import (
 	"github.com/cockroachdb/datadriven"
 )
 
-// TestPlanBucketsGolden replays testdata/plan.txt, a datadriven
+// TestPlanBucketsGolden replays testdata/plan/plan.txt, a datadriven
 // transcript: each "plan" directive gives the parameter sizes, the ready
 // order and the caps as input lines (numel:, order: "reverse" or indices,
 // caps: first and later bucket), and the expected plan follows "----". Run
 // with -rewrite to rewrite the expectations (review the diff).
 func TestPlanBucketsGolden(t *testing.T) {
-	path := filepath.Join("testdata", "plan.txt")
+	path := filepath.Join("testdata", "plan", "plan.txt")
 	n := 0
 	datadriven.RunTest(t, path, func(t *testing.T, d *datadriven.TestData) string {
 		if d.Cmd != "plan" {
@@ -171,7 +171,7 @@ func TestCompleteOrder(t *testing.T) {
 	}
 	for _, tt := range tests {
 		t.Run(tt.name, func(t *testing.T) {
-			got := completeOrder(tt.observed, tt.want)
+			got := CompleteOrder(tt.observed, tt.want)
 			if fmt.Sprint(got) != fmt.Sprint(tt.out) {
 				t.Fatalf("completeOrder = %v, want %v", got, tt.out)
 			}

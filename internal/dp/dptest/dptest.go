@@ -1,0 +1,891 @@
+// Package dptest is the conformance suite every data-parallel wrapper
+// passes (ddp, zero's stages, fsdp): Run trains tiny workloads (an MLP, a
+// CNN, a two-block GPT) on 1 to 4 ranks and checks the parameters equal
+// one process training on the whole batch, then NoSync accumulation,
+// unused parameters, Join with uneven inputs (where the wrapper supports
+// it), clipping, state-dict round trips and the error cases. A wrapper's
+// test adapts its Model to the suite's and calls Run; it is imported by
+// tests only.
+package dptest
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"strings"
+	"testing"
+
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
+)
+
+// RunUnit runs f on x as unit u of the model (a sharded wrapper gathers
+// the unit's parameters around it; the others call f(x)).
+type RunUnit func(u int, x *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var
+
+// Forward is a forward pass written against units.
+type Forward func(run RunUnit) *autograd.Var
+
+// Model is one rank's wrapped model as the suite drives it.
+type Model interface {
+	// Call runs a forward pass, as the wrapper's Call does.
+	Call(ctx context.Context, f Forward) (*autograd.Var, error)
+	// Backward runs the backward pass of loss and the gradient average.
+	Backward(ctx context.Context, loss *autograd.Var) error
+	// NoSync runs fn with gradient synchronisation off.
+	NoSync(fn func() error) error
+	// ClipGradNorm clips the averaged gradient of the whole model to a
+	// 2-norm of maxNorm and returns the norm before clipping.
+	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
+	// Step runs the optimizer step and zeroes the gradients.
+	Step(ctx context.Context) error
+	// FullState returns the full parameters and buffers by state-dict key.
+	FullState(ctx context.Context) (map[string]*tensor.Tensor, error)
+	// LoadFull loads a full state dict (every rank the same).
+	LoadFull(ctx context.Context, sd map[string]*tensor.Tensor) error
+	Close() error
+}
+
+// Joiner is a Model that supports Join with uneven inputs.
+type Joiner interface {
+	Join(ctx context.Context, body func() error) error
+}
+
+// Options are what a test asks of Wrap.
+type Options struct {
+	// Optimizer builds the optimizer over the variables the wrapper steps.
+	Optimizer func(vars []*autograd.Var) (optim.Optimizer, error)
+	// FindUnusedParameters lets a backward pass leave parameters unused.
+	FindUnusedParameters bool
+}
+
+// StepModel is a wrapper that owns its forward and backward passes and
+// trains whole GPT steps on token batches (layout's trainer, on its
+// data-parallel dimension).
+type StepModel interface {
+	// TrainStep runs the forward and backward passes of this rank's rows
+	// (B sequences of T tokens) and averages the gradients.
+	TrainStep(ctx context.Context, idx, tgt []int64, B, T int) error
+	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
+	Step(ctx context.Context) error
+	FullState(ctx context.Context) (map[string]*tensor.Tensor, error)
+	LoadFull(ctx context.Context, sd map[string]*tensor.Tensor) error
+	Close() error
+}
+
+// Wrapper is a data-parallel wrapper under test: Wrap for one that wraps
+// any module, or WrapGPT for a StepModel (which runs the GPT cases only:
+// equality, clipping, state and errors).
+type Wrapper struct {
+	Name string
+	// Wrap wraps mod on pg. units are mod's units (for wrappers that
+	// shard by unit); the others ignore them.
+	Wrap func(ctx context.Context, mod nn.Module, units []nn.Module, pg distributed.ProcessGroup, o Options) (Model, error)
+	// WrapGPT builds a StepModel of g on pg training B sequences of T
+	// tokens per rank and step.
+	WrapGPT func(ctx context.Context, g *models.GPT, pg distributed.ProcessGroup, B, T int, o Options) (StepModel, error)
+}
+
+// Run runs every case of the suite on w.
+func Run(t *testing.T, w Wrapper) {
+	if w.Wrap == nil {
+		runSteps(t, w)
+		return
+	}
+	t.Run("equal", func(t *testing.T) { testEqual(t, w) })
+	t.Run("nosync", func(t *testing.T) { testNoSync(t, w) })
+	t.Run("unused", func(t *testing.T) { testUnused(t, w) })
+	t.Run("frozen", func(t *testing.T) { testFrozen(t, w) })
+	t.Run("join", func(t *testing.T) { testJoin(t, w) })
+	t.Run("clip", func(t *testing.T) { testClip(t, w) })
+	t.Run("state", func(t *testing.T) { testState(t, w) })
+	t.Run("errors", func(t *testing.T) { testErrors(t, w) })
+}
+
+const (
+	globalBatch = 12 // divisible by every world size tested
+	lr          = 1e-2
+	wd          = 0.1
+	maxNorm     = 0.5
+)
+
+func adamW(vars []*autograd.Var) (optim.Optimizer, error) {
+	return optim.NewAdamW([]optim.Group{{Params: vars, LR: lr, WeightDecay: wd}}, optim.AdamDefaults())
+}
+
+// adam has no weight decay: a parameter whose gradient is zero or absent
+// keeps its value, whichever a wrapper leaves for an unused parameter.
+func adam(vars []*autograd.Var) (optim.Optimizer, error) {
+	return optim.NewAdamW([]optim.Group{{Params: vars, LR: lr}}, optim.AdamDefaults())
+}
+
+// A workload is a tiny model, its units and a deterministic global batch
+// per step; rank r of N trains on rows [r·G/N, (r+1)·G/N).
+type workload struct {
+	name  string
+	model func(seed uint64) nn.Module
+	units func(nn.Module) []nn.Module
+	// batch returns the forward pass over rows [lo, hi) of step s's batch
+	// through mod, and the loss of its output (the mean over the rows).
+	batch func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var)
+	// tokens returns the inputs and targets of rows [lo, hi) of step s
+	// (GPT only: what a StepModel trains on).
+	tokens func(s, lo, hi int) (idx, tgt []int64)
+}
+
+func plain(u int, x *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var { return f(x) }
+
+// seqUnits are a Sequential's layers that hold parameters.
+func seqUnits(mod nn.Module) []nn.Module {
+	var us []nn.Module
+	for _, l := range mod.(*nn.Sequential).Layers {
+		if m, ok := l.(nn.Module); ok && len(m.NamedParameters()) > 0 {
+			us = append(us, m)
+		}
+	}
+	return us
+}
+
+func seqForward(seq *nn.Sequential, x *autograd.Var) Forward {
+	return func(run RunUnit) *autograd.Var {
+		u := 0
+		for _, l := range seq.Layers {
+			if m, ok := l.(nn.Module); ok && len(m.NamedParameters()) > 0 {
+				x = run(u, x, l.Forward)
+				u++
+			} else {
+				x = l.Forward(x)
+			}
+		}
+		return x
+	}
+}
+
+func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []int) workload {
+	return workload{name: name,
+		model: func(seed uint64) nn.Module { return build(rand.New(rand.NewPCG(seed, 2))) },
+		units: seqUnits,
+		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
+			rng := rand.New(rand.NewPCG(uint64(s), 7))
+			per := 1
+			for _, d := range shape {
+				per *= d
+			}
+			xs := make([]float32, globalBatch*per)
+			for i := range xs {
+				xs[i] = float32(rng.NormFloat64())
+			}
+			ys := make([]int64, globalBatch)
+			for i := range ys {
+				ys[i] = int64(rng.IntN(10))
+			}
+			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...), false)
+			return seqForward(mod.(*nn.Sequential), x), func(out *autograd.Var) *autograd.Var {
+				return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+			}
+		}}
+}
+
+func mlp(rng *rand.Rand) *nn.Sequential {
+	return nn.NewSequential(nn.NewLinear(rng, 16, 32, true), nn.ReLU{}, nn.NewLinear(rng, 32, 10, true))
+}
+
+func cnn(rng *rand.Rand) *nn.Sequential {
+	return nn.NewSequential(
+		nn.NewConv2d(rng, 1, 4, 3, nn.Conv2dOptions{}), nn.ReLU{}, nn.NewMaxPool2d(2),
+		nn.Flatten{}, nn.NewLinear(rng, 36, 10, true))
+}
+
+// gptSeqLen is the GPT workload's sequence length.
+const gptSeqLen = 4
+
+func gptWorkload() workload {
+	const T = gptSeqLen
+	cfg := models.GPTConfig{Vocab: 32, Ctx: 8, NLayer: 2, D: 16, NHead: 2}
+	tokens := func(s, lo, hi int) (idx, tgt []int64) {
+		rng := rand.New(rand.NewPCG(uint64(s), 9))
+		toks := make([]int64, globalBatch*(T+1))
+		for i := range toks {
+			toks[i] = int64(rng.IntN(cfg.Vocab))
+		}
+		for b := lo; b < hi; b++ {
+			row := toks[b*(T+1) : (b+1)*(T+1)]
+			idx = append(idx, row[:T]...)
+			tgt = append(tgt, row[1:]...)
+		}
+		return idx, tgt
+	}
+	return workload{name: "gpt",
+		model: func(seed uint64) nn.Module {
+			g, err := models.NewGPT(rand.New(rand.NewPCG(seed, 4)), cfg)
+			if err != nil {
+				panic(err)
+			}
+			return g
+		},
+		units: func(mod nn.Module) []nn.Module {
+			var us []nn.Module
+			for _, b := range mod.(*models.GPT).Blocks {
+				us = append(us, b)
+			}
+			return us
+		},
+		tokens: tokens,
+		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
+			idx, tgt := tokens(s, lo, hi)
+			g, B := mod.(*models.GPT), hi-lo
+			fwd := func(run RunUnit) *autograd.Var {
+				h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
+				for i, b := range g.Blocks {
+					h = run(i, h, b.Forward)
+				}
+				return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
+			}
+			return fwd, func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }
+		}}
+}
+
+func workloads() []workload {
+	return []workload{
+		imageWorkload("mlp", mlp, []int{16}),
+		imageWorkload("cnn", cnn, []int{1, 8, 8}),
+		gptWorkload(),
+	}
+}
+
+func snapshot(m nn.Module) map[string][]float32 {
+	out := map[string][]float32{}
+	for k, t := range nn.StateDict(m) {
+		out[k] = append([]float32(nil), t.Contiguous().Data()...)
+	}
+	return out
+}
+
+func fullSnapshot(ctx context.Context, m Model) (map[string][]float32, error) {
+	sd, err := m.FullState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]float32{}
+	for k, t := range sd {
+		out[k] = append([]float32(nil), t.Contiguous().Data()...)
+	}
+	return out, nil
+}
+
+// compare reports the first tensor whose difference from want has a norm
+// above 5e-4 of want's (trajectories equal to float32 rounding: Adam
+// magnifies rounding in elements whose second moment is tiny).
+func compare(got, want map[string][]float32) error {
+	if len(got) != len(want) {
+		return fmt.Errorf("%d tensors, want %d", len(got), len(want))
+	}
+	for k, w := range want {
+		g, ok := got[k]
+		if !ok || len(g) != len(w) {
+			return fmt.Errorf("tensor %q missing or resized", k)
+		}
+		var d, n float64
+		for j := range w {
+			e := float64(g[j]) - float64(w[j])
+			d += e * e
+			n += float64(w[j]) * float64(w[j])
+		}
+		if math.Sqrt(d) > 5e-4*math.Sqrt(n)+1e-6 {
+			return fmt.Errorf("tensor %q: difference norm %g, norm %g", k, math.Sqrt(d), math.Sqrt(n))
+		}
+	}
+	return nil
+}
+
+// reference trains w in one process: at step s on rows [0, rows(s)) of
+// the batch, backward passes times over the same loss, clipping, AdamW.
+func reference(t *testing.T, w workload, steps int, rows func(s int) int, passes int) (map[string][]float32, []float64) {
+	return referenceWith(t, w, steps, rows, passes, adamW)
+}
+
+func referenceWith(t *testing.T, w workload, steps int, rows func(s int) int, passes int, newOpt func([]*autograd.Var) (optim.Optimizer, error)) (map[string][]float32, []float64) {
+	t.Helper()
+	mod := w.model(1)
+	opt, err := newOpt(nn.Parameters(mod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var norms []float64
+	for s := range steps {
+		for range passes {
+			fwd, loss := w.batch(mod, s, 0, rows(s))
+			autograd.Backward(loss(fwd(plain)))
+		}
+		n, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2)
+		if err != nil {
+			t.Fatal(err)
+		}
+		norms = append(norms, n)
+		opt.Step()
+		opt.ZeroGrad()
+	}
+	return snapshot(mod), norms
+}
+
+func full(int) int { return globalBatch }
+
+// train runs steps synchronised steps of w on this rank and returns the
+// full state and the clip norms.
+func train(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error) {
+	mod := wl.model(1)
+	if o.Optimizer == nil {
+		o.Optimizer = adamW
+	}
+	m, err := w.Wrap(ctx, mod, wl.units(mod), pg, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	n, r := pg.Size(), pg.Rank()
+	var norms []float64
+	for s := range steps {
+		fwd, loss := wl.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
+		out, err := m.Call(ctx, fwd)
+		if err != nil {
+			return nil, nil, err
+		}
+		if err := m.Backward(ctx, loss(out)); err != nil {
+			return nil, nil, err
+		}
+		nm, err := m.ClipGradNorm(ctx, maxNorm)
+		if err != nil {
+			return nil, nil, err
+		}
+		norms = append(norms, nm)
+		if err := m.Step(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	got, err := fullSnapshot(ctx, m)
+	return got, norms, err
+}
+
+// testEqual: after AdamW steps with global-norm clipping, every rank's
+// parameters equal one process's on the whole batch (worlds 1–4; 20 steps
+// at world 2, 3 elsewhere).
+func testEqual(t *testing.T, w Wrapper) {
+	for _, wl := range workloads() {
+		wants := map[int]map[string][]float32{}
+		for _, world := range []int{1, 2, 3, 4} {
+			steps := 3
+			if world == 2 {
+				steps = 20
+			}
+			if wants[steps] == nil {
+				wants[steps], _ = reference(t, wl, steps, full, 1)
+			}
+			want := wants[steps]
+			t.Run(fmt.Sprintf("%s/world=%d", wl.name, world), func(t *testing.T) {
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+					got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
+					if err != nil {
+						t.Fatalf("rank %d: %v", pg.Rank(), err)
+					}
+					if err := compare(got, want); err != nil {
+						t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
+					}
+				})
+			})
+		}
+	}
+}
+
+// testNoSync: two microbatches per step, the first under NoSync, give
+// the gradients of two backward passes over the whole batch.
+func testNoSync(t *testing.T, w Wrapper) {
+	const steps, world = 2, 2
+	wl := workloads()[0]
+	want, _ := reference(t, wl, steps, full, 2)
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := context.Background()
+		mod := wl.model(1)
+		m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
+		if err != nil {
+			t.Fatalf("rank %d: %v", pg.Rank(), err)
+		}
+		defer m.Close()
+		lo, hi := pg.Rank()*globalBatch/world, (pg.Rank()+1)*globalBatch/world
+		for s := range steps {
+			pass := func() error {
+				fwd, loss := wl.batch(mod, s, lo, hi)
+				out, err := m.Call(ctx, fwd)
+				if err != nil {
+					return err
+				}
+				return m.Backward(ctx, loss(out))
+			}
+			if err := m.NoSync(pass); err != nil {
+				t.Fatalf("rank %d: NoSync: %v", pg.Rank(), err)
+			}
+			if err := pass(); err != nil {
+				t.Fatalf("rank %d: %v", pg.Rank(), err)
+			}
+			if _, err := m.ClipGradNorm(ctx, maxNorm); err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Step(ctx); err != nil {
+				t.Fatal(err)
+			}
+		}
+		got, err := fullSnapshot(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := compare(got, want); err != nil {
+			t.Errorf("rank %d: NoSync accumulation vs one process: %v", pg.Rank(), err)
+		}
+	})
+}
+
+// withSide is an MLP with a layer its forward pass never uses.
+type withSide struct {
+	seq  *nn.Sequential
+	side *nn.Linear
+}
+
+func (m *withSide) NamedParameters() []nn.NamedParameter {
+	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
+}
+func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
+func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
+
+// testUnused: with FindUnusedParameters, a layer no step uses keeps its
+// values and the others equal one process's (Adam without weight decay:
+// a wrapper may leave an unused gradient absent or zero).
+func testUnused(t *testing.T, w Wrapper) {
+	const steps, world = 2, 2
+	base := workloads()[0]
+	wl := workload{name: "unused",
+		model: func(seed uint64) nn.Module {
+			return &withSide{seq: base.model(seed).(*nn.Sequential), side: nn.NewLinear(rand.New(rand.NewPCG(seed, 6)), 16, 10, true)}
+		},
+		units: func(mod nn.Module) []nn.Module { return append(seqUnits(mod.(*withSide).seq), mod.(*withSide).side) },
+		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
+			return base.batch(mod.(*withSide).seq, s, lo, hi)
+		},
+	}
+	want, _ := referenceWith(t, wl, steps, full, 1, adam)
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		got, _, err := train(context.Background(), w, wl, pg, Options{FindUnusedParameters: true, Optimizer: adam}, steps)
+		if err != nil {
+			t.Fatalf("rank %d: %v", pg.Rank(), err)
+		}
+		if err := compare(got, want); err != nil {
+			t.Errorf("rank %d: unused parameters vs one process: %v", pg.Rank(), err)
+		}
+	})
+}
+
+// testFrozen: a frozen layer (no gradient) stays unchanged on every rank
+// and the rest trains as in one process.
+func testFrozen(t *testing.T, w Wrapper) {
+	const steps, world = 3, 2
+	base := workloads()[0]
+	wl := base
+	wl.model = func(seed uint64) nn.Module {
+		mod := base.model(seed)
+		for _, p := range mod.NamedParameters()[:2] { // the first Linear
+			p.Param.SetRequiresGrad(false)
+		}
+		return mod
+	}
+	want, _ := reference(t, wl, steps, full, 1)
+	init := snapshot(wl.model(1))
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
+		if err != nil {
+			t.Fatalf("rank %d: %v", pg.Rank(), err)
+		}
+		if err := compare(got, want); err != nil {
+			t.Errorf("rank %d: frozen layer vs one process: %v", pg.Rank(), err)
+		}
+		for _, k := range []string{"0.weight", "0.bias"} {
+			if err := compare(map[string][]float32{k: got[k]}, map[string][]float32{k: init[k]}); err != nil {
+				t.Errorf("rank %d: the frozen layer changed: %v", pg.Rank(), err)
+			}
+		}
+	})
+}
+
+// testJoin: rank r of N trains N−r steps inside Join; each step averages
+// over the ranks still training, as one process on their rows does, and
+// every rank ends with the same parameters (worlds 2 and 3, with and
+// without clipping).
+func testJoin(t *testing.T, w Wrapper) {
+	wl := workloads()[1]
+	supported := false
+	distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+		mod := wl.model(1)
+		m, err := w.Wrap(context.Background(), mod, wl.units(mod), pg, Options{Optimizer: adamW})
+		if err != nil {
+			t.Fatal(err)
+		}
+		_, supported = m.(Joiner)
+		m.Close()
+	})
+	if !supported {
+		t.Skipf("%s does not support Join", w.Name)
+	}
+	for _, world := range []int{2, 3} {
+		for _, clip := range []bool{true, false} {
+			t.Run(fmt.Sprintf("world=%d/clip=%v", world, clip), func(t *testing.T) { testJoinCase(t, w, wl, world, clip) })
+		}
+	}
+}
+
+func testJoinCase(t *testing.T, w Wrapper, wl workload, world int, clip bool) {
+	stepsOf := func(r int) int { return world - r }
+	rows := func(s int) int { return (world - s) * globalBatch / world }
+	mod := wl.model(1)
+	opt, err := adamW(nn.Parameters(mod))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for s := range world {
+		fwd, loss := wl.batch(mod, s, 0, rows(s))
+		autograd.Backward(loss(fwd(plain)))
+		if clip {
+			if _, err := optim.ClipGradNorm(nn.Parameters(mod), maxNorm, 2); err != nil {
+				t.Fatal(err)
+			}
+		}
+		opt.Step()
+		opt.ZeroGrad()
+	}
+	want := snapshot(mod)
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := context.Background()
+		mod := wl.model(1)
+		m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
+		if err != nil {
+			t.Fatalf("rank %d: %v", pg.Rank(), err)
+		}
+		defer m.Close()
+		j := m.(Joiner)
+		r := pg.Rank()
+		err = j.Join(ctx, func() error {
+			for s := range stepsOf(r) {
+				fwd, loss := wl.batch(mod, s, r*globalBatch/world, (r+1)*globalBatch/world)
+				out, err := m.Call(ctx, fwd)
+				if err != nil {
+					return err
+				}
+				if err := m.Backward(ctx, loss(out)); err != nil {
+					return err
+				}
+				if clip {
+					if _, err := m.ClipGradNorm(ctx, maxNorm); err != nil {
+						return err
+					}
+				}
+				if err := m.Step(ctx); err != nil {
+					return err
+				}
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("rank %d: Join: %v", r, err)
+		}
+		got, err := fullSnapshot(ctx, m)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := compare(got, want); err != nil {
+			t.Errorf("rank %d: Join with uneven inputs vs one process: %v", r, err)
+		}
+	})
+}
+
+// testClip: ClipGradNorm returns the norm of the whole averaged gradient,
+// the one process's, on every rank.
+func testClip(t *testing.T, w Wrapper) {
+	const steps, world = 2, 3
+	for _, wl := range workloads()[1:] {
+		_, want := reference(t, wl, steps, full, 1)
+		t.Run(wl.name, func(t *testing.T) {
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+				_, got, err := train(context.Background(), w, wl, pg, Options{}, steps)
+				if err != nil {
+					t.Fatalf("rank %d: %v", pg.Rank(), err)
+				}
+				for s := range want {
+					if math.Abs(got[s]-want[s]) > 1e-4*want[s] {
+						t.Errorf("rank %d step %d: norm %v, one process %v", pg.Rank(), s, got[s], want[s])
+					}
+				}
+			})
+		})
+	}
+}
+
+// testState: a full state dict saved after a step loads into a model
+// wrapped from other initial values, which then trains on equal to the
+// one that saved it.
+func testState(t *testing.T, w Wrapper) {
+	const world = 2
+	for _, wl := range workloads()[1:] {
+		t.Run(wl.name, func(t *testing.T) {
+			want, _ := reference(t, wl, 1, full, 1)
+			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := context.Background()
+				saved, _, err := train(ctx, w, wl, pg, Options{}, 1)
+				if err != nil {
+					t.Fatalf("rank %d: %v", pg.Rank(), err)
+				}
+				mod := wl.model(99) // other initial values
+				m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer m.Close()
+				sd := map[string]*tensor.Tensor{}
+				ref := wl.model(1)
+				for k, x := range nn.StateDict(ref) {
+					sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...)
+				}
+				if err := m.LoadFull(ctx, sd); err != nil {
+					t.Fatalf("rank %d: LoadFull: %v", pg.Rank(), err)
+				}
+				got, err := fullSnapshot(ctx, m)
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := compare(got, want); err != nil {
+					t.Errorf("rank %d: state round trip: %v", pg.Rank(), err)
+				}
+				// A state dict missing a key is refused: by every rank, or by
+				// a sharded wrapper only on the ranks whose shard holds it.
+				delete(sd, firstKey(sd))
+				failed := []int64{0}
+				if err := m.LoadFull(ctx, sd); err != nil {
+					failed[0] = 1
+				}
+				if err := pg.AllReduce(ctx, distributed.I64(failed), distributed.Sum).Wait(); err != nil {
+					t.Fatal(err)
+				}
+				if failed[0] == 0 {
+					t.Errorf("rank %d: LoadFull of a state dict missing a key succeeded on every rank", pg.Rank())
+				}
+			})
+		})
+	}
+}
+
+func firstKey(sd map[string]*tensor.Tensor) string {
+	k0 := ""
+	for k := range sd {
+		if k0 == "" || k < k0 {
+			k0 = k
+		}
+	}
+	return k0
+}
+
+// testErrors: Wrap rejects models that differ across ranks on every rank,
+// naming the rank; a closed model refuses to run.
+func testErrors(t *testing.T, w Wrapper) {
+	const world = 2
+	wl := workloads()[0]
+	t.Run("models-differ", func(t *testing.T) {
+		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			var mod nn.Module = wl.model(1)
+			if pg.Rank() == 1 {
+				mod = nn.NewSequential(nn.NewLinear(rand.New(rand.NewPCG(1, 2)), 16, 31, true), nn.ReLU{}, nn.NewLinear(rand.New(rand.NewPCG(1, 2)), 31, 10, true))
+			}
+			_, err := w.Wrap(context.Background(), mod, seqUnits(mod), pg, Options{Optimizer: adamW})
+			if err == nil || !strings.Contains(err.Error(), "rank 1") {
+				t.Errorf("rank %d: Wrap of differing models: %v, want an error naming rank 1", pg.Rank(), err)
+			}
+		})
+	})
+	t.Run("closed", func(t *testing.T) {
+		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			ctx := context.Background()
+			mod := wl.model(1)
+			m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := m.Close(); err != nil {
+				t.Fatal(err)
+			}
+			fwd, _ := wl.batch(mod, 0, 0, 1)
+			if _, err := m.Call(ctx, fwd); err == nil {
+				t.Errorf("rank %d: Call after Close succeeded", pg.Rank())
+			}
+		})
+	})
+	t.Run("no-optimizer", func(t *testing.T) {
+		distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+			mod := wl.model(1)
+			failing := func([]*autograd.Var) (optim.Optimizer, error) { return nil, errBuild }
+			if _, err := w.Wrap(context.Background(), mod, wl.units(mod), pg, Options{Optimizer: failing}); !errors.Is(err, errBuild) {
+				t.Errorf("Wrap with a failing optimizer: %v, want it wrapped", err)
+			}
+		})
+	})
+}
+
+var errBuild = errors.New("dptest: optimizer build failed")
+
+// runSteps runs the GPT cases on a StepModel; the others need a forward
+// pass of the suite's own.
+func runSteps(t *testing.T, w Wrapper) {
+	wl := gptWorkload()
+	t.Run("equal", func(t *testing.T) {
+		for _, world := range []int{1, 2, 3, 4} {
+			steps := 3
+			if world == 2 {
+				steps = 20
+			}
+			want, _ := reference(t, wl, steps, full, 1)
+			t.Run(fmt.Sprintf("gpt/world=%d", world), func(t *testing.T) {
+				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+					got, _, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
+					if err != nil {
+						t.Fatalf("rank %d: %v", pg.Rank(), err)
+					}
+					if err := compare(got, want); err != nil {
+						t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
+					}
+				})
+			})
+		}
+	})
+	for _, c := range []string{"nosync", "unused", "frozen", "join"} {
+		t.Run(c, func(t *testing.T) { t.Skipf("%s trains whole steps: not supported", w.Name) })
+	}
+	t.Run("clip", func(t *testing.T) {
+		const steps, world = 2, 3
+		_, want := reference(t, wl, steps, full, 1)
+		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			_, got, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
+			if err != nil {
+				t.Fatalf("rank %d: %v", pg.Rank(), err)
+			}
+			for s := range want {
+				if math.Abs(got[s]-want[s]) > 1e-4*want[s] {
+					t.Errorf("rank %d step %d: norm %v, one process %v", pg.Rank(), s, got[s], want[s])
+				}
+			}
+		})
+	})
+	t.Run("state", func(t *testing.T) {
+		const world = 2
+		want, _ := reference(t, wl, 1, full, 1)
+		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			ctx := context.Background()
+			saved, _, err := trainSteps(ctx, w, wl, pg, Options{}, 1)
+			if err != nil {
+				t.Fatalf("rank %d: %v", pg.Rank(), err)
+			}
+			B := globalBatch / world
+			m, err := w.WrapGPT(ctx, wl.model(99).(*models.GPT), pg, B, gptSeqLen, Options{Optimizer: adamW})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer m.Close()
+			sd := map[string]*tensor.Tensor{}
+			for k, x := range nn.StateDict(wl.model(1)) {
+				sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...)
+			}
+			if err := m.LoadFull(ctx, sd); err != nil {
+				t.Fatalf("rank %d: LoadFull: %v", pg.Rank(), err)
+			}
+			got, err := fullStepSnapshot(ctx, m)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := compare(got, want); err != nil {
+				t.Errorf("rank %d: state round trip: %v", pg.Rank(), err)
+			}
+			delete(sd, firstKey(sd))
+			if err := m.LoadFull(ctx, sd); err == nil {
+				t.Errorf("rank %d: LoadFull of a state dict missing a key succeeded", pg.Rank())
+			}
+		})
+	})
+	t.Run("errors", func(t *testing.T) {
+		t.Run("closed", func(t *testing.T) {
+			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := context.Background()
+				m, err := w.WrapGPT(ctx, wl.model(1).(*models.GPT), pg, globalBatch/2, gptSeqLen, Options{Optimizer: adamW})
+				if err != nil {
+					t.Fatal(err)
+				}
+				if err := m.Close(); err != nil {
+					t.Fatal(err)
+				}
+				idx, tgt := wl.tokens(0, 0, globalBatch/2)
+				if err := m.TrainStep(ctx, idx, tgt, globalBatch/2, gptSeqLen); err == nil {
+					t.Errorf("rank %d: TrainStep after Close succeeded", pg.Rank())
+				}
+			})
+		})
+		t.Run("no-optimizer", func(t *testing.T) {
+			distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+				failing := func([]*autograd.Var) (optim.Optimizer, error) { return nil, errBuild }
+				if _, err := w.WrapGPT(context.Background(), wl.model(1).(*models.GPT), pg, globalBatch, gptSeqLen, Options{Optimizer: failing}); !errors.Is(err, errBuild) {
+					t.Errorf("WrapGPT with a failing optimizer: %v, want it wrapped", err)
+				}
+			})
+		})
+	})
+}
+
+func fullStepSnapshot(ctx context.Context, m StepModel) (map[string][]float32, error) {
+	sd, err := m.FullState(ctx)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]float32{}
+	for k, t := range sd {
+		out[k] = append([]float32(nil), t.Contiguous().Data()...)
+	}
+	return out, nil
+}
+
+// trainSteps is train for a StepModel.
+func trainSteps(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error) {
+	if o.Optimizer == nil {
+		o.Optimizer = adamW
+	}
+	n, r := pg.Size(), pg.Rank()
+	B := globalBatch / n
+	m, err := w.WrapGPT(ctx, wl.model(1).(*models.GPT), pg, B, gptSeqLen, o)
+	if err != nil {
+		return nil, nil, err
+	}
+	defer m.Close()
+	var norms []float64
+	for s := range steps {
+		idx, tgt := wl.tokens(s, r*B, (r+1)*B)
+		if err := m.TrainStep(ctx, idx, tgt, B, gptSeqLen); err != nil {
+			return nil, nil, err
+		}
+		nm, err := m.ClipGradNorm(ctx, maxNorm)
+		if err != nil {
+			return nil, nil, err
+		}
+		norms = append(norms, nm)
+		if err := m.Step(ctx); err != nil {
+			return nil, nil, err
+		}
+	}
+	got, err := fullStepSnapshot(ctx, m)
+	return got, norms, err
+}
