@@ -2,7 +2,7 @@
 # gpu_check.sh: the checks that need an NVIDIA GPU, run from the repository
 # root on a GPU machine that has no Go toolchain (CUDA from pip's nvidia-*
 # wheels in a virtual environment, PyTorch beside them). It runs prebuilt
-# binaries carried to the machine:
+# binaries carried to the machine, built by bench/gpu_build.sh:
 #
 #   bin/cohort       CGO_ENABLED=0 go build -o bin/cohort ./cmd/cohort
 #   bin/gpt          CGO_ENABLED=0 go build -o bin/gpt ./examples/gpt
@@ -22,7 +22,8 @@
 #
 # Logs and figures go to $OUT (default ./gpu_check_out): one <step>.log
 # each, summary.tsv, and the table printed last. Every step has its own
-# timeout; the whole script stays under 7 minutes. The exit status is 1
+# timeout, cut to what is left of a 400 s budget (GPU_CHECK_BUDGET), so
+# the whole script stays under 7 minutes. The exit status is 1
 # when a step failed or skipped.
 #
 # cudatensor runs tensor's conformance suite on cuda:0 (every op against
@@ -88,6 +89,17 @@ export COHORT_CACHE_DIR="$OUT/cache"
 gpu=$(nvidia-smi --query-gpu=name,driver_version,memory.total --format=csv,noheader 2>/dev/null | head -1)
 echo "GPU: ${gpu:-none found by nvidia-smi}" | tee "$OUT/gpu.txt"
 
+# The whole run keeps inside GPU_CHECK_BUDGET seconds (default 400, so a
+# lent device's 15 minutes leave room for its start and one rerun): each
+# step's timeout is cut to what is left, and a step with under 10 s left
+# is recorded OUT_OF_TIME instead of started.
+budget=${GPU_CHECK_BUDGET:-400}
+# lim SECONDS: the step's own limit, or what is left of the budget if less.
+lim() {
+	local left=$((budget - SECONDS))
+	((left < $1)) && echo "$left" || echo "$1"
+}
+
 # record STEP RESULT SECONDS NOTE
 record() {
 	printf '%s\t%s\t%s\t%s\n' "$1" "$2" "$3" "$4" >>"$summary"
@@ -100,6 +112,11 @@ run_test() {
 	local bin="$root/bin/$name.test" log="$OUT/$name.log"
 	if [[ ! -x "$bin" ]]; then
 		record "$name" MISSING 0 "bin/$name.test not built (see the top of this script)"
+		return
+	fi
+	limit=$(lim "$limit")
+	if ((limit < 10)); then
+		record "$name" OUT_OF_TIME 0 "not started: the ${budget}s budget is spent"
 		return
 	fi
 	local t0=$SECONDS rc
@@ -148,10 +165,10 @@ gemm_step() {
 		record gemm MISSING 0 "bin/cohort not built"
 		return
 	fi
-	timeout 60 bin/cohort bench gemm --device cuda --n $n >"$OUT/gemm_cohort.log" 2>&1 || result=FAIL
+	timeout "$(lim 60)" bin/cohort bench gemm --device cuda --n $n >"$OUT/gemm_cohort.log" 2>&1 || result=FAIL
 	local dt ours theirs
 	for dt in fp32 bf16; do
-		timeout 60 python3 bench/anchors/gpt2_bench.py --gemm $n --dtype $dt --model gpt-mini --steps 3 --warmup 1 >"$OUT/gemm_torch_$dt.log" 2>&1 || result=FAIL
+		timeout "$(lim 60)" python3 bench/anchors/gpt2_bench.py --gemm $n --dtype $dt --model gpt-mini --steps 3 --warmup 1 >"$OUT/gemm_torch_$dt.log" 2>&1 || result=FAIL
 		ours=$(awk -v d=$dt '$1=="gemm:" && $2=="cuda" && $3==d {print $9}' "$OUT/gemm_cohort.log")
 		theirs=$(grep -o '"what": "gemm"[^}]*"tflops": [0-9.]*' "$OUT/gemm_torch_$dt.log" | grep -o '[0-9.]*$')
 		if [[ -z "$ours" || -z "$theirs" ]]; then
@@ -178,7 +195,7 @@ gpt_step() {
 		return
 	fi
 	local result=PASS
-	timeout 150 bin/gpt -device cuda -steps 300 -data bin/opticks.txt >"$OUT/gpt.log" 2>&1 || result=FAIL
+	timeout "$(lim 150)" bin/gpt -device cuda -steps 300 -data bin/opticks.txt >"$OUT/gpt.log" 2>&1 || result=FAIL
 	local got
 	got=$(awk '$1=="val" && $2=="loss:" {v=$3} END {print v}' "$OUT/gpt.log")
 	if [[ -z "$got" ]] || awk -v g="$got" -v w=$want 'BEGIN{d=g-w; if (d<0) d=-d; exit !(d > 0.02)}'; then
@@ -194,7 +211,7 @@ run_test nccl device/nccl 'GPU' 10 'NCCL [0-9.]+ from [^ ]+'
 run_test ncclbackend distributed/backend/nccl 'GPU|WithoutNCCL' 30 'TestGPU[A-Za-z]+ \([0-9.]+s\)'
 if [[ -x bin/cohort ]]; then
 	t0=$SECONDS
-	if timeout 15 bin/cohort bench allreduce --backend nccl --world 1 --sizes 1MiB,64MiB --budget 100ms >"$OUT/bench_nccl.log" 2>&1; then
+	if timeout "$(lim 15)" bin/cohort bench allreduce --backend nccl --world 1 --sizes 1MiB,64MiB --budget 100ms >"$OUT/bench_nccl.log" 2>&1; then
 		record bench_nccl PASS $((SECONDS - t0)) "$(grep -E '64MiB' "$OUT/bench_nccl.log" | head -1 | tr -s ' ')"
 	else
 		record bench_nccl FAIL $((SECONDS - t0)) "see bench_nccl.log"
