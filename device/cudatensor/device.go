@@ -394,3 +394,22 @@ func (s *state) dtod(op string, dst, src cuda.DevicePtr, n int64) {
 }
 
 func float32bits(v float32) uint32 { return math.Float32bits(v) }
+
+// Open parses a program's -device flag ("" is the CPU) and, for a CUDA
+// device, opens it, so that a machine without one fails here with one
+// line, before the program loads any data.
+func Open(flag string) (tensor.Device, error) {
+	if flag == "" {
+		return tensor.CPU, nil
+	}
+	dev, err := tensor.ParseDevice(flag)
+	if err != nil {
+		return dev, err
+	}
+	if dev.Kind() == Kind {
+		if err := Init(dev); err != nil {
+			return dev, err
+		}
+	}
+	return dev, nil
+}

@@ -82,6 +82,7 @@ import (
 	"context"
 	"flag"
 	"fmt"
+	"github.com/cohortml/cohort/device/cudatensor"
 	"io"
 	"log"
 	"os"
@@ -182,7 +183,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	if _, err := openDevice(c.device); err != nil {
+	if _, err := cudatensor.Open(c.device); err != nil {
 		return err // before any data is loaded
 	}
 	pg, err := distributed.InitFromEnv(ctx)

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortml/cohort/device/cudatensor"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -29,7 +30,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
-	dev, err := openDevice(c.device)
+	dev, err := cudatensor.Open(c.device)
 	if err != nil {
 		return err
 	}

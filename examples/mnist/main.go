@@ -48,6 +48,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"github.com/cohortml/cohort/device/cudatensor"
 	"io"
 	"log"
 	"math"
@@ -140,7 +141,7 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if c.getenv == nil {
 		c.getenv = os.Getenv
 	}
-	if _, err := openDevice(c.device); err != nil {
+	if _, err := cudatensor.Open(c.device); err != nil {
 		return err // before any data is loaded
 	}
 	// The job's process group: the launcher's world, or a world of one.
@@ -202,7 +203,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err := c.validate(); err != nil {
 		return err
 	}
-	dev, err := openDevice(c.device)
+	dev, err := cudatensor.Open(c.device)
 	if err != nil {
 		return err
 	}
