@@ -38,7 +38,8 @@ func directConvForward(wg *wideGeom, xd []float32, w2 *Tensor, ep *convEpilogue)
 	wd := w2.Data()
 	// Weights packed by tap, six channels at a time.
 	blocks := (O + 5) / 6
-	packed := make([]float32, blocks*6*K)
+	packed := scratch(blocks * 6 * K)
+	defer freeScratch(packed)
 	for b := 0; b < blocks; b++ {
 		for r := 0; r < min(6, O-6*b); r++ {
 			row := wd[(6*b+r)*K:][:K]
@@ -49,11 +50,12 @@ func directConvForward(wg *wideGeom, xd []float32, w2 *Tensor, ep *convEpilogue)
 	}
 	// About 128 KiB of output per chunk.
 	nb := max(1, min(g.N, (128<<10)/4/max(O*wg.pos, 1)))
-	out := make([]float32, O*nb*wg.pos)
+	out := scratch(O * nb * wg.pos)
 	var xp []float32
 	if wg.padded {
-		xp = make([]float32, nb*wg.plane)
+		xp = scratch(nb * wg.plane)
 	}
+	defer func() { freeScratch(out, xp) }()
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		l := wg.layout(m)
@@ -92,7 +94,7 @@ type directWeightGrad struct {
 func newDirectWeightGrad(wg *wideGeom, O int) *directWeightGrad {
 	K := len(wg.offs)
 	d := &directWeightGrad{wg: wg, O: O, K: K, tb: (K + 3) / 4, ob: (O + 5) / 6}
-	d.acc = make([]float32, d.tb*d.ob*24*16)
+	d.acc = scratch(d.tb * d.ob * 24 * 16)
 	return d
 }
 
@@ -116,8 +118,10 @@ func (d *directWeightGrad) add(src, dyw []float32, l chunkLayout, m int) {
 	}
 }
 
-// finish adds the accumulated products into dw [O, K].
+// finish adds the accumulated products into dw [O, K] and hands the
+// partial sums' storage back.
 func (d *directWeightGrad) finish(dw []float32) {
+	defer freeScratch(d.acc)
 	for tb := 0; tb < d.tb; tb++ {
 		for ob := 0; ob < d.ob; ob++ {
 			blk := d.acc[(tb*d.ob+ob)*24*16:]

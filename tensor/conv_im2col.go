@@ -92,8 +92,8 @@ func im2colConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	O, K := w2.shape[0], w2.shape[1]
 	L := g.OH * g.OW
 	nb := convChunk(g)
-	col := make([]float32, K*nb*L)
-	out := make([]float32, O*nb*L)
+	col, out := scratch(K*nb*L), scratch(O*nb*L)
+	defer freeScratch(col, out)
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		cols := m * L
@@ -109,8 +109,8 @@ func im2colConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 	O, K := a.w2.shape[0], a.w2.shape[1]
 	L := g.OH * g.OW
 	nb := convChunk(g)
-	col := make([]float32, K*nb*L)
-	g2 := make([]float32, O*nb*L)
+	col, g2 := scratch(K*nb*L), scratch(O*nb*L)
+	defer freeScratch(col, g2)
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		cols := m * L

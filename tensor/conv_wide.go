@@ -122,12 +122,12 @@ func wideConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	}
 	O, K := w2.shape[0], w2.shape[1]
 	nb := wg.samples
-	col := make([]float32, K*nb*wg.pos)
-	out := make([]float32, O*nb*wg.pos)
+	col, out := scratch(K*nb*wg.pos), scratch(O*nb*wg.pos)
 	var xp []float32
 	if wg.padded {
-		xp = make([]float32, nb*wg.plane)
+		xp = scratch(nb * wg.plane)
 	}
+	defer func() { freeScratch(col, out, xp) }()
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		l := wg.layout(m)
@@ -160,16 +160,17 @@ func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 	}
 	var col []float32
 	if dws == nil || a.dx != nil {
-		col = make([]float32, K*sub*wg.pos)
+		col = scratch(K * sub * wg.pos)
 	}
-	dyw := make([]float32, O*nb*wg.pos)
+	dyw := scratch(O * nb * wg.pos)
 	var xp, dxp []float32
 	if wg.padded {
-		xp = make([]float32, nb*wg.plane)
+		xp = scratch(nb * wg.plane)
 		if a.dx != nil {
-			dxp = make([]float32, sub*wg.plane)
+			dxp = scratch(sub * wg.plane)
 		}
 	}
+	defer func() { freeScratch(col, dyw, xp, dxp) }()
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		l := wg.layout(m)

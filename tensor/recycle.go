@@ -72,14 +72,44 @@ func Recycle(t *Tensor) {
 	}
 	s := t.storage
 	t.storage = nil // a use after Recycle panics rather than reading reused data
+	putSpare(s)
+}
+
+// putSpare adds s to the free list, unless it is tiny or the list is full.
+func putSpare(s []float32) {
 	n := len(s)
+	if n < 256 {
+		return
+	}
 	spare.Lock()
 	defer spare.Unlock()
 	if len(spare.free[n]) >= spareMaxPerSize || spare.floats+n > spareMaxFloats {
 		return
 	}
-	spare.free[n] = append(spare.free[n], s)
+	spare.free[n] = append(spare.free[n], s[:n:n])
 	spare.floats += n
+}
+
+// scratch returns n zeroed floats for an op's temporary use (unfolded
+// inputs, padded copies, packed weights): storage from the free list when
+// it holds some of that length, fresh otherwise. The op hands it back with
+// freeScratch once nothing reads it, so that the next step's call finds
+// it: the same pages, already mapped, instead of new ones.
+func scratch(n int) []float32 {
+	if s := takeSpare(n); s != nil {
+		clear(s)
+		return s
+	}
+	return make([]float32, n)
+}
+
+// freeScratch hands back storage from scratch; nil is ignored.
+func freeScratch(s ...[]float32) {
+	for _, b := range s {
+		if b != nil {
+			putSpare(b)
+		}
+	}
 }
 
 func takeSpare(n int) []float32 {

@@ -30,7 +30,7 @@ type Tensor struct {
 // dimensions is a scalar holding one element.
 func New(shape ...int) *Tensor {
 	n := checkShape("New", shape)
-	return &Tensor{storage: make([]float32, n), shape: cloneInts(shape), strides: contiguousStrides(shape)}
+	return &Tensor{storage: scratch(n), shape: cloneInts(shape), strides: contiguousStrides(shape)}
 }
 
 // FromSlice returns a contiguous tensor viewing data (no copy). It panics

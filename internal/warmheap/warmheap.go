@@ -1,0 +1,241 @@
+package warmheap
+
+import (
+	"bytes"
+	"fmt"
+	"os"
+	"math"
+	"runtime"
+	"runtime/debug"
+	"runtime/metrics"
+	"syscall"
+	"time"
+	"unsafe"
+)
+
+const (
+	// MinHeadroomBytes is the least heap growth Fit allows above the live
+	// heap: below it collections would come every few steps for little
+	// memory.
+	MinHeadroomBytes = 4 << 20
+	// gcShare is the share of step time Fit lets collections take.
+	gcShare = 0.01
+	// worthSteps: Fit changes the goal only when the faults ahead would
+	// cost more than this many steps.
+	worthSteps = 4
+)
+
+// Warmup measures the steps of a warm-up: call Step after each, then Fit.
+// Start it after the first step, whose allocations (parameters' gradients,
+// optimizer state, the spare pool's first fill) stay live.
+type Warmup struct {
+	last    time.Time
+	allocs  uint64
+	steps   int
+	fastest time.Duration
+}
+
+// Begin starts measuring.
+func Begin() *Warmup { return &Warmup{last: time.Now(), allocs: allocBytes()} }
+
+// Step records that one more step has run.
+func (w *Warmup) Step() {
+	now := time.Now()
+	if d := now.Sub(w.last); w.steps == 0 || d < w.fastest {
+		w.fastest = d
+	}
+	w.last = now
+	w.steps++
+}
+
+// Options are what Fit may not measure itself.
+type Options struct {
+	// Keep leaves the collector's settings alone (the user set GOGC or
+	// GOMEMLIMIT): Fit only measures.
+	Keep bool
+	// ExtraFaultCost is added to the measured cost of a fresh page (Tax's
+	// cost, so that Fit acts as it would on a machine with that cost).
+	ExtraFaultCost time.Duration
+}
+
+// Decision is what Fit measured and chose.
+type Decision struct {
+	Steps          int           // warm-up steps measured
+	StepBytes      uint64        // bytes allocated per step
+	StepTime       time.Duration // the fastest step: the warm-up's include their faults
+	LiveBytes      uint64        // live heap after a full collection
+	GCTime         time.Duration // that collection's time
+	FaultCost      time.Duration // a fresh page's first touch (with ExtraFaultCost)
+	AheadCost      time.Duration // faults the default goal still had ahead, at FaultCost
+	Percent        int           // the GC percent now in force
+	HeadroomBytes  uint64        // the chosen growth above the live heap; 0: unchanged
+	PrefaultedTime time.Duration // time spent touching the headroom
+}
+
+func (d Decision) String() string {
+	if d.HeadroomBytes == 0 {
+		return fmt.Sprintf("heap: GOGC %d kept (garbage %.0f KiB/step, live %.0f MiB, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps)",
+			d.Percent, float64(d.StepBytes)/1024, float64(d.LiveBytes)/(1<<20), us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime))
+	}
+	return fmt.Sprintf("heap: GOGC %d (headroom %.1f MiB: garbage %.0f KiB/step, live %.0f MiB, full GC %.2f ms, step %.2f ms, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps; prefault %.0f ms)",
+		d.Percent, float64(d.HeadroomBytes)/(1<<20), float64(d.StepBytes)/1024, float64(d.LiveBytes)/(1<<20), ms(d.GCTime), ms(d.StepTime),
+		us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime), ms(d.PrefaultedTime))
+}
+
+func us(d time.Duration) float64 { return d.Seconds() * 1e6 }
+func ms(d time.Duration) float64 { return d.Seconds() * 1e3 }
+func stepsOf(d, step time.Duration) float64 {
+	if step <= 0 {
+		return 0
+	}
+	return float64(d) / float64(step)
+}
+
+// Fit measures the warm-up and, where fresh pages would slow the steps
+// ahead, lowers the collector's goal to what a step needs and touches it
+// once (see the package documentation). It runs a full collection.
+func (w *Warmup) Fit(o Options) Decision {
+	d := Decision{Steps: w.steps}
+	if w.steps > 0 {
+		d.StepTime = w.fastest
+		d.StepBytes = (allocBytes() - w.allocs) / uint64(w.steps)
+	}
+	t := time.Now()
+	runtime.GC()
+	d.GCTime = time.Since(t)
+	d.LiveBytes = liveBytes()
+	d.FaultCost = FaultCost() + o.ExtraFaultCost
+	percent := debug.SetGCPercent(100)
+	debug.SetGCPercent(percent)
+	d.Percent = percent
+	if percent < 0 {
+		return d
+	}
+	d.AheadCost = time.Duration(float64(d.LiveBytes) * float64(percent) / 100 / pageSize * float64(d.FaultCost))
+	plan := Plan(d.StepBytes, d.StepTime, d.LiveBytes, d.GCTime, d.FaultCost, percent)
+	if o.Keep || plan.Percent >= percent {
+		return d
+	}
+	debug.SetGCPercent(plan.Percent)
+	d.Percent, d.HeadroomBytes = plan.Percent, plan.HeadroomBytes
+	t = time.Now()
+	Prefault(plan.HeadroomBytes)
+	d.PrefaultedTime = time.Since(t)
+	return d
+}
+
+// Choice is Plan's answer.
+type Choice struct {
+	Percent       int    // GC percent; the current one where nothing is worth changing
+	HeadroomBytes uint64 // heap growth above the live heap that Percent allows; 0: unchanged
+}
+
+// Plan is Fit's choice from its measurements, pure: for a step of
+// stepTime leaving stepBytes of garbage, a live heap of liveBytes whose
+// full collection takes gcTime, fresh pages costing faultCost each and
+// the collector at percent. It lowers the goal when the faults ahead
+// (live·percent/100 bytes of fresh pages) cost more than worthSteps
+// steps, to live + max(k·stepBytes, MinHeadroomBytes), where k steps take
+// gcTime/gcShare.
+func Plan(stepBytes uint64, stepTime time.Duration, liveBytes uint64, gcTime, faultCost time.Duration, percent int) Choice {
+	keep := Choice{Percent: percent}
+	if percent <= 0 || liveBytes == 0 || stepTime <= 0 {
+		return keep
+	}
+	ahead := float64(liveBytes) * float64(percent) / 100 / pageSize * float64(faultCost)
+	if ahead <= worthSteps*float64(stepTime) {
+		return keep
+	}
+	k := math.Ceil(float64(gcTime) / (gcShare * float64(stepTime)))
+	head := max(uint64(k)*stepBytes, MinHeadroomBytes)
+	p := int(math.Ceil(100 * float64(head) / float64(liveBytes)))
+	p = max(p, 1)
+	if p >= percent {
+		return keep
+	}
+	return Choice{Percent: p, HeadroomBytes: uint64(p) * liveBytes / 100}
+}
+
+const (
+	pageSize     = 4096
+	hugePage     = 2 << 20
+	madvHugepage = 14 // MADV_HUGEPAGE
+)
+
+// HugePages reports whether the kernel gives transparent huge pages to
+// memory that asks for them (/sys/kernel/mm/transparent_hugepage/enabled
+// is "always" or "madvise").
+func HugePages() bool {
+	b, err := os.ReadFile("/sys/kernel/mm/transparent_hugepage/enabled")
+	return err == nil && (bytes.Contains(b, []byte("[always]")) || bytes.Contains(b, []byte("[madvise]")))
+}
+
+// Prefault touches n bytes of fresh heap once and drops them: the pages
+// stay with the heap (under its goal the scavenger keeps them), so the
+// next allocations find them mapped.
+func Prefault(n uint64) {
+	if n == 0 {
+		return
+	}
+	b := make([]byte, n)
+	if HugePages() {
+		// One fault maps 2 MiB instead of 512 faults of 4 KiB.
+		p := uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+		lo := int((p+hugePage-1)&^(hugePage-1) - p)
+		if hi := lo + (len(b)-lo)&^(hugePage-1); hi > lo {
+			syscall.Madvise(b[lo:hi], madvHugepage)
+		}
+	}
+	for i := 0; i < len(b); i += pageSize {
+		b[i] = 1
+	}
+	runtime.KeepAlive(b)
+	b = nil
+	runtime.GC()
+}
+
+// FaultCost measures the first touch of a fresh anonymous page: the
+// median over a few rounds of touching 64 fresh pages, less touching them
+// again.
+func FaultCost() time.Duration {
+	const pages, rounds = 64, 5
+	var c [rounds]time.Duration
+	for r := range c {
+		b, err := syscall.Mmap(-1, 0, pages*pageSize, syscall.PROT_READ|syscall.PROT_WRITE, syscall.MAP_ANON|syscall.MAP_PRIVATE)
+		if err != nil {
+			return 0
+		}
+		t := time.Now()
+		for i := 0; i < len(b); i += pageSize {
+			b[i] = 1
+		}
+		first := time.Since(t)
+		t = time.Now()
+		for i := 0; i < len(b); i += pageSize {
+			b[i] = 2
+		}
+		again := time.Since(t)
+		syscall.Munmap(b)
+		c[r] = max(first-again, 0) / pages
+	}
+	for i := range c { // insertion sort: five values
+		for j := i; j > 0 && c[j] < c[j-1]; j-- {
+			c[j], c[j-1] = c[j-1], c[j]
+		}
+	}
+	return c[rounds/2]
+}
+
+var heapMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/live:bytes"}
+
+func readMetric(name string) uint64 {
+	s := []metrics.Sample{{Name: name}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return 0
+	}
+	return s[0].Value.Uint64()
+}
+
+func allocBytes() uint64 { return readMetric(heapMetrics[0]) }
+func liveBytes() uint64  { return readMetric(heapMetrics[1]) }
