@@ -97,6 +97,10 @@ type trainSpec struct {
 	warmup     int // -1: the model's default
 	cpuprofile string
 	shard      string // none, zero1, zero2 or fsdp: the sharded-training workload (shard.go); "": the anchor's
+	fitHeap    bool   // size the collector's goal to the step after the warm-up (warmheap.Fit)
+	// Set by the worker from its environment, not flags.
+	keepGC    bool          // GOGC or GOMEMLIMIT is set: the collector is the user's
+	faultCost time.Duration // COHORT_PAGE_FAULT_COST: charged per minor fault (warmheap.Tax)
 }
 
 // withDefaults fills in the anchor's step counts for s.model where the
@@ -147,7 +151,7 @@ func (s trainSpec) workerArgs(result string) []string {
 		"--transport", s.transport, "--threads", strconv.Itoa(s.threads),
 		"--gomaxprocs", strconv.Itoa(s.gomaxprocs), "--steps", strconv.Itoa(s.steps),
 		"--warmup", strconv.Itoa(s.warmup), "--cpuprofile", s.cpuprofile,
-		"--shard", s.shard, "--worker", "--result", result}
+		"--shard", s.shard, "--fit-heap=" + strconv.FormatBool(s.fitHeap), "--worker", "--result", result}
 }
 
 // Train runs `cohort bench train` with args; self is the command that
@@ -219,6 +223,7 @@ func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code i
 	fs.IntVar(&s.warmup, "warmup", -1, "untimed steps before timing (-1: the anchor's, 20 for mlp and cnn, 10 for gpt)")
 	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
 	fs.StringVar(&s.shard, "shard", "", "none, zero1, zero2 or fsdp: train the sharded-training workload (AdamW, clipping) under ddp or a sharded wrapper")
+	fs.BoolVar(&s.fitHeap, "fit-heap", true, "after the warm-up, size the collector's goal to the step where fresh pages are dear (see internal/warmheap); GOGC or GOMEMLIMIT set: left alone")
 	fs.BoolVar(&cmd.worker, "worker", false, "internal: run as one rank of the job")
 	fs.BoolVar(&cmd.asJSON, "json", false, "print the result as one JSON object instead of text")
 	fs.StringVar(&cmd.result, "result", "", "internal: where rank 0 writes its result")
@@ -301,7 +306,22 @@ func printTrain(w io.Writer, s trainSpec, r trainResult) {
 		fmt.Fprintf(w, "train: rank 0 per step: forward %s, backward %s, all-reduce %s (%.0f%% hidden behind backward), exposed %s\n",
 			ms(st.Forward), ms(st.Backward), ms(st.Comm), 100*st.HiddenFraction(), ms(st.Exposed))
 	}
-	fmt.Fprintf(w, "train: %s world %d samples/s %.0f\n", s.model, s.world, float64(s.world*trainBatch*s.steps)/r.Wall.Seconds())
+	printHeap(w, s, r)
+	fmt.Fprintf(w, "train: %s world %d samples/s %.0f first%d %.0f\n", s.model, s.world, float64(s.world*trainBatch*s.steps)/r.Wall.Seconds(),
+		r.FirstSteps, r.firstRate(s.world*trainBatch))
+}
+
+// printHeap reports the heap's fitting and the fault tax, when there was
+// one of either.
+func printHeap(w io.Writer, s trainSpec, r trainResult) {
+	if r.Heap != "" {
+		fmt.Fprintf(w, "train: rank 0 %s\n", r.Heap)
+	}
+	fmt.Fprintf(w, "train: rank 0 minor page faults %.1f/step over the timed steps", float64(r.Faults)/float64(max(s.steps, 1)))
+	if s.faultCost > 0 {
+		fmt.Fprintf(w, ", charged %v each (COHORT_PAGE_FAULT_COST): %.0f ms in all", s.faultCost, r.TaxPaid.Seconds()*1e3)
+	}
+	fmt.Fprintln(w)
 }
 
 // printTrainJSON reports a run as one JSON object on one line, with the
@@ -320,7 +340,8 @@ func printTrainJSON(w io.Writer, s trainSpec, r trainResult) error {
 		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": trainBatch,
 		"wall_s": r.Wall.Seconds(), "step_ms": r.Wall.Seconds() * 1e3 / float64(s.steps),
 		"samples_per_s": float64(s.world*trainBatch*s.steps) / r.Wall.Seconds(),
-		"data_frac":     r.Data.Seconds() / r.Wall.Seconds(), "last_loss": r.LastLoss, "gemm": r.Gemm,
+		"first_steps":   r.FirstSteps, "first_samples_per_s": r.firstRate(s.world * trainBatch), "heap": r.Heap,
+		"data_frac": r.Data.Seconds() / r.Wall.Seconds(), "last_loss": r.LastLoss, "gemm": r.Gemm,
 	}
 	if st := r.DDP; st != nil {
 		per := func(d time.Duration) float64 { return d.Seconds() * 1e3 / float64(max(st.Steps, 1)) }
@@ -345,7 +366,12 @@ type trainResult struct {
 	AllReduce  time.Duration // gpt: time in the gradient all-reduce
 	GOMAXPROCS int
 	Gemm       string
-	Shard      *shardResult // --shard: rank 0's sharded-training measurement
+	Shard      *shardResult  // --shard: rank 0's sharded-training measurement
+	FirstSteps int           // timed steps in First: min(100, steps)
+	First      time.Duration // the first FirstSteps timed steps
+	Heap       string        // what warmheap.Fit measured and chose; "" when not run
+	TaxPaid    time.Duration // waited by warmheap.Tax over the timed steps
+	Faults     int64         // rank 0's minor page faults over the timed steps
 }
 
 // trainWorker is one rank: it joins the job described by the environment
@@ -356,6 +382,14 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 	// before anything runs one.
 	if err := os.Setenv("COHORT_NUM_THREADS", strconv.Itoa(s.threads)); err != nil {
 		return err
+	}
+	s.keepGC = os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != ""
+	if v := os.Getenv("COHORT_PAGE_FAULT_COST"); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil || d < 0 {
+			return fmt.Errorf("COHORT_PAGE_FAULT_COST=%q: want a duration ≥ 0 such as 9us", v)
+		}
+		s.faultCost = d
 	}
 	if s.gomaxprocs > 0 {
 		runtime.GOMAXPROCS(s.gomaxprocs)
@@ -466,11 +500,14 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 		res.LastLoss = loss.Value.Item()
 		return data, nil
 	}
-	for range s.warmup {
+	w := newWarm(s)
+	for i := range s.warmup {
 		if _, err := step(); err != nil {
 			return res, err
 		}
+		w.step(i)
 	}
+	res.Heap = w.fit(s)
 	if err := barrier(); err != nil {
 		return res, fmt.Errorf("barrier after warm-up: %w", err)
 	}
@@ -490,18 +527,22 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 	}
 	start := time.Now()
 	report := benchProgress(pg, s.steps, trainBatch, "samples")
+	w.timed()
 	for i := range s.steps {
 		d, err := step()
 		res.Data += d
 		if err != nil {
 			return res, err
 		}
+		w.tax.Pay()
+		res.first(i, start)
 		report(i+1, float64(res.LastLoss))
 	}
 	if err := barrier(); err != nil {
 		return res, fmt.Errorf("barrier after the timed steps: %w", err)
 	}
 	res.Wall = time.Since(start)
+	w.done(&res)
 	if m != nil {
 		st := m.Stats()
 		res.DDP = &st

@@ -106,11 +106,14 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 		res.LastLoss = loss.Value.Item()
 		return data, comm, nil
 	}
-	for range s.warmup {
+	w := newWarm(s)
+	for i := range s.warmup {
 		if _, _, err := step(); err != nil {
 			return res, err
 		}
+		w.step(i)
 	}
+	res.Heap = w.fit(s)
 	if err := barrier(); err != nil {
 		return res, fmt.Errorf("barrier after warm-up: %w", err)
 	}
@@ -127,6 +130,7 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 	}
 	start := time.Now()
 	report := benchProgress(pg, s.steps, gptBatch*models.GPTMini().Ctx, "tokens")
+	w.timed()
 	for i := range s.steps {
 		d, c, err := step()
 		res.Data += d
@@ -134,12 +138,15 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 		if err != nil {
 			return res, err
 		}
+		w.tax.Pay()
+		res.first(i, start)
 		report(i+1, float64(res.LastLoss))
 	}
 	if err := barrier(); err != nil {
 		return res, fmt.Errorf("barrier after the timed steps: %w", err)
 	}
 	res.Wall = time.Since(start)
+	w.done(&res)
 	return res, nil
 }
 
@@ -160,7 +167,9 @@ func printTrainGPT(w io.Writer, s trainSpec, r trainResult) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", d.Seconds()*1e3/float64(s.steps)) }
 	fmt.Fprintf(w, "train: %d params, step %s, data %.1f%%, gradient all-reduce %s, last loss %.4f, wall %.2f s\n",
 		r.Params, ms(r.Wall), 100*r.Data.Seconds()/r.Wall.Seconds(), ms(r.AllReduce), r.LastLoss, r.Wall.Seconds())
-	fmt.Fprintf(w, "train: gpt world %d tokens/s %.0f\n", s.world, gptTokensPerSec(s, r))
+	printHeap(w, s, r)
+	fmt.Fprintf(w, "train: gpt world %d tokens/s %.0f first%d %.0f\n", s.world, gptTokensPerSec(s, r),
+		r.FirstSteps, r.firstRate(s.world*gptBatch*models.GPTMini().Ctx))
 }
 
 // printTrainGPTJSON reports a gpt run as one JSON object on one line, with
@@ -177,6 +186,7 @@ func printTrainGPTJSON(w io.Writer, s trainSpec, r trainResult) error {
 		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": gptBatch, "ctx": models.GPTMini().Ctx,
 		"wall_s": r.Wall.Seconds(), "step_ms": r.Wall.Seconds() * 1e3 / float64(s.steps),
 		"tokens_per_s": tok, "samples_per_s": tok / float64(models.GPTMini().Ctx),
+		"first_steps": r.FirstSteps, "first_tokens_per_s": r.firstRate(s.world * gptBatch * models.GPTMini().Ctx), "heap": r.Heap,
 		"data_frac": r.Data.Seconds() / r.Wall.Seconds(), "comm_ms": r.AllReduce.Seconds() * 1e3 / float64(s.steps),
 		"last_loss": r.LastLoss, "gemm": r.Gemm,
 	}
