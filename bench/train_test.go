@@ -92,8 +92,8 @@ func TestGPTTrainRun(t *testing.T) {
 	var rep, js bytes.Buffer
 	printTrain(&rep, s, r)
 	lines := strings.Split(strings.TrimSpace(rep.String()), "\n")
-	if last := lines[len(lines)-1]; !regexp.MustCompile(`^train: gpt world 1 tokens/s \d+$`).MatchString(last) {
-		t.Errorf("last line %q, want `train: gpt world 1 tokens/s X`", last)
+	if last := lines[len(lines)-1]; !regexp.MustCompile(`^train: gpt world 1 tokens/s \d+ first\d+ \d+$`).MatchString(last) {
+		t.Errorf("last line %q, want `train: gpt world 1 tokens/s X firstN Y`", last)
 	}
 	if err := printTrainJSON(&js, s, r); err != nil {
 		t.Fatal(err)
