@@ -3,8 +3,8 @@ package warmheap
 import (
 	"bytes"
 	"fmt"
-	"os"
 	"math"
+	"os"
 	"runtime"
 	"runtime/debug"
 	"runtime/metrics"
