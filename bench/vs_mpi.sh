@@ -53,6 +53,9 @@ strict="${STRICT:-0}"
 python="${PYTHON:-python3}"
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=cpuinfo.sh
+source "$root/bench/cpuinfo.sh"
+cpu_info vs_mpi
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 

@@ -133,6 +133,9 @@ if [[ "$pin_cpu" != none ]] && ! command -v taskset >/dev/null; then
 fi
 
 root="$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)"
+# shellcheck source=cpuinfo.sh
+source "$root/bench/cpuinfo.sh"
+cpu_info vs_pytorch
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 # shellcheck source=build.sh
