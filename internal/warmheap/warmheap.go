@@ -64,7 +64,7 @@ type Decision struct {
 	StepBytes      uint64        // bytes allocated per step
 	StepTime       time.Duration // the fastest step: the warm-up's include their faults
 	LiveBytes      uint64        // live heap after a full collection
-	GCTime         time.Duration // that collection's time
+	GCTime         time.Duration // that collection's CPU time (wall time would count other processes' share of a busy machine)
 	FaultCost      time.Duration // a fresh page's first touch (with ExtraFaultCost)
 	AheadCost      time.Duration // faults the default goal still had ahead, at FaultCost
 	Percent        int           // the GC percent now in force
@@ -77,7 +77,7 @@ func (d Decision) String() string {
 		return fmt.Sprintf("heap: GOGC %d kept (garbage %.0f KiB/step, live %.0f MiB, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps)",
 			d.Percent, float64(d.StepBytes)/1024, float64(d.LiveBytes)/(1<<20), us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime))
 	}
-	return fmt.Sprintf("heap: GOGC %d (headroom %.1f MiB: garbage %.0f KiB/step, live %.0f MiB, full GC %.2f ms, step %.2f ms, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps; prefault %.0f ms)",
+	return fmt.Sprintf("heap: GOGC %d (headroom %.1f MiB: garbage %.0f KiB/step, live %.0f MiB, full GC %.2f ms CPU, step %.2f ms, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps; prefault %.0f ms)",
 		d.Percent, float64(d.HeadroomBytes)/(1<<20), float64(d.StepBytes)/1024, float64(d.LiveBytes)/(1<<20), ms(d.GCTime), ms(d.StepTime),
 		us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime), ms(d.PrefaultedTime))
 }
@@ -100,9 +100,9 @@ func (w *Warmup) Fit(o Options) Decision {
 		d.StepTime = w.fastest
 		d.StepBytes = (allocBytes() - w.allocs) / uint64(w.steps)
 	}
-	t := time.Now()
+	c := cpuTime()
 	runtime.GC()
-	d.GCTime = time.Since(t)
+	d.GCTime = cpuTime() - c
 	d.LiveBytes = liveBytes()
 	d.FaultCost = FaultCost() + o.ExtraFaultCost
 	percent := debug.SetGCPercent(100)
@@ -118,7 +118,7 @@ func (w *Warmup) Fit(o Options) Decision {
 	}
 	debug.SetGCPercent(plan.Percent)
 	d.Percent, d.HeadroomBytes = plan.Percent, plan.HeadroomBytes
-	t = time.Now()
+	t := time.Now()
 	Prefault(plan.HeadroomBytes)
 	d.PrefaultedTime = time.Since(t)
 	return d
@@ -224,6 +224,17 @@ func FaultCost() time.Duration {
 		}
 	}
 	return c[rounds/2]
+}
+
+// cpuTime is the CPU time the process has used (CLOCK_PROCESS_CPUTIME_ID:
+// the scheduler's own accounting, finer than getrusage's ticks).
+func cpuTime() time.Duration {
+	const clockProcessCPUTime = 2
+	var ts syscall.Timespec
+	if _, _, e := syscall.Syscall(syscall.SYS_CLOCK_GETTIME, clockProcessCPUTime, uintptr(unsafe.Pointer(&ts)), 0); e != 0 {
+		return 0
+	}
+	return time.Duration(ts.Nano())
 }
 
 var heapMetrics = []string{"/gc/heap/allocs:bytes", "/gc/heap/live:bytes"}
