@@ -45,10 +45,18 @@ Training throughput of an anchor workload: --world worker processes of
 this executable are started through the launcher (as cohort run does),
 each trains its replica with data parallelism, and rank 0 reports
 
-    train: MODEL world N samples/s X      (mlp, cnn)
-    train: gpt world N tokens/s X         (gpt)
+    train: MODEL world N samples/s X first100 Y      (mlp, cnn)
+    train: gpt world N tokens/s X first100 Y         (gpt)
 
-with the step time and the share of time spent waiting for data.
+with the step time and the share of time spent waiting for data; Y is
+the rate of the first 100 timed steps (of all of them when fewer), where
+a step slowed by fresh memory shows. Before it, rank 0's minor page
+faults per timed step, and what --fit-heap chose: after the warm-up the
+collector's goal is sized to the step where fresh pages are dear
+(internal/warmheap), unless GOGC or GOMEMLIMIT is set.
+COHORT_PAGE_FAULT_COST=9us charges every minor fault that long (busy
+waiting after each step), to show on a machine with cheap faults what a
+step costs where they are dear.
 
 With --shard none|zero1|zero2|fsdp each rank instead trains the model
 with AdamW and clipping at 1.0 on random batches (64 samples, or 32×64
@@ -287,7 +295,8 @@ func spawnTrain(ctx context.Context, s trainSpec, self []string, env []string, o
 }
 
 // printTrain reports a run; its last line is `train: MODEL world N
-// samples/s X`, or for gpt `train: gpt world N tokens/s X`.
+// samples/s X firstN Y`, or for gpt `train: gpt world N tokens/s X firstN
+// Y`.
 func printTrain(w io.Writer, s trainSpec, r trainResult) {
 	if s.model == "gpt" {
 		printTrainGPT(w, s, r)

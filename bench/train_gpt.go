@@ -156,7 +156,7 @@ func gptTokensPerSec(s trainSpec, r trainResult) float64 {
 }
 
 // printTrainGPT reports a gpt run; its last line is `train: gpt world N
-// tokens/s X`.
+// tokens/s X firstN Y`.
 func printTrainGPT(w io.Writer, s trainSpec, r trainResult) {
 	mode := "one process"
 	if s.world > 1 {

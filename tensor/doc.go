@@ -59,6 +59,23 @@
 // the LayerNorm weight gradients in float32 blocks of 64 rows added into
 // float64 totals.
 //
+// # Storage reuse
+//
+// A step allocates the same tensors every time, and fresh memory is dear:
+// a page's first touch costs a fault (about 9 µs on some KVM guests), and
+// the collector lets the heap grow far past what one step needs before
+// it reuses anything. So host storage circulates through one size-keyed
+// free list (recycle.go): Recycle hands back storage its owner knows to
+// be dead (autograd does so for gradients and transient outputs), Empty
+// reuses it without zeroing, New reuses it zeroed, and the convolutions
+// take their scratch (unfolded inputs, padded copies, packed weights,
+// chunk products) from it and hand it back before returning. From the
+// second step on, a LeNet step then leaves 0.85 MiB of garbage instead
+// of 2.3 MiB (the pooling indices and the outputs autograd does not yet
+// recycle), and those pages, once mapped, stay mapped. The list is
+// bounded (64 buffers per length, 128 MiB in all); a buffer is in it at
+// most once and referenced by nothing else while there.
+//
 // # Devices and dtypes
 //
 // Every tensor carries a Device: CPU (the zero value: host memory, every
