@@ -17,6 +17,19 @@
 // float32) and names every missing and unexpected key when the file is of
 // another model.
 //
+// # bfloat16 weights
+//
+// A BF16 tensor is what PyTorch writes for a bf16 module: its bits as
+// little-endian uint16 (the top half of the float32 of the same value),
+// header dtype "BF16". It loads into a float32 model widened exactly.
+// SaveModel, SaveGPT2 and Write take WithDType(tensor.BFloat16) to write
+// BF16 instead of F32, each value rounded to nearest, ties to even — bit
+// for bit what PyTorch's .to(torch.bfloat16) gives (NaNs aside, which stay
+// NaNs), so the file is half the size and loads into a bf16 PyTorch
+// module with a strict load_state_dict. A dtype the writer does not know
+// fails the write with an error naming the dtype and a tensor. Training
+// state (Save) stays float32.
+//
 // SaveGPT2 and LoadGPT2 read and write models.GPT in the layout of Hugging
 // Face transformers' GPT2LMHeadModel (GPT2Names; Conv1D projection weights
 // stored [in, out]; the tied lm_head left out on save, and accepted on load
