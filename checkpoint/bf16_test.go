@@ -154,7 +154,7 @@ func bf16Net() *nn.Sequential {
 }
 
 // TestBF16FromPyTorch: the state dict of a bf16 PyTorch module, saved as
-// safetensors, loads into the float32 module with every value equal to
+// safetensors and with torch.save, loads into the float32 module with every value equal to
 // PyTorch's bf16 bits widened.
 func TestBF16FromPyTorch(t *testing.T) {
 	needTorch(t)
@@ -171,11 +171,25 @@ func TestBF16FromPyTorch(t *testing.T) {
 		t.Fatalf("bf16_torch.py output: %v\n%s", err, out)
 	}
 	t.Logf("written by PyTorch (%s)", res.Impl)
-	net := bf16Net()
-	if err := LoadModel(filepath.Join(dir, "model.safetensors"), net, nil); err != nil {
-		t.Fatal(err)
+	for _, file := range []string{"model.safetensors", "model.pt"} {
+		t.Run(file, func(t *testing.T) {
+			net := bf16Net()
+			load := LoadModel
+			if file == "model.pt" {
+				load = LoadTorch
+			}
+			if err := load(filepath.Join(dir, file), net, nil); err != nil {
+				t.Fatal(err)
+			}
+			sameBF16(t, nn.StateDict(net), res.Bits)
+		})
 	}
-	sd := nn.StateDict(net)
+}
+
+// sameBF16 checks that every value of sd is the bfloat16 of bits widened.
+func sameBF16(t *testing.T, sd map[string]*tensor.Tensor, bits map[string][]uint16) {
+	t.Helper()
+	res := struct{ Bits map[string][]uint16 }{bits}
 	if len(sd) != len(res.Bits) {
 		t.Fatalf("module has %d tensors, PyTorch's state dict %d", len(sd), len(res.Bits))
 	}
@@ -193,21 +207,25 @@ func TestBF16FromPyTorch(t *testing.T) {
 }
 
 // TestBF16LoadsInPyTorch: a float32 model saved here as F32 and as BF16
-// loads in PyTorch, and the BF16 file is bit for bit PyTorch's own
-// .to(torch.bfloat16) of the F32 one.
+// safetensors and as a bf16 torch.save file loads in PyTorch, and the
+// BF16 tensors are bit for bit PyTorch's own .to(torch.bfloat16) of the
+// F32 ones.
 func TestBF16LoadsInPyTorch(t *testing.T) {
 	needTorch(t)
 	net := bf16Net()
 	copy(nn.StateDict(net)["0.weight"].Data(), bf16Values) // 12 of them
 	dir := t.TempDir()
-	f32, b16 := filepath.Join(dir, "f32.safetensors"), filepath.Join(dir, "bf16.safetensors")
+	f32, b16, pt := filepath.Join(dir, "f32.safetensors"), filepath.Join(dir, "bf16.safetensors"), filepath.Join(dir, "bf16.pt")
 	if err := SaveModel(f32, net, nil, map[string]string{"format": "pt"}); err != nil {
 		t.Fatal(err)
 	}
 	if err := SaveModel(b16, net, nil, map[string]string{"format": "pt"}, WithDType(tensor.BFloat16)); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(python, filepath.Join("testdata", "bf16_torch.py"), "read", f32, b16).CombinedOutput()
+	if err := SaveTorch(pt, net, nil, WithDType(tensor.BFloat16)); err != nil {
+		t.Fatal(err)
+	}
+	out, err := exec.Command(python, filepath.Join("testdata", "bf16_torch.py"), "read", f32, b16, pt).CombinedOutput()
 	if err != nil {
 		t.Fatalf("bf16_torch.py read: %v\n%s", err, out)
 	}

@@ -30,6 +30,20 @@
 // fails the write with an error naming the dtype and a tensor. Training
 // state (Save) stays float32.
 //
+// # torch.save files
+//
+// LoadTorch reads a state dict saved with torch.save(module.state_dict(),
+// path) (the zip format of PyTorch 1.6 and later) into a module as
+// LoadModel does: FloatStorage, BFloat16Storage, HalfStorage and
+// DoubleStorage tensors, any offset and strides, converted to float32
+// (bf16 exactly). Its pickle reader knows only the opcodes and globals of
+// a state dict (an OrderedDict, torch._utils._rebuild_tensor_v2 and
+// _rebuild_parameter, the storage classes) and calls nothing by name: any
+// other global, or another storage type, fails naming it. SaveTorch writes
+// the archive torch.save writes for the state dict (FloatStorage, or
+// BFloat16Storage with WithDType(tensor.BFloat16); records 64-byte
+// aligned), which torch.load reads back for load_state_dict.
+//
 // SaveGPT2 and LoadGPT2 read and write models.GPT in the layout of Hugging
 // Face transformers' GPT2LMHeadModel (GPT2Names; Conv1D projection weights
 // stored [in, out]; the tied lm_head left out on save, and accepted on load
