@@ -68,6 +68,7 @@ type TorchFile struct {
 	Tensors map[string]TorchTensor
 	records map[string]*zip.File
 	prefix  string
+	size    int64 // of the file
 }
 
 type pyGlobal struct{ module, name string }
@@ -91,7 +92,7 @@ func OpenTorch(r io.ReaderAt, size int64) (*TorchFile, error) {
 	if err != nil {
 		return nil, torchErr("not a zip archive: %v", err)
 	}
-	f := &TorchFile{records: map[string]*zip.File{}}
+	f := &TorchFile{records: map[string]*zip.File{}, size: size}
 	for _, z := range zr.File {
 		i := strings.IndexByte(z.Name, '/')
 		if i < 0 {
@@ -150,7 +151,12 @@ func (f *TorchFile) check(name string, t TorchTensor) error {
 	if !ok {
 		return torchErr("tensor %q: no record data/%s", name, t.key)
 	}
-	if want := uint64(t.numel) * uint64(t.DType.Size()); z.UncompressedSize64 != want {
+	// A zip header may claim any size: bound it by the file (deflate
+	// expands at most 1032-fold) before anything is allocated from it.
+	if z.CompressedSize64 > uint64(f.size) || z.UncompressedSize64 > 1032*z.CompressedSize64+64 {
+		return torchErr("tensor %q: record data/%s claims %d bytes (%d compressed) in a %d-byte file", name, t.key, z.UncompressedSize64, z.CompressedSize64, f.size)
+	}
+	if want := uint64(t.numel) * uint64(t.DType.Size()); z.UncompressedSize64 != want || t.numel > int64(z.UncompressedSize64) {
 		return torchErr("tensor %q: record data/%s holds %d bytes, %d %s elements need %d", name, t.key, z.UncompressedSize64, t.numel, t.DType, want)
 	}
 	if len(t.Shape) != len(t.Stride) {
@@ -195,9 +201,13 @@ func (f *TorchFile) ReadFloat32(name string, dst []float32) error {
 		return fmt.Errorf("checkpoint: tensor %q: %w", name, err)
 	}
 	defer rc.Close()
-	raw, err := io.ReadAll(rc) // the size was checked against numel
+	want := t.numel * int64(t.DType.Size()) // bounded by the file in check
+	raw, err := io.ReadAll(io.LimitReader(rc, want+1))
 	if err != nil {
 		return fmt.Errorf("checkpoint: tensor %q: %w", name, err)
+	}
+	if int64(len(raw)) != want {
+		return torchErr("tensor %q: record data/%s holds %d bytes, not %d", name, t.key, len(raw), want)
 	}
 	all := make([]float32, t.numel)
 	decode(t.DType, raw, all)
