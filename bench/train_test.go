@@ -34,7 +34,7 @@ func TestTrainRun(t *testing.T) {
 					}
 					defer pg.Close()
 				}
-				s := trainSpec{model: model, world: 1, ddp: withDDP, view: true, steps: 3, warmup: 1}
+				s := trainSpec{model: model, world: 1, ddp: withDDP, view: true, steps: 3, warmup: 3, fitHeap: true}
 				r, err := trainRun(ctx, s, pg, "")
 				if err != nil {
 					t.Fatal(err)
@@ -46,9 +46,12 @@ func TestTrainRun(t *testing.T) {
 				if r.Wall <= 0 || r.Data < 0 || r.Data > r.Wall {
 					t.Errorf("wall %v, data %v: want 0 < data ≤ wall", r.Wall, r.Data)
 				}
+				if r.FirstSteps != 3 || r.First <= 0 || r.First > r.Wall || r.Faults < 0 {
+					t.Errorf("first %d steps in %v of wall %v, faults %d: want all 3 timed steps, within the wall time", r.FirstSteps, r.First, r.Wall, r.Faults)
+				}
 				// Untrained 10-way classification: the loss starts near ln 10.
 				if l := float64(r.LastLoss); math.IsNaN(l) || math.Abs(l-math.Log(10)) > 0.5 {
-					t.Errorf("loss after 4 steps %v, want about ln 10 = 2.30", l)
+					t.Errorf("loss after 6 steps %v, want about ln 10 = 2.30", l)
 				}
 				switch {
 				case withDDP && (r.DDP == nil || r.DDP.Steps != 3):
@@ -116,13 +119,14 @@ func TestParseBenchTrain(t *testing.T) {
 		want         trainSpec
 		worker, json bool
 	}{
-		{"mlp defaults", nil, trainSpec{model: "mlp", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20}, false, false},
-		{"cnn world 2", []string{"--model", "cnn", "--world", "2"}, trainSpec{model: "cnn", world: 2, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20}, false, false},
-		{"gpt defaults", []string{"--model", "gpt"}, trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 100, warmup: 10}, false, false},
+		{"mlp defaults", nil, trainSpec{model: "mlp", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, fitHeap: true}, false, false},
+		{"cnn world 2", []string{"--model", "cnn", "--world", "2"}, trainSpec{model: "cnn", world: 2, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, fitHeap: true}, false, false},
+		{"gpt defaults", []string{"--model", "gpt"}, trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 100, warmup: 10, fitHeap: true}, false, false},
 		{"gpt world 2 threads 2 json", []string{"--model", "gpt", "--threads", "2", "--world", "2", "--json"},
-			trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto", threads: 2, steps: 100, warmup: 10}, false, true},
+			trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto", threads: 2, steps: 100, warmup: 10, fitHeap: true}, false, true},
 		{"gpt explicit steps", []string{"--model=gpt", "--steps", "7", "--warmup", "0", "--transport", "tcp", "--worker"},
-			trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "tcp", threads: 1, steps: 7, warmup: 0}, true, false},
+			trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "tcp", threads: 1, steps: 7, warmup: 0, fitHeap: true}, true, false},
+		{"cnn heap left alone", []string{"--model", "cnn", "--fit-heap=false"}, trainSpec{model: "cnn", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
