@@ -39,6 +39,8 @@ import (
 //	              bell u32 at +512 (futex word a receiver waiting on this ring sleeps on)
 //	              sleepers u32 at +640 (1: a receiver is, or is about to be, asleep on bell;
 //	                the first producer to publish after clears it and rings)
+//	              rangAt i64 at +768 (CLOCK_MONOTONIC ns when the producer last rang bell,
+//	                stamped before it rings: the woken receiver measures its wake-up; see wait.go)
 //	              cma u32 at +896 (1: the owner reads the producer's memory itself; see single_copy_linux.go)
 //	              wakeAt u64 at +960 (the head a receiver asleep on bell waits for: the
 //	                producer rings only once head reaches it)
@@ -54,7 +56,7 @@ const (
 	pageBytes = 4096
 
 	segMagic   = 0x6d68732d74726f63 // "cort-shm", little-endian
-	segVersion = 4
+	segVersion = 5
 
 	offMagic      = 0
 	offVersion    = 8
@@ -76,6 +78,7 @@ const (
 	offWaiting  = 384
 	offBell     = 512
 	offSleepers = 640
+	offRangAt   = 768
 	offCMA      = 896
 	offWakeAt   = 960
 	offWant     = 1024
@@ -100,6 +103,7 @@ type ring struct {
 	space, waiting *uint32
 	bell, sleepers *uint32
 	wakeAt         *uint64
+	rangAt         *int64
 	cma            *uint32
 	want           *[wantBuckets]uint32
 	data           []byte
@@ -139,6 +143,7 @@ func (s *segment) slot(sender int) ring {
 		bell:     s.u32(base + offBell),
 		sleepers: s.u32(base + offSleepers),
 		wakeAt:   s.u64(base + offWakeAt),
+		rangAt:   (*int64)(unsafe.Pointer(s.u64(base + offRangAt))),
 		cma:      s.u32(base + offCMA),
 		want:     (*[wantBuckets]uint32)(unsafe.Pointer(s.u32(base + offWant))),
 		data:     s.mem[base+pageBytes : base+pageBytes+s.ringBytes : base+pageBytes+s.ringBytes],

@@ -51,6 +51,8 @@ type Transport struct {
 	pollerDone chan struct{}
 	epoch      time.Time // mono's zero
 	gate       yieldGate // whether waiters may yield the CPU (Options.yield)
+	wakes      wakeEstimate
+	waiting    atomic.Pointer[waitState] // how waiters wait (wait.go); set before use
 	// mapped is read-held by receivers while they touch the mappings;
 	// Close write-locks it for good before unmapping.
 	mapped sync.RWMutex
@@ -309,7 +311,7 @@ const (
 // outside load, and closing the gate then would leave the small
 // operations after a large one sleeping on the futex for seconds.
 func (t *Transport) pause(i int, n uint64) {
-	if !t.opts.yield {
+	if !t.opts.yield || !t.plan().Yield {
 		if i%spinGosched == spinGosched-1 { // callers pause between checks, never at i%spinCheck == 0
 			runtime.Gosched()
 		}
@@ -398,7 +400,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 		}
 		now := time.Now()
 		if spinUntil.IsZero() {
-			spinUntil = now.Add(t.opts.Spin)
+			spinUntil = now.Add(t.spin())
 			waitUntil = spinUntil.Add(directWait)
 		}
 		if now.After(waitUntil) {
@@ -429,7 +431,10 @@ func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration) {
 	atomic.StoreUint32(r.sleepers, 1)
 	v := atomic.LoadUint32(r.bell)
 	if atomic.LoadUint64(r.head) < wakeAt && !p.t.closed.Load() && p.gone.Load() == nil {
-		futexSleep(r.bell, v, d)
+		slept := monoNow()
+		if futexSleep(r.bell, v, d) {
+			p.t.woke(r.rangAt, slept)
+		}
 	}
 }
 
@@ -562,7 +567,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 		}
 		now := time.Now()
 		if spinUntil.IsZero() {
-			spinUntil = now.Add(p.t.opts.Spin)
+			spinUntil = now.Add(p.t.spin())
 		}
 		if !p.t.polling(ctx, now, spinUntil) {
 			// Wake at the record's end, or once half a ring is there:
@@ -776,6 +781,7 @@ func (p *peer) publish(head uint64, tag transport.Tag) {
 	// again, make no system call.
 	if atomic.LoadUint32(r.sleepers) != 0 {
 		if head >= atomic.LoadUint64(r.wakeAt) && atomic.SwapUint32(r.sleepers, 0) != 0 {
+			atomic.StoreInt64(r.rangAt, monoNow()) // before the bell: see Transport.woke
 			atomic.AddUint32(r.bell, 1)
 			futexWakeAll(r.bell)
 		}
@@ -807,7 +813,7 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 		return nil
 	}
 	now := time.Now()
-	spinUntil := now.Add(p.t.opts.Spin)
+	spinUntil := now.Add(p.t.spin())
 	// The ring's tail, and when it last moved: while it moves a receiver
 	// is taking records out, and the sender only waits.
 	lastTail, moved := atomic.LoadUint64(r.tail), now
@@ -846,14 +852,18 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 		if now.Sub(moved) < drainAfter {
 			// A receiver is taking records out (it may be busy with the
 			// last one for a while): wait for it to free space.
-			futexSleep(r.space, v, drainAfter)
+			if futexSleep(r.space, v, drainAfter) {
+				p.t.woke(nil, 0)
+			}
 			continue
 		}
 		// No receiver has taken anything out for a while: have the
 		// peer's progress goroutine drain the ring into its boxes (an
 		// allocation and a copy more per message).
 		p.wakePeer()
-		futexSleep(r.space, v, sleepMax)
+		if futexSleep(r.space, v, sleepMax) {
+			p.t.woke(nil, 0)
+		}
 	}
 }
 
@@ -917,10 +927,14 @@ func (t *Transport) poll() {
 			runtime.Gosched()
 			continue
 		}
+		woken := false
 		if t.bell == nil {
-			futexSleep(doorbell, v, sleepMax)
+			woken = futexSleep(doorbell, v, sleepMax)
 		} else if atomic.LoadUint32(doorbell) == v {
-			t.bell.sleep(sleepMax)
+			woken = t.bell.sleep(sleepMax)
+		}
+		if woken {
+			t.woke(nil, 0)
 		}
 		atomic.StoreUint32(sleeping, 0)
 	}
