@@ -25,6 +25,16 @@ func futexSleep(addr *uint32, val uint32, d time.Duration) bool {
 	return errno == 0
 }
 
+// futexSleepRaw is futexSleep through a raw system call: the Go runtime
+// does not know the thread sleeps, so its P stays with it (see
+// peer.sleepOnRing).
+func futexSleepRaw(addr *uint32, val uint32, d time.Duration) bool {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, errno := unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return errno == 0
+}
+
 // futexWakeAll wakes every waiter on addr.
 func futexWakeAll(addr *uint32) {
 	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWake, uintptr(1<<31-1), 0, 0, 0)

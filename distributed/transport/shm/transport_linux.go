@@ -356,6 +356,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 	defer t.mapped.RUnlock()
 	r := &p.in
 	var spinUntil, waitUntil time.Time
+	raw := t.plan().RawSleep // what this wait may still sleep holding its P
 	// looked: at head last, this receiver held the ring and found nothing
 	// for it. Only then may it sleep until head moves: a look that failed
 	// to take the ring (the progress goroutine held it, and may have
@@ -409,8 +410,8 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 		if t.polling(ctx, now, spinUntil) || !looked {
 			continue
 		}
-		p.sleepOnRing(last+1, directSleep) // until anything more is published
-		last++                             // look again at once
+		p.sleepOnRing(last+1, directSleep, &raw) // until anything more is published
+		last++                                   // look again at once
 	}
 }
 
@@ -421,7 +422,15 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 // sender publishes (on a VM a wake-up costs tens of microseconds, a
 // 64 KiB piece a few). Senders wake it (see publish); so do Close and a
 // dead peer.
-func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration) {
+//
+// While *raw, the wait's allowance, lasts, it sleeps through a raw system
+// call, which the Go runtime does not see, for at most *raw, and takes
+// what it slept off *raw: the thread keeps its P, so that nothing else of
+// this process runs meanwhile, but the runtime neither hands the P to
+// another thread when the sleep outlasts a sysmon tick nor, having done
+// so, sets sysmon polling every 20 µs again (each of those timer wake-ups
+// cost tens of microseconds of CPU on a KVM guest; see wait.go).
+func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration, raw *time.Duration) {
 	r := &p.in
 	// Set the threshold and arm the bell before reading it: a sender that
 	// publishes after the check below finds it armed and rings once its
@@ -432,7 +441,14 @@ func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration) {
 	v := atomic.LoadUint32(r.bell)
 	if atomic.LoadUint64(r.head) < wakeAt && !p.t.closed.Load() && p.gone.Load() == nil {
 		slept := monoNow()
-		if futexSleep(r.bell, v, d) {
+		var woken bool
+		if *raw > 0 {
+			woken = futexSleepRaw(r.bell, v, min(d, *raw))
+			*raw -= time.Duration(monoNow() - slept)
+		} else {
+			woken = futexSleep(r.bell, v, d)
+		}
+		if woken {
 			p.t.woke(r.rangAt, slept)
 		}
 	}
@@ -503,6 +519,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 	}
 	var got uint64
 	var spinUntil time.Time
+	raw := p.t.plan().RawSleep
 	for i := 1; ; i++ {
 		head := atomic.LoadUint64(r.head)
 		for got < n && tail < head {
@@ -576,7 +593,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 			if p.inTail != tail {
 				p.release(tail) // the payload is in; only the padding is missing
 			}
-			p.sleepOnRing(tail+min(n-got+pad, uint64(len(r.data))/2), directSleep)
+			p.sleepOnRing(tail+min(n-got+pad, uint64(len(r.data))/2), directSleep, &raw)
 		}
 	}
 }

@@ -43,6 +43,12 @@ import (
 // once. The yield gate (yield.go) still stops yielding while outside load
 // makes yields slow. Options.Spin, when set, overrides the polling time.
 //
+// A receiver's sleeps on its ring first go through a raw system call,
+// keeping the thread's P, for up to rawWakes wake-ups in all (at most
+// maxRawSleep), so that a sleep ended by the expected message does not
+// cost the runtime's P hand-off and the sysmon polling it sets off (see
+// peer.sleepOnRing); a longer wait sleeps through the runtime.
+//
 // The choice is re-made as wake-ups are observed (every rechooseEvery),
 // and Transport.Wait reports it with the figures it came from; with
 // COHORT_SHM_WAIT_LOG=1 each choice is printed to standard error.
@@ -58,9 +64,11 @@ const (
 	minSpin       = 200 * time.Microsecond
 	maxSpin       = 10 * time.Millisecond
 	yieldRatio    = 4
-	yieldWakes    = 50
+	yieldWakes    = 10
 	minYieldSpin  = 50 * time.Microsecond
 	maxYieldSpin  = 2 * time.Millisecond
+	rawWakes      = 8
+	maxRawSleep   = 500 * time.Microsecond
 	wakeSamples   = 8  // wake-ups seen before the estimate replaces assumedWake
 	rechooseEvery = 64 // wake-ups between re-choices
 )
@@ -89,6 +97,10 @@ type WaitPlan struct {
 	Spin time.Duration
 	// Yield says a waiter yields its CPU (sched_yield) between polls.
 	Yield bool
+	// RawSleep is how long a wait may sleep without the Go runtime
+	// knowing, keeping its P (see peer.sleepOnRing), before its sleeps
+	// go through the runtime.
+	RawSleep time.Duration
 	// Why says which rule chose the plan.
 	Why string
 }
@@ -100,15 +112,16 @@ func chooseWait(c Costs) WaitPlan {
 	if wake <= 0 || c.WakeSamples < wakeSamples {
 		wake = assumedWake
 	}
+	raw := min(rawWakes*wake, maxRawSleep)
 	if c.Ranks <= c.CPUs || c.CPUs <= 0 {
-		return WaitPlan{Spin: clamp(spinWakes*wake, minSpin, maxSpin),
+		return WaitPlan{Spin: clamp(spinWakes*wake, minSpin, maxSpin), RawSleep: raw,
 			Why: fmt.Sprintf("%d ranks fit %d CPUs: poll %d wake-ups of %v", c.Ranks, c.CPUs, spinWakes, wake)}
 	}
 	if c.Yield > 0 && c.Yield*yieldRatio <= wake {
-		return WaitPlan{Spin: clamp(yieldWakes*wake, minYieldSpin, maxYieldSpin), Yield: true,
+		return WaitPlan{Spin: clamp(yieldWakes*wake, minYieldSpin, maxYieldSpin), Yield: true, RawSleep: raw,
 			Why: fmt.Sprintf("%d ranks on %d CPUs, a yield (%v) at most 1/%d of a wake-up (%v): poll and yield for %d wake-ups", c.Ranks, c.CPUs, c.Yield, yieldRatio, wake, yieldWakes)}
 	}
-	return WaitPlan{Why: fmt.Sprintf("%d ranks on %d CPUs, a yield (%v) not under 1/%d of a wake-up (%v): sleep at once", c.Ranks, c.CPUs, c.Yield, yieldRatio, wake)}
+	return WaitPlan{RawSleep: raw, Why: fmt.Sprintf("%d ranks on %d CPUs, a yield (%v) not under 1/%d of a wake-up (%v): sleep at once", c.Ranks, c.CPUs, c.Yield, yieldRatio, wake)}
 }
 
 // formatWait is one line about plan p, costs c and an Options.Spin that
@@ -121,7 +134,11 @@ func formatWait(p WaitPlan, c Costs, spin time.Duration) string {
 	if p.Yield {
 		s += ", yielding the CPU between polls"
 	}
-	s += fmt.Sprintf(", then sleep (%s); wake-up %v from %d samples, yield %v", p.Why, c.Wake, c.WakeSamples, c.Yield)
+	s += ", then sleep"
+	if p.RawSleep > 0 {
+		s += fmt.Sprintf(", unseen by the runtime for up to %v", p.RawSleep)
+	}
+	s += fmt.Sprintf(" (%s); wake-up %v from %d samples, yield %v", p.Why, c.Wake, c.WakeSamples, c.Yield)
 	if c.Injected > 0 {
 		s += fmt.Sprintf(", %v injected per wake-up (COHORT_SHM_WAKE_DELAY)", c.Injected)
 	}

@@ -19,20 +19,20 @@ func TestChooseWait(t *testing.T) {
 		costs Costs
 		want  WaitPlan // Why not compared
 	}{
-		{"fit/no samples yet: assumed wake-up", Costs{Wake: 3 * us, WakeSamples: 2, Yield: 1300, Ranks: 2, CPUs: 2}, WaitPlan{Spin: 16 * assumedWake}},
-		{"fit/zen", Costs{Wake: zen, WakeSamples: 100, Yield: 1300, Ranks: 2, CPUs: 2}, WaitPlan{Spin: 320 * us}},
-		{"fit/xeon: floor", Costs{Wake: xeon, WakeSamples: 100, Yield: 500, Ranks: 2, CPUs: 2}, WaitPlan{Spin: minSpin}},
-		{"fit/wake-up 100µs", Costs{Wake: 100 * us, WakeSamples: 100, Yield: 1300, Ranks: 4, CPUs: 8}, WaitPlan{Spin: 1600 * us}},
-		{"fit/wake-up 2ms: ceiling", Costs{Wake: 2 * time.Millisecond, WakeSamples: 100, Ranks: 2, CPUs: 2}, WaitPlan{Spin: maxSpin}},
-		{"fit/CPUs unknown", Costs{Wake: zen, WakeSamples: 100, Ranks: 4}, WaitPlan{Spin: 320 * us}},
-		{"oversubscribed/zen: poll and yield", Costs{Wake: zen, WakeSamples: 100, Yield: 1300, Ranks: 4, CPUs: 2}, WaitPlan{Spin: time.Millisecond, Yield: true}},
-		{"oversubscribed/xeon: floor of 50 wake-ups", Costs{Wake: xeon, WakeSamples: 100, Yield: 500, Ranks: 4, CPUs: 2}, WaitPlan{Spin: 200 * us, Yield: true}},
-		{"oversubscribed/fast wake-up: minimum", Costs{Wake: 500 * time.Nanosecond, WakeSamples: 100, Yield: 100, Ranks: 4, CPUs: 2}, WaitPlan{Spin: minYieldSpin, Yield: true}},
-		{"oversubscribed/slow wake-up: ceiling", Costs{Wake: 200 * us, WakeSamples: 100, Yield: 1300, Ranks: 8, CPUs: 2}, WaitPlan{Spin: maxYieldSpin, Yield: true}},
-		{"oversubscribed/yield as dear as a wake-up: sleep", Costs{Wake: xeon, WakeSamples: 100, Yield: 2 * us, Ranks: 4, CPUs: 2}, WaitPlan{}},
-		{"oversubscribed/yield cost unknown: sleep", Costs{Wake: zen, WakeSamples: 100, Ranks: 3, CPUs: 2}, WaitPlan{}},
-		{"oversubscribed/no samples yet", Costs{Yield: 1300, Ranks: 4, CPUs: 2}, WaitPlan{Spin: 50 * assumedWake, Yield: true}},
-		{"oversubscribed/one CPU", Costs{Wake: zen, WakeSamples: 100, Yield: 1300, Ranks: 2, CPUs: 1}, WaitPlan{Spin: time.Millisecond, Yield: true}},
+		{"fit/no samples yet: assumed wake-up", Costs{Wake: 3 * us, WakeSamples: 2, Yield: 1300, Ranks: 2, CPUs: 2}, WaitPlan{Spin: 16 * assumedWake, RawSleep: 160 * us}},
+		{"fit/zen", Costs{Wake: zen, WakeSamples: 100, Yield: 1300, Ranks: 2, CPUs: 2}, WaitPlan{Spin: 320 * us, RawSleep: 160 * us}},
+		{"fit/xeon: floor", Costs{Wake: xeon, WakeSamples: 100, Yield: 500, Ranks: 2, CPUs: 2}, WaitPlan{Spin: minSpin, RawSleep: 32 * us}},
+		{"fit/wake-up 100µs", Costs{Wake: 100 * us, WakeSamples: 100, Yield: 1300, Ranks: 4, CPUs: 8}, WaitPlan{Spin: 1600 * us, RawSleep: maxRawSleep}},
+		{"fit/wake-up 2ms: ceiling", Costs{Wake: 2 * time.Millisecond, WakeSamples: 100, Ranks: 2, CPUs: 2}, WaitPlan{Spin: maxSpin, RawSleep: maxRawSleep}},
+		{"fit/CPUs unknown", Costs{Wake: zen, WakeSamples: 100, Ranks: 4}, WaitPlan{Spin: 320 * us, RawSleep: 160 * us}},
+		{"oversubscribed/zen: poll and yield", Costs{Wake: zen, WakeSamples: 100, Yield: 1300, Ranks: 4, CPUs: 2}, WaitPlan{Spin: 200 * us, Yield: true, RawSleep: 160 * us}},
+		{"oversubscribed/xeon: floor", Costs{Wake: xeon, WakeSamples: 100, Yield: 500, Ranks: 4, CPUs: 2}, WaitPlan{Spin: minYieldSpin, Yield: true, RawSleep: 32 * us}},
+		{"oversubscribed/fast wake-up: minimum", Costs{Wake: 500 * time.Nanosecond, WakeSamples: 100, Yield: 100, Ranks: 4, CPUs: 2}, WaitPlan{Spin: minYieldSpin, Yield: true, RawSleep: 4 * us}},
+		{"oversubscribed/slow wake-up: ceiling", Costs{Wake: 200 * us, WakeSamples: 100, Yield: 1300, Ranks: 8, CPUs: 2}, WaitPlan{Spin: maxYieldSpin, Yield: true, RawSleep: maxRawSleep}},
+		{"oversubscribed/yield as dear as a wake-up: sleep", Costs{Wake: xeon, WakeSamples: 100, Yield: 2 * us, Ranks: 4, CPUs: 2}, WaitPlan{RawSleep: 32 * us}},
+		{"oversubscribed/yield cost unknown: sleep", Costs{Wake: zen, WakeSamples: 100, Ranks: 3, CPUs: 2}, WaitPlan{RawSleep: 160 * us}},
+		{"oversubscribed/no samples yet", Costs{Yield: 1300, Ranks: 4, CPUs: 2}, WaitPlan{Spin: 10 * assumedWake, Yield: true, RawSleep: 160 * us}},
+		{"oversubscribed/one CPU", Costs{Wake: zen, WakeSamples: 100, Yield: 1300, Ranks: 2, CPUs: 1}, WaitPlan{Spin: 200 * us, Yield: true, RawSleep: 160 * us}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			got := chooseWait(c.costs)
@@ -77,11 +77,11 @@ func TestFormatWait(t *testing.T) {
 	c := Costs{Wake: 20 * us, WakeSamples: 64, Yield: 1300, Ranks: 4, CPUs: 2, Injected: 20 * us}
 	p := chooseWait(c)
 	got := formatWait(p, c, 0)
-	want := fmt.Sprintf("poll 1ms, yielding the CPU between polls, then sleep (%s); wake-up 20µs from 64 samples, yield 1.3µs, 20µs injected per wake-up (COHORT_SHM_WAKE_DELAY)", p.Why)
+	want := fmt.Sprintf("poll 200µs, yielding the CPU between polls, then sleep, unseen by the runtime for up to 160µs (%s); wake-up 20µs from 64 samples, yield 1.3µs, 20µs injected per wake-up (COHORT_SHM_WAKE_DELAY)", p.Why)
 	if got != want {
 		t.Errorf("got  %q\nwant %q", got, want)
 	}
-	if got := formatWait(p, c, 10*time.Millisecond); got[:len("poll 10ms (Options.Spin; the plan's: 1ms)")] != "poll 10ms (Options.Spin; the plan's: 1ms)" {
+	if got := formatWait(p, c, 10*time.Millisecond); got[:len("poll 10ms (Options.Spin; the plan's: 200µs)")] != "poll 10ms (Options.Spin; the plan's: 200µs)" {
 		t.Errorf("override: %q", got)
 	}
 }
