@@ -25,10 +25,9 @@
 // and the ranks sharing memory are counted against their CPUs. It first
 // polls, for a multiple of the observed wake-up (Options.Spin overrides),
 // yielding to the Go scheduler now and then; with more ranks than CPUs it
-// also yields the CPU between polls (sched_yield) when a yield costs a
-// fraction of a wake-up, and sleeps at once when it does not, or when a
-// recent yield handed the CPU to another busy process for a whole time
-// slice (see yield.go). Then it sleeps on a futex word of the ring
+// also yields the CPU between polls (sched_yield), and sleeps at once
+// when yields take whole time slices, a sign of outside load: the fastest
+// one timed at Listen, or a recent one (see yield.go). Then it sleeps on a futex word of the ring
 // (FUTEX_WAIT, shared, not private), which senders ring once per sleep,
 // and only while someone sleeps there; its first sleeps of a wait, up to
 // a few wake-ups' worth, through a raw system call that keeps the
