@@ -101,11 +101,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	}
 	tokens := replicas * c.batch * c.model.Ctx // the job's tokens per step
 
-	getenv := c.getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	watch, err := obs.Start(ctx, obs.FromEnv(getenv, obs.Options{Name: "gpt", TotalSteps: c.steps, Unit: "tokens",
+	watch, err := obs.Start(ctx, obs.FromEnv(c.getenv, obs.Options{Name: "gpt", TotalSteps: c.steps, Unit: "tokens",
 		Rank: rank, WorldSize: world, Job: distributed.JobID(pg), Progress: out}))
 	if err != nil {
 		return err
@@ -138,12 +134,10 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	start, logStart := time.Now(), time.Now()
 	for step < c.steps {
 		step++
-		t0 := time.Now()
-		end := spans.Begin(trace.Data, "batch").End
+		timer := watch.StartStep() // traced: "step", "batch", the spans below
 		x, y = stream.Next(x, y)
-		end()
-		t1 := time.Now()
-		end = spans.Begin(trace.Compute, "forward+backward").End
+		timer.Loaded()
+		end := spans.Begin(trace.Compute, "forward+backward").End
 		loss, err := par.ForwardBackward(ctx, x, y)
 		end()
 		if err != nil {
@@ -160,8 +154,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		// Samples counts this rank's share of the job's tokens (the progress
 		// line multiplies by the ranks); an epoch is len(Train) tokens drawn.
 		epoch := 1 + (step-1)*tokens/max(len(corpus.Train), 1)
-		watch.Step(obs.Step{Step: step - 1, Epoch: epoch, Loss: loss, Samples: tokens / world, Duration: time.Since(t0),
-			Compute: time.Since(t1), DataWait: t1.Sub(t0)})
+		timer.Done(obs.Step{Step: step - 1, Epoch: epoch, Loss: loss, Samples: tokens / world})
 		lossSum += loss
 		record("train", step, loss)
 

@@ -1,28 +1,19 @@
 // Command mnist trains the anchor MLP or LeNet CNN on MNIST with SGD
 // (momentum 0.9, cosine-annealed) and reports the test accuracy, alone or
-// as the ranks of a data-parallel job:
+// as the ranks of a data-parallel job (a DistributedSampler share of each
+// epoch per rank, gradients averaged by ddp, rank 0 evaluating):
 //
 //	go run ./examples/mnist -model cnn -epochs 1
 //	go run ./cmd/cohort run --nproc-per-node 2 ./examples/mnist -epochs 1
 //
-// Under a launcher every rank trains a replica on its share of each epoch
-// (a DistributedSampler), ddp averages the gradients, and rank 0
-// evaluates. The data is the GoMNIST module's copy unless -data names a
-// directory of IDX files. -save FILE.safetensors writes the final weights
-// under PyTorch's nn.Sequential names ("0.weight", …).
-//
-// -checkpoint-dir DIR saves the whole training state every
-// -checkpoint-every steps, and a run started with the same flags resumes
-// from the newest complete checkpoint in DIR: at the same world size it
-// ends bit for bit as one never interrupted; at another (an elastic job)
-// the samples of the epoch no rank had reached are dealt among the new
-// ranks (data.Position) and the schedule is stretched or shrunk to the new
-// number of steps. DIR must be on a file system all ranks see.
-//
-// Watching it (package obs): rank 0 shows a progress line
-// (COHORT_PROGRESS=off silences it); COHORT_TRACE=DIR writes each rank's
-// timeline; COHORT_DASHBOARD=host:port serves the live run page.
-// -verify-every N checks every N steps that the replicas are equal.
+// The data is the GoMNIST module's copy unless -data names a directory of
+// IDX files. -save writes the final weights under PyTorch's nn.Sequential
+// names. -checkpoint-dir DIR (on a file system all ranks see) saves the
+// training state every -checkpoint-every steps; a run with the same flags
+// resumes from it, bit for bit at the same world size; at another, the
+// samples of the epoch no rank reached are dealt among the new ranks
+// (data.Position) and the schedule fits the new number of steps. Package
+// obs watches it: a progress line, COHORT_TRACE=DIR, COHORT_DASHBOARD.
 package main
 
 import (
@@ -200,8 +191,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	// The schedule's length: the job's steps at its first world size, or,
 	// after a resize (the samples of the epoch no rank reached dealt among
 	// this world), the steps done plus those left at the new size.
-	tmax, step, pos := c.epochs*((sampler.Len()+c.batch-1)/c.batch), 0, data.StartOf(0, world)
-	resized := false
+	tmax, step, pos, resized := c.epochs*((sampler.Len()+c.batch-1)/c.batch), 0, data.StartOf(0, world), false
 	if resume != nil {
 		step = int(resume.Step())
 		if err := errors.Join(resume.Meta("tmax", &tmax), resume.Local(0, "data", &pos)); err != nil {
@@ -217,11 +207,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 
 	// Watching the run: rank 0's progress bar, the run page
 	// (COHORT_DASHBOARD), this rank's timeline (COHORT_TRACE).
-	getenv := c.getenv
-	if getenv == nil {
-		getenv = func(string) string { return "" }
-	}
-	ob, err := obs.Start(ctx, obs.FromEnv(getenv, obs.Options{Name: "mnist " + c.model, Rank: rank, WorldSize: world, Job: distributed.JobID(pg), TotalSteps: tmax, Progress: out}))
+	ob, err := obs.Start(ctx, obs.FromEnv(c.getenv, obs.Options{Name: "mnist " + c.model, Rank: rank, WorldSize: world, Job: distributed.JobID(pg), TotalSteps: tmax, Progress: out}))
 	if err != nil {
 		return err
 	}
@@ -230,10 +216,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 
 	// Wrap copies rank 0's initial parameters to every rank; gradients
 	// become views into the buckets that are all-reduced.
-	o := ddp.Options{GradientAsBucketView: dev.IsCPU(), VerifyEvery: c.verifyEvery} // bucket views are host memory
-	if tr := ob.Tracer(); tr != nil {
-		o.Span = func(track, name string) func() { return tr.Begin(track, name).End }
-	}
+	o := ddp.Options{GradientAsBucketView: dev.IsCPU(), VerifyEvery: c.verifyEvery, Span: ob.Tracer().SpanFunc()} // bucket views are host memory
 	m, err := ddp.Wrap(ctx, model, pg, o)
 	if err != nil {
 		return err
@@ -354,8 +337,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	return nil
 }
 
-// load returns the training set (its first -limit samples) and the test
-// set, neither empty.
+// load returns the training set (its first -limit samples) and the test set.
 func (c config) load(ctx context.Context) (trainSet, test *datasets.MNIST, err error) {
 	if trainSet, test, err = datasets.LoadMNISTContext(ctx, c.dir); err != nil {
 		return nil, nil, err
@@ -376,8 +358,8 @@ func (c config) load(ctx context.Context) (trainSet, test *datasets.MNIST, err e
 // errStopped ends a run at config.stopAfter, as a crash would.
 var errStopped = errors.New("stopped after the requested number of steps")
 
-// job is what a checkpoint must agree with to be resumed: the same run.
-// The world size may change (see position).
+// job is what a checkpoint must agree with to be resumed (the world size
+// may change).
 type job struct {
 	Model  string  `json:"model"`
 	Epochs int     `json:"epochs"`

@@ -15,19 +15,17 @@ import (
 )
 
 // watch is where trainEpoch reports its steps: the run being observed
-// (nil: nowhere), the epoch (0-based) and the steps done before it.
+// (nil: nowhere), the epoch (0-based), the steps done before it, and seen.
 type watch struct {
 	run         *obs.Run
 	epoch, step int
-	seen        func(obs.Step) // called with each step's report too
+	seen        func(obs.Step)
 }
 
-// trainEpoch runs one synchronised SGD step per batch of order (in that
-// order, standardised by recipe.MNISTLoader) and returns this rank's mean
-// loss; afterStep, when not nil, runs after every step with the batch's
-// sample indices, and its error ends the epoch. Each step is traced and
-// reported to w.run (obs.StepTimer) with the all-reduce time it exposed
-// (ddp.Stats) as its communication.
+// trainEpoch runs one synchronised SGD step per batch of order and returns
+// this rank's mean loss; afterStep, when not nil, runs after every step
+// with the batch's samples, and its error ends the epoch. Each step is
+// traced and reported (obs.StepTimer) with the all-reduce time it exposed.
 func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, w watch, afterStep func(idx []int) error) (float64, error) {
 	loader, err := recipe.MNISTLoader(ds, order, batch)
 	if err != nil {
