@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/cohortml/cohort/autograd"
@@ -114,17 +112,11 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 	if err := barrier(); err != nil {
 		return res, fmt.Errorf("barrier after warm-up: %w", err)
 	}
-	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
+	stopProfile, err := cpuProfile(cpuprofile)
+	if err != nil {
+		return res, err
 	}
+	defer stopProfile()
 	start := time.Now()
 	report := benchProgress(pg, s.steps, gptBatch*models.GPTMini().Ctx, "tokens")
 	for i := range s.steps {
