@@ -34,13 +34,7 @@ import (
 // TestTrainLearns trains each model briefly on a slice of real MNIST as a
 // world of one and checks that it learned something well beyond chance.
 func TestTrainLearns(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads MNIST and trains")
-	}
-	train, test, err := datasets.LoadMNIST("")
-	if err != nil {
-		t.Skipf("MNIST not available: %v", err)
-	}
+	train, test := mnistOrSkip(t)
 	ctx := context.Background()
 	for _, tc := range []struct {
 		name  string
@@ -216,13 +210,7 @@ func sameParams(t *testing.T, a, b nn.Module) {
 // weights, bit for bit. The ranks run in this process over the in-process
 // transport.
 func TestResume(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads MNIST and trains")
-	}
-	trainSet, testSet, err := datasets.LoadMNIST("")
-	if err != nil {
-		t.Skipf("MNIST not available: %v", err)
-	}
+	trainSet, testSet := mnistOrSkip(t)
 	sets := mnistData(t, subset(trainSet, 320), subset(testSet, 200))
 	for _, world := range []int{1, 2} {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
@@ -303,13 +291,7 @@ func TestResume(t *testing.T) {
 // rank reached make at its world size. (That each sample is then used once
 // per epoch is data.Position's property: TestPositionDealsEachSampleOnce.)
 func TestResize(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads MNIST and trains")
-	}
-	trainSet, testSet, err := datasets.LoadMNIST("")
-	if err != nil {
-		t.Skipf("MNIST not available: %v", err)
-	}
+	trainSet, testSet := mnistOrSkip(t)
 	c := config{model: "cnn", epochs: 2, batch: 32, lr: 0.05, seed: 5, limit: 320, ckptDir: t.TempDir(), ckptEvery: 1, ckptKeep: 1,
 		dir: mnistData(t, subset(trainSet, 320), subset(testSet, 100))}
 	var out0 string
@@ -454,4 +436,18 @@ func mnistData(t testing.TB, train, test *datasets.MNIST) string {
 		t.Fatal(err)
 	}
 	return dir
+}
+
+// mnistOrSkip loads MNIST, or skips a test that trains on it under -short
+// or where the data is not available.
+func mnistOrSkip(t testing.TB) (train, test *datasets.MNIST) {
+	t.Helper()
+	if testing.Short() {
+		t.Skip("loads MNIST and trains")
+	}
+	train, test, err := datasets.LoadMNIST("")
+	if err != nil {
+		t.Skipf("MNIST not available: %v", err)
+	}
+	return train, test
 }

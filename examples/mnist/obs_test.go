@@ -14,7 +14,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
@@ -39,13 +38,7 @@ const mlpGradBytes = 4 * (784*1024 + 1024 + 1024*1024 + 1024 + 1024*10 + 10)
 // report splits its time exactly into data wait, exposed communication and
 // compute, and counts the gradient bytes all-reduced.
 func TestStepReports(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads MNIST and trains")
-	}
-	trainSet, _, err := datasets.LoadMNIST("")
-	if err != nil {
-		t.Skipf("MNIST not available: %v", err)
-	}
+	trainSet, _ := mnistOrSkip(t)
 	const world, steps = 2, 4
 	reports := make([][]obs.Step, world)
 	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
@@ -81,13 +74,7 @@ func TestStepReports(t *testing.T) {
 }
 
 func TestObservedRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads MNIST and trains")
-	}
-	trainSet, testSet, err := datasets.LoadMNIST("")
-	if err != nil {
-		t.Skipf("MNIST not available: %v", err)
-	}
+	trainSet, testSet := mnistOrSkip(t)
 	const world, steps = 2, 4 // 256 samples, 128 per rank in batches of 32
 	dir := t.TempDir()
 	c := config{model: "mlp", epochs: 1, batch: 32, lr: 0.05, seed: 3, limit: 256,
