@@ -450,58 +450,69 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 	// pull.
 	next, stop := iter.Pull2(epochs(ctx, loader))
 	defer stop()
-	step := func() (data time.Duration, err error) {
+	step := func() error {
 		t := time.Now()
 		b, err, ok := next()
-		data = time.Since(t)
+		res.Data += time.Since(t)
 		if !ok {
-			return data, fmt.Errorf("loader ended")
+			return fmt.Errorf("loader ended")
 		}
 		if err != nil {
-			return data, err
+			return err
 		}
 		loss, err := recipe.ClassifierStep(ctx, run, opt, nil, recipe.Input(b, c.Shape, tensor.CPU), b.Labels, nil)
 		if err != nil {
-			return data, err
+			return err
 		}
 		res.LastLoss = loss.Value.Item()
-		return data, nil
+		return nil
 	}
-	for range s.warmup {
-		if _, err := step(); err != nil {
-			return res, err
+	reset := func() {
+		res.Data = 0
+		if m != nil {
+			m.ResetStats()
 		}
 	}
-	if err := barrier(); err != nil {
-		return res, fmt.Errorf("barrier after warm-up: %w", err)
-	}
-	if m != nil {
-		m.ResetStats()
-	}
-	stopProfile, err := cpuProfile(cpuprofile)
-	if err != nil {
+	if res.Wall, err = timeSteps(s, barrier, cpuprofile, benchProgress(pg, s.steps, trainBatch, "samples"), step, reset, &res.LastLoss); err != nil {
 		return res, err
 	}
-	defer stopProfile()
-	start := time.Now()
-	report := benchProgress(pg, s.steps, trainBatch, "samples")
-	for i := range s.steps {
-		d, err := step()
-		res.Data += d
-		if err != nil {
-			return res, err
-		}
-		report(i+1, float64(res.LastLoss))
-	}
-	if err := barrier(); err != nil {
-		return res, fmt.Errorf("barrier after the timed steps: %w", err)
-	}
-	res.Wall = time.Since(start)
 	if m != nil {
 		st := m.Stats()
 		res.DDP = &st
 	}
 	return res, nil
+}
+
+// timeSteps runs s.warmup steps, then reset and a barrier, then s.steps
+// timed steps under a CPU profile into cpuprofile ("" for none), each
+// reported with the loss *lastLoss holds, and a barrier; it returns the
+// wall time of the timed steps.
+func timeSteps(s trainSpec, barrier func() error, cpuprofile string, report func(step int, loss float64), step func() error, reset func(), lastLoss *float32) (time.Duration, error) {
+	for range s.warmup {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	reset()
+	if err := barrier(); err != nil {
+		return 0, fmt.Errorf("barrier after warm-up: %w", err)
+	}
+	stopProfile, err := cpuProfile(cpuprofile)
+	if err != nil {
+		return 0, err
+	}
+	defer stopProfile()
+	start := time.Now()
+	for i := range s.steps {
+		if err := step(); err != nil {
+			return 0, err
+		}
+		report(i+1, float64(*lastLoss))
+	}
+	if err := barrier(); err != nil {
+		return 0, fmt.Errorf("barrier after the timed steps: %w", err)
+	}
+	return time.Since(start), nil
 }
 
 // epochs yields the loader's batches epoch after epoch, forever (until ctx
