@@ -305,6 +305,14 @@ func (b *buffer) Device() tensor.Device { return b.st.dev }
 func (b *buffer) DType() tensor.DType   { return tensor.Float32 }
 func (b *buffer) Len() int              { return b.n }
 
+// DevicePtr is the device address of element off: what a collective
+// backend on device memory (NCCL) hands the library.
+func (b *buffer) DevicePtr(off int) uintptr { return uintptr(b.at(off)) }
+
+// ComputeStream is the stream every op writing the buffer is queued on:
+// a collective on it must be ordered after that stream's work.
+func (b *buffer) ComputeStream() uintptr { return uintptr(b.st.stream) }
+
 // at is the address of element off.
 func (b *buffer) at(off int) cuda.DevicePtr { return b.base + cuda.DevicePtr(4*off) }
 
