@@ -15,7 +15,7 @@ import (
 )
 
 func init() {
-	distributed.Register("nccl", distributed.Backend{Init: Init})
+	distributed.Register("nccl", distributed.Backend{Init: Init, Devices: []string{"cuda"}})
 }
 
 // Init joins the world group on NCCL (Options.Backend "nccl", or

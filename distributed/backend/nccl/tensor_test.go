@@ -125,3 +125,13 @@ func TestDDPConformanceFake(t *testing.T) {
 			return dpModel{m, mod, opt}, nil
 		}})
 }
+
+// TestChosenForCUDA: a program on a CUDA device that names no backend
+// gets this one from Init (here, without a GPU, its load error).
+func TestChosenForCUDA(t *testing.T) {
+	t.Setenv("COHORT_NCCL_LIBRARY", "/nonexistent/libnccl.so.2")
+	_, err := distributed.Init(context.Background(), distributed.Options{Device: tensor.CUDA(0), WorldSize: 1})
+	if err == nil || !strings.Contains(err.Error(), "backend nccl: nccl: libnccl not found") {
+		t.Errorf("Init on cuda:0 with no backend named = %v, want the nccl backend's error", err)
+	}
+}
