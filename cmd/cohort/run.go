@@ -90,15 +90,15 @@ func parseRunArgsGPUs(args []string, getenv func(string) string, usageOut io.Wri
 		fs.PrintDefaults()
 	}
 	var (
-		nodeRank, masterPort, maxRestarts int
-		nnodes, masterAddr, runID                string
-		nprocFlag                                = nprocValue("1")
-		rdzvEndpoint, rdzvID, rdzvBackend        string
-		rdzvConf                                 string
-		grace, joinTimeout, timeout              time.Duration
-		standalone, verbose, oversubscribe       bool
-		logDir, watchdog, dashboard, cpuBind     string
-		tee                                      teeFlag
+		nodeRank, masterPort, maxRestarts    int
+		nnodes, masterAddr, runID            string
+		nprocFlag                            = nprocValue("1")
+		rdzvEndpoint, rdzvID, rdzvBackend    string
+		rdzvConf                             string
+		grace, joinTimeout, timeout          time.Duration
+		standalone, verbose, oversubscribe   bool
+		logDir, watchdog, dashboard, cpuBind string
+		tee                                  teeFlag
 	)
 	// torchrun spells its flags with underscores too; accept both.
 	intFlag := func(p *int, name, alt string, def int, usage string) {
