@@ -227,16 +227,19 @@ func (backend) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor
 	}
 }
 
-func (backend) Attention(y, p, qkv *tensor.Tensor, nHead int, causal bool) {
+// Attention keeps the CPU twin's probabilities as its saved state.
+func (backend) Attention(y, qkv *tensor.Tensor, nHead int, causal bool) *tensor.Tensor {
 	op()
 	hy, hp := tensor.AttentionQKV(h(qkv), nHead, causal)
 	h(y).CopyFrom(hy)
+	p := tensor.NewOn(y.Device(), hp.Shape()...)
 	h(p).CopyFrom(hp)
+	return p
 }
 
-func (backend) AttentionBackward(dqkv, dy, qkv, p *tensor.Tensor, nHead int, causal bool) {
+func (backend) AttentionBackward(dqkv, dy, qkv, saved *tensor.Tensor, nHead int, causal bool) {
 	op()
-	h(dqkv).CopyFrom(tensor.AttentionQKVBackward(h(dy), h(qkv), h(p), nHead, causal))
+	h(dqkv).CopyFrom(tensor.AttentionQKVBackward(h(dy), h(qkv), h(saved), nHead, causal))
 }
 
 func (backend) Conv2d(y, x, w, b *tensor.Tensor, stride, padding int, act tensor.Activation) {
