@@ -79,7 +79,7 @@ type Backend interface {
 	// AttentionBackward is AttentionQKVBackward, given the forward pass's
 	// saved state.
 	AttentionBackward(dqkv, dy, qkv, saved *Tensor, nHead int, causal bool)
-	Conv2d(y, x, w, b *Tensor, stride, padding int, act Activation)     // Conv2d, Conv2dReLU (b may be nil)
+	Conv2d(y, x, w, b *Tensor, stride, padding int, act Activation) // Conv2d, Conv2dReLU (b may be nil)
 	// Conv2dBackward is Conv2dBackward (act Identity) or Conv2dReLUBackward
 	// (act ReLUAct, y the forward output); dx is nil when not wanted.
 	Conv2dBackward(dx, dw, db, dy, y, x, w *Tensor, stride, padding int, act Activation)
