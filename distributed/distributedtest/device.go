@@ -14,9 +14,10 @@ import (
 // wrappers above it (ddp with its buckets on a fake device) on machines
 // without GPUs. It runs each such op through pg on a host copy (the
 // tensor backend's Download, pg's op, Upload), so its results are pg's
-// bit for bit; Transfers counts the tensors it moved. Every other op is
-// pg's. The host copy is the fake's, not the contract: a real device
-// backend moves nothing through the host.
+// bit for bit; Tensors counts the tensors it moved. Every other op is
+// pg's (pg's optional methods, NewGroup and the like, are not forwarded).
+// The host copy is the fake's, not the contract: a real device backend
+// moves nothing through the host.
 func DeviceGroup(pg distributed.ProcessGroup) *FakeDeviceGroup {
 	return &FakeDeviceGroup{ProcessGroup: pg}
 }
