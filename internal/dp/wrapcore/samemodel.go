@@ -8,7 +8,6 @@ import (
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/nn"
-	"github.com/cohortml/cohort/tensor"
 )
 
 // CheckSameModel checks that every rank of pg holds a model with the same
@@ -137,7 +136,7 @@ func checkSpecs(ctx context.Context, pkg string, pg distributed.ProcessGroup, sp
 // the wrappers whose shards and gathers are host memory (zero, fsdp): the
 // error names the tensor, its device and the wrapper that runs on devices.
 func HostOnly(pkg string, params []nn.NamedParameter, buffers []nn.NamedBuffer) error {
-	refuse := func(name string, dev tensor.Device) error {
+	refuse := func(name string, dev fmt.Stringer) error {
 		return fmt.Errorf("%s: Wrap: %q is on %v: %s keeps its shards in host memory (sharding on a device is not built yet; ddp runs on devices)", pkg, name, dev, pkg)
 	}
 	for _, np := range params {
