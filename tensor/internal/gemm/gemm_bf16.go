@@ -49,6 +49,9 @@ type bf16Arch struct {
 	// kernel computes C[r][c] = alpha·Σ a·b + beta·C[r][c] over k2 pairs,
 	// for r < rows and c < cols, reading C only when beta != 0.
 	kernel func(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows, cols int)
+	// tile, when set, is an AMX tile kernel (gemm_amx.go), run by
+	// blockAMX on its own layout in place of kernel.
+	tile func(k16 int, a *uint32, lda int, b *uint32, out *float32)
 }
 
 // GemmBF16 computes C = alpha·op(A)·op(B) + beta·C with A and B bfloat16
@@ -84,8 +87,8 @@ func FromBF16(dst []float32, src []uint16) {
 	g.FromBF16(dst, src)
 }
 
-// BF16Kernel names the path GemmBF16 takes: "avx512bf16" for the
-// VDPBF16PS kernel, or "widen/" and the float32 kernel (or "openblas")
+// BF16Kernel names the path GemmBF16 takes: "amx" for the TDPBF16PS tile
+// kernel, "avx512bf16" for the VDPBF16PS kernel, or "widen/" and the float32 kernel (or "openblas")
 // the widened product runs on.
 func (g *Impl) BF16Kernel() string {
 	switch {
@@ -175,6 +178,10 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint
 
 // block runs the BLIS loop nest (see arch.block) on one m×n block of C.
 func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	if ar.tile != nil {
+		ar.blockAMX(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		return
+	}
 	kcMax := blockSize(k, ar.kc, 2)
 	mcMax := blockSize(m, ar.mc, ar.mr)
 	ncMax := blockSize(n, ar.nc, ar.nr)
