@@ -42,6 +42,32 @@
 # through the GPU). NCCL at world 2+ needs a machine with several GPUs (the
 # same test binary under `bin/cohort run --nproc-per-node N`; not wired).
 #
+# Data parallelism on device tensors, the backend choice and the GPU
+# assignment (ncclbackend's and cudatensor's tests, and run_gpu):
+#   - TestGPUInitPicksNCCL: Init on cuda:0 naming no backend gets nccl;
+#   - TestGPUTensorCollectives: AllReduceTensor (Sum, Avg) and
+#     BroadcastTensor of a CUDA tensor of 2^20+3 floats through NCCL on the
+#     tensor's own memory, ordered after the compute stream that wrote it;
+#   - TestGPUDDPWorld1: ddp over nccl with a small GPT on cuda:0 (buckets
+#     on the device, gradients views of them) equals the CPU without ddp
+#     within 1e-4 after 5 AdamW steps with clipping;
+#   - TestGPUOpenLocalRank: -device cuda opens LOCAL_RANK's GPU, and a
+#     local rank beyond the visible GPUs is refused;
+#   - run_gpu: `cohort run --nproc-per-node gpu` starts one worker per GPU
+#     nvidia-smi lists, each training GPT-mini 10 steps on -device cuda,
+#     and with CUDA_VISIBLE_DEVICES empty it refuses with the driver's
+#     line instead of starting anything.
+# With one GPU these cannot show: an all-reduce of device buckets between
+# two ranks (at world 1 ddp's reduction is the identity and issues no
+# collective; NCCL refuses two ranks on one GPU, and the native backend
+# refuses device tensors), the per-rank device choice with several GPUs,
+# or ranks on different GPUs agreeing through NCCL. Those need a machine
+# with two GPUs or more: the fake-NCCL tests (TestDDPConformanceFake,
+# worlds 1-4) are what covers them until then.
+#
+# The short steps run first and the long ones (gemm beside PyTorch, gpt's
+# 300 steps) last, so that a spent budget costs the longest.
+#
 # Steps that this script does not list (the golden suites on CUDA, bf16,
 # GPT-2 training beside the PyTorch anchor, the staged 2-rank path on one
 # GPU) do not exist yet.
@@ -158,6 +184,43 @@ run_test cublas device/cublas 'GPU|LoadAndBind' 120 'cuBLAS [0-9.]+ from [^ ,]+'
 run_test alloc device/alloc 'GPU' 60 'reserved [0-9.]+ [KMG]iB \(peak[^)]*\)'
 run_test cudatensor device/cudatensor 'GPU' 150 'peak allocated [0-9.]+ [KMG]iB|worst parameter[^:]*: [0-9.e+-]+'
 
+# NCCL: the binding loads the wheel's libnccl, then the backend passes the
+# conformance suite at world 1 (one GPU) and the device all-reduce.
+run_test nccl device/nccl 'GPU' 10 'NCCL [0-9.]+ from [^ ]+'
+run_test ncclbackend distributed/backend/nccl 'GPU|WithoutNCCL' 60 'TestGPU[A-Za-z]+ \([0-9.]+s\)|worst parameter [0-9.e+-]+'
+if [[ -x bin/cohort ]]; then
+	t0=$SECONDS
+	if timeout "$(lim 15)" bin/cohort bench allreduce --backend nccl --world 1 --sizes 1MiB,64MiB --budget 100ms >"$OUT/bench_nccl.log" 2>&1; then
+		record bench_nccl PASS $((SECONDS - t0)) "$(grep -E '64MiB' "$OUT/bench_nccl.log" | head -1 | tr -s ' ')"
+	else
+		record bench_nccl FAIL $((SECONDS - t0)) "see bench_nccl.log"
+	fi
+fi
+
+# run_gpu: the launcher gives each local rank one GPU.
+run_gpu() {
+	local t0=$SECONDS result=PASS note
+	if [[ ! -x bin/cohort || ! -x bin/gpt || ! -f bin/opticks.txt ]]; then
+		record run_gpu MISSING 0 "bin/cohort, bin/gpt or bin/opticks.txt not built"
+		return
+	fi
+	local want
+	want=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+	timeout "$(lim 60)" bin/cohort run --nproc-per-node gpu -- bin/gpt -device cuda -steps 10 -data bin/opticks.txt >"$OUT/run_gpu.log" 2>&1 || result=FAIL
+	local ranks
+	ranks=$(grep -Eo '^\[rank [0-9]+\]' "$OUT/run_gpu.log" | sort -u | wc -l)
+	[[ "$ranks" == "$want" ]] || result=FAIL
+	note="$ranks worker(s) for $want GPU(s) by nvidia-smi"
+	if CUDA_VISIBLE_DEVICES= timeout "$(lim 20)" bin/cohort run --nproc-per-node gpu -- /bin/true >"$OUT/run_gpu_none.log" 2>&1; then
+		result=FAIL
+		note+="; CUDA_VISIBLE_DEVICES= started workers"
+	else
+		note+="; CUDA_VISIBLE_DEVICES= refused: $(grep -o 'one worker per visible GPU.\{0,60\}' "$OUT/run_gpu_none.log" | head -1)"
+	fi
+	record run_gpu "$result" $((SECONDS - t0)) "$note"
+}
+run_gpu
+
 # gemm_step: cohort's cuBLAS rates beside torch.matmul's at 4096³.
 gemm_step() {
 	local t0=$SECONDS n=4096 note="" result=PASS
@@ -205,18 +268,6 @@ gpt_step() {
 }
 gpt_step
 
-# NCCL: the binding loads the wheel's libnccl, then the backend passes the
-# conformance suite at world 1 (one GPU) and the device all-reduce.
-run_test nccl device/nccl 'GPU' 10 'NCCL [0-9.]+ from [^ ]+'
-run_test ncclbackend distributed/backend/nccl 'GPU|WithoutNCCL' 30 'TestGPU[A-Za-z]+ \([0-9.]+s\)'
-if [[ -x bin/cohort ]]; then
-	t0=$SECONDS
-	if timeout "$(lim 15)" bin/cohort bench allreduce --backend nccl --world 1 --sizes 1MiB,64MiB --budget 100ms >"$OUT/bench_nccl.log" 2>&1; then
-		record bench_nccl PASS $((SECONDS - t0)) "$(grep -E '64MiB' "$OUT/bench_nccl.log" | head -1 | tr -s ' ')"
-	else
-		record bench_nccl FAIL $((SECONDS - t0)) "see bench_nccl.log"
-	fi
-fi
 
 echo
 echo "gpu_check: ${gpu:-no GPU found by nvidia-smi}; logs in $OUT"

@@ -113,6 +113,20 @@
 // one step per check, so VerifyEvery 100 costs about 0.03 % of training.
 // The hash reads 3–4 GB/s on one core (BenchmarkHashFloats).
 //
+// # Models on a device
+//
+// A model moved to an accelerator (nn.To) before Wrap keeps its flat
+// gradient buffer there: the gradients are views of it (whatever
+// GradientAsBucketView says), Wrap's and Call's broadcasts and each
+// bucket's all-reduce run on the device tensors through
+// distributed.BroadcastTensor and AllReduceTensor, and nothing crosses to
+// the host. The group's backend must take device tensors (nccl, which
+// distributed.Init picks for a CUDA device): another is refused at Wrap
+// naming the device and the backend. Only AllReduceHook runs on device
+// buckets (the compression hooks compute on host slices), and
+// VerifyEvery, which hashes host parameters, is refused. A model whose
+// tensors are on two devices is refused naming both.
+//
 // # Differences from PyTorch 1.13
 //
 //   - PyTorch reduces everything in one bucket during the first iteration

@@ -6,7 +6,9 @@ import (
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
 	"github.com/cohortml/cohort/internal/dp/dptest"
+	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -45,17 +47,30 @@ func (m dpModel) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error
 }
 
 func TestConformance(t *testing.T) {
-	dptest.Run(t, dptest.Wrapper{Name: "ddp",
-		Wrap: func(ctx context.Context, mod nn.Module, _ []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
-			m, err := WrapModule(ctx, mod, pg, Options{FindUnusedParameters: o.FindUnusedParameters, GradientAsBucketView: true})
-			if err != nil {
-				return nil, err
-			}
-			opt, err := o.Optimizer(nn.Parameters(mod))
-			if err != nil {
-				m.Close()
-				return nil, err
-			}
-			return dpModel{m, mod, opt}, nil
-		}})
+	dptest.Run(t, dptest.Wrapper{Name: "ddp", Wrap: wrapForSuite})
+}
+
+// TestConformanceOnDevice runs the suite with every rank's model on a fake
+// device (internal/fakebackend) and a group that takes device tensors
+// (distributedtest.DeviceGroup, as the nccl backend's groups do): the
+// buckets live on the device and the results equal one CPU process's.
+func TestConformanceOnDevice(t *testing.T) {
+	dptest.Run(t, dptest.Wrapper{Name: "ddp on a fake device", Wrap: wrapForSuite,
+		Device: fakebackend.Device(0),
+		Group:  func(pg distributed.ProcessGroup) distributed.ProcessGroup { return distributedtest.DeviceGroup(pg) }})
+}
+
+func wrapForSuite(ctx context.Context, mod nn.Module, _ []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
+	{
+		m, err := WrapModule(ctx, mod, pg, Options{FindUnusedParameters: o.FindUnusedParameters, GradientAsBucketView: true})
+		if err != nil {
+			return nil, err
+		}
+		opt, err := o.Optimizer(nn.Parameters(mod))
+		if err != nil {
+			m.Close()
+			return nil, err
+		}
+		return dpModel{m, mod, opt}, nil
+	}
 }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Bucket is one bucket's gradients as a CommHook sees them.
@@ -15,6 +16,10 @@ type Bucket struct {
 	// Start is called, the group average once Finish returns. The hook owns
 	// it from Start until Finish returns.
 	Grad []float32
+	// Tensor is the bucket's flat gradient when the model is on a device
+	// (Grad is then nil): a contiguous view of device memory, owned by
+	// the hook as Grad is. Only AllReduceHook runs on device buckets.
+	Tensor *tensor.Tensor
 	// Params lays out the parameters inside Grad, in order.
 	Params []BucketParam
 	// Divisor is the number of ranks the average is over: the world size,
@@ -64,6 +69,9 @@ type AllReduceHook struct{}
 
 // Start implements CommHook.
 func (AllReduceHook) Start(ctx context.Context, pg distributed.ProcessGroup, b *Bucket) Reduction {
+	if b.Tensor != nil {
+		return startAllReduceTensor(ctx, pg, b.Index, b.Tensor, b.Divisor)
+	}
 	return startAllReduce(ctx, pg, b.Index, b.Grad, b.Divisor)
 }
 

@@ -104,6 +104,9 @@ func (m *Model) shadowStep(ctx context.Context, r wrapcore.JoinRound) error {
 	}
 	m.beginStep(r, true)
 	clear(m.flat)
+	if m.flatDev != nil {
+		m.flatDev.Fill(0)
+	}
 	m.ctx = ctx
 	defer func() { m.ctx = nil }()
 	m.red.StartAll()

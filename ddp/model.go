@@ -28,6 +28,7 @@ type Model struct {
 	pg          distributed.ProcessGroup
 	o           Options
 	rank, world int
+	dev         tensor.Device // where the parameters, buffers and buckets are
 
 	params  []nn.NamedParameter
 	buffers []nn.NamedBuffer
@@ -39,6 +40,7 @@ type Model struct {
 	// views[p] is the Grad parameter p should have.
 	plan    Plan
 	flat    []float32
+	flatDev *tensor.Tensor // the flat buffer when dev is not the CPU (flat is nil)
 	buckets []*bucketState
 	views   []*tensor.Tensor
 	red     *reducer.Reducer
@@ -110,6 +112,13 @@ func WrapModule(ctx context.Context, model nn.Module, pg distributed.ProcessGrou
 	}
 	m.params = model.NamedParameters()
 	m.buffers = model.NamedBuffers()
+	var err error
+	if m.dev, err = modelDevice(m.params, m.buffers); err != nil {
+		return nil, err
+	}
+	if err := m.checkDevice(); err != nil {
+		return nil, err
+	}
 	if err := CheckSameModel(ctx, pg, m.params, m.buffers); err != nil {
 		return nil, err
 	}

@@ -30,17 +30,37 @@ func (m *Model) setPlan(order []int) ([][]int, error) {
 	if err != nil {
 		return nil, err
 	}
-	flat := wrapcore.AlignedFloats(plan.Len())
+	var flat []float32
+	var flatDev *tensor.Tensor
+	if m.dev.IsCPU() {
+		flat = wrapcore.AlignedFloats(plan.Len())
+	} else {
+		flatDev = tensor.NewOn(m.dev, plan.Len())
+	}
 	buckets := make([]*bucketState, len(plan.Buckets))
 	views := make([]*tensor.Tensor, len(m.params))
 	members := make([][]int, len(plan.Buckets))
 	for k, bp := range plan.Buckets {
 		members[k] = slices.Clone(bp.Params)
-		bs := &bucketState{b: Bucket{Index: k, Grad: flat[bp.Start:bp.End]}, paramBytes: bp.ParamBytes}
+		bs := &bucketState{paramBytes: bp.ParamBytes}
+		bs.b.Index = k
+		if flatDev != nil {
+			bs.b.Tensor = contiguousView(flatDev.Buffer(), bp.Start, []int{bp.End - bp.Start})
+		} else {
+			bs.b.Grad = flat[bp.Start:bp.End]
+		}
 		for _, i := range bp.Params {
 			off, n := plan.Offset[i], numel[i]
 			bs.b.Params = append(bs.b.Params, BucketParam{Name: m.params[i].Name, Shape: m.params[i].Param.Value.Shape(), Offset: off - bp.Start, Len: n})
-			if m.o.GradientAsBucketView {
+			if flatDev != nil { // device gradients are always views of the bucket
+				v := contiguousView(flatDev.Buffer(), off, m.params[i].Param.Value.Shape())
+				p := m.params[i].Param
+				if p.Grad != nil {
+					v.CopyFrom(p.Grad)
+				}
+				p.Grad = v
+				views[i] = v
+			} else if m.o.GradientAsBucketView {
 				v := tensor.FromSlice(flat[off:off+n], m.params[i].Param.Value.Shape()...)
 				p := m.params[i].Param
 				if p.Grad != nil {
@@ -52,7 +72,7 @@ func (m *Model) setPlan(order []int) ([][]int, error) {
 		}
 		buckets[k] = bs
 	}
-	m.plan, m.flat, m.buckets, m.views = plan, flat, buckets, views
+	m.plan, m.flat, m.flatDev, m.buckets, m.views = plan, flat, flatDev, buckets, views
 	if m.o.Span != nil {
 		m.spanNames = make([]string, len(buckets))
 		for k := range buckets {
@@ -99,6 +119,9 @@ func (io *reducerIO) Take(i int, used bool) error {
 	m := (*Model)(io)
 	p := m.params[i].Param
 	off := m.plan.Offset[i]
+	if m.flatDev != nil {
+		return m.takeDevice(i)
+	}
 	slot := m.flat[off : off+p.Value.Len()]
 	if v := m.views[i]; v != nil {
 		if p.Grad == v {
@@ -256,6 +279,9 @@ func (m *Model) finishStep(ctx context.Context) error {
 
 // copyOut writes the averaged gradients back into the parameters' Grads.
 func (m *Model) copyOut() {
+	if m.flatDev != nil {
+		return // device gradients are views of the buckets
+	}
 	for _, i := range m.tracked {
 		p := m.params[i].Param
 		if m.identity {

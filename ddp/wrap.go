@@ -35,6 +35,14 @@ func (m *Model) broadcastState(ctx context.Context, root int, params bool) error
 	if len(ts) == 0 {
 		return nil
 	}
+	if !m.dev.IsCPU() { // each tensor in place on the device
+		for _, t := range ts {
+			if err := distributed.BroadcastTensor(ctx, m.pg, t, root).Wait(); err != nil {
+				return err
+			}
+		}
+		return nil
+	}
 	limit := int(m.o.BucketCapBytes / gradElemBytes)
 	for len(ts) > 0 {
 		// Take tensors until the chunk is full (at least one).

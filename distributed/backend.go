@@ -13,6 +13,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/distributed/store"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // A Backend implements ProcessGroup; Register makes it available to Init
@@ -38,6 +39,12 @@ type Backend struct {
 	// launcher (MPI's mpirun), not from a store: InitFromEnv then reads no
 	// rendezvous environment and calls Init with only Backend set.
 	OwnRendezvous bool
+	// Devices are the device kinds whose tensors the backend's groups
+	// take (AllReduceTensor, BroadcastTensor): "cuda" for nccl. Every
+	// backend takes host memory. Init picks, for a program whose
+	// Options.Device is of one of these kinds and that names no backend,
+	// the backend that lists it.
+	Devices []string
 }
 
 // DefaultBackend is the backend Init uses when Options.Backend is empty.
@@ -97,6 +104,39 @@ func lookup(name string) (Backend, error) {
 	return Backend{}, fmt.Errorf("unknown backend %q (registered: %s; a backend registers itself when its package is linked in: import _ \"github.com/cohortml/cohort/distributed/backend/all\")", name, have)
 }
 
+// chooseBackend returns the backend for a program on dev: named (checked
+// against dev) or, when name is empty, the one dev's kind needs.
+func chooseBackend(name string, dev tensor.Device) (string, error) {
+	if dev.IsCPU() {
+		return name, nil
+	}
+	registry.RLock()
+	defer registry.RUnlock()
+	takes := func(b Backend) bool { return slices.Contains(b.Devices, dev.Kind()) }
+	if name != "" {
+		if b, ok := registry.m[name]; ok && !takes(b) {
+			return "", fmt.Errorf("backend %q takes host memory only, but the program's tensors are on %v (name no backend, and Init picks the one for %s tensors; or train on the CPU)", name, dev, dev.Kind())
+		}
+		return name, nil // an unknown name is lookup's error
+	}
+	var names []string
+	for n, b := range registry.m {
+		if takes(b) {
+			names = append(names, n)
+		}
+	}
+	slices.Sort(names)
+	if len(names) == 0 {
+		have := make([]string, 0, len(registry.m))
+		for n := range registry.m {
+			have = append(have, n)
+		}
+		slices.Sort(have)
+		return "", fmt.Errorf("no registered backend takes %s tensors, and the program's tensors are on %v (registered: %s; the nccl backend takes CUDA tensors: import _ \"github.com/cohortml/cohort/distributed/backend/all\")", dev.Kind(), dev, strings.Join(have, ", "))
+	}
+	return names[0], nil
+}
+
 // Init joins the job's world group with the backend Options.Backend names
 // (DefaultBackend if empty): every rank calls it with the same store and
 // world size and its own rank. The native backend claims this rank in
@@ -108,7 +148,18 @@ func lookup(name string) (Backend, error) {
 // reporting the ranks it still waits for about every 10 s; the error
 // names the missing ranks. Each Init needs a Prefix of its own within one
 // store.
+//
+// With Options.Backend empty, the backend follows Options.Device: on the
+// CPU DefaultBackend, on a device the registered backend that takes its
+// tensors (nccl for CUDA, as PyTorch users name backend="nccl" for GPUs).
+// A backend named explicitly wins, but one that cannot take the device's
+// tensors is refused, naming both.
 func Init(ctx context.Context, opts Options) (ProcessGroup, error) {
+	name, err := chooseBackend(opts.Backend, opts.Device)
+	if err != nil {
+		return nil, fmt.Errorf("distributed: Init: %w", err)
+	}
+	opts.Backend = name
 	b, err := lookup(opts.Backend)
 	if err != nil {
 		return nil, fmt.Errorf("distributed: Init: %w", err)
@@ -159,13 +210,29 @@ func agreeBackend(ctx context.Context, opts Options) error {
 // rendezvous (COHORT_BACKEND=mpi: the process was started by mpirun,
 // mpiexec or srun, and MPI itself says who is rank what) needs no store.
 func InitFromEnv(ctx context.Context) (ProcessGroup, error) {
-	name := os.Getenv("COHORT_BACKEND")
+	return InitFromEnvOn(ctx, tensor.CPU)
+}
+
+// InitFromEnvOn is InitFromEnv for a program whose tensors are on dev
+// (its -device flag): with COHORT_BACKEND unset, a CUDA device gets the
+// nccl backend and the CPU the native one (Init's choice by
+// Options.Device); COHORT_BACKEND, when set, wins, and one that cannot
+// take dev's tensors is refused naming both.
+func InitFromEnvOn(ctx context.Context, dev tensor.Device) (ProcessGroup, error) {
+	env := os.Getenv("COHORT_BACKEND")
+	name, err := chooseBackend(env, dev)
+	if err != nil {
+		if env != "" {
+			return nil, fmt.Errorf("distributed: InitFromEnv: COHORT_BACKEND=%q: %w", env, err)
+		}
+		return nil, fmt.Errorf("distributed: InitFromEnv: %w", err)
+	}
 	b, err := lookup(name)
 	if err != nil {
-		return nil, fmt.Errorf("distributed: InitFromEnv: COHORT_BACKEND=%q: %w", name, err)
+		return nil, fmt.Errorf("distributed: InitFromEnv: COHORT_BACKEND=%q: %w", env, err)
 	}
 	if b.OwnRendezvous {
-		return Init(ctx, Options{Backend: name})
+		return Init(ctx, Options{Backend: name, Device: dev})
 	}
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
@@ -175,7 +242,7 @@ func InitFromEnv(ctx context.Context) (ProcessGroup, error) {
 	if err != nil {
 		return nil, fmt.Errorf("distributed: InitFromEnv: %w", err)
 	}
-	return InitFromInfo(ctx, info, Options{Backend: name, Watchdog: wd})
+	return InitFromInfo(ctx, info, Options{Backend: name, Device: dev, Watchdog: wd})
 }
 
 // InitFromInfo is InitFromEnv for a rendezvous.Info already read, with

@@ -9,6 +9,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/store/memstore"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // TestUnknownBackend: a backend name nobody registered is an error naming
@@ -81,5 +82,46 @@ func TestBackendsDisagree(t *testing.T) {
 	}
 	if calls != 2 {
 		t.Errorf("the backends' Init ran %d times, want 2 (rank 0, and rank 1 once it agreed)", calls)
+	}
+}
+
+// TestBackendForDevice: with no backend named, Init picks the registered
+// backend that takes the program's device tensors (none: an error naming
+// the device and the import); a backend named explicitly wins, but one
+// that takes host memory only is refused for a device program, naming
+// both (from the environment, naming COHORT_BACKEND too).
+func TestBackendForDevice(t *testing.T) {
+	dev := tensor.NewDevice("gpufake", 0)
+	_, err := distributed.Init(context.Background(), distributed.Options{Device: dev, WorldSize: 1})
+	if err == nil || !strings.Contains(err.Error(), "no registered backend takes gpufake tensors") || !strings.Contains(err.Error(), "gpufake:0") {
+		t.Errorf("Init on a device no backend takes = %v, want an error naming the device", err)
+	}
+	var got []string
+	record := func(_ context.Context, opts distributed.Options) (distributed.ProcessGroup, error) {
+		got = append(got, opts.Backend)
+		return nil, nil
+	}
+	distributed.Register("devpick", distributed.Backend{Init: record, Devices: []string{"gpufake"}})
+	distributed.Register("hostpick", distributed.Backend{Init: record})
+	if _, err := distributed.Init(context.Background(), distributed.Options{Device: dev, WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := distributed.Init(context.Background(), distributed.Options{Backend: "hostpick", WorldSize: 1}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := distributed.Init(context.Background(), distributed.Options{Backend: "devpick", WorldSize: 1}); err != nil {
+		t.Fatal(err) // a device backend serves a CPU program too (host buffers)
+	}
+	if want := []string{"devpick", "hostpick", "devpick"}; !slices.Equal(got, want) {
+		t.Errorf("backends chosen %v, want %v", got, want)
+	}
+	_, err = distributed.Init(context.Background(), distributed.Options{Backend: "hostpick", Device: dev, WorldSize: 1})
+	if err == nil || !strings.Contains(err.Error(), `backend "hostpick" takes host memory only`) || !strings.Contains(err.Error(), "gpufake:0") {
+		t.Errorf("Init(hostpick) on a device = %v, want an error naming both", err)
+	}
+	t.Setenv("COHORT_BACKEND", "hostpick")
+	_, err = distributed.InitFromEnvOn(context.Background(), dev)
+	if err == nil || !strings.Contains(err.Error(), `COHORT_BACKEND="hostpick"`) || !strings.Contains(err.Error(), "gpufake:0") {
+		t.Errorf("InitFromEnvOn with COHORT_BACKEND=hostpick on a device = %v, want an error naming the variable and the device", err)
 	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/cohortml/cohort/distributed/collective"
 	"github.com/cohortml/cohort/distributed/flight"
 	"github.com/cohortml/cohort/distributed/store"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Options configures Init. Store, Rank and WorldSize are required (Store
@@ -25,6 +26,10 @@ type Options struct {
 	// fields are then unused, and Rank and WorldSize, if WorldSize is set,
 	// must match MPI's.
 	Backend string
+	// Device is where the program's tensors live (its -device flag). With
+	// Backend empty, Init picks the backend that takes them: the native
+	// one for the CPU (the zero value), nccl for CUDA.
+	Device tensor.Device
 	// Store carries the ranks' transport addresses. The caller owns it,
 	// unless CloseStore hands it to the group.
 	Store store.Store

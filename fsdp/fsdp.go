@@ -133,6 +133,9 @@ func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg distribute
 	}
 	m := &Model{module: model, pg: pg, o: o, rank: pg.Rank(), world: pg.Size()}
 	m.params = model.NamedParameters()
+	if err := wrapcore.HostOnly("fsdp", m.params, model.NamedBuffers()); err != nil {
+		return nil, err
+	}
 	if err := wrapcore.CheckSameModel(ctx, "fsdp", pg, m.params, model.NamedBuffers()); err != nil {
 		return nil, fmt.Errorf("fsdp: %w", err)
 	}

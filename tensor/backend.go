@@ -69,9 +69,17 @@ type Backend interface {
 	LayerNorm(y, mean, rstd, x, w, b *Tensor, eps float64)
 	// LayerNormBackward is LayerNormBackward; dw and db are nil when w is.
 	LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *Tensor)
-	Attention(y, p, qkv *Tensor, nHead int, causal bool)                // AttentionQKV
-	AttentionBackward(dqkv, dy, qkv, p *Tensor, nHead int, causal bool) // AttentionQKVBackward
-	Conv2d(y, x, w, b *Tensor, stride, padding int, act Activation)     // Conv2d, Conv2dReLU (b may be nil)
+	// Attention is AttentionQKV: it writes y and returns what its own
+	// AttentionBackward needs of the forward pass (saved, on y's device),
+	// in a form of the backend's choosing that nothing else reads: the CPU
+	// twin's probabilities [B, nHead, T, T], or a flash kernel's
+	// log-sum-exp per score row [B, nHead, T], which spares the T×T
+	// matrix (9.6 GB per layer at GPT-2's batch 16 × 1024).
+	Attention(y, qkv *Tensor, nHead int, causal bool) (saved *Tensor)
+	// AttentionBackward is AttentionQKVBackward, given the forward pass's
+	// saved state.
+	AttentionBackward(dqkv, dy, qkv, saved *Tensor, nHead int, causal bool)
+	Conv2d(y, x, w, b *Tensor, stride, padding int, act Activation) // Conv2d, Conv2dReLU (b may be nil)
 	// Conv2dBackward is Conv2dBackward (act Identity) or Conv2dReLUBackward
 	// (act ReLUAct, y the forward output); dx is nil when not wanted.
 	Conv2dBackward(dx, dw, db, dy, y, x, w *Tensor, stride, padding int, act Activation)

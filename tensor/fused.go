@@ -188,9 +188,12 @@ func attentionQKVDims(name string, qkv *Tensor, nHead int) (B, T, d, hd int) {
 // projection qkv [B, T, 3·d]: features [0, d) are the queries, [d, 2d) the
 // keys, [2d, 3d) the values, head h using features h·hd:(h+1)·hd of each
 // (hd = d/nHead). It returns y [B, T, d], the heads' outputs concatenated
-// in order, and the attention probabilities p [B, nHead, T, T], which
-// AttentionQKVBackward needs. Scores are scaled by 1/√hd; with causal,
-// query i sees keys j ≤ i only (p is 0 above the diagonal).
+// in order, and p, what AttentionQKVBackward needs of the forward pass:
+// on the CPU the attention probabilities [B, nHead, T, T]; on a device
+// whatever its backend keeps (Backend.Attention: the CUDA backend keeps
+// the log-sum-exp of each score row, [B, nHead, T]), to be handed back
+// unchanged and read by nothing else. Scores are scaled by 1/√hd; with
+// causal, query i sees keys j ≤ i only (p is 0 above the diagonal).
 //
 // The heads are read and written in place through strided GEMMs: no
 // permuted copy of q, k, v or y is made.
@@ -198,9 +201,13 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 	B, T, d, hd := attentionQKVDims("AttentionQKV", qkv, nHead)
 	if qkv.buf != nil {
 		dev, be := deviceOf("AttentionQKV", qkv)
-		y, p = NewOn(dev, B, T, d), NewOn(dev, B, nHead, T, T)
-		if B*T*d > 0 {
-			be.Attention(y, p, qkv, nHead, causal)
+		y = NewOn(dev, B, T, d)
+		if B*T*d == 0 {
+			return y, NewOn(dev, B, nHead, T, T)
+		}
+		p = be.Attention(y, qkv, nHead, causal)
+		if p == nil || p.Device() != dev {
+			panicf("AttentionQKV: the %v backend's forward pass saved no state on %v for its backward pass", dev, dev)
 		}
 		return y, p
 	}
@@ -231,13 +238,14 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 }
 
 // AttentionQKVBackward returns the gradient of AttentionQKV's qkv [B, T,
-// 3d] given the output gradient dy [B, T, d], qkv, the saved
-// probabilities p and the forward pass's causal (with it, the products
-// with p and its gradient skip their zero upper triangles).
+// 3d] given the output gradient dy [B, T, d], qkv, the p AttentionQKV
+// returned (on the CPU the probabilities; on a device its backend's saved
+// state) and the forward pass's causal (with it, the products with p and
+// its gradient skip their zero upper triangles).
 func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int, causal bool) *Tensor {
 	B, T, d, hd := attentionQKVDims("AttentionQKVBackward", qkv, nHead)
 	if len(dy.shape) != 3 || dy.shape[0] != B || dy.shape[1] != T || dy.shape[2] != d ||
-		len(p.shape) != 4 || p.shape[0] != B || p.shape[1] != nHead || p.shape[2] != T || p.shape[3] != T {
+		(p.buf == nil && (len(p.shape) != 4 || p.shape[0] != B || p.shape[1] != nHead || p.shape[2] != T || p.shape[3] != T)) {
 		panicf("AttentionQKVBackward: gradient shape %v, probabilities %v for qkv %v and %d heads", dy.shape, p.shape, qkv.shape, nHead)
 	}
 	if dy.buf != nil || qkv.buf != nil || p.buf != nil {

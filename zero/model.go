@@ -87,6 +87,9 @@ func Wrap(ctx context.Context, model nn.Module, pg distributed.ProcessGroup, o O
 	m := &Model{module: model, pg: pg, o: o, rank: pg.Rank(), world: pg.Size()}
 	m.layer, _ = model.(nn.Layer)
 	m.params, m.buffers = model.NamedParameters(), model.NamedBuffers()
+	if err := wrapcore.HostOnly("zero", m.params, m.buffers); err != nil {
+		return nil, err
+	}
 	if err := wrapcore.CheckSameModel(ctx, "zero", pg, m.params, m.buffers); err != nil {
 		return nil, fmt.Errorf("zero: %w", err)
 	}

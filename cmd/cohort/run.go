@@ -15,6 +15,7 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/cohortml/cohort/device/cuda"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/launch"
 )
@@ -43,6 +44,11 @@ included); they get --stop-timeout to finish their step, save and exit
 before SIGKILL, and the report says how each ended. A second signal kills
 them at once. More workers than this node's CPUs need --oversubscribe.
 
+GPUs: --nproc-per-node gpu starts one worker per GPU visible to the
+launcher (CUDA_VISIBLE_DEVICES applies); worker LOCAL_RANK i uses GPU i:
+a program's -device cuda opens it, and the nccl backend (Init's choice
+for a CUDA device) runs on it.
+
 Elastic jobs (torchrun's c10d rendezvous): --nnodes MIN:MAX with
 --rdzv-endpoint HOST:PORT (the agent on HOST serves the rendezvous store
 there) and --rdzv-id. Nodes meet in rounds; ranks are assigned per round;
@@ -67,6 +73,12 @@ type runFlags struct {
 // parseRunArgs turns the command line (and, for defaults, the cluster's
 // environment read through getenv) into a launch configuration.
 func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer) (runFlags, error) {
+	return parseRunArgsGPUs(args, getenv, usageOut, cuda.Visible)
+}
+
+// parseRunArgsGPUs is parseRunArgs with the count of this node's visible
+// GPUs injected (for --nproc-per-node gpu and auto).
+func parseRunArgsGPUs(args []string, getenv func(string) string, usageOut io.Writer, gpus func() (int, error)) (runFlags, error) {
 	node, err := rendezvous.NodeFromEnv(getenv)
 	if err != nil {
 		return runFlags{}, err
@@ -78,14 +90,15 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		fs.PrintDefaults()
 	}
 	var (
-		nproc, nodeRank, masterPort, maxRestarts int
-		nnodes, masterAddr, runID                string
-		rdzvEndpoint, rdzvID, rdzvBackend        string
-		rdzvConf                                 string
-		grace, joinTimeout, timeout              time.Duration
-		standalone, verbose, oversubscribe       bool
-		logDir, watchdog, dashboard, cpuBind     string
-		tee                                      teeFlag
+		nodeRank, masterPort, maxRestarts    int
+		nnodes, masterAddr, runID            string
+		nprocFlag                            = nprocValue("1")
+		rdzvEndpoint, rdzvID, rdzvBackend    string
+		rdzvConf                             string
+		grace, joinTimeout, timeout          time.Duration
+		standalone, verbose, oversubscribe   bool
+		logDir, watchdog, dashboard, cpuBind string
+		tee                                  teeFlag
 	)
 	// torchrun spells its flags with underscores too; accept both.
 	intFlag := func(p *int, name, alt string, def int, usage string) {
@@ -96,7 +109,8 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		fs.StringVar(p, name, def, usage)
 		fs.StringVar(p, alt, def, "same as --"+name)
 	}
-	intFlag(&nproc, "nproc-per-node", "nproc_per_node", 1, "workers on this node")
+	fs.Var(&nprocFlag, "nproc-per-node", "workers on this node: N, gpu (one per visible GPU: LOCAL_RANK i uses GPU i, and -device cuda opens it), cpu (one per CPU) or auto (gpu if there are GPUs, else 1)")
+	fs.Var(&nprocFlag, "nproc_per_node", "same as --nproc-per-node")
 	defNodes := strconv.Itoa(max(node.NumNodes, 1))
 	if node.MaxNodes > 0 {
 		defNodes = fmt.Sprintf("%d:%d", node.MinNodes, node.MaxNodes)
@@ -129,6 +143,10 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 	if fs.NArg() == 0 {
 		fs.Usage()
 		return runFlags{}, errors.New("no program given")
+	}
+	nproc, err := parseNProc(string(nprocFlag), gpus)
+	if err != nil {
+		return runFlags{}, err
 	}
 	if cpus := launch.CPUs(); nproc > cpus && !oversubscribe {
 		return runFlags{}, fmt.Errorf("--nproc-per-node %d: more workers than the %d CPUs this node gives the launcher; give --oversubscribe to run them anyway", nproc, cpus)
@@ -195,6 +213,47 @@ func parseRunArgs(args []string, getenv func(string) string, usageOut io.Writer)
 		cfg.Restart = launch.MaxRestarts(maxRestarts)
 	}
 	return runFlags{cfg: cfg, verbose: verbose, resolveMaster: node.Source == rendezvous.Slurm && minNodes > 1 && masterAddr != ""}, nil
+}
+
+// parseNProc parses --nproc-per-node: a count, or as torchrun's, gpu (one
+// worker per GPU the driver shows this process, which honours
+// CUDA_VISIBLE_DEVICES), cpu (one per CPU the launcher may use) or auto
+// (gpu when there are GPUs, else 1).
+func parseNProc(s string, gpus func() (int, error)) (int, error) {
+	switch s {
+	case "gpu", "auto":
+		n, err := gpus()
+		switch {
+		case s == "auto" && (err != nil || n < 1):
+			return 1, nil
+		case err != nil:
+			return 0, fmt.Errorf("--nproc-per-node gpu: one worker per visible GPU, but none was found: %w", err)
+		case n < 1:
+			return 0, errors.New("--nproc-per-node gpu: one worker per visible GPU, but the driver shows none (CUDA_VISIBLE_DEVICES empty?)")
+		}
+		return n, nil
+	case "cpu":
+		return launch.CPUs(), nil
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil {
+		return 0, fmt.Errorf("--nproc-per-node %q: want a number of workers, gpu, cpu or auto", s)
+	}
+	return n, nil
+}
+
+// nprocValue is --nproc-per-node as given, checked for its form when set
+// and resolved (GPUs counted) by parseNProc after parsing.
+type nprocValue string
+
+func (v *nprocValue) String() string { return string(*v) }
+
+func (v *nprocValue) Set(s string) error {
+	if _, err := strconv.Atoi(s); err != nil && s != "gpu" && s != "cpu" && s != "auto" {
+		return errors.New("want a number of workers, gpu, cpu or auto")
+	}
+	*v = nprocValue(s)
+	return nil
 }
 
 // parseWatchdog parses --watchdog: a duration, or off (0, off, false);

@@ -196,3 +196,36 @@ func TestParseRunArgsHelp(t *testing.T) {
 		t.Fatalf("--help: err %v, output %q", err, out.String())
 	}
 }
+
+// TestNProcGPU: --nproc-per-node gpu starts one worker per visible GPU (an
+// injected count), auto falls back to one without GPUs, and gpu without
+// any is an error naming the driver's reason.
+func TestNProcGPU(t *testing.T) {
+	noDriver := errors.New("cuda: libcuda.so.1 not found (looked in …)")
+	for _, tc := range []struct {
+		arg     string
+		gpus    int
+		gpusErr error
+		want    int
+		err     string
+	}{
+		{arg: "gpu", gpus: 2, want: 2},
+		{arg: "auto", gpus: 2, want: 2},
+		{arg: "auto", gpusErr: noDriver, want: 1},
+		{arg: "2", gpusErr: noDriver, want: 2},
+		{arg: "gpu", gpusErr: noDriver, err: "--nproc-per-node gpu: one worker per visible GPU, but none was found: cuda: libcuda.so.1 not found"},
+		{arg: "gpu", gpus: 0, err: "the driver shows none"},
+		{arg: "many", err: `invalid value "many" for flag -nproc-per-node: want a number of workers, gpu, cpu or auto`},
+	} {
+		rf, err := parseRunArgsGPUs([]string{"--oversubscribe", "--nproc-per-node", tc.arg, "prog"}, func(string) string { return "" }, io.Discard,
+			func() (int, error) { return tc.gpus, tc.gpusErr })
+		switch {
+		case tc.err != "":
+			if err == nil || !strings.Contains(err.Error(), tc.err) {
+				t.Errorf("--nproc-per-node %s (gpus %d, %v): %v, want an error containing %q", tc.arg, tc.gpus, tc.gpusErr, err, tc.err)
+			}
+		case err != nil || rf.cfg.NProcPerNode != tc.want:
+			t.Errorf("--nproc-per-node %s (gpus %d, %v): %d workers, %v; want %d", tc.arg, tc.gpus, tc.gpusErr, rf.cfg.NProcPerNode, err, tc.want)
+		}
+	}
+}

@@ -217,9 +217,9 @@ func dryCases() []dryCase {
 	add("layernorm-bwd", "LayerNormBackward", func(s *state) {
 		be.LayerNormBackward(s.tensor(6, d), s.tensor(d), s.tensor(d), s.tensor(6, d), s.tensor(6, d), s.tensor(d), s.tensor(6), s.tensor(6))
 	})
-	add("attention", "Attention", func(s *state) { be.Attention(s.tensor(B, T, d), s.tensor(B, H, T, T), s.tensor(B, T, 3*d), H, true) })
+	add("attention", "Attention", func(s *state) { be.Attention(s.tensor(B, T, d), s.tensor(B, T, 3*d), H, true) })
 	add("attention-bwd", "AttentionBackward", func(s *state) {
-		be.AttentionBackward(s.tensor(B, T, 3*d), s.tensor(B, T, d), s.tensor(B, T, 3*d), s.tensor(B, H, T, T), H, true)
+		be.AttentionBackward(s.tensor(B, T, 3*d), s.tensor(B, T, d), s.tensor(B, T, 3*d), s.tensor(B, H, T), H, true)
 	})
 	add("conv-relu", "Conv2d", func(s *state) {
 		be.Conv2d(s.tensor(2, 4, 6, 6), s.tensor(2, 3, 8, 8), s.tensor(4, 3, 3, 3), s.tensor(4), 1, 0, tensor.ReLUAct)

@@ -3,6 +3,7 @@ package cudatensor
 import (
 	"fmt"
 	"math"
+	"os"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -305,6 +306,14 @@ func (b *buffer) Device() tensor.Device { return b.st.dev }
 func (b *buffer) DType() tensor.DType   { return tensor.Float32 }
 func (b *buffer) Len() int              { return b.n }
 
+// DevicePtr is the device address of element off: what a collective
+// backend on device memory (NCCL) hands the library.
+func (b *buffer) DevicePtr(off int) uintptr { return uintptr(b.at(off)) }
+
+// ComputeStream is the stream every op writing the buffer is queued on:
+// a collective on it must be ordered after that stream's work.
+func (b *buffer) ComputeStream() uintptr { return uintptr(b.st.stream) }
+
 // at is the address of element off.
 func (b *buffer) at(off int) cuda.DevicePtr { return b.base + cuda.DevicePtr(4*off) }
 
@@ -397,8 +406,17 @@ func float32bits(v float32) uint32 { return math.Float32bits(v) }
 
 // Open parses a program's -device flag ("" is the CPU) and, for a CUDA
 // device, opens it, so that a machine without one fails here with one
-// line, before the program loads any data.
+// line, before the program loads any data. "cuda" without an index is the
+// worker's own GPU under a launcher: LOCAL_RANK's among the visible ones
+// (cuda.LocalOrdinal; CUDA_VISIBLE_DEVICES applies), cuda:0 without a
+// LOCAL_RANK; "cuda:N" is device N whatever the launcher says.
 func Open(flag string) (tensor.Device, error) {
+	return openWith(flag, os.Getenv, cuda.Visible, Init)
+}
+
+// openWith is Open with the environment, the count of visible GPUs and
+// the opening of a device injected.
+func openWith(flag string, getenv func(string) string, visible func() (int, error), initDev func(tensor.Device) error) (tensor.Device, error) {
 	if flag == "" {
 		return tensor.CPU, nil
 	}
@@ -406,8 +424,19 @@ func Open(flag string) (tensor.Device, error) {
 	if err != nil {
 		return dev, err
 	}
+	if dev.Kind() == Kind && flag == Kind && getenv("LOCAL_RANK") != "" {
+		n, err := visible()
+		if err != nil {
+			return dev, err
+		}
+		i, err := cuda.LocalOrdinal(getenv, n)
+		if err != nil {
+			return dev, fmt.Errorf("cudatensor: -device %s: %w", flag, err)
+		}
+		dev = tensor.CUDA(i)
+	}
 	if dev.Kind() == Kind {
-		if err := Init(dev); err != nil {
+		if err := initDev(dev); err != nil {
 			return dev, err
 		}
 	}

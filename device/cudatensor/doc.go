@@ -27,9 +27,10 @@
 // back to the CPU.
 //
 // Attention runs the flash kernels, which keep each score row's
-// log-sum-exp instead of the T×T probabilities; because the seam asks
-// for the probabilities too, they are rebuilt from it (score GEMMs, mask,
-// exp), and the backward pass recomputes what it needs from qkv.
+// log-sum-exp instead of the T×T probabilities: the log-sum-exp
+// [B, nHead, T] is the state the forward pass saves for the backward one
+// (tensor.Backend.Attention), so the probabilities are never made; the
+// backward pass reads it and recomputes the output rows from qkv.
 //
 // Storage is float32; bf16 buffers and autocast are not implemented here
 // yet (tensor's BFloat16 is reserved). Running out of device memory panics

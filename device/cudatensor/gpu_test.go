@@ -3,10 +3,13 @@ package cudatensor
 import (
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/device/alloc"
+	"github.com/cohortml/cohort/device/cuda"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -154,4 +157,26 @@ func TestGPUTrainGPTMini(t *testing.T) {
 	}
 	t.Logf("GPT-mini step (batch %d × %d): peak allocated %s, allocated %s, reserved %s (peak %s), %d device allocations",
 		B, T, alloc.Bytes(st.PeakAllocatedBytes), alloc.Bytes(st.AllocatedBytes), alloc.Bytes(st.ReservedBytes), alloc.Bytes(st.PeakReservedBytes), st.DeviceAllocs)
+}
+
+// TestGPUOpenLocalRank: under a launcher, -device cuda opens LOCAL_RANK's
+// GPU among the visible ones (cohort run --nproc-per-node gpu gives each
+// worker its own), and a local rank beyond them is refused naming both
+// counts. On one GPU only local rank 0 can be opened.
+func TestGPUOpenLocalRank(t *testing.T) {
+	gpu(t)
+	n, err := cuda.Visible()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("LOCAL_RANK", strconv.Itoa(n-1))
+	dev, err := Open("cuda")
+	if err != nil || dev != tensor.CUDA(n-1) {
+		t.Errorf("Open(cuda) with LOCAL_RANK=%d of %d visible = %v, %v; want cuda:%d", n-1, n, dev, err, n-1)
+	}
+	t.Setenv("LOCAL_RANK", strconv.Itoa(n))
+	if _, err := Open("cuda"); err == nil || !strings.Contains(err.Error(), "has no GPU of its own") {
+		t.Errorf("Open(cuda) with LOCAL_RANK=%d of %d visible: %v, want a refusal", n, n, err)
+	}
+	t.Logf("%d visible GPU(s); local rank %d opens cuda:%d", n, n-1, n-1)
 }

@@ -691,46 +691,20 @@ func attDims(qkv *tensor.Tensor, nHead int) (B, T, hd int) {
 }
 
 // Attention runs the flash kernel for y, which keeps each score row's
-// log-sum-exp rather than the probabilities. The seam also asks for the
-// probabilities p [B, nHead, T, T] (the CPU's backward pass reads them);
-// they are rebuilt from the log-sum-exp: batched score GEMMs, minus the
-// log-sum-exp, −∞ above the diagonal when causal, exponentiated.
-// AttentionBackward does not read p: it recomputes y and the log-sum-exp.
-func (be backend) Attention(y, pr, qkv *tensor.Tensor, nHead int, causal bool) {
+// log-sum-exp [B, nHead, T] rather than the probabilities: that is the
+// state it saves for AttentionBackward (the T×T probabilities are never
+// made).
+func (be backend) Attention(y, qkv *tensor.Tensor, nHead int, causal bool) *tensor.Tensor {
 	const op = "Attention"
-	contig(op, y, pr, qkv)
+	contig(op, y, qkv)
 	s := stOf(y)
 	B, T, hd := attDims(qkv, nHead)
+	lse := tensor.FromBuffer(s.newBuffer(op, B*nHead*T), 0, []int{B, nHead, T}, []int{nHead * T, T, 1})
 	if y.Len() == 0 {
-		return
+		return lse
 	}
-	lse := s.scratch(op, B, nHead, T, 1)
 	s.attentionFwd(op, y, lse, qkv, B, T, nHead, hd, causal)
-	if pr == nil || pr.Len() == 0 {
-		return
-	}
-	d := nHead * hd
-	scale := float32(1 / math.Sqrt(float64(hd)))
-	base := p(qkv)
-	for b := range B {
-		row := cuda.DevicePtr(4 * b * T * 3 * d)
-		s.gemm(op, cublas.Gemm{TransB: true, M: T, N: T, K: hd, Alpha: scale,
-			A: base + row, LDA: 3 * d, StrideA: int64(hd), B: base + row + cuda.DevicePtr(4*d), LDB: 3 * d, StrideB: int64(hd),
-			C: p(pr) + cuda.DevicePtr(4*b*nHead*T*T), LDC: T, StrideC: int64(T * T), Batch: nHead})
-	}
-	be.Binary(tensor.BinarySub, 0, pr, pr, lse.Expand(B, nHead, T, T))
-	if causal {
-		mask := make([]float32, T*T)
-		for i := range T {
-			for j := i + 1; j < T; j++ {
-				mask[i*T+j] = float32(math.Inf(-1))
-			}
-		}
-		m := s.scratch(op, T, T)
-		s.htod(op, p(m), unsafePtr(mask), int64(4*len(mask)))
-		be.Binary(tensor.BinaryAdd, 0, pr, pr, m.Expand(B, nHead, T, T))
-	}
-	be.Unary(tensor.UnaryExp, 0, pr, pr)
+	return lse
 }
 
 func (s *state) attentionFwd(op string, y, lse, qkv *tensor.Tensor, B, T, nHead, hd int, causal bool) {
@@ -738,15 +712,21 @@ func (s *state) attentionFwd(op string, y, lse, qkv *tensor.Tensor, B, T, nHead,
 		ptr(p(y)), ptr(p(lse)), ptr(p(qkv)), i32(B), i32(T), i32(nHead), i32(hd), f32(float32(1/math.Sqrt(float64(hd)))), flag(causal))
 }
 
-func (backend) AttentionBackward(dqkv, dy, qkv, pr *tensor.Tensor, nHead int, causal bool) {
+// AttentionBackward recomputes y with the forward kernel (the delta of
+// each row, Σ dy·y, needs it; its log-sum-exp goes to scratch) and reads
+// the forward pass's saved log-sum-exp.
+func (backend) AttentionBackward(dqkv, dy, qkv, saved *tensor.Tensor, nHead int, causal bool) {
 	const op = "AttentionBackward"
-	contig(op, dqkv, dy, qkv)
+	contig(op, dqkv, dy, qkv, saved)
 	s := stOf(dqkv)
 	B, T, hd := attDims(qkv, nHead)
+	if saved.Len() != B*nHead*T {
+		panic(fmt.Sprintf("cudatensor: %s: saved state of %d elements, want the log-sum-exp [%d, %d, %d]", op, saved.Len(), B, nHead, T))
+	}
 	d := nHead * hd
 	y := s.scratch(op, B, T, d)
-	lse := s.scratch(op, max(B*nHead*T, 1))
-	s.attentionFwd(op, y, lse, qkv, B, T, nHead, hd, causal)
+	s.attentionFwd(op, y, s.scratch(op, max(B*nHead*T, 1)), qkv, B, T, nHead, hd, causal)
+	lse := saved
 	delta := s.scratch(op, max(B*nHead*T, 1))
 	backend{}.Fill(dqkv, 0)
 	scale := f32(float32(1 / math.Sqrt(float64(hd))))

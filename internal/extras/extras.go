@@ -103,7 +103,7 @@ func List() []Extra {
 		},
 		{
 			Name: "a CUDA device", Use: "the device packages' GPU tests", Install: "a machine with an NVIDIA GPU",
-			Tests: []string{"device/cuda.TestGPU*", "device/alloc.TestGPU*", "device/cublas.TestGPU*"},
+			Tests: []string{"device/cuda.TestGPU*", "device/alloc.TestGPU*", "device/cublas.TestGPU*", "device/cudatensor.TestGPU*", "distributed/backend/nccl.TestGPU*"},
 			find: func(context.Context) (string, error) {
 				d, err := cuda.Load()
 				if err != nil {

@@ -13,6 +13,7 @@ package fakebackend
 import (
 	"fmt"
 	"sync/atomic"
+	"unsafe"
 
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -63,6 +64,30 @@ type buffer struct {
 func (b *buffer) Device() tensor.Device { return b.dev }
 func (b *buffer) DType() tensor.DType   { return tensor.Float32 }
 func (b *buffer) Len() int              { return len(b.data) }
+
+// DevicePtr is the address of element off, as a real device buffer gives
+// its device address to a collective backend (the fake NCCL resolves it
+// through Bytes).
+func (b *buffer) DevicePtr(off int) uintptr {
+	return uintptr(unsafe.Pointer(unsafe.SliceData(b.data))) + uintptr(4*off)
+}
+
+// ComputeStream is 0: the fake runs every op at once, on no stream.
+func (b *buffer) ComputeStream() uintptr { return 0 }
+
+// Bytes returns the memory of fake device tensor t's buffer, for fakes of
+// lower layers (a fake NCCL) that must reach what a device address
+// names. It panics when t is not on a fake device.
+func Bytes(t *tensor.Tensor) []byte {
+	b, ok := t.Buffer().(*buffer)
+	if !ok {
+		panic(fmt.Sprintf("fakebackend: Bytes: tensor on %v", t.Device()))
+	}
+	if len(b.data) == 0 {
+		return nil
+	}
+	return unsafe.Slice((*byte)(unsafe.Pointer(&b.data[0])), 4*len(b.data))
+}
 
 type backend struct{}
 
@@ -202,16 +227,19 @@ func (backend) LayerNormBackward(dx, dw, db, dy, x, w, mean, rstd *tensor.Tensor
 	}
 }
 
-func (backend) Attention(y, p, qkv *tensor.Tensor, nHead int, causal bool) {
+// Attention keeps the CPU twin's probabilities as its saved state.
+func (backend) Attention(y, qkv *tensor.Tensor, nHead int, causal bool) *tensor.Tensor {
 	op()
 	hy, hp := tensor.AttentionQKV(h(qkv), nHead, causal)
 	h(y).CopyFrom(hy)
+	p := tensor.NewOn(y.Device(), hp.Shape()...)
 	h(p).CopyFrom(hp)
+	return p
 }
 
-func (backend) AttentionBackward(dqkv, dy, qkv, p *tensor.Tensor, nHead int, causal bool) {
+func (backend) AttentionBackward(dqkv, dy, qkv, saved *tensor.Tensor, nHead int, causal bool) {
 	op()
-	h(dqkv).CopyFrom(tensor.AttentionQKVBackward(h(dy), h(qkv), h(p), nHead, causal))
+	h(dqkv).CopyFrom(tensor.AttentionQKVBackward(h(dy), h(qkv), h(saved), nHead, causal))
 }
 
 func (backend) Conv2d(y, x, w, b *tensor.Tensor, stride, padding int, act tensor.Activation) {

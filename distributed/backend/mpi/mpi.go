@@ -348,6 +348,9 @@ func Info(pg distributed.ProcessGroup) (info string, ok bool) {
 	return fmt.Sprintf("%s (%v ABI, thread level %s): %s", g.p.lib.Name, g.p.lib.ABI, level, g.p.lib.Version), true
 }
 
+// BackendName is the name the backend is registered under (distributed.BackendName).
+func (g *mpiGroup) BackendName() string { return "mpi" }
+
 func (g *mpiGroup) Rank() int { return g.rank }
 func (g *mpiGroup) Size() int { return g.size }
 

@@ -153,6 +153,9 @@ func newGroup(t transport.Transport, owns bool, id uint32, ranks []int, opts dis
 	return g, nil
 }
 
+// BackendName is the name the backend is registered under (distributed.BackendName).
+func (g *group) BackendName() string { return "native" }
+
 func (g *group) Rank() int { return g.rank }
 func (g *group) Size() int { return len(g.ranks) }
 

@@ -44,9 +44,9 @@ func openDevice(lib *nccl.Lib, getenv func(string) string) (*cudaDevice, error) 
 	if err != nil {
 		return nil, err
 	}
-	ord, err := deviceOrdinal(getenv, n)
+	ord, err := cuda.LocalOrdinal(getenv, n) // LOCAL_RANK's, as cudatensor.Open's
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("nccl: %w (NCCL needs a GPU of its own for every rank)", err)
 	}
 	c, err := d.Primary(ord)
 	if err != nil {

@@ -68,6 +68,17 @@ func (d *fakeDev) Free(p Ptr) error {
 	return nil
 }
 
+// adopt makes b device memory of d, as a fake device tensor's buffer is
+// to the real backend (its DevicePtr): never freed.
+func (d *fakeDev) adopt(b []byte) {
+	if len(b) == 0 {
+		return
+	}
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	d.allocs[Ptr(uintptr(unsafe.Pointer(&b[0])))] = b
+}
+
 // mem returns n bytes of device memory at p (inside an allocation).
 func (d *fakeDev) mem(p Ptr, n int) []byte {
 	if n == 0 {

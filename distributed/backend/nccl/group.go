@@ -174,6 +174,9 @@ func (w work) WaitStream(s Stream) error {
 	return w.g.dev.StreamWaitEvent(s, w.o.ev)
 }
 
+// BackendName is the name the backend is registered under (distributed.BackendName).
+func (g *group) BackendName() string { return "nccl" }
+
 // Rank and Size place this rank in the group.
 func (g *group) Rank() int { return g.rank }
 func (g *group) Size() int { return len(g.ranks) }

@@ -23,6 +23,13 @@ import (
 // by initWith: the id exchange is the real one.
 func runFake(t *testing.T, net *fakeNet, world int, opts distributed.Options, fn func(t *testing.T, pg *group)) {
 	t.Helper()
+	runFakeOn(t, net, world, opts, func(r int) int { return r }, fn)
+}
+
+// runFakeOn is runFake with rank r's device ordinal ord(r) (bus ids still
+// differ per rank).
+func runFakeOn(t *testing.T, net *fakeNet, world int, opts distributed.Options, ord func(int) int, fn func(t *testing.T, pg *group)) {
+	t.Helper()
 	st := memstore.New()
 	defer st.Close()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
@@ -32,7 +39,7 @@ func runFake(t *testing.T, net *fakeNet, world int, opts distributed.Options, fn
 		wg.Go(func() {
 			o := opts
 			o.Store, o.Rank, o.WorldSize = st, r, world
-			dev := newFakeDev(r, fmt.Sprintf("0000:%02x:00.0", r+1))
+			dev := newFakeDev(ord(r), fmt.Sprintf("0000:%02x:00.0", r+1))
 			g, err := initWith(ctx, o, dev, fakeJoiner{net, dev})
 			if err != nil {
 				t.Errorf("rank %d: %v", r, err)

@@ -3,7 +3,6 @@ package nccl
 import (
 	"cmp"
 	"context"
-	"errors"
 	"fmt"
 	"hash/fnv"
 	"os"
@@ -15,7 +14,7 @@ import (
 )
 
 func init() {
-	distributed.Register("nccl", distributed.Backend{Init: Init})
+	distributed.Register("nccl", distributed.Backend{Init: Init, Devices: []string{"cuda"}})
 }
 
 // Init joins the world group on NCCL (Options.Backend "nccl", or
@@ -186,27 +185,4 @@ func (g *group) NewGroup(ctx context.Context, ranks []int) (distributed.ProcessG
 		c.watch(wd.st, wd.prefix, wd.opts)
 	}
 	return c, nil
-}
-
-// errNoDevice is wrapped when this rank has no GPU to run NCCL on.
-var errNoDevice = errors.New("no CUDA device")
-
-// deviceOrdinal picks this rank's GPU among count visible ones: LOCAL_RANK
-// (torchrun's, and cohort run's), 0 without it.
-func deviceOrdinal(getenv func(string) string, count int) (int, error) {
-	if count < 1 {
-		return 0, errNoDevice
-	}
-	lr := getenv("LOCAL_RANK")
-	if lr == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(lr)
-	if err != nil || n < 0 {
-		return 0, fmt.Errorf("LOCAL_RANK=%q: want a non-negative integer", lr)
-	}
-	if n >= count {
-		return 0, fmt.Errorf("local rank %d has no GPU of its own (%d visible): NCCL needs one GPU per rank; run more ranks than GPUs on the native backend (COHORT_BACKEND=native)", n, count)
-	}
-	return n, nil
 }

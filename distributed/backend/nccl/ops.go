@@ -7,6 +7,7 @@ import (
 	"github.com/cohortml/cohort/device/nccl"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/collective"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // The ProcessGroup methods. Host buffers (distributed.Buffer) are staged
@@ -112,6 +113,69 @@ func (g *group) AllReduceDevice(ctx context.Context, p Ptr, count int, dtype dis
 	}
 	o.bytes = int64(count) * int64(dtype.Size())
 	o.launch = func(c Comm, in, out Ptr, s Stream) error { return c.AllReduce(in, out, count, dt, rop, s) }
+	return g.submit(ctx, o, err)
+}
+
+// deviceMemory is what a device tensor's buffer gives this backend: the
+// device address of an element, and the stream its writes are queued on
+// (0: none; device/cudatensor's buffers implement it).
+type deviceMemory interface {
+	DevicePtr(off int) uintptr
+	ComputeStream() uintptr
+}
+
+// tensorPtr returns the device address of t's first element, refusing a
+// tensor this group's device cannot reach, and orders the group's ops
+// after the stream that writes t.
+func (g *group) tensorPtr(op string, t *tensor.Tensor) (Ptr, error) {
+	dev := t.Device()
+	m, ok := t.Buffer().(deviceMemory)
+	switch {
+	case !ok:
+		return 0, fmt.Errorf("nccl: %s of a tensor on %v: its memory has no device address (NCCL takes CUDA tensors)", op, dev)
+	case dev.Index() != g.dev.Ordinal():
+		return 0, fmt.Errorf("nccl: %s of a tensor on %v: this rank's group runs on GPU %d (move the tensor, or open device %d: cudatensor.Open follows LOCAL_RANK)", op, dev, g.dev.Ordinal(), g.dev.Ordinal())
+	case !t.IsContiguous():
+		return 0, fmt.Errorf("nccl: %s of a tensor on %v: not contiguous", op, dev)
+	}
+	if s := Stream(m.ComputeStream()); s != 0 {
+		g.mu.Lock()
+		if g.compute == 0 {
+			g.compute = s
+		}
+		g.mu.Unlock()
+	}
+	return Ptr(m.DevicePtr(t.Offset())), nil
+}
+
+// AllReduceTensor implements distributed.AllReduceTensor for a tensor on
+// this rank's GPU: AllReduceDevice on its memory, no host copy.
+func (g *group) AllReduceTensor(ctx context.Context, t *tensor.Tensor, red distributed.ReduceOp) distributed.Work {
+	p, err := g.tensorPtr("allreduce", t)
+	if err != nil {
+		return distributed.DoneWork(err)
+	}
+	return g.AllReduceDevice(ctx, p, t.Len(), distributed.Float32, red)
+}
+
+// BroadcastTensor implements distributed.BroadcastTensor for a tensor on
+// this rank's GPU, in place on its memory.
+func (g *group) BroadcastTensor(ctx context.Context, t *tensor.Tensor, root int) distributed.Work {
+	p, err := g.tensorPtr("broadcast", t)
+	if err != nil {
+		return distributed.DoneWork(err)
+	}
+	o := &op{kind: collective.Broadcast, peer: root, dIn: p, dOut: p}
+	err = g.checkRoot(root)
+	dt, _ := ncclType(distributed.Float32)
+	n := t.Len()
+	o.bytes = 4 * int64(n)
+	o.launch = func(c Comm, in, out Ptr, s Stream) error {
+		if n == 0 {
+			return nil
+		}
+		return c.Broadcast(in, out, n, dt, root, s)
+	}
 	return g.submit(ctx, o, err)
 }
 

@@ -85,12 +85,54 @@ type StepModel interface {
 // equality, clipping, state and errors).
 type Wrapper struct {
 	Name string
+	// Device is where the suite puts each rank's model (nn.To) and inputs
+	// before wrapping it; the zero value is the CPU. The one-process
+	// reference always trains on the CPU.
+	Device tensor.Device
+	// Group, when set, wraps each rank's group before the wrapper sees it
+	// (distributedtest.DeviceGroup: a backend that takes device tensors).
+	Group func(distributed.ProcessGroup) distributed.ProcessGroup
+	// Runner, when set, runs fn once per rank of a world of goroutines in
+	// place of distributedtest.Run (a backend's own groups: the nccl
+	// backend's over its fake NCCL).
+	Runner func(t *testing.T, world int, fn func(t *testing.T, pg distributed.ProcessGroup))
 	// Wrap wraps mod on pg. units are mod's units (for wrappers that
 	// shard by unit); the others ignore them.
 	Wrap func(ctx context.Context, mod nn.Module, units []nn.Module, pg distributed.ProcessGroup, o Options) (Model, error)
 	// WrapGPT builds a StepModel of g on pg training B sequences of T
 	// tokens per rank and step.
 	WrapGPT func(ctx context.Context, g *models.GPT, pg distributed.ProcessGroup, B, T int, o Options) (StepModel, error)
+}
+
+// place moves mod to w's device.
+func (w Wrapper) place(mod nn.Module) nn.Module {
+	if !w.Device.IsCPU() {
+		nn.To(mod, w.Device)
+	}
+	return mod
+}
+
+// run is distributedtest.Run with each rank's group wrapped by w.Group.
+func (w Wrapper) run(t *testing.T, world int, fn func(t *testing.T, pg distributed.ProcessGroup)) {
+	t.Helper()
+	runner := distributedtest.Run
+	if w.Runner != nil {
+		runner = w.Runner
+	}
+	runner(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		if w.Group != nil {
+			pg = w.Group(pg)
+		}
+		fn(t, pg)
+	})
+}
+
+// deviceOf is the device of mod's first parameter.
+func deviceOf(mod nn.Module) tensor.Device {
+	if ps := mod.NamedParameters(); len(ps) > 0 {
+		return ps[0].Param.Value.Device()
+	}
+	return tensor.CPU
 }
 
 // Run runs every case of the suite on w.
@@ -186,7 +228,7 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 			for i := range ys {
 				ys[i] = int64(rng.IntN(10))
 			}
-			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...), false)
+			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...).To(deviceOf(mod)), false)
 			return seqForward(mod.(*nn.Sequential), x), func(out *autograd.Var) *autograd.Var {
 				return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
 			}
@@ -263,7 +305,7 @@ func workloads() []workload {
 func snapshot(m nn.Module) map[string][]float32 {
 	out := map[string][]float32{}
 	for k, t := range nn.StateDict(m) {
-		out[k] = append([]float32(nil), t.Contiguous().Data()...)
+		out[k] = append([]float32(nil), t.To(tensor.CPU).Contiguous().Data()...)
 	}
 	return out
 }
@@ -275,7 +317,7 @@ func fullSnapshot(ctx context.Context, m Model) (map[string][]float32, error) {
 	}
 	out := map[string][]float32{}
 	for k, t := range sd {
-		out[k] = append([]float32(nil), t.Contiguous().Data()...)
+		out[k] = append([]float32(nil), t.To(tensor.CPU).Contiguous().Data()...)
 	}
 	return out, nil
 }
@@ -340,7 +382,7 @@ func full(int) int { return globalBatch }
 // train runs steps synchronised steps of w on this rank and returns the
 // full state and the clip norms.
 func train(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error) {
-	mod := wl.model(1)
+	mod := w.place(wl.model(1))
 	if o.Optimizer == nil {
 		o.Optimizer = adamW
 	}
@@ -389,7 +431,7 @@ func testEqual(t *testing.T, w Wrapper) {
 			}
 			want := wants[steps]
 			t.Run(fmt.Sprintf("%s/world=%d", wl.name, world), func(t *testing.T) {
-				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+				w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 					got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
 					if err != nil {
 						t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -409,9 +451,9 @@ func testNoSync(t *testing.T, w Wrapper) {
 	const steps, world = 2, 2
 	wl := workloads()[0]
 	want, _ := reference(t, wl, steps, full, 2)
-	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+	w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
-		mod := wl.model(1)
+		mod := w.place(wl.model(1))
 		m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
 		if err != nil {
 			t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -478,7 +520,7 @@ func testUnused(t *testing.T, w Wrapper) {
 		},
 	}
 	want, _ := referenceWith(t, wl, steps, full, 1, adam)
-	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+	w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		got, _, err := train(context.Background(), w, wl, pg, Options{FindUnusedParameters: true, Optimizer: adam}, steps)
 		if err != nil {
 			t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -504,7 +546,7 @@ func testFrozen(t *testing.T, w Wrapper) {
 	}
 	want, _ := reference(t, wl, steps, full, 1)
 	init := snapshot(wl.model(1))
-	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+	w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
 		if err != nil {
 			t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -527,8 +569,8 @@ func testFrozen(t *testing.T, w Wrapper) {
 func testJoin(t *testing.T, w Wrapper) {
 	wl := workloads()[1]
 	supported := false
-	distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
-		mod := wl.model(1)
+	w.run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+		mod := w.place(wl.model(1))
 		m, err := w.Wrap(context.Background(), mod, wl.units(mod), pg, Options{Optimizer: adamW})
 		if err != nil {
 			t.Fatal(err)
@@ -566,9 +608,9 @@ func testJoinCase(t *testing.T, w Wrapper, wl workload, world int, clip bool) {
 		opt.ZeroGrad()
 	}
 	want := snapshot(mod)
-	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+	w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
-		mod := wl.model(1)
+		mod := w.place(wl.model(1))
 		m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
 		if err != nil {
 			t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -617,7 +659,7 @@ func testClip(t *testing.T, w Wrapper) {
 	for _, wl := range workloads()[1:] {
 		_, want := reference(t, wl, steps, full, 1)
 		t.Run(wl.name, func(t *testing.T) {
-			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				_, got, err := train(context.Background(), w, wl, pg, Options{}, steps)
 				if err != nil {
 					t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -640,13 +682,13 @@ func testState(t *testing.T, w Wrapper) {
 	for _, wl := range workloads()[1:] {
 		t.Run(wl.name, func(t *testing.T) {
 			want, _ := reference(t, wl, 1, full, 1)
-			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
 				saved, _, err := train(ctx, w, wl, pg, Options{}, 1)
 				if err != nil {
 					t.Fatalf("rank %d: %v", pg.Rank(), err)
 				}
-				mod := wl.model(99) // other initial values
+				mod := w.place(wl.model(99)) // other initial values
 				m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
 				if err != nil {
 					t.Fatal(err)
@@ -655,7 +697,7 @@ func testState(t *testing.T, w Wrapper) {
 				sd := map[string]*tensor.Tensor{}
 				ref := wl.model(1)
 				for k, x := range nn.StateDict(ref) {
-					sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...)
+					sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...).To(w.Device)
 				}
 				if err := m.LoadFull(ctx, sd); err != nil {
 					t.Fatalf("rank %d: LoadFull: %v", pg.Rank(), err)
@@ -701,8 +743,8 @@ func testErrors(t *testing.T, w Wrapper) {
 	const world = 2
 	wl := workloads()[0]
 	t.Run("models-differ", func(t *testing.T) {
-		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-			var mod nn.Module = wl.model(1)
+		w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+			var mod nn.Module = w.place(wl.model(1))
 			if pg.Rank() == 1 {
 				mod = nn.NewSequential(nn.NewLinear(rand.New(rand.NewPCG(1, 2)), 16, 31, true), nn.ReLU{}, nn.NewLinear(rand.New(rand.NewPCG(1, 2)), 31, 10, true))
 			}
@@ -713,9 +755,9 @@ func testErrors(t *testing.T, w Wrapper) {
 		})
 	})
 	t.Run("closed", func(t *testing.T) {
-		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 			ctx := context.Background()
-			mod := wl.model(1)
+			mod := w.place(wl.model(1))
 			m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
 			if err != nil {
 				t.Fatal(err)
@@ -730,8 +772,8 @@ func testErrors(t *testing.T, w Wrapper) {
 		})
 	})
 	t.Run("no-optimizer", func(t *testing.T) {
-		distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
-			mod := wl.model(1)
+		w.run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+			mod := w.place(wl.model(1))
 			failing := func([]*autograd.Var) (optim.Optimizer, error) { return nil, errBuild }
 			if _, err := w.Wrap(context.Background(), mod, wl.units(mod), pg, Options{Optimizer: failing}); !errors.Is(err, errBuild) {
 				t.Errorf("Wrap with a failing optimizer: %v, want it wrapped", err)
@@ -754,7 +796,7 @@ func runSteps(t *testing.T, w Wrapper) {
 			}
 			want, _ := reference(t, wl, steps, full, 1)
 			t.Run(fmt.Sprintf("gpt/world=%d", world), func(t *testing.T) {
-				distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+				w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 					got, _, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
 					if err != nil {
 						t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -772,7 +814,7 @@ func runSteps(t *testing.T, w Wrapper) {
 	t.Run("clip", func(t *testing.T) {
 		const steps, world = 2, 3
 		_, want := reference(t, wl, steps, full, 1)
-		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 			_, got, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
 			if err != nil {
 				t.Fatalf("rank %d: %v", pg.Rank(), err)
@@ -787,7 +829,7 @@ func runSteps(t *testing.T, w Wrapper) {
 	t.Run("state", func(t *testing.T) {
 		const world = 2
 		want, _ := reference(t, wl, 1, full, 1)
-		distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 			ctx := context.Background()
 			saved, _, err := trainSteps(ctx, w, wl, pg, Options{}, 1)
 			if err != nil {
@@ -821,7 +863,7 @@ func runSteps(t *testing.T, w Wrapper) {
 	})
 	t.Run("errors", func(t *testing.T) {
 		t.Run("closed", func(t *testing.T) {
-			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+			w.run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
 				m, err := w.WrapGPT(ctx, wl.model(1).(*models.GPT), pg, globalBatch/2, gptSeqLen, Options{Optimizer: adamW})
 				if err != nil {
@@ -837,7 +879,7 @@ func runSteps(t *testing.T, w Wrapper) {
 			})
 		})
 		t.Run("no-optimizer", func(t *testing.T) {
-			distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
+			w.run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
 				failing := func([]*autograd.Var) (optim.Optimizer, error) { return nil, errBuild }
 				if _, err := w.WrapGPT(context.Background(), wl.model(1).(*models.GPT), pg, globalBatch, gptSeqLen, Options{Optimizer: failing}); !errors.Is(err, errBuild) {
 					t.Errorf("WrapGPT with a failing optimizer: %v, want it wrapped", err)
@@ -854,7 +896,7 @@ func fullStepSnapshot(ctx context.Context, m StepModel) (map[string][]float32, e
 	}
 	out := map[string][]float32{}
 	for k, t := range sd {
-		out[k] = append([]float32(nil), t.Contiguous().Data()...)
+		out[k] = append([]float32(nil), t.To(tensor.CPU).Contiguous().Data()...)
 	}
 	return out, nil
 }

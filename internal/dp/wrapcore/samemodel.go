@@ -131,3 +131,23 @@ func checkSpecs(ctx context.Context, pkg string, pg distributed.ProcessGroup, sp
 	return fmt.Errorf("%s: Wrap: model differs across ranks: rank %d has %s where rank 0 has %s (differences: %s)", pkg,
 		bad, unpackBytes(words, int(n[0])), describeAt(root, at0), strings.Join(ranks, "; "))
 }
+
+// HostOnly refuses a model with a parameter or buffer off the host, for
+// the wrappers whose shards and gathers are host memory (zero, fsdp): the
+// error names the tensor, its device and the wrapper that runs on devices.
+func HostOnly(pkg string, params []nn.NamedParameter, buffers []nn.NamedBuffer) error {
+	refuse := func(name string, dev fmt.Stringer) error {
+		return fmt.Errorf("%s: Wrap: %q is on %v: %s keeps its shards in host memory (sharding on a device is not built yet; ddp runs on devices)", pkg, name, dev, pkg)
+	}
+	for _, np := range params {
+		if d := np.Param.Value.Device(); !d.IsCPU() {
+			return refuse(np.Name, d)
+		}
+	}
+	for _, nb := range buffers {
+		if d := nb.Buffer.Device(); !d.IsCPU() {
+			return refuse(nb.Name, d)
+		}
+	}
+	return nil
+}
