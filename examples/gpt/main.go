@@ -138,10 +138,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	if _, err := cudatensor.Open(c.device); err != nil {
+	dev, err := cudatensor.Open(c.device)
+	if err != nil {
 		return err // before any data is loaded
 	}
-	pg, err := distributed.InitFromEnv(ctx)
+	pg, err := distributed.InitFromEnvOn(ctx, dev) // nccl for a GPU, unless COHORT_BACKEND names one
+
 	if err != nil {
 		return err
 	}

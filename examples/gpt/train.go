@@ -35,8 +35,8 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
-	if !dev.IsCPU() && pg.Size() > 1 {
-		return fmt.Errorf("-device %v on %d ranks: ddp and the staged layouts keep host buffers; a device trains as a world of one for now", dev, pg.Size())
+	if !dev.IsCPU() && (lay.PP > 1 || lay.TP > 1) {
+		return fmt.Errorf("-device %v with %v: the pipeline and tensor-parallel layouts keep host buffers; on a device, use data parallelism (-dp)", dev, lay)
 	}
 	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
 	if err != nil {

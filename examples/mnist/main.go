@@ -102,11 +102,13 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if c.getenv == nil {
 		c.getenv = os.Getenv
 	}
-	if _, err := cudatensor.Open(c.device); err != nil {
+	dev, err := cudatensor.Open(c.device)
+	if err != nil {
 		return err // before any data is loaded
 	}
-	// The job's process group: the launcher's world, or a world of one.
-	pg, err := distributed.InitFromEnv(ctx)
+	// The job's process group: the launcher's world, or a world of one;
+	// nccl for a GPU unless COHORT_BACKEND names a backend.
+	pg, err := distributed.InitFromEnvOn(ctx, dev)
 	if err != nil {
 		return err
 	}
@@ -150,9 +152,6 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	rank, world := pg.Rank(), pg.Size()
-	if !dev.IsCPU() && world > 1 {
-		return fmt.Errorf("-device %v on %d ranks: ddp keeps gradients in host buckets; a device trains as a world of one for now", dev, world)
-	}
 	pcg := rand.NewPCG(c.seed, 0)
 	net, err := recipe.NewClassifier(c.model, rand.New(pcg))
 	if err != nil {
