@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"github.com/cohortml/cohort/tensor/internal/gemm"
-	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Autocast: the products of a layer in bfloat16, its tensors in float32.
@@ -50,22 +49,24 @@ func GemmAs(dt DType, dst, a, b *Tensor, alpha, beta float32) {
 	bb, tb, ldb := matOperand(b)
 	a16 := roundedOperand(aa, ta, lda)
 	b16 := roundedOperand(bb, tb, ldb)
-	gemm.GemmBF16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, dst.Data(), n)
+	gemm.GemmBF16(ta, tb, m, n, k, alpha, a16.bits, lda, b16.bits, ldb, beta, dst.Data(), n)
+	a16.Release()
+	b16.Release()
 }
 
 // roundedOperand returns the stored extent of matrix t (as gemm reads it:
-// trans, ld) rounded to bfloat16.
-func roundedOperand(t *Tensor, trans bool, ld int) []uint16 {
+// trans, ld) rounded to bfloat16, in storage from Half's free list.
+func roundedOperand(t *Tensor, trans bool, ld int) *Half {
 	rows, cols := t.shape[0], t.shape[1]
 	if trans {
 		rows, cols = cols, rows
 	}
 	if rows == 0 || cols == 0 {
-		return nil
+		return &Half{}
 	}
 	src := t.storage[t.offset : t.offset+(rows-1)*ld+cols]
-	out := make([]uint16, len(src))
-	gemm.ToBF16(out, src)
+	out := &Half{bits: takeHalf(len(src))}
+	gemm.ToBF16(out.bits, src)
 	return out
 }
 
@@ -86,29 +87,7 @@ func LinearAs(dt DType, h, x, w, b, r, y *Tensor, act Activation) {
 		panicf("LinearAs: shapes h %v, x %v, w %v: want [rows, out], [rows, in], [out, in], with bias [out], residual [rows, out] and, for GELU only, y [rows, out]", h.shape, x.shape, w.shape)
 	}
 	GemmAs(dt, h, x, w.T(), 1, 0)
-	n := h.shape[1]
-	hd := h.Data()
-	if b != nil {
-		bd := b.Contiguous().Data()
-		for i := 0; i < len(hd); i += n {
-			row := hd[i : i+n]
-			for j := range row {
-				row[j] += bd[j]
-			}
-		}
-	}
-	if r != nil {
-		rd := r.Contiguous().Data()
-		for i := range hd {
-			hd[i] += rd[i]
-		}
-	}
-	switch act {
-	case ReLUAct:
-		vec.ReLU(hd, hd)
-	case GELUTanhAct:
-		mathKernels().GELUTanh(y.Data(), hd)
-	}
+	linearEpilogue(h, b, r, y, act)
 }
 
 // LinearBackwardAs returns the gradients of h = x·wᵀ + b for the output

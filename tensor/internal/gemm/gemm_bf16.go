@@ -97,17 +97,49 @@ func (g *Impl) BF16Kernel() string {
 	return "widen/" + g.arch.name
 }
 
+// GemmBF16Fused is [GemmBF16] followed by add and epi as [SgemmFused]
+// applies them: the addends (after alpha and beta) and then epi on each
+// block of C as soon as it holds its result, while it is in cache. add and
+// epi may be nil.
+func GemmBF16Fused(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
+	g, err := Default()
+	if err != nil {
+		panic(err.Error())
+	}
+	g.GemmBF16Fused(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
+}
+
 // GemmBF16 is the package-level [GemmBF16] on g.
 func (g *Impl) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	g.GemmBF16Fused(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil, nil)
+}
+
+// GemmBF16Fused is the package-level [GemmBF16Fused] on g.
+func (g *Impl) GemmBF16Fused(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if add != nil {
+		add.check(m, n)
+		if add.Row == nil && add.Mat == nil {
+			add = nil
+		}
+	}
 	switch {
 	case m == 0 || n == 0:
+		return
 	case k == 0 || alpha == 0:
 		scaleC(m, n, beta, c, ldc)
 	case g.bf16 == nil:
 		g.widenBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	default:
-		g.runBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		g.runBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
+		return
+	}
+	// The paths without a blocked loop of their own add afterwards.
+	if add != nil {
+		add.apply(c, ldc, 0, 0, m, n)
+	}
+	if epi != nil {
+		epi(0, m, 0, n)
 	}
 }
 
@@ -141,7 +173,7 @@ func (g *Impl) widenBF16(transA, transB bool, m, n, k int, alpha float32, a []ui
 
 // runBF16 is the blocked, parallel bfloat16 product on g.bf16, split as
 // [Impl.run] splits float32 ones.
-func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	ar := g.bf16
 	tm, tn := partition(m, n, k, g.threads, ar.mr, ar.nr)
 	if tm*tn > 1 && 2*m*n*k < g.coldMin && !g.pool.warm(g.threads-1) {
@@ -149,7 +181,7 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint
 	}
 	if tm*tn == 1 {
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi, 0, 0)
 		g.bufs.Put(buf)
 		return
 	}
@@ -168,13 +200,15 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint
 			bs = b[j0*ldb:]
 		}
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc)
+		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc, add.sub(i0, j0), epi, i0, j0)
 		g.bufs.Put(buf)
 	})
 }
 
-// block runs the BLIS loop nest (see arch.block) on one m×n block of C.
-func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+// block runs the BLIS loop nest (see arch.block) on one m×n block of C,
+// whose first element is C[ei][ej] of the whole product (what epi is
+// told), adding add and running epi on each block once it is final.
+func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue, ei, ej int) {
 	kcMax := blockSize(k, ar.kc, 2)
 	mcMax := blockSize(m, ar.mc, ar.mr)
 	ncMax := blockSize(n, ar.nc, ar.nr)
@@ -207,6 +241,14 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 					bp := &buf.hb[jr*k2]
 					for ir := 0; ir < mc; ir += ar.mr {
 						ar.kernel(k2, &buf.ha[ir*k2], bp, &c[(ic+ir)*ldc+jc+jr], ldc, alpha, bet, min(ar.mr, mc-ir), cols)
+					}
+				}
+				if pc+kc == k {
+					if add != nil {
+						add.apply(c, ldc, ic, jc, mc, nc)
+					}
+					if epi != nil {
+						epi(ei+ic, ei+ic+mc, ej+jc, ej+jc+nc)
 					}
 				}
 			}
