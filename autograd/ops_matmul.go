@@ -141,14 +141,14 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	case actGELUTanh:
 		tact, y2 = tensor.GELUTanhAct, tensor.EmptyOn(xv.Device(), rows, out)
 	}
-	// Under bfloat16 autocast the weight is rounded once here and the
-	// rounded copy kept for the input gradient's product, then handed back
-	// to its free list; activations and gradients are rounded by the
-	// products themselves as they pack them.
-	var w16 *tensor.Half
+	// Under bfloat16 autocast x and w are rounded once here and the
+	// rounded copies kept for the backward products (with g's, rounded
+	// once for both); all three go back to their free list after the
+	// last of them.
+	var x16, w16, g16 *tensor.Half
 	if dt == tensor.BFloat16 {
-		w16 = tensor.RoundBF16(wv)
-		tensor.LinearHalf(h2, x2, w16, bv, rv, y2, tact)
+		x16, w16 = tensor.RoundBF16(x2), tensor.RoundBF16(wv)
+		tensor.LinearHalf(h2, x16, w16, bv, rv, y2, tact)
 	} else {
 		tensor.LinearInto(h2, x2, wv, bv, rv, y2, tact)
 	}
@@ -201,8 +201,15 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 		if ri >= 0 && s.need(ri) {
 			s.lend(ri, g) // the residual's gradient is g itself, read below
 		}
+		if dt == tensor.BFloat16 && g16 == nil && (s.need(0) || s.need(1)) {
+			g16 = tensor.RoundBF16(g2)
+		}
 		if s.need(1) {
-			gemmIntoAs(dt, s, 1, g2.T(), x2) // dw = gᵀ @ x
+			if dt == tensor.BFloat16 {
+				halfInto(s, 1, g16, true, x16, false, out, wv.Dim(1)) // dw = gᵀ @ x
+			} else {
+				gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
+			}
 		}
 		if bi >= 0 && s.need(bi) && !biasDone {
 			biasGrad(s, bi, out, func(db *tensor.Tensor) { tensor.SumInto(db, g2) })
@@ -211,19 +218,22 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 			var dx *tensor.Tensor
 			if dt == tensor.BFloat16 {
 				dx = tensor.Empty(rows, wv.Dim(1))
-				tensor.GemmHalf(dx, g2, w16, false, 1, 0) // dx = g @ w
+				tensor.GemmHalf(dx, g16, false, w16, false, 1, 0) // dx = g @ w
 			} else {
 				dx = tensor.MatMul(g2, wv) // dx = g @ w
 			}
 			s.add(0, dx.Reshape(xv.Shape()...), true)
 		}
-		if s.need(0) || !s.deferring() {
-			// The last product reading w16 has run (BackwardSplit's
-			// input pass reads it; its weight pass does not).
+		if dt == tensor.BFloat16 && !s.deferring() {
+			// BackwardSplit's input pass (deferring) leaves them to its
+			// weight pass.
+			x16.Release()
 			w16.Release()
+			g16.Release()
 		}
 	})
 	if v.node == nil {
+		x16.Release()
 		w16.Release()
 	}
 	if v.node != nil {

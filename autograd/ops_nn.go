@@ -21,10 +21,11 @@ func Conv2d(x, w, b *Var, stride, padding int) *Var {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	y := tensor.Conv2d(x.Value, w.Value, bv, stride, padding)
+	dt := castOf(x.Value.Device(), x, w)
+	y := tensor.Conv2dAs(dt, x.Value, w.Value, bv, stride, padding)
 	xv, wv := x.Value, w.Value
 	return record("Conv2d", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.Conv2dBackward(g, xv, wv, stride, padding, s.need(0))
+		dx, dw, db := tensor.Conv2dBackwardAs(dt, g, xv, wv, stride, padding, s.need(0))
 		deliverConv(s, b != nil, dx, dw, db)
 	})
 }
@@ -41,10 +42,11 @@ func Conv2dReLU(x, w, b *Var, stride, padding int) *Var {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	y := tensor.Conv2dReLU(x.Value, w.Value, bv, stride, padding)
+	dt := castOf(x.Value.Device(), x, w)
+	y := tensor.Conv2dReLUAs(dt, x.Value, w.Value, bv, stride, padding)
 	xv, wv := x.Value, w.Value
 	return record("Conv2dReLU", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.Conv2dReLUBackward(g, y, xv, wv, stride, padding, s.need(0))
+		dx, dw, db := tensor.Conv2dReLUBackwardAs(dt, g, y, xv, wv, stride, padding, s.need(0))
 		deliverConv(s, b != nil, dx, dw, db)
 	})
 }
@@ -69,10 +71,11 @@ func Conv2dReLUMaxPool2d(x, w, b *Var, stride, padding, pool int) *Var {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	y, arg := tensor.Conv2dReLUMaxPool2d(x.Value, w.Value, bv, stride, padding, pool)
+	dt := castOf(x.Value.Device(), x, w)
+	y, arg := tensor.Conv2dReLUMaxPool2dAs(dt, x.Value, w.Value, bv, stride, padding, pool)
 	xv, wv := x.Value, w.Value
 	return record("Conv2dReLUMaxPool2d", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.Conv2dReLUMaxPool2dBackward(g, y, arg, xv, wv, stride, padding, pool, s.need(0))
+		dx, dw, db := tensor.Conv2dReLUMaxPool2dBackwardAs(dt, g, y, arg, xv, wv, stride, padding, pool, s.need(0))
 		deliverConv(s, b != nil, dx, dw, db)
 	})
 }

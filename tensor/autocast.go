@@ -53,7 +53,7 @@ func GemmAs(dt DType, dst, a, b *Tensor, alpha, beta float32) {
 
 // LinearAs is LinearInto with the product x·wᵀ in dt (see GemmAs): h =
 // x·wᵀ + b + r, then act, the bias, the residual and the activation in
-// float32 (LinearHalf on w rounded). Float32 is LinearInto.
+// float32 (LinearHalf on x and w rounded). Float32 is LinearInto.
 // Host tensors only for BFloat16.
 func LinearAs(dt DType, h, x, w, b, r, y *Tensor, act Activation) {
 	if dt == Float32 {
@@ -67,8 +67,9 @@ func LinearAs(dt DType, h, x, w, b, r, y *Tensor, act Activation) {
 		(act == GELUTanhAct) != (y != nil) || y != nil && (!y.SameShape(h) || !y.IsContiguous()) {
 		panicf("LinearAs: shapes h %v, x %v, w %v: want [rows, out], [rows, in], [out, in], with bias [out], residual [rows, out] and, for GELU only, y [rows, out]", h.shape, x.shape, w.shape)
 	}
-	w16 := RoundBF16(w)
-	LinearHalf(h, x, w16, b, r, y, act)
+	x16, w16 := RoundBF16(x), RoundBF16(w)
+	LinearHalf(h, x16, w16, b, r, y, act)
+	x16.Release()
 	w16.Release()
 }
 

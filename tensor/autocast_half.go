@@ -102,52 +102,40 @@ func RoundBF16(t *Tensor) *Half {
 	return h
 }
 
-// GemmHalf computes dst = alpha·(a @ op(b)) + beta·dst for a float32
-// matrix a (any layout gemm reads; rounded to bfloat16 as the product
-// packs it) and a bfloat16 matrix b (op transposes it when transB) into
-// the contiguous float32 matrix dst, accumulating in float32
-// (gemm.GemmMixed; the bound is GemmAs's). Host tensors only; with beta 0
-// dst's contents are ignored.
-func GemmHalf(dst, a *Tensor, b *Half, transB bool, alpha, beta float32) {
-	gemmHalf("GemmHalf", dst, a, b, transB, alpha, beta, nil, nil)
-}
-
-func gemmHalf(op string, dst, a *Tensor, b *Half, transB bool, alpha, beta float32, add *gemm.Addends, epi gemm.Epilogue) {
+// GemmHalf computes dst = alpha·(op(a) @ op(b)) + beta·dst for bfloat16
+// matrices a and b (op transposes when trans is set) into the contiguous
+// float32 matrix dst [rows, cols], accumulating in float32 (gemm.GemmBF16;
+// the bound is GemmAs's). dst must be on the host; with beta 0 its
+// contents are ignored.
+func GemmHalf(dst *Tensor, a *Half, transA bool, b *Half, transB bool, alpha, beta float32) {
+	m, k := a.rows, a.cols
+	if transA {
+		m, k = k, m
+	}
 	kb, n := b.rows, b.cols
 	if transB {
 		kb, n = n, kb
 	}
-	if len(a.shape) != 2 || a.shape[1] != kb || len(dst.shape) != 2 || dst.shape[0] != a.shape[0] || dst.shape[1] != n || !dst.IsContiguous() || dst.buf != nil || a.buf != nil {
-		panicf("%s: %v %v @ [%d %d] (transposed %v) into %v tensor of shape %v (contiguous: %v): want host tensors, a [m %d] and dst contiguous [m %d]",
-			op, a.Device(), a.shape, b.rows, b.cols, transB, dst.Device(), dst.shape, dst.IsContiguous(), kb, n)
+	if k != kb || len(dst.shape) != 2 || dst.shape[0] != m || dst.shape[1] != n || !dst.IsContiguous() || dst.buf != nil {
+		panicf("GemmHalf: [%d %d] @ [%d %d] (transposed %v, %v) into %v %v tensor of shape %v (contiguous: %v): want a contiguous host [%d %d]",
+			a.rows, a.cols, b.rows, b.cols, transA, transB, dst.Device(), dst.DType(), dst.shape, dst.IsContiguous(), m, n)
 	}
-	m := a.shape[0]
 	if dst.Len() == 0 {
 		return
 	}
-	if kb == 0 {
-		ScaleInto(dst, dst, beta)
-		if add != nil || epi != nil {
-			gemm.GemmMixed(false, false, m, n, 0, 1, gemm.Operand{}, 1, gemm.Operand{}, n, 1, dst.Data(), n, add, epi)
-		}
-		return
-	}
-	aa, ta, lda := matOperand(a)
-	gemm.GemmMixed(ta, transB, m, n, kb, alpha, gemm.F32Operand(aa.storage[aa.offset:]), lda, gemm.BF16Operand(b.bits), max(b.cols, 1), beta, dst.Data(), n, add, epi)
+	gemm.GemmBF16(transA, transB, m, n, k, alpha, a.bits, max(a.cols, 1), b.bits, max(b.cols, 1), beta, dst.Data(), n)
 }
 
-// LinearHalf is LinearAs(BFloat16, …) with the weight already rounded: h
-// = x·wᵀ + b + r for x [rows, in] in float32 (rounded as the product
-// packs it) and w [out, in] in bfloat16, then act (into y for GELU, as
-// LinearInto), the bias, residual and activation in float32 on each
-// block of h as the product finishes it.
-func LinearHalf(h, x *Tensor, w *Half, b, r, y *Tensor, act Activation) {
-	if len(x.shape) != 2 || x.shape[1] != w.cols || len(h.shape) != 2 || h.shape[0] != x.shape[0] || h.shape[1] != w.rows ||
+// LinearHalf is LinearAs(BFloat16, …) on operands already rounded: h =
+// x·wᵀ + b + r for x [rows, in] and w [out, in] in bfloat16, then act (y
+// for GELU, as LinearInto), the bias, residual and activation in float32.
+func LinearHalf(h *Tensor, x, w *Half, b, r, y *Tensor, act Activation) {
+	if x.cols != w.cols || len(h.shape) != 2 || h.shape[0] != x.rows || h.shape[1] != w.rows ||
 		b != nil && (len(b.shape) != 1 || b.shape[0] != w.rows) || r != nil && !r.SameShape(h) ||
 		(act == GELUTanhAct) != (y != nil) || y != nil && (!y.SameShape(h) || !y.IsContiguous()) {
-		panicf("LinearHalf: shapes h %v, x %v, w [%d %d]: want [rows, out], [rows, in], [out, in], with bias [out], residual [rows, out] and, for GELU only, y [rows, out]", h.shape, x.shape, w.rows, w.cols)
+		panicf("LinearHalf: shapes h %v, x [%d %d], w [%d %d]: want [rows, out], [rows, in], [out, in], with bias [out], residual [rows, out] and, for GELU only, y [rows, out]", h.shape, x.rows, x.cols, w.rows, w.cols)
 	}
-	if b != nil && b.buf != nil || r != nil && r.buf != nil || y != nil && y.buf != nil {
+	if h.buf != nil || b != nil && b.buf != nil || r != nil && r.buf != nil || y != nil && y.buf != nil {
 		panicf("LinearHalf: bfloat16 products run on the host; got a %v tensor", h.Device())
 	}
 	n := h.shape[1]
@@ -186,7 +174,7 @@ func LinearHalf(h, x *Tensor, w *Half, b, r, y *Tensor, act Activation) {
 			}
 		}
 	}
-	gemmHalf("LinearHalf", h, x, w, true, 1, 0, add, then)
+	gemm.GemmBF16Fused(false, true, x.rows, n, x.cols, 1, x.bits, max(x.cols, 1), w.bits, max(w.cols, 1), 0, hd, n, add, then)
 }
 
 // AttentionQKVAs is AttentionQKV with its two products per head, q·kᵀ and
@@ -207,18 +195,22 @@ func AttentionQKVAs(dt DType, qkv *Tensor, nHead int, causal bool) (y, p *Tensor
 	}
 	y, p = Empty(B, T, d), Empty(B, nHead, T, T)
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	qd, yd, pd := qkv.Data(), y.Data(), p.Data()
+	q16 := RoundBF16(qkv)
+	defer q16.Release()
+	qb, yd, pd := q16.bits, y.Data(), p.Data()
 	m := mathKernels()
-	f := gemm.F32Operand // every operand rounded as the product packs it
 	parallelRanges(B, 1, 1, func(lo, hi int) {
+		p16 := takeHalf(T * T)
+		defer (&Half{bits: p16}).Release()
 		for b := lo; b < hi; b++ {
 			base := b * T * 3 * d
 			for h := 0; h < nHead; h++ {
-				q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
+				q, k, v := qb[base+h*hd:], qb[base+d+h*hd:], qb[base+2*d+h*hd:]
 				ph := pd[(b*nHead+h)*T*T:][:T*T]
-				gemm.GemmMixed(false, true, T, T, hd, scale, f(q), 3*d, f(k), 3*d, 0, ph, T, nil, nil)
+				gemm.GemmBF16(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
 				m.SoftmaxRows(ph, T, causal)
-				gemm.GemmMixed(false, false, T, hd, T, 1, f(ph), T, f(v), 3*d, 0, yd[b*T*d+h*hd:], d, nil, nil)
+				gemm.ToBF16(p16, ph)
+				gemm.GemmBF16(false, false, T, hd, T, 1, p16, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
 			}
 		}
 	})
@@ -245,25 +237,32 @@ func AttentionQKVBackwardAs(dt DType, dy, qkv, p *Tensor, nHead int, causal bool
 	}
 	dqkv := Empty(qkv.shape...)
 	scale := float32(1 / math.Sqrt(float64(hd)))
-	qd, gd, pd, dd := qkv.Data(), dy.Contiguous().Data(), p.Contiguous().Data(), dqkv.Data()
+	q16, g16 := RoundBF16(qkv), RoundBF16(dy)
+	defer q16.Release()
+	defer g16.Release()
+	qb, gb, pd, dd := q16.bits, g16.bits, p.Contiguous().Data(), dqkv.Data()
 	m := mathKernels()
-	f := gemm.F32Operand
 	parallelRanges(B, 1, 1, func(lo, hi int) {
 		ds := Empty(T, T)
 		defer Recycle(ds)
 		dsd := ds.Data()
+		p16, s16 := &Half{bits: takeHalf(T * T)}, &Half{bits: takeHalf(T * T)}
+		defer p16.Release()
+		defer s16.Release()
 		for b := lo; b < hi; b++ {
 			base := b * T * 3 * d
 			for h := 0; h < nHead; h++ {
-				q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
+				q, k, v := qb[base+h*hd:], qb[base+d+h*hd:], qb[base+2*d+h*hd:]
 				dq, dk, dv := dd[base+h*hd:], dd[base+d+h*hd:], dd[base+2*d+h*hd:]
-				g := gd[b*T*d+h*hd:]
+				g := gb[b*T*d+h*hd:]
 				ph := pd[(b*nHead+h)*T*T:][:T*T]
-				gemm.GemmMixed(true, false, T, hd, T, 1, f(ph), T, f(g), d, 0, dv, 3*d, nil, nil) // dv = pᵀ·g
-				gemm.GemmMixed(false, true, T, T, hd, 1, f(g), d, f(v), 3*d, 0, dsd, T, nil, nil) // dp = g·vᵀ
+				gemm.ToBF16(p16.bits, ph)
+				gemm.GemmBF16(true, false, T, hd, T, 1, p16.bits, T, g, d, 0, dv, 3*d) // dv = pᵀ·g
+				gemm.GemmBF16(false, true, T, T, hd, 1, g, d, v, 3*d, 0, dsd, T)       // dp = g·vᵀ
 				m.SoftmaxGradRows(dsd, ph, T, causal, scale)
-				gemm.GemmMixed(false, false, T, hd, T, 1, f(dsd), T, f(k), 3*d, 0, dq, 3*d, nil, nil) // dq = ds·k
-				gemm.GemmMixed(true, false, T, hd, T, 1, f(dsd), T, f(q), 3*d, 0, dk, 3*d, nil, nil)  // dk = dsᵀ·q
+				gemm.ToBF16(s16.bits, dsd)
+				gemm.GemmBF16(false, false, T, hd, T, 1, s16.bits, T, k, 3*d, 0, dq, 3*d) // dq = ds·k
+				gemm.GemmBF16(true, false, T, hd, T, 1, s16.bits, T, q, 3*d, 0, dk, 3*d)  // dk = dsᵀ·q
 			}
 		}
 	})
