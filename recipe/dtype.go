@@ -43,9 +43,16 @@ func Autocast(m nn.Module, dt tensor.DType) (restore func(), note string, err er
 		if err != nil {
 			return nil, "", fmt.Errorf("recipe: bf16 autocast: %w", err)
 		}
-		if strings.HasPrefix(info.BF16Kernel, "widen/") {
-			note = fmt.Sprintf("recipe: bf16 autocast: no native bfloat16 kernel (AVX512-BF16) in use, products run on the widening fallback %s", info.BF16Kernel)
-		}
+		note = fallbackNote(info.BF16Kernel)
 	}
 	return nn.Autocast(m, dt), note, nil
+}
+
+// fallbackNote is Autocast's note for bfloat16 products on kernel (as
+// tensor.GEMMInfo.BF16Kernel names it): "" for a native one.
+func fallbackNote(kernel string) string {
+	if !strings.HasPrefix(kernel, "widen/") {
+		return ""
+	}
+	return fmt.Sprintf("recipe: bf16 autocast: no native bfloat16 kernel (AVX512-BF16) in use; products run on the widening fallback %s, slower than fp32", kernel)
 }

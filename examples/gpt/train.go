@@ -16,6 +16,7 @@ import (
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/obs/trace"
+	"github.com/cohortml/cohort/recipe"
 )
 
 // errStopped ends a run at config.stopAfter, as a crash would.
@@ -66,6 +67,9 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	nn.To(model, dev)
+	if err := autocast(c.dtype, model, pg.Rank()); err != nil {
+		return err
+	}
 	tr, err := newTrainer(ctx, c, pg, model)
 	if err != nil {
 		return err
@@ -254,4 +258,21 @@ func numParams(m *models.GPT) int {
 		n += p.Param.Value.Len()
 	}
 	return n
+}
+
+// autocast trains model's products in -dtype (recipe.Autocast); rank 0
+// says once on stderr when bf16 runs on the widening fallback.
+func autocast(dtype string, model nn.Module, rank int) error {
+	dt, err := recipe.ParseDType(dtype)
+	if err != nil {
+		return fmt.Errorf("-dtype: %w", err)
+	}
+	_, note, err := recipe.Autocast(model, dt)
+	if err != nil {
+		return err
+	}
+	if note != "" && rank == 0 {
+		fmt.Fprintln(os.Stderr, note)
+	}
+	return nil
 }
