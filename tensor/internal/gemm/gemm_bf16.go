@@ -293,13 +293,16 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a Operan
 		if i0 == i1 || j0 == j1 {
 			return
 		}
-		as, bs := a.from(i0*lda), b.from(j0)
+		// Each operand's offset for its layout (a row offset of a
+		// transposed operand can lie past its end).
+		ao, bo := i0*lda, j0
 		if transA {
-			as = a.from(i0)
+			ao = i0
 		}
 		if transB {
-			bs = b.from(j0 * ldb)
+			bo = j0 * ldb
 		}
+		as, bs := a.from(ao), b.from(bo)
 		buf := g.bufs.Get().(*packBuf)
 		buf.g = g
 		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc, add.sub(i0, j0), epi, i0, j0)

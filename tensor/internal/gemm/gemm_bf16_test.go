@@ -154,3 +154,20 @@ func TestGemmMixed(t *testing.T) {
 		}
 	}
 }
+
+// TestGemmBF16SplitTransposed: a transposed A with more rows of C than
+// steps of k, split over threads (the row offset of the non-transposed
+// layout lies past A's end).
+func TestGemmBF16SplitTransposed(t *testing.T) {
+	for _, kern := range bf16Kernels() {
+		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		AlwaysSplit(g)
+		c := gemmtest.Case{TransA: true, M: 1024, N: 784, K: 64, Alpha: 1}
+		t.Run(fmt.Sprintf("kernel=%s/%v", kern, c), func(t *testing.T) {
+			gemmtest.CheckBF16(t, g.GemmBF16, c, rand.New(rand.NewPCG(5, 6)))
+		})
+	}
+}
