@@ -331,3 +331,39 @@ func TestAutocastAttention(t *testing.T) {
 	close("Attention", a16.Value, a32.Value)
 	close("Attention gradient of q", q.Grad, dq32)
 }
+
+// TestAutocastConv: the convolution ops under autocast are tensor's
+// bfloat16 convolutions (whose bound TestConv2dAs checks), values and
+// gradients bit for bit.
+func TestAutocastConv(t *testing.T) {
+	rng := freshRNG(t)
+	x, w, b := randn(rng, 2, 3, 12, 10), randn(rng, 4, 3, 3, 3), randn(rng, 4)
+	for _, c := range []struct {
+		name string
+		op   func(x, w, b *Var) *Var
+		ref  func(g *tensor.Tensor) (y, dx, dw *tensor.Tensor)
+	}{
+		{"conv2d", func(x, w, b *Var) *Var { return Conv2d(x, w, b, 2, 1) }, func(g *tensor.Tensor) (y, dx, dw *tensor.Tensor) {
+			dx, dw, _ = tensor.Conv2dBackwardAs(tensor.BFloat16, g, x, w, 2, 1, true)
+			return tensor.Conv2dAs(tensor.BFloat16, x, w, b, 2, 1), dx, dw
+		}},
+		{"conv2d_relu_maxpool2d", func(x, w, b *Var) *Var { return Conv2dReLUMaxPool2d(x, w, b, 1, 1, 2) }, func(g *tensor.Tensor) (y, dx, dw *tensor.Tensor) {
+			y, arg := tensor.Conv2dReLUMaxPool2dAs(tensor.BFloat16, x, w, b, 1, 1, 2)
+			dx, dw, _ = tensor.Conv2dReLUMaxPool2dBackwardAs(tensor.BFloat16, g, y, arg, x, w, 1, 1, 2, true)
+			return y, dx, dw
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			xv, wv, bv := NewVar(x, true), NewVar(w, true), NewVar(b, true)
+			restore := Autocast(tensor.BFloat16, wv, bv)
+			y := c.op(xv, wv, bv)
+			restore()
+			g := randn(rng, y.Shape()...)
+			BackwardGrad(y, g)
+			ry, rdx, rdw := c.ref(g)
+			if !allClose(y.Value, ry, 0, 0) || !allClose(xv.Grad, rdx, 0, 0) || !allClose(wv.Grad, rdw, 0, 0) {
+				t.Error("value or gradients differ from tensor's bfloat16 convolution")
+			}
+		})
+	}
+}
