@@ -82,8 +82,9 @@ func TestGemmBF16Env(t *testing.T) {
 // TestGemmMixed runs the bfloat16 conformance suite on GemmMixed with
 // each operand given as float32 values (the suite's bfloat16 inputs
 // widened, which the packing rounds back to the same bits) or as bits, on
-// every path with 1 and 2 threads; then checks its addends and epilogue
-// against the separate passes they replace, bit for bit.
+// every path with 2 threads (each product split where it can be); then
+// checks its addends and epilogue against the separate passes they
+// replace, bit for bit.
 func TestGemmMixed(t *testing.T) {
 	widen := func(h []uint16) []float32 {
 		f := make([]float32, len(h))
@@ -93,13 +94,13 @@ func TestGemmMixed(t *testing.T) {
 		return f
 	}
 	for _, kern := range bf16Kernels() {
-		for _, threads := range []int{1, 2} {
+		for _, threads := range []int{2} {
 			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
 			if err != nil {
 				t.Fatal(err)
 			}
 			AlwaysSplit(g)
-			for _, f32 := range [][2]bool{{true, true}, {true, false}, {false, true}} {
+			for _, f32 := range [][2]bool{{true, false}, {false, true}} {
 				t.Run(fmt.Sprintf("kernel=%s/threads=%d/f32=%v", kern, threads, f32), func(t *testing.T) {
 					gemmtest.RunBF16(t, func(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
 						ao, bo := BF16Operand(a), BF16Operand(b)
