@@ -52,6 +52,7 @@
 #   GPT_STEPS    [100]
 #   GPT_WARMUP   [10]
 #   MAX_FOREIGN  [10]
+#   BF16_CONFIGS [mlp:1:noddp gpt:1:noddp]  configurations of CONFIGS also run in bf16 ("" for none)
 #   SHARD_MODELS []                  models for the sharded-training comparison (mlp, gpt)
 #   SHARD_MODES  [none zero2 fsdp]   cohort's --shard modes
 #   SHARD_MLP_STEPS [200]  SHARD_MLP_WARMUP [20]  SHARD_GPT_STEPS [30]  SHARD_GPT_WARMUP [5]
@@ -85,6 +86,16 @@
 # each side's speedup over its own one-process run, and cohort's tokens/s
 # over PyTorch's GPipe.
 #
+# bfloat16 (BF16_CONFIGS, the world-1 one-thread noddp configurations of
+# mlp and gpt): right after a configuration's fp32 pair, in the same
+# round, `cohort bench train --dtype bf16` and bench/anchors/autocast_bench.py
+# (the same workload under torch.autocast("cpu", dtype=torch.bfloat16),
+# pinned alike) run as the configuration CFG/bf16; the summary adds each
+# side's bf16/fp32 ratio. When the cohort binary has no --dtype flag the
+# bf16 rows are left out with a printed reason. ONEDNN_MAX_CPU_ISA, when
+# set, reaches PyTorch's runs unchanged (AVX512_CORE_AMX lets oneDNN use
+# AMX on a CPU that has it).
+#
 # It exits 0 after printing a reason, without measuring, when the anchors
 # directory or torch is missing.
 set -euo pipefail
@@ -105,6 +116,7 @@ pipe_schedules="${PIPE_SCHEDULES:-}"
 pipe_mb="${PIPE_MICROBATCHES:-8}"
 pipe_steps="${PIPE_STEPS:-15}"
 pipe_warmup="${PIPE_WARMUP:-3}"
+bf16_configs="${BF16_CONFIGS-mlp:1:noddp gpt:1:noddp}"
 
 if [[ -z "$anchors" ]]; then
 	echo "vs_pytorch: skipped: no anchors directory (pass it as the argument or set COHORT_ANCHORS)"
@@ -142,12 +154,33 @@ cohort_build "$root" "$work/cohort"
 source "$root/bench/blas_core.sh"
 blas_core "$python" "$work" >"$work/blas.txt"
 sed 's/^/vs_pytorch: /' "$work/blas.txt"
+train_help="$("$work/cohort" bench train --help 2>&1 || true)"
+if [[ -n "$bf16_configs" && "$train_help" != *"-dtype"* ]]; then
+	echo "vs_pytorch: bf16 rows skipped: this cohort's 'bench train' has no --dtype flag"
+	bf16_configs=""
+fi
 records="$work/records.jsonl"
 shard_records="$work/shard.jsonl"
 : >"$records"
 : >"$shard_records"
 pipe_records="$work/pipe.jsonl"
 : >"$pipe_records"
+
+pair_line() {
+	"$python" - "$1" <<-'EOF'
+		import json, sys
+		c, t = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()[-2:]]
+		unit = "tokens/s" if c["model"] == "gpt" else "samples/s"
+		key = unit.replace("/", "_per_")
+		extra = ""
+		if "hidden_frac" in c and c["world"] > 1:
+		    extra = f", {100*c['hidden_frac']:.0f}% of cohort's communication hidden"
+		if c.get("pinned_cpu") is not None:
+		    extra += f", both pinned to CPU {c['pinned_cpu']}"
+		print(f"vs_pytorch: round {c['round']} {c['config']}: cohort {c[key]:.0f} {unit} (foreign {c['foreign_busy_pct']}%), "
+		      f"pytorch {t[key]:.0f} {unit} (foreign {t['foreign_busy_pct']}%){extra}", flush=True)
+	EOF
+}
 
 for ((r = 1; r <= repeats; r++)); do
 	for cfg in $configs; do
@@ -190,19 +223,20 @@ for ((r = 1; r <= repeats; r++)); do
 		fi
 		"$python" -c 'import json,sys; r=json.loads(open(sys.argv[1]).readline()); r["impl"]="pytorch"; r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); print(json.dumps(r))' \
 			"$work/torch.jsonl" "$cfg" "$r" >>"$records"
-		"$python" - "$records" <<-'EOF'
-			import json, sys
-			c, t = [json.loads(l) for l in open(sys.argv[1]).read().splitlines()[-2:]]
-			unit = "tokens/s" if c["model"] == "gpt" else "samples/s"
-			key = unit.replace("/", "_per_")
-			extra = ""
-			if "hidden_frac" in c and c["world"] > 1:
-			    extra = f", {100*c['hidden_frac']:.0f}% of cohort's communication hidden"
-			if c.get("pinned_cpu") is not None:
-			    extra += f", both pinned to CPU {c['pinned_cpu']}"
-			print(f"vs_pytorch: round {c['round']} {c['config']}: cohort {c[key]:.0f} {unit} (foreign {c['foreign_busy_pct']}%), "
-			      f"pytorch {t[key]:.0f} {unit} (foreign {t['foreign_busy_pct']}%){extra}", flush=True)
-		EOF
+		pair_line "$records"
+		if [[ " $bf16_configs " == *" $cfg "* ]]; then
+			# shellcheck disable=SC2086
+			line="$(cd "$anchors" && "$python" cpuload.py -- "${pin[@]}" "$work/cohort" bench train --json --dtype bf16 \
+				--model "$model" --world 1 --ddp=false --threads 1 --gomaxprocs "$gmp" \
+				--steps "$nsteps" --warmup "$nwarmup" $cohort_flags | tail -n 1)"
+			"$python" -c 'import json,sys; r=json.loads(sys.argv[1]); r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); r["pinned_cpu"]=json.loads(sys.argv[4]); print(json.dumps(r))' \
+				"$line" "$cfg/bf16" "$r" "$pinned" >>"$records"
+			line="$(cd "$anchors" && "$python" cpuload.py -- "${pin[@]}" "$python" "$root/bench/anchors/autocast_bench.py" --anchors "$anchors" \
+				--models "$model" --dtypes bf16 --steps "$nsteps" --warmup "$nwarmup" --gpt-steps "$nsteps" --gpt-warmup "$nwarmup" | tail -n 1)"
+			"$python" -c 'import json,sys; r=json.loads(sys.argv[1]); r["impl"]="pytorch"; r["config"]=sys.argv[2]; r["round"]=int(sys.argv[3]); print(json.dumps(r))' \
+				"$line" "$cfg/bf16" "$r" >>"$records"
+			pair_line "$records"
+		fi
 	done
 	for model in $shard_models; do
 		msteps="${SHARD_MLP_STEPS:-200}" mwarmup="${SHARD_MLP_WARMUP:-20}"
@@ -361,6 +395,11 @@ for cfg in configs:
     if not quiet:
         line += f" [no round with both sides under {max_foreign:g}% foreign load: all rounds used]"
     print(line)
+for cfg in configs:
+    base = cfg.removesuffix("/bf16")
+    if base != cfg and base in rates:
+        (cb, tb), (cf, tf) = rates[cfg], rates[base]
+        print(f"vs_pytorch: {base} bf16/fp32 (median rates): cohort {cb/cf:.2f}, pytorch (autocast) {tb/tf:.2f}")
 for cfg in configs:
     model, world, mode, *rest = cfg.split(":")
     base = ":".join([model, "1", "noddp"] + rest)

@@ -17,6 +17,33 @@
 // float32) and names every missing and unexpected key when the file is of
 // another model.
 //
+// # bfloat16 weights
+//
+// A BF16 tensor is what PyTorch writes for a bf16 module: its bits as
+// little-endian uint16 (the top half of the float32 of the same value),
+// header dtype "BF16". It loads into a float32 model widened exactly.
+// SaveModel, SaveGPT2 and Write take WithDType(tensor.BFloat16) to write
+// BF16 instead of F32, each value rounded to nearest, ties to even — bit
+// for bit what PyTorch's .to(torch.bfloat16) gives (NaNs aside, which stay
+// NaNs), so the file is half the size and loads into a bf16 PyTorch
+// module with a strict load_state_dict. A dtype the writer does not know
+// fails the write with an error naming the dtype and a tensor. Training
+// state (Save) stays float32.
+//
+// # torch.save files
+//
+// LoadTorch reads a state dict saved with torch.save(module.state_dict(),
+// path) (the zip format of PyTorch 1.6 and later) into a module as
+// LoadModel does: FloatStorage, BFloat16Storage, HalfStorage and
+// DoubleStorage tensors, any offset and strides, converted to float32
+// (bf16 exactly). Its pickle reader knows only the opcodes and globals of
+// a state dict (an OrderedDict, torch._utils._rebuild_tensor_v2 and
+// _rebuild_parameter, the storage classes) and calls nothing by name: any
+// other global, or another storage type, fails naming it. SaveTorch writes
+// the archive torch.save writes for the state dict (FloatStorage, or
+// BFloat16Storage with WithDType(tensor.BFloat16); records 64-byte
+// aligned), which torch.load reads back for load_state_dict.
+//
 // SaveGPT2 and LoadGPT2 read and write models.GPT in the layout of Hugging
 // Face transformers' GPT2LMHeadModel (GPT2Names; Conv1D projection weights
 // stored [in, out]; the tied lm_head left out on save, and accepted on load

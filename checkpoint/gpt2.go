@@ -98,11 +98,12 @@ func GPT2Entries(m nn.Module) []Entry {
 
 // SaveGPT2 writes m (a models.GPT) to path as the safetensors file
 // transformers' GPT2LMHeadModel.save_pretrained writes (see GPT2Entries),
-// with metadata {"format": "pt"}, atomically.
-func SaveGPT2(path string, m nn.Module) error {
+// with metadata {"format": "pt"}, atomically; F32 unless an option says
+// otherwise (WithDType(tensor.BFloat16) for a bf16 checkpoint).
+func SaveGPT2(path string, m nn.Module, opts ...WriteOption) error {
 	entries := GPT2Entries(m)
 	_, _, err := writeAtomic(path, nil, func(w io.Writer) error {
-		_, err := Write(w, entries, map[string]string{"format": "pt"})
+		_, err := Write(w, entries, map[string]string{"format": "pt"}, opts...)
 		return err
 	})
 	return err

@@ -59,11 +59,13 @@ func ModuleEntries(m nn.Module, names NameMap) []Entry {
 // SaveModel writes m's parameters and buffers to path as a safetensors
 // file named by names, atomically (a temporary file renamed over path
 // after an fsync). metadata goes into "__metadata__"; PyTorch tools expect
-// {"format": "pt"}.
-func SaveModel(path string, m nn.Module, names NameMap, metadata map[string]string) error {
+// {"format": "pt"}. Tensors are F32; WithDType(tensor.BFloat16) writes
+// BF16, the file a bf16 PyTorch model's save_file writes, which loads
+// back (LoadModel) widened exactly.
+func SaveModel(path string, m nn.Module, names NameMap, metadata map[string]string, opts ...WriteOption) error {
 	entries := ModuleEntries(m, names)
 	_, _, err := writeAtomic(path, nil, func(w io.Writer) error {
-		_, err := Write(w, entries, metadata)
+		_, err := Write(w, entries, metadata, opts...)
 		return err
 	})
 	return err

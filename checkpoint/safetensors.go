@@ -13,8 +13,8 @@ package checkpoint
 //
 // The writer produces what the reference Rust implementation writes:
 // compact JSON, "__metadata__" first, tensors in name order (all of one
-// dtype, so the reference's alignment-then-name order is name order), data
-// in the same order. The reader accepts any valid file and rejects what
+// dtype, F32 or BF16 (WithDType), so the reference's alignment-then-name
+// order is name order), data in the same order. The reader accepts any valid file and rejects what
 // the reference rejects (header over 100 MB, offsets with holes, overlaps
 // or a size that disagrees with dtype and shape, a buffer longer or
 // shorter than the tensors), bounding every length by the file size before
@@ -46,7 +46,9 @@ var ErrFormat = errors.New("checkpoint: malformed safetensors")
 // DType is a safetensors element type.
 type DType string
 
-// The element types the reader converts to float32. The writer writes F32.
+// The element types the reader converts to float32. The writer writes F32,
+// or BF16 with WithDType(tensor.BFloat16): bfloat16 bits as little-endian
+// uint16, as PyTorch's safetensors.torch.save_file writes a bf16 tensor.
 const (
 	F64  DType = "F64"
 	F32  DType = "F32"
@@ -303,9 +305,44 @@ type Entry struct {
 	Data  []float32
 }
 
+// WriteOption changes how Write (and SaveModel, SaveGPT2) writes tensors.
+type WriteOption func(*writeConfig)
+
+type writeConfig struct {
+	dtype tensor.DType
+}
+
+// WithDType writes every tensor as dt: tensor.Float32 (F32, the default)
+// or tensor.BFloat16 (BF16, each value rounded to nearest, ties to even,
+// as PyTorch's .to(torch.bfloat16) rounds). Any other dtype makes the
+// write fail with an error naming it and the first tensor.
+func WithDType(dt tensor.DType) WriteOption {
+	return func(c *writeConfig) { c.dtype = dt }
+}
+
+func newWriteConfig(opts []WriteOption) writeConfig {
+	c := writeConfig{dtype: tensor.Float32}
+	for _, o := range opts {
+		o(&c)
+	}
+	return c
+}
+
+// fileDType returns the safetensors dtype dt is written as.
+func fileDType(dt tensor.DType) (DType, bool) {
+	switch dt {
+	case tensor.Float32:
+		return F32, true
+	case tensor.BFloat16:
+		return BF16, true
+	}
+	return "", false
+}
+
 // encodeHeader returns the padded JSON header for entries (written in
-// name order) and the byte size of the data buffer.
-func encodeHeader(entries []Entry, metadata map[string]string) ([]byte, int64, error) {
+// name order, each as dtype) and the byte size of the data buffer.
+func encodeHeader(entries []Entry, metadata map[string]string, dtype DType) ([]byte, int64, error) {
+	es := int64(dtype.Size())
 	var b bytes.Buffer
 	enc := json.NewEncoder(&b)
 	enc.SetEscapeHTML(false)
@@ -355,15 +392,15 @@ func encodeHeader(entries []Entry, metadata map[string]string) ([]byte, int64, e
 		}
 		first = false
 		str(e.Name)
-		b.WriteString(`:{"dtype":"F32","shape":[`)
+		b.WriteString(`:{"dtype":"` + string(dtype) + `","shape":[`)
 		for i, d := range e.Shape {
 			if i > 0 {
 				b.WriteByte(',')
 			}
 			b.WriteString(strconv.Itoa(d))
 		}
-		fmt.Fprintf(&b, `],"data_offsets":[%d,%d]}`, off, off+4*n)
-		off += 4 * n
+		fmt.Fprintf(&b, `],"data_offsets":[%d,%d]}`, off, off+es*n)
+		off += es * n
 	}
 	b.WriteByte('}')
 	for b.Len()%8 != 0 {
@@ -388,10 +425,19 @@ func sortedEntries(entries []Entry) []Entry {
 }
 
 // Write writes entries (in name order) and metadata as a safetensors file
-// to w and returns the bytes written.
-func Write(w io.Writer, entries []Entry, metadata map[string]string) (int64, error) {
+// to w and returns the bytes written. Tensors are F32 unless an option
+// says otherwise (WithDType).
+func Write(w io.Writer, entries []Entry, metadata map[string]string, opts ...WriteOption) (int64, error) {
 	entries = sortedEntries(entries)
-	js, dataBytes, err := encodeHeader(entries, metadata)
+	cfg := newWriteConfig(opts)
+	dtype, ok := fileDType(cfg.dtype)
+	if !ok {
+		if len(entries) == 0 {
+			return 0, fmt.Errorf("checkpoint: cannot write dtype %v (float32 and bfloat16 only)", cfg.dtype)
+		}
+		return 0, fmt.Errorf("checkpoint: tensor %q: cannot write dtype %v (float32 and bfloat16 only)", entries[0].Name, cfg.dtype)
+	}
+	js, dataBytes, err := encodeHeader(entries, metadata, dtype)
 	if err != nil {
 		return 0, err
 	}
@@ -405,16 +451,28 @@ func Write(w io.Writer, entries []Entry, metadata map[string]string) (int64, err
 	}
 	total := 8 + int64(len(js))
 	buf := make([]byte, 64<<10)
+	var half []uint16
+	if dtype == BF16 {
+		half = make([]uint16, len(buf)/2)
+	}
+	es := dtype.Size()
 	for _, e := range entries {
 		for d := e.Data; len(d) > 0; {
-			k := min(len(d), len(buf)/4)
-			for i, v := range d[:k] {
-				binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+			k := min(len(d), len(buf)/es)
+			if dtype == BF16 {
+				tensor.ToBFloat16(half, d[:k])
+				for i, h := range half[:k] {
+					binary.LittleEndian.PutUint16(buf[2*i:], h)
+				}
+			} else {
+				for i, v := range d[:k] {
+					binary.LittleEndian.PutUint32(buf[4*i:], math.Float32bits(v))
+				}
 			}
-			if _, err := w.Write(buf[:4*k]); err != nil {
+			if _, err := w.Write(buf[:es*k]); err != nil {
 				return total, err
 			}
-			total += 4 * int64(k)
+			total += int64(es * k)
 			d = d[k:]
 		}
 	}
@@ -484,6 +542,14 @@ func (f *File) ReadFloat32(name string, off int64, dst []float32) error {
 // decode converts little-endian elements of dtype d in b to dst.
 func decode(d DType, b []byte, dst []float32) {
 	le := binary.LittleEndian
+	if d == BF16 {
+		half := make([]uint16, len(dst))
+		for i := range half {
+			half[i] = le.Uint16(b[2*i:])
+		}
+		tensor.FromBFloat16(dst, half)
+		return
+	}
 	for i := range dst {
 		switch d {
 		case F32:

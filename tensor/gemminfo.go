@@ -15,8 +15,8 @@ type GEMMInfo struct {
 	Kernels []string
 	// Threads is how many threads one product may use (COHORT_NUM_THREADS).
 	Threads int
-	// BF16Kernel is the path of bfloat16 products (GemmAs): "avx512bf16"
-	// (VDPBF16PS), or "widen/" and the float32 kernel they run on after
+	// BF16Kernel is the path of bfloat16 products (GemmAs): "amx" (AMX
+	// tiles, TDPBF16PS), "avx512bf16" (VDPBF16PS), or "widen/" and the float32 kernel they run on after
 	// widening their operands (a CPU without AVX512-BF16, or
 	// COHORT_GEMM_KERNEL naming another kernel).
 	BF16Kernel string

@@ -87,7 +87,7 @@ func List() []Extra {
 		},
 		{
 			Name: "PyTorch", Use: "the interoperability tests and bench/'s side-by-side scripts", Install: "apt-get install python3-torch python3-numpy",
-			Tests: []string{"checkpoint.TestGPTLoadsInPyTorch", "examples/mnist.TestPyTorchLoadsWeights", "examples/gpt.TestPyTorchCurve"},
+			Tests: []string{"checkpoint.TestGPTLoadsInPyTorch", "checkpoint.TestBF16FromPyTorch", "checkpoint.TestBF16LoadsInPyTorch", "examples/mnist.TestPyTorchLoadsWeights", "examples/gpt.TestPyTorchCurve"},
 			find:  python("/usr/bin/python3", "import torch, numpy"),
 		},
 		{

@@ -56,7 +56,14 @@
 //     would flush, redone by integer rounding), AVX-512 or AVX2 integer
 //     rounding, or Go, bit for bit the same ([BF16]). Go's assembler
 //     lacks the AVX512-BF16 mnemonics: asmgen encodes them (tested
-//     against the Intel SDM's encodings). AMX is not used yet.
+//     against the Intel SDM's encodings). On CPUs with AMX-BF16, once
+//     Linux grants the process the tile state (arch_prctl, once per
+//     process) and the kernel passes a bit-exact self-check, a TDPBF16PS
+//     tile kernel computes 32×32 blocks of C from tile-packed slivers
+//     (gemm_amx.go; COHORT_GEMM_KERNEL=amx forces it and fails naming
+//     what is missing). It has NOT yet run on AMX hardware: its
+//     encodings are checked against GNU as and the path around it runs
+//     in the tests on a Go model of the tile instruction.
 //   - OpenBLAS, loaded at run time from libopenblas.so.0 without cgo
 //     (package tensor/internal/blas), when present and asked for.
 //
@@ -68,7 +75,7 @@
 //
 //	COHORT_NUM_THREADS   goroutines (and OpenBLAS threads) per call; default: the CPUs available
 //	COHORT_BLAS          auto | go | openblas   (auto: see [Options.BLAS])
-//	COHORT_GEMM_KERNEL   auto | avx512bf16 | avx512 | avx2 | go   (cohort's kernel; auto = the best the CPU has)
+//	COHORT_GEMM_KERNEL   auto | amx | avx512bf16 | avx512 | avx2 | go   (cohort's kernel; auto = the best the CPU has)
 //	COHORT_OPENBLAS_LIB  file name or path of the OpenBLAS library; default libopenblas.so.0
 //
 // An invalid setting makes [Default] return an error and [Sgemm] panic

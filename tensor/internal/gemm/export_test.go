@@ -1,5 +1,7 @@
 package gemm
 
+import "unsafe"
+
 // AlwaysSplit makes g split every product its partition splits, even a
 // small one that finds no helper polling, so that tests reach the
 // parallel path whatever the timing.
@@ -34,3 +36,44 @@ func NoDirect(g *Impl) {
 
 // HasAVX512BF16 reports whether the CPU runs the avx512bf16 kernel.
 func HasAVX512BF16() bool { return hasAVX512BF16() }
+
+// amxModelTile is amxTileModel behind the tile kernel's signature.
+func amxModelTile(k16 int, a *uint32, lda int, b *uint32, out *float32) {
+	amxTileModel(k16, unsafe.Slice(a, amxMR*lda/4), lda, unsafe.Slice(b, 16*k16*amxNR), unsafe.Slice(out, amxMR*amxNR))
+}
+
+// NewAMXModel returns an Impl whose GemmBF16 runs the AMX path (packing,
+// blocking, epilogue) on the Go model of the tile kernel, on any CPU.
+func NewAMXModel(threads int) *Impl {
+	g, err := New(Options{BLAS: BLASGo, Kernel: KernelGo, Threads: threads})
+	if err != nil {
+		panic(err)
+	}
+	g.bf16 = bf16AMXArchWith(amxModelTile)
+	return g
+}
+
+// AMXSupport is amxSupport: nil where the AMX kernel runs.
+func AMXSupport() error { return amxSupport() }
+
+// AMXSelfCheckModel runs the self-check on the Go model, or, broken, on
+// the model with its last pair of k left out.
+func AMXSelfCheckModel(broken bool) error {
+	if !broken {
+		return amxSelfCheck(amxModelTile)
+	}
+	return amxSelfCheck(func(k16 int, a *uint32, lda int, b *uint32, out *float32) {
+		amxModelTile(k16, a, lda, b, out)
+		as, bs, o := unsafe.Slice(a, amxMR*lda/4), unsafe.Slice(b, 16*k16*amxNR), unsafe.Slice(out, amxMR*amxNR)
+		q := 16*k16 - 1
+		for r := 0; r < amxMR; r++ {
+			for j := 0; j < amxNR; j++ {
+				wa, wb := as[r*lda/4+q], bs[q*amxNR+j]
+				o[r*amxNR+j] -= F32(uint16(wa))*F32(uint16(wb)) + F32(uint16(wa>>16))*F32(uint16(wb>>16))
+			}
+		}
+	})
+}
+
+// AMXTileConfig is LDTILECFG's operand.
+func AMXTileConfig() [64]byte { return amxTileConfig }

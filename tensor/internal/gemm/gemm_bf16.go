@@ -49,6 +49,9 @@ type bf16Arch struct {
 	// kernel computes C[r][c] = alpha·Σ a·b + beta·C[r][c] over k2 pairs,
 	// for r < rows and c < cols, reading C only when beta != 0.
 	kernel func(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows, cols int)
+	// tile, when set, is an AMX tile kernel (gemm_amx.go), run by
+	// blockAMX on its own layout in place of kernel.
+	tile func(k16 int, a *uint32, lda int, b *uint32, out *float32)
 }
 
 // GemmBF16 computes C = alpha·op(A)·op(B) + beta·C with A and B bfloat16
@@ -84,8 +87,8 @@ func FromBF16(dst []float32, src []uint16) {
 	g.FromBF16(dst, src)
 }
 
-// BF16Kernel names the path GemmBF16 takes: "avx512bf16" for the
-// VDPBF16PS kernel, or "widen/" and the float32 kernel (or "openblas")
+// BF16Kernel names the path GemmBF16 takes: "amx" for the TDPBF16PS tile
+// kernel, "avx512bf16" for the VDPBF16PS kernel, or "widen/" and the float32 kernel (or "openblas")
 // the widened product runs on.
 func (g *Impl) BF16Kernel() string {
 	switch {
@@ -314,6 +317,18 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a Operan
 // whose first element is C[ei][ej] of the whole product (what epi is
 // told), adding add and running epi on each block once it is final.
 func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a Operand, lda int, b Operand, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue, ei, ej int) {
+	if ar.tile != nil {
+		// The AMX tiles read bfloat16 bits: float32 operands are rounded
+		// whole first, and the addends and epi follow the product.
+		ar.blockAMX(buf, transA, transB, m, n, k, alpha, buf.bitsOf(a, transA, m, k, lda), lda, buf.bitsOf(b, transB, k, n, ldb), ldb, beta, c, ldc)
+		if add != nil {
+			add.apply(c, ldc, 0, 0, m, n)
+		}
+		if epi != nil {
+			epi(ei, ei+m, ej, ej+n)
+		}
+		return
+	}
 	kcMax := blockSize(k, ar.kc, 2)
 	mcMax := blockSize(m, ar.mc, ar.mr)
 	ncMax := blockSize(n, ar.nc, ar.nr)
@@ -379,6 +394,23 @@ func (buf *packBuf) packOperand(dst []uint32, o Operand, ld int, rowsAlongN bool
 		buf.g.ToBF16(buf.t16[r*lt:r*lt+cols], o.F32[r*ld:r*ld+cols])
 	}
 	packBF16(dst, buf.t16, lt, rowsAlongN, n, kc, w)
+}
+
+// bitsOf returns o's bfloat16 bits for an op(X) of rows×cols with row
+// stride ld: o.BF16, or its float32 values rounded into a new slice.
+func (buf *packBuf) bitsOf(o Operand, trans bool, rows, cols, ld int) []uint16 {
+	if o.BF16 != nil || o.F32 == nil {
+		return o.BF16
+	}
+	if trans {
+		rows, cols = cols, rows
+	}
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	h := make([]uint16, (rows-1)*ld+cols)
+	buf.g.ToBF16(h, o.F32[:len(h)])
+	return h
 }
 
 // packBF16 packs the n×kc block whose slivers run along n, w pairs wide,

@@ -46,6 +46,8 @@ func New(o Options) (*Impl, error) {
 	switch kernel {
 	case "", KernelAuto:
 		switch {
+		case hasAVX512() && amxSupport() == nil:
+			kernel = KernelAMX
 		case hasAVX512BF16():
 			kernel = KernelAVX512BF16
 		case hasAVX512():
@@ -54,6 +56,13 @@ func New(o Options) (*Impl, error) {
 			kernel = KernelAVX2
 		default:
 			kernel = KernelGo
+		}
+	case KernelAMX:
+		if err := amxSupport(); err != nil {
+			return nil, fmt.Errorf("gemm: kernel %s requested: %w", kernel, err)
+		}
+		if !hasAVX512() {
+			return nil, fmt.Errorf("gemm: kernel %s requested but the CPU lacks AVX-512F", kernel)
 		}
 	case KernelAVX512BF16:
 		if !hasAVX512BF16() {
@@ -95,12 +104,17 @@ func New(o Options) (*Impl, error) {
 		return g, nil
 	}
 	switch kernel {
-	case KernelAVX512BF16, KernelAVX512:
+	case KernelAMX, KernelAVX512BF16, KernelAVX512:
 		g.arch = avx512Arch()
 		g.cvt = cvtAVX512
-		if kernel == KernelAVX512BF16 {
-			g.bf16 = bf16AVX512Arch()
+		if kernel != KernelAVX512 && hasAVX512BF16() {
 			g.cvt = cvtAVX512BF16
+		}
+		switch kernel {
+		case KernelAVX512BF16:
+			g.bf16 = bf16AVX512Arch()
+		case KernelAMX:
+			g.bf16 = bf16AMXArch()
 		}
 		g.wide = avx512WideArch()
 		g.dot = dotAVX512x4x6

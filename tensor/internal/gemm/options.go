@@ -31,7 +31,12 @@ const (
 	// (VDPBF16PS) kernel for bfloat16 products; the others widen bfloat16
 	// to float32 for theirs.
 	KernelAVX512BF16 = "avx512bf16"
-	KernelGo         = "go"
+	// KernelAMX is the AVX-512 family with the AMX tile kernel
+	// (TDPBF16PS) for bfloat16 products (gemm_amx.go; not yet run on AMX
+	// hardware). It needs AMX-BF16 and the kernel's permission to use
+	// tile state, requested once per process.
+	KernelAMX = "amx"
+	KernelGo  = "go"
 )
 
 // DefaultOpenBLASLib is the library [New] loads when Options.OpenBLASLib is
@@ -57,8 +62,12 @@ type Options struct {
 	// chosen.
 	BLAS string
 
-	// Kernel selects cohort's micro-kernel: "avx512bf16", "avx512",
-	// "avx2", "go", or "auto" (or "") for the best the CPU supports.
+	// Kernel selects cohort's micro-kernel: "amx", "avx512bf16",
+	// "avx512", "avx2", "go", or "auto" (or "") for the best the CPU
+	// supports. "amx" is "avx512" for float32 products and the AMX tile
+	// kernel for bfloat16 ones; auto picks it only when CPUID reports
+	// AMX-BF16, Linux grants the tile state and the kernel passes its
+	// self-check.
 	// "avx512bf16" is "avx512" for float32 products and the VDPBF16PS
 	// kernel for bfloat16 ones (GemmBF16), which every other kernel runs by
 	// widening to float32. Asking for a kernel the CPU lacks is an error.
@@ -104,9 +113,9 @@ func (o Options) validate() error {
 		return fmt.Errorf("gemm: %s=%q: want %s, %s or %s", EnvBLAS, o.BLAS, BLASAuto, BLASGo, BLASOpenBLAS)
 	}
 	switch o.Kernel {
-	case "", KernelAuto, KernelAVX512BF16, KernelAVX512, KernelAVX2, KernelGo:
+	case "", KernelAuto, KernelAMX, KernelAVX512BF16, KernelAVX512, KernelAVX2, KernelGo:
 	default:
-		return fmt.Errorf("gemm: %s=%q: want %s, %s, %s, %s or %s", EnvKernel, o.Kernel, KernelAuto, KernelAVX512BF16, KernelAVX512, KernelAVX2, KernelGo)
+		return fmt.Errorf("gemm: %s=%q: want %s, %s, %s, %s, %s or %s", EnvKernel, o.Kernel, KernelAuto, KernelAMX, KernelAVX512BF16, KernelAVX512, KernelAVX2, KernelGo)
 	}
 	return nil
 }

@@ -1,5 +1,7 @@
 // Command asmgen writes the amd64 assembly of package gemm: the AVX-512
-// and AVX2+FMA micro-kernels and the packing routines that feed them.
+// and AVX2+FMA micro-kernels and the packing routines that feed them, the
+// AVX512-BF16 kernel and the AMX tile kernel (instructions Go's assembler
+// lacks are encoded here: bf16.go, amx.go).
 //
 // The kernels are unrolled straight-line code with register allocation done
 // here, which is tedious and error-prone by hand. Run it with
@@ -25,6 +27,7 @@ func main() {
 		"kernel_avx512_amd64.s": genAVX512,
 		"kernel_avx2_amd64.s":   genAVX2,
 		"kernel_bf16_amd64.s":   genBF16,
+		"kernel_amx_amd64.s":    genAMX,
 	}
 	for name, gen := range files {
 		e := &emitter{}
