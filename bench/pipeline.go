@@ -328,37 +328,10 @@ func median(xs []float64) float64 {
 // spawnPipe runs s on stages worker processes through the launcher and
 // returns rank 0's result.
 func spawnPipe(s pipeSpec, stages int, self []string) (pipeResult, error) {
-	dir, err := os.MkdirTemp("", "cohort-bench-pipeline-")
-	if err != nil {
-		return pipeResult{}, err
-	}
-	defer os.RemoveAll(dir)
-	file := filepath.Join(dir, "result.json")
-	sigs := make(chan os.Signal, 2)
-	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
-	defer signal.Stop(sigs)
-	err = launch.Run(context.Background(), launch.Config{
-		NProcPerNode: stages,
-		Program:      self[0],
-		Args:         append(slices.Clone(self[1:]), s.workerArgs(stages, file)...),
-		Env:          os.Environ(),
-		Stdout:       os.Stderr,
-		Stderr:       os.Stderr,
-		Signals:      sigs,
-	})
-	var we *launch.WorkerError
-	if errors.As(err, &we) {
-		return pipeResult{}, errors.New(we.Report())
-	}
-	if err != nil {
-		return pipeResult{}, err
-	}
-	b, err := os.ReadFile(file)
-	if err != nil {
-		return pipeResult{}, fmt.Errorf("rank 0 wrote no result: %w", err)
-	}
 	var r pipeResult
-	return r, json.Unmarshal(b, &r)
+	cfg := launch.Config{NProcPerNode: stages, Program: self[0], Args: self[1:], Env: os.Environ(), Stdout: os.Stderr, Stderr: os.Stderr}
+	err := spawn(context.Background(), cfg, func(file string) []string { return s.workerArgs(stages, file) }, &r)
+	return r, err
 }
 
 // pipeWorker is one rank: it trains its stages of GPT-mini on random

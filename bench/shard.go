@@ -394,7 +394,7 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg distributed.ProcessGroup
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		return res, fmt.Errorf("barrier after warm-up: %w", err)
 	}
-	stop, err := shardProfile(s.CPUProfile)
+	stop, err := cpuProfile(s.CPUProfile)
 	if err != nil {
 		return res, err
 	}
@@ -467,9 +467,9 @@ func shardStep(ctx context.Context, m shardModel, call func(shardBatch) (*autogr
 	}
 }
 
-// shardProfile starts a CPU profile into path (nothing if path is empty)
+// cpuProfile starts a CPU profile into path (nothing if path is empty)
 // and returns the function that stops it.
-func shardProfile(path string) (stop func(), err error) {
+func cpuProfile(path string) (stop func(), err error) {
 	if path == "" {
 		return func() {}, nil
 	}

@@ -13,7 +13,7 @@ import (
 	"os/signal"
 	"path/filepath"
 	"runtime"
-	"runtime/pprof"
+	"slices"
 	"strconv"
 	"syscall"
 	"time"
@@ -252,40 +252,41 @@ func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code i
 // flags, in the environment env. It returns rank 0's result. The workers'
 // output goes to out, prefixed with their rank.
 func spawnTrain(ctx context.Context, s trainSpec, self []string, env []string, out io.Writer) (trainResult, error) {
-	dir, err := os.MkdirTemp("", "cohort-bench-train-")
+	var r trainResult
+	err := spawn(ctx, launch.Config{NProcPerNode: s.world, Program: self[0], Args: self[1:], Env: env, Stdout: out, Stderr: out}, s.workerArgs, &r)
+	return r, err
+}
+
+// spawn runs cfg's workers through the launcher, forwarding SIGINT and
+// SIGTERM to them, with cfg.Args followed by workerArgs(file), and decodes
+// into result the JSON that rank 0 writes to file.
+func spawn(ctx context.Context, cfg launch.Config, workerArgs func(file string) []string, result any) error {
+	dir, err := os.MkdirTemp("", "cohort-bench-")
 	if err != nil {
-		return trainResult{}, err
+		return err
 	}
 	defer os.RemoveAll(dir)
-	resultFile := filepath.Join(dir, "result.json")
+	file := filepath.Join(dir, "result.json")
 	sigs := make(chan os.Signal, 2)
 	signal.Notify(sigs, os.Interrupt, syscall.SIGTERM)
 	defer signal.Stop(sigs)
-	err = launch.Run(ctx, launch.Config{
-		NProcPerNode: s.world,
-		Program:      self[0],
-		Args:         append(append([]string(nil), self[1:]...), s.workerArgs(resultFile)...),
-		Env:          env,
-		Stdout:       out,
-		Stderr:       out,
-		Signals:      sigs,
-	})
+	cfg.Args, cfg.Signals = append(slices.Clone(cfg.Args), workerArgs(file)...), sigs
+	err = launch.Run(ctx, cfg)
 	var we *launch.WorkerError
 	if errors.As(err, &we) {
-		return trainResult{}, errors.New(we.Report())
+		return errors.New(we.Report())
 	}
 	if err != nil {
-		return trainResult{}, err
+		return err
 	}
-	b, err := os.ReadFile(resultFile)
+	b, err := os.ReadFile(file)
 	if err != nil {
-		return trainResult{}, fmt.Errorf("rank 0 wrote no result: %w", err)
+		return fmt.Errorf("rank 0 wrote no result: %w", err)
 	}
-	var r trainResult
-	if err := json.Unmarshal(b, &r); err != nil {
-		return trainResult{}, fmt.Errorf("rank 0's result: %w", err)
+	if err := json.Unmarshal(b, result); err != nil {
+		return fmt.Errorf("rank 0's result: %w", err)
 	}
-	return r, nil
+	return nil
 }
 
 // printTrain reports a run; its last line is `train: MODEL world N dtype
@@ -459,64 +460,69 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 	// pull.
 	next, stop := iter.Pull2(epochs(ctx, loader))
 	defer stop()
-	step := func() (data time.Duration, err error) {
+	step := func() error {
 		t := time.Now()
 		b, err, ok := next()
-		data = time.Since(t)
+		res.Data += time.Since(t)
 		if !ok {
-			return data, fmt.Errorf("loader ended")
+			return fmt.Errorf("loader ended")
 		}
 		if err != nil {
-			return data, err
+			return err
 		}
 		loss, err := recipe.ClassifierStep(ctx, run, opt, nil, recipe.Input(b, c.Shape, tensor.CPU), b.Labels, nil)
 		if err != nil {
-			return data, err
+			return err
 		}
 		res.LastLoss = loss.Value.Item()
-		return data, nil
+		return nil
 	}
-	for range s.warmup {
-		if _, err := step(); err != nil {
-			return res, err
+	reset := func() {
+		res.Data = 0
+		if m != nil {
+			m.ResetStats()
 		}
 	}
-	if err := barrier(); err != nil {
-		return res, fmt.Errorf("barrier after warm-up: %w", err)
+	if res.Wall, err = timeSteps(s, barrier, cpuprofile, benchProgress(pg, s.steps, trainBatch, "samples"), step, reset, &res.LastLoss); err != nil {
+		return res, err
 	}
-	if m != nil {
-		m.ResetStats()
-	}
-	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	start := time.Now()
-	report := benchProgress(pg, s.steps, trainBatch, "samples")
-	for i := range s.steps {
-		d, err := step()
-		res.Data += d
-		if err != nil {
-			return res, err
-		}
-		report(i+1, float64(res.LastLoss))
-	}
-	if err := barrier(); err != nil {
-		return res, fmt.Errorf("barrier after the timed steps: %w", err)
-	}
-	res.Wall = time.Since(start)
 	if m != nil {
 		st := m.Stats()
 		res.DDP = &st
 	}
 	return res, nil
+}
+
+// timeSteps runs s.warmup steps, then reset and a barrier, then s.steps
+// timed steps under a CPU profile into cpuprofile ("" for none), each
+// reported with the loss *lastLoss holds, and a barrier; it returns the
+// wall time of the timed steps.
+func timeSteps(s trainSpec, barrier func() error, cpuprofile string, report func(step int, loss float64), step func() error, reset func(), lastLoss *float32) (time.Duration, error) {
+	for range s.warmup {
+		if err := step(); err != nil {
+			return 0, err
+		}
+	}
+	reset()
+	if err := barrier(); err != nil {
+		return 0, fmt.Errorf("barrier after warm-up: %w", err)
+	}
+	stopProfile, err := cpuProfile(cpuprofile)
+	if err != nil {
+		return 0, err
+	}
+	defer stopProfile()
+	start := time.Now()
+	for i := range s.steps {
+		if err := step(); err != nil {
+			return 0, err
+		}
+		report(i+1, float64(*lastLoss))
+	}
+	if err := barrier(); err != nil {
+		return 0, fmt.Errorf("barrier after the timed steps: %w", err)
+	}
+	return time.Since(start), nil
 }
 
 // epochs yields the loader's batches epoch after epoch, forever (until ctx

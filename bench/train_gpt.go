@@ -6,8 +6,6 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
-	"os"
-	"runtime/pprof"
 	"time"
 
 	"github.com/cohortml/cohort/autograd"
@@ -89,61 +87,29 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 	}
 
 	var x, y []int64
-	step := func() (data, comm time.Duration, err error) {
+	step := func() error {
 		t := time.Now()
 		x, y = stream.Next(x, y)
-		data = time.Since(t)
+		res.Data += time.Since(t)
 		opt.ZeroGrad()
 		loss := model.Loss(model.Forward(x, gptBatch, cfg.Ctx), y)
 		autograd.Backward(loss)
 		if pg != nil && world > 1 {
 			t := time.Now()
 			if err := pg.AllReduce(ctx, distributed.F32(grads), distributed.Avg).Wait(); err != nil {
-				return data, 0, fmt.Errorf("gradient all-reduce: %w", err)
+				return fmt.Errorf("gradient all-reduce: %w", err)
 			}
-			comm = time.Since(t)
+			res.AllReduce += time.Since(t)
 		}
 		if err := recipe.Update(params, opt); err != nil {
-			return data, comm, err
+			return err
 		}
 		res.LastLoss = loss.Value.Item()
-		return data, comm, nil
+		return nil
 	}
-	for range s.warmup {
-		if _, _, err := step(); err != nil {
-			return res, err
-		}
-	}
-	if err := barrier(); err != nil {
-		return res, fmt.Errorf("barrier after warm-up: %w", err)
-	}
-	if cpuprofile != "" {
-		f, err := os.Create(cpuprofile)
-		if err != nil {
-			return res, err
-		}
-		defer f.Close()
-		if err := pprof.StartCPUProfile(f); err != nil {
-			return res, err
-		}
-		defer pprof.StopCPUProfile()
-	}
-	start := time.Now()
-	report := benchProgress(pg, s.steps, gptBatch*models.GPTMini().Ctx, "tokens")
-	for i := range s.steps {
-		d, c, err := step()
-		res.Data += d
-		res.AllReduce += c
-		if err != nil {
-			return res, err
-		}
-		report(i+1, float64(res.LastLoss))
-	}
-	if err := barrier(); err != nil {
-		return res, fmt.Errorf("barrier after the timed steps: %w", err)
-	}
-	res.Wall = time.Since(start)
-	return res, nil
+	reset := func() { res.Data, res.AllReduce = 0, 0 }
+	res.Wall, err = timeSteps(s, barrier, cpuprofile, benchProgress(pg, s.steps, gptBatch*cfg.Ctx, "tokens"), step, reset, &res.LastLoss)
+	return res, err
 }
 
 // gptTokensPerSec is the anchor's figure: world·32·64·steps / wall.

@@ -129,3 +129,31 @@ func unseenOfList(list []int, sp Split) ([]int, error) {
 	}
 	return out, nil
 }
+
+// Resume continues p, read from a checkpoint of a job of epochs epochs
+// over n samples shuffled with seed, at world size world: unless the job
+// had ended, the samples of p's epoch that no rank reached are dealt
+// again when the world size changed (Redeal). It returns the number of
+// batches of batch samples (the last one of a share may be short) rank
+// has left to the job's end, the rest of its share of p's epoch and then
+// a DistributedSampler share each later epoch, and whether the samples
+// were dealt again.
+func (p *Position) Resume(world, epochs, n int, seed uint64, rank, batch int) (steps int, resized bool, err error) {
+	if p.Epoch >= epochs {
+		return 0, false, nil
+	}
+	if resized, err = p.Redeal(world); err != nil {
+		return 0, false, err
+	}
+	share, err := p.Share(n, seed, rank)
+	if err != nil {
+		return 0, false, err
+	}
+	s, err := NewDistributedSampler(n, world, rank, true, seed, false)
+	if err != nil {
+		return 0, false, err
+	}
+	batches := func(samples int) int { return (samples + batch - 1) / batch }
+	rest := max(len(share)-p.Splits[len(p.Splits)-1].Consumed, 0)
+	return batches(rest) + (epochs-p.Epoch-1)*batches(s.Len()), resized, nil
+}

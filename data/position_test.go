@@ -65,3 +65,34 @@ func TestPositionDealsEachSampleOnce(t *testing.T) {
 		})
 	}
 }
+
+// Resume redeals at another world size only, and counts the batches left:
+// the rest of this epoch's share, then whole epochs at the new size.
+func TestPositionResume(t *testing.T) {
+	const n, seed, batch = 100, 3, 8
+	for _, tc := range []struct {
+		name          string
+		pos           Position
+		world, epochs int
+		wantSteps     int
+		wantResized   bool
+		wantSplits    int
+	}{
+		// 2 ranks of 50 each, 20 consumed: 30 left (4 batches) + 1 epoch of 7.
+		{"same world", Position{Epoch: 0, Splits: []Split{{World: 2, Consumed: 20}}}, 2, 2, 4 + 7, false, 1},
+		// 60 samples unseen, dealt over 3 ranks: 20 each (3 batches) + 1 epoch of 34 (5).
+		{"resized", Position{Epoch: 0, Splits: []Split{{World: 2, Consumed: 20}}}, 3, 2, 3 + 5, true, 2},
+		{"job ended", StartOf(2, 2), 3, 2, 0, false, 1},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			p := tc.pos
+			steps, resized, err := p.Resume(tc.world, tc.epochs, n, seed, 0, batch)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if steps != tc.wantSteps || resized != tc.wantResized || len(p.Splits) != tc.wantSplits {
+				t.Errorf("Resume = %d steps, resized %v, %d splits; want %d, %v, %d", steps, resized, len(p.Splits), tc.wantSteps, tc.wantResized, tc.wantSplits)
+			}
+		})
+	}
+}

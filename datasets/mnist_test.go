@@ -6,8 +6,10 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"math"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -252,4 +254,33 @@ func TestLoadMNISTStops(t *testing.T) {
 		t.Errorf("stopped after %v, want within ~50 ms of the cancel", took)
 	}
 	t.Logf("cancelled 50 ms in, returned after %v: %v", took.Round(time.Millisecond), err)
+}
+
+// WriteMNIST's files load back as the sets written, and an empty set
+// round-trips too.
+func TestWriteMNIST(t *testing.T) {
+	train := &MNIST{Images: []float32{0, 1, 128.0 / 255, 3.0 / 255, 1, 0, 0, 0.5}, Labels: []int64{7, 0}, Rows: 2, Cols: 2}
+	test := &MNIST{Rows: 2, Cols: 2}
+	dir := t.TempDir()
+	if err := WriteMNIST(dir, train, test); err != nil {
+		t.Fatal(err)
+	}
+	gotTrain, gotTest, err := LoadMNIST(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := append([]float32(nil), train.Images...)
+	want[7] = 128.0 / 255 // 0.5 rounds to the byte 128
+	for i, v := range gotTrain.Images {
+		if math.Abs(float64(v-want[i])) > 1e-7 {
+			t.Errorf("pixel %d = %v, want %v", i, v, want[i])
+		}
+	}
+	if !slices.Equal(gotTrain.Labels, train.Labels) || gotTest.Len() != 0 || gotTrain.Rows != 2 || gotTrain.Cols != 2 {
+		t.Errorf("loaded %v (%d×%d) and %d test images", gotTrain.Labels, gotTrain.Rows, gotTrain.Cols, gotTest.Len())
+	}
+	train.Labels[0] = 10
+	if err := WriteMNIST(dir, train, test); err == nil {
+		t.Error("label 10: no error")
+	}
 }

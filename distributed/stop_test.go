@@ -172,3 +172,39 @@ func TestNotifyStop(t *testing.T) {
 		t.Errorf("Err = %q", got)
 	}
 }
+
+// TestStopperAfterStep: checkpoints when due, and once more when a signal
+// stops the job between intervals, saying where; without a directory it
+// saves nothing and says so.
+func TestStopperAfterStep(t *testing.T) {
+	for _, tc := range []struct {
+		name, dir string
+		due       bool
+		saves     int
+		want      string
+	}{
+		{"due", "ck", true, 2, "stopped by SIGTERM after step 2; checkpoint saved in ck"},
+		{"between intervals", "ck", false, 1, "stopped by SIGTERM after step 2; checkpoint saved in ck"},
+		{"no directory", "", true, 0, "stopped by SIGTERM after step 2; no checkpoint without -checkpoint-dir"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			s := distributed.NewTestStopper(context.Background(), func(int) {})
+			defer s.Close()
+			saves := 0
+			save := func() error { saves++; return nil }
+			if err := s.AfterStep(context.Background(), nil, 1, tc.dir, tc.due, save); err != nil {
+				t.Fatalf("step 1: %v", err)
+			}
+			s.HandleSignal(syscall.SIGTERM)
+			err := s.AfterStep(context.Background(), nil, 2, tc.dir, tc.due, save)
+			var st *distributed.Stopped
+			if !errors.As(err, &st) || !strings.Contains(err.Error(), tc.want) || saves != tc.saves {
+				t.Errorf("AfterStep: %v after %d saves; want %q after %d", err, saves, tc.want, tc.saves)
+			}
+		})
+	}
+	var s *distributed.Stopper
+	if err := s.AfterStep(context.Background(), nil, 1, "", false, nil); err != nil {
+		t.Errorf("nil Stopper: %v", err)
+	}
+}

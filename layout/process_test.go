@@ -1,18 +1,12 @@
 package layout_test
 
 import (
-	"bytes"
 	"context"
-	"encoding/gob"
-	"os"
-	"path/filepath"
 	"testing"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
-	_ "github.com/cohortml/cohort/distributed/backend/native"
-	"github.com/cohortml/cohort/distributed/rendezvous"
-	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/internal/proctest"
 	"github.com/cohortml/cohort/layout"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/tensor"
@@ -20,14 +14,14 @@ import (
 
 // The equality with one process again, with the ranks as real processes:
 // copies of this test binary started by the launcher, talking over TCP or
-// shared memory. Rank 0 writes its run (losses, norms, gathered gradients
+// shared memory. Every rank writes its run (losses, norms, gathered gradients
 // and parameters, eval loss) to a file; the parent compares it with one
 // process.
 
-const (
-	processCaseEnv = "COHORT_LAYOUT_TEST_PROCESS_CASE"
-	processOutEnv  = "COHORT_LAYOUT_TEST_PROCESS_OUT"
-)
+var processEnv = proctest.Env{Case: "COHORT_LAYOUT_TEST_PROCESS_CASE", Out: "COHORT_LAYOUT_TEST_PROCESS_OUT"}
+
+// processTimeouts allows GPT-mini steps on a loaded machine.
+var processTimeouts = proctest.Timeouts{Launch: 2 * time.Minute, Rank: 90 * time.Second, Op: time.Minute}
 
 type processCase struct {
 	name      string
@@ -51,7 +45,7 @@ type savedRun struct {
 }
 
 func TestProcessEquality(t *testing.T) {
-	if name := os.Getenv(processCaseEnv); name != "" {
+	if name := processEnv.Child(); name != "" {
 		processRank(t, name)
 		return
 	}
@@ -64,29 +58,7 @@ func TestProcessEquality(t *testing.T) {
 			global := max(pc.cfg.DP, 1) * pc.cfg.Batch
 			batches := makeBatches(processSteps, global, processT, models.GPTMini().Vocab)
 			ref := trainReference(t, batches, global, processT)
-			dir := t.TempDir()
-			var out bytes.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			err := launch.Run(ctx, launch.Config{
-				NProcPerNode: world,
-				Program:      os.Args[0],
-				Args:         []string{"-test.run=^TestProcessEquality$", "-test.timeout=2m"},
-				Env:          append(os.Environ(), processCaseEnv+"="+pc.name, processOutEnv+"="+dir),
-				Stdout:       &out,
-				Stderr:       &out,
-			})
-			if err != nil {
-				t.Fatalf("ranks failed: %v\nrank output:\n%s", err, out.String())
-			}
-			b, err := os.ReadFile(filepath.Join(dir, "rank0.gob"))
-			if err != nil {
-				t.Fatalf("rank 0 wrote nothing: %v\nrank output:\n%s", err, out.String())
-			}
-			var s savedRun
-			if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&s); err != nil {
-				t.Fatal(err)
-			}
+			s := proctest.LaunchOf[savedRun](t, processEnv, "TestProcessEquality", pc.name, world, processTimeouts)[0]
 			got := run{losses: s.Losses, norms: s.Norms, eval: s.Eval, grads: map[string]*tensor.Tensor{}, final: map[string]*tensor.Tensor{}}
 			for name, v := range s.Grads {
 				got.grads[name] = tensor.FromSlice(v, s.Shapes[name]...)
@@ -108,40 +80,15 @@ func processRank(t *testing.T, name string) {
 	if pc == nil {
 		t.Fatalf("no process case %q", name)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
-	info, err := rendezvous.FromEnv(os.Getenv)
-	if err != nil {
-		t.Fatal(err)
-	}
-	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: pc.transport, Group: distributed.GroupOptions{Timeout: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
-	global := max(pc.cfg.DP, 1) * pc.cfg.Batch
-	batches := makeBatches(processSteps, global, processT, models.GPTMini().Vocab)
-	r, err := trainLayout(ctx, pg, pc.cfg, batches)
-	if err != nil {
-		t.Fatalf("rank %d: %v", pg.Rank(), err)
-	}
-	if pg.Rank() == 0 {
+	proctest.RankOf(t, processEnv, pc.transport, processTimeouts, func(ctx context.Context, pg distributed.ProcessGroup) (savedRun, error) {
+		global := max(pc.cfg.DP, 1) * pc.cfg.Batch
+		r, err := trainLayout(ctx, pg, pc.cfg, makeBatches(processSteps, global, processT, models.GPTMini().Vocab))
 		s := savedRun{Losses: r.losses, Norms: r.norms, Eval: r.eval, Grads: map[string][]float32{}, Final: map[string][]float32{}, Shapes: map[string][]int{}}
 		for name, g := range r.grads {
 			s.Grads[name] = g.Contiguous().Data()
 			s.Final[name] = r.final[name].Contiguous().Data()
 			s.Shapes[name] = g.Shape()
 		}
-		var buf bytes.Buffer
-		if err := gob.NewEncoder(&buf).Encode(s); err != nil {
-			t.Fatal(err)
-		}
-		if err := os.WriteFile(filepath.Join(os.Getenv(processOutEnv), "rank0.gob"), buf.Bytes(), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	// Leave together: no rank closes its links while another still reads.
-	if err := pg.Barrier(ctx).Wait(); err != nil {
-		t.Fatal(err)
-	}
+		return s, err
+	})
 }

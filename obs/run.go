@@ -56,7 +56,8 @@ type Options struct {
 // FromEnv returns o completed from the environment: RANK, WORLD_SIZE,
 // MASTER_ADDR, COHORT_TOKEN, TORCHELASTIC_RESTART_COUNT, COHORT_DASHBOARD,
 // COHORT_TRACE and COHORT_PROGRESS (off, or bar / lines to force the
-// redrawn bar or plain lines). Fields already set win.
+// redrawn bar or plain lines). Fields already set win; a nil getenv is
+// an empty environment.
 //
 // A process started by mpirun or srun (OMPI_COMM_WORLD_RANK/SIZE,
 // PMI_RANK/SIZE, SLURM_PROCID/SLURM_NTASKS, and no RANK: cohort run and
@@ -67,6 +68,9 @@ type Options struct {
 // stream, or in a log file, cannot be read. COHORT_PROGRESS=bar
 // still forces the bar.
 func FromEnv(getenv func(string) string, o Options) Options {
+	if getenv == nil { // no environment
+		getenv = func(string) string { return "" }
+	}
 	atoi := func(k string) int { n, _ := strconv.Atoi(getenv(k)); return n }
 	if o.WorldSize == 0 {
 		o.Rank, o.WorldSize = atoi("RANK"), max(atoi("WORLD_SIZE"), 1)

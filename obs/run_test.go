@@ -163,3 +163,15 @@ func TestJobKeysReports(t *testing.T) {
 		t.Errorf("the job's own rank 1 was refused: %+v", st.Ranks)
 	}
 }
+
+// A StepTimer splits the step's time into data wait, communication and
+// the rest, and reports the step even on a nil Run.
+func TestStepTimer(t *testing.T) {
+	var r *Run
+	st := r.StartStep()
+	st.Loaded()
+	s := st.Done(Step{Step: 3, Loss: 1.5, Comm: time.Nanosecond})
+	if s.Step != 3 || s.Loss != 1.5 || s.Duration < s.DataWait || s.Compute != s.Duration-s.DataWait-time.Nanosecond {
+		t.Errorf("report %+v: want Duration ≥ DataWait and Compute = Duration − DataWait − Comm", s)
+	}
+}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"testing"
 
@@ -210,5 +211,31 @@ func TestProgrammerErrorsPanic(t *testing.T) {
 		{"lr_bad_group", "optim: Adam.LR: group -1 out of range", func() { opt.LR(-1) }},
 	} {
 		t.Run(tc.name, func(t *testing.T) { expectPanic(t, tc.want, tc.f) })
+	}
+}
+
+// Moments aliases the state StateDict shows, and SetSteps sets every
+// parameter's step, as the string keys of a state dict would.
+func TestAdamMomentsSetSteps(t *testing.T) {
+	p := autograd.NewVar(tensor.FromSlice([]float32{1, -2, 3, 4}, 2, 2), true)
+	p.Grad = tensor.FromSlice([]float32{0.5, 1, -1, 2}, 2, 2)
+	opt, err := optim.NewAdamW([]optim.Group{{Params: []*autograd.Var{p}, LR: 0.1}}, optim.AdamOptions{Beta1: 0.9, Beta2: 0.99, Eps: 1e-8})
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt.Step()
+	m1, m2 := opt.Moments()
+	sd := opt.StateDict()
+	if !slices.Equal(m1[0].Data(), sd.Tensors["state.0.exp_avg"].Data()) || !slices.Equal(m2[0].Data(), sd.Tensors["state.0.exp_avg_sq"].Data()) ||
+		!slices.Equal(m1[0].Shape(), []int{2, 2}) {
+		t.Fatalf("Moments %v %v, state dict %v %v", m1[0].Data(), m2[0].Data(), sd.Tensors["state.0.exp_avg"].Data(), sd.Tensors["state.0.exp_avg_sq"].Data())
+	}
+	m1[0].Data()[0] = 42
+	if got := opt.StateDict().Tensors["state.0.exp_avg"].Data()[0]; got != 42 {
+		t.Errorf("a write through Moments is not in the state: %v", got)
+	}
+	opt.SetSteps(7)
+	if got := opt.StateDict().Scalars["state.0.step"]; got != 7 {
+		t.Errorf("step after SetSteps(7) = %v", got)
 	}
 }

@@ -1,16 +1,14 @@
 package flight
 
 import (
-	"flag"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
 	"time"
-)
 
-var update = flag.Bool("update", false, "rewrite testdata/diagnose.txt")
+	"github.com/cockroachdb/datadriven"
+)
 
 // t0 is the scenarios' clock origin; now is 61 s later.
 var t0 = time.Unix(1_700_000_000, 0)
@@ -40,73 +38,65 @@ func p2p(kind string, peer, tag int, n uint32, st State, s float64) Record {
 	return r
 }
 
-// TestDiagnose runs the scenarios and compares their reports with
-// testdata/diagnose.txt.
+// TestDiagnose runs the scenarios named in the datadriven transcript
+// testdata/diagnose and compares their reports with it (go test -rewrite
+// rewrites it; review the diff):
+//
+//	diagnose
+//	<scenario name>
+//	----
+//	<the report's text>
 func TestDiagnose(t *testing.T) {
 	now := time.Unix(0, at(61))
 	bc := done(1579, "broadcast", 0, 0, 0)
 	bc.Caller = "main.train"
 	ar := run(1580, "allreduce", 0)
 	ar.Caller = "github.com/cohortml/cohort/ddp.(*Model).Backward"
-	cases := []struct {
-		name  string
+	cases := map[string]struct {
 		self  int
 		op    Record
 		snaps []*Snapshot
 	}{
-		{"one rank never entered", 0, ar, []*Snapshot{
+		"one rank never entered": {0, ar, []*Snapshot{
 			snap(0, 61, bc, ar), snap(1, 0.2, bc), snap(2, 61, bc, ar), snap(3, 61, bc, ar)}},
-		{"stale heartbeat of a stopped rank", 0, ar, []*Snapshot{
+		"stale heartbeat of a stopped rank": {0, ar, []*Snapshot{
 			snap(0, 61, bc, ar), snap(1, 0, run(1579, "broadcast", 0)), snap(2, 61, bc, ar)}},
-		{"stopped rank, period known", 0, ar, []*Snapshot{
+		"stopped rank, period known": {0, ar, []*Snapshot{
 			snap(0, 61, bc, ar), {Rank: 1, GroupRank: 1, Taken: at(0.1), Every: int64(time.Second), Records: []Record{bc}}, snap(2, 61, bc, ar)}},
-		{"stopped after hundreds of ops, its counts from its last heartbeat", 0, ar, []*Snapshot{
+		"stopped after hundreds of ops, its counts from its last heartbeat": {0, ar, []*Snapshot{
 			snap(0, 61, bc, ar), {Rank: 1, GroupRank: 1, Taken: at(-0.8), Every: int64(15 * time.Second), Issued: 1579, Finished: 1579, Records: []Record{bc}}, snap(2, 61, bc, ar)}},
-		{"stopped inside the op", 0, ar, []*Snapshot{
+		"stopped inside the op": {0, ar, []*Snapshot{
 			snap(0, 61, bc, ar), {Rank: 1, GroupRank: 1, Taken: at(0.5), Every: int64(time.Second), Records: []Record{bc, ar}}, snap(2, 61, bc, ar)}},
-		{"no heartbeat", 0, ar, []*Snapshot{snap(0, 61, bc, ar), nil, snap(2, 61, bc, ar)}},
-		{"stuck in another op", 1, run(12, "allreduce", 1), []*Snapshot{
+		"no heartbeat": {0, ar, []*Snapshot{snap(0, 61, bc, ar), nil, snap(2, 61, bc, ar)}},
+		"stuck in another op": {1, run(12, "allreduce", 1), []*Snapshot{
 			snap(0, 61, done(11, "barrier", 0, 0, 0.5), run(12, "allreduce", 1)),
 			snap(1, 61, done(11, "barrier", 0, 0, 0.5), run(12, "allreduce", 1)),
 			snap(2, 61, done(11, "barrier", 0, 0, 0.5), p2p("recv", 0, 1, 1, Running, 0.8), Record{Seq: 12, Kind: "allreduce", Peer: -1, State: Queued, Queued: at(0.9)}),
 		}},
-		{"everyone in it", 0, run(7, "allgather", 1), []*Snapshot{
+		"everyone in it": {0, run(7, "allgather", 1), []*Snapshot{
 			snap(0, 61, run(7, "allgather", 1)), snap(1, 61, run(7, "allgather", 2))}},
-		{"recv with no matching send", 1, p2p("recv", 0, 3, 5, Running, 1), []*Snapshot{
+		"recv with no matching send": {1, p2p("recv", 0, 3, 5, Running, 1), []*Snapshot{
 			snap(0, 61, p2p("send", 1, 3, 4, Done, 0.5), done(9, "allreduce", 0.7, 0.7, 0.8)),
 			snap(1, 61, p2p("recv", 0, 3, 4, Done, 0.5), p2p("recv", 0, 3, 5, Running, 1)),
 			snap(2, 61, done(9, "allreduce", 0.7, 0.7, 0.8)),
 		}},
-		{"empty ring", 0, run(1, "barrier", 0), []*Snapshot{snap(0, 61, run(1, "barrier", 0)), snap(1, 61)}},
+		"empty ring": {0, run(1, "barrier", 0), []*Snapshot{snap(0, 61, run(1, "barrier", 0)), snap(1, 61)}},
 	}
-	var out strings.Builder
-	for _, c := range cases {
-		t.Run(c.name, func(t *testing.T) {
-			ranks := make([]int, len(c.snaps))
-			for i := range ranks {
-				ranks[i] = i
-			}
-			d := Diagnose(now, c.op, c.self, c.snaps, ranks)
-			if len(d.Waiting) == 0 && len(d.Absent)+len(d.Queued)+len(d.Unknown) == 0 {
-				t.Errorf("nobody classified: %+v", d)
-			}
-			fmt.Fprintf(&out, "== %s\n%s\n\n", c.name, d.Text)
-		})
-	}
-	path := filepath.Join("testdata", "diagnose.txt")
-	if *update {
-		if err := os.WriteFile(path, []byte(out.String()), 0o644); err != nil {
-			t.Fatal(err)
+	datadriven.RunTest(t, filepath.Join("testdata", "diagnose"), func(t *testing.T, d *datadriven.TestData) string {
+		c, ok := cases[strings.TrimSpace(d.Input)]
+		if d.Cmd != "diagnose" || !ok {
+			d.Fatalf(t, "want diagnose and a scenario's name, got %s %q", d.Cmd, d.Input)
 		}
-		return
-	}
-	want, err := os.ReadFile(path)
-	if err != nil {
-		t.Fatalf("%v (run with -update to create it)", err)
-	}
-	if got := out.String(); got != string(want) {
-		t.Errorf("reports differ from %s (review, then -update):\n%s", path, got)
-	}
+		ranks := make([]int, len(c.snaps))
+		for i := range ranks {
+			ranks[i] = i
+		}
+		r := Diagnose(now, c.op, c.self, c.snaps, ranks)
+		if len(r.Waiting) == 0 && len(r.Absent)+len(r.Queued)+len(r.Unknown) == 0 {
+			t.Errorf("nobody classified: %+v", r)
+		}
+		return r.Text + "\n"
+	})
 }
 
 func TestDiagnoseClassifies(t *testing.T) {

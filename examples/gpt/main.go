@@ -1,21 +1,12 @@
 // Command gpt trains GPT-mini, a byte-level GPT-2 style language model
 // (834,304 parameters), on Isaac Newton's Opticks with the recipe of the
-// PyTorch anchor (gpt_mini.py): AdamW (lr 3e-4, betas 0.9/0.95, eps 1e-8,
-// weight decay 0.1 on every parameter), gradient clipping at norm 1.0,
-// batches of 32 random 64-byte windows per data-parallel replica, constant
-// lr. It prints the training loss as it goes and, as its last line,
-//
-//	val loss: X
-//
-// the mean cross-entropy over every non-overlapping window of the held-out
-// last 10 % of the text. After 300 steps PyTorch reaches 2.4166 (seed 0;
-// 2.411–2.417 across seeds).
-//
-// # Layouts
-//
-// The same program runs alone or as the ranks of a job, on any mix of data
-// (-dp), pipeline (-pp) and tensor (-tp) parallelism, dp·pp·tp = the
-// number of ranks (-dp defaults to ranks/(pp·tp)):
+// PyTorch anchor (gpt_mini.py, package recipe): AdamW (lr 3e-4, betas
+// 0.9/0.95, eps 1e-8, weight decay 0.1 on every parameter), gradient
+// clipping at norm 1.0, batches of 32 random 64-byte windows per
+// data-parallel replica, constant lr. It prints the training loss as it
+// goes and, as its last line, "val loss: X": the mean cross-entropy over
+// every window of the held-out last 10 % of the text. After 300 steps
+// PyTorch reaches 2.4166 (seed 0; 2.411–2.417 across seeds).
 //
 //	go run ./examples/gpt -steps 300
 //	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -steps 300          # dp 2
@@ -23,76 +14,53 @@
 //	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -tp 2 -steps 300    # heads split in 2
 //	go run ./cmd/cohort run --nproc-per-node 4 ./examples/gpt -dp 2 -pp 2 -schedule zb -microbatches 8
 //
-// Pure data parallelism (pp = tp = 1) wraps the model with ddp, whose
-// bucketed gradient all-reduce overlaps the backward pass. Any other
-// layout goes through package layout: the model is cut into -pp pipeline
-// stages run under -schedule (gpipe, 1f1b, interleaved with -virtual
-// stages per rank, or zb), each split over -tp ranks, each -batch cut into
-// -microbatches; -recompute recomputes activations in backward.
+// # Layouts
 //
-// Without pipeline or tensor parallelism, -microbatches N runs each
-// replica's batch as N parts, forward and backward one after another, the
-// gradients accumulating before the one update (gradient accumulation):
-// the same step to float32 rounding, with a part's activations in memory
-// at a time instead of the whole batch's.
+// Any mix of data (-dp), pipeline (-pp) and tensor (-tp) parallelism,
+// dp·pp·tp = the ranks (recipe/parallel): pure data parallelism wraps the
+// model with ddp; any other layout goes through package layout, the model
+// cut into -pp stages run under -schedule (gpipe, 1f1b, interleaved with
+// -virtual stages per rank, or zb), each split over -tp ranks, each
+// -batch cut into -microbatches; -recompute recomputes activations in
+// backward. Without pipeline or tensor parallelism, -microbatches N runs
+// the batch in N parts whose gradients accumulate before the one update.
 //
 // -batch is the number of sequences per data-parallel replica and step,
-// whatever the pipeline and tensor sizes: -pp 2 on 2 ranks trains on the
-// 32 windows a single process trains on, and follows its loss curve to
-// float32 rounding. dp replicas train on dp·batch windows a step: all
-// replicas draw from one identically seeded generator and replica r keeps
-// its slice r of the draw, so dp replicas with -batch 32/dp see exactly
-// the windows of one process with -batch 32:
+// whatever the pipeline and tensor sizes. All replicas draw from one
+// identically seeded generator and replica r keeps slice r of the draw,
+// so dp replicas with -batch 32/dp see exactly the windows of one process
+// with -batch 32.
 //
-//	go run ./cmd/cohort run --nproc-per-node 2 ./examples/gpt -batch 16
-//
-// # Saving and resuming
+// # Saving, resuming, watching, initial weights
 //
 // -save FILE.safetensors writes the final weights with the anchor's
-// PyTorch names (checkpoint.GPTNames), so gpt_mini.py loads them with
-// load_state_dict(safetensors.torch.load_file(FILE)). With -checkpoint-dir
-// DIR the training state (weights, AdamW's moments and step, the position
-// in the window stream) is saved every -checkpoint-every steps, and a run
+// PyTorch names (checkpoint.GPTNames). With -checkpoint-dir DIR the
+// training state (weights, AdamW's moments and step, the data position)
+// is saved whole, by parameter name, every -checkpoint-every steps; a run
 // started again with the same flags resumes from the newest complete
-// checkpoint in DIR and ends exactly as an uninterrupted run would. The
-// state is saved whole, by parameter name, whatever the layout: pipeline
-// and tensor-parallel ranks gather their shards to full tensors, rank 0
-// writes them, and on resume every rank reads the full state and keeps its
-// own shards. So a checkpoint resumes under another -pp, -tp or schedule;
-// -dp, -batch, -seed and the model must stay the same (they fix the data
-// stream).
-//
-// # Watching
-//
-// Rank 0 shows a progress line (step, loss, throughput — counted in
-// tokens — and ETA); COHORT_TRACE=DIR writes each rank's timeline of data,
-// forward+backward and optimizer spans, COHORT_DASHBOARD=host:port serves
-// a live page (package obs).
-//
-// # Data and initial weights
-//
-// The text ships with Go: $(go env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt,
-// or the file named by -data or $OPTICKS. With -init FILE the model starts
-// from weights written by the anchor's `gpt_bench.py --dump-init FILE`,
-// and with the same -seed the run follows PyTorch's loss curve step by
-// step.
+// checkpoint and ends exactly as an uninterrupted run would, under any
+// -pp, -tp or schedule (-dp, -batch, -seed and the model fix the data
+// stream and must stay). Rank 0 shows a progress line; COHORT_TRACE=DIR
+// and COHORT_DASHBOARD=host:port trace and serve the run (package obs).
+// The text is $(go env GOROOT)/src/testdata/Isaac.Newton-Opticks.txt, or
+// -data, or $OPTICKS. -init FILE starts from the weights of the anchor's
+// `gpt_bench.py --dump-init FILE`: with the same -seed the run follows
+// PyTorch's loss curve step by step.
 package main
 
 import (
 	"context"
 	"flag"
 	"fmt"
-	"github.com/cohortml/cohort/device/cudatensor"
 	"io"
-	"log"
 	"os"
 	"slices"
 	"strings"
 
-	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/device/cudatensor"
 	"github.com/cohortml/cohort/distributed"
 	_ "github.com/cohortml/cohort/distributed/backend/all" // the native, MPI and NCCL backends
-	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/layout"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/pipeline"
@@ -108,36 +76,28 @@ type config struct {
 	init      string // weights from gpt_bench.py --dump-init; "" draws them from seed
 	device    string // where to train: "cpu" (or ""), "cuda", "cuda:N"
 	dtype     string // the products' dtype: "fp32" (or "") or "bf16" (recipe.ParseDType)
+	model     models.GPTConfig
 
-	// The layout: dp × pp × tp ranks (0: dp = ranks/(pp·tp), pp = tp =
-	// 1), and the pipeline's schedule ("": 1f1b), microbatches (0: 2·pp),
-	// virtual stages and recomputation.
-	dp, pp, tp   int
-	microbatches int
-	schedule     string
-	virtual      int
-	recompute    bool
+	// The layout: dp × pp × tp ranks (0: dp = ranks/(pp·tp)), the
+	// pipeline's schedule, microbatches (0: 2·pp), virtual stages.
+	dp, pp, tp, microbatches, virtual int
+	schedule                          string
+	recompute                         bool
 
 	save      string // final weights, safetensors with PyTorch names; "" for none
 	ckptDir   string // training-state checkpoints; "" for none
 	ckptEvery int    // steps between checkpoints (and one at the end)
 	ckptKeep  int    // checkpoints kept; 0 keeps all
 
-	model models.GPTConfig // GPT-mini; tests use smaller ones
+	getenv func(string) string  // the environment obs reads (COHORT_PROGRESS, COHORT_TRACE, …); nil: none
+	stop   *distributed.Stopper // ends the run after a step when a signal came; nil never does
 	// record, when set, sees this rank's loss of every step ("train") and
-	// every validation ("val"); tests compare them with PyTorch's.
+	// every validation ("val"): the tests' view of the run.
 	record func(what string, step int, loss float64)
-	// stopAfter, when set, ends the run with errStopped right after that
-	// step (and its checkpoint), as a crash would: tests resume from it.
-	stopAfter int
-	// progress receives rank 0's progress line; nil turns it off.
-	progress io.Writer
-	// stop ends the run after a step when a signal came; nil never does.
-	stop *distributed.Stopper
 }
 
 func main() {
-	c := config{model: models.GPTMini(), progress: os.Stdout}
+	c := config{model: models.GPTMini(), getenv: os.Getenv}
 	flag.IntVar(&c.steps, "steps", 300, "training steps")
 	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.StringVar(&c.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation; float32 weights, gradients and optimizer)")
@@ -159,25 +119,20 @@ func main() {
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
 	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
 	flag.Parse()
-	set := map[string]bool{}
-	flag.Visit(func(f *flag.Flag) { set[f.Name] = true })
-	for _, w := range c.idleFlags(set) {
-		fmt.Fprintf(os.Stderr, "gpt: warning: %s\n", w)
+	if c.ckptDir == "" {
+		flag.Visit(func(f *flag.Flag) {
+			if f.Name == "checkpoint-every" || f.Name == "checkpoint-keep" {
+				fmt.Fprintf(os.Stderr, "gpt: warning: -%s does nothing without -checkpoint-dir\n", f.Name)
+			}
+		})
 	}
 	// Under mpirun/srun, "[rank N] " starts the error line and the
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
-	log.SetPrefix(prefix) // slog's default handler writes through package log
-	// SIGINT or SIGTERM: every rank finishes the step, saves a checkpoint
-	// (-checkpoint-dir) and exits 130 or 143; a second signal exits at once.
-	c.stop = distributed.NotifyStop(context.Background())
-	ctx := c.stop.Context()
-	err := run(ctx, c, os.Stdout)
-	c.stop.Close()
-	if err != nil {
-		fmt.Fprintln(os.Stderr, prefix+"gpt:", err)
-		os.Exit(rendezvous.Fail(ctx, err))
-	}
+	distributed.Main("gpt", prefix, func(ctx context.Context, stop *distributed.Stopper) error {
+		c.stop = stop
+		return run(ctx, c, os.Stdout)
+	})
 }
 
 // run joins the job (the launcher's world, or a world of one) and trains.
@@ -196,18 +151,6 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	return train(ctx, c, pg, out)
 }
 
-// idleFlags names the flags set on the command line (set) that do
-// nothing with the others given.
-func (c config) idleFlags(set map[string]bool) []string {
-	var idle []string
-	for _, f := range []string{"checkpoint-every", "checkpoint-keep"} {
-		if set[f] && c.ckptDir == "" {
-			idle = append(idle, "-"+f+" does nothing without -checkpoint-dir")
-		}
-	}
-	return idle
-}
-
 func (c config) validate() error {
 	if c.steps < 1 || c.batch < 1 || c.evalEvery < 0 || c.logEvery < 1 {
 		return fmt.Errorf("-steps %d, -batch %d, -eval-every %d, -log-every %d: want steps, batch and log-every ≥ 1, eval-every ≥ 0",
@@ -223,63 +166,42 @@ func (c config) validate() error {
 	return nil
 }
 
-// layout completes the layout for a world of ranks: pipeline and tensor
-// sizes 1 when unset, the data-parallel size, the schedule and the number
-// of microbatches.
-func (c config) layout(world int) (config, error) {
-	c.pp, c.tp = max(c.pp, 1), max(c.tp, 1)
-	if c.schedule == "" {
-		c.schedule = "1f1b"
+// layout completes the flags' layout for a world of ranks; package layout
+// checks the rest of a staged one when it builds it.
+func (c config) layout(world int) (layout.Config, error) {
+	l := layout.Config{DP: c.dp, PP: max(c.pp, 1), TP: max(c.tp, 1), Microbatches: c.microbatches, Schedule: c.schedule,
+		Virtual: c.virtual, Recompute: c.recompute, Batch: c.batch, SeqLen: c.model.Ctx}
+	if l.Schedule == "" {
+		l.Schedule = "1f1b"
 	}
-	if world%(c.pp*c.tp) != 0 {
-		return c, fmt.Errorf("-pp %d × -tp %d does not divide the %d ranks", c.pp, c.tp, world)
+	if world%(l.PP*l.TP) != 0 {
+		return l, fmt.Errorf("-pp %d × -tp %d does not divide the %d ranks", l.PP, l.TP, world)
 	}
-	if c.dp == 0 {
-		c.dp = world / (c.pp * c.tp)
+	if l.DP == 0 {
+		l.DP = world / (l.PP * l.TP)
 	}
-	if c.dp*c.pp*c.tp != world {
-		return c, fmt.Errorf("-dp %d × -pp %d × -tp %d = %d ranks, but the job has %d", c.dp, c.pp, c.tp, c.dp*c.pp*c.tp, world)
+	if n := l.DP * l.PP * l.TP; n != world {
+		return l, fmt.Errorf("-dp %d × -pp %d × -tp %d = %d ranks, but the job has %d", l.DP, l.PP, l.TP, n, world)
 	}
-	if c.microbatches == 0 {
-		c.microbatches = 1
-		if c.pp > 1 {
-			c.microbatches = 2 * c.pp
-		}
+	if l.Microbatches == 0 && l.PP > 1 {
+		l.Microbatches = 2 * l.PP
+	} else if l.Microbatches == 0 {
+		l.Microbatches = 1
 	}
-	// Flags for a pipeline do nothing without one: the user should hear
-	// it rather than find out (-dp 2 -tp 2 -schedule zb ran with pp 1).
-	if !slices.Contains(pipeline.Names(), c.schedule) {
-		return c, fmt.Errorf("-schedule %q: unknown (have %s)", c.schedule, strings.Join(pipeline.Names(), ", "))
+	// Flags for a pipeline do nothing without one: say so (-dp 2 -tp 2
+	// -schedule zb once ran with pp 1).
+	if !slices.Contains(pipeline.Names(), l.Schedule) {
+		return l, fmt.Errorf("-schedule %q: unknown (have %s)", l.Schedule, strings.Join(pipeline.Names(), ", "))
 	}
-	if c.pp == 1 {
-		switch {
-		case c.schedule != "1f1b":
-			return c, fmt.Errorf("-schedule %s needs pipeline stages (-pp 2 or more); this layout (dp %d × tp %d) has none", c.schedule, c.dp, c.tp)
-		case c.virtual != 0:
-			return c, fmt.Errorf("-virtual %d needs pipeline stages (-pp 2 or more and -schedule interleaved); this layout (dp %d × tp %d) has none", c.virtual, c.dp, c.tp)
-		}
+	switch {
+	case l.PP == 1 && l.Schedule != "1f1b":
+		return l, fmt.Errorf("-schedule %s needs pipeline stages (-pp 2 or more); this layout (dp %d × tp %d) has none", l.Schedule, l.DP, l.TP)
+	case l.PP == 1 && l.Virtual != 0:
+		return l, fmt.Errorf("-virtual %d needs pipeline stages (-pp 2 or more and -schedule interleaved); this layout (dp %d × tp %d) has none", l.Virtual, l.DP, l.TP)
+	case l.PP == 1 && l.TP == 1 && l.Batch%l.Microbatches != 0:
+		return l, fmt.Errorf("-microbatches %d do not divide a batch of %d sequences per data-parallel replica", l.Microbatches, l.Batch)
+	case l.PP == 1 && l.TP == 1 && l.Recompute:
+		return l, fmt.Errorf("-recompute needs pipeline or tensor parallelism (-pp or -tp 2 or more); this layout has neither")
 	}
-	if c.pp == 1 && c.tp == 1 { // package layout checks the other layouts
-		if c.batch%c.microbatches != 0 {
-			return c, fmt.Errorf("-microbatches %d do not divide a batch of %d sequences per data-parallel replica", c.microbatches, c.batch)
-		}
-		if c.recompute {
-			return c, fmt.Errorf("-recompute needs pipeline or tensor parallelism (-pp or -tp 2 or more); this layout has neither")
-		}
-	}
-	return c, nil
-}
-
-// loadCorpus reads the text at path, or when path is "" the Opticks that
-// datasets.OpticksPath finds ($OPTICKS, else the Go installation's), split
-// 90/10 into windows of context bytes.
-func loadCorpus(ctx context.Context, path string, context int) (*datasets.ByteCorpus, error) {
-	if path == "" {
-		p, err := datasets.OpticksPath(ctx)
-		if err != nil {
-			return nil, fmt.Errorf("%w (name a text with -data or $OPTICKS)", err)
-		}
-		path = p
-	}
-	return datasets.LoadByteCorpus(path, context)
+	return l, nil
 }

@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -371,44 +370,6 @@ func TestRunRejectsBadFlags(t *testing.T) {
 			err := run(context.Background(), c, &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("run: %v, want an error mentioning %q", err, tc.want)
-			}
-		})
-	}
-}
-
-// TestLoadInitErrors checks that a manifest that does not fit the model or
-// the data file is an error naming the problem.
-func TestLoadInitErrors(t *testing.T) {
-	dir := t.TempDir()
-	write := func(name string, numel int, tensors string) string {
-		p := filepath.Join(dir, name)
-		if err := os.WriteFile(p, make([]byte, 4*numel), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		man := fmt.Sprintf(`{"numel": %d, "tensors": [%s]}`, numel, tensors)
-		if err := os.WriteFile(p+".json", []byte(man), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		return p
-	}
-	short := write("short.bin", 10, `{"name": "wte", "shape": [4, 4], "offset": 0}`)
-	if err := os.WriteFile(short, make([]byte, 8), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	for _, tc := range []struct {
-		name, path, want string
-	}{
-		{"size", short, "has 8 bytes"},
-		{"outside", write("out.bin", 10, `{"name": "wte", "shape": [4, 4], "offset": 0}`), `tensor "wte"`},
-		{"missing keys", write("few.bin", 16, `{"name": "wte", "shape": [4, 4], "offset": 0}`), "missing key"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			m, err := models.NewGPT(rand.New(rand.NewPCG(1, 0)), tiny)
-			if err == nil {
-				err = loadInit(m, tc.path)
-			}
-			if err == nil || !strings.Contains(err.Error(), tc.want) {
-				t.Errorf("loadInit: %v, want an error mentioning %q", err, tc.want)
 			}
 		})
 	}

@@ -51,7 +51,7 @@ func TestTrainOnFakeDevice(t *testing.T) {
 	for _, model := range []string{"mlp", "cnn"} {
 		t.Run(model, func(t *testing.T) {
 			var out strings.Builder
-			c := config{model: model, epochs: 1, batch: 8, lr: 0.05, device: fakebackend.Kind, sets: &sets}
+			c := config{model: model, epochs: 1, batch: 8, lr: 0.05, device: fakebackend.Kind, dir: mnistData(t, sets[0], sets[1])}
 			before := fakebackend.Stats()
 			if err := run(context.Background(), c, &out); err != nil {
 				t.Fatal(err)

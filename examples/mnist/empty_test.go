@@ -25,7 +25,7 @@ func TestEmptySetsAreErrors(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			c := config{model: "mlp", epochs: 1, batch: 2, lr: 0.05, seed: 1}
-			c.sets = &[2]*datasets.MNIST{tc.train, tc.test}
+			c.dir = mnistData(t, tc.train, tc.test)
 			err := run(context.Background(), c, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("got %v, want an error saying %q", err, tc.want)

@@ -6,19 +6,22 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/cohortml/cohort/datasets"
+	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/obs/trace"
+	"github.com/cohortml/cohort/recipe"
 )
 
 // mlpGradBytes is the MLP's gradient size: 784·1024+1024 + 1024·1024+1024
@@ -27,36 +30,60 @@ const mlpGradBytes = 4 * (784*1024 + 1024 + 1024*1024 + 1024 + 1024*10 + 10)
 
 // TestObservedRun trains 2 ranks in this process with COHORT_TRACE set and
 // checks what a watcher sees: rank 0 alone prints progress lines (plain,
-// since its output is not a terminal) ending at the last step; every
-// step's report splits its time exactly into data wait, exposed
-// communication and compute and counts the gradient bytes; and each rank
-// writes a valid trace with one span per step for the batch, forward,
+// since its output is not a terminal) ending at the last step, and each
+// rank writes a valid trace with one span per step for the batch, forward,
 // backward, optimizer, the wait for gradients and each bucket's
 // all-reduce.
+// TestStepReports runs the program's epoch loop on 2 ranks: every step's
+// report splits its time exactly into data wait, exposed communication and
+// compute, and counts the gradient bytes all-reduced.
+func TestStepReports(t *testing.T) {
+	trainSet, _ := mnistOrSkip(t)
+	const world, steps = 2, 4
+	reports := make([][]obs.Step, world)
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := context.Background()
+		m, err := ddp.Wrap(ctx, models.MLP(rand.New(rand.NewPCG(1, 0))), pg, ddp.Options{GradientAsBucketView: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer m.Close()
+		opt, err := recipe.NewSGD(nn.Parameters(m), 0.05)
+		if err != nil {
+			t.Fatal(err)
+		}
+		order := rand.New(rand.NewPCG(2, uint64(pg.Rank()))).Perm(trainSet.Len())[:steps*32]
+		w := watch{seen: func(s obs.Step) { reports[pg.Rank()] = append(reports[pg.Rank()], s) }}
+		if _, err := trainEpoch(ctx, m, opt, nil, trainSet, order, 32, []int{784}, w, nil); err != nil {
+			t.Fatal(err)
+		}
+	})
+	for r, rs := range reports {
+		if len(rs) != steps {
+			t.Fatalf("rank %d: %d step reports, want %d", r, len(rs), steps)
+		}
+		for i, s := range rs {
+			if s.Step != i || s.Epoch != 1 || s.Samples != 32 || s.Bytes != mlpGradBytes || math.IsNaN(s.Loss) || s.Loss <= 0 {
+				t.Errorf("rank %d report %d: %+v", r, i, s)
+			}
+			if s.DataWait <= 0 || s.Comm < 0 || s.Compute <= 0 || s.DataWait+s.Comm+s.Compute != s.Duration {
+				t.Errorf("rank %d step %d: data %v + comm %v + compute %v != step %v", r, i, s.DataWait, s.Comm, s.Compute, s.Duration)
+			}
+		}
+	}
+}
+
 func TestObservedRun(t *testing.T) {
-	if testing.Short() {
-		t.Skip("loads MNIST and trains")
-	}
-	trainSet, testSet, err := datasets.LoadMNIST("")
-	if err != nil {
-		t.Skipf("MNIST not available: %v", err)
-	}
+	trainSet, testSet := mnistOrSkip(t)
 	const world, steps = 2, 4 // 256 samples, 128 per rank in batches of 32
 	dir := t.TempDir()
-	var mu sync.Mutex
-	reports := make([][]obs.Step, world)
-	c := config{model: "mlp", epochs: 1, batch: 32, lr: 0.05, seed: 3, limit: 256, testLimit: 50,
-		sets: &[2]*datasets.MNIST{trainSet, testSet},
+	c := config{model: "mlp", epochs: 1, batch: 32, lr: 0.05, seed: 3, limit: 256,
+		dir: mnistData(t, subset(trainSet, 256), subset(testSet, 50)),
 		getenv: func(k string) string {
 			if k == "COHORT_TRACE" {
 				return dir
 			}
 			return ""
-		},
-		stepSeen: func(rank int, s obs.Step) {
-			mu.Lock()
-			reports[rank] = append(reports[rank], s)
-			mu.Unlock()
 		}}
 	outs, errs := make([]strings.Builder, world), make([]error, world)
 	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
@@ -74,19 +101,6 @@ func TestObservedRun(t *testing.T) {
 	}
 	if strings.Contains(outs[1].String(), "step 1/") {
 		t.Errorf("rank 1 printed progress:\n%s", outs[1].String())
-	}
-	for r, rs := range reports {
-		if len(rs) != steps {
-			t.Fatalf("rank %d: %d step reports, want %d", r, len(rs), steps)
-		}
-		for i, s := range rs {
-			if s.Step != i || s.Epoch != 1 || s.Samples != 32 || s.Bytes != mlpGradBytes || math.IsNaN(s.Loss) || s.Loss <= 0 {
-				t.Errorf("rank %d report %d: %+v", r, i, s)
-			}
-			if s.DataWait <= 0 || s.Comm < 0 || s.Compute <= 0 || s.DataWait+s.Comm+s.Compute != s.Duration {
-				t.Errorf("rank %d step %d: data %v + comm %v + compute %v != step %v", r, i, s.DataWait, s.Comm, s.Compute, s.Duration)
-			}
-		}
 	}
 	for r := range world {
 		f, err := os.Open(filepath.Join(dir, trace.FileName(r)))

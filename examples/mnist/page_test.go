@@ -23,7 +23,7 @@ import (
 // copies it there too), and then stops the job. It runs with
 // COHORT_LONG_TESTS=1 and skips without a Chromium binary.
 func TestRunPageInChromium(t *testing.T) {
-	cfg := config{model: "mlp", epochs: 50, batch: 32, lr: 0.05, seed: 3, limit: 640, testLimit: 10}
+	cfg := config{model: "mlp", epochs: 50, batch: 32, lr: 0.05, seed: 3, limit: 640}
 	if os.Getenv(workerEnv) != "" {
 		if err := run(context.Background(), cfg, os.Stdout); err != nil {
 			t.Fatal(err)

@@ -5,38 +5,27 @@ import (
 	"fmt"
 	"iter"
 	"slices"
-	"time"
 
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
-	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"
-	"github.com/cohortml/cohort/obs/trace"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/recipe"
 	"github.com/cohortml/cohort/tensor"
 )
 
 // watch is where trainEpoch reports its steps: the run being observed
-// (progress bar, run page, trace; nil: nowhere) and where the epoch sits in
-// the job.
+// (nil: nowhere), the epoch (0-based), the steps done before it, and seen.
 type watch struct {
-	run   *obs.Run
-	epoch int            // 0-based
-	step  int            // steps done before this epoch
-	seen  func(obs.Step) // tests: called with each step's report too
+	run         *obs.Run
+	epoch, step int
+	seen        func(obs.Step)
 }
 
 // trainEpoch runs one synchronised SGD step per batch of order and returns
-// this rank's mean loss. afterStep, when not nil, runs after every step
-// with the batch's sample indices (checkpoints); its error ends the epoch.
-//
-// Each step is traced (when w.run traces) as spans on obs/trace's tracks:
-// "batch" on data, the recipe's "forward", "backward" and "optimizer" on
-// compute, and, from ddp's Options.Span, each bucket's all-reduce on comm.
-// It is then reported to w.run with its time split into data wait, exposed
-// communication (ddp.Stats.Exposed, what the all-reduce added to the step)
-// and compute (the rest).
+// this rank's mean loss; afterStep, when not nil, runs after every step
+// with the batch's samples, and its error ends the epoch. Each step is
+// traced and reported (obs.StepTimer) with the all-reduce time it exposed.
 func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *optim.Scheduler, ds *datasets.MNIST, order []int, batch int, shape []int, w watch, afterStep func(idx []int) error) (float64, error) {
 	loader, err := recipe.MNISTLoader(ds, order, batch)
 	if err != nil {
@@ -44,36 +33,29 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 	}
 	next, stop := iter.Pull2(loader.Batches(ctx))
 	defer stop()
-	tr, dev := w.run.Tracer(), recipe.DeviceOf(m)
+	dev := recipe.DeviceOf(m)
 	var sum float64
 	steps := 0
 	for range (len(order) + batch - 1) / batch {
-		t0 := time.Now()
-		stepSpan := tr.Begin(trace.Step, "step")
-		sp := tr.Begin(trace.Data, "batch")
+		timer := w.run.StartStep()
 		b, err, ok := next()
-		sp.End()
+		timer.Loaded()
 		if !ok {
 			return 0, fmt.Errorf("loader ended after %d of %d samples", steps*batch, len(order))
 		}
 		if err != nil {
 			return 0, err
 		}
-		dataWait := time.Since(t0)
 		before := m.Stats()
-		loss, err := recipe.ClassifierStep(ctx, m, opt, sched, recipe.Input(b, shape, dev), b.Labels, tr)
+		loss, err := recipe.ClassifierStep(ctx, m, opt, sched, recipe.Input(b, shape, dev), b.Labels, w.run.Tracer())
 		if err != nil {
 			return 0, err
 		}
 		l := float64(loss.Value.To(tensor.CPU).Item())
 		sum += l
-		stepSpan.End()
-
-		d, after := time.Since(t0), m.Stats()
-		exposed := after.Exposed - before.Exposed
-		rep := obs.Step{Step: w.step + steps, Epoch: w.epoch + 1, Loss: l, Samples: b.Size(),
-			Duration: d, DataWait: dataWait, Comm: exposed, Compute: d - dataWait - exposed, Bytes: after.Bytes - before.Bytes}
-		w.run.Step(rep)
+		after := m.Stats()
+		rep := timer.Done(obs.Step{Step: w.step + steps, Epoch: w.epoch + 1, Loss: l, Samples: b.Size(),
+			Comm: after.Exposed - before.Exposed, Bytes: after.Bytes - before.Bytes})
 		if w.seen != nil {
 			w.seen(rep)
 		}
@@ -85,11 +67,6 @@ func trainEpoch(ctx context.Context, m *ddp.Model, opt optim.Optimizer, sched *o
 		}
 	}
 	return sum / float64(max(steps, 1)), nil
-}
-
-// evaluate returns the fraction of ds the model classifies correctly.
-func evaluate(model nn.Layer, ds *datasets.MNIST, shape []int) (float64, error) {
-	return recipe.Accuracy(model, ds, shape)
 }
 
 // subset returns the first n samples of ds (sharing its storage).

@@ -28,20 +28,42 @@ type Env struct{ Case, Out string }
 // test).
 func (e Env) Child() string { return os.Getenv(e.Case) }
 
+// Timeouts bounds a case: the whole launch, a rank's run, and each
+// collective of its process group.
+type Timeouts struct{ Launch, Rank, Op time.Duration }
+
+// Short is the default Timeouts: 1 minute, 45 s, 30 s.
+var Short = Timeouts{Launch: time.Minute, Rank: 45 * time.Second, Op: 30 * time.Second}
+
 // Launch runs world copies of this test binary restricted to the test
 // named test (a top-level Test function), with e.Case set to name, and
-// returns every rank's parameters in rank order. It fails t with the
-// ranks' output if a rank fails or writes nothing.
+// returns every rank's parameters in rank order (see LaunchOf).
 func (e Env) Launch(t *testing.T, test, name string, world int) [][][]float32 {
+	t.Helper()
+	return LaunchOf[[][]float32](t, e, test, name, world, Short)
+}
+
+// Rank is the body of one rank process (see RankOf) whose train returns
+// its parameters.
+func (e Env) Rank(t *testing.T, transport string, train func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error)) {
+	t.Helper()
+	RankOf(t, e, transport, Short, train)
+}
+
+// LaunchOf runs world copies of this test binary restricted to the test
+// named test, with e.Case set to name, and returns what every rank's
+// RankOf wrote, in rank order. It fails t with the ranks' output if a
+// rank fails or writes nothing.
+func LaunchOf[T any](t *testing.T, e Env, test, name string, world int, to Timeouts) []T {
 	t.Helper()
 	dir := t.TempDir()
 	var out bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	ctx, cancel := context.WithTimeout(context.Background(), to.Launch)
 	defer cancel()
 	err := launch.Run(ctx, launch.Config{
 		NProcPerNode: world,
 		Program:      os.Args[0],
-		Args:         []string{"-test.run=^" + test + "$", "-test.timeout=1m"},
+		Args:         []string{"-test.run=^" + test + "$", "-test.timeout=" + to.Launch.String()},
 		Env:          append(os.Environ(), e.Case+"="+name, e.Out+"="+dir),
 		Stdout:       &out,
 		Stderr:       &out,
@@ -49,42 +71,42 @@ func (e Env) Launch(t *testing.T, test, name string, world int) [][][]float32 {
 	if err != nil {
 		t.Fatalf("ranks failed: %v\nrank output:\n%s", err, out.String())
 	}
-	got := make([][][]float32, world)
+	got := make([]T, world)
 	for r := range got {
 		b, err := os.ReadFile(filepath.Join(dir, fmt.Sprintf("rank%d.gob", r)))
 		if err != nil {
-			t.Fatalf("rank %d wrote no parameters: %v\nrank output:\n%s", r, err, out.String())
+			t.Fatalf("rank %d wrote nothing: %v\nrank output:\n%s", r, err, out.String())
 		}
 		if err := gob.NewDecoder(bytes.NewReader(b)).Decode(&got[r]); err != nil {
-			t.Fatalf("rank %d's parameters: %v", r, err)
+			t.Fatalf("rank %d's result: %v", r, err)
 		}
 	}
 	return got
 }
 
-// Rank is the body of one rank process: it joins the job's process group
-// over transport, runs train and writes the parameters it returns for
-// the parent, then waits for every rank (no rank closes its links while
+// RankOf is the body of one rank process: it joins the job's process
+// group over transport, runs train and writes what it returns for the
+// parent (gob), then waits for every rank (no rank closes its links while
 // another still reads).
-func (e Env) Rank(t *testing.T, transport string, train func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error)) {
+func RankOf[T any](t *testing.T, e Env, transport string, to Timeouts, train func(ctx context.Context, pg distributed.ProcessGroup) (T, error)) {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 45*time.Second)
+	ctx, cancel := context.WithTimeout(context.Background(), to.Rank)
 	defer cancel()
 	info, err := rendezvous.FromEnv(os.Getenv)
 	if err != nil {
 		t.Fatal(err)
 	}
-	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: transport, Group: distributed.GroupOptions{Timeout: 30 * time.Second}})
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{Transport: transport, Group: distributed.GroupOptions{Timeout: to.Op}})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer pg.Close()
-	params, err := train(ctx, pg)
+	v, err := train(ctx, pg)
 	if err != nil {
 		t.Fatalf("rank %d: %v", pg.Rank(), err)
 	}
 	var buf bytes.Buffer
-	if err := gob.NewEncoder(&buf).Encode(params); err != nil {
+	if err := gob.NewEncoder(&buf).Encode(v); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(os.Getenv(e.Out), fmt.Sprintf("rank%d.gob", pg.Rank())), buf.Bytes(), 0o644); err != nil {

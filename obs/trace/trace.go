@@ -227,3 +227,13 @@ func (t *Tracer) Close() error {
 	}
 	return nil
 }
+
+// SpanFunc returns t's Begin as a function that opens a span and returns
+// its End: the shape of hooks such as ddp.Options.Span. It is nil for a
+// nil Tracer, so a hook left nil costs nothing.
+func (t *Tracer) SpanFunc() func(track, name string) (end func()) {
+	if t == nil {
+		return nil
+	}
+	return func(track, name string) func() { return t.Begin(track, name).End }
+}

@@ -343,8 +343,11 @@ const shmSpinLong = 10 * time.Millisecond
 // connectShm) polls before it sleeps on the ring's futex: shmSpinLong
 // while the Go threads of this host's ranks (gomaxprocs each, taken to be
 // the same on every rank) fit its CPUs and this process's fit the CPUs it
-// may use (mine, its affinity; numCPU when unknown), and shmSpin
-// otherwise. In the first case a polling thread holds a CPU that nothing
+// may use (mine, its affinity; numCPU when unknown); 0, the transport's
+// own choice from what waiting costs on this machine, when the ranks
+// outnumber the CPUs (it then polls yielding the CPU, for a time set by
+// the measured futex wake-up, or not at all; see shm.Options.Spin); and
+// shmSpin otherwise. In the first case a polling thread holds a CPU that nothing
 // else of this job wants: polling through a wait of milliseconds, such as
 // a pipeline stage's for its neighbour's activation, spares the sender
 // the futex wake-up and the receiver its sleep. A GPT-mini stage on one
@@ -357,8 +360,11 @@ func shmSpinFor(localRanks, hostCPUs, gomaxprocs int, mine []int, numCPU int) ti
 	if cpus == 0 {
 		cpus = numCPU
 	}
-	if localRanks*gomaxprocs <= hostCPUs && gomaxprocs <= cpus {
+	switch {
+	case localRanks*gomaxprocs <= hostCPUs && gomaxprocs <= cpus:
 		return shmSpinLong
+	case localRanks > hostCPUs:
+		return 0
 	}
 	return shmSpin
 }

@@ -87,11 +87,13 @@ func ringFIFO(fd int) {
 	}
 }
 
-// sleep waits until a byte arrives, at most d, and drains the FIFO.
-func (b *bell) sleep(d time.Duration) {
+// sleep waits until a byte arrives, at most d, and drains the FIFO. It
+// reports whether a byte came.
+func (b *bell) sleep(d time.Duration) bool {
 	var buf [64]byte
 	b.r.SetReadDeadline(time.Now().Add(d))
-	b.r.Read(buf[:])
+	n, _ := b.r.Read(buf[:])
+	return n > 0
 }
 
 // unlink removes the FIFO's name (peers that opened it keep their

@@ -3,8 +3,9 @@
 //
 // Each rank owns a segment, a file in a tmpfs directory (/dev/shm by
 // default) that every peer maps: one single-producer single-consumer ring
-// per sending peer, plus a doorbell. Setup touches every page of the rings
-// (MADV_POPULATE_WRITE), so no message pays a page fault. A sender copies
+// per sending peer, plus a doorbell. Setup maps every page of the rings
+// (MADV_POPULATE_WRITE) and reads it through each mapping, so no message
+// pays a page fault, nor a hypervisor's first-access cost (see prefault). A sender copies
 // a message into its ring of the receiver's segment. Send thus never waits
 // for the matching Recv, only (briefly) for ring space.
 //
@@ -16,13 +17,24 @@
 // they lie in the ring, so that a reduced message is never copied out.
 // Records for other tags it
 // meets on the way go to a per-peer queue (package demux) where their
-// receivers find them. It first polls for a while (Options.Spin),
+// receivers find them. How it waits is chosen from what waiting costs on
+// the machine, measured, not assumed (wait.go; Transport.Wait reports the
+// plan and its figures, COHORT_SHM_WAIT_LOG=1 prints them): every futex
+// wake-up a sender causes is timed (the sender stamps the ring with the
+// monotonic clock as it rings), a sched_yield is timed once per process,
+// and the ranks sharing memory are counted against their CPUs. It first
+// polls, for a multiple of the observed wake-up (Options.Spin overrides),
 // yielding to the Go scheduler now and then; with more ranks than CPUs it
-// also yields the CPU between polls (sched_yield), unless a recent yield
-// handed the CPU to another busy process for a whole time slice (then it
-// polls not at all for a while; see yield.go). Then it sleeps on a futex
-// word of the ring (FUTEX_WAIT, shared, not private), which senders ring
-// once per sleep, and only while someone sleeps there. A receive that finds a message for
+// also yields the CPU between polls (sched_yield), and sleeps at once
+// when yields take whole time slices, a sign of outside load: the fastest
+// one timed at Listen, or a recent one (see yield.go). Then it sleeps on a futex word of the ring
+// (FUTEX_WAIT, shared, not private), which senders ring once per sleep,
+// and only while someone sleeps there; its first sleeps of a wait, up to
+// a few wake-ups' worth, through a raw system call that keeps the
+// thread's P, sparing the Go runtime's P hand-off and the 20 µs sysmon
+// ticks that follow one. COHORT_SHM_WAKE_DELAY=20us adds that much to
+// every woken sleep, so that a machine with fast wake-ups reproduces a
+// slow-waking one (and the plan adapts to it). A receive that finds a message for
 // its tag already queued, or waits long (directWait), posts itself to the
 // queue instead, and the rank's progress goroutine, asleep on the segment's
 // doorbell futex, delivers: senders ring the doorbell only for the tags

@@ -15,11 +15,24 @@ const (
 )
 
 // futexSleep blocks while *addr == val, at most d, or until woken. Spurious
-// returns are allowed; callers re-check their condition.
-func futexSleep(addr *uint32, val uint32, d time.Duration) {
+// returns are allowed; callers re-check their condition. It reports
+// whether the thread slept and was woken (not timed out, not refused
+// because *addr had changed already).
+func futexSleep(addr *uint32, val uint32, d time.Duration) bool {
 	ts := unix.NsecToTimespec(int64(d))
-	unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
+	_, _, errno := unix.Syscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
 		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return errno == 0
+}
+
+// futexSleepRaw is futexSleep through a raw system call: the Go runtime
+// does not know the thread sleeps, so its P stays with it (see
+// peer.sleepOnRing).
+func futexSleepRaw(addr *uint32, val uint32, d time.Duration) bool {
+	ts := unix.NsecToTimespec(int64(d))
+	_, _, errno := unix.RawSyscall6(unix.SYS_FUTEX, uintptr(unsafe.Pointer(addr)), futexWait, uintptr(val),
+		uintptr(unsafe.Pointer(&ts)), 0, 0)
+	return errno == 0
 }
 
 // futexWakeAll wakes every waiter on addr.

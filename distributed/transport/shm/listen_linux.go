@@ -212,6 +212,7 @@ func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport,
 			readerDone:   make(chan struct{}),
 		}
 	}
+	t.chooseWaitNow()
 	ok = true
 	for _, p := range t.peers {
 		if p != nil {

@@ -34,14 +34,16 @@ type Options struct {
 	// longer one is a protocol error. 0 means 64 GiB.
 	MaxMessageBytes int64
 	// Spin is how long a receiver polls the rings itself, and a sender
-	// waits for ring space, before sleeping. 0 means 200 µs when the ranks
-	// sharing memory (this one and its peers) fit their CPUs (Options.CPUs),
-	// and 50 µs otherwise. With more
-	// ranks than CPUs a polling rank would hold a CPU its peer needs to
-	// send, so it yields the CPU (sched_yield) between polls, and polls
-	// not at all for a while after a yield that handed the CPU to some
-	// other busy process for a time slice (see yield.go). Negative means
-	// never.
+	// waits for ring space, before sleeping. 0 means a time chosen from
+	// what waiting costs on this machine (see wait.go and Transport.Wait):
+	// a multiple of the observed futex wake-up while the ranks sharing
+	// memory (this one and its peers) fit their CPUs (Options.CPUs); with
+	// more ranks than CPUs, polling while yielding the CPU (sched_yield)
+	// between polls when a yield is much cheaper than a wake-up, or no
+	// polling at all when it is not. With more ranks than CPUs a waiter
+	// also polls not at all for a while after a yield that handed the CPU
+	// to some other busy process for a time slice (see yield.go).
+	// Negative means never.
 	Spin time.Duration
 	// RendezvousBytes: messages at least this long go by single copy,
 	// straight from the sender's memory into the receiver's buffer, when
@@ -74,9 +76,12 @@ type Options struct {
 	// this process's.
 	CPUs int
 
-	// yield: the ranks outnumber the CPUs, and waiters yield the CPU
+	// yield: the ranks outnumber the CPUs, and waiters may yield the CPU
 	// between polls (set by withDefaults; tests may force it).
 	yield bool
+	// ranks and cpus: the ranks sharing memory and their CPUs (set by
+	// withDefaults), for the wait plan.
+	ranks, cpus int
 	// noBell: the progress goroutine sleeps on the doorbell futex, not on
 	// a FIFO (see bell_linux.go; tests of the fallback).
 	noBell bool
@@ -127,12 +132,7 @@ func (o Options) withDefaults(ranks int) Options {
 		cpus = runtime.NumCPU()
 	}
 	o.yield = o.yield || ranks > cpus
-	if o.Spin == 0 {
-		o.Spin = 200 * time.Microsecond
-		if o.yield {
-			o.Spin = 50 * time.Microsecond
-		}
-	}
+	o.ranks, o.cpus = ranks, cpus
 	if o.RendezvousBytes == 0 {
 		o.RendezvousBytes = 2 << 20
 	}

@@ -51,6 +51,8 @@ type Transport struct {
 	pollerDone chan struct{}
 	epoch      time.Time // mono's zero
 	gate       yieldGate // whether waiters may yield the CPU (Options.yield)
+	wakes      wakeEstimate
+	waiting    atomic.Pointer[waitState] // how waiters wait (wait.go); set before use
 	// mapped is read-held by receivers while they touch the mappings;
 	// Close write-locks it for good before unmapping.
 	mapped sync.RWMutex
@@ -309,7 +311,7 @@ const (
 // outside load, and closing the gate then would leave the small
 // operations after a large one sleeping on the futex for seconds.
 func (t *Transport) pause(i int, n uint64) {
-	if !t.opts.yield {
+	if !t.opts.yield || !t.plan().Yield {
 		if i%spinGosched == spinGosched-1 { // callers pause between checks, never at i%spinCheck == 0
 			runtime.Gosched()
 		}
@@ -354,6 +356,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 	defer t.mapped.RUnlock()
 	r := &p.in
 	var spinUntil, waitUntil time.Time
+	raw := t.plan().RawSleep // what this wait may still sleep holding its P
 	// looked: at head last, this receiver held the ring and found nothing
 	// for it. Only then may it sleep until head moves: a look that failed
 	// to take the ring (the progress goroutine held it, and may have
@@ -398,7 +401,7 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 		}
 		now := time.Now()
 		if spinUntil.IsZero() {
-			spinUntil = now.Add(t.opts.Spin)
+			spinUntil = now.Add(t.spin())
 			waitUntil = spinUntil.Add(directWait)
 		}
 		if now.After(waitUntil) {
@@ -407,8 +410,8 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 		if t.polling(ctx, now, spinUntil) || !looked {
 			continue
 		}
-		p.sleepOnRing(last+1, directSleep) // until anything more is published
-		last++                             // look again at once
+		p.sleepOnRing(last+1, directSleep, &raw) // until anything more is published
+		last++                                   // look again at once
 	}
 }
 
@@ -419,7 +422,15 @@ func (p *peer) recvDirect(ctx context.Context, tag transport.Tag, buf []byte, sk
 // sender publishes (on a VM a wake-up costs tens of microseconds, a
 // 64 KiB piece a few). Senders wake it (see publish); so do Close and a
 // dead peer.
-func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration) {
+//
+// While *raw, the wait's allowance, lasts, it sleeps through a raw system
+// call, which the Go runtime does not see, for at most *raw, and takes
+// what it slept off *raw: the thread keeps its P, so that nothing else of
+// this process runs meanwhile, but the runtime neither hands the P to
+// another thread when the sleep outlasts a sysmon tick nor, having done
+// so, sets sysmon polling every 20 µs again (each of those timer wake-ups
+// cost tens of microseconds of CPU on a KVM guest; see wait.go).
+func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration, raw *time.Duration) {
 	r := &p.in
 	// Set the threshold and arm the bell before reading it: a sender that
 	// publishes after the check below finds it armed and rings once its
@@ -429,7 +440,17 @@ func (p *peer) sleepOnRing(wakeAt uint64, d time.Duration) {
 	atomic.StoreUint32(r.sleepers, 1)
 	v := atomic.LoadUint32(r.bell)
 	if atomic.LoadUint64(r.head) < wakeAt && !p.t.closed.Load() && p.gone.Load() == nil {
-		futexSleep(r.bell, v, d)
+		slept := monoNow()
+		var woken bool
+		if *raw > 0 {
+			woken = futexSleepRaw(r.bell, v, min(d, *raw))
+			*raw -= time.Duration(monoNow() - slept)
+		} else {
+			woken = futexSleep(r.bell, v, d)
+		}
+		if woken {
+			p.t.woke(r.rangAt, slept)
+		}
 	}
 }
 
@@ -498,6 +519,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 	}
 	var got uint64
 	var spinUntil time.Time
+	raw := p.t.plan().RawSleep
 	for i := 1; ; i++ {
 		head := atomic.LoadUint64(r.head)
 		for got < n && tail < head {
@@ -562,7 +584,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 		}
 		now := time.Now()
 		if spinUntil.IsZero() {
-			spinUntil = now.Add(p.t.opts.Spin)
+			spinUntil = now.Add(p.t.spin())
 		}
 		if !p.t.polling(ctx, now, spinUntil) {
 			// Wake at the record's end, or once half a ring is there:
@@ -571,7 +593,7 @@ func (p *peer) consume(ctx context.Context, tag transport.Tag, h wire.Header, bu
 			if p.inTail != tail {
 				p.release(tail) // the payload is in; only the padding is missing
 			}
-			p.sleepOnRing(tail+min(n-got+pad, uint64(len(r.data))/2), directSleep)
+			p.sleepOnRing(tail+min(n-got+pad, uint64(len(r.data))/2), directSleep, &raw)
 		}
 	}
 }
@@ -776,6 +798,7 @@ func (p *peer) publish(head uint64, tag transport.Tag) {
 	// again, make no system call.
 	if atomic.LoadUint32(r.sleepers) != 0 {
 		if head >= atomic.LoadUint64(r.wakeAt) && atomic.SwapUint32(r.sleepers, 0) != 0 {
+			atomic.StoreInt64(r.rangAt, monoNow()) // before the bell: see Transport.woke
 			atomic.AddUint32(r.bell, 1)
 			futexWakeAll(r.bell)
 		}
@@ -807,7 +830,7 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 		return nil
 	}
 	now := time.Now()
-	spinUntil := now.Add(p.t.opts.Spin)
+	spinUntil := now.Add(p.t.spin())
 	// The ring's tail, and when it last moved: while it moves a receiver
 	// is taking records out, and the sender only waits.
 	lastTail, moved := atomic.LoadUint64(r.tail), now
@@ -846,14 +869,18 @@ func (p *peer) waitSpace(ctx context.Context, head, need uint64, started bool) e
 		if now.Sub(moved) < drainAfter {
 			// A receiver is taking records out (it may be busy with the
 			// last one for a while): wait for it to free space.
-			futexSleep(r.space, v, drainAfter)
+			if futexSleep(r.space, v, drainAfter) {
+				p.t.woke(nil, 0)
+			}
 			continue
 		}
 		// No receiver has taken anything out for a while: have the
 		// peer's progress goroutine drain the ring into its boxes (an
 		// allocation and a copy more per message).
 		p.wakePeer()
-		futexSleep(r.space, v, sleepMax)
+		if futexSleep(r.space, v, sleepMax) {
+			p.t.woke(nil, 0)
+		}
 	}
 }
 
@@ -917,10 +944,14 @@ func (t *Transport) poll() {
 			runtime.Gosched()
 			continue
 		}
+		woken := false
 		if t.bell == nil {
-			futexSleep(doorbell, v, sleepMax)
+			woken = futexSleep(doorbell, v, sleepMax)
 		} else if atomic.LoadUint32(doorbell) == v {
-			t.bell.sleep(sleepMax)
+			woken = t.bell.sleep(sleepMax)
+		}
+		if woken {
+			t.woke(nil, 0)
 		}
 		atomic.StoreUint32(sleeping, 0)
 	}

@@ -64,9 +64,13 @@ yield 3ms at 5000ms waiting for 4 KiB: open false, closed for 10ms, open 1ns bef
 // CPU between polls, as they do when the ranks outnumber the CPUs,
 // whatever this machine's CPU count.
 func TestConformanceYielding(t *testing.T) {
-	newYieldingWorld := worldWith(func(o *Options) { o.yield = true }, func(_ int, tr *Transport) error {
-		if !tr.opts.yield || tr.opts.Spin != 50*time.Microsecond {
-			return fmt.Errorf("yield %v spin %v, want yielding for 50µs", tr.opts.yield, tr.opts.Spin)
+	newYieldingWorld := worldWith(func(o *Options) { o.CPUs = 1 }, func(_ int, tr *Transport) error {
+		p, c := tr.Wait()
+		if !tr.opts.yield || c.Ranks <= c.CPUs {
+			return fmt.Errorf("yield %v, %d ranks on %d CPUs, want more ranks than CPUs", tr.opts.yield, c.Ranks, c.CPUs)
+		}
+		if want := c.Yield < yieldSlow; p.Yield != want {
+			return fmt.Errorf("plan %+v from %+v: yield %v, want %v", p, c, p.Yield, want)
 		}
 		return nil
 	})
