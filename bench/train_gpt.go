@@ -64,6 +64,9 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 	}
 	params := nn.Parameters(model)
 	res := trainResult{Params: nn.NumParameters(model)}
+	if err := s.autocast(model, rank); err != nil {
+		return res, err
+	}
 	// Every gradient is a view into grads, which one all-reduce averages.
 	grads := make([]float32, res.Params)
 	off := 0
@@ -115,7 +118,7 @@ func gptTokensPerSec(s trainSpec, r trainResult) float64 {
 }
 
 // printTrainGPT reports a gpt run; its last line is `train: gpt world N
-// tokens/s X`.
+// dtype D tokens/s X`.
 func printTrainGPT(w io.Writer, s trainSpec, r trainResult) {
 	mode := "one process"
 	if s.world > 1 {
@@ -126,7 +129,7 @@ func printTrainGPT(w io.Writer, s trainSpec, r trainResult) {
 	ms := func(d time.Duration) string { return fmt.Sprintf("%.2f ms", d.Seconds()*1e3/float64(s.steps)) }
 	fmt.Fprintf(w, "train: %d params, step %s, data %.1f%%, gradient all-reduce %s, last loss %.4f, wall %.2f s\n",
 		r.Params, ms(r.Wall), 100*r.Data.Seconds()/r.Wall.Seconds(), ms(r.AllReduce), r.LastLoss, r.Wall.Seconds())
-	fmt.Fprintf(w, "train: gpt world %d tokens/s %.0f\n", s.world, gptTokensPerSec(s, r))
+	fmt.Fprintf(w, "train: gpt world %d dtype %s tokens/s %.0f\n", s.world, s.dtypeName(), gptTokensPerSec(s, r))
 }
 
 // printTrainGPTJSON reports a gpt run as one JSON object on one line, with
@@ -140,7 +143,7 @@ func printTrainGPTJSON(w io.Writer, s trainSpec, r trainResult) error {
 	rec := map[string]any{
 		"bench": "gpt_tput", "impl": "cohort", "model": "gpt", "world": s.world, "mode": mode,
 		"threads": s.threads, "gomaxprocs": r.GOMAXPROCS, "transport": s.transport,
-		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": gptBatch, "ctx": models.GPTMini().Ctx,
+		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": gptBatch, "ctx": models.GPTMini().Ctx, "dtype": s.dtypeName(),
 		"wall_s": r.Wall.Seconds(), "step_ms": r.Wall.Seconds() * 1e3 / float64(s.steps),
 		"tokens_per_s": tok, "samples_per_s": tok / float64(models.GPTMini().Ctx),
 		"data_frac": r.Data.Seconds() / r.Wall.Seconds(), "comm_ms": r.AllReduce.Seconds() * 1e3 / float64(s.steps),
