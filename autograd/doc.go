@@ -46,6 +46,21 @@
 // (package nn offers nn.NoGrad for a whole module), and Detach gives a
 // non-tracking alias of one Var.
 //
+// # Autocast
+//
+// Mixed precision follows the same rule: no global switch.
+// `defer autograd.Autocast(tensor.BFloat16, params...)()` (nn.Autocast for
+// a module) marks parameters, and an op's output carries the widest mark
+// of its inputs, so everything computed from a marked parameter runs its
+// matrix products (Linear and its fused forms, MatMul, the convolutions,
+// Attention and AttentionQKV, forward and backward) in bfloat16 with
+// float32 accumulation, as torch.autocast("cpu", dtype=torch.bfloat16)
+// does; values, gradients, the other ops and the optimizer stay float32.
+// The state lives on the leaves like NoGrad's, so two models (or a model
+// and its evaluation copy) in one process do not affect each other, and
+// the data-parallel wrappers see float32 parameters and gradients as
+// before. See Autocast.
+//
 // # Fused ops
 //
 // Conv2dReLU, Conv2dReLUMaxPool2d and LinearReLU compute a layer and the

@@ -90,6 +90,7 @@ func record(op string, value *tensor.Tensor, inputs []*Var, backward func(g *ten
 	}
 	need := false
 	depth := 0
+	cast := tensor.Float32
 	for _, in := range inputs {
 		if in.requiresGrad {
 			need = true
@@ -97,11 +98,12 @@ func record(op string, value *tensor.Tensor, inputs []*Var, backward func(g *ten
 		if in.node != nil {
 			depth = max(depth, in.node.depth)
 		}
+		cast = max(cast, in.autocast)
 	}
 	if !need {
-		return &Var{Value: value}
+		return &Var{Value: value, autocast: cast}
 	}
-	v := &Var{Value: value, requiresGrad: true}
+	v := &Var{Value: value, requiresGrad: true, autocast: cast}
 	v.node = &node{op: op, inputs: inputs, backward: backward, depth: depth + 1}
 	return v
 }

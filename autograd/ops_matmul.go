@@ -12,6 +12,9 @@ import (
 // with transposed views, never materialised transposes.
 func MatMul(a, b *Var) *Var {
 	av, bv := a.Value, b.Value
+	if dt := castOf(av.Device(), a, b); dt != tensor.Float32 {
+		return matMulAs(dt, a, b)
+	}
 	return record("MatMul", tensor.MatMul(av, bv), []*Var{a, b}, func(g *tensor.Tensor, s *sink) {
 		if s.need(0) {
 			// da = g @ bᵀ, summed over batch dimensions a was broadcast along.
@@ -29,6 +32,24 @@ func MatMul(a, b *Var) *Var {
 			db := tensor.MatMul(av.Transpose(-1, -2), g)
 			r, _ := reduceTo(db, bv.Shape())
 			s.add(1, r, true)
+		}
+	})
+}
+
+// matMulAs is MatMul under autocast (see Autocast): the product and both
+// gradient products in dt.
+func matMulAs(dt tensor.DType, a, b *Var) *Var {
+	av, bv := a.Value, b.Value
+	return record("MatMul", tensor.MatMulAs(dt, av, bv), []*Var{a, b}, func(g *tensor.Tensor, s *sink) {
+		if s.need(1) {
+			db := tensor.MatMulAs(dt, av.Transpose(-1, -2), g)
+			r, _ := reduceTo(db, bv.Shape())
+			s.add(1, r, true)
+		}
+		if s.need(0) {
+			da := tensor.MatMulAs(dt, g, bv.Transpose(-1, -2))
+			r, _ := reduceTo(da, av.Shape())
+			s.add(0, r, true)
 		}
 	})
 }
@@ -102,6 +123,7 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	if r != nil && !slices.Equal(r.Value.Shape(), yShape) {
 		panic(fmt.Sprintf("autograd: %s: residual shape %v, want %v", op, r.Value.Shape(), yShape))
 	}
+	dt := castOf(xv.Device(), x, w)
 	// h2 is written whole by the GEMM; its bias, residual and activation
 	// are added in the GEMM's epilogue, block by block.
 	h2 := tensor.EmptyOn(xv.Device(), rows, out) // the pre-activation, kept for GELU's gradient
@@ -119,7 +141,17 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 	case actGELUTanh:
 		tact, y2 = tensor.GELUTanhAct, tensor.EmptyOn(xv.Device(), rows, out)
 	}
-	tensor.LinearInto(h2, x2, wv, bv, rv, y2, tact)
+	// Under bfloat16 autocast x and w are rounded once here and the
+	// rounded copies kept for the backward products (with g's, rounded
+	// once for both); all three go back to their free list after the
+	// last of them.
+	var x16, w16, g16 *tensor.Half
+	if dt == tensor.BFloat16 {
+		x16, w16 = tensor.RoundBF16(x2), tensor.RoundBF16(wv)
+		tensor.LinearHalf(h2, x16, w16, bv, rv, y2, tact)
+	} else {
+		tensor.LinearInto(h2, x2, wv, bv, rv, y2, tact)
+	}
 	if y2 == nil {
 		y2 = h2
 	}
@@ -169,17 +201,41 @@ func linear(op string, r, x, w, b *Var, act activation) *Var {
 		if ri >= 0 && s.need(ri) {
 			s.lend(ri, g) // the residual's gradient is g itself, read below
 		}
+		if dt == tensor.BFloat16 && g16 == nil && (s.need(0) || s.need(1)) {
+			g16 = tensor.RoundBF16(g2)
+		}
 		if s.need(1) {
-			gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
+			if dt == tensor.BFloat16 {
+				halfInto(s, 1, g16, true, x16, false, out, wv.Dim(1)) // dw = gᵀ @ x
+			} else {
+				gemmInto(s, 1, g2.T(), x2) // dw = gᵀ @ x
+			}
 		}
 		if bi >= 0 && s.need(bi) && !biasDone {
 			biasGrad(s, bi, out, func(db *tensor.Tensor) { tensor.SumInto(db, g2) })
 		}
 		if s.need(0) {
-			dx := tensor.MatMul(g2, wv) // dx = g @ w
+			var dx *tensor.Tensor
+			if dt == tensor.BFloat16 {
+				dx = tensor.Empty(rows, wv.Dim(1))
+				tensor.GemmHalf(dx, g16, false, w16, false, 1, 0) // dx = g @ w
+			} else {
+				dx = tensor.MatMul(g2, wv) // dx = g @ w
+			}
 			s.add(0, dx.Reshape(xv.Shape()...), true)
 		}
+		if dt == tensor.BFloat16 && !s.deferring() {
+			// BackwardSplit's input pass (deferring) leaves them to its
+			// weight pass.
+			x16.Release()
+			w16.Release()
+			g16.Release()
+		}
 	})
+	if v.node == nil {
+		x16.Release()
+		w16.Release()
+	}
 	if v.node != nil {
 		v.node.own = y2 // fresh storage: the output (GELU's, when there is one)
 		if act == actGELUTanh {

@@ -21,10 +21,11 @@ func Conv2d(x, w, b *Var, stride, padding int) *Var {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	y := tensor.Conv2d(x.Value, w.Value, bv, stride, padding)
+	dt := castOf(x.Value.Device(), x, w)
+	y := tensor.Conv2dAs(dt, x.Value, w.Value, bv, stride, padding)
 	xv, wv := x.Value, w.Value
 	return record("Conv2d", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.Conv2dBackward(g, xv, wv, stride, padding, s.need(0))
+		dx, dw, db := tensor.Conv2dBackwardAs(dt, g, xv, wv, stride, padding, s.need(0))
 		deliverConv(s, b != nil, dx, dw, db)
 	})
 }
@@ -41,10 +42,11 @@ func Conv2dReLU(x, w, b *Var, stride, padding int) *Var {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	y := tensor.Conv2dReLU(x.Value, w.Value, bv, stride, padding)
+	dt := castOf(x.Value.Device(), x, w)
+	y := tensor.Conv2dReLUAs(dt, x.Value, w.Value, bv, stride, padding)
 	xv, wv := x.Value, w.Value
 	return record("Conv2dReLU", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.Conv2dReLUBackward(g, y, xv, wv, stride, padding, s.need(0))
+		dx, dw, db := tensor.Conv2dReLUBackwardAs(dt, g, y, xv, wv, stride, padding, s.need(0))
 		deliverConv(s, b != nil, dx, dw, db)
 	})
 }
@@ -69,10 +71,11 @@ func Conv2dReLUMaxPool2d(x, w, b *Var, stride, padding, pool int) *Var {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	y, arg := tensor.Conv2dReLUMaxPool2d(x.Value, w.Value, bv, stride, padding, pool)
+	dt := castOf(x.Value.Device(), x, w)
+	y, arg := tensor.Conv2dReLUMaxPool2dAs(dt, x.Value, w.Value, bv, stride, padding, pool)
 	xv, wv := x.Value, w.Value
 	return record("Conv2dReLUMaxPool2d", y, inputs, func(g *tensor.Tensor, s *sink) {
-		dx, dw, db := tensor.Conv2dReLUMaxPool2dBackward(g, y, arg, xv, wv, stride, padding, pool, s.need(0))
+		dx, dw, db := tensor.Conv2dReLUMaxPool2dBackwardAs(dt, g, y, arg, xv, wv, stride, padding, pool, s.need(0))
 		deliverConv(s, b != nil, dx, dw, db)
 	})
 }
@@ -367,13 +370,15 @@ func Attention(q, k, v *Var, causal bool) *Var {
 		panic(fmt.Sprintf("autograd: Attention: shapes q %v, k %v, v %v (want [..., T, d], [..., S, d], [..., S, dv])", qv.Shape(), kv.Shape(), vv.Shape()))
 	}
 	scale := float32(1 / math.Sqrt(float64(qv.Dim(-1))))
-	p := tensor.MatMul(qv, kv.Transpose(-1, -2))
+	dt := castOf(qv.Device(), q, k, v)
+	mm := func(a, b *tensor.Tensor) *tensor.Tensor { return tensor.MatMulAs(dt, a, b) }
+	p := mm(qv, kv.Transpose(-1, -2))
 	T, S := p.Dim(-2), p.Dim(-1)
 	maskedSoftmaxRows(p.Data(), T, S, scale, causal)
-	y := tensor.MatMul(p, vv)
+	y := mm(p, vv)
 	return record("Attention", y, []*Var{q, k, v}, func(g *tensor.Tensor, s *sink) {
 		if s.need(2) {
-			dv, _ := reduceTo(tensor.MatMul(p.Transpose(-1, -2), g), vv.Shape())
+			dv, _ := reduceTo(mm(p.Transpose(-1, -2), g), vv.Shape())
 			s.add(2, dv, true)
 		}
 		if !s.need(0) && !s.need(1) {
@@ -381,7 +386,7 @@ func Attention(q, k, v *Var, causal bool) *Var {
 		}
 		// dS = P·(dP − Σ_j dP·P)·scale, with dP = g·vᵀ; masked entries have
 		// P = 0 and so get no gradient.
-		ds := tensor.MatMul(g, vv.Transpose(-1, -2))
+		ds := mm(g, vv.Transpose(-1, -2))
 		dd, pd := ds.Data(), p.Data()
 		for r := 0; r < len(pd)/max(S, 1); r++ {
 			row, prow := dd[r*S:(r+1)*S], pd[r*S:(r+1)*S]
@@ -394,11 +399,11 @@ func Attention(q, k, v *Var, causal bool) *Var {
 			}
 		}
 		if s.need(0) {
-			dq, _ := reduceTo(tensor.MatMul(ds, kv), qv.Shape())
+			dq, _ := reduceTo(mm(ds, kv), qv.Shape())
 			s.add(0, dq, true)
 		}
 		if s.need(1) {
-			dk, _ := reduceTo(tensor.MatMul(ds.Transpose(-1, -2), qv), kv.Shape())
+			dk, _ := reduceTo(mm(ds.Transpose(-1, -2), qv), kv.Shape())
 			s.add(1, dk, true)
 		}
 	})
@@ -416,9 +421,10 @@ func AttentionQKV(qkv *Var, nHead int, causal bool) *Var {
 	if !qv.IsContiguous() {
 		qv = qv.Contiguous()
 	}
-	y, p := tensor.AttentionQKV(qv, nHead, causal)
+	dt := castOf(qv.Device(), qkv)
+	y, p := tensor.AttentionQKVAs(dt, qv, nHead, causal)
 	v := record("AttentionQKV", y, []*Var{qkv}, func(g *tensor.Tensor, s *sink) {
-		s.add(0, tensor.AttentionQKVBackward(g, qv, p, nHead, causal), true)
+		s.add(0, tensor.AttentionQKVBackwardAs(dt, g, qv, p, nHead, causal), true)
 	})
 	if v.node != nil {
 		v.node.own, v.node.scratch = y, p // both fresh; p is read by the backward alone

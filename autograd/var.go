@@ -25,6 +25,9 @@ type Var struct {
 	gradBuf    *tensor.Tensor
 	hooks      []hookEntry
 	nextHookID int
+	// autocast is the dtype of the products that read v (see Autocast):
+	// set on leaves, carried by op outputs from their inputs.
+	autocast tensor.DType
 }
 
 type hookEntry struct {
@@ -125,7 +128,7 @@ func (v *Var) SetRequiresGrad(on bool) {
 
 // Detach returns a new leaf sharing v's Value (no copy) that does not
 // require grad: operations on it are not recorded.
-func (v *Var) Detach() *Var { return &Var{Value: v.Value} }
+func (v *Var) Detach() *Var { return &Var{Value: v.Value, autocast: v.autocast} }
 
 // ZeroGrad sets v.Grad to zero in place, keeping the tensor (and any flat
 // buffer it is a view into); it does nothing when Grad is nil.

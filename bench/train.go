@@ -45,8 +45,8 @@ Training throughput of an anchor workload: --world worker processes of
 this executable are started through the launcher (as cohort run does),
 each trains its replica with data parallelism, and rank 0 reports
 
-    train: MODEL world N samples/s X first100 Y      (mlp, cnn)
-    train: gpt world N tokens/s X first100 Y         (gpt)
+    train: MODEL world N dtype D samples/s X first100 Y      (mlp, cnn)
+    train: gpt world N dtype D tokens/s X first100 Y         (gpt)
 
 with the step time and the share of time spent waiting for data; Y is
 the rate of the first 100 timed steps (of all of them when fewer), where
@@ -105,6 +105,7 @@ type trainSpec struct {
 	warmup     int // -1: the model's default
 	cpuprofile string
 	shard      string // none, zero1, zero2 or fsdp: the sharded-training workload (shard.go); "": the anchor's
+	dtype      string // fp32 or bf16 (recipe.ParseDType): the products' dtype, bf16 autocast
 	fitHeap    bool   // size the collector's goal to the step after the warm-up (warmheap.Fit)
 	// Set by the worker from its environment, not flags.
 	keepGC    bool          // GOGC or GOMEMLIMIT is set: the collector is the user's
@@ -148,6 +149,11 @@ func (s trainSpec) validate() error {
 	if s.shard != "" {
 		errs = append(errs, s.validateShard())
 	}
+	if dt, err := recipe.ParseDType(s.dtype); err != nil {
+		errs = append(errs, fmt.Errorf("--dtype %q: want fp32 or bf16", s.dtype))
+	} else if dt != tensor.Float32 && s.shard != "" {
+		errs = append(errs, fmt.Errorf("--dtype %s with --shard %s: the sharded workload trains in fp32 only", s.dtype, s.shard))
+	}
 	return errors.Join(errs...)
 }
 
@@ -159,7 +165,7 @@ func (s trainSpec) workerArgs(result string) []string {
 		"--transport", s.transport, "--threads", strconv.Itoa(s.threads),
 		"--gomaxprocs", strconv.Itoa(s.gomaxprocs), "--steps", strconv.Itoa(s.steps),
 		"--warmup", strconv.Itoa(s.warmup), "--cpuprofile", s.cpuprofile,
-		"--shard", s.shard, "--fit-heap=" + strconv.FormatBool(s.fitHeap), "--worker", "--result", result}
+		"--shard", s.shard, "--dtype", s.dtype, "--fit-heap=" + strconv.FormatBool(s.fitHeap), "--worker", "--result", result}
 }
 
 // Train runs `cohort bench train` with args; self is the command that
@@ -230,6 +236,7 @@ func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code i
 	fs.IntVar(&s.steps, "steps", 0, "timed steps (0: the anchor's, 200 for mlp and cnn, 100 for gpt)")
 	fs.IntVar(&s.warmup, "warmup", -1, "untimed steps before timing (-1: the anchor's, 20 for mlp and cnn, 10 for gpt)")
 	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
+	fs.StringVar(&s.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation, float32 master weights and gradients)")
 	fs.StringVar(&s.shard, "shard", "", "none, zero1, zero2 or fsdp: train the sharded-training workload (AdamW, clipping) under ddp or a sharded wrapper")
 	fs.BoolVar(&s.fitHeap, "fit-heap", true, "after the warm-up, size the collector's goal to the step where fresh pages are dear (see internal/warmheap); GOGC or GOMEMLIMIT set: left alone")
 	fs.BoolVar(&cmd.worker, "worker", false, "internal: run as one rank of the job")
@@ -295,9 +302,9 @@ func spawn(ctx context.Context, cfg launch.Config, workerArgs func(file string) 
 	return nil
 }
 
-// printTrain reports a run; its last line is `train: MODEL world N
-// samples/s X firstN Y`, or for gpt `train: gpt world N tokens/s X firstN
-// Y`.
+// printTrain reports a run; its last line is `train: MODEL world N dtype
+// D samples/s X firstN Y`, or for gpt `train: gpt world N dtype D
+// tokens/s X firstN Y`.
 func printTrain(w io.Writer, s trainSpec, r trainResult) {
 	if s.model == "gpt" {
 		printTrainGPT(w, s, r)
@@ -317,7 +324,7 @@ func printTrain(w io.Writer, s trainSpec, r trainResult) {
 			ms(st.Forward), ms(st.Backward), ms(st.Comm), 100*st.HiddenFraction(), ms(st.Exposed))
 	}
 	printHeap(w, s, r)
-	fmt.Fprintf(w, "train: %s world %d samples/s %.0f first%d %.0f\n", s.model, s.world, float64(s.world*trainBatch*s.steps)/r.Wall.Seconds(),
+	fmt.Fprintf(w, "train: %s world %d dtype %s samples/s %.0f first%d %.0f\n", s.model, s.world, s.dtypeName(), float64(s.world*trainBatch*s.steps)/r.Wall.Seconds(),
 		r.FirstSteps, r.firstRate(s.world*trainBatch))
 }
 
@@ -347,7 +354,7 @@ func printTrainJSON(w io.Writer, s trainSpec, r trainResult) error {
 	rec := map[string]any{
 		"bench": "ddp_train", "impl": "cohort", "model": s.model, "world": s.world, "mode": mode,
 		"threads": s.threads, "gomaxprocs": r.GOMAXPROCS, "transport": s.transport, "bucket_view": s.view,
-		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": trainBatch,
+		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": trainBatch, "dtype": s.dtypeName(),
 		"wall_s": r.Wall.Seconds(), "step_ms": r.Wall.Seconds() * 1e3 / float64(s.steps),
 		"samples_per_s": float64(s.world*trainBatch*s.steps) / r.Wall.Seconds(),
 		"first_steps":   r.FirstSteps, "first_samples_per_s": r.firstRate(s.world * trainBatch), "heap": r.Heap,
@@ -467,6 +474,9 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 		return trainResult{}, err
 	}
 	res := trainResult{Params: nn.NumParameters(c.Model)}
+	if err := s.autocast(c.Model, rank); err != nil {
+		return res, err
+	}
 	// The step runs the model alone, or under ddp.
 	run, params := recipe.Local(c.Model), nn.Module(c.Model)
 	var m *ddp.Model
@@ -604,4 +614,27 @@ func benchProgress(pg distributed.ProcessGroup, steps, samplesPerStep int, unit 
 			bar.Finish()
 		}
 	}
+}
+
+// dtypeName is the report's spelling of --dtype: fp32 or bf16.
+func (s trainSpec) dtypeName() string {
+	dt, _ := recipe.ParseDType(s.dtype)
+	return recipe.DTypeName(dt)
+}
+
+// autocast puts m's products in --dtype for the whole run (recipe.Autocast);
+// rank 0 says once, on stderr, when bf16 runs on the widening fallback.
+func (s trainSpec) autocast(m nn.Module, rank int) error {
+	dt, err := recipe.ParseDType(s.dtype)
+	if err != nil {
+		return err
+	}
+	_, note, err := recipe.Autocast(m, dt)
+	if err != nil {
+		return err
+	}
+	if note != "" && rank == 0 {
+		fmt.Fprintln(os.Stderr, note)
+	}
+	return nil
 }

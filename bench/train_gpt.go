@@ -64,6 +64,9 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 	}
 	params := nn.Parameters(model)
 	res := trainResult{Params: nn.NumParameters(model)}
+	if err := s.autocast(model, rank); err != nil {
+		return res, err
+	}
 	// Every gradient is a view into grads, which one all-reduce averages.
 	grads := make([]float32, res.Params)
 	off := 0
@@ -115,7 +118,7 @@ func gptTokensPerSec(s trainSpec, r trainResult) float64 {
 }
 
 // printTrainGPT reports a gpt run; its last line is `train: gpt world N
-// tokens/s X firstN Y`.
+// dtype D tokens/s X firstN Y`.
 func printTrainGPT(w io.Writer, s trainSpec, r trainResult) {
 	mode := "one process"
 	if s.world > 1 {
@@ -127,7 +130,7 @@ func printTrainGPT(w io.Writer, s trainSpec, r trainResult) {
 	fmt.Fprintf(w, "train: %d params, step %s, data %.1f%%, gradient all-reduce %s, last loss %.4f, wall %.2f s\n",
 		r.Params, ms(r.Wall), 100*r.Data.Seconds()/r.Wall.Seconds(), ms(r.AllReduce), r.LastLoss, r.Wall.Seconds())
 	printHeap(w, s, r)
-	fmt.Fprintf(w, "train: gpt world %d tokens/s %.0f first%d %.0f\n", s.world, gptTokensPerSec(s, r),
+	fmt.Fprintf(w, "train: gpt world %d dtype %s tokens/s %.0f first%d %.0f\n", s.world, s.dtypeName(), gptTokensPerSec(s, r),
 		r.FirstSteps, r.firstRate(s.world*gptBatch*models.GPTMini().Ctx))
 }
 
@@ -142,7 +145,7 @@ func printTrainGPTJSON(w io.Writer, s trainSpec, r trainResult) error {
 	rec := map[string]any{
 		"bench": "gpt_tput", "impl": "cohort", "model": "gpt", "world": s.world, "mode": mode,
 		"threads": s.threads, "gomaxprocs": r.GOMAXPROCS, "transport": s.transport,
-		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": gptBatch, "ctx": models.GPTMini().Ctx,
+		"params": r.Params, "steps": s.steps, "warmup": s.warmup, "batch_per_rank": gptBatch, "ctx": models.GPTMini().Ctx, "dtype": s.dtypeName(),
 		"wall_s": r.Wall.Seconds(), "step_ms": r.Wall.Seconds() * 1e3 / float64(s.steps),
 		"tokens_per_s": tok, "samples_per_s": tok / float64(models.GPTMini().Ctx),
 		"first_steps": r.FirstSteps, "first_tokens_per_s": r.firstRate(s.world * gptBatch * models.GPTMini().Ctx), "heap": r.Heap,

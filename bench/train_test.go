@@ -76,7 +76,15 @@ func TestGPTTrainRun(t *testing.T) {
 	if _, err := datasets.OpticksPath(ctx); err != nil {
 		t.Skipf("Opticks text not available: %v", err)
 	}
-	s := trainSpec{model: "gpt", world: 1, ddp: false, transport: "auto", threads: 1, steps: 3, warmup: 2}
+	for _, dtype := range []string{"fp32", "bf16"} {
+		t.Run("dtype="+dtype, func(t *testing.T) {
+			s := trainSpec{model: "gpt", world: 1, ddp: false, transport: "auto", threads: 1, steps: 3, warmup: 2, dtype: dtype}
+			testGPTTrainRun(ctx, t, s)
+		})
+	}
+}
+
+func testGPTTrainRun(ctx context.Context, t *testing.T, s trainSpec) {
 	r, err := gptTrainRun(ctx, s, nil, "")
 	if err != nil {
 		t.Fatal(err)
@@ -95,8 +103,8 @@ func TestGPTTrainRun(t *testing.T) {
 	var rep, js bytes.Buffer
 	printTrain(&rep, s, r)
 	lines := strings.Split(strings.TrimSpace(rep.String()), "\n")
-	if last := lines[len(lines)-1]; !regexp.MustCompile(`^train: gpt world 1 tokens/s \d+ first\d+ \d+$`).MatchString(last) {
-		t.Errorf("last line %q, want `train: gpt world 1 tokens/s X firstN Y`", last)
+	if last := lines[len(lines)-1]; !regexp.MustCompile(`^train: gpt world 1 dtype ` + s.dtype + ` tokens/s \d+ first\d+ \d+$`).MatchString(last) {
+		t.Errorf("last line %q, want `train: gpt world 1 dtype %s tokens/s X firstN Y`", last, s.dtype)
 	}
 	if err := printTrainJSON(&js, s, r); err != nil {
 		t.Fatal(err)
@@ -105,8 +113,8 @@ func TestGPTTrainRun(t *testing.T) {
 	if err := json.Unmarshal(js.Bytes(), &rec); err != nil {
 		t.Fatalf("JSON report %q: %v", js.String(), err)
 	}
-	if tok, _ := rec["tokens_per_s"].(float64); rec["bench"] != "gpt_tput" || math.Abs(tok-float64(3*32*64)/r.Wall.Seconds()) > 1e-6*tok {
-		t.Errorf("JSON report %v: want bench gpt_tput and tokens_per_s = 3·32·64 / wall", rec)
+	if tok, _ := rec["tokens_per_s"].(float64); rec["bench"] != "gpt_tput" || rec["dtype"] != s.dtype || math.Abs(tok-float64(3*32*64)/r.Wall.Seconds()) > 1e-6*tok {
+		t.Errorf("JSON report %v: want bench gpt_tput, dtype %s and tokens_per_s = 3·32·64 / wall", rec, s.dtype)
 	}
 }
 
@@ -119,14 +127,15 @@ func TestParseBenchTrain(t *testing.T) {
 		want         trainSpec
 		worker, json bool
 	}{
-		{"mlp defaults", nil, trainSpec{model: "mlp", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, fitHeap: true}, false, false},
-		{"cnn world 2", []string{"--model", "cnn", "--world", "2"}, trainSpec{model: "cnn", world: 2, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, fitHeap: true}, false, false},
-		{"gpt defaults", []string{"--model", "gpt"}, trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 100, warmup: 10, fitHeap: true}, false, false},
+		{"mlp defaults", nil, trainSpec{model: "mlp", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, dtype: "fp32", fitHeap: true}, false, false},
+		{"cnn world 2", []string{"--model", "cnn", "--world", "2"}, trainSpec{model: "cnn", world: 2, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, dtype: "fp32", fitHeap: true}, false, false},
+		{"gpt defaults", []string{"--model", "gpt"}, trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 100, warmup: 10, dtype: "fp32", fitHeap: true}, false, false},
 		{"gpt world 2 threads 2 json", []string{"--model", "gpt", "--threads", "2", "--world", "2", "--json"},
-			trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto", threads: 2, steps: 100, warmup: 10, fitHeap: true}, false, true},
+			trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto", threads: 2, steps: 100, warmup: 10, dtype: "fp32", fitHeap: true}, false, true},
 		{"gpt explicit steps", []string{"--model=gpt", "--steps", "7", "--warmup", "0", "--transport", "tcp", "--worker"},
-			trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "tcp", threads: 1, steps: 7, warmup: 0, fitHeap: true}, true, false},
-		{"cnn heap left alone", []string{"--model", "cnn", "--fit-heap=false"}, trainSpec{model: "cnn", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20}, false, false},
+			trainSpec{model: "gpt", world: 1, ddp: true, view: true, transport: "tcp", threads: 1, steps: 7, warmup: 0, dtype: "fp32", fitHeap: true}, true, false},
+		{"cnn bf16", []string{"--model", "cnn", "--dtype", "bf16"}, trainSpec{model: "cnn", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, dtype: "bf16", fitHeap: true}, false, false},
+		{"cnn heap left alone", []string{"--model", "cnn", "--fit-heap=false"}, trainSpec{model: "cnn", world: 1, ddp: true, view: true, transport: "auto", threads: 1, steps: 200, warmup: 20, dtype: "fp32"}, false, false},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var stderr bytes.Buffer
@@ -138,6 +147,17 @@ func TestParseBenchTrain(t *testing.T) {
 				t.Errorf("parseBenchTrain(%q) = %+v, want %+v worker %v json %v", tc.args, cmd, tc.want, tc.worker, tc.json)
 			}
 		})
+	}
+}
+
+// TestParseBenchTrainDType: --dtype takes fp32 and bf16 only, and bf16
+// not with the sharded workload.
+func TestParseBenchTrainDType(t *testing.T) {
+	for _, args := range [][]string{{"--dtype", "fp16"}, {"--dtype", "bf16", "--shard", "zero1"}} {
+		var stderr bytes.Buffer
+		if _, code := parseBenchTrain(args, &stderr); code == -1 || !strings.Contains(stderr.String(), "--dtype") {
+			t.Errorf("parseBenchTrain(%q): exit code %d, stderr %q: want it refused naming --dtype", args, code, stderr.String())
+		}
 	}
 }
 
@@ -172,6 +192,7 @@ func TestSpawnTrain(t *testing.T) {
 		{"world=2/tcp", trainSpec{model: "mlp", world: 2, ddp: true, view: true, transport: "tcp", gomaxprocs: 1}},
 		{"world=2/shm/copy", trainSpec{model: "cnn", world: 2, ddp: true, view: false, transport: "shm"}},
 		{"gpt/world=2", trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto"}},
+		{"gpt/world=2/bf16", trainSpec{model: "gpt", world: 2, ddp: true, view: true, transport: "auto", dtype: "bf16"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.spec
@@ -204,7 +225,7 @@ func TestSpawnTrain(t *testing.T) {
 			lines := strings.Split(strings.TrimSpace(rep.String()), "\n")
 			last := lines[len(lines)-1]
 			unit := map[bool]string{false: " samples/s ", true: " tokens/s "}[s.model == "gpt"]
-			if want := "train: " + s.model + " world " + strconv.Itoa(s.world) + unit; !strings.HasPrefix(last, want) {
+			if want := "train: " + s.model + " world " + strconv.Itoa(s.world) + " dtype " + s.dtypeName() + unit; !strings.HasPrefix(last, want) {
 				t.Errorf("last line %q, want it to start %q", last, want)
 			}
 		})

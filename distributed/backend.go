@@ -218,8 +218,18 @@ func InitFromEnv(ctx context.Context) (ProcessGroup, error) {
 // nccl backend and the CPU the native one (Init's choice by
 // Options.Device); COHORT_BACKEND, when set, wins, and one that cannot
 // take dev's tensors is refused naming both.
+//
+// A world of one (no launcher, or a launcher of one process) with
+// COHORT_BACKEND unset gets the default backend whatever dev is: its
+// group moves no tensor, so a one-GPU program needs no NCCL library, as
+// a PyTorch script on one GPU needs no process group.
 func InitFromEnvOn(ctx context.Context, dev tensor.Device) (ProcessGroup, error) {
 	env := os.Getenv("COHORT_BACKEND")
+	if env == "" && !dev.IsCPU() {
+		if info, err := rendezvous.FromEnv(os.Getenv); err == nil && info.WorldSize == 1 {
+			dev = tensor.CPU
+		}
+	}
 	name, err := chooseBackend(env, dev)
 	if err != nil {
 		if env != "" {

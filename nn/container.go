@@ -4,6 +4,7 @@ import (
 	"strconv"
 
 	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // Child is a named submodule, used to build a composite module's
@@ -156,3 +157,14 @@ func ZeroGrad(m Module) {
 //
 //	defer nn.NoGrad(model)()
 func NoGrad(m Module) (restore func()) { return autograd.NoGrad(Parameters(m)...) }
+
+// Autocast runs the matrix products of m (its linear layers,
+// convolutions and attention, forward and backward) in dt with float32
+// accumulation, everything else in float32, until restore is called:
+// autograd.Autocast on all of m's parameters (see there), as NoGrad is
+// autograd.NoGrad on them.
+//
+//	defer nn.Autocast(model, tensor.BFloat16)()
+func Autocast(m Module, dt tensor.DType) (restore func()) {
+	return autograd.Autocast(dt, Parameters(m)...)
+}

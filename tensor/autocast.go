@@ -2,7 +2,6 @@ package tensor
 
 import (
 	"github.com/cohortml/cohort/tensor/internal/gemm"
-	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Autocast: the products of a layer in bfloat16, its tensors in float32.
@@ -48,30 +47,13 @@ func GemmAs(dt DType, dst, a, b *Tensor, alpha, beta float32) {
 	}
 	aa, ta, lda := matOperand(a)
 	bb, tb, ldb := matOperand(b)
-	a16 := roundedOperand(aa, ta, lda)
-	b16 := roundedOperand(bb, tb, ldb)
-	gemm.GemmBF16(ta, tb, m, n, k, alpha, a16, lda, b16, ldb, beta, dst.Data(), n)
-}
-
-// roundedOperand returns the stored extent of matrix t (as gemm reads it:
-// trans, ld) rounded to bfloat16.
-func roundedOperand(t *Tensor, trans bool, ld int) []uint16 {
-	rows, cols := t.shape[0], t.shape[1]
-	if trans {
-		rows, cols = cols, rows
-	}
-	if rows == 0 || cols == 0 {
-		return nil
-	}
-	src := t.storage[t.offset : t.offset+(rows-1)*ld+cols]
-	out := make([]uint16, len(src))
-	gemm.ToBF16(out, src)
-	return out
+	// The operands are rounded block by block as the product packs them.
+	gemm.GemmMixed(ta, tb, m, n, k, alpha, gemm.F32Operand(aa.storage[aa.offset:]), lda, gemm.F32Operand(bb.storage[bb.offset:]), ldb, beta, dst.Data(), n, nil, nil)
 }
 
 // LinearAs is LinearInto with the product x·wᵀ in dt (see GemmAs): h =
 // x·wᵀ + b + r, then act, the bias, the residual and the activation in
-// float32 (as separate passes over h for BFloat16). Float32 is LinearInto.
+// float32 (LinearHalf on x and w rounded). Float32 is LinearInto.
 // Host tensors only for BFloat16.
 func LinearAs(dt DType, h, x, w, b, r, y *Tensor, act Activation) {
 	if dt == Float32 {
@@ -85,30 +67,10 @@ func LinearAs(dt DType, h, x, w, b, r, y *Tensor, act Activation) {
 		(act == GELUTanhAct) != (y != nil) || y != nil && (!y.SameShape(h) || !y.IsContiguous()) {
 		panicf("LinearAs: shapes h %v, x %v, w %v: want [rows, out], [rows, in], [out, in], with bias [out], residual [rows, out] and, for GELU only, y [rows, out]", h.shape, x.shape, w.shape)
 	}
-	GemmAs(dt, h, x, w.T(), 1, 0)
-	n := h.shape[1]
-	hd := h.Data()
-	if b != nil {
-		bd := b.Contiguous().Data()
-		for i := 0; i < len(hd); i += n {
-			row := hd[i : i+n]
-			for j := range row {
-				row[j] += bd[j]
-			}
-		}
-	}
-	if r != nil {
-		rd := r.Contiguous().Data()
-		for i := range hd {
-			hd[i] += rd[i]
-		}
-	}
-	switch act {
-	case ReLUAct:
-		vec.ReLU(hd, hd)
-	case GELUTanhAct:
-		mathKernels().GELUTanh(y.Data(), hd)
-	}
+	x16, w16 := RoundBF16(x), RoundBF16(w)
+	LinearHalf(h, x16, w16, b, r, y, act)
+	x16.Release()
+	w16.Release()
 }
 
 // LinearBackwardAs returns the gradients of h = x·wᵀ + b for the output

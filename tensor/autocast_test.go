@@ -143,3 +143,65 @@ func TestLinearAs(t *testing.T) {
 		}
 	}
 }
+
+// TestConv2dAs: the bfloat16 convolutions (plain, ReLU, ReLU+max-pool;
+// strides 1 and 2) and their gradients against the float32 ops, within
+// the bound of one bfloat16 product per output: Σ|a||b| is the same op on
+// absolute values (in float32, a relative 1e-5 of slack for its own
+// rounding), k the length of the products.
+func TestConv2dAs(t *testing.T) {
+	rng := rand.New(rand.NewPCG(rand.Uint64(), 3))
+	abs := func(x *Tensor) *Tensor { return Abs(x) }
+	within := func(t *testing.T, name string, got, want, s *Tensor, k int) {
+		t.Helper()
+		g, w, sd := got.Contiguous().Data(), want.Contiguous().Data(), s.Contiguous().Data()
+		diff := false
+		for i := range g {
+			tol := bf16Bound(k, float64(sd[i])*(1+1e-5)) + 4*0x1p-24*math.Abs(float64(w[i]))
+			if d := math.Abs(float64(g[i]) - float64(w[i])); !(d <= tol) {
+				t.Fatalf("%s[%d] = %v, want %v within %.3g", name, i, g[i], w[i], tol)
+			}
+			diff = diff || g[i] != w[i]
+		}
+		if !diff {
+			t.Fatalf("%s: equal to float32 bit for bit: the bfloat16 path did not run", name)
+		}
+	}
+	for _, stride := range []int{1, 2} {
+		t.Run(fmt.Sprintf("stride=%d", stride), func(t *testing.T) {
+			x, w, b := New(2, 3, 10, 9), New(4, 3, 3, 3), New(4)
+			x.FillNormal(rng, 0, 1)
+			w.FillNormal(rng, 0, 1)
+			b.FillNormal(rng, 0, 1)
+			k := 3 * 3 * 3
+			y16, y32 := Conv2dAs(BFloat16, x, w, b, stride, 1), Conv2d(x, w, b, stride, 1)
+			within(t, "Conv2d", y16, y32, Conv2d(abs(x), abs(w), abs(b), stride, 1), k)
+			dy := New(y32.Shape()...)
+			dy.FillNormal(rng, 0, 1)
+			dx16, dw16, db16 := Conv2dBackwardAs(BFloat16, dy, x, w, stride, 1, true)
+			dx32, dw32, db32 := Conv2dBackward(dy, x, w, stride, 1, true)
+			sx, sw, _ := Conv2dBackward(abs(dy), abs(x), abs(w), stride, 1, true)
+			within(t, "dx", dx16, dx32, sx, 4*3*3)
+			within(t, "dw", dw16, dw32, sw, dy.Len()/4)
+			assertClose(t, "db", db16.Data(), db32.Data(), 1e-5)
+
+			r16 := Conv2dReLUAs(BFloat16, x, w, b, stride, 1)
+			for i, v := range r16.Data() {
+				if want := max(y16.Data()[i], 0); v != want {
+					t.Fatalf("Conv2dReLUAs[%d] = %v, want max(Conv2dAs, 0) = %v", i, v, want)
+				}
+			}
+			p16, arg := Conv2dReLUMaxPool2dAs(BFloat16, x, w, b, stride, 1, 2)
+			p32, _ := MaxPool2d(r16, 2, 2, 0)
+			assertClose(t, "Conv2dReLUMaxPool2dAs", p16.Data(), p32.Data(), 0)
+			dp := New(p16.Shape()...)
+			dp.FillNormal(rng, 0, 1)
+			// The pooled op's gradients are the ReLU op's on the unpooled
+			// gradient (the same bfloat16 products, summed in another order).
+			dxp, dwp, _ := Conv2dReLUMaxPool2dBackwardAs(BFloat16, dp, p16, arg, x, w, stride, 1, 2, true)
+			dxr, dwr, _ := Conv2dReLUBackwardAs(BFloat16, MaxPool2dBackward(dp, arg, r16.Shape()), r16, x, w, stride, 1, true)
+			assertClose(t, "pooled dx", dxp.Data(), dxr.Data(), 1e-5)
+			assertClose(t, "pooled dw", dwp.Data(), dwr.Data(), 1e-5)
+		})
+	}
+}

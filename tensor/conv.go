@@ -103,11 +103,19 @@ func convCheck(op string, x, w, b *Tensor, stride, padding int) ConvGeom {
 // documentation for the paths), so no full-batch unfolded copy is ever
 // built; the bias is added as the product is copied out.
 func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
+	return Conv2dAs(Float32, x, w, b, stride, padding)
+}
+
+// Conv2dAs is Conv2d with its products in dt (see GemmAs): for BFloat16
+// the unfolded input and the weight are rounded as the products pack
+// them, the rest in float32. Float32 is Conv2d. The same holds for the
+// other ...As convolution ops below. Host tensors only for BFloat16.
+func Conv2dAs(dt DType, x, w, b *Tensor, stride, padding int) *Tensor {
 	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
 		return deviceConv("Conv2d", x, w, b, stride, padding, Identity)
 	}
 	g, y := convStart("Conv2d", x, w, b, stride, padding, 1)
-	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data()})
+	convForward(dt, x, w, g, &convEpilogue{bias: convBias(b), y: y.Data()})
 	return y
 }
 
@@ -115,11 +123,16 @@ func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
 // the same pass as the convolution (no intermediate tensor). Its gradients
 // come from Conv2dReLUBackward.
 func Conv2dReLU(x, w, b *Tensor, stride, padding int) *Tensor {
+	return Conv2dReLUAs(Float32, x, w, b, stride, padding)
+}
+
+// Conv2dReLUAs is Conv2dReLU with its products in dt (see Conv2dAs).
+func Conv2dReLUAs(dt DType, x, w, b *Tensor, stride, padding int) *Tensor {
 	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
 		return deviceConv("Conv2dReLU", x, w, b, stride, padding, ReLUAct)
 	}
 	g, y := convStart("Conv2dReLU", x, w, b, stride, padding, 1)
-	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true})
+	convForward(dt, x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true})
 	return y
 }
 
@@ -134,12 +147,18 @@ func Conv2dReLU(x, w, b *Tensor, stride, padding int) *Tensor {
 // The values equal the unfused ops' exactly; so do the gradients, up to
 // the order of the bias gradient's sum.
 func Conv2dReLUMaxPool2d(x, w, b *Tensor, stride, padding, pool int) (*Tensor, []int32) {
+	return Conv2dReLUMaxPool2dAs(Float32, x, w, b, stride, padding, pool)
+}
+
+// Conv2dReLUMaxPool2dAs is Conv2dReLUMaxPool2d with its products in dt
+// (see Conv2dAs).
+func Conv2dReLUMaxPool2dAs(dt DType, x, w, b *Tensor, stride, padding, pool int) (*Tensor, []int32) {
 	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
 		unsupported("Conv2dReLUMaxPool2d", x.Device())
 	}
 	g, y := convStart("Conv2dReLUMaxPool2d", x, w, b, stride, padding, pool)
 	arg := make([]int32, y.Len())
-	convForward(x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true, pool: pool, arg: arg})
+	convForward(dt, x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true, pool: pool, arg: arg})
 	return y, arg
 }
 
@@ -167,16 +186,19 @@ func convBias(b *Tensor) []float32 {
 
 // convForward runs the convolution of x by w through the path for its
 // stride, handing each chunk's product to ep.
-func convForward(x, w *Tensor, g ConvGeom, ep *convEpilogue) {
+// Products in bfloat16 all take the unfolding (im2col), whose GEMMs
+// round their operands as they pack them.
+func convForward(dt DType, x, w *Tensor, g ConvGeom, ep *convEpilogue) {
 	if len(ep.y) == 0 {
 		return
 	}
+	checkAutocastDType("Conv2dAs", dt)
 	xd := x.Contiguous().Data()
 	w2 := w.Contiguous().Reshape(w.shape[0], g.C*g.KH*g.KW)
-	if g.Stride == 1 {
+	if g.Stride == 1 && dt == Float32 {
 		wideConvForward(xd, w2, g, ep)
 	} else {
-		im2colConvForward(xd, w2, g, ep)
+		im2colConvForward(dt, xd, w2, g, ep)
 	}
 }
 
@@ -185,12 +207,18 @@ func convForward(x, w *Tensor, g ConvGeom, ep *convEpilogue) {
 // needInput), dw shaped like w, and db [O]. The unfolded input is
 // recomputed chunk by chunk rather than kept from the forward pass.
 func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
+	return Conv2dBackwardAs(Float32, dy, x, w, stride, padding, needInput)
+}
+
+// Conv2dBackwardAs is Conv2dBackward with its products in dt (see
+// Conv2dAs).
+func Conv2dBackwardAs(dt DType, dy, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
 	g := convCheck("Conv2dBackward", x, w, nil, stride, padding)
 	checkGradShape("Conv2dBackward", dy, g, w, 1)
 	if dy.buf != nil || x.buf != nil || w.buf != nil {
 		return deviceConvBackward("Conv2dBackward", dy, nil, x, w, stride, padding, needInput, Identity)
 	}
-	return convBackward(&convPrologue{dy: dy.Contiguous().Data()}, x, w, g, needInput)
+	return convBackward(dt, &convPrologue{dy: dy.Contiguous().Data()}, x, w, g, needInput)
 }
 
 // Conv2dReLUBackward returns the gradients of Conv2dReLU given the output
@@ -198,6 +226,12 @@ func Conv2dBackward(dy, x, w *Tensor, stride, padding int, needInput bool) (dx, 
 // input x and the weight w, as Conv2dBackward: dy flows back only where y
 // is positive (ReLU's gradient is 0 at 0, as PyTorch's).
 func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
+	return Conv2dReLUBackwardAs(Float32, dy, y, x, w, stride, padding, needInput)
+}
+
+// Conv2dReLUBackwardAs is Conv2dReLUBackward with its products in dt (see
+// Conv2dAs).
+func Conv2dReLUBackwardAs(dt DType, dy, y, x, w *Tensor, stride, padding int, needInput bool) (dx, dw, db *Tensor) {
 	g := convCheck("Conv2dReLUBackward", x, w, nil, stride, padding)
 	checkGradShape("Conv2dReLUBackward", dy, g, w, 1)
 	if !slices.Equal(y.shape, dy.shape) {
@@ -207,7 +241,7 @@ func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool
 		return deviceConvBackward("Conv2dReLUBackward", dy, y, x, w, stride, padding, needInput, ReLUAct)
 	}
 	pr := &convPrologue{dy: dy.Contiguous().Data(), y: y.Contiguous().Data()}
-	return convBackward(pr, x, w, g, needInput)
+	return convBackward(dt, pr, x, w, g, needInput)
 }
 
 // Conv2dReLUMaxPool2dBackward returns the gradients of
@@ -215,6 +249,12 @@ func Conv2dReLUBackward(dy, y, x, w *Tensor, stride, padding int, needInput bool
 // the indices argmax it returned, the input x and the weight w, as
 // Conv2dBackward.
 func Conv2dReLUMaxPool2dBackward(dy, y *Tensor, argmax []int32, x, w *Tensor, stride, padding, pool int, needInput bool) (dx, dw, db *Tensor) {
+	return Conv2dReLUMaxPool2dBackwardAs(Float32, dy, y, argmax, x, w, stride, padding, pool, needInput)
+}
+
+// Conv2dReLUMaxPool2dBackwardAs is Conv2dReLUMaxPool2dBackward with its
+// products in dt (see Conv2dAs).
+func Conv2dReLUMaxPool2dBackwardAs(dt DType, dy, y *Tensor, argmax []int32, x, w *Tensor, stride, padding, pool int, needInput bool) (dx, dw, db *Tensor) {
 	const op = "Conv2dReLUMaxPool2dBackward"
 	if dy.buf != nil || x.buf != nil || w.buf != nil {
 		unsupported(op, dy.Device())
@@ -226,7 +266,7 @@ func Conv2dReLUMaxPool2dBackward(dy, y *Tensor, argmax []int32, x, w *Tensor, st
 		panicf("%s: output shape %v with %d indices, output gradient shape %v: want equal shapes and one index per element", op, y.shape, len(argmax), dy.shape)
 	}
 	pr := &convPrologue{dy: dy.Contiguous().Data(), y: y.Contiguous().Data(), pool: pool, arg: argmax}
-	return convBackward(pr, x, w, g, needInput)
+	return convBackward(dt, pr, x, w, g, needInput)
 }
 
 func checkGradShape(op string, dy *Tensor, g ConvGeom, w *Tensor, pool int) {
@@ -237,7 +277,8 @@ func checkGradShape(op string, dy *Tensor, g ConvGeom, w *Tensor, pool int) {
 
 // convBackward computes the gradients of a convolution whose output
 // gradient pr supplies, through the path for its stride.
-func convBackward(pr *convPrologue, x, w *Tensor, g ConvGeom, needInput bool) (dx, dw, db *Tensor) {
+func convBackward(dt DType, pr *convPrologue, x, w *Tensor, g ConvGeom, needInput bool) (dx, dw, db *Tensor) {
+	checkAutocastDType("Conv2dBackwardAs", dt)
 	O, K := w.shape[0], g.C*g.KH*g.KW
 	dw, db = New(w.shape...), New(O)
 	if needInput {
@@ -255,10 +296,10 @@ func convBackward(pr *convPrologue, x, w *Tensor, g ConvGeom, needInput bool) (d
 	if dx != nil {
 		a.dx = dx.Data()
 	}
-	if g.Stride == 1 {
+	if g.Stride == 1 && dt == Float32 {
 		wideConvBackward(pr, a, g)
 	} else {
-		im2colConvBackward(pr, a, g)
+		im2colConvBackward(dt, pr, a, g)
 	}
 	return dx, dw, db
 }

@@ -88,7 +88,7 @@ func convChunk(g ConvGeom) int {
 
 // im2colConvForward runs the convolution of xd by w2 [O, K] through the
 // general unfolding, handing each chunk's product to ep.
-func im2colConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
+func im2colConvForward(dt DType, xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	O, K := w2.shape[0], w2.shape[1]
 	L := g.OH * g.OW
 	nb := convChunk(g)
@@ -98,14 +98,14 @@ func im2colConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 		m := min(nb, g.N-n0)
 		cols := m * L
 		im2colInto(col, xd, g, n0, m)
-		Gemm(FromSlice(out[:O*cols], O, cols), w2, FromSlice(col[:K*cols], K, cols), 1, 0)
+		GemmAs(dt, FromSlice(out[:O*cols], O, cols), w2, FromSlice(col[:K*cols], K, cols), 1, 0)
 		ep.emit(out, chunkLayout{cols: cols, span: L, rowStride: g.OW}, g, O, n0, m)
 	}
 }
 
 // im2colConvBackward accumulates a convolution's gradients through the
 // general unfolding.
-func im2colConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
+func im2colConvBackward(dt DType, pr *convPrologue, a convGrads, g ConvGeom) {
 	O, K := a.w2.shape[0], a.w2.shape[1]
 	L := g.OH * g.OW
 	nb := convChunk(g)
@@ -118,9 +118,9 @@ func im2colConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 		gt := FromSlice(g2[:O*cols], O, cols)
 		ct := FromSlice(col[:K*cols], K, cols)
 		im2colInto(col, a.xd, g, n0, m)
-		Gemm(a.dw, gt, ct.T(), 1, 1) // dw += dy·colᵀ
+		GemmAs(dt, a.dw, gt, ct.T(), 1, 1) // dw += dy·colᵀ
 		if a.dx != nil {
-			Gemm(ct, a.w2.T(), gt, 1, 0) // dcol = wᵀ·dy, reusing col
+			GemmAs(dt, ct, a.w2.T(), gt, 1, 0) // dcol = wᵀ·dy, reusing col
 			col2imAdd(a.dx, col, g, n0, m)
 		}
 	}

@@ -125,11 +125,15 @@
 // interface rather than redesigning them.
 //
 // On the host, BFloat16 is today the dtype of a product, not of a tensor:
-// GemmAs, LinearAs and LinearBackwardAs take float32 tensors and run their
-// products on operands rounded to bfloat16 with float32 accumulation
-// (AVX512-BF16's VDPBF16PS where the CPU has it, else widened to the
-// float32 kernels), as PyTorch's CPU autocast does, with the error bound
-// autocast.go states; Float32 gives the float32 op bit for bit.
+// GemmAs, MatMulAs, LinearAs, LinearBackwardAs, AttentionQKVAs and the
+// Conv2d...As ops take float32 tensors and run their products on operands
+// rounded to bfloat16 with float32 accumulation (AVX512-BF16's VDPBF16PS
+// where the CPU has it, else widened to the float32 kernels), as
+// PyTorch's CPU autocast does, with the error bound autocast.go states;
+// Float32 gives the float32 op bit for bit. A Half is a matrix rounded
+// once and read by several products (autograd's linear keeps its weight's
+// and its input's for the backward pass), in storage reused across steps;
+// the other ops round their operands as the GEMM packs them.
 //
 // # Randomness
 //

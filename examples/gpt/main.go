@@ -75,6 +75,7 @@ type config struct {
 	data      string // the text; "" finds Opticks in the Go installation
 	init      string // weights from gpt_bench.py --dump-init; "" draws them from seed
 	device    string // where to train: "cpu" (or ""), "cuda", "cuda:N"
+	dtype     string // the products' dtype: "fp32" (or "") or "bf16" (recipe.ParseDType)
 	model     models.GPTConfig
 
 	// The layout: dp × pp × tp ranks (0: dp = ranks/(pp·tp)), the
@@ -99,6 +100,7 @@ func main() {
 	c := config{model: models.GPTMini(), getenv: os.Getenv}
 	flag.IntVar(&c.steps, "steps", 300, "training steps")
 	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
+	flag.StringVar(&c.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation; float32 weights, gradients and optimizer)")
 	flag.IntVar(&c.batch, "batch", 32, "sequences of 64 bytes per data-parallel replica and step")
 	flag.Uint64Var(&c.seed, "seed", 0, "seed of the initial weights and of the data stream (the same on every rank)")
 	flag.IntVar(&c.evalEvery, "eval-every", 100, "validate every N steps (0: only at the end)")
@@ -138,10 +140,12 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if err := c.validate(); err != nil {
 		return err
 	}
-	if _, err := cudatensor.Open(c.device); err != nil {
+	dev, err := cudatensor.Open(c.device)
+	if err != nil {
 		return err // before any data is loaded
 	}
-	pg, err := distributed.InitFromEnv(ctx)
+	pg, err := distributed.InitFromEnvOn(ctx, dev) // nccl for a GPU, unless COHORT_BACKEND names one
+
 	if err != nil {
 		return err
 	}

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"math/rand/v2"
+	"os"
 	"sync"
 	"time"
 
@@ -35,8 +36,8 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	if err != nil {
 		return err
 	}
-	if !dev.IsCPU() && pg.Size() > 1 {
-		return fmt.Errorf("-device %v on %d ranks: ddp and the staged layouts keep host buffers; a device trains as a world of one for now", dev, pg.Size())
+	if !dev.IsCPU() && (lay.PP > 1 || lay.TP > 1) {
+		return fmt.Errorf("-device %v with %v: the pipeline and tensor-parallel layouts keep host buffers; on a device, use data parallelism (-dp)", dev, lay)
 	}
 	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
 	if err != nil {
@@ -68,6 +69,9 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	nn.To(model, dev)
+	if err := autocast(c.dtype, model, rank); err != nil {
+		return err
+	}
 	par, err := parallel.NewGPT(ctx, pg, model, lay)
 	if err != nil {
 		return err
@@ -321,4 +325,21 @@ func saveCheckpoint(ctx context.Context, c config, pg distributed.ProcessGroup, 
 	g := checkpoint.NewGroup(pg.Rank(), pg.Size(), func(ctx context.Context) error { return pg.Barrier(ctx).Wait() })
 	_, err = checkpoint.Save(ctx, c.ckptDir, g, s, checkpoint.Options{Keep: c.ckptKeep})
 	return err
+}
+
+// autocast trains model's products in -dtype (recipe.Autocast); rank 0
+// says once on stderr when bf16 runs on the widening fallback.
+func autocast(dtype string, model nn.Module, rank int) error {
+	dt, err := recipe.ParseDType(dtype)
+	if err != nil {
+		return fmt.Errorf("-dtype: %w", err)
+	}
+	_, note, err := recipe.Autocast(model, dt)
+	if err != nil {
+		return err
+	}
+	if note != "" && rank == 0 {
+		fmt.Fprintln(os.Stderr, note)
+	}
+	return nil
 }

@@ -49,6 +49,7 @@ type config struct {
 	dir           string
 	limit         int    // training samples used, 0: all
 	device        string // where to train: "cpu" (or ""), "cuda", "cuda:N"
+	dtype         string // the products' dtype: "fp32" (or "") or "bf16" (recipe.ParseDType)
 
 	save      string // final weights as safetensors, "": none
 	ckptDir   string // training-state checkpoints, "": none
@@ -73,6 +74,7 @@ func main() {
 	flag.StringVar(&c.dir, "data", "", "directory with the MNIST IDX files (default: the GoMNIST module's copy)")
 	flag.IntVar(&c.limit, "limit", 0, "train on the first N training samples only (0: all 60000)")
 	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
+	flag.StringVar(&c.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation; float32 weights, gradients and optimizer)")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this safetensors file (PyTorch nn.Sequential names)")
 	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
 	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
@@ -102,11 +104,13 @@ func run(ctx context.Context, c config, out io.Writer) error {
 	if c.getenv == nil {
 		c.getenv = os.Getenv
 	}
-	if _, err := cudatensor.Open(c.device); err != nil {
+	dev, err := cudatensor.Open(c.device)
+	if err != nil {
 		return err // before any data is loaded
 	}
-	// The job's process group: the launcher's world, or a world of one.
-	pg, err := distributed.InitFromEnv(ctx)
+	// The job's process group: the launcher's world, or a world of one;
+	// nccl for a GPU unless COHORT_BACKEND names a backend.
+	pg, err := distributed.InitFromEnvOn(ctx, dev)
 	if err != nil {
 		return err
 	}
@@ -150,15 +154,21 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	rank, world := pg.Rank(), pg.Size()
-	if !dev.IsCPU() && world > 1 {
-		return fmt.Errorf("-device %v on %d ranks: ddp keeps gradients in host buckets; a device trains as a world of one for now", dev, world)
-	}
 	pcg := rand.NewPCG(c.seed, 0)
 	net, err := recipe.NewClassifier(c.model, rand.New(pcg))
 	if err != nil {
 		return err
 	}
 	model, shape := net.Model, net.Shape
+	dt, err := recipe.ParseDType(c.dtype)
+	if err != nil {
+		return fmt.Errorf("-dtype: %w", err)
+	}
+	if _, note, err := recipe.Autocast(model, dt); err != nil {
+		return err
+	} else if note != "" && rank == 0 {
+		fmt.Fprintln(os.Stderr, note)
+	}
 	trainSet, test, err := c.load(ctx)
 	if err != nil {
 		return err

@@ -112,3 +112,44 @@ func TestAMXTileConfig(t *testing.T) {
 		t.Errorf("tile config % x, want % x", got, want)
 	}
 }
+
+// TestAMXPathMixed: GemmMixed on the AMX path (the Go model of its tile
+// kernel) with float32 operands, which it rounds whole before the tiles
+// read them, and its addends and epilogue applied after the product.
+func TestAMXPathMixed(t *testing.T) {
+	g := NewAMXModel(2)
+	AlwaysSplit(g)
+	gemmtest.RunBF16(t, func(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+		fa := make([]float32, len(a))
+		for i, v := range a {
+			fa[i] = F32(v)
+		}
+		g.GemmMixed(transA, transB, m, n, k, alpha, F32Operand(fa), lda, BF16Operand(b), ldb, beta, c, ldc, nil, nil)
+	})
+	m, n, k := 40, 50, 70
+	a, b := make([]uint16, m*k), make([]uint16, k*n)
+	for i := range a {
+		a[i] = BF16(float32(i%7) - 3)
+	}
+	for i := range b {
+		b[i] = BF16(float32(i%5) - 2)
+	}
+	row := make([]float32, n)
+	for i := range row {
+		row[i] = float32(i)
+	}
+	got, want := make([]float32, m*n), make([]float32, m*n)
+	g.GemmMixed(false, false, m, n, k, 1, BF16Operand(a), k, BF16Operand(b), n, 0, got, n, &Addends{Row: row}, func(i0, i1, j0, j1 int) {
+		for i := i0; i < i1; i++ {
+			for j := j0; j < j1; j++ {
+				got[i*n+j] = -got[i*n+j]
+			}
+		}
+	})
+	g.GemmBF16(false, false, m, n, k, 1, a, k, b, n, 0, want, n)
+	for i := range want {
+		if w := -(want[i] + row[i%n]); got[i] != w {
+			t.Fatalf("C[%d] = %v, want %v", i, got[i], w)
+		}
+	}
+}

@@ -6,6 +6,8 @@ type packBuf struct {
 	a, b, t []float32
 	ha, hb  []uint32  // bfloat16 slivers, a pair of k a word (gemm_bf16.go)
 	wa, wb  []float32 // bfloat16 operands widened (gemm_bf16.go)
+	t16     []uint16  // a float32 block rounded before packing, or a whole operand (GemmMixed)
+	g       *Impl     // whose conversion rounds t16 (set by runBF16)
 }
 
 // grow returns s with length at least n, reallocating when needed.

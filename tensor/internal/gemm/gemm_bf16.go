@@ -100,17 +100,149 @@ func (g *Impl) BF16Kernel() string {
 	return "widen/" + g.arch.name
 }
 
+// GemmBF16Fused is [GemmBF16] followed by add and epi as [SgemmFused]
+// applies them: the addends (after alpha and beta) and then epi on each
+// block of C as soon as it holds its result, while it is in cache. add and
+// epi may be nil.
+func GemmBF16Fused(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
+	g, err := Default()
+	if err != nil {
+		panic(err.Error())
+	}
+	g.GemmBF16Fused(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
+}
+
+// Operand is a bfloat16 operand of [GemmMixed]: BF16 holds bfloat16
+// bits, or else F32 holds float32 values that the product rounds to
+// bfloat16 ([BF16], round to nearest even) as it packs them, block by
+// block while they are in cache, rather than in a pass of its own over
+// the whole matrix. The product's values are those of [GemmBF16] on the
+// rounded matrix, bit for bit.
+type Operand struct {
+	BF16 []uint16
+	F32  []float32
+}
+
+// F32 and Half make Operands.
+func F32Operand(f []float32) Operand { return Operand{F32: f} }
+func BF16Operand(h []uint16) Operand { return Operand{BF16: h} }
+
+// from returns the operand starting at element off.
+func (o Operand) from(off int) Operand {
+	if o.BF16 != nil {
+		return Operand{BF16: o.BF16[off:]}
+	}
+	return Operand{F32: o.F32[off:]}
+}
+
+// GemmMixed is [GemmBF16Fused] with each operand bfloat16 bits or float32
+// values rounded as they are packed (see [Operand]).
+func GemmMixed(transA, transB bool, m, n, k int, alpha float32, a Operand, lda int, b Operand, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
+	g, err := Default()
+	if err != nil {
+		panic(err.Error())
+	}
+	g.GemmMixed(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
+}
+
+// GemmMixed is the package-level [GemmMixed] on g.
+func (g *Impl) GemmMixed(transA, transB bool, m, n, k int, alpha float32, a Operand, lda int, b Operand, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
+	if g.bf16 == nil || m == 0 || n == 0 || k == 0 || alpha == 0 {
+		// The widening path (and the trivial cases) on rounded copies.
+		ah, ra := g.roundAll(a, transA, m, k, lda)
+		bh, rb := g.roundAll(b, transB, k, n, ldb)
+		g.GemmBF16Fused(transA, transB, m, n, k, alpha, ah, lda, bh, ldb, beta, c, ldc, add, epi)
+		if ra != nil {
+			g.bufs.Put(ra)
+		}
+		if rb != nil {
+			g.bufs.Put(rb)
+		}
+		return
+	}
+	checkOperand("A", transA, a, m, k, lda, m, n, k)
+	checkOperand("B", transB, b, k, n, ldb, m, n, k)
+	checkMatrix("C", false, c, m, n, ldc, m, n, k)
+	if add != nil {
+		add.check(m, n)
+		if add.Row == nil && add.Mat == nil {
+			add = nil
+		}
+	}
+	g.runBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
+}
+
+// checkOperand is checkMatrix on whichever slice o holds, for an
+// op(X) of rows×cols.
+func checkOperand(name string, trans bool, o Operand, rows, cols, ld, m, n, k int) {
+	if trans {
+		rows, cols = cols, rows
+	}
+	if o.BF16 != nil {
+		checkMatrix(name, trans, o.BF16, rows, cols, ld, m, n, k)
+		return
+	}
+	checkMatrix(name, trans, o.F32, rows, cols, ld, m, n, k)
+}
+
+// roundAll returns o's stored extent as bfloat16 bits (op(X) of
+// rows×cols, row stride ld): o.BF16 itself, or F32 rounded into a pooled
+// buffer, handed back with it for the caller to return.
+func (g *Impl) roundAll(o Operand, trans bool, rows, cols, ld int) ([]uint16, *packBuf) {
+	if o.BF16 != nil || o.F32 == nil {
+		return o.BF16, nil
+	}
+	if trans {
+		rows, cols = cols, rows
+	}
+	if rows == 0 || cols == 0 {
+		return nil, nil
+	}
+	n := (rows-1)*ld + cols
+	buf := g.bufs.Get().(*packBuf)
+	buf.t16 = growU16(buf.t16, n)
+	g.ToBF16(buf.t16, o.F32[:n])
+	return buf.t16, buf
+}
+
+func growU16(s []uint16, n int) []uint16 {
+	if cap(s) < n {
+		return make([]uint16, n)
+	}
+	return s[:n]
+}
+
 // GemmBF16 is the package-level [GemmBF16] on g.
 func (g *Impl) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+	g.GemmBF16Fused(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, nil, nil)
+}
+
+// GemmBF16Fused is the package-level [GemmBF16Fused] on g.
+func (g *Impl) GemmBF16Fused(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
+	if add != nil {
+		add.check(m, n)
+		if add.Row == nil && add.Mat == nil {
+			add = nil
+		}
+	}
 	switch {
 	case m == 0 || n == 0:
+		return
 	case k == 0 || alpha == 0:
 		scaleC(m, n, beta, c, ldc)
 	case g.bf16 == nil:
 		g.widenBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
 	default:
-		g.runBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		g.runBF16(transA, transB, m, n, k, alpha, Operand{BF16: a}, lda, Operand{BF16: b}, ldb, beta, c, ldc, add, epi)
+		return
+	}
+	// The paths without a blocked loop of their own add afterwards.
+	if add != nil {
+		add.apply(c, ldc, 0, 0, m, n)
+	}
+	if epi != nil {
+		epi(0, m, 0, n)
 	}
 }
 
@@ -144,7 +276,7 @@ func (g *Impl) widenBF16(transA, transB bool, m, n, k int, alpha float32, a []ui
 
 // runBF16 is the blocked, parallel bfloat16 product on g.bf16, split as
 // [Impl.run] splits float32 ones.
-func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a Operand, lda int, b Operand, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	ar := g.bf16
 	tm, tn := partition(m, n, k, g.threads, ar.mr, ar.nr)
 	if tm*tn > 1 && 2*m*n*k < g.coldMin && !g.pool.warm(g.threads-1) {
@@ -152,7 +284,8 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint
 	}
 	if tm*tn == 1 {
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		buf.g = g
+		ar.block(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi, 0, 0)
 		g.bufs.Put(buf)
 		return
 	}
@@ -163,23 +296,37 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a []uint
 		if i0 == i1 || j0 == j1 {
 			return
 		}
-		as, bs := a[i0*lda:], b[j0:]
+		// Each operand's offset for its layout (a row offset of a
+		// transposed operand can lie past its end).
+		ao, bo := i0*lda, j0
 		if transA {
-			as = a[i0:]
+			ao = i0
 		}
 		if transB {
-			bs = b[j0*ldb:]
+			bo = j0 * ldb
 		}
+		as, bs := a.from(ao), b.from(bo)
 		buf := g.bufs.Get().(*packBuf)
-		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc)
+		buf.g = g
+		ar.block(buf, transA, transB, i1-i0, j1-j0, k, alpha, as, lda, bs, ldb, beta, c[i0*ldc+j0:], ldc, add.sub(i0, j0), epi, i0, j0)
 		g.bufs.Put(buf)
 	})
 }
 
-// block runs the BLIS loop nest (see arch.block) on one m×n block of C.
-func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+// block runs the BLIS loop nest (see arch.block) on one m×n block of C,
+// whose first element is C[ei][ej] of the whole product (what epi is
+// told), adding add and running epi on each block once it is final.
+func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha float32, a Operand, lda int, b Operand, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue, ei, ej int) {
 	if ar.tile != nil {
-		ar.blockAMX(buf, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc)
+		// The AMX tiles read bfloat16 bits: float32 operands are rounded
+		// whole first, and the addends and epi follow the product.
+		ar.blockAMX(buf, transA, transB, m, n, k, alpha, buf.bitsOf(a, transA, m, k, lda), lda, buf.bitsOf(b, transB, k, n, ldb), ldb, beta, c, ldc)
+		if add != nil {
+			add.apply(c, ldc, 0, 0, m, n)
+		}
+		if epi != nil {
+			epi(ei, ei+m, ej, ej+n)
+		}
 		return
 	}
 	kcMax := blockSize(k, ar.kc, 2)
@@ -194,9 +341,9 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 			kc := min(kcMax, k-pc)
 			k2 := (kc + 1) / 2
 			if transB {
-				packBF16(buf.hb, b[jc*ldb+pc:], ldb, true, nc, kc, ar.nr)
+				buf.packOperand(buf.hb, b.from(jc*ldb+pc), ldb, true, nc, kc, ar.nr)
 			} else {
-				packBF16(buf.hb, b[pc*ldb+jc:], ldb, false, nc, kc, ar.nr)
+				buf.packOperand(buf.hb, b.from(pc*ldb+jc), ldb, false, nc, kc, ar.nr)
 			}
 			bet := beta
 			if pc > 0 {
@@ -205,9 +352,9 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 			for ic := 0; ic < m; ic += mcMax {
 				mc := min(mcMax, m-ic)
 				if transA {
-					packBF16(buf.ha, a[pc*lda+ic:], lda, false, mc, kc, ar.mr)
+					buf.packOperand(buf.ha, a.from(pc*lda+ic), lda, false, mc, kc, ar.mr)
 				} else {
-					packBF16(buf.ha, a[ic*lda+pc:], lda, true, mc, kc, ar.mr)
+					buf.packOperand(buf.ha, a.from(ic*lda+pc), lda, true, mc, kc, ar.mr)
 				}
 				for jr := 0; jr < nc; jr += ar.nr {
 					cols := min(ar.nr, nc-jr)
@@ -216,9 +363,54 @@ func (ar *bf16Arch) block(buf *packBuf, transA, transB bool, m, n, k int, alpha 
 						ar.kernel(k2, &buf.ha[ir*k2], bp, &c[(ic+ir)*ldc+jc+jr], ldc, alpha, bet, min(ar.mr, mc-ir), cols)
 					}
 				}
+				if pc+kc == k {
+					if add != nil {
+						add.apply(c, ldc, ic, jc, mc, nc)
+					}
+					if epi != nil {
+						epi(ei+ic, ei+ic+mc, ej+jc, ej+jc+nc)
+					}
+				}
 			}
 		}
 	}
+}
+
+// packOperand is packBF16 on o: its bits, or its float32 values rounded
+// first into buf.t16 (the block alone, rows of an even length so that
+// the vector packers apply), where the packer reads them from cache.
+func (buf *packBuf) packOperand(dst []uint32, o Operand, ld int, rowsAlongN bool, n, kc, w int) {
+	if o.BF16 != nil {
+		packBF16(dst, o.BF16, ld, rowsAlongN, n, kc, w)
+		return
+	}
+	rows, cols := n, kc // the block as stored: n rows of kc, or kc rows of n
+	if !rowsAlongN {
+		rows, cols = kc, n
+	}
+	lt := (cols + 1) &^ 1
+	buf.t16 = growU16(buf.t16, rows*lt)
+	for r := range rows {
+		buf.g.ToBF16(buf.t16[r*lt:r*lt+cols], o.F32[r*ld:r*ld+cols])
+	}
+	packBF16(dst, buf.t16, lt, rowsAlongN, n, kc, w)
+}
+
+// bitsOf returns o's bfloat16 bits for an op(X) of rows×cols with row
+// stride ld: o.BF16, or its float32 values rounded into a new slice.
+func (buf *packBuf) bitsOf(o Operand, trans bool, rows, cols, ld int) []uint16 {
+	if o.BF16 != nil || o.F32 == nil {
+		return o.BF16
+	}
+	if trans {
+		rows, cols = cols, rows
+	}
+	if rows == 0 || cols == 0 {
+		return nil
+	}
+	h := make([]uint16, (rows-1)*ld+cols)
+	buf.g.ToBF16(h, o.F32[:len(h)])
+	return h
 }
 
 // packBF16 packs the n×kc block whose slivers run along n, w pairs wide,

@@ -78,3 +78,97 @@ func TestGemmBF16Env(t *testing.T) {
 		t.Fatalf("New(avx512bf16) on a CPU with AVX512-BF16 %v: %v", HasAVX512BF16(), err)
 	}
 }
+
+// TestGemmMixed runs the bfloat16 conformance suite on GemmMixed with
+// each operand given as float32 values (the suite's bfloat16 inputs
+// widened, which the packing rounds back to the same bits) or as bits, on
+// every path with 2 threads (each product split where it can be); then
+// checks its addends and epilogue against the separate passes they
+// replace, bit for bit.
+func TestGemmMixed(t *testing.T) {
+	widen := func(h []uint16) []float32 {
+		f := make([]float32, len(h))
+		for i, v := range h {
+			f[i] = F32(v)
+		}
+		return f
+	}
+	for _, kern := range bf16Kernels() {
+		for _, threads := range []int{2} {
+			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
+			if err != nil {
+				t.Fatal(err)
+			}
+			AlwaysSplit(g)
+			for _, f32 := range [][2]bool{{true, false}, {false, true}} {
+				t.Run(fmt.Sprintf("kernel=%s/threads=%d/f32=%v", kern, threads, f32), func(t *testing.T) {
+					gemmtest.RunBF16(t, func(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int) {
+						ao, bo := BF16Operand(a), BF16Operand(b)
+						if f32[0] {
+							ao = F32Operand(widen(a))
+						}
+						if f32[1] {
+							bo = F32Operand(widen(b))
+						}
+						g.GemmMixed(transA, transB, m, n, k, alpha, ao, lda, bo, ldb, beta, c, ldc, nil, nil)
+					})
+				})
+			}
+			t.Run(fmt.Sprintf("kernel=%s/threads=%d/fused", kern, threads), func(t *testing.T) {
+				rng := rand.New(rand.NewPCG(1, 2))
+				m, n, k := 50, 70, 600
+				a, b := make([]float32, m*k), make([]float32, n*k)
+				for i := range a {
+					a[i] = float32(rng.NormFloat64())
+				}
+				for i := range b {
+					b[i] = float32(rng.NormFloat64())
+				}
+				row, mat := make([]float32, n), make([]float32, m*n)
+				for i := range row {
+					row[i] = float32(rng.NormFloat64())
+				}
+				for i := range mat {
+					mat[i] = float32(rng.NormFloat64())
+				}
+				got, want := make([]float32, m*n), make([]float32, m*n)
+				seen := make([]int, m*n)
+				g.GemmMixed(false, true, m, n, k, 1, F32Operand(a), k, F32Operand(b), k, 0, got, n, &Addends{Row: row, Mat: mat, LdMat: n}, func(i0, i1, j0, j1 int) {
+					for i := i0; i < i1; i++ {
+						for j := j0; j < j1; j++ {
+							seen[i*n+j]++
+							got[i*n+j] *= 2
+						}
+					}
+				})
+				ha, hb := make([]uint16, len(a)), make([]uint16, len(b))
+				g.ToBF16(ha, a)
+				g.ToBF16(hb, b)
+				g.GemmBF16(false, true, m, n, k, 1, ha, k, hb, k, 0, want, n)
+				for i := range want {
+					want[i] = ((want[i] + row[i%n]) + mat[i]) * 2
+					if got[i] != want[i] || seen[i] != 1 {
+						t.Fatalf("C[%d] = %v (epilogue ran %d times), want %v once", i, got[i], seen[i], want[i])
+					}
+				}
+			})
+		}
+	}
+}
+
+// TestGemmBF16SplitTransposed: a transposed A with more rows of C than
+// steps of k, split over threads (the row offset of the non-transposed
+// layout lies past A's end).
+func TestGemmBF16SplitTransposed(t *testing.T) {
+	for _, kern := range bf16Kernels() {
+		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		AlwaysSplit(g)
+		c := gemmtest.Case{TransA: true, M: 1024, N: 784, K: 64, Alpha: 1}
+		t.Run(fmt.Sprintf("kernel=%s/%v", kern, c), func(t *testing.T) {
+			gemmtest.CheckBF16(t, g.GemmBF16, c, rand.New(rand.NewPCG(5, 6)))
+		})
+	}
+}
