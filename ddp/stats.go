@@ -138,6 +138,16 @@ func minTime(a, b time.Time) time.Time {
 	return b
 }
 
+// Communication summarises the gradient communication per synchronised
+// step: busy time, the share of it behind backward, and the exposed time.
+func (s Stats) Communication() string {
+	per := func(d time.Duration) time.Duration {
+		return (d / time.Duration(max(s.Steps, 1))).Round(time.Microsecond)
+	}
+	return fmt.Sprintf("gradient all-reduce busy %v per step (%.0f%% of it behind backward), exposed %v per step",
+		per(s.Busy), 100*s.HiddenFraction(), per(s.Exposed))
+}
+
 // String summarises the statistics on one line: compute per forward and
 // backward pass (local ones included), communication per synchronised
 // step.

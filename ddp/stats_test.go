@@ -6,6 +6,7 @@ import (
 	"slices"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/cohortml/cohort/autograd"
@@ -193,5 +194,18 @@ func TestBucketViewsAligned(t *testing.T) {
 	})
 	if errs[0] != nil {
 		t.Fatal(errs[0])
+	}
+}
+
+// TestStatsCommunication: the per-step communication line divides by the
+// synchronised steps and states the hidden share.
+func TestStatsCommunication(t *testing.T) {
+	s := Stats{Steps: 2, LocalSteps: 5, Busy: 4 * time.Millisecond, Hidden: 3 * time.Millisecond, Exposed: 2 * time.Millisecond}
+	want := "gradient all-reduce busy 2ms per step (75% of it behind backward), exposed 1ms per step"
+	if got := s.Communication(); got != want {
+		t.Errorf("Communication() = %q, want %q", got, want)
+	}
+	if got := (Stats{}).Communication(); !strings.Contains(got, "busy 0s per step (0% ") {
+		t.Errorf("Communication() of no steps = %q", got)
 	}
 }

@@ -2,6 +2,7 @@ package recipe
 
 import (
 	"fmt"
+	"io"
 	"strings"
 
 	"github.com/cohortml/cohort/nn"
@@ -55,4 +56,19 @@ func fallbackNote(kernel string) string {
 		return ""
 	}
 	return fmt.Sprintf("recipe: bf16 autocast: no native bfloat16 kernel (AVX512-BF16) in use; products run on the widening fallback %s, slower than fp32", kernel)
+}
+
+// UseDType is Autocast for a program's -dtype flag value: it parses s
+// (ParseDType), trains m's products in that dtype and, on rank 0, writes
+// the fallback note (if any) to notes once.
+func UseDType(m nn.Module, s string, rank int, notes io.Writer) error {
+	dt, err := ParseDType(s)
+	if err != nil {
+		return fmt.Errorf("-dtype: %w", err)
+	}
+	_, note, err := Autocast(m, dt)
+	if err == nil && note != "" && rank == 0 {
+		fmt.Fprintln(notes, note)
+	}
+	return err
 }

@@ -52,3 +52,31 @@ func TestAutocast(t *testing.T) {
 		t.Errorf("note %q for the widening path, want one line naming it", n)
 	}
 }
+
+// TestUseDType: a bad flag value is named; the model's products follow a
+// good one; only rank 0 writes the fallback note.
+func TestUseDType(t *testing.T) {
+	c, err := NewClassifier("mlp", rand.New(rand.NewPCG(1, 2)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var notes strings.Builder
+	if err := UseDType(c.Model, "fp16", 0, &notes); err == nil || !strings.HasPrefix(err.Error(), "-dtype: ") || !strings.Contains(err.Error(), `"fp16"`) {
+		t.Errorf("UseDType(fp16): %v, want an error naming -dtype and the value", err)
+	}
+	t.Setenv("COHORT_GEMM_KERNEL", "avx512")
+	if err := UseDType(c.Model, "bf16", 1, &notes); err != nil || notes.Len() != 0 {
+		t.Errorf("UseDType(bf16) on rank 1: %v, notes %q: want no error and no note", err, notes.String())
+	}
+	if err := UseDType(c.Model, "bf16", 0, &notes); err != nil {
+		t.Fatal(err)
+	}
+	if info, err := tensor.GEMM(); err == nil && strings.HasPrefix(info.BF16Kernel, "widen/") && !strings.Contains(notes.String(), info.BF16Kernel) {
+		t.Errorf("rank 0 on %s: notes %q, want the fallback named", info.BF16Kernel, notes.String())
+	}
+	for _, p := range nn.Parameters(c.Model) {
+		if p.AutocastDType() != tensor.BFloat16 {
+			t.Fatalf("a parameter's autocast dtype is %v after UseDType(bf16)", p.AutocastDType())
+		}
+	}
+}

@@ -92,7 +92,7 @@ func parseRunArgsGPUs(args []string, getenv func(string) string, usageOut io.Wri
 	var (
 		nodeRank, masterPort, maxRestarts    int
 		nnodes, masterAddr, runID            string
-		nprocFlag                            = nprocValue("1")
+		nprocFlag                            = launch.NProc("1")
 		rdzvEndpoint, rdzvID, rdzvBackend    string
 		rdzvConf                             string
 		grace, joinTimeout, timeout          time.Duration
@@ -144,7 +144,7 @@ func parseRunArgsGPUs(args []string, getenv func(string) string, usageOut io.Wri
 		fs.Usage()
 		return runFlags{}, errors.New("no program given")
 	}
-	nproc, err := parseNProc(string(nprocFlag), gpus)
+	nproc, err := nprocFlag.Workers(gpus)
 	if err != nil {
 		return runFlags{}, err
 	}
@@ -213,47 +213,6 @@ func parseRunArgsGPUs(args []string, getenv func(string) string, usageOut io.Wri
 		cfg.Restart = launch.MaxRestarts(maxRestarts)
 	}
 	return runFlags{cfg: cfg, verbose: verbose, resolveMaster: node.Source == rendezvous.Slurm && minNodes > 1 && masterAddr != ""}, nil
-}
-
-// parseNProc parses --nproc-per-node: a count, or as torchrun's, gpu (one
-// worker per GPU the driver shows this process, which honours
-// CUDA_VISIBLE_DEVICES), cpu (one per CPU the launcher may use) or auto
-// (gpu when there are GPUs, else 1).
-func parseNProc(s string, gpus func() (int, error)) (int, error) {
-	switch s {
-	case "gpu", "auto":
-		n, err := gpus()
-		switch {
-		case s == "auto" && (err != nil || n < 1):
-			return 1, nil
-		case err != nil:
-			return 0, fmt.Errorf("--nproc-per-node gpu: one worker per visible GPU, but none was found: %w", err)
-		case n < 1:
-			return 0, errors.New("--nproc-per-node gpu: one worker per visible GPU, but the driver shows none (CUDA_VISIBLE_DEVICES empty?)")
-		}
-		return n, nil
-	case "cpu":
-		return launch.CPUs(), nil
-	}
-	n, err := strconv.Atoi(s)
-	if err != nil {
-		return 0, fmt.Errorf("--nproc-per-node %q: want a number of workers, gpu, cpu or auto", s)
-	}
-	return n, nil
-}
-
-// nprocValue is --nproc-per-node as given, checked for its form when set
-// and resolved (GPUs counted) by parseNProc after parsing.
-type nprocValue string
-
-func (v *nprocValue) String() string { return string(*v) }
-
-func (v *nprocValue) Set(s string) error {
-	if _, err := strconv.Atoi(s); err != nil && s != "gpu" && s != "cpu" && s != "auto" {
-		return errors.New("want a number of workers, gpu, cpu or auto")
-	}
-	*v = nprocValue(s)
-	return nil
 }
 
 // parseWatchdog parses --watchdog: a duration, or off (0, off, false);

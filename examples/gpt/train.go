@@ -69,7 +69,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	nn.To(model, dev)
-	if err := autocast(c.dtype, model, rank); err != nil {
+	if err := recipe.UseDType(model, c.dtype, rank, os.Stderr); err != nil {
 		return err
 	}
 	par, err := parallel.NewGPT(ctx, pg, model, lay)
@@ -325,21 +325,4 @@ func saveCheckpoint(ctx context.Context, c config, pg distributed.ProcessGroup, 
 	g := checkpoint.NewGroup(pg.Rank(), pg.Size(), func(ctx context.Context) error { return pg.Barrier(ctx).Wait() })
 	_, err = checkpoint.Save(ctx, c.ckptDir, g, s, checkpoint.Options{Keep: c.ckptKeep})
 	return err
-}
-
-// autocast trains model's products in -dtype (recipe.Autocast); rank 0
-// says once on stderr when bf16 runs on the widening fallback.
-func autocast(dtype string, model nn.Module, rank int) error {
-	dt, err := recipe.ParseDType(dtype)
-	if err != nil {
-		return fmt.Errorf("-dtype: %w", err)
-	}
-	_, note, err := recipe.Autocast(model, dt)
-	if err != nil {
-		return err
-	}
-	if note != "" && rank == 0 {
-		fmt.Fprintln(os.Stderr, note)
-	}
-	return nil
 }

@@ -21,7 +21,6 @@ import (
 	"errors"
 	"flag"
 	"fmt"
-	"github.com/cohortml/cohort/device/cudatensor"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -33,6 +32,7 @@ import (
 	"github.com/cohortml/cohort/data"
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/ddp"
+	"github.com/cohortml/cohort/device/cudatensor"
 	"github.com/cohortml/cohort/distributed"
 	_ "github.com/cohortml/cohort/distributed/backend/all" // the native, MPI and NCCL backends
 	"github.com/cohortml/cohort/nn"
@@ -160,14 +160,8 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		return err
 	}
 	model, shape := net.Model, net.Shape
-	dt, err := recipe.ParseDType(c.dtype)
-	if err != nil {
-		return fmt.Errorf("-dtype: %w", err)
-	}
-	if _, note, err := recipe.Autocast(model, dt); err != nil {
+	if err := recipe.UseDType(model, c.dtype, rank, os.Stderr); err != nil {
 		return err
-	} else if note != "" && rank == 0 {
-		fmt.Fprintln(os.Stderr, note)
 	}
 	trainSet, test, err := c.load(ctx)
 	if err != nil {
@@ -317,12 +311,8 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		slices.Sort(stepTimes)
 		fmt.Fprintf(out, "epoch %d: train loss %.4f, %.1f s (%.0f samples/s on this rank, median step %v)",
 			epoch+1, loss, secs, float64(len(order))/secs, stepTimes[len(stepTimes)/2].Round(time.Microsecond))
-		if st := m.Stats(); world > 1 {
-			per := func(d time.Duration) time.Duration {
-				return (d / time.Duration(max(st.Steps, 1))).Round(time.Microsecond)
-			}
-			fmt.Fprintf(out, ", gradient all-reduce busy %v per step (%.0f%% of it behind backward), exposed %v per step",
-				per(st.Busy), 100*st.HiddenFraction(), per(st.Exposed))
+		if world > 1 {
+			fmt.Fprintf(out, ", %s", m.Stats().Communication())
 		}
 		fmt.Fprintln(out)
 		m.ResetStats()
