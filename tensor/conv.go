@@ -4,6 +4,7 @@ import (
 	"math"
 	"slices"
 
+	"github.com/cohortml/cohort/tensor/internal/gemm"
 	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
@@ -186,8 +187,10 @@ func convBias(b *Tensor) []float32 {
 
 // convForward runs the convolution of x by w through the path for its
 // stride, handing each chunk's product to ep.
-// Products in bfloat16 all take the unfolding (im2col), whose GEMMs
-// round their operands as they pack them.
+// Products in bfloat16 at stride 1 run the float32 direct path on
+// operands rounded to bfloat16 (roundedConvOperands); at other strides
+// they take the unfolding (im2col), whose GEMMs round their operands as
+// they pack them.
 func convForward(dt DType, x, w *Tensor, g ConvGeom, ep *convEpilogue) {
 	if len(ep.y) == 0 {
 		return
@@ -195,7 +198,12 @@ func convForward(dt DType, x, w *Tensor, g ConvGeom, ep *convEpilogue) {
 	checkAutocastDType("Conv2dAs", dt)
 	xd := x.Contiguous().Data()
 	w2 := w.Contiguous().Reshape(w.shape[0], g.C*g.KH*g.KW)
-	if g.Stride == 1 && dt == Float32 {
+	if g.Stride == 1 {
+		if dt == BFloat16 {
+			r := roundedConvOperands(xd, w2.Data())
+			defer r.free()
+			xd, w2 = r.ops[0], FromSlice(r.ops[1], w2.shape...)
+		}
 		wideConvForward(xd, w2, g, ep)
 	} else {
 		im2colConvForward(dt, xd, w2, g, ep)
@@ -296,7 +304,14 @@ func convBackward(dt DType, pr *convPrologue, x, w *Tensor, g ConvGeom, needInpu
 	if dx != nil {
 		a.dx = dx.Data()
 	}
-	if g.Stride == 1 && dt == Float32 {
+	if g.Stride == 1 {
+		if dt == BFloat16 {
+			r := roundedConvOperands(a.xd, a.w2.Data())
+			defer r.free()
+			rp := *pr
+			rp.round = true // the gathered output gradient, after the bias sums
+			a.xd, a.w2, pr = r.ops[0], FromSlice(r.ops[1], a.w2.shape...), &rp
+		}
 		wideConvBackward(pr, a, g)
 	} else {
 		im2colConvBackward(dt, pr, a, g)
@@ -404,16 +419,20 @@ func (ep *convEpilogue) emitPooled(out []float32, l chunkLayout, g ConvGeom, O, 
 // the gradient of the pool×pool-pooled output y routed back to the
 // indices arg, where y is positive.
 type convPrologue struct {
-	dy   []float32
-	y    []float32
-	pool int
-	arg  []int32
+	dy    []float32
+	y     []float32
+	pool  int
+	arg   []int32
+	round bool // round the gathered gradient to bfloat16 (its sums into db stay float32)
 }
 
 // gather writes the output gradient of samples [n0, n0+m) into dyw
 // ([O, l.cols], every column written) and adds its sums into db.
 func (pr *convPrologue) gather(dyw []float32, l chunkLayout, g ConvGeom, db []float32, n0, m int) {
 	O := len(db)
+	if pr.round {
+		defer roundInPlace(dyw[:O*l.cols])
+	}
 	if pr.arg != nil {
 		clear(dyw[:O*l.cols])
 		PH, PW := g.OH/pr.pool, g.OW/pr.pool
@@ -543,3 +562,44 @@ func deviceConvBackward(op string, dy, y, x, w *Tensor, stride, padding int, nee
 	be.Conv2dBackward(dx, dw, db, dy, y, x, w, stride, padding, act)
 	return dx, dw, db
 }
+
+// roundedOperands are float32 copies of a convolution's operands rounded
+// to bfloat16 (round to nearest even), in recycled scratch.
+//
+// Why a bfloat16 convolution at stride 1 runs the float32 direct path on
+// them rather than the bfloat16 GEMM: the product of two bfloat16 values
+// (8-bit significands) is exact in float32 (24 bits), so float32 tiles
+// fed rounded operands compute what a bfloat16 product with float32
+// accumulation does, within the same bound (only the order of the sums
+// differs); and the bfloat16 GEMM needs the input unfolded (im2col),
+// which for the short products of small convolutions (LeNet: K = 25 and
+// 150) costs more than its faster multiply gains: LeNet trained at 0.40×
+// float32's speed through it, pinned to one Zen 5 core. Rounding costs one
+// pass over the input, the weight and the output gradient (rounded as
+// it is gathered, after its float32 sums into the bias gradient).
+type roundedOperands struct{ ops [][]float32 }
+
+func roundedConvOperands(srcs ...[]float32) roundedOperands {
+	r := roundedOperands{ops: make([][]float32, len(srcs))}
+	for i, src := range srcs {
+		dst := scratch(len(src))
+		parallelRanges(len(src), 1<<14, 64, func(lo, hi int) { roundInto(dst[lo:hi], src[lo:hi]) })
+		r.ops[i] = dst
+	}
+	return r
+}
+
+// roundInto writes src rounded to bfloat16 (round to nearest even) into
+// dst as float32 values.
+func roundInto(dst, src []float32) {
+	var buf [256]uint16
+	for lo := 0; lo < len(src); lo += len(buf) {
+		n := min(len(buf), len(src)-lo)
+		gemm.ToBF16(buf[:n], src[lo:lo+n])
+		gemm.FromBF16(dst[lo:lo+n], buf[:n])
+	}
+}
+
+func roundInPlace(s []float32) { roundInto(s, s) }
+
+func (r roundedOperands) free() { freeScratch(r.ops...) }
