@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -196,26 +195,7 @@ func (w *watchdog) check(reported *uint64) {
 // collect reads every other rank's last heartbeat, waiting at most a
 // second or a tick for ranks that have not published yet.
 func (w *watchdog) collect(mine flight.Snapshot) []*flight.Snapshot {
-	g := w.g
-	snaps := make([]*flight.Snapshot, len(g.ranks))
-	snaps[g.rank] = &mine
-	ctx, cancel := context.WithTimeout(g.ctx, max(w.tick(), time.Second))
+	ctx, cancel := context.WithTimeout(w.g.ctx, max(w.tick(), time.Second))
 	defer cancel()
-	var wg sync.WaitGroup
-	for p := range g.ranks {
-		if p == g.rank {
-			continue
-		}
-		wg.Go(func() {
-			b, err := w.st.Get(ctx, w.key(p))
-			if err != nil {
-				return
-			}
-			if s, err := flight.Decode(b, fmt.Sprintf("rank %d", g.ranks[p])); err == nil {
-				snaps[p] = &s
-			}
-		})
-	}
-	wg.Wait()
-	return snaps
+	return flight.Collect(ctx, w.st, w.key, w.g.ranks, w.g.rank, mine)
 }

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"strconv"
-	"sync"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -117,26 +116,9 @@ func (w *watchdog) check(reported *uint64) {
 		return
 	}
 	*reported = op.Seq
-	snaps := make([]*flight.Snapshot, len(g.ranks))
-	snaps[g.rank] = &mine
 	ctx, cancel := context.WithTimeout(g.ctx, max(w.tick(), time.Second))
 	defer cancel()
-	var wg sync.WaitGroup
-	for p := range g.ranks {
-		if p == g.rank {
-			continue
-		}
-		wg.Go(func() {
-			b, err := w.st.Get(ctx, w.key(p))
-			if err != nil {
-				return
-			}
-			if s, err := flight.Decode(b, fmt.Sprintf("rank %d", g.ranks[p])); err == nil {
-				snaps[p] = &s
-			}
-		})
-	}
-	wg.Wait()
+	snaps := flight.Collect(ctx, w.st, w.key, g.ranks, g.rank, mine)
 	d := flight.Diagnose(time.Now(), op, g.rank, snaps, g.ranks)
 	me := []byte(strconv.Itoa(g.me))
 	got, err := w.st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", w.prefix, g.id, op.Seq), nil, me)
