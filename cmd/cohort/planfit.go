@@ -18,7 +18,7 @@ import (
 const fitUsage = `usage: cohort plan fit [--intra shm] [--inter tcp] [--world 2] [--sizes 4KiB,…,64MiB]
                        [--ops allreduce,allgather,reducescatter,broadcast] [--budget 1s]
                        [--intra-results FILE] [--inter-results FILE] [--base NAME|FILE]
-                       [--name NAME] [--save FILE] [-o FILE]
+                       [--stat median|min] [--name NAME] [--save FILE] [-o FILE]
 
 Fits a fabric (the α–β file cohort plan --fabric reads) to collective
 benchmarks: for each link class, intra-node and inter-node, it runs
@@ -56,6 +56,7 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 	}
 	var (
 		intra, inter, sizes, ops, intraRes, interRes, base, name, save, out string
+		stat                                                                string
 		world                                                               int
 		budget, timeout                                                     time.Duration
 	)
@@ -71,6 +72,7 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&base, "base", "local", "fabric for a class neither measured nor read (a name or a file)")
 	fs.StringVar(&name, "name", "fitted", "the fabric's name")
 	fs.StringVar(&save, "save", "", "append the results measured here as JSON lines to this file")
+	fs.StringVar(&stat, "stat", "median", "which time of each size to fit: median (what cohort bench reports) or min (the fastest iteration: the link without the other load of a shared machine)")
 	fs.StringVar(&out, "o", "", "write the fabric here (default: standard output)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -85,6 +87,9 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "cohort plan fit: unexpected arguments %q\n", fs.Args())
 		return 2
+	}
+	if stat != "median" && stat != "min" {
+		return fail(fmt.Errorf("--stat %q: want median or min", stat))
 	}
 	szs, err := collbench.ParseSizes(sizes)
 	if err != nil {
@@ -123,10 +128,15 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 				if err != nil {
 					return nil, fmt.Errorf("%s: %w", path, err)
 				}
-				res = append(res, rs...)
+				for _, r := range rs {
+					// A file may hold several transports' runs: keep --intra's or --inter's.
+					if transport == "" || transport == "auto" || r.Transport == transport {
+						res = append(res, r)
+					}
+				}
 			}
 			if len(res) == 0 {
-				return nil, fmt.Errorf("--%s-results %s: no benchmark results in it", label, files)
+				return nil, fmt.Errorf("--%s-results %s: no benchmark results in it (of transport %q)", label, files, transport)
 			}
 			if transport == "" || transport == "auto" {
 				transport = res[0].Transport
@@ -157,7 +167,11 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 			if r.Op == "broadcast" && r.World != 2 {
 				continue
 			}
-			samples = append(samples, plan.Sample{Op: r.Op, World: r.World, Bytes: float64(r.Bytes), Seconds: r.TimeS})
+			sec := r.TimeS
+			if stat == "min" {
+				sec = r.MinS
+			}
+			samples = append(samples, plan.Sample{Op: r.Op, World: r.World, Bytes: float64(r.Bytes), Seconds: sec})
 		}
 		fits, err := plan.FitClass(samples)
 		if err != nil {
