@@ -40,8 +40,10 @@
 # exits 0 (a skip).
 #
 # Environment (defaults in brackets):
-#   RATES   [none 1gbit 10gbit 25gbit]  tc rates; "none" leaves the links unshaped
+#   RATES   [none 100mbit 1gbit 10gbit 25gbit]  tc rates ("none": unshaped; 100mbit makes
+#                                    the link, not the cores, GPT-mini's limit)
 #   STEPS   [20]                     timed steps of each training run
+#   ROUNDS  [3]                      measurements of each run (median reported)
 #   SIZES   [4KiB,64KiB,1MiB,4MiB,16MiB]  sizes of the fit
 #   BUDGET  [0.5s]                   timed loop per size of the fit
 #   STAT    [median]                 which time of each size to fit (median or min)
@@ -50,8 +52,9 @@
 #   KEEP    []                       a directory to keep the fits, results and logs in
 set -euo pipefail
 
-RATES=${RATES:-none 1gbit 10gbit 25gbit}
+RATES=${RATES:-none 100mbit 1gbit 10gbit 25gbit}
 STEPS=${STEPS:-20}
+ROUNDS=${ROUNDS:-3}
 SIZES=${SIZES:-4KiB,64KiB,1MiB,4MiB,16MiB}
 BUDGET=${BUDGET:-0.5s}
 STAT=${STAT:-median}
@@ -191,10 +194,14 @@ report() { # report RATE WHAT PREDICTED MEASURED
   PRED[$1/$2]=$3
   MEAS[$1/$2]=$4
   err=$(awk -v p="$3" -v m="$4" 'BEGIN { printf "%+.1f", 100 * (p - m) / m }')
-  echo "plan_netns: rate $1 $2 predicted $3 measured $4 tokens/s error $err% (uptime:$(uptime | sed 's/.*load average//'))"
+  echo "plan_netns: rate $1 $2 predicted $3 measured $4 tokens/s (median of $ROUNDS) error $err%"
   worst=$(awk -v w="$worst" -v e="$err" 'BEGIN { a = e < 0 ? -e : e; b = w < 0 ? -w : w; print (a > b ? e : w) }')
 }
 
+# Fit and predict once per rate, then measure in ROUNDS rounds, each
+# over every rate (in reverse order every other round), so that load
+# from other processes falls on all rates alike; report the median.
+declare -A PDP PPP RUNS
 for rate in $RATES; do
   shape "$rate"
   echo "plan_netns: rate $rate: fitting the link (uptime: $(uptime))"
@@ -205,21 +212,32 @@ for rate in $RATES; do
   done
   "$COHORT" plan fit --intra "" --inter tcp --inter-results "$WORK/fit-$rate.results" --stat "$STAT" \
     --base local --name "netns-$rate" -o "$WORK/fabric-$rate.json" 2>&1 | sed "s/^/plan_netns: rate $rate fit: /"
+  PDP[$rate]=$(predict "plan: dp 2 pp 1 tp 1 shard none microbatches 1 " "$WORK/gpt-dp2.json" "$WORK/fabric-$rate.json")
+  PPP[$rate]=$(predict "plan: dp 1 pp 2 tp 1 shard none microbatches 8 schedule 1f1b " "$WORK/gpt-pp2.json" "$WORK/fabric-$rate.json")
+done
 
-  pdp=$(predict "plan: dp 2 pp 1 tp 1 shard none microbatches 1 " "$WORK/gpt-dp2.json" "$WORK/fabric-$rate.json")
-  ppp=$(predict "plan: dp 1 pp 2 tp 1 shard none microbatches 8 schedule 1f1b " "$WORK/gpt-pp2.json" "$WORK/fabric-$rate.json")
-
-  across "dp-$rate" bench train --worker --result "$WORK/dp-$rate.json" --model gpt --world 2 --shard none \
-    --transport tcp --steps "$STEPS"
-  # tokens/s = samples (64 tokens each) / the timed steps' wall time (ns)
-  mdp=$(sed 's/.*"Shard":{//' "$WORK/dp-$rate.json" |
-    awk -F'[,:}]' '{ for (i = 1; i < NF; i++) { if ($i == "\"Wall\"") w = $(i + 1); if ($i == "\"Samples\"") s = $(i + 1) } } END { printf "%.0f", s * 64 / (w / 1e9) }')
-  report "$rate" "dp2" "$pdp" "$mdp"
-
-  across "pp-$rate" bench pipeline --worker --result "$WORK/pp-$rate.json" --stages 2 --schedule 1f1b --virtual 1 \
-    --microbatches 8 --batch 32 --steps "$STEPS" --transport tcp
-  mpp=$(awk -F'"tokens_per_s":' '{ split($2, a, /[,}]/); printf "%.0f", a[1] }' "$WORK/pp-$rate.json")
-  report "$rate" "pp2" "$ppp" "$mpp"
+median() { tr ' ' '\n' | grep . | sort -g | awk '{ v[NR] = $1 } END { print (NR % 2 ? v[(NR + 1) / 2] : (v[NR / 2] + v[NR / 2 + 1]) / 2) }'; }
+order=$RATES
+for round in $(seq 1 "$ROUNDS"); do
+  for rate in $order; do
+    shape "$rate"
+    across "dp-$rate-$round" bench train --worker --result "$WORK/dp-$rate-$round.json" --model gpt --world 2 --shard none \
+      --transport tcp --steps "$STEPS"
+    # tokens/s = samples (64 tokens each) / the timed steps' wall time (ns)
+    m=$(sed 's/.*"Shard":{//' "$WORK/dp-$rate-$round.json" |
+      awk -F'[,:}]' '{ for (i = 1; i < NF; i++) { if ($i == "\"Wall\"") w = $(i + 1); if ($i == "\"Samples\"") s = $(i + 1) } } END { printf "%.0f", s * 64 / (w / 1e9) }')
+    RUNS[$rate/dp2]+=" $m"
+    across "pp-$rate-$round" bench pipeline --worker --result "$WORK/pp-$rate-$round.json" --stages 2 --schedule 1f1b --virtual 1 \
+      --microbatches 8 --batch 32 --steps "$STEPS" --transport tcp
+    m=$(awk -F'"tokens_per_s":' '{ split($2, a, /[,}]/); printf "%.0f", a[1] }' "$WORK/pp-$rate-$round.json")
+    RUNS[$rate/pp2]+=" $m"
+    echo "plan_netns: round $round rate $rate measured dp2 ${RUNS[$rate/dp2]##* } pp2 $m tokens/s (uptime:$(uptime | sed 's/.*load average//'))"
+  done
+  order=$(echo "$order" | tr ' ' '\n' | tac | tr '\n' ' ')
+done
+for rate in $RATES; do
+  report "$rate" dp2 "${PDP[$rate]}" "$(echo "${RUNS[$rate/dp2]}" | median)"
+  report "$rate" pp2 "${PPP[$rate]}" "$(echo "${RUNS[$rate/pp2]}" | median)"
 done
 shape none
 if [ -n "${MEAS[none/dp2]:-}" ]; then
