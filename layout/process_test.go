@@ -9,7 +9,7 @@ import (
 	"github.com/cohortml/cohort/internal/proctest"
 	"github.com/cohortml/cohort/layout"
 	"github.com/cohortml/cohort/models"
-	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/models/gpttest"
 )
 
 // The equality with one process again, with the ranks as real processes:
@@ -36,14 +36,6 @@ var processCases = []processCase{
 	{"dp=2xpp=2/zb/shm", "shm", layout.Config{DP: 2, PP: 2, Microbatches: 2, Schedule: "zb", Batch: 2, SeqLen: processT}},
 }
 
-// savedRun is run in a gob-friendly form.
-type savedRun struct {
-	Losses, Norms []float64
-	Grads, Final  map[string][]float32
-	Shapes        map[string][]int
-	Eval          float64
-}
-
 func TestProcessEquality(t *testing.T) {
 	if name := processEnv.Child(); name != "" {
 		processRank(t, name)
@@ -56,15 +48,10 @@ func TestProcessEquality(t *testing.T) {
 		t.Run(pc.name, func(t *testing.T) {
 			world := max(pc.cfg.DP, 1) * max(pc.cfg.PP, 1) * max(pc.cfg.TP, 1)
 			global := max(pc.cfg.DP, 1) * pc.cfg.Batch
-			batches := makeBatches(processSteps, global, processT, models.GPTMini().Vocab)
-			ref := trainReference(t, batches, global, processT)
-			s := proctest.LaunchOf[savedRun](t, processEnv, "TestProcessEquality", pc.name, world, processTimeouts)[0]
-			got := run{losses: s.Losses, norms: s.Norms, eval: s.Eval, grads: map[string]*tensor.Tensor{}, final: map[string]*tensor.Tensor{}}
-			for name, v := range s.Grads {
-				got.grads[name] = tensor.FromSlice(v, s.Shapes[name]...)
-				got.final[name] = tensor.FromSlice(s.Final[name], s.Shapes[name]...)
-			}
-			compare(t, 0, got, ref)
+			batches := gpttest.MakeBatches(processSteps, global, processT, models.GPTMini().Vocab)
+			ref := gpttest.TrainReference(t, models.GPTMini(), batches, global, processT)
+			s := proctest.LaunchOf[gpttest.Saved](t, processEnv, "TestProcessEquality", pc.name, world, processTimeouts)[0]
+			compare(t, 0, s.Run(), ref)
 		})
 	}
 }
@@ -80,15 +67,9 @@ func processRank(t *testing.T, name string) {
 	if pc == nil {
 		t.Fatalf("no process case %q", name)
 	}
-	proctest.RankOf(t, processEnv, pc.transport, processTimeouts, func(ctx context.Context, pg distributed.ProcessGroup) (savedRun, error) {
+	proctest.RankOf(t, processEnv, pc.transport, processTimeouts, func(ctx context.Context, pg distributed.ProcessGroup) (gpttest.Saved, error) {
 		global := max(pc.cfg.DP, 1) * pc.cfg.Batch
-		r, err := trainLayout(ctx, pg, pc.cfg, makeBatches(processSteps, global, processT, models.GPTMini().Vocab))
-		s := savedRun{Losses: r.losses, Norms: r.norms, Eval: r.eval, Grads: map[string][]float32{}, Final: map[string][]float32{}, Shapes: map[string][]int{}}
-		for name, g := range r.grads {
-			s.Grads[name] = g.Contiguous().Data()
-			s.Final[name] = r.final[name].Contiguous().Data()
-			s.Shapes[name] = g.Shape()
-		}
-		return s, err
+		r, err := trainLayout(ctx, pg, pc.cfg, gpttest.MakeBatches(processSteps, global, processT, models.GPTMini().Vocab))
+		return r.Save(), err
 	})
 }
