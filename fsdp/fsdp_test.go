@@ -14,6 +14,7 @@ import (
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -22,7 +23,7 @@ import (
 )
 
 const (
-	globalBatch = 12
+	globalBatch = dptest.GlobalBatch
 	lr, wd      = 1e-3, 0.1
 	maxNorm     = 0.5
 )
@@ -47,25 +48,13 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 		model: func() nn.Module { return build(rand.New(rand.NewPCG(1, 2))) },
 		units: func(mod nn.Module) []nn.Module { u, _ := SequentialUnits(mod.(*nn.Sequential)); return u },
 		batch: func(mod nn.Module, s, lo, hi int) step {
-			rng := rand.New(rand.NewPCG(uint64(s), 7))
-			per := 1
-			for _, d := range shape {
-				per *= d
-			}
-			xs := make([]float32, globalBatch*per)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64())
-			}
-			ys := make([]int64, globalBatch)
-			for i := range ys {
-				ys[i] = int64(rng.IntN(10))
-			}
+			xs, ys := dptest.Images(s, 7, lo, hi, shape)
 			seq := mod.(*nn.Sequential)
-			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...), false)
+			x := autograd.NewVar(xs, false)
 			_, fwd := SequentialUnits(seq)
 			return step{plain: func() *autograd.Var { return seq.Forward(x) }, units: fwd(x),
 				loss: func(out *autograd.Var) *autograd.Var {
-					return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+					return autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})
 				}}
 		}}
 }
@@ -100,17 +89,7 @@ func gptWorkload() workload {
 			return us
 		},
 		batch: func(mod nn.Module, s, lo, hi int) step {
-			rng := rand.New(rand.NewPCG(uint64(s), 9))
-			toks := make([]int64, globalBatch*(T+1))
-			for i := range toks {
-				toks[i] = int64(rng.IntN(256))
-			}
-			var idx, tgt []int64
-			for b := lo; b < hi; b++ {
-				row := toks[b*(T+1) : (b+1)*(T+1)]
-				idx = append(idx, row[:T]...)
-				tgt = append(tgt, row[1:]...)
-			}
+			idx, tgt := dptest.Tokens(s, lo, hi, T, 256)
 			g := mod.(*models.GPT)
 			return step{plain: func() *autograd.Var { return g.Forward(idx, hi-lo, T) }, units: gptUnits(g, idx, hi-lo, T),
 				loss: func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }}
@@ -129,14 +108,6 @@ func adamW(ps []nn.NamedParameter) (optim.Optimizer, error) {
 	return optim.NewAdamW([]optim.Group{{Params: zero.Vars(ps), LR: lr, WeightDecay: wd}}, optim.AdamDefaults())
 }
 
-func snapshot(m nn.Module) [][]float32 {
-	var out [][]float32
-	for _, p := range m.NamedParameters() {
-		out = append(out, append([]float32(nil), p.Param.Value.Data()...))
-	}
-	return out
-}
-
 func reference(t *testing.T, w workload, steps int) [][]float32 {
 	mod := w.model()
 	opt, err := adamW(mod.NamedParameters())
@@ -152,7 +123,7 @@ func reference(t *testing.T, w workload, steps int) [][]float32 {
 		opt.Step()
 		opt.ZeroGrad()
 	}
-	return snapshot(mod)
+	return dptest.Params(mod)
 }
 
 // trainFSDP trains with fsdp on one rank and returns the full parameters
@@ -201,33 +172,6 @@ func fullParams(ctx context.Context, m *Model, mod nn.Module) ([][]float32, erro
 		out = append(out, sd[p.Name].Data())
 	}
 	return out, nil
-}
-
-func compare(got, want [][]float32) error {
-	for i := range want {
-		for j := range want[i] {
-			g, w := float64(got[i][j]), float64(want[i][j])
-			if math.Abs(g-w) > 2e-5+1e-4*math.Abs(w) {
-				return fmt.Errorf("parameter %d element %d: %v, want %v", i, j, g, w)
-			}
-		}
-	}
-	return nil
-}
-
-func compareNorm(got, want [][]float32) error {
-	for i := range want {
-		var d, n float64
-		for j := range want[i] {
-			e := float64(got[i][j]) - float64(want[i][j])
-			d += e * e
-			n += float64(want[i][j]) * float64(want[i][j])
-		}
-		if math.Sqrt(d) > 5e-4*math.Sqrt(n)+1e-6 {
-			return fmt.Errorf("parameter %d: difference norm %g, parameter norm %g", i, math.Sqrt(d), math.Sqrt(n))
-		}
-	}
-	return nil
 }
 
 // TestMemory: between steps a rank holds 1/N of the parameters (within
@@ -318,7 +262,7 @@ func TestStateDicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, want := range full {
-			if err := compare([][]float32{sd[k].Data()}, [][]float32{want.Data()}); err != nil {
+			if err := dptest.CompareElements([][]float32{sd[k].Data()}, [][]float32{want.Data()}); err != nil {
 				t.Errorf("rank %d: key %q after loading at world 2: %v", pg.Rank(), k, err)
 			}
 		}
@@ -468,7 +412,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if err := compareNorm(got, want); err != nil {
+			if err := dptest.CompareNorms(got, want); err != nil {
 				t.Errorf("rank %d: %s: %v", pg.Rank(), mode, err)
 			}
 		}
@@ -558,38 +502,17 @@ func TestSequentialRuns(t *testing.T) {
 	}
 }
 
-// withSide is the anchor MLP beside a side layer (in the root, no unit)
-// that only some steps use.
-type withSide struct {
-	seq  *nn.Sequential
-	side *nn.Linear
-}
-
-func (m *withSide) NamedParameters() []nn.NamedParameter {
-	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
-}
-func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
-func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
-
 // TestUnusedParameters: with FindUnusedParameters, steps that leave the
 // side layer out give the parameters ddp gives (its gradient buffer,
 // not zeroed between steps, must reduce zeros then).
 func TestUnusedParameters(t *testing.T) {
-	model := func() *withSide {
-		return &withSide{seq: models.MLP(rand.New(rand.NewPCG(1, 2))), side: nn.NewLinear(rand.New(rand.NewPCG(5, 6)), 784, 10, true)}
+	model := func() *dptest.WithSide {
+		return &dptest.WithSide{Seq: models.MLP(rand.New(rand.NewPCG(1, 2))), Side: nn.NewLinear(rand.New(rand.NewPCG(5, 6)), 784, 10, true)}
 	}
 	const steps = 4
 	data := func(s, lo, hi int) (*autograd.Var, []int64) {
-		rng := rand.New(rand.NewPCG(uint64(s), 11))
-		xs := make([]float32, globalBatch*784)
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
-		ys := make([]int64, globalBatch)
-		for i := range ys {
-			ys[i] = int64(rng.IntN(10))
-		}
-		return autograd.NewVar(tensor.FromSlice(xs[lo*784:hi*784], hi-lo, 784), false), ys[lo:hi]
+		xs, ys := dptest.Images(s, 11, lo, hi, []int{784})
+		return autograd.NewVar(xs, false), ys
 	}
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
@@ -607,9 +530,9 @@ func TestUnusedParameters(t *testing.T) {
 		for s := range steps {
 			x, y := data(s, lo, hi)
 			out, err := d.Call(ctx, func() *autograd.Var {
-				out := ref.seq.Forward(x)
+				out := ref.Seq.Forward(x)
 				if s%2 == 1 {
-					out = autograd.Add(out, ref.side.Forward(x))
+					out = autograd.Add(out, ref.Side.Forward(x))
 				}
 				return out
 			})
@@ -625,9 +548,9 @@ func TestUnusedParameters(t *testing.T) {
 			opt.Step()
 			opt.ZeroGrad()
 		}
-		want := snapshot(ref)
+		want := dptest.Params(ref)
 		mod := model()
-		units, fwd := SequentialUnits(mod.seq)
+		units, fwd := SequentialUnits(mod.Seq)
 		m, err := Wrap(ctx, mod, units, pg, Options{Optimizer: adamW, FindUnusedParameters: true})
 		if err != nil {
 			t.Fatal(err)
@@ -638,7 +561,7 @@ func TestUnusedParameters(t *testing.T) {
 			out, err := m.Call(ctx, func(u *Units) *autograd.Var {
 				out := run(u)
 				if s%2 == 1 {
-					out = autograd.Add(out, mod.side.Forward(x))
+					out = autograd.Add(out, mod.Side.Forward(x))
 				}
 				return out
 			})
@@ -660,7 +583,7 @@ func TestUnusedParameters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := compare(got, want); err != nil {
+		if err := dptest.CompareElements(got, want); err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	})

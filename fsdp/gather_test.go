@@ -8,6 +8,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/nn"
 )
 
@@ -104,7 +105,7 @@ func TestBackwardRegather(t *testing.T) {
 						if err != nil {
 							t.Fatal(err)
 						}
-						if err := compareNorm(got, want); err != nil {
+						if err := dptest.CompareNorms(got, want); err != nil {
 							t.Errorf("rank %d: vs one process: %v", r, err)
 						}
 					})

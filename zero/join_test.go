@@ -9,6 +9,7 @@ import (
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/nn"
 )
 
@@ -38,7 +39,7 @@ func trainZeroJoin(ctx context.Context, w workload, pg distributed.ProcessGroup,
 		m.ZeroGrad()
 		return nil
 	}))
-	return snapshot(mod), err
+	return dptest.Params(mod), err
 }
 
 // unevenLoop is the training loop of rank r inside Join: joinSteps(r)

@@ -14,6 +14,7 @@ import (
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -167,7 +168,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := compare(got, want); err != nil {
+				if err := dptest.CompareElements(got, want); err != nil {
 					t.Errorf("rank %d: plain autograd.Backward: %v", pg.Rank(), err)
 				}
 				// NoSync: each rank's 6 rows in two micro-batches of 3,
@@ -248,7 +249,7 @@ func accumulate(ctx context.Context, w workload, pg distributed.ProcessGroup, st
 		}
 		m.ZeroGrad()
 	}
-	return compareNorm(snapshot(mod), want)
+	return dptest.CompareNorms(dptest.Params(mod), want)
 }
 
 // TestSGDWithSchedule: SGD with momentum, weight decay and a StepLR
@@ -270,7 +271,7 @@ func TestSGDWithSchedule(t *testing.T) {
 		opt.ZeroGrad()
 		sc.Step()
 	}
-	want := snapshot(mod)
+	want := dptest.Params(mod)
 	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		mod := w.model()
@@ -298,7 +299,7 @@ func TestSGDWithSchedule(t *testing.T) {
 			m.ZeroGrad()
 			sc.Step()
 		}
-		if err := compareNorm(snapshot(mod), want); err != nil {
+		if err := dptest.CompareNorms(dptest.Params(mod), want); err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	})
@@ -372,7 +373,7 @@ func TestReshardCheckpoint(t *testing.T) {
 		if err := run(m, mod, pg, 2, 4); err != nil {
 			t.Fatal(err)
 		}
-		if err := compareNorm(snapshot(mod), want); err != nil {
+		if err := dptest.CompareNorms(dptest.Params(mod), want); err != nil {
 			t.Errorf("rank %d: resumed at world 2: %v", pg.Rank(), err)
 		}
 		// Another model's state is refused, naming a key.
@@ -383,50 +384,28 @@ func TestReshardCheckpoint(t *testing.T) {
 	})
 }
 
-// withSide is the anchor MLP beside a side layer that only some steps use
-// (FindUnusedParameters): the buffer its gradient would go to is not
-// zeroed between steps, so a step that leaves it out must reduce zeros.
-type withSide struct {
-	seq  *nn.Sequential
-	side *nn.Linear
-}
-
-func (m *withSide) NamedParameters() []nn.NamedParameter {
-	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
-}
-func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
-func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
-
 // TestUnusedParameters: with FindUnusedParameters, steps that leave a
 // layer out give every stage the parameters ddp gives.
 func TestUnusedParameters(t *testing.T) {
 	mlp := workloads()[0]
-	model := func() *withSide {
+	model := func() *dptest.WithSide {
 		rng := rand.New(rand.NewPCG(5, 6))
-		return &withSide{seq: mlp.model().(*nn.Sequential), side: nn.NewLinear(rng, 784, 10, true)}
+		return &dptest.WithSide{Seq: mlp.model().(*nn.Sequential), Side: nn.NewLinear(rng, 784, 10, true)}
 	}
 	const steps = 4
 	// batch: steps 1 and 3 add the side layer's output, 0 and 2 leave it out.
-	batch := func(m *withSide, s, lo, hi int) (func() *autograd.Var, func(*autograd.Var) *autograd.Var) {
-		rng := rand.New(rand.NewPCG(uint64(s), 11))
-		xs := make([]float32, globalBatch*784)
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
-		ys := make([]int64, globalBatch)
-		for i := range ys {
-			ys[i] = int64(rng.IntN(10))
-		}
-		x := autograd.NewVar(tensor.FromSlice(xs[lo*784:hi*784], hi-lo, 784), false)
+	batch := func(m *dptest.WithSide, s, lo, hi int) (func() *autograd.Var, func(*autograd.Var) *autograd.Var) {
+		xs, ys := dptest.Images(s, 11, lo, hi, []int{784})
+		x := autograd.NewVar(xs, false)
 		fwd := func() *autograd.Var {
-			out := m.seq.Forward(x)
+			out := m.Seq.Forward(x)
 			if s%2 == 1 {
-				out = autograd.Add(out, m.side.Forward(x))
+				out = autograd.Add(out, m.Side.Forward(x))
 			}
 			return out
 		}
 		return fwd, func(out *autograd.Var) *autograd.Var {
-			return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+			return autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})
 		}
 	}
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
@@ -456,7 +435,7 @@ func TestUnusedParameters(t *testing.T) {
 			opt.Step()
 			opt.ZeroGrad()
 		}
-		want := snapshot(ref)
+		want := dptest.Params(ref)
 		for _, stage := range []Stage{Stage1, Stage2} {
 			mod := model()
 			m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW, FindUnusedParameters: true})
@@ -480,7 +459,7 @@ func TestUnusedParameters(t *testing.T) {
 				}
 				m.ZeroGrad()
 			}
-			if err := compare(snapshot(mod), want); err != nil {
+			if err := dptest.CompareElements(dptest.Params(mod), want); err != nil {
 				t.Errorf("rank %d: %v: %v", r, stage, err)
 			}
 		}

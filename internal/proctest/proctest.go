@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -114,5 +115,60 @@ func RankOf[T any](t *testing.T, e Env, transport string, to Timeouts, train fun
 	}
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		t.Fatal(err)
+	}
+}
+
+// Case is one case of an equivalence test: its subtest name, the number
+// of rank processes and the transport they talk over. A test's own case
+// type embeds it (and so implements Caser) to add what the case trains.
+type Case struct {
+	Name      string
+	World     int
+	Transport string
+}
+
+// ProcessCase returns c.
+func (c Case) ProcessCase() Case { return c }
+
+// Caser is a test's case type: one that embeds Case.
+type Caser interface{ ProcessCase() Case }
+
+// Equivalence is the body of the top-level test named test that checks
+// cases against one process. In a rank process it trains the case the
+// parent chose and writes its parameters; in the parent it runs each case
+// as a subtest (skipped with -short), launching its ranks, and fails
+// unless every rank's parameters pass compare against want(c) and equal
+// rank 0's (replicas never diverge).
+func Equivalence[C Caser](t *testing.T, e Env, test string, cases []C,
+	train func(ctx context.Context, pg distributed.ProcessGroup, c C) ([][]float32, error),
+	want func(t *testing.T, c C) [][]float32, compare func(got, want [][]float32) error) {
+	t.Helper()
+	if name := e.Child(); name != "" {
+		i := slices.IndexFunc(cases, func(c C) bool { return c.ProcessCase().Name == name })
+		if i < 0 {
+			t.Fatalf("no process case %q", name)
+		}
+		e.Rank(t, cases[i].ProcessCase().Transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
+			return train(ctx, pg, cases[i])
+		})
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	for _, c := range cases {
+		pc := c.ProcessCase()
+		t.Run(pc.Name, func(t *testing.T) {
+			got := e.Launch(t, test, pc.Name, pc.World)
+			w := want(t, c)
+			for r := range got {
+				if err := compare(got[r], w); err != nil {
+					t.Errorf("rank %d vs one process: %v", r, err)
+				}
+				if r > 0 && !slices.EqualFunc(got[r], got[0], slices.Equal) {
+					t.Errorf("rank %d's parameters differ from rank 0's (replicas diverged)", r)
+				}
+			}
+		})
 	}
 }

@@ -215,22 +215,9 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 		model: func(seed uint64) nn.Module { return build(rand.New(rand.NewPCG(seed, 2))) },
 		units: seqUnits,
 		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
-			rng := rand.New(rand.NewPCG(uint64(s), 7))
-			per := 1
-			for _, d := range shape {
-				per *= d
-			}
-			xs := make([]float32, globalBatch*per)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64())
-			}
-			ys := make([]int64, globalBatch)
-			for i := range ys {
-				ys[i] = int64(rng.IntN(10))
-			}
-			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...).To(deviceOf(mod)), false)
-			return seqForward(mod.(*nn.Sequential), x), func(out *autograd.Var) *autograd.Var {
-				return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+			x, ys := Images(s, 7, lo, hi, shape)
+			return seqForward(mod.(*nn.Sequential), autograd.NewVar(x.To(deviceOf(mod)), false)), func(out *autograd.Var) *autograd.Var {
+				return autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})
 			}
 		}}
 }
@@ -251,19 +238,7 @@ const gptSeqLen = 4
 func gptWorkload() workload {
 	const T = gptSeqLen
 	cfg := models.GPTConfig{Vocab: 32, Ctx: 8, NLayer: 2, D: 16, NHead: 2}
-	tokens := func(s, lo, hi int) (idx, tgt []int64) {
-		rng := rand.New(rand.NewPCG(uint64(s), 9))
-		toks := make([]int64, globalBatch*(T+1))
-		for i := range toks {
-			toks[i] = int64(rng.IntN(cfg.Vocab))
-		}
-		for b := lo; b < hi; b++ {
-			row := toks[b*(T+1) : (b+1)*(T+1)]
-			idx = append(idx, row[:T]...)
-			tgt = append(tgt, row[1:]...)
-		}
-		return idx, tgt
-	}
+	tokens := func(s, lo, hi int) (idx, tgt []int64) { return Tokens(s, lo, hi, T, cfg.Vocab) }
 	return workload{name: "gpt",
 		model: func(seed uint64) nn.Module {
 			g, err := models.NewGPT(rand.New(rand.NewPCG(seed, 4)), cfg)
@@ -310,7 +285,10 @@ func snapshot(m nn.Module) map[string][]float32 {
 	return out
 }
 
-func fullSnapshot(ctx context.Context, m Model) (map[string][]float32, error) {
+// fullSnapshot copies m's full state to the CPU, by state-dict key.
+func fullSnapshot(ctx context.Context, m interface {
+	FullState(context.Context) (map[string]*tensor.Tensor, error)
+}) (map[string][]float32, error) {
 	sd, err := m.FullState(ctx)
 	if err != nil {
 		return nil, err
@@ -392,14 +370,27 @@ func train(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGr
 	}
 	defer m.Close()
 	n, r := pg.Size(), pg.Rank()
-	var norms []float64
-	for s := range steps {
+	return trainLoop(ctx, m, steps, func(s int) error {
 		fwd, loss := wl.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
 		out, err := m.Call(ctx, fwd)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		if err := m.Backward(ctx, loss(out)); err != nil {
+		return m.Backward(ctx, loss(out))
+	})
+}
+
+// trainLoop runs steps synchronised steps on m: pass(s) runs step s's
+// forward and backward passes, then m clips and steps. It returns the
+// full state and the clip norms.
+func trainLoop(ctx context.Context, m interface {
+	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
+	Step(ctx context.Context) error
+	FullState(context.Context) (map[string]*tensor.Tensor, error)
+}, steps int, pass func(s int) error) (map[string][]float32, []float64, error) {
+	var norms []float64
+	for s := range steps {
+		if err := pass(s); err != nil {
 			return nil, nil, err
 		}
 		nm, err := m.ClipGradNorm(ctx, maxNorm)
@@ -492,18 +483,6 @@ func testNoSync(t *testing.T, w Wrapper) {
 	})
 }
 
-// withSide is an MLP with a layer its forward pass never uses.
-type withSide struct {
-	seq  *nn.Sequential
-	side *nn.Linear
-}
-
-func (m *withSide) NamedParameters() []nn.NamedParameter {
-	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
-}
-func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
-func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
-
 // testUnused: with FindUnusedParameters, a layer no step uses keeps its
 // values and the others equal one process's (Adam without weight decay:
 // a wrapper may leave an unused gradient absent or zero).
@@ -512,11 +491,11 @@ func testUnused(t *testing.T, w Wrapper) {
 	base := workloads()[0]
 	wl := workload{name: "unused",
 		model: func(seed uint64) nn.Module {
-			return &withSide{seq: base.model(seed).(*nn.Sequential), side: nn.NewLinear(rand.New(rand.NewPCG(seed, 6)), 16, 10, true)}
+			return &WithSide{Seq: base.model(seed).(*nn.Sequential), Side: nn.NewLinear(rand.New(rand.NewPCG(seed, 6)), 16, 10, true)}
 		},
-		units: func(mod nn.Module) []nn.Module { return append(seqUnits(mod.(*withSide).seq), mod.(*withSide).side) },
+		units: func(mod nn.Module) []nn.Module { return append(seqUnits(mod.(*WithSide).Seq), mod.(*WithSide).Side) },
 		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
-			return base.batch(mod.(*withSide).seq, s, lo, hi)
+			return base.batch(mod.(*WithSide).Seq, s, lo, hi)
 		},
 	}
 	want, _ := referenceWith(t, wl, steps, full, 1, adam)
@@ -848,7 +827,7 @@ func runSteps(t *testing.T, w Wrapper) {
 			if err := m.LoadFull(ctx, sd); err != nil {
 				t.Fatalf("rank %d: LoadFull: %v", pg.Rank(), err)
 			}
-			got, err := fullStepSnapshot(ctx, m)
+			got, err := fullSnapshot(ctx, m)
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -889,18 +868,6 @@ func runSteps(t *testing.T, w Wrapper) {
 	})
 }
 
-func fullStepSnapshot(ctx context.Context, m StepModel) (map[string][]float32, error) {
-	sd, err := m.FullState(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]float32{}
-	for k, t := range sd {
-		out[k] = append([]float32(nil), t.To(tensor.CPU).Contiguous().Data()...)
-	}
-	return out, nil
-}
-
 // trainSteps is train for a StepModel.
 func trainSteps(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error) {
 	if o.Optimizer == nil {
@@ -913,21 +880,8 @@ func trainSteps(ctx context.Context, w Wrapper, wl workload, pg distributed.Proc
 		return nil, nil, err
 	}
 	defer m.Close()
-	var norms []float64
-	for s := range steps {
+	return trainLoop(ctx, m, steps, func(s int) error {
 		idx, tgt := wl.tokens(s, r*B, (r+1)*B)
-		if err := m.TrainStep(ctx, idx, tgt, B, gptSeqLen); err != nil {
-			return nil, nil, err
-		}
-		nm, err := m.ClipGradNorm(ctx, maxNorm)
-		if err != nil {
-			return nil, nil, err
-		}
-		norms = append(norms, nm)
-		if err := m.Step(ctx); err != nil {
-			return nil, nil, err
-		}
-	}
-	got, err := fullStepSnapshot(ctx, m)
-	return got, norms, err
+		return m.TrainStep(ctx, idx, tgt, B, gptSeqLen)
+	})
 }

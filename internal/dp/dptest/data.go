@@ -1,0 +1,112 @@
+package dptest
+
+import (
+	"fmt"
+	"math"
+	"math/rand/v2"
+
+	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/tensor"
+)
+
+// The deterministic data and the comparisons the suite trains and checks
+// with, exported for the wrappers' own tests, which train larger models
+// (models.MLP, models.LeNet, GPT-mini) on the same kind of batches.
+
+// GlobalBatch is the rows of every step's global batch: divisible by every
+// world size tested.
+const GlobalBatch = globalBatch
+
+// Images returns rows [lo, hi) of step s's global batch of GlobalBatch
+// images of the given shape (standard normal pixels, drawn from
+// PCG(s, stream)) and their labels in [0, 10).
+func Images(s int, stream uint64, lo, hi int, shape []int) (*tensor.Tensor, []int64) {
+	rng := rand.New(rand.NewPCG(uint64(s), stream))
+	per := 1
+	for _, d := range shape {
+		per *= d
+	}
+	xs := make([]float32, GlobalBatch*per)
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64())
+	}
+	ys := make([]int64, GlobalBatch)
+	for i := range ys {
+		ys[i] = int64(rng.IntN(10))
+	}
+	return tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...), ys[lo:hi]
+}
+
+// Tokens returns the inputs and targets of rows [lo, hi) of step s's
+// global batch of GlobalBatch sequences of T+1 tokens below vocab (drawn
+// from PCG(s, 9)); the targets are the inputs shifted by one.
+func Tokens(s, lo, hi, T, vocab int) (idx, tgt []int64) {
+	rng := rand.New(rand.NewPCG(uint64(s), 9))
+	toks := make([]int64, GlobalBatch*(T+1))
+	for i := range toks {
+		toks[i] = int64(rng.IntN(vocab))
+	}
+	for b := lo; b < hi; b++ {
+		row := toks[b*(T+1) : (b+1)*(T+1)]
+		idx = append(idx, row[:T]...)
+		tgt = append(tgt, row[1:]...)
+	}
+	return idx, tgt
+}
+
+// WithSide is an MLP beside a side layer that a forward pass may leave
+// out (FindUnusedParameters): the buffer its gradient would go to is not
+// zeroed between steps, so a step that leaves it out must reduce zeros.
+type WithSide struct {
+	Seq  *nn.Sequential
+	Side *nn.Linear
+}
+
+func (m *WithSide) NamedParameters() []nn.NamedParameter {
+	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.Seq}, nn.Child{Name: "side", Module: m.Side})
+}
+func (m *WithSide) NamedBuffers() []nn.NamedBuffer { return nil }
+func (m *WithSide) SetTraining(on bool)            { m.Seq.SetTraining(on) }
+
+// Params copies m's parameters, in m's order.
+func Params(m nn.Module) [][]float32 {
+	var out [][]float32
+	for _, p := range m.NamedParameters() {
+		out = append(out, append([]float32(nil), p.Param.Value.Data()...))
+	}
+	return out
+}
+
+// CompareElements reports the first parameter element outside float32
+// rounding of want (relative 1e-4, absolute 2e-5, as ddp's equivalence
+// tests).
+func CompareElements(got, want [][]float32) error {
+	for i := range want {
+		for j := range want[i] {
+			g, w := float64(got[i][j]), float64(want[i][j])
+			if math.Abs(g-w) > 2e-5+1e-4*math.Abs(w) {
+				return fmt.Errorf("parameter %d element %d: %v, want %v", i, j, g, w)
+			}
+		}
+	}
+	return nil
+}
+
+// CompareNorms reports the first parameter whose difference from want has
+// a norm above 5e-4 of want's: trajectories that agree to float32
+// rounding (Adam magnifies rounding differences in elements whose second
+// moment is tiny, so single elements may drift further).
+func CompareNorms(got, want [][]float32) error {
+	for i := range want {
+		var d, n float64
+		for j := range want[i] {
+			e := float64(got[i][j]) - float64(want[i][j])
+			d += e * e
+			n += float64(want[i][j]) * float64(want[i][j])
+		}
+		if math.Sqrt(d) > 5e-4*math.Sqrt(n)+1e-6 {
+			return fmt.Errorf("parameter %d: difference norm %g, parameter norm %g", i, math.Sqrt(d), math.Sqrt(n))
+		}
+	}
+	return nil
+}
