@@ -62,32 +62,15 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 // gptUnits runs GPT's forward pass with each block as a unit (the
 // embeddings and the final LayerNorm form the root).
 func gptUnits(g *models.GPT, idx []int64, B, T int) func(*Units) *autograd.Var {
-	return func(u *Units) *autograd.Var {
-		h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
-		for i, b := range g.Blocks {
-			h = u.Run(i, h, b.Forward)
-		}
-		return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
-	}
+	fwd := dptest.GPTForward(g, idx, B, T)
+	return func(u *Units) *autograd.Var { return fwd(u.Run) }
 }
 
 func gptWorkload() workload {
 	const T = 8
 	return workload{name: "gpt-mini",
-		model: func() nn.Module {
-			g, err := models.NewGPT(rand.New(rand.NewPCG(3, 4)), models.GPTMini())
-			if err != nil {
-				panic(err)
-			}
-			return g
-		},
-		units: func(mod nn.Module) []nn.Module {
-			var us []nn.Module
-			for _, b := range mod.(*models.GPT).Blocks {
-				us = append(us, b)
-			}
-			return us
-		},
+		model: func() nn.Module { return dptest.NewGPT(rand.New(rand.NewPCG(3, 4)), models.GPTMini()) },
+		units: dptest.GPTUnits,
 		batch: func(mod nn.Module, s, lo, hi int) step {
 			idx, tgt := dptest.Tokens(s, lo, hi, T, 256)
 			g := mod.(*models.GPT)

@@ -41,13 +41,7 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 func gptWorkload() workload {
 	const T = 8
 	return workload{name: "gpt-mini",
-		model: func() nn.Module {
-			g, err := models.NewGPT(rand.New(rand.NewPCG(3, 4)), models.GPTMini())
-			if err != nil {
-				panic(err)
-			}
-			return g
-		},
+		model: func() nn.Module { return dptest.NewGPT(rand.New(rand.NewPCG(3, 4)), models.GPTMini()) },
 		batch: func(mod nn.Module, s, lo, hi int) (func() *autograd.Var, func(*autograd.Var) *autograd.Var) {
 			idx, tgt := dptest.Tokens(s, lo, hi, T, 256)
 			g := mod.(*models.GPT)

@@ -5,6 +5,8 @@ import (
 	"math"
 	"math/rand/v2"
 
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/tensor"
 )
@@ -109,4 +111,36 @@ func CompareNorms(got, want [][]float32) error {
 		}
 	}
 	return nil
+}
+
+// NewGPT builds a GPT of cfg from rng, panicking on a bad cfg (the
+// workloads' configurations are constants).
+func NewGPT(rng *rand.Rand, cfg models.GPTConfig) *models.GPT {
+	g, err := models.NewGPT(rng, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
+// GPTUnits are a GPT's blocks: the units a sharded wrapper gathers one at
+// a time (the embeddings and the final LayerNorm form the root).
+func GPTUnits(mod nn.Module) []nn.Module {
+	var us []nn.Module
+	for _, b := range mod.(*models.GPT).Blocks {
+		us = append(us, b)
+	}
+	return us
+}
+
+// GPTForward is g's forward pass over B sequences of T ids with each block
+// run as a unit.
+func GPTForward(g *models.GPT, idx []int64, B, T int) Forward {
+	return func(run RunUnit) *autograd.Var {
+		h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
+		for i, b := range g.Blocks {
+			h = run(i, h, b.Forward)
+		}
+		return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
+	}
 }

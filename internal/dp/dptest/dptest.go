@@ -240,32 +240,13 @@ func gptWorkload() workload {
 	cfg := models.GPTConfig{Vocab: 32, Ctx: 8, NLayer: 2, D: 16, NHead: 2}
 	tokens := func(s, lo, hi int) (idx, tgt []int64) { return Tokens(s, lo, hi, T, cfg.Vocab) }
 	return workload{name: "gpt",
-		model: func(seed uint64) nn.Module {
-			g, err := models.NewGPT(rand.New(rand.NewPCG(seed, 4)), cfg)
-			if err != nil {
-				panic(err)
-			}
-			return g
-		},
-		units: func(mod nn.Module) []nn.Module {
-			var us []nn.Module
-			for _, b := range mod.(*models.GPT).Blocks {
-				us = append(us, b)
-			}
-			return us
-		},
+		model:  func(seed uint64) nn.Module { return NewGPT(rand.New(rand.NewPCG(seed, 4)), cfg) },
+		units:  GPTUnits,
 		tokens: tokens,
 		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
 			idx, tgt := tokens(s, lo, hi)
-			g, B := mod.(*models.GPT), hi-lo
-			fwd := func(run RunUnit) *autograd.Var {
-				h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
-				for i, b := range g.Blocks {
-					h = run(i, h, b.Forward)
-				}
-				return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
-			}
-			return fwd, func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }
+			g := mod.(*models.GPT)
+			return GPTForward(g, idx, hi-lo, T), func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }
 		}}
 }
 
