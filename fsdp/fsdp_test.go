@@ -128,13 +128,9 @@ func trainFSDP(ctx context.Context, w workload, pg distributed.ProcessGroup, ste
 		if err := m.Backward(ctx, b.loss(out)); err != nil {
 			return nil, nil, err
 		}
-		if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+		if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 			return nil, nil, err
 		}
-		if err := m.Step(ctx); err != nil {
-			return nil, nil, err
-		}
-		m.ZeroGrad()
 	}
 	out, err := fullParams(ctx, m, mod)
 	if err != nil {
@@ -383,13 +379,9 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", mode, err)
 				}
-				if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+				if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 					t.Fatal(err)
 				}
-				if err := m.Step(ctx); err != nil {
-					t.Fatal(err)
-				}
-				m.ZeroGrad()
 			}
 			got, err := fullParams(ctx, m, mod)
 			if err != nil {
@@ -493,74 +485,25 @@ func TestUnusedParameters(t *testing.T) {
 		return &dptest.WithSide{Seq: models.MLP(rand.New(rand.NewPCG(1, 2))), Side: nn.NewLinear(rand.New(rand.NewPCG(5, 6)), 784, 10, true)}
 	}
 	const steps = 4
-	data := func(s, lo, hi int) (*autograd.Var, []int64) {
-		xs, ys := dptest.Images(s, 11, lo, hi, []int{784})
-		return autograd.NewVar(xs, false), ys
-	}
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		n, r := pg.Size(), pg.Rank()
 		lo, hi := r*globalBatch/n, (r+1)*globalBatch/n
-		ref := model()
-		d, err := ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opt, err := adamW(ref.NamedParameters())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for s := range steps {
-			x, y := data(s, lo, hi)
-			out, err := d.Call(ctx, func() *autograd.Var {
-				out := ref.Seq.Forward(x)
-				if s%2 == 1 {
-					out = autograd.Add(out, ref.Side.Forward(x))
-				}
-				return out
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Backward(ctx, autograd.CrossEntropy(out, y, autograd.CrossEntropyOptions{})); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
-				t.Fatal(err)
-			}
-			opt.Step()
-			opt.ZeroGrad()
-		}
-		want := dptest.Params(ref)
+		want := dptest.SideReference(t, ctx, model(), func(ref *dptest.WithSide) (dptest.Synced, error) {
+			return ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
+		}, adamW, maxNorm, steps, lo, hi)
 		mod := model()
 		units, fwd := SequentialUnits(mod.Seq)
 		m, err := Wrap(ctx, mod, units, pg, Options{Optimizer: adamW, FindUnusedParameters: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for s := range steps {
-			x, y := data(s, lo, hi)
+		err = dptest.TrainSide(steps, lo, hi, func(s int, x *autograd.Var) (*autograd.Var, error) {
 			run := fwd(x)
-			out, err := m.Call(ctx, func(u *Units) *autograd.Var {
-				out := run(u)
-				if s%2 == 1 {
-					out = autograd.Add(out, mod.Side.Forward(x))
-				}
-				return out
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Backward(ctx, autograd.CrossEntropy(out, y, autograd.CrossEntropyOptions{})); err != nil {
-				t.Fatalf("step %d: %v", s, err)
-			}
-			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Step(ctx); err != nil {
-				t.Fatal(err)
-			}
-			m.ZeroGrad()
+			return m.Call(ctx, func(u *Units) *autograd.Var { return mod.AddSide(s, x, run(u)) })
+		}, func(loss *autograd.Var) error { return m.Backward(ctx, loss) }, func() error { return dptest.ClipStep(ctx, m, maxNorm) })
+		if err != nil {
+			t.Fatal(err)
 		}
 		got, err := fullParams(ctx, m, mod)
 		if err != nil {

@@ -3,7 +3,6 @@ package tp_test
 import (
 	"context"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/internal/proctest"
@@ -18,18 +17,14 @@ import (
 
 var processEnv = proctest.Env{Case: "COHORT_TP_TEST_PROCESS_CASE", Out: "COHORT_TP_TEST_PROCESS_OUT"}
 
-// processTimeouts allows GPT-mini steps on a loaded machine.
-var processTimeouts = proctest.Timeouts{Launch: 2 * time.Minute, Rank: 90 * time.Second, Op: time.Minute}
-
 type processCase struct {
-	name      string
-	transport string
-	dp, tp    int
+	proctest.Case
+	dp, tp int
 }
 
 var processCases = []processCase{
-	{"tp=2/tcp", "tcp", 1, 2},
-	{"dp=2xtp=2/shm", "shm", 2, 2},
+	{proctest.Case{Name: "tp=2/tcp", World: 2, Transport: "tcp"}, 1, 2},
+	{proctest.Case{Name: "dp=2xtp=2/shm", World: 4, Transport: "shm"}, 2, 2},
 }
 
 const processSteps, processB, processT = 4, 4, 32
@@ -46,8 +41,8 @@ func TestProcessEquality(t *testing.T) {
 	batches := gpttest.MakeBatches(processSteps, processB, processT, cfg.Vocab)
 	ref := gpttest.TrainReference(t, cfg, batches, processB, processT)
 	for _, pc := range processCases {
-		t.Run(pc.name, func(t *testing.T) {
-			s := proctest.LaunchOf[gpttest.Saved](t, processEnv, "TestProcessEquality", pc.name, pc.dp*pc.tp, processTimeouts)[0]
+		t.Run(pc.Name, func(t *testing.T) {
+			s := proctest.LaunchOf[gpttest.Saved](t, processEnv, "TestProcessEquality", pc.Name, pc.World, proctest.Long)[0]
 			gpttest.Compare(t, 0, s.Run(), ref, false)
 		})
 	}
@@ -55,16 +50,8 @@ func TestProcessEquality(t *testing.T) {
 
 // processRank is the body of one rank process.
 func processRank(t *testing.T, name string) {
-	var pc *processCase
-	for i := range processCases {
-		if processCases[i].name == name {
-			pc = &processCases[i]
-		}
-	}
-	if pc == nil {
-		t.Fatalf("no process case %q", name)
-	}
-	proctest.RankOf(t, processEnv, pc.transport, processTimeouts, func(ctx context.Context, pg distributed.ProcessGroup) (gpttest.Saved, error) {
+	pc := proctest.Find(t, processCases, name)
+	proctest.RankOf(t, processEnv, pc.Transport, proctest.Long, func(ctx context.Context, pg distributed.ProcessGroup) (gpttest.Saved, error) {
 		mesh, err := distributed.NewMesh(ctx, pg, distributed.MeshDim{Name: "dp", Size: pc.dp}, distributed.MeshDim{Name: "tp", Size: pc.tp})
 		if err != nil {
 			return gpttest.Saved{}, err

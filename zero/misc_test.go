@@ -241,13 +241,9 @@ func accumulate(ctx context.Context, w workload, pg distributed.ProcessGroup, st
 		if err := m.Backward(ctx, l); err != nil {
 			return err
 		}
-		if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+		if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 			return err
 		}
-		if err := m.Step(ctx); err != nil {
-			return err
-		}
-		m.ZeroGrad()
 	}
 	return dptest.CompareNorms(dptest.Params(mod), want)
 }
@@ -322,13 +318,9 @@ func TestReshardCheckpoint(t *testing.T) {
 			if err := m.Backward(ctx, loss(out)); err != nil {
 				return err
 			}
-			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+			if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 				return err
 			}
-			if err := m.Step(ctx); err != nil {
-				return err
-			}
-			m.ZeroGrad()
 		}
 		return nil
 	}
@@ -393,71 +385,24 @@ func TestUnusedParameters(t *testing.T) {
 		return &dptest.WithSide{Seq: mlp.model().(*nn.Sequential), Side: nn.NewLinear(rng, 784, 10, true)}
 	}
 	const steps = 4
-	// batch: steps 1 and 3 add the side layer's output, 0 and 2 leave it out.
-	batch := func(m *dptest.WithSide, s, lo, hi int) (func() *autograd.Var, func(*autograd.Var) *autograd.Var) {
-		xs, ys := dptest.Images(s, 11, lo, hi, []int{784})
-		x := autograd.NewVar(xs, false)
-		fwd := func() *autograd.Var {
-			out := m.Seq.Forward(x)
-			if s%2 == 1 {
-				out = autograd.Add(out, m.Side.Forward(x))
-			}
-			return out
-		}
-		return fwd, func(out *autograd.Var) *autograd.Var {
-			return autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})
-		}
-	}
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		n, r := pg.Size(), pg.Rank()
-		ref := model()
-		d, err := ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opt, err := adamW(ref.NamedParameters())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for s := range steps {
-			fwd, loss := batch(ref, s, r*globalBatch/n, (r+1)*globalBatch/n)
-			out, err := d.Call(ctx, fwd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Backward(ctx, loss(out)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
-				t.Fatal(err)
-			}
-			opt.Step()
-			opt.ZeroGrad()
-		}
-		want := dptest.Params(ref)
+		lo, hi := r*globalBatch/n, (r+1)*globalBatch/n
+		want := dptest.SideReference(t, ctx, model(), func(ref *dptest.WithSide) (dptest.Synced, error) {
+			return ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
+		}, adamW, maxNorm, steps, lo, hi)
 		for _, stage := range []Stage{Stage1, Stage2} {
 			mod := model()
 			m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW, FindUnusedParameters: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for s := range steps {
-				fwd, loss := batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
-				out, err := m.Call(ctx, fwd)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := m.Backward(ctx, loss(out)); err != nil {
-					t.Fatalf("%v step %d: %v", stage, s, err)
-				}
-				if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-					t.Fatal(err)
-				}
-				if err := m.Step(ctx); err != nil {
-					t.Fatal(err)
-				}
-				m.ZeroGrad()
+			err = dptest.TrainSide(steps, lo, hi, func(s int, x *autograd.Var) (*autograd.Var, error) {
+				return m.Call(ctx, func() *autograd.Var { return mod.Forward(s, x) })
+			}, func(loss *autograd.Var) error { return m.Backward(ctx, loss) }, func() error { return dptest.ClipStep(ctx, m, maxNorm) })
+			if err != nil {
+				t.Fatalf("%v: %v", stage, err)
 			}
 			if err := dptest.CompareElements(dptest.Params(mod), want); err != nil {
 				t.Errorf("rank %d: %v: %v", r, stage, err)

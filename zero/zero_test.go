@@ -109,13 +109,9 @@ func trainZero(ctx context.Context, w workload, pg distributed.ProcessGroup, o O
 		} else if err := m.Backward(ctx, loss(out)); err != nil {
 			return nil, nil, err
 		}
-		if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+		if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 			return nil, nil, err
 		}
-		if err := m.Step(ctx); err != nil {
-			return nil, nil, err
-		}
-		m.ZeroGrad()
 	}
 	return dptest.Params(mod), m, nil
 }

@@ -36,6 +36,9 @@ type Timeouts struct{ Launch, Rank, Op time.Duration }
 // Short is the default Timeouts: 1 minute, 45 s, 30 s.
 var Short = Timeouts{Launch: time.Minute, Rank: 45 * time.Second, Op: 30 * time.Second}
 
+// Long allows GPT-mini steps on a loaded machine: 2 minutes, 90 s, 1 minute.
+var Long = Timeouts{Launch: 2 * time.Minute, Rank: 90 * time.Second, Op: time.Minute}
+
 // Launch runs world copies of this test binary restricted to the test
 // named test (a top-level Test function), with e.Case set to name, and
 // returns every rank's parameters in rank order (see LaunchOf).
@@ -133,6 +136,16 @@ func (c Case) ProcessCase() Case { return c }
 // Caser is a test's case type: one that embeds Case.
 type Caser interface{ ProcessCase() Case }
 
+// Find returns the case named name, failing t if there is none.
+func Find[C Caser](t *testing.T, cases []C, name string) C {
+	t.Helper()
+	i := slices.IndexFunc(cases, func(c C) bool { return c.ProcessCase().Name == name })
+	if i < 0 {
+		t.Fatalf("no process case %q", name)
+	}
+	return cases[i]
+}
+
 // Equivalence is the body of the top-level test named test that checks
 // cases against one process. In a rank process it trains the case the
 // parent chose and writes its parameters; in the parent it runs each case
@@ -144,12 +157,9 @@ func Equivalence[C Caser](t *testing.T, e Env, test string, cases []C,
 	want func(t *testing.T, c C) [][]float32, compare func(got, want [][]float32) error) {
 	t.Helper()
 	if name := e.Child(); name != "" {
-		i := slices.IndexFunc(cases, func(c C) bool { return c.ProcessCase().Name == name })
-		if i < 0 {
-			t.Fatalf("no process case %q", name)
-		}
-		e.Rank(t, cases[i].ProcessCase().Transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
-			return train(ctx, pg, cases[i])
+		c := Find(t, cases, name)
+		e.Rank(t, c.ProcessCase().Transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
+			return train(ctx, pg, c)
 		})
 		return
 	}

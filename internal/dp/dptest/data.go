@@ -1,13 +1,16 @@
 package dptest
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"testing"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
+	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
 )
 
@@ -69,6 +72,42 @@ func (m *WithSide) NamedParameters() []nn.NamedParameter {
 }
 func (m *WithSide) NamedBuffers() []nn.NamedBuffer { return nil }
 func (m *WithSide) SetTraining(on bool)            { m.Seq.SetTraining(on) }
+
+// AddSide adds the side layer's output on x to out at odd steps s: steps
+// 1 and 3 use the side layer, 0 and 2 leave it out.
+func (m *WithSide) AddSide(s int, x, out *autograd.Var) *autograd.Var {
+	if s%2 == 1 {
+		out = autograd.Add(out, m.Side.Forward(x))
+	}
+	return out
+}
+
+// Forward is m's forward pass at step s.
+func (m *WithSide) Forward(s int, x *autograd.Var) *autograd.Var {
+	return m.AddSide(s, x, m.Seq.Forward(x))
+}
+
+// TrainSide trains a WithSide of 784 inputs steps steps on rows [lo, hi)
+// of its batches (Images stream 11): call runs step s's forward pass on x
+// through the wrapper, backward the backward pass of the loss, and update
+// clips and steps. It returns the first error, naming the step.
+func TrainSide(steps, lo, hi int, call func(s int, x *autograd.Var) (*autograd.Var, error),
+	backward func(loss *autograd.Var) error, update func() error) error {
+	for s := range steps {
+		xs, ys := Images(s, 11, lo, hi, []int{784})
+		out, err := call(s, autograd.NewVar(xs, false))
+		if err != nil {
+			return fmt.Errorf("step %d: %w", s, err)
+		}
+		if err := backward(autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})); err != nil {
+			return fmt.Errorf("step %d: %w", s, err)
+		}
+		if err := update(); err != nil {
+			return fmt.Errorf("step %d: %w", s, err)
+		}
+	}
+	return nil
+}
 
 // Params copies m's parameters, in m's order.
 func Params(m nn.Module) [][]float32 {
@@ -143,4 +182,63 @@ func GPTForward(g *models.GPT, idx []int64, B, T int) Forward {
 		}
 		return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
 	}
+}
+
+// Synced is a replicated data-parallel model (ddp's) as SideReference
+// drives it.
+type Synced interface {
+	Call(ctx context.Context, forward func() *autograd.Var) (*autograd.Var, error)
+	Backward(ctx context.Context, loss *autograd.Var) error
+}
+
+// SideReference trains ref wrapped by wrap (ddp with
+// FindUnusedParameters) under TrainSide, with newOpt's optimizer stepping
+// after clipping to a 2-norm of maxNorm, and returns its parameters: what
+// a sharded wrapper must give. It fails t on an error.
+func SideReference(t testing.TB, ctx context.Context, ref *WithSide, wrap func(*WithSide) (Synced, error),
+	newOpt func([]nn.NamedParameter) (optim.Optimizer, error), maxNorm float64, steps, lo, hi int) [][]float32 {
+	t.Helper()
+	d, err := wrap(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := newOpt(ref.NamedParameters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = TrainSide(steps, lo, hi, func(s int, x *autograd.Var) (*autograd.Var, error) {
+		return d.Call(ctx, func() *autograd.Var { return ref.Forward(s, x) })
+	}, func(loss *autograd.Var) error { return d.Backward(ctx, loss) }, func() error {
+		if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
+			return err
+		}
+		opt.Step()
+		opt.ZeroGrad()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Params(ref)
+}
+
+// Stepper is a sharded wrapper's model (zero's, fsdp's) as ClipStep
+// drives it.
+type Stepper interface {
+	ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error)
+	Step(ctx context.Context) error
+	ZeroGrad()
+}
+
+// ClipStep ends a step of m: it clips the gradient to a 2-norm of maxNorm,
+// steps the optimizer and zeroes the gradient.
+func ClipStep(ctx context.Context, m Stepper, maxNorm float64) error {
+	if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+		return err
+	}
+	if err := m.Step(ctx); err != nil {
+		return err
+	}
+	m.ZeroGrad()
+	return nil
 }
