@@ -44,6 +44,35 @@ func (tr *trainer) step(t *testing.T, x *tensor.Tensor, targets []int64) (float3
 	return loss.Value.To(tensor.CPU).Item(), norm
 }
 
+// newClassifier is a trainer of m, moved to dev, with the optimizer
+// newOpt builds over its parameters; its loss is the cross-entropy of m's
+// output.
+func newClassifier(t *testing.T, dev tensor.Device, m nn.Layer, newOpt func([]*autograd.Var) (optim.Optimizer, error), clip float64) *trainer {
+	t.Helper()
+	nn.To(m, dev)
+	opt, err := newOpt(nn.Parameters(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trainer{dev: dev, m: m, opt: opt, clip: clip}
+	tr.loss = func(x *tensor.Tensor, targets []int64) *autograd.Var {
+		return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), targets, autograd.CrossEntropyOptions{})
+	}
+	return tr
+}
+
+// imageBatch draws B standard normal inputs of the given shape and their
+// labels in [0, 10) from rng.
+func imageBatch(rng *rand.Rand, B int, shape ...int) (*tensor.Tensor, []int64) {
+	x := tensor.New(append([]int{B}, shape...)...)
+	x.FillNormal(rng, 0, 1)
+	targets := make([]int64, B)
+	for i := range targets {
+		targets[i] = int64(rng.IntN(10))
+	}
+	return x, targets
+}
+
 // sameBits fails unless every parameter of a (on the CPU) equals b's (on
 // the fake device) bit for bit.
 func sameBits(t *testing.T, a, b nn.Module) {
@@ -69,28 +98,15 @@ func sameBits(t *testing.T, a, b nn.Module) {
 // out.
 func TestMLPOnFakeDeviceEqualsCPU(t *testing.T) {
 	build := func(dev tensor.Device) *trainer {
-		m := MLP(rand.New(rand.NewPCG(7, 8)))
-		nn.To(m, dev)
-		opt, err := optim.NewAdamW([]optim.Group{{Params: nn.Parameters(m), LR: 1e-3, WeightDecay: 0.01}}, optim.AdamDefaults())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := &trainer{dev: dev, m: m, opt: opt, clip: 1}
-		tr.loss = func(x *tensor.Tensor, targets []int64) *autograd.Var {
-			return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), targets, autograd.CrossEntropyOptions{})
-		}
-		return tr
+		return newClassifier(t, dev, MLP(rand.New(rand.NewPCG(7, 8))), func(ps []*autograd.Var) (optim.Optimizer, error) {
+			return optim.NewAdamW([]optim.Group{{Params: ps, LR: 1e-3, WeightDecay: 0.01}}, optim.AdamDefaults())
+		}, 1)
 	}
 	cpu, dev := build(tensor.CPU), build(fakebackend.Device(0))
 	rng := rand.New(rand.NewPCG(9, 10))
 	const B = 16
 	for s := range 4 {
-		x := tensor.New(B, 784)
-		x.FillNormal(rng, 0, 1)
-		targets := make([]int64, B)
-		for i := range targets {
-			targets[i] = int64(rng.IntN(10))
-		}
+		x, targets := imageBatch(rng, B, 784)
 		lc, nc := cpu.step(t, x, targets)
 		before := fakebackend.Stats()
 		ld, nd := dev.step(t, x, targets)
@@ -158,28 +174,15 @@ func TestGPTOnFakeDeviceEqualsCPU(t *testing.T) {
 // op: the runs agree to float32 round-off, not bit for bit.
 func TestLeNetOnFakeDeviceMatchesCPU(t *testing.T) {
 	build := func(dev tensor.Device) *trainer {
-		m := LeNet(rand.New(rand.NewPCG(15, 16)))
-		nn.To(m, dev)
-		opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := &trainer{dev: dev, m: m, opt: opt}
-		tr.loss = func(x *tensor.Tensor, targets []int64) *autograd.Var {
-			return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), targets, autograd.CrossEntropyOptions{})
-		}
-		return tr
+		return newClassifier(t, dev, LeNet(rand.New(rand.NewPCG(15, 16))), func(ps []*autograd.Var) (optim.Optimizer, error) {
+			return optim.NewSGD([]optim.Group{{Params: ps, LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
+		}, 0)
 	}
 	cpu, dev := build(tensor.CPU), build(fakebackend.Device(0))
 	rng := rand.New(rand.NewPCG(17, 18))
 	const B = 8
 	for s := range 3 {
-		x := tensor.New(B, 1, 28, 28)
-		x.FillNormal(rng, 0, 1)
-		targets := make([]int64, B)
-		for i := range targets {
-			targets[i] = int64(rng.IntN(10))
-		}
+		x, targets := imageBatch(rng, B, 1, 28, 28)
 		lc, _ := cpu.step(t, x, targets)
 		ld, _ := dev.step(t, x, targets)
 		if math.Abs(float64(lc-ld)) > 1e-5*math.Abs(float64(lc)) {
