@@ -8,7 +8,6 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/ddp"
@@ -259,60 +258,32 @@ func TestStateDicts(t *testing.T) {
 
 // TestWrapErrors: bad input fails at once, naming the culprit.
 func TestWrapErrors(t *testing.T) {
-	small := func(hidden int) *nn.Sequential {
-		rng := rand.New(rand.NewPCG(1, 1))
-		return nn.NewSequential(nn.NewLinear(rng, 4, hidden, true), nn.ReLU{}, nn.NewLinear(rng, hidden, 3, true))
-	}
-	tests := []struct {
-		name  string
-		world int
-		wrap  func(ctx context.Context, pg distributed.ProcessGroup) error
-		want  string
-	}{
-		{"optimizer on full parameters", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
+	small := func(hidden int) *nn.Sequential { return dptest.SmallNet(1, hidden) }
+	dptest.RunErrors(t, []dptest.ErrorCase{
+		{Name: "optimizer on full parameters", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5)
 			u, _ := SequentialUnits(net)
 			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewAdamW([]optim.Group{{Params: nn.Parameters(net), LR: 1e-3}}, optim.AdamDefaults())
 			}})
 			return err
-		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
-		{"models differ", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: `built on the full parameters (it zeroes the gradient of "0.weight")`},
+		{Name: "models differ", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5 + pg.Rank())
 			u, _ := SequentialUnits(net)
 			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: adamW})
 			return err
-		}, `rank 1 has parameter "0.weight" float32[6 4]`},
-		{"parameter in two units", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: `rank 1 has parameter "0.weight" float32[6 4]`},
+		{Name: "parameter in two units", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5)
 			_, err := Wrap(ctx, net, []nn.Module{net.Layers[0], net.Layers[0]}, pg, Options{Optimizer: adamW})
 			return err
-		}, `parameter "0.weight" is in units 0 and 1`},
-		{"unit of another model", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: `parameter "0.weight" is in units 0 and 1`},
+		{Name: "unit of another model", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			_, err := Wrap(ctx, small(5), []nn.Module{small(5).Layers[0]}, pg, Options{Optimizer: adamW})
 			return err
-		}, "not a parameter of the model"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				distributedtest.Run(t, tt.world, func(t *testing.T, pg distributed.ProcessGroup) {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					if err := tt.wrap(ctx, pg); err == nil || !strings.Contains(err.Error(), tt.want) {
-						t.Errorf("rank %d: err = %v, want one containing %q", pg.Rank(), err, tt.want)
-					}
-				})
-			}()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("hung")
-			}
-		})
-	}
+		}, Want: "not a parameter of the model"},
+	})
 }
 
 // TestPlainBackwardAndNoSync: autograd.Backward instead of Model.Backward,

@@ -32,27 +32,17 @@ var processCases = []processCase{
 }
 
 func TestProcessEquality(t *testing.T) {
-	if name := processEnv.Child(); name != "" {
-		processRank(t, name)
-		return
-	}
-	if testing.Short() {
-		t.Skip("starts rank processes")
-	}
-	for _, pc := range processCases {
-		t.Run(pc.Name, func(t *testing.T) {
-			global := max(pc.cfg.DP, 1) * pc.cfg.Batch
-			batches := gpttest.MakeBatches(processSteps, global, processT, models.GPTMini().Vocab)
-			ref := gpttest.TrainReference(t, models.GPTMini(), batches, global, processT)
-			s := proctest.LaunchOf[gpttest.Saved](t, processEnv, "TestProcessEquality", pc.Name, pc.World, proctest.Long)[0]
-			compare(t, 0, s.Run(), ref)
-		})
-	}
+	proctest.Run(t, processEnv, processCases, processRank, func(t *testing.T, pc processCase) {
+		global := max(pc.cfg.DP, 1) * pc.cfg.Batch
+		batches := gpttest.MakeBatches(processSteps, global, processT, models.GPTMini().Vocab)
+		ref := gpttest.TrainReference(t, models.GPTMini(), batches, global, processT)
+		s := proctest.LaunchOf[gpttest.Saved](t, processEnv, "TestProcessEquality", pc.Name, pc.World, proctest.Long)[0]
+		compare(t, 0, s.Run(), ref)
+	})
 }
 
 // processRank is the body of one rank process.
-func processRank(t *testing.T, name string) {
-	pc := proctest.Find(t, processCases, name)
+func processRank(t *testing.T, pc processCase) {
 	proctest.RankOf(t, processEnv, pc.Transport, proctest.Long, func(ctx context.Context, pg distributed.ProcessGroup) (gpttest.Saved, error) {
 		global := max(pc.cfg.DP, 1) * pc.cfg.Batch
 		r, err := trainLayout(ctx, pg, pc.cfg, gpttest.MakeBatches(processSteps, global, processT, models.GPTMini().Vocab))

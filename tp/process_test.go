@@ -30,27 +30,21 @@ var processCases = []processCase{
 const processSteps, processB, processT = 4, 4, 32
 
 func TestProcessEquality(t *testing.T) {
-	if name := processEnv.Child(); name != "" {
-		processRank(t, name)
-		return
-	}
-	if testing.Short() {
-		t.Skip("starts rank processes")
-	}
 	cfg := models.GPTMini()
 	batches := gpttest.MakeBatches(processSteps, processB, processT, cfg.Vocab)
-	ref := gpttest.TrainReference(t, cfg, batches, processB, processT)
-	for _, pc := range processCases {
-		t.Run(pc.Name, func(t *testing.T) {
-			s := proctest.LaunchOf[gpttest.Saved](t, processEnv, "TestProcessEquality", pc.Name, pc.World, proctest.Long)[0]
-			gpttest.Compare(t, 0, s.Run(), ref, false)
-		})
-	}
+	var ref *gpttest.Run // trained once, for the first case the parent runs
+	proctest.Run(t, processEnv, processCases, processRank, func(t *testing.T, pc processCase) {
+		if ref == nil {
+			r := gpttest.TrainReference(t, cfg, batches, processB, processT)
+			ref = &r
+		}
+		s := proctest.LaunchOf[gpttest.Saved](t, processEnv, "TestProcessEquality", pc.Name, pc.World, proctest.Long)[0]
+		gpttest.Compare(t, 0, s.Run(), *ref, false)
+	})
 }
 
 // processRank is the body of one rank process.
-func processRank(t *testing.T, name string) {
-	pc := proctest.Find(t, processCases, name)
+func processRank(t *testing.T, pc processCase) {
 	proctest.RankOf(t, processEnv, pc.Transport, proctest.Long, func(ctx context.Context, pg distributed.ProcessGroup) (gpttest.Saved, error) {
 		mesh, err := distributed.NewMesh(ctx, pg, distributed.MeshDim{Name: "dp", Size: pc.dp}, distributed.MeshDim{Name: "tp", Size: pc.tp})
 		if err != nil {

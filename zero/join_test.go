@@ -29,9 +29,7 @@ func trainZeroJoin(ctx context.Context, w workload, pg distributed.ProcessGroup,
 	defer m.Close()
 	err = m.Join(ctx, unevenLoop(ctx, w, mod, pg, m.Call, m.Backward, func() error {
 		if clip {
-			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-				return err
-			}
+			return dptest.ClipStep(ctx, m, maxNorm)
 		}
 		if err := m.Step(ctx); err != nil {
 			return err

@@ -8,7 +8,6 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/ddp"
@@ -52,60 +51,50 @@ func TestOptimizerMemory(t *testing.T) {
 	}
 }
 
-func smallNet(seed uint64, hidden int) *nn.Sequential {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	return nn.NewSequential(nn.NewLinear(rng, 4, hidden, true), nn.ReLU{}, nn.NewLinear(rng, hidden, 3, true))
-}
-
 // TestWrapErrors: bad input fails at once on every rank with an error
 // naming the culprit, and nothing hangs.
 func TestWrapErrors(t *testing.T) {
-	tests := []struct {
-		name  string
-		world int
-		wrap  func(ctx context.Context, pg distributed.ProcessGroup) error
-		want  string
-	}{
-		{"optimizer on full parameters", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := smallNet(1, 5)
+	dptest.RunErrors(t, []dptest.ErrorCase{
+		{Name: "optimizer on full parameters", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			net := dptest.SmallNet(1, 5)
 			_, err := Wrap(ctx, net, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewAdamW([]optim.Group{{Params: nn.Parameters(net), LR: 1e-3}}, optim.AdamDefaults())
 			}})
 			return err
-		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
-		{"optimizer missing part of the shard", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Optimizer: func(s []nn.NamedParameter) (optim.Optimizer, error) {
+		}, Want: `built on the full parameters (it zeroes the gradient of "0.weight")`},
+		{Name: "optimizer missing part of the shard", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			_, err := Wrap(ctx, dptest.SmallNet(1, 5), pg, Options{Optimizer: func(s []nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewSGD([]optim.Group{{Params: Vars(s[1:]), LR: 0.1}}, optim.SGDOptions{})
 			}})
 			return err
-		}, "does not cover this rank's shard"},
-		{"models differ", 3, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: "does not cover this rank's shard"},
+		{Name: "models differ", World: 3, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			hidden := 5
 			if pg.Rank() == 2 {
 				hidden = 6
 			}
-			_, err := Wrap(ctx, smallNet(1, hidden), pg, Options{Stage: Stage1, Optimizer: adamW})
+			_, err := Wrap(ctx, dptest.SmallNet(1, hidden), pg, Options{Stage: Stage1, Optimizer: adamW})
 			return err
-		}, `rank 2 has parameter "0.weight" float32[6 4]`},
-		{"no optimizer", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{})
+		}, Want: `rank 2 has parameter "0.weight" float32[6 4]`},
+		{Name: "no optimizer", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			_, err := Wrap(ctx, dptest.SmallNet(1, 5), pg, Options{})
 			return err
-		}, "Options.Optimizer is nil"},
-		{"stage 3", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Stage: 3, Optimizer: adamW})
+		}, Want: "Options.Optimizer is nil"},
+		{Name: "stage 3", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			_, err := Wrap(ctx, dptest.SmallNet(1, 5), pg, Options{Stage: 3, Optimizer: adamW})
 			return err
-		}, "fsdp"},
-		{"backward without call", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := smallNet(1, 5)
+		}, Want: "fsdp"},
+		{Name: "backward without call", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			net := dptest.SmallNet(1, 5)
 			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
 			if err != nil {
 				return err
 			}
 			x := autograd.NewVar(randTensor(2, 4), false)
 			return m.Backward(ctx, autograd.CrossEntropy(net.Forward(x), []int64{0, 1}, autograd.CrossEntropyOptions{}))
-		}, "no Forward"},
-		{"unused parameter", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := smallNet(1, 5)
+		}, Want: "no Forward"},
+		{Name: "unused parameter", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			net := dptest.SmallNet(1, 5)
 			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
 			if err != nil {
 				return err
@@ -116,29 +105,8 @@ func TestWrapErrors(t *testing.T) {
 				return err
 			}
 			return m.Backward(ctx, autograd.Sum(out))
-		}, `received no gradient in this step: "2.weight", "2.bias"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				distributedtest.Run(t, tt.world, func(t *testing.T, pg distributed.ProcessGroup) {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					err := tt.wrap(ctx, pg)
-					if err == nil || !strings.Contains(err.Error(), tt.want) {
-						t.Errorf("rank %d: err = %v, want one containing %q", pg.Rank(), err, tt.want)
-					}
-				})
-			}()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("hung")
-			}
-		})
-	}
+		}, Want: `received no gradient in this step: "2.weight", "2.bias"`},
+	})
 }
 
 func randTensor(shape ...int) *tensor.Tensor {

@@ -146,39 +146,47 @@ func Find[C Caser](t *testing.T, cases []C, name string) C {
 	return cases[i]
 }
 
-// Equivalence is the body of the top-level test named test that checks
-// cases against one process. In a rank process it trains the case the
-// parent chose and writes its parameters; in the parent it runs each case
-// as a subtest (skipped with -short), launching its ranks, and fails
-// unless every rank's parameters pass compare against want(c) and equal
-// rank 0's (replicas never diverge).
-func Equivalence[C Caser](t *testing.T, e Env, test string, cases []C,
-	train func(ctx context.Context, pg distributed.ProcessGroup, c C) ([][]float32, error),
-	want func(t *testing.T, c C) [][]float32, compare func(got, want [][]float32) error) {
+// Run is the body of the top-level test that runs cases with their
+// ranks as processes. In a rank process it runs rank with the case the
+// parent chose; in the parent it runs parent for each case as a subtest
+// (and skips them all under -short).
+func Run[C Caser](t *testing.T, e Env, cases []C, rank, parent func(t *testing.T, c C)) {
 	t.Helper()
 	if name := e.Child(); name != "" {
-		c := Find(t, cases, name)
-		e.Rank(t, c.ProcessCase().Transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
-			return train(ctx, pg, c)
-		})
+		rank(t, Find(t, cases, name))
 		return
 	}
 	if testing.Short() {
 		t.Skip("starts rank processes")
 	}
 	for _, c := range cases {
-		pc := c.ProcessCase()
-		t.Run(pc.Name, func(t *testing.T) {
-			got := e.Launch(t, test, pc.Name, pc.World)
-			w := want(t, c)
-			for r := range got {
-				if err := compare(got[r], w); err != nil {
-					t.Errorf("rank %d vs one process: %v", r, err)
-				}
-				if r > 0 && !slices.EqualFunc(got[r], got[0], slices.Equal) {
-					t.Errorf("rank %d's parameters differ from rank 0's (replicas diverged)", r)
-				}
-			}
-		})
+		t.Run(c.ProcessCase().Name, func(t *testing.T) { parent(t, c) })
 	}
+}
+
+// Equivalence is the body of the top-level test named test that checks
+// cases against one process (Run). A rank process trains its case and
+// writes its parameters; the parent launches each case's ranks and fails
+// unless every rank's parameters pass compare against want(c) and equal
+// rank 0's (replicas never diverge).
+func Equivalence[C Caser](t *testing.T, e Env, test string, cases []C,
+	train func(ctx context.Context, pg distributed.ProcessGroup, c C) ([][]float32, error),
+	want func(t *testing.T, c C) [][]float32, compare func(got, want [][]float32) error) {
+	t.Helper()
+	Run(t, e, cases, func(t *testing.T, c C) {
+		e.Rank(t, c.ProcessCase().Transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
+			return train(ctx, pg, c)
+		})
+	}, func(t *testing.T, c C) {
+		got := e.Launch(t, test, c.ProcessCase().Name, c.ProcessCase().World)
+		w := want(t, c)
+		for r := range got {
+			if err := compare(got[r], w); err != nil {
+				t.Errorf("rank %d vs one process: %v", r, err)
+			}
+			if r > 0 && !slices.EqualFunc(got[r], got[0], slices.Equal) {
+				t.Errorf("rank %d's parameters differ from rank 0's (replicas diverged)", r)
+			}
+		}
+	})
 }
