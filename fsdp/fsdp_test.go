@@ -152,6 +152,19 @@ func fullParams(ctx context.Context, m *Model, mod nn.Module) ([][]float32, erro
 	return out, nil
 }
 
+// checkParams fails t unless m's full parameters (in mod's order) pass
+// compare against want; what says whose they are.
+func checkParams(t *testing.T, ctx context.Context, m *Model, mod nn.Module, want [][]float32, compare func(got, want [][]float32) error, what string) {
+	t.Helper()
+	got, err := fullParams(ctx, m, mod)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compare(got, want); err != nil {
+		t.Errorf("%s: %v", what, err)
+	}
+}
+
 // TestMemory: between steps a rank holds 1/N of the parameters (within
 // 1 %), and 1/N of the optimizer state; during forward and backward it held at most the
 // root and two units gathered.
@@ -354,13 +367,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 					t.Fatal(err)
 				}
 			}
-			got, err := fullParams(ctx, m, mod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := dptest.CompareNorms(got, want); err != nil {
-				t.Errorf("rank %d: %s: %v", pg.Rank(), mode, err)
-			}
+			checkParams(t, ctx, m, mod, want, dptest.CompareNorms, fmt.Sprintf("rank %d: %s", pg.Rank(), mode))
 		}
 	})
 }
@@ -476,13 +483,7 @@ func TestUnusedParameters(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		got, err := fullParams(ctx, m, mod)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := dptest.CompareElements(got, want); err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
+		checkParams(t, ctx, m, mod, want, dptest.CompareElements, fmt.Sprintf("rank %d", r))
 	})
 }
 

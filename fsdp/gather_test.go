@@ -97,13 +97,7 @@ func TestBackwardRegather(t *testing.T) {
 								t.Fatal(err)
 							}
 						}
-						got, err := fullParams(ctx, m, mod)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if err := dptest.CompareNorms(got, want); err != nil {
-							t.Errorf("rank %d: vs one process: %v", r, err)
-						}
+						checkParams(t, ctx, m, mod, want, dptest.CompareNorms, fmt.Sprintf("rank %d: vs one process", r))
 					})
 				})
 			}
