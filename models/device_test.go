@@ -73,6 +73,21 @@ func imageBatch(rng *rand.Rand, B int, shape ...int) (*tensor.Tensor, []int64) {
 	return x, targets
 }
 
+// sameStep runs step s on batch (x, targets) on cpu and then on dev,
+// fails unless their losses and gradient norms agree bit for bit, and
+// returns what dev's step moved and ran.
+func sameStep(t *testing.T, s int, cpu, dev *trainer, x *tensor.Tensor, targets []int64) fakebackend.Counters {
+	t.Helper()
+	lc, nc := cpu.step(t, x, targets)
+	before := fakebackend.Stats()
+	ld, nd := dev.step(t, x, targets)
+	moved := fakebackend.Stats().Sub(before)
+	if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
+		t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
+	}
+	return moved
+}
+
 // sameBits fails unless every parameter of a (on the CPU) equals b's (on
 // the fake device) bit for bit.
 func sameBits(t *testing.T, a, b nn.Module) {
@@ -107,13 +122,7 @@ func TestMLPOnFakeDeviceEqualsCPU(t *testing.T) {
 	const B = 16
 	for s := range 4 {
 		x, targets := imageBatch(rng, B, 784)
-		lc, nc := cpu.step(t, x, targets)
-		before := fakebackend.Stats()
-		ld, nd := dev.step(t, x, targets)
-		moved := fakebackend.Stats().Sub(before)
-		if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
-			t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
-		}
+		moved := sameStep(t, s, cpu, dev, x, targets)
 		if moved.Uploads != 1 || moved.Downloads != 1 || moved.Ops == 0 {
 			t.Errorf("step %d: %d uploads, %d downloads, %d ops: want the batch in, the loss out and the rest on the device", s, moved.Uploads, moved.Downloads, moved.Ops)
 		}
@@ -154,13 +163,7 @@ func TestGPTOnFakeDeviceEqualsCPU(t *testing.T) {
 		for i := range ids {
 			ids[i] = int64(rng.IntN(cfg.Vocab))
 		}
-		lc, nc := cpu.step(t, nil, ids)
-		before := fakebackend.Stats()
-		ld, nd := dev.step(t, nil, ids)
-		moved := fakebackend.Stats().Sub(before)
-		if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
-			t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
-		}
+		moved := sameStep(t, s, cpu, dev, nil, ids)
 		if moved.Uploads != 0 || moved.Downloads != 1 {
 			t.Errorf("step %d: %d uploads, %d downloads: want only the loss out", s, moved.Uploads, moved.Downloads)
 		}
