@@ -28,11 +28,7 @@ func Open(t testing.TB) *cuda.Context {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-	})
+	release(t, c.Close)
 	t.Logf("device %v, driver CUDA %s", c.Device, cuda.VersionString(c.Driver().Version))
 	return c
 }
@@ -59,11 +55,7 @@ func Alloc(t testing.TB, c *cuda.Context, n int64) cuda.DevicePtr {
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		if err := c.MemFree(p); err != nil {
-			t.Error(err)
-		}
-	})
+	release(t, func() error { return c.MemFree(p) })
 	return p
 }
 
@@ -95,10 +87,15 @@ func Stream(t testing.TB, c *cuda.Context) cuda.Stream {
 	if err != nil {
 		t.Fatal(err)
 	}
+	release(t, func() error { return c.DestroyStream(s) })
+	return s
+}
+
+// release has free called when t ends; an error from it fails t.
+func release(t testing.TB, free func() error) {
 	t.Cleanup(func() {
-		if err := c.DestroyStream(s); err != nil {
+		if err := free(); err != nil {
 			t.Error(err)
 		}
 	})
-	return s
 }
