@@ -120,10 +120,7 @@ func TestBackwardSplitRecycles(t *testing.T) {
 	build := func() model {
 		rng := newRNG(3)
 		var m model
-		for i := 0; i+1 < len(sizes); i++ {
-			m.ws = append(m.ws, NewVar(randn(rng, sizes[i+1], sizes[i]), true))
-			m.bs = append(m.bs, NewVar(randn(rng, sizes[i+1]), true))
-		}
+		m.ws, m.bs = linearParams(rng, sizes)
 		m.ln = []*Var{NewVar(randn(rng, sizes[1]), true), NewVar(randn(rng, sizes[1]), true)}
 		return m
 	}
@@ -157,16 +154,8 @@ func TestBackwardSplitRecycles(t *testing.T) {
 	a, b := build(), build()
 	rng := newRNG(4)
 	for step := range 4 {
-		x := NewVar(randn(rng, batch, sizes[0]), true)
-		target := make([]int64, batch)
-		for i := range target {
-			target[i] = int64(rng.IntN(10))
-		}
-		for _, m := range []model{a, b} {
-			for _, p := range params(m) {
-				p.ZeroGrad()
-			}
-		}
+		x, target := classBatch(rng, batch, sizes[0], true)
+		zeroGrads(params(a), params(b))
 		la := chain(a, x, target, true)
 		wpass := BackwardSplit(la, tensor.Full(1), params(a))
 		dx := x.Grad.Clone()
@@ -187,11 +176,7 @@ func TestBackwardSplitRecycles(t *testing.T) {
 				}
 			}
 		}
-		for i, p := range params(a) {
-			q := params(b)[i]
-			tensor.AddScaled(p.Value, -0.1, p.Grad)
-			tensor.AddScaled(q.Value, -0.1, q.Grad)
-		}
+		descend(params(a), params(b))
 	}
 	if raceEnabled {
 		return // the race detector changes allocation
