@@ -1,7 +1,6 @@
 package tensor
 
 import (
-	"math"
 	"slices"
 
 	"github.com/cohortml/cohort/tensor/internal/vec"
@@ -55,7 +54,7 @@ func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
 				for i := hLo; i < hHi; i++ {
 					row := in[i*g.W : i*g.W+wHi]
 					for j := wLo; j < wHi; j++ {
-						best, bi = pickMax(best, bi, row[j], i*g.W+j)
+						best, bi = vec.PickMax(best, bi, row[j], i*g.W+j)
 					}
 				}
 				out[oh*g.OW+ow], am[oh*g.OW+ow] = best, int32(bi)
@@ -71,25 +70,6 @@ func maxPool2x2(xd, yd []float32, arg []int32, g ConvGeom) {
 	for pl := 0; pl < g.N*g.C; pl++ {
 		vec.MaxPool2Plane(yd[pl*L:][:L], arg[pl*L:][:L], xd[pl*HW:][:HW], g.OH, g.OW, g.W, 0, false, false, g.W)
 	}
-}
-
-// pickMax returns (v, vi) when v beats best (or is NaN), else (best, bi),
-// without branching: on random data a branch would mispredict half the
-// time.
-func pickMax(best float32, bi int, v float32, vi int) (float32, int) {
-	take := b2i(v > best) | b2i(v != v)
-	bb := math.Float32bits(best)
-	best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
-	return best, bi + take*(vi-bi)
-}
-
-// b2i converts a comparison result to 0 or 1 without a branch.
-func b2i(b bool) int {
-	var i int
-	if b {
-		i = 1
-	}
-	return i
 }
 
 // MaxPool2dBackward routes dy [N, C, OH, OW] to the input positions
