@@ -129,9 +129,15 @@ func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 		}
 		return y
 	}
-	xd := x.Contiguous().Data()
 	y := New(g.N, g.C, g.OH, g.OW)
-	yd := y.Data()
+	avgPoolPlanes(g, kernel, stride, padding, x.Contiguous().Data(), y.Data(), false)
+	return y
+}
+
+// avgPoolPlanes runs average pooling over every plane of xd ([N·C][H·W])
+// and yd ([N·C][OH·OW]): forward, each window's mean of xd into yd, or
+// backward, each element of yd spread evenly over its window of xd.
+func avgPoolPlanes(g ConvGeom, kernel, stride, padding int, xd, yd []float32, backward bool) {
 	inv := 1 / float32(kernel*kernel)
 	HW, L := g.H*g.W, g.OH*g.OW
 	for pl := 0; pl < g.N*g.C; pl++ {
@@ -141,6 +147,16 @@ func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 			h0 := oh*stride - padding
 			for ow := 0; ow < g.OW; ow++ {
 				w0 := ow*stride - padding
+				if backward {
+					v := out[oh*g.OW+ow] * inv
+					for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
+						row := in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)]
+						for j := range row {
+							row[j] += v
+						}
+					}
+					continue
+				}
 				var acc float32
 				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
 					for _, v := range in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)] {
@@ -151,7 +167,6 @@ func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 			}
 		}
 	}
-	return y
 }
 
 // AvgPool2dBackward spreads dy evenly over each window, returning dx of
@@ -170,26 +185,6 @@ func AvgPool2dBackward(dy *Tensor, xShape []int, kernel, stride, padding int) *T
 		return dx
 	}
 	dx := New(xShape...)
-	dxd := dx.Data()
-	dyd := dy.Contiguous().Data()
-	inv := 1 / float32(kernel*kernel)
-	HW, L := g.H*g.W, g.OH*g.OW
-	for pl := 0; pl < g.N*g.C; pl++ {
-		in := dxd[pl*HW:][:HW]
-		gd := dyd[pl*L:][:L]
-		for oh := 0; oh < g.OH; oh++ {
-			h0 := oh*stride - padding
-			for ow := 0; ow < g.OW; ow++ {
-				w0 := ow*stride - padding
-				v := gd[oh*g.OW+ow] * inv
-				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
-					row := in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)]
-					for j := range row {
-						row[j] += v
-					}
-				}
-			}
-		}
-	}
+	avgPoolPlanes(g, kernel, stride, padding, dx.Data(), dy.Contiguous().Data(), true)
 	return dx
 }
