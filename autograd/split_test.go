@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // splitNet is a small transformer-like graph: a tied embedding, a Linear
@@ -60,9 +61,9 @@ func TestBackwardSplit(t *testing.T) {
 			t.Errorf("weight %d: gradient after the input pass", i)
 		}
 	}
-	mustPanic(t, func() { Backward(out) }, "already differentiated")
+	tensortest.MustPanic(t, func() { Backward(out) }, "already differentiated")
 	wpass()
-	mustPanic(t, wpass, "run twice")
+	tensortest.MustPanic(t, wpass, "run twice")
 	lnb.Grad = tensor.Sub(lnb.Grad, tensor.Full(1, 6))
 	pairs := []struct {
 		name      string
@@ -102,7 +103,7 @@ func TestBackwardSplitEdges(t *testing.T) {
 	if w.Grad == nil || w.Grad.Data()[0] != 5 {
 		t.Errorf("leaf weight: gradient %v after the weight pass, want 5s", w.Grad)
 	}
-	mustPanic(t, func() { BackwardSplit(frozen, tensor.Full(1, 3), nil) }, "does not require grad")
+	tensortest.MustPanic(t, func() { BackwardSplit(frozen, tensor.Full(1, 3), nil) }, "does not require grad")
 }
 
 // TestBackwardSplitRecycles: BackwardSplit recycles storage as Backward
