@@ -48,16 +48,7 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 	mean, rstd = make([]float32, rows), make([]float32, rows)
 	for r := 0; r < rows; r++ {
 		row := xd[r*D:][:D]
-		var s float64
-		for _, v := range row {
-			s += float64(v)
-		}
-		m := s / float64(D)
-		var ss float64
-		for _, v := range row {
-			d := float64(v) - m
-			ss += d * d
-		}
+		m, ss := vec.MeanSquares(row)
 		rs := 1 / math.Sqrt(ss/float64(D)+eps)
 		mean[r], rstd[r] = float32(m), float32(rs)
 		out := yd[r*D:][:D]
