@@ -210,6 +210,9 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 			worstTok = rel
 		}
 		line += fmt.Sprintf(" measured %.0f error %+.1f%%", o.measured, 100*rel)
+		if l, ok := loadAverage(); ok {
+			line += fmt.Sprintf(" load %.2f", l) // the machine's other work: a load above the cores disturbs the figure
+		}
 		if o.stateMeas > 0 {
 			// bench train's state-bytes/rank is the optimizer state
 			mrel := (float64(pred.Memory.Optimizer) - o.stateMeas) / o.stateMeas
@@ -254,8 +257,9 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 // runs').
 func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer) (*plan.Device, error) {
 	m, _ := plan.NamedModel("gpt")
-	dev := &plan.Device{Name: "this-machine", MemoryBytes: 8 << 30, MemoryBandwidth: 10e9,
-		Source: "cohort plan validate: fp32 rates of whole layers measured from traced pipeline runs; memory figures not measured"}
+	dev := &plan.Device{Name: "this-machine", MemoryBytes: 8 << 30,
+		Source: "cohort plan validate: fp32 rates of whole layers, and memory_bandwidth as the rate of the step outside the pipeline (AdamW, clipping, the batch), measured from traced pipeline runs; memory_bytes not measured"}
+	var rates []float64
 	dir, err := os.MkdirTemp("", "cohort-plan-profile-")
 	if err != nil {
 		return nil, err
@@ -279,9 +283,24 @@ func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "cohort plan validate: profiled microbatches of %d: %.3g FLOP/s\n", run.batch/run.microbatches, ms.Rate)
+		outside, err := OutsideSeconds(tdir)
+		if err != nil {
+			return nil, err
+		}
+		rate, err := plan.MeasureOptimizer(m, outside)
+		if err != nil {
+			return nil, err
+		}
+		rates = append(rates, rate)
+		outMs := make([]string, len(outside))
+		for i, o := range outside {
+			outMs[i] = fmt.Sprintf("%.2f", o*1e3)
+		}
+		fmt.Fprintf(stderr, "cohort plan validate: profiled microbatches of %d: %.3g FLOP/s; outside the pipeline, ms per step by rank, %s: optimizer %.3g bytes/s\n",
+			run.batch/run.microbatches, ms.Rate, strings.Join(outMs, " "), rate)
 		plan.AddMeasurement(dev, "fp32", ms)
 	}
+	dev.MemoryBandwidth = min(rates[0], rates[1])
 	return dev, dev.Validate()
 }
 
@@ -307,7 +326,7 @@ func parseBench(out, which string) (tokens, stateBytes float64, err error) {
 					}
 				}
 			}
-		case which == "gpt" && len(f) >= 6 && (f[0] == "step" || f[1] == "step") && strings.Contains(line, "train loss"):
+		case which == "gpt" && strings.Contains(line, ": train loss "):
 			// [rank 0] step N: train loss L, mean of steps A–B M, X tokens/s
 			for i := 1; i < len(f); i++ {
 				if f[i] == "tokens/s" {
@@ -330,6 +349,21 @@ func parseBench(out, which string) (tokens, stateBytes float64, err error) {
 		return 0, 0, fmt.Errorf("no result line in its output:\n%s", tail(out, 2000))
 	}
 	return tokens, stateBytes, nil
+}
+
+// loadAverage returns the machine's one-minute load average
+// (/proc/loadavg), where there is one.
+func loadAverage() (float64, bool) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	return v, err == nil
 }
 
 // buildProgram returns prog if it is an executable file, else builds it
@@ -388,4 +422,65 @@ func ComputeSpans(path string) ([]plan.Span, error) {
 		}
 	}
 	return spans, nil
+}
+
+// OutsideSeconds reads each rank's median time per step outside the
+// pipeline's Step from a trace file or directory of `cohort bench
+// pipeline --trace`: a "step" span less the stretch from its first to its
+// last pipeline span (compute, p2p and comm tracks). Element r is rank r's.
+func OutsideSeconds(path string) ([]float64, error) {
+	files := []string{path}
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if st.IsDir() {
+		if files, err = filepath.Glob(filepath.Join(path, "rank-*.json")); err != nil || len(files) == 0 {
+			return nil, fmt.Errorf("%s: no rank-*.json trace files", path)
+		}
+	}
+	perRank := map[int][]float64{}
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		events, err := trace.Read(r, f)
+		r.Close()
+		if err != nil {
+			return nil, err
+		}
+		var steps, inner []trace.Event
+		for _, e := range events {
+			if e.Ph != "X" || e.Dur == nil || e.PID == nil || e.TS == nil {
+				continue
+			}
+			switch e.Cat {
+			case trace.Step:
+				steps = append(steps, e)
+			case trace.Compute, trace.P2P, trace.Comm:
+				inner = append(inner, e)
+			}
+		}
+		for _, s := range steps {
+			first, last := math.Inf(1), math.Inf(-1)
+			for _, e := range inner {
+				if *e.PID == *s.PID && *e.TS >= *s.TS && *e.TS+*e.Dur <= *s.TS+*s.Dur {
+					first, last = min(first, *e.TS), max(last, *e.TS+*e.Dur)
+				}
+			}
+			if last > first {
+				perRank[*s.PID] = append(perRank[*s.PID], (*s.Dur-(last-first))/1e6)
+			}
+		}
+	}
+	out := make([]float64, len(perRank))
+	for r, xs := range perRank {
+		if r < 0 || r >= len(out) {
+			return nil, fmt.Errorf("%s: ranks %v: want 0 to %d", path, r, len(out)-1)
+		}
+		out[r] = median(xs)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no step spans with pipeline spans inside", path)
+	}
+	return out, nil
 }

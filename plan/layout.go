@@ -363,6 +363,12 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 	emb, head := m.embedCost(b, l.TP), m.headCost(b, l.TP)
 	ef, eb, ew, etp := layer(emb)
 	hf, hb, hw, htp := layer(head)
+	if e.Device.WholeLayer {
+		// a measured curve prices the head at its measured share of the
+		// blocks' rate for the same microbatch
+		hs := e.Device.Fraction(head.GEMM) / (e.Device.Fraction(blk.GEMM) * e.Device.HeadFraction(blk.GEMM))
+		hf, hb, hw = hf*hs, hb*hs, hw*hs
+	}
 	if m.Recompute { // the recompute added by layer() applies to blocks only
 		hb -= hf
 	}
