@@ -33,7 +33,6 @@ func (s seqStream) Iter(ctx context.Context) iter.Seq2[Sample, error] {
 	}
 }
 
-
 func TestStreamLoader(t *testing.T) {
 	for _, workers := range []int{0, 1, 3} {
 		for _, drop := range []bool{false, true} {
