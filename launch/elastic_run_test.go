@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // agentSpec is an elastic agent run as a child process of the test
@@ -88,7 +90,7 @@ func waitOutput(t *testing.T, what string, out func() string, pattern string, n 
 func TestElasticRestart(t *testing.T) {
 	cfg := elasticConfig(t, endpoint(t), 1, 1, 1, "restart")
 	err, took := run(t, cfg)
-	out, errOut := cfg.Stdout.(*capture).String(), cfg.Stderr.(*capture).String()
+	out, errOut := cfg.Stdout.(*launchtest.Output).String(), cfg.Stderr.(*launchtest.Output).String()
 	if err != nil {
 		t.Fatalf("Run = %v; want success after one restart\n%s\n%s", err, out, errOut)
 	}
@@ -113,15 +115,15 @@ func TestElasticRestartsExhausted(t *testing.T) {
 	err, took := run(t, cfg)
 	var we *WorkerError
 	if !errors.As(err, &we) || we.Rank != 1 || we.Status.Code != 3 {
-		t.Fatalf("Run = %v; want rank 1's failure\n%s", err, cfg.Stderr.(*capture).String())
+		t.Fatalf("Run = %v; want rank 1's failure\n%s", err, cfg.Stderr.(*launchtest.Output).String())
 	}
-	if n := strings.Count(cfg.Stderr.(*capture).String(), "exited with code 3; restarting the job"); n != 2 {
+	if n := strings.Count(cfg.Stderr.(*launchtest.Output).String(), "exited with code 3; restarting the job"); n != 2 {
 		t.Errorf("%d failures announced; want 2 (the first restarted, the second exceeded --max-restarts 1)", n)
 	}
 	if took > 20*time.Second {
 		t.Errorf("took %v", took)
 	}
-	assertNoneAlive(t, cfg.Stdout.(*capture).String(), 8)
+	assertNoneAlive(t, cfg.Stdout.(*launchtest.Output).String(), 8)
 }
 
 // TestElasticTwoNodesRestart: a worker failing on node 0 restarts the
@@ -175,7 +177,7 @@ func startElastic(cfg Config) *elasticAgent {
 }
 
 func (a *elasticAgent) out() string {
-	return a.cfg.Stdout.(*capture).String() + a.cfg.Stderr.(*capture).String()
+	return a.cfg.Stdout.(*launchtest.Output).String() + a.cfg.Stderr.(*launchtest.Output).String()
 }
 
 // TestElasticLeaveJoin: two agents in this process; one leaves (its
@@ -246,12 +248,12 @@ func TestElasticProcessKill(t *testing.T) {
 		keepAlive = 0 // the default, 5 s
 	}
 	ep, dir := endpoint(t), t.TempDir()
-	start := func(host HostMode) (*exec.Cmd, *capture) {
+	start := func(host HostMode) (*exec.Cmd, *launchtest.Output) {
 		spec, _ := json.Marshal(agentSpec{Endpoint: ep, Token: "tok", Min: 1, Max: 2, NProc: 2, Host: host,
 			KeepAlive: keepAlive, Program: workerBin, Args: []string{"elastic", dir}})
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), agentEnv+"="+string(spec))
-		out := &capture{}
+		out := &launchtest.Output{}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -293,7 +295,7 @@ func TestElasticProcessKill(t *testing.T) {
 	}
 	for i, p := range []*exec.Cmd{p0, p2} {
 		if err := p.Wait(); err != nil {
-			t.Errorf("agent %d: %v\n%s", i*2, err, []*capture{out0, out2}[i].String())
+			t.Errorf("agent %d: %v\n%s", i*2, err, []*launchtest.Output{out0, out2}[i].String())
 		}
 	}
 	assertNoneAlive(t, out1.String(), 2)

@@ -11,6 +11,8 @@ import (
 	"sync"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // bins are cohort, mnist and collcheck, built once on first use.
@@ -38,13 +40,7 @@ func bin(t *testing.T, name string) string {
 			return
 		}
 		binDir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-			"github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/mnist", "./testdata/collcheck").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = launchtest.Build(dir, "github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/mnist", "./testdata/collcheck")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)

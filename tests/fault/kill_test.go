@@ -14,19 +14,16 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // build compiles the cohort CLI and the MNIST example into dir.
 func build(t *testing.T, dir string) (cohort, mnist string) {
 	t.Helper()
-	cohort, mnist = filepath.Join(dir, "cohort"), filepath.Join(dir, "mnist")
-	for out, pkg := range map[string]string{cohort: "github.com/cohortml/cohort/cmd/cohort", mnist: "github.com/cohortml/cohort/examples/mnist"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
+	if err := launchtest.Build(dir, "github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/mnist"); err != nil {
+		t.Fatal(err)
 	}
-	return cohort, mnist
+	return filepath.Join(dir, "cohort"), filepath.Join(dir, "mnist")
 }
 
 // job is one `cohort run` of the MNIST example with checkpoints.

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // testElasticMNIST trains examples/mnist with checkpoints as an elastic job
@@ -30,8 +31,8 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 		t.Skip("set COHORT_SOAK=1 to train MNIST through a shrink and a growth (about 1-3 minutes)")
 	}
 	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "github.com/cohortml/cohort/examples/mnist").CombinedOutput(); err != nil {
-		t.Fatalf("go build examples/mnist: %v\n%s", err, out)
+	if err := launchtest.Build(bin, "github.com/cohortml/cohort/examples/mnist"); err != nil {
+		t.Fatal(err)
 	}
 	mnist := filepath.Join(bin, "mnist")
 	// The launchers run with a minimal environment: point the workers at

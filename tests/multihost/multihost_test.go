@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 const (
@@ -84,13 +85,9 @@ func TestMultiHost(t *testing.T) {
 func build(t *testing.T) *suite {
 	t.Helper()
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/cohortml/cohort/cmd/cohort", "./testdata/worker").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := launchtest.Build(dir, "github.com/cohortml/cohort/cmd/cohort", "./testdata/worker"); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("built cohort and worker in %v", time.Since(start).Round(time.Millisecond))
 	return &suite{cohort: filepath.Join(dir, "cohort"), worker: filepath.Join(dir, "worker")}

@@ -1,0 +1,110 @@
+// Package launchtest holds what the tests of programs run as real
+// processes share: building them, and watching their output.
+package launchtest
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"sync"
+	"time"
+)
+
+// Build compiles pkgs (import paths, or directories relative to the
+// working directory) into dir, each binary named after its package's
+// directory, within 5 minutes. The error quotes the go tool's output.
+func Build(dir string, pkgs ...string) error {
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	defer cancel()
+	args := append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)
+	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
+		return fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+	}
+	return nil
+}
+
+// Output keeps what a process writes (an io.Writer safe for concurrent
+// use) and wakes waiters on every write. The zero value is ready to use;
+// Watch makes one that also signals when a pattern has appeared.
+type Output struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	change chan struct{} // closed and replaced on every write
+	watch  *regexp.Regexp
+	need   int
+	hit    chan struct{}
+}
+
+// Watch returns an Output whose Hit channel closes once pattern has
+// matched n times in what was written (at once when n ≤ 0).
+func Watch(pattern string, n int) *Output {
+	o := &Output{watch: regexp.MustCompile(pattern), need: n, hit: make(chan struct{})}
+	if n <= 0 {
+		close(o.hit)
+	}
+	return o
+}
+
+func (o *Output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.b.Write(p)
+	if o.change != nil {
+		close(o.change)
+		o.change = nil
+	}
+	if o.watch != nil && o.need > 0 && len(o.watch.FindAllIndex(o.b.Bytes(), o.need)) == o.need {
+		close(o.hit)
+		o.need = 0
+	}
+	return len(p), nil
+}
+
+// String returns everything written so far.
+func (o *Output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+// Hit is closed once Watch's pattern has appeared its n times; it is nil
+// (never ready) for an Output made otherwise.
+func (o *Output) Hit() <-chan struct{} { return o.hit }
+
+// Match reports whether re matches what was written so far, and returns
+// a channel closed at the next write.
+func (o *Output) Match(re *regexp.Regexp) (bool, <-chan struct{}) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.change == nil {
+		o.change = make(chan struct{})
+	}
+	return re.Match(o.b.Bytes()), o.change
+}
+
+// Wait waits up to d until re matches what was written, or until stop
+// (the process's exit; nil for none) is closed and a last look finds
+// nothing. It returns an error saying which.
+func (o *Output) Wait(re *regexp.Regexp, stop <-chan struct{}, d time.Duration) error {
+	deadline := time.After(d)
+	for {
+		found, change := o.Match(re)
+		if found {
+			return nil
+		}
+		select {
+		case <-change:
+		case <-stop:
+			if found, _ := o.Match(re); found {
+				return nil
+			}
+			return fmt.Errorf("the process exited before %q appeared", re)
+		case <-deadline:
+			return fmt.Errorf("no %q within %v", re, d)
+		}
+	}
+}

@@ -1,0 +1,57 @@
+package launchtest
+
+import (
+	"regexp"
+	"testing"
+	"time"
+)
+
+func TestOutputWatch(t *testing.T) {
+	o := Watch(`ready\n`, 2)
+	o.Write([]byte("rank 0 rea"))
+	o.Write([]byte("dy\n")) // a match split across writes counts
+	select {
+	case <-o.Hit():
+		t.Fatal("hit after one of two matches")
+	default:
+	}
+	o.Write([]byte("rank 1 ready\n"))
+	select {
+	case <-o.Hit():
+	case <-time.After(time.Second):
+		t.Fatal("no hit after two matches")
+	}
+	o.Write([]byte("ready\n")) // a third match must not close Hit again
+	if got, want := o.String(), "rank 0 ready\nrank 1 ready\nready\n"; got != want {
+		t.Errorf("String() = %q, want %q", got, want)
+	}
+	select {
+	case <-Watch(`x`, 0).Hit():
+	default:
+		t.Error("Watch(_, 0) is not hit at once")
+	}
+}
+
+func TestOutputWait(t *testing.T) {
+	var o Output
+	re := regexp.MustCompile(`step 5`)
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		for _, s := range []string{"step 4\n", "step 5\n"} {
+			o.Write([]byte(s))
+		}
+	}()
+	if err := o.Wait(re, nil, 10*time.Second); err != nil {
+		t.Fatal(err)
+	}
+	<-done
+	exited := make(chan struct{})
+	close(exited)
+	if err := o.Wait(regexp.MustCompile(`never`), exited, 10*time.Second); err == nil {
+		t.Error("Wait after the process exited without the pattern returned nil")
+	}
+	if err := o.Wait(regexp.MustCompile(`never`), nil, 10*time.Millisecond); err == nil {
+		t.Error("Wait past its deadline returned nil")
+	}
+}
