@@ -59,8 +59,6 @@ type config struct {
 	stop        *distributed.Stopper    // ends the run after a step when a signal came; nil: never
 	verifyEvery int                     // the divergence guard's period in steps (ddp.Options.VerifyEvery), 0: off
 	getenv      func(key string) string // the environment obs reads (COHORT_TRACE, COHORT_DASHBOARD, …); nil: none
-
-	stopAfter int // tests: return after this many steps in all (a crash), 0: never
 }
 
 func main() {
@@ -295,10 +293,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 			step++
 			pos.Advance(len(idx), len(share))
 			due := c.ckptDir != "" && (step%c.ckptEvery == 0 || step == tmax)
-			if err := c.stop.AfterStep(ctx, pg, step, c.ckptDir, due, func() error { return save(step) }); err != nil || step != c.stopAfter {
-				return err
-			}
-			return errStopped
+			return c.stop.AfterStep(ctx, pg, step, c.ckptDir, due, func() error { return save(step) })
 		}
 		start := time.Now()
 		stepTimes = stepTimes[:0]
@@ -354,9 +349,6 @@ func (c config) load(ctx context.Context) (trainSet, test *datasets.MNIST, err e
 	}
 	return trainSet, test, nil
 }
-
-// errStopped ends a run at config.stopAfter, as a crash would.
-var errStopped = errors.New("stopped after the requested number of steps")
 
 // job is what a checkpoint must agree with to be resumed (the world size
 // may change).
