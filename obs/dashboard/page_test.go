@@ -18,12 +18,7 @@ func TestPageInChromium(t *testing.T) {
 	if bin == "" {
 		t.Skip("no chromium binary found (Debian: apt-get install chromium); page test skipped")
 	}
-	h := NewHub("fake 2-rank run", 2, "")
-	srv, err := Serve("127.0.0.1:0", h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	h, srv := serveHub(t, "fake 2-rank run", 2, "")
 	feed(h, 2, 0, 20)
 	h.Note("distributed: watchdog: rank 0: allreduce #21 is stuck: rank 1 never entered it (its last: broadcast #20)")
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
