@@ -203,18 +203,25 @@ type syntheticGolden struct {
 	} `json:"cases"`
 }
 
+// readGolden decodes the JSON file testdata/name.
+func readGolden[T any](t *testing.T, name string) T {
+	t.Helper()
+	var g T
+	raw, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return g
+}
+
 // TestSyntheticMatchesTorch checks NewSynthetic against PyTorch's randn and
 // randint (testdata/synthetic.json, made by make_synthetic.py): labels
 // exactly, features to 2e-6.
 func TestSyntheticMatchesTorch(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "synthetic.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g syntheticGolden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	g := readGolden[syntheticGolden](t, "synthetic.json")
 	closeTo := func(t *testing.T, what string, got, want []float32) {
 		t.Helper()
 		if len(got) != len(want) {

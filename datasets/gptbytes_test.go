@@ -2,9 +2,7 @@ package datasets
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -30,14 +28,7 @@ type gptBytesGolden struct {
 // TestWindowStreamMatchesTorch checks every rank's starts against what
 // torch.randint drew (testdata/gptbytes.json, made by make_gptbytes.py).
 func TestWindowStreamMatchesTorch(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "gptbytes.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g gptBytesGolden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	g := readGolden[gptBytesGolden](t, "gptbytes.json")
 	for _, c := range g.Cases {
 		name := fmt.Sprintf("n=%d/seed=%d/world=%d/batch=%d", c.TextBytes, c.Seed, c.World, c.Batch)
 		t.Run(name, func(t *testing.T) {
