@@ -67,6 +67,7 @@ import (
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/pipeline"
+	"github.com/cohortml/cohort/recipe"
 )
 
 type config struct {
@@ -120,17 +121,9 @@ func main() {
 	flag.IntVar(&c.virtual, "virtual", 0, "stages per pipeline rank for -schedule interleaved (default 2)")
 	flag.BoolVar(&c.recompute, "recompute", false, "recompute each stage's activations in backward instead of keeping them")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this .safetensors file (PyTorch names)")
-	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
-	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
-	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
+	warnCheckpointFlags := recipe.CheckpointFlags(flag.CommandLine, "gpt", &c.ckptDir, &c.ckptEvery, &c.ckptKeep)
 	flag.Parse()
-	if c.ckptDir == "" {
-		flag.Visit(func(f *flag.Flag) {
-			if f.Name == "checkpoint-every" || f.Name == "checkpoint-keep" {
-				fmt.Fprintf(os.Stderr, "gpt: warning: -%s does nothing without -checkpoint-dir\n", f.Name)
-			}
-		})
-	}
+	warnCheckpointFlags(os.Stderr)
 	// Under mpirun/srun, "[rank N] " starts the error line and the
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix

@@ -74,18 +74,10 @@ func main() {
 	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.StringVar(&c.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation; float32 weights, gradients and optimizer)")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this safetensors file (PyTorch nn.Sequential names)")
-	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
-	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
-	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "how many checkpoints to keep (0: all)")
+	warnCheckpointFlags := recipe.CheckpointFlags(flag.CommandLine, "mnist", &c.ckptDir, &c.ckptEvery, &c.ckptKeep)
 	flag.IntVar(&c.verifyEvery, "verify-every", 0, "check every N steps that all ranks' parameters are equal, stopping the job naming the rank and parameter that diverged (0: never)")
 	flag.Parse()
-	if c.ckptDir == "" {
-		flag.Visit(func(f *flag.Flag) {
-			if f.Name == "checkpoint-every" || f.Name == "checkpoint-keep" {
-				fmt.Fprintf(os.Stderr, "mnist: warning: -%s does nothing without -checkpoint-dir\n", f.Name)
-			}
-		})
-	}
+	warnCheckpointFlags(os.Stderr)
 	// Under mpirun/srun, "[rank N] " starts the error line and the
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
