@@ -2,8 +2,6 @@ package multihost
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -45,9 +43,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 	ckpt := t.TempDir()
 	tp := s.topology(t)
 	b := newBell()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := "COHORT_TOKEN=" + hex.EncodeToString(tok)
+	token := tokenEnv()
 	start := func(i int, name string) *launcher {
 		args := []string{
 			"--nnodes", "1:2", "--nproc-per-node", strconv.Itoa(nprocPerNode),

@@ -2,8 +2,6 @@ package multihost
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,9 +24,7 @@ const rdzvPort = 29400
 func (s *suite) testElastic(t *testing.T) {
 	tp := s.topology(t)
 	b := newBell()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := "COHORT_TOKEN=" + hex.EncodeToString(tok)
+	token := tokenEnv()
 	stop := filepath.Join(t.TempDir(), "stop")
 	start := func(i int, name string) *launcher {
 		args := []string{

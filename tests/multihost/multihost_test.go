@@ -81,6 +81,13 @@ func TestMultiHost(t *testing.T) {
 	t.Run("elastic-mnist", s.testElasticMNIST)
 }
 
+// tokenEnv returns a fresh random job secret as COHORT_TOKEN=….
+func tokenEnv() string {
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	return "COHORT_TOKEN=" + hex.EncodeToString(tok)
+}
+
 // build compiles cmd/cohort and the worker into a temporary directory.
 func build(t *testing.T) *suite {
 	t.Helper()
@@ -106,9 +113,7 @@ func (s *suite) topology(t *testing.T) *topology {
 // the worker with workerArgs.
 func (s *suite) launch(t *testing.T, tp *topology, b *bell, workerArgs ...string) []*launcher {
 	t.Helper()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := "COHORT_TOKEN=" + hex.EncodeToString(tok)
+	token := tokenEnv()
 	var ls []*launcher
 	for i, h := range tp.hosts {
 		args := []string{
