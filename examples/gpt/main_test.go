@@ -18,7 +18,7 @@ import (
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
-	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/examples/internal/exampletest"
 	"github.com/cohortml/cohort/models"
 )
 
@@ -224,22 +224,10 @@ func TestDistributed(t *testing.T) {
 		{"pp=2", "2", "dp 1 × pp 2 × tp 1, 1f1b, 4 microbatches of 1×16; 1 replica(s) × batch 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			err := launch.Run(ctx, launch.Config{
-				NProcPerNode: 2,
-				Program:      os.Args[0],
-				Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
-				Env:          append(os.Environ(), workerEnv+"="+tc.pp, "OPTICKS="+path),
-				Stdout:       &stdout,
-				Stderr:       &stderr,
-			})
-			t.Logf("workers' output:\n%s%s", stdout.String(), stderr.String())
+			out, err := exampletest.RunWorkers(t, "TestDistributed", 2, workerEnv+"="+tc.pp, "OPTICKS="+path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out := stdout.String()
 			if !strings.Contains(out, "[rank 0] GPT 2 layers, width 16, 2 heads, 10944 parameters; "+tc.describe) {
 				t.Errorf("rank 0 did not describe the job as %q", tc.describe)
 			}

@@ -24,7 +24,7 @@ import (
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
-	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/examples/internal/exampletest"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -116,23 +116,11 @@ func TestDistributed(t *testing.T) {
 	if _, _, err := datasets.LoadMNIST(""); err != nil {
 		t.Skipf("MNIST not available: %v", err)
 	}
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	dir := t.TempDir()
-	err := launch.Run(ctx, launch.Config{
-		NProcPerNode: 2,
-		Program:      os.Args[0],
-		Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
-		Env:          append(os.Environ(), workerEnv+"=1", workerDirEnv+"="+dir, "COHORT_TRACE="+filepath.Join(dir, "trace"), "COHORT_PROGRESS=on"),
-		Stdout:       &stdout,
-		Stderr:       &stderr,
-	})
-	t.Logf("workers' output:\n%s%s", stdout.String(), stderr.String())
+	out, err := exampletest.RunWorkers(t, "TestDistributed", 2, workerEnv+"=1", workerDirEnv+"="+dir, "COHORT_TRACE="+filepath.Join(dir, "trace"), "COHORT_PROGRESS=on")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := stdout.String()
 	for _, want := range []string{
 		"[rank 0] mlp on 2 rank(s), batch 32 per rank, peak lr 0.0500, 80 steps", // 2560/2 samples, 40 batches, 2 epochs
 		"[rank 0] epoch 2: ", "[rank 1] epoch 2: ",
