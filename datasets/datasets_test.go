@@ -140,13 +140,20 @@ func TestOpticksPathEnv(t *testing.T) {
 	}
 }
 
-func TestTextOpticks(t *testing.T) {
+// opticksOrSkip returns the path of the Opticks text, or skips the test.
+func opticksOrSkip(t *testing.T) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	path, err := OpticksPath(ctx)
 	if err != nil {
 		t.Skipf("Opticks text not available: %v", err)
 	}
+	return path
+}
+
+func TestTextOpticks(t *testing.T) {
+	path := opticksOrSkip(t)
 	d, err := LoadText(path, 64, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +169,8 @@ func TestTextOpticks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	n := 0
 	for b, err := range l.Batches(ctx) {
 		if err != nil {

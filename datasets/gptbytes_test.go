@@ -1,13 +1,11 @@
 package datasets
 
 import (
-	"context"
 	"fmt"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 type gptBytesGolden struct {
@@ -193,12 +191,7 @@ func TestByteCorpusErrors(t *testing.T) {
 // TestByteCorpusOpticks checks the anchor's split of the real text: 510,478
 // training and 56,720 validation bytes, 886 validation windows.
 func TestByteCorpusOpticks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	path, err := OpticksPath(ctx)
-	if err != nil {
-		t.Skipf("Opticks text not available: %v", err)
-	}
+	path := opticksOrSkip(t)
 	c, err := LoadByteCorpus(path, 64)
 	if err != nil {
 		t.Fatal(err)
