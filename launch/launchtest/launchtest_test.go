@@ -1,7 +1,10 @@
 package launchtest
 
 import (
+	"os"
+	"os/exec"
 	"regexp"
+	"slices"
 	"testing"
 	"time"
 )
@@ -53,5 +56,26 @@ func TestOutputWait(t *testing.T) {
 	}
 	if err := o.Wait(regexp.MustCompile(`never`), nil, 10*time.Millisecond); err == nil {
 		t.Error("Wait past its deadline returned nil")
+	}
+}
+
+func TestChildren(t *testing.T) {
+	if _, err := os.Stat("/proc/self/task"); err != nil {
+		t.Skip("no /proc")
+	}
+	cmd := exec.Command("sleep", "30")
+	cmd.Env = append(os.Environ(), "LAUNCHTEST_MARK=child")
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	defer func() { cmd.Process.Kill(); cmd.Wait() }()
+	if !slices.Contains(Children(os.Getpid()), cmd.Process.Pid) {
+		t.Errorf("Children(%d) = %v, want it to hold %d", os.Getpid(), Children(os.Getpid()), cmd.Process.Pid)
+	}
+	if pid, ok := ChildWithEnv(os.Getpid(), "LAUNCHTEST_MARK=child"); !ok || pid != cmd.Process.Pid {
+		t.Errorf("ChildWithEnv = %d, %v; want %d", pid, ok, cmd.Process.Pid)
+	}
+	if _, ok := ChildWithEnv(os.Getpid(), "LAUNCHTEST_MARK=none"); ok {
+		t.Error("ChildWithEnv found a child with a variable none has")
 	}
 }

@@ -1,7 +1,6 @@
 package fault
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -136,19 +135,11 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) time.Time {
 // rankPID returns the pid of the launcher's worker with RANK=rank.
 func rankPID(t *testing.T, launcher int, rank int) int {
 	t.Helper()
-	for _, pid := range workers(launcher) {
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if string(kv) == "RANK="+strconv.Itoa(rank) {
-				return pid
-			}
-		}
+	pid, ok := launchtest.ChildWithEnv(launcher, "RANK="+strconv.Itoa(rank))
+	if !ok {
+		t.Fatalf("no worker of launcher %d has RANK=%d", launcher, rank)
 	}
-	t.Fatalf("no worker of launcher %d has RANK=%d", launcher, rank)
-	return 0
+	return pid
 }
 
 var savedAt = regexp.MustCompile(`stopped by (SIG[A-Z]+)(?: \(received by another rank\))? after step (\d+); checkpoint saved in`)
