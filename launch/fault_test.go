@@ -138,11 +138,7 @@ func TestFaultCtrlCBlamesNoRank(t *testing.T) {
 func TestFaultRestartNamesRank(t *testing.T) {
 	cfg := testConfig(2, "restart")
 	cfg.Restart = MaxRestarts(1)
-	err, _ := run(t, cfg)
-	stderr := cfg.Stderr.(*launchtest.Output).String()
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, stderr)
-	}
+	_, stderr := runOK(t, cfg)
 	if want := "rank 1 (local rank 1 on node 0, pid "; !strings.Contains(stderr, want) || !strings.Contains(stderr, "exited with code 3; restarting the workers (restart 1)") {
 		t.Errorf("stderr does not name rank 1 and its status at the restart:\n%s", stderr)
 	}

@@ -110,6 +110,18 @@ func assertNoneAlive(t *testing.T, out string, want int) {
 	}
 }
 
+// runOK runs cfg and returns the workers' output; it fails the test,
+// showing the output, if Run fails.
+func runOK(t *testing.T, cfg Config) (stdout, stderr string) {
+	t.Helper()
+	err, _ := run(t, cfg)
+	stdout, stderr = cfg.Stdout.(*launchtest.Output).String(), cfg.Stderr.(*launchtest.Output).String()
+	if err != nil {
+		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	return stdout, stderr
+}
+
 func run(t *testing.T, cfg Config) (error, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -122,11 +134,7 @@ func run(t *testing.T, cfg Config) (error, time.Duration) {
 func TestRunEnvContract(t *testing.T) {
 	cfg := testConfig(2, "env")
 	cfg.NumCPU = 5
-	err, _ := run(t, cfg)
-	out := cfg.Stdout.(*launchtest.Output).String()
-	if err != nil {
-		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, out, cfg.Stderr.(*launchtest.Output).String())
-	}
+	out, _ := runOK(t, cfg)
 	vars := map[int]map[string]string{0: {}, 1: {}}
 	line := regexp.MustCompile(`^\[rank (\d)\] ([A-Z_]+)=(.*)$`)
 	for _, l := range strings.Split(out, "\n") {
@@ -174,11 +182,7 @@ func TestRunEnvContract(t *testing.T) {
 
 func TestRunStreams(t *testing.T) {
 	cfg := testConfig(2, "streams")
-	err, _ := run(t, cfg)
-	stdout, stderr := cfg.Stdout.(*launchtest.Output).String(), cfg.Stderr.(*launchtest.Output).String()
-	if err != nil {
-		t.Fatalf("Run: %v\n%s\n%s", err, stdout, stderr)
-	}
+	stdout, stderr := runOK(t, cfg)
 	for r := range 2 {
 		out, errLine := fmt.Sprintf("[rank %d] to stdout\n", r), fmt.Sprintf("[rank %d] to stderr\n", r)
 		if !strings.Contains(stdout, out) || strings.Contains(stdout, errLine) {
@@ -324,11 +328,7 @@ func TestRunContextCanceled(t *testing.T) {
 func TestRunRestart(t *testing.T) {
 	cfg := testConfig(2, "restart")
 	cfg.Restart = MaxRestarts(2)
-	err, _ := run(t, cfg)
-	out := cfg.Stdout.(*launchtest.Output).String()
-	if err != nil {
-		t.Fatalf("Run with a restart policy = %v; want success on the second attempt\n%s", err, out)
-	}
+	out, _ := runOK(t, cfg) // a restart policy: success on the second attempt
 	for _, want := range []string{"[rank 1] restart 0", "[rank 0] restart 1", "[rank 1] restart 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
