@@ -31,6 +31,11 @@ func Build(dir string, pkgs ...string) error {
 // use) and wakes waiters on every write. The zero value is ready to use;
 // Watch makes one that also signals when a pattern has appeared.
 type Output struct {
+	// Notify, when set before the first write, is called after every
+	// write: a test that watches several outputs (and its processes'
+	// exits) wakes its waiters through one bell.
+	Notify func()
+
 	mu     sync.Mutex
 	b      bytes.Buffer
 	change chan struct{} // closed and replaced on every write
@@ -50,6 +55,9 @@ func Watch(pattern string, n int) *Output {
 }
 
 func (o *Output) Write(p []byte) (int, error) {
+	if o.Notify != nil {
+		defer o.Notify() // after the unlock below
+	}
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	o.b.Write(p)
@@ -69,6 +77,17 @@ func (o *Output) String() string {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	return o.b.String()
+}
+
+// Lines returns the complete lines written so far (without their
+// newlines; a last line still being written is left out).
+func (o *Output) Lines() []string {
+	s := o.String()
+	i := strings.LastIndexByte(s, '\n')
+	if i < 0 {
+		return nil
+	}
+	return strings.Split(s[:i], "\n")
 }
 
 // Hit is closed once Watch's pattern has appeared its n times; it is nil

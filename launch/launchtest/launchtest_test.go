@@ -79,3 +79,22 @@ func TestChildren(t *testing.T) {
 		t.Error("ChildWithEnv found a child with a variable none has")
 	}
 }
+
+func TestOutputLinesNotify(t *testing.T) {
+	writes := 0
+	o := &Output{Notify: func() { writes++ }}
+	if l := o.Lines(); l != nil {
+		t.Errorf("Lines() of nothing = %q", l)
+	}
+	o.Write([]byte("a\nb"))
+	if l := o.Lines(); !slices.Equal(l, []string{"a"}) {
+		t.Errorf("Lines() = %q, want [a] (b is not finished)", l)
+	}
+	o.Write([]byte("c\n\n"))
+	if l := o.Lines(); !slices.Equal(l, []string{"a", "bc", ""}) {
+		t.Errorf("Lines() = %q, want [a bc \"\"]", l)
+	}
+	if writes != 2 {
+		t.Errorf("Notify called %d times for 2 writes", writes)
+	}
+}

@@ -63,7 +63,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 		for {
 			wake := b.wait()
 			n, last := 0, 0
-			for _, line := range l.out.snapshot() {
+			for _, line := range l.out.Lines() {
 				if m := started.FindStringSubmatch(line); m != nil {
 					n++
 					last, _ = strconv.Atoi(m[1])
@@ -86,7 +86,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 	for host0 == nil {
 		wake := b.wait()
 		for _, l := range []*launcher{l0, l1} {
-			for _, line := range l.out.snapshot() {
+			for _, line := range l.out.Lines() {
 				if started.MatchString(line) {
 					host0 = l
 				}
@@ -125,7 +125,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 	// rank 0 from then on.
 	host0 = l0
 	n := 0
-	for _, line := range l0.out.snapshot() {
+	for _, line := range l0.out.Lines() {
 		if started.MatchString(line) {
 			n++
 		}
@@ -159,7 +159,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 		}
 	}
 	resumed, accuracy := 0, ""
-	for _, line := range host0.out.snapshot() {
+	for _, line := range host0.out.Lines() {
 		if regexp.MustCompile(`^\[rank 0\] resumed at step`).MatchString(line) {
 			resumed++
 		}

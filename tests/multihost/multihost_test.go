@@ -139,7 +139,7 @@ func waitSuccess(t *testing.T, ls []*launcher) []string {
 			t.Errorf("%s exited %d, want 0", l.name, code)
 			failed = true
 		}
-		lines = append(lines, l.out.snapshot()...)
+		lines = append(lines, l.out.Lines()...)
 	}
 	if failed {
 		for _, l := range ls {
@@ -169,8 +169,8 @@ func (s *suite) testCollectives(t *testing.T) {
 	// Every rank started on the right node, checked its collectives and
 	// said so, through its own node's launcher.
 	for node, l := range ls {
-		ready := reports(l.out.snapshot(), "READY")
-		ok := reports(l.out.snapshot(), "OK")
+		ready := reports(l.out.Lines(), "READY")
+		ok := reports(l.out.Lines(), "OK")
 		for local := range nprocPerNode {
 			rank := node*nprocPerNode + local
 			r, have := ready[rank]
@@ -404,11 +404,11 @@ func (s *suite) testKill(t *testing.T) {
 			t.Errorf("%s: stderr never names rank %d", l.name, victim)
 		}
 	}
-	if rep := lastLine(ls[1].errOut.snapshot(), "cohort run:"); !strings.Contains(rep, fmt.Sprintf("rank %d failed", victim)) || !strings.Contains(rep, "signal 9") {
+	if rep := lastLine(ls[1].errOut.Lines(), "cohort run:"); !strings.Contains(rep, fmt.Sprintf("rank %d failed", victim)) || !strings.Contains(rep, "signal 9") {
 		t.Errorf("node 1's report %q does not say rank %d was killed by signal 9", rep, victim)
 	}
-	t.Logf("node 0 report: %s", lastLine(ls[0].errOut.snapshot(), "cohort run:"))
-	t.Logf("node 1 report: %s", lastLine(ls[1].errOut.snapshot(), "cohort run:"))
+	t.Logf("node 0 report: %s", lastLine(ls[0].errOut.Lines(), "cohort run:"))
+	t.Logf("node 1 report: %s", lastLine(ls[1].errOut.Lines(), "cohort run:"))
 	for r, pid := range pids {
 		if workerAlive(pid, s.worker) {
 			t.Errorf("rank %d (pid %d) still running after its launcher exited", r, pid)
