@@ -72,16 +72,11 @@ func elasticConfig(t *testing.T, endpoint string, min, max, maxRestarts int, arg
 
 func endpoint(t *testing.T) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))) }
 
-// waitOutput waits (bounded) until pattern has matched n times in out().
-func waitOutput(t *testing.T, what string, out func() string, pattern string, n int, d time.Duration) {
+// waitOutput waits up to d until pattern has matched n times in out.
+func waitOutput(t *testing.T, what string, out *launchtest.Output, pattern string, n int, d time.Duration) {
 	t.Helper()
-	re := regexp.MustCompile(pattern)
-	deadline := time.Now().Add(d)
-	for len(re.FindAllString(out(), -1)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %q not seen %d times within %v:\n%s", what, pattern, n, d, out())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := out.Wait(regexp.MustCompile(pattern), n, nil, d); err != nil {
+		t.Fatalf("%s: %v:\n%s", what, err, out)
 	}
 }
 
@@ -142,7 +137,7 @@ func TestElasticTwoNodesRestart(t *testing.T) {
 	}
 	failed := time.Now()
 	for i, ag := range agents {
-		waitOutput(t, fmt.Sprintf("agent %d", i), ag.out, `ELASTIC round=\d+ world=4 rank=\d restart=1 telastic=1`, 2, 30*time.Second)
+		waitOutput(t, fmt.Sprintf("agent %d", i), ag.stdout(), `ELASTIC round=\d+ world=4 rank=\d restart=1 telastic=1`, 2, 30*time.Second)
 	}
 	t.Logf("first start, failure and restart of 4 ranks on 2 agents: %v", time.Since(failed).Round(time.Millisecond))
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
@@ -176,6 +171,9 @@ func startElastic(cfg Config) *elasticAgent {
 	return a
 }
 
+// stdout is the output of the agent's workers.
+func (a *elasticAgent) stdout() *launchtest.Output { return a.cfg.Stdout.(*launchtest.Output) }
+
 func (a *elasticAgent) out() string {
 	return a.cfg.Stdout.(*launchtest.Output).String() + a.cfg.Stderr.(*launchtest.Output).String()
 }
@@ -195,15 +193,15 @@ func TestElasticLeaveJoin(t *testing.T) {
 	defer a.cancel()
 	b := startElastic(mk(HostNo))
 	defer b.cancel()
-	waitOutput(t, "agent a", a.out, `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
-	waitOutput(t, "agent b", b.out, `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
+	waitOutput(t, "agent a", a.stdout(), `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
+	waitOutput(t, "agent b", b.stdout(), `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
 
 	left := time.Now()
 	b.cancel()
 	if err := <-b.done; !errors.Is(err, context.Canceled) {
 		t.Errorf("the leaving agent returned %v; want context.Canceled", err)
 	}
-	waitOutput(t, "agent a", a.out, `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 30*time.Second)
+	waitOutput(t, "agent a", a.stdout(), `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 30*time.Second)
 	t.Logf("leave → training at world 2: %v", time.Since(left).Round(time.Millisecond))
 
 	joined := time.Now()
@@ -211,8 +209,8 @@ func TestElasticLeaveJoin(t *testing.T) {
 	defer c.cancel()
 	// Node ranks follow the join order, so a may have held ranks 2-3 in
 	// round 0: count world-4 starts in later rounds.
-	waitOutput(t, "agent c", c.out, `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 30*time.Second)
-	waitOutput(t, "agent a", a.out, `ELASTIC round=[1-9]\d* world=4 rank=\d restart=0`, 2, 30*time.Second)
+	waitOutput(t, "agent c", c.stdout(), `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 30*time.Second)
+	waitOutput(t, "agent a", a.stdout(), `ELASTIC round=[1-9]\d* world=4 rank=\d restart=0`, 2, 30*time.Second)
 	t.Logf("join → training at world 4: %v", time.Since(joined).Round(time.Millisecond))
 
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
@@ -270,15 +268,15 @@ func TestElasticProcessKill(t *testing.T) {
 	}
 	p0, out0 := start(HostYes)
 	p1, out1 := start(HostNo)
-	waitOutput(t, "agent 0", out0.String, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
-	waitOutput(t, "agent 1", out1.String, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
+	waitOutput(t, "agent 0", out0, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
+	waitOutput(t, "agent 1", out1, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
 
 	if err := p1.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	p1.Wait()
-	waitOutput(t, "agent 0", out0.String, `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 60*time.Second)
+	waitOutput(t, "agent 0", out0, `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 60*time.Second)
 	resumed := time.Since(killed)
 	t.Logf("agent killed (SIGKILL) → survivors training at world 2: %v (keep-alive %v)", resumed.Round(time.Millisecond), cmp(keepAlive, 5*time.Second))
 	if resumed > 10*time.Second {
@@ -287,7 +285,7 @@ func TestElasticProcessKill(t *testing.T) {
 
 	joined := time.Now()
 	p2, out2 := start(HostNo)
-	waitOutput(t, "agent 2", out2.String, `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 60*time.Second)
+	waitOutput(t, "agent 2", out2, `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 60*time.Second)
 	t.Logf("agent joined → training at world 4: %v", time.Since(joined).Round(time.Millisecond))
 
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {

@@ -94,36 +94,36 @@ func (o *Output) Lines() []string {
 // (never ready) for an Output made otherwise.
 func (o *Output) Hit() <-chan struct{} { return o.hit }
 
-// Match reports whether re matches what was written so far, and returns
-// a channel closed at the next write.
-func (o *Output) Match(re *regexp.Regexp) (bool, <-chan struct{}) {
+// count returns how many times (up to n) re matches what was written so
+// far, and a channel closed at the next write.
+func (o *Output) count(re *regexp.Regexp, n int) (int, <-chan struct{}) {
 	o.mu.Lock()
 	defer o.mu.Unlock()
 	if o.change == nil {
 		o.change = make(chan struct{})
 	}
-	return re.Match(o.b.Bytes()), o.change
+	return len(re.FindAllIndex(o.b.Bytes(), n)), o.change
 }
 
-// Wait waits up to d until re matches what was written, or until stop
-// (the process's exit; nil for none) is closed and a last look finds
-// nothing. It returns an error saying which.
-func (o *Output) Wait(re *regexp.Regexp, stop <-chan struct{}, d time.Duration) error {
+// Wait waits up to d until re has matched n times in what was written,
+// or until stop (the process's exit; nil for none) is closed and a last
+// look finds fewer. It returns an error saying which.
+func (o *Output) Wait(re *regexp.Regexp, n int, stop <-chan struct{}, d time.Duration) error {
 	deadline := time.After(d)
 	for {
-		found, change := o.Match(re)
-		if found {
+		got, change := o.count(re, n)
+		if got >= n {
 			return nil
 		}
 		select {
 		case <-change:
 		case <-stop:
-			if found, _ := o.Match(re); found {
+			if got, _ := o.count(re, n); got >= n {
 				return nil
 			}
-			return fmt.Errorf("the process exited before %q appeared", re)
+			return fmt.Errorf("the process exited before %q appeared %d time(s)", re, n)
 		case <-deadline:
-			return fmt.Errorf("no %q within %v", re, d)
+			return fmt.Errorf("%q not seen %d time(s) within %v", re, n, d)
 		}
 	}
 }

@@ -45,17 +45,17 @@ func TestOutputWait(t *testing.T) {
 			o.Write([]byte(s))
 		}
 	}()
-	if err := o.Wait(re, nil, 10*time.Second); err != nil {
+	if err := o.Wait(re, 1, nil, 10*time.Second); err != nil {
 		t.Fatal(err)
 	}
 	<-done
 	exited := make(chan struct{})
 	close(exited)
-	if err := o.Wait(regexp.MustCompile(`never`), exited, 10*time.Second); err == nil {
+	if err := o.Wait(regexp.MustCompile(`never`), 1, exited, 10*time.Second); err == nil {
 		t.Error("Wait after the process exited without the pattern returned nil")
 	}
-	if err := o.Wait(regexp.MustCompile(`never`), nil, 10*time.Millisecond); err == nil {
-		t.Error("Wait past its deadline returned nil")
+	if err := o.Wait(regexp.MustCompile(`step`), 3, nil, 10*time.Millisecond); err == nil {
+		t.Error("Wait for a third match of two, past its deadline, returned nil")
 	}
 }
 

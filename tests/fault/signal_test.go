@@ -105,7 +105,7 @@ func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
 // process exits first or the time runs out.
 func (p *proc) waitFor(t *testing.T, s *launchtest.Output, pattern string, d time.Duration) {
 	t.Helper()
-	if err := s.Wait(regexp.MustCompile(pattern), p.done, d); err != nil {
+	if err := s.Wait(regexp.MustCompile(pattern), 1, p.done, d); err != nil {
 		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, err, p.stdout, p.stderr)
 	}
 }
