@@ -18,13 +18,25 @@ import (
 // working directory) into dir, each binary named after its package's
 // directory, within 5 minutes. The error quotes the go tool's output.
 func Build(dir string, pkgs ...string) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+	_, err := Run(5*time.Minute, nil, "go", append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)...)
+	return err
+}
+
+// Run runs name with args, killed after timeout, in env (nil: this
+// process's environment), and returns its combined output. The error
+// names the command and quotes the output.
+func Run(timeout time.Duration, env []string, name string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	args := append([]string{"build", "-o", dir + string(filepath.Separator)}, pkgs...)
-	if out, err := exec.CommandContext(ctx, "go", args...).CombinedOutput(); err != nil {
-		return fmt.Errorf("go build %s: %v\n%s", strings.Join(pkgs, " "), err, out)
+	cmd := exec.CommandContext(ctx, name, args...)
+	cmd.Env = env
+	var out bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &out
+	cmd.WaitDelay = 5 * time.Second // a child holding the output open
+	if err := cmd.Run(); err != nil {
+		return out.String(), fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
 	}
-	return nil
+	return out.String(), nil
 }
 
 // Output keeps what a process writes (an io.Writer safe for concurrent

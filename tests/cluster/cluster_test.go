@@ -1,16 +1,12 @@
 package cluster
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/launch/launchtest"
 )
@@ -46,24 +42,6 @@ func bin(t *testing.T, name string) string {
 		t.Fatal(buildErr)
 	}
 	return filepath.Join(binDir, name)
-}
-
-// runCmd runs name args with a timeout and returns its combined output.
-func runCmd(timeout time.Duration, env []string, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	if env != nil {
-		cmd.Env = env
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
-	}
-	return out.String(), nil
 }
 
 // missing returns the first of tools not in PATH (or its sbin).
