@@ -24,7 +24,11 @@
 //     inter-node: InfiniBand, TCP), optionally per collective; rings
 //     across nodes are hierarchical. Kept: dgx-a100, dgx-h100, local
 //     (plan/fabrics). A missing, negative or zero figure is an error
-//     naming the field.
+//     naming the field. Fitted to measurements by FitLink and
+//     FabricFromFits (`cohort plan fit`): least squares on the relative
+//     error of time = α·steps + bytes·factor/β with the ring terms the
+//     cost functions charge (RingTerms), per collective and link class,
+//     so that the fabric gives back the measured times.
 //
 // # The step
 //

@@ -16,6 +16,7 @@ import (
 
 const planUsage = `usage: cohort plan profile …   (measure this machine as a device; cohort plan profile -h)
        cohort plan validate …  (predicted against measured on this machine; cohort plan validate -h)
+       cohort plan fit …       (fit a fabric to collective benchmarks; cohort plan fit -h)
        cohort plan --model gpt|gpt2|mlp | --model-config FILE --nodes N --procs-per-node P
                    [--mem-per-rank M] [--device NAME|FILE] [--fabric NAME|FILE] [--explain K] [--top K]
                    [--scale N1,N2,…]
@@ -50,6 +51,9 @@ flags:
 func runPlan(args []string) int {
 	if len(args) > 0 && args[0] == "profile" {
 		return planProfile(args[1:], os.Stdout, os.Stderr)
+	}
+	if len(args) > 0 && args[0] == "fit" {
+		return planFit(args[1:], os.Stdout, os.Stderr)
 	}
 	if len(args) > 0 && args[0] == "validate" {
 		exe, err := os.Executable()

@@ -677,3 +677,35 @@ func appendJSON(path string, res []Result) error {
 	}
 	return f.Close()
 }
+
+// ReadSaved reads results saved by a run: the JSON lines of --json, or a
+// worker's output, "result {json}" lines (with or without the launcher's
+// "[rank 0] " prefix) among others, as rank 0 prints them when the
+// workers are started by another launcher (cohort run across hosts).
+// Other lines are skipped.
+func ReadSaved(r io.Reader) ([]Result, error) {
+	var res []Result
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "[rank ") {
+			if i := strings.Index(line, "] "); i >= 0 {
+				line = line[i+2:]
+			}
+		}
+		line = strings.TrimPrefix(line, resultPrefix)
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var x Result
+		if err := json.Unmarshal([]byte(line), &x); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		if x.Op == "" || x.World < 1 || x.Bytes <= 0 || !(x.TimeS > 0) {
+			return nil, fmt.Errorf("line %d: not a benchmark result (want op, world, bytes and time_s): %s", n, line)
+		}
+		res = append(res, x)
+	}
+	return res, sc.Err()
+}

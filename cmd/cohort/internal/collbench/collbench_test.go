@@ -170,3 +170,29 @@ func spawnOK(t *testing.T, cfg Config, transport string) []Result {
 	}
 	return res
 }
+
+func TestReadSaved(t *testing.T) {
+	in := `{"op":"allreduce","bytes":4096,"world":2,"transport":"tcp","time_s":1e-4,"min_s":5e-5,"ok":true}
+[rank 0] result {"op":"allreduce","bytes":65536,"world":2,"transport":"tcp","time_s":2e-4,"ok":true}
+result {"op":"broadcast","bytes":4096,"world":2,"transport":"tcp","time_s":3e-5,"ok":true}
+[rank 0] cohort run: some other line
+# cohort bench allreduce: world 2
+`
+	got, err := ReadSaved(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("read %d results, want 3: %+v", len(got), got)
+	}
+	if got[0].MinS != 5e-5 || got[1].Bytes != 65536 || got[2].Op != "broadcast" {
+		t.Errorf("results %+v", got)
+	}
+	for _, bad := range []string{`{"op":"allreduce","bytes":4096`, `{"op":"allreduce","bytes":0,"world":2,"time_s":1}`} {
+		if _, err := ReadSaved(strings.NewReader(bad)); err == nil {
+			t.Errorf("ReadSaved(%q) succeeded, want an error naming the line", bad)
+		} else if !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("ReadSaved(%q): %v, want it to name line 1", bad, err)
+		}
+	}
+}
