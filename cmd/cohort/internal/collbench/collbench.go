@@ -119,21 +119,19 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	}
 	cfg := Config{Op: op, World: *world, Transport: *transport, Backend: *backend, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
 	var err error
-	if *segment != "0" {
-		seg, err := ParseSizes(*segment)
-		if err != nil || len(seg) != 1 {
-			fmt.Fprintf(stderr, "cohort bench %s: bad --segment %q\n", op, *segment)
+	for _, f := range []struct {
+		name, value string
+		to          *int64
+	}{{"segment", *segment, &cfg.SegmentBytes}, {"inline", *inline, &cfg.InlineBytes}} {
+		if f.value == "0" { // the default
+			continue
+		}
+		n, err := ParseSizes(f.value)
+		if err != nil || len(n) != 1 {
+			fmt.Fprintf(stderr, "cohort bench %s: bad --%s %q\n", op, f.name, f.value)
 			return 2
 		}
-		cfg.SegmentBytes = seg[0]
-	}
-	if *inline != "0" {
-		in, err := ParseSizes(*inline)
-		if err != nil || len(in) != 1 {
-			fmt.Fprintf(stderr, "cohort bench %s: bad --inline %q\n", op, *inline)
-			return 2
-		}
-		cfg.InlineBytes = in[0]
+		*f.to = n[0]
 	}
 	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
 		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
