@@ -170,7 +170,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		all = append(all, res...)
 	}
 	if *jsonOut != "" {
-		if err := appendJSON(*jsonOut, all); err != nil {
+		if err := AppendJSON(*jsonOut, all); err != nil {
 			fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
 			return 1
 		}
@@ -663,7 +663,9 @@ func startProfile(prefix string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-func appendJSON(path string, res []Result) error {
+// AppendJSON appends res to the file at path as JSON lines (what --json
+// writes and ReadSaved reads), creating it if needed.
+func AppendJSON(path string, res []Result) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err
