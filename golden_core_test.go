@@ -1,9 +1,9 @@
 package cohort_test
 
 import (
+	"maps"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"testing"
 
 	"github.com/cohortml/cohort/autograd"
@@ -174,7 +174,7 @@ func opGolden(names []string, f func(t *testing.T, c *goldenCase, in map[string]
 // given got one.
 func checkGrads(t *testing.T, c *goldenCase, in map[string]*autograd.Var) {
 	t.Helper()
-	for _, name := range sortedNames(c.Grads) {
+	for _, name := range slices.Sorted(maps.Keys(c.Grads)) {
 		v, ok := in[name]
 		if !ok {
 			t.Errorf("golden: gradient recorded for %q, which the runner did not use", name)
@@ -187,15 +187,6 @@ func checkGrads(t *testing.T, c *goldenCase, in map[string]*autograd.Var) {
 			t.Errorf("golden: no recorded gradient for input %q", name)
 		}
 	}
-}
-
-func sortedNames[V any](m map[string]V) []string {
-	out := make([]string, 0, len(m))
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
-	return out
 }
 
 func runBatchNormGolden(t *testing.T, c *goldenCase) {
@@ -369,7 +360,7 @@ func runGPTAdamWGolden(t *testing.T, c *goldenCase) {
 	for s := 0; s < steps; s++ {
 		checkScalar(t, "loss", losses[s], wantLoss[s])
 		checkScalar(t, "total_norm", norms[s], wantNorm[s])
-		for _, name := range sortedNames(wantParams[s]) {
+		for _, name := range slices.Sorted(maps.Keys(wantParams[s])) {
 			checkTensor(t, name, after[s][name], wantParams[s][name])
 		}
 	}

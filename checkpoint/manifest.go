@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"maps"
 	"slices"
 	"strings"
 )
@@ -120,7 +121,7 @@ func buildManifest(step int64, world int, idx []rankIndex) (*Manifest, error) {
 			return nil, manifestErr("rank %d wrote no shard index (its write failed or it did not take part)", r)
 		}
 	}
-	for _, name := range sortedKeys(plans) {
+	for _, name := range slices.Sorted(maps.Keys(plans)) {
 		p := plans[name]
 		slices.SortFunc(p.Slices, func(a, b Slice) int {
 			if a.Offset != b.Offset {
@@ -220,7 +221,7 @@ func (m *Manifest) encode() ([]byte, error) {
 	b.WriteString(",\n\t\"tensors\": ")
 	list(len(m.Tensors), func(i int) { put(m.Tensors[i]) })
 	b.WriteString(",\n\t\"meta\": {")
-	for i, k := range sortedKeys(m.Meta) {
+	for i, k := range slices.Sorted(maps.Keys(m.Meta)) {
 		if i > 0 {
 			b.WriteString(",")
 		}

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -126,7 +127,7 @@ func loadModule(m nn.Module, names NameMap, shapes map[string][]int, read func(k
 		byKey[names.apply(name)] = name
 	}
 	var missing, unexpected, misshapen []string
-	for _, key := range sortedKeys(byKey) {
+	for _, key := range slices.Sorted(maps.Keys(byKey)) {
 		shape, ok := shapes[key]
 		switch {
 		case !ok:
@@ -135,7 +136,7 @@ func loadModule(m nn.Module, names NameMap, shapes map[string][]int, read func(k
 			misshapen = append(misshapen, fmt.Sprintf("%q has shape %v, the module %v", key, shape, own[byKey[key]].Shape()))
 		}
 	}
-	for _, key := range sortedKeys(shapes) {
+	for _, key := range slices.Sorted(maps.Keys(shapes)) {
 		if _, ok := byKey[key]; !ok {
 			unexpected = append(unexpected, key)
 		}
@@ -162,13 +163,4 @@ func loadModule(m nn.Module, names NameMap, shapes map[string][]int, read func(k
 		sd[name] = t
 	}
 	return nn.LoadStateDict(m, sd)
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }

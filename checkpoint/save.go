@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
@@ -94,7 +95,7 @@ func (s *Snapshot) AddModule(prefix string, m nn.Module, names NameMap) {
 // whole, as shards named prefix + "/" + key, and its kind and scalars as
 // Meta[prefix]. Restore it with Checkpoint.LoadStateDict(prefix, …).
 func (s *Snapshot) AddStateDict(prefix string, sd *optim.StateDict) {
-	for _, k := range sortedKeys(sd.Tensors) {
+	for _, k := range slices.Sorted(maps.Keys(sd.Tensors)) {
 		t := sd.Tensors[k].Contiguous()
 		s.Shards = append(s.Shards, Shard{Name: prefix + "/" + k, FullShape: slices.Clone(t.Shape()), Data: t.Data()})
 	}

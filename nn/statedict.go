@@ -3,7 +3,8 @@ package nn
 import (
 	"errors"
 	"fmt"
-	"sort"
+	"maps"
+	"slices"
 	"strings"
 
 	"github.com/cohortml/cohort/tensor"
@@ -40,7 +41,7 @@ func LoadStateDict(m Module, sd map[string]*tensor.Tensor) error {
 		dst[b.Name] = b.Buffer
 	}
 	var problems []string
-	for _, name := range sortedKeys(dst) {
+	for _, name := range slices.Sorted(maps.Keys(dst)) {
 		src, ok := sd[name]
 		switch {
 		case !ok:
@@ -51,7 +52,7 @@ func LoadStateDict(m Module, sd map[string]*tensor.Tensor) error {
 			problems = append(problems, fmt.Sprintf("key %q: shape %v, module has %v", name, src.Shape(), dst[name].Shape()))
 		}
 	}
-	for _, name := range sortedKeys(sd) {
+	for _, name := range slices.Sorted(maps.Keys(sd)) {
 		if _, ok := dst[name]; !ok {
 			problems = append(problems, fmt.Sprintf("unexpected key %q", name))
 		}
@@ -63,13 +64,4 @@ func LoadStateDict(m Module, sd map[string]*tensor.Tensor) error {
 		t.CopyFrom(sd[name].To(t.Device())) // a host state dict is moved to the module's device
 	}
 	return nil
-}
-
-func sortedKeys(m map[string]*tensor.Tensor) []string {
-	keys := make([]string, 0, len(m))
-	for k := range m {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	return keys
 }

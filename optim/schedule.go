@@ -2,7 +2,9 @@ package optim
 
 import (
 	"fmt"
+	"maps"
 	"math"
+	"slices"
 	"strconv"
 )
 
@@ -200,7 +202,7 @@ func (s *Scheduler) LoadStateDict(sd *StateDict) error {
 		return invalid(op, "state dict is of kind %q, want \"scheduler\"", sd.Kind)
 	}
 	if len(sd.Tensors) != 0 {
-		return invalid(op, "unknown tensor key %q", sortedKeys(sd.Tensors)[0])
+		return invalid(op, "unknown tensor key %q", slices.Sorted(maps.Keys(sd.Tensors))[0])
 	}
 	if err := sameKeys(op, "scalar", s.StateDict().Scalars, sd.Scalars); err != nil {
 		return err

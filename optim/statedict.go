@@ -2,6 +2,7 @@ package optim
 
 import (
 	"fmt"
+	"maps"
 	"math"
 	"slices"
 	"strconv"
@@ -69,7 +70,7 @@ func (b *base) checkLoad(own, sd *StateDict) error {
 	if err := sameKeys(op, "scalar", own.Scalars, sd.Scalars); err != nil {
 		return err
 	}
-	for _, k := range sortedKeys(sd.Tensors) {
+	for _, k := range slices.Sorted(maps.Keys(sd.Tensors)) {
 		t, want := sd.Tensors[k], own.Tensors[k]
 		if t == nil || !t.SameShape(want) {
 			var shape []int
@@ -79,7 +80,7 @@ func (b *base) checkLoad(own, sd *StateDict) error {
 			return invalid(op, "key %q: shape %v, want %v", k, shape, want.Shape())
 		}
 	}
-	for _, k := range sortedKeys(sd.Scalars) {
+	for _, k := range slices.Sorted(maps.Keys(sd.Scalars)) {
 		v := sd.Scalars[k]
 		switch {
 		case strings.HasSuffix(k, ".step"):
@@ -126,26 +127,17 @@ func (b *base) applyLoad(own, sd *StateDict) {
 
 // sameKeys reports the first key (sorted) present in one map but not the other.
 func sameKeys[V any](op, what string, own, got map[string]V) error {
-	for _, k := range sortedKeys(got) {
+	for _, k := range slices.Sorted(maps.Keys(got)) {
 		if _, ok := own[k]; !ok {
 			return invalid(op, "unknown %s key %q", what, k)
 		}
 	}
-	for _, k := range sortedKeys(own) {
+	for _, k := range slices.Sorted(maps.Keys(own)) {
 		if _, ok := got[k]; !ok {
 			return invalid(op, "missing %s key %q", what, k)
 		}
 	}
 	return nil
-}
-
-func sortedKeys[V any](m map[string]V) []string {
-	ks := make([]string, 0, len(m))
-	for k := range m {
-		ks = append(ks, k)
-	}
-	slices.Sort(ks)
-	return ks
 }
 
 // boolScalar encodes a flag as 0 or 1.
