@@ -69,6 +69,7 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/launch/...", []string{"github.com/cohortml/cohort/launch/...", "github.com/cohortml/cohort/distributed/rendezvous", "github.com/cohortml/cohort/distributed/store/...", "github.com/cohortml/cohort/internal/affinity"}},
 	{"github.com/cohortml/cohort/internal/affinity", nil},
 	{"github.com/cohortml/cohort/internal/warmheap", nil},
+	{"github.com/cohortml/cohort/internal/cli", nil},
 	{"github.com/cohortml/cohort/internal/extras", []string{"github.com/cohortml/cohort/device/..."}},
 	{"github.com/cohortml/cohort/internal/fakebackend", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/plan", nil},

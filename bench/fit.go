@@ -3,8 +3,6 @@ package bench
 import (
 	"context"
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -12,6 +10,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/bench/collbench"
+	"github.com/cohortml/cohort/internal/cli"
 	"github.com/cohortml/cohort/plan"
 )
 
@@ -49,12 +48,7 @@ flags:
 // Fit runs `cohort plan fit` with args; exe is the cohort executable whose
 // `bench OP` it runs (unused when every class reads saved results).
 func Fit(exe string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("cohort plan fit", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, fitUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort plan fit", fitUsage, stderr)
 	var (
 		intra, inter, sizes, ops, intraRes, interRes, base, name, save, out string
 		stat                                                                string
@@ -75,11 +69,8 @@ func Fit(exe string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&save, "save", "", "append the results measured here as JSON lines to this file")
 	fs.StringVar(&stat, "stat", "median", "which time of each size to fit: median (what cohort bench reports) or min (the fastest iteration: the link without the other load of a shared machine)")
 	fs.StringVar(&out, "o", "", "write the fabric here (default: standard output)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := cli.Parse(fs, args); !ok {
+		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "cohort plan fit:", err)

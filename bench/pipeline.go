@@ -5,7 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -26,6 +25,7 @@ import (
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/internal/cli"
 	"github.com/cohortml/cohort/launch"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/obs/trace"
@@ -124,11 +124,7 @@ func Pipeline(self, args []string) int {
 	var s pipeSpec
 	var worker bool
 	var result string
-	fs := flag.NewFlagSet("cohort bench pipeline", flag.ContinueOnError)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchPipelineUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort bench pipeline", benchPipelineUsage, os.Stderr)
 	fs.StringVar(&s.schedule, "schedule", "1f1b", "gpipe, 1f1b, interleaved or zb (ZB-H1), or several, comma-separated, run in turn each round")
 	fs.IntVar(&s.stages, "stages", 2, "pipeline stages (worker processes)")
 	fs.IntVar(&s.virtual, "virtual", 0, "stages per worker for interleaved (0: 2)")
@@ -144,11 +140,8 @@ func Pipeline(self, args []string) int {
 	fs.StringVar(&s.profile, "profile", "", "write each rank's CPU profile and Go execution trace of the timed steps, and its allocation profile (since the process began), to this directory (baseline.rankR.*, SCHEDULE.rankR.*; the last round's)")
 	fs.BoolVar(&worker, "worker", false, "internal: run as one rank of the job")
 	fs.StringVar(&result, "result", "", "internal: where rank 0 writes its result")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := cli.Parse(fs, args); !ok {
+		return status
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(os.Stderr, "cohort bench pipeline: unexpected argument %q\n", fs.Arg(0))

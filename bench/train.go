@@ -4,7 +4,6 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"iter"
@@ -22,6 +21,7 @@ import (
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/internal/cli"
 	"github.com/cohortml/cohort/launch"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs/progress"
@@ -220,12 +220,7 @@ type benchTrainCmd struct {
 // stderr), else −1.
 func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code int) {
 	s := &cmd.spec
-	fs := flag.NewFlagSet("cohort bench train", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(fs.Output(), benchTrainUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort bench train", benchTrainUsage, stderr)
 	fs.StringVar(&s.model, "model", "mlp", "mlp, cnn or gpt")
 	fs.IntVar(&s.world, "world", 1, "worker processes (ranks) on this machine")
 	fs.BoolVar(&s.ddp, "ddp", true, "wrap the model in ddp; --ddp=false (world 1 only) measures the plain training loop")
@@ -242,11 +237,8 @@ func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code i
 	fs.BoolVar(&cmd.worker, "worker", false, "internal: run as one rank of the job")
 	fs.BoolVar(&cmd.asJSON, "json", false, "print the result as one JSON object instead of text")
 	fs.StringVar(&cmd.result, "result", "", "internal: where rank 0 writes its result")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return cmd, 0
-		}
-		return cmd, 2
+	if status, ok := cli.Parse(fs, args); !ok {
+		return cmd, status
 	}
 	if fs.NArg() > 0 {
 		fmt.Fprintf(stderr, "cohort bench train: unexpected argument %q\n", fs.Arg(0))

@@ -12,6 +12,8 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
+
+	"github.com/cohortml/cohort/internal/cli"
 )
 
 const k8sUsage = `usage: cohort k8s --image IMAGE [flags] [--] PROGRAM [ARGS...]
@@ -54,12 +56,7 @@ type k8sSpec struct {
 var dnsLabel = regexp.MustCompile(`^[a-z0-9]([-a-z0-9]{0,40}[a-z0-9])?$`)
 
 func parseK8sArgs(args []string, usageOut io.Writer) (k8sSpec, string, error) {
-	fs := flag.NewFlagSet("cohort k8s", flag.ContinueOnError)
-	fs.SetOutput(usageOut)
-	fs.Usage = func() {
-		fmt.Fprint(usageOut, k8sUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort k8s", k8sUsage, usageOut)
 	var s k8sSpec
 	var nnodes, kind string
 	fs.StringVar(&s.name, "name", "cohort-job", "the job's name (a DNS label)")

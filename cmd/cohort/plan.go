@@ -2,8 +2,6 @@ package main
 
 import (
 	"encoding/json"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"os"
@@ -11,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/cohortml/cohort/bench"
+	"github.com/cohortml/cohort/internal/cli"
 	"github.com/cohortml/cohort/plan"
 )
 
@@ -91,12 +90,7 @@ flags:
 `
 
 func planProfile(args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("cohort plan profile", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, profileUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort plan profile", profileUsage, stderr)
 	var (
 		modelName, modelFile, devFile, name, out, mem string
 		microbatch                                    int
@@ -110,11 +104,8 @@ func planProfile(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&mem, "memory-bytes", "8GiB", "memory one rank may use (not measured)")
 	fs.Float64Var(&bandwidth, "memory-bandwidth", 0, "bytes/s of memory for the optimizer step (0: measured from the trace's steps)")
 	fs.StringVar(&out, "o", "", "write the device here (default: standard output)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := cli.Parse(fs, args); !ok {
+		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "cohort plan profile:", err)
@@ -195,12 +186,7 @@ func planProfile(args []string, stdout, stderr io.Writer) int {
 }
 
 func planMain(args []string, stdout, stderr io.Writer, readFile func(string) ([]byte, error)) int {
-	fs := flag.NewFlagSet("cohort plan", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, planUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort plan", planUsage, stderr)
 	var (
 		modelName, modelFile, device, fabric, mem, scale string
 		nodes, procs, explain, top                       int
@@ -215,11 +201,8 @@ func planMain(args []string, stdout, stderr io.Writer, readFile func(string) ([]
 	fs.IntVar(&explain, "explain", 0, "break down the first K layouts")
 	fs.IntVar(&top, "top", 0, "print only the K fastest layouts (0: all)")
 	fs.StringVar(&scale, "scale", "", "node counts to sweep, comma-separated (e.g. 8,16,32,…,4096)")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := cli.Parse(fs, args); !ok {
+		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "cohort plan:", err)

@@ -17,6 +17,7 @@ import (
 
 	"github.com/cohortml/cohort/device/cuda"
 	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/internal/cli"
 	"github.com/cohortml/cohort/launch"
 )
 
@@ -83,12 +84,7 @@ func parseRunArgsGPUs(args []string, getenv func(string) string, usageOut io.Wri
 	if err != nil {
 		return runFlags{}, err
 	}
-	fs := flag.NewFlagSet("cohort run", flag.ContinueOnError)
-	fs.SetOutput(usageOut)
-	fs.Usage = func() {
-		fmt.Fprint(usageOut, runUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort run", runUsage, usageOut)
 	var (
 		nodeRank, masterPort, maxRestarts    int
 		nnodes, masterAddr, runID            string
