@@ -396,32 +396,44 @@ func tail(s string, n int) string {
 // ComputeSpans reads the "compute" spans of a trace file, or of every
 // rank's file in a trace directory.
 func ComputeSpans(path string) ([]plan.Span, error) {
-	files := []string{path}
-	if st, err := os.Stat(path); err != nil {
-		return nil, err
-	} else if st.IsDir() {
-		if files, err = filepath.Glob(filepath.Join(path, "rank-*.json")); err != nil || len(files) == 0 {
-			return nil, fmt.Errorf("%s: no rank-*.json trace files", path)
-		}
-	}
 	var spans []plan.Span
-	for _, f := range files {
-		r, err := os.Open(f)
-		if err != nil {
-			return nil, err
-		}
-		events, err := trace.Read(r, f)
-		r.Close()
-		if err != nil {
-			return nil, err
-		}
+	err := readTraces(path, func(events []trace.Event) {
 		for _, e := range events {
 			if e.Ph == "X" && e.Cat == "compute" && e.Dur != nil && e.PID != nil {
 				spans = append(spans, plan.Span{Rank: *e.PID, Name: e.Name, Seconds: *e.Dur / 1e6})
 			}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	return spans, nil
+}
+
+// readTraces calls fn with the events of a trace file, or of every rank's
+// file in a trace directory, in turn.
+func readTraces(path string, fn func([]trace.Event)) error {
+	files := []string{path}
+	if st, err := os.Stat(path); err != nil {
+		return err
+	} else if st.IsDir() {
+		if files, err = filepath.Glob(filepath.Join(path, "rank-*.json")); err != nil || len(files) == 0 {
+			return fmt.Errorf("%s: no rank-*.json trace files", path)
+		}
+	}
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			return err
+		}
+		events, err := trace.Read(r, f)
+		r.Close()
+		if err != nil {
+			return err
+		}
+		fn(events)
+	}
+	return nil
 }
 
 // OutsideSeconds reads each rank's median time per step outside the
@@ -429,25 +441,8 @@ func ComputeSpans(path string) ([]plan.Span, error) {
 // pipeline --trace`: a "step" span less the stretch from its first to its
 // last pipeline span (compute, p2p and comm tracks). Element r is rank r's.
 func OutsideSeconds(path string) ([]float64, error) {
-	files := []string{path}
-	if st, err := os.Stat(path); err != nil {
-		return nil, err
-	} else if st.IsDir() {
-		if files, err = filepath.Glob(filepath.Join(path, "rank-*.json")); err != nil || len(files) == 0 {
-			return nil, fmt.Errorf("%s: no rank-*.json trace files", path)
-		}
-	}
 	perRank := map[int][]float64{}
-	for _, f := range files {
-		r, err := os.Open(f)
-		if err != nil {
-			return nil, err
-		}
-		events, err := trace.Read(r, f)
-		r.Close()
-		if err != nil {
-			return nil, err
-		}
+	err := readTraces(path, func(events []trace.Event) {
 		var steps, inner []trace.Event
 		for _, e := range events {
 			if e.Ph != "X" || e.Dur == nil || e.PID == nil || e.TS == nil {
@@ -471,6 +466,9 @@ func OutsideSeconds(path string) ([]float64, error) {
 				perRank[*s.PID] = append(perRank[*s.PID], (*s.Dur-(last-first))/1e6)
 			}
 		}
+	})
+	if err != nil {
+		return nil, err
 	}
 	out := make([]float64, len(perRank))
 	for r, xs := range perRank {

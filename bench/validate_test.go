@@ -4,7 +4,11 @@ import (
 	"math"
 	"os"
 	"path/filepath"
+	"slices"
+	"strings"
 	"testing"
+
+	"github.com/cohortml/cohort/plan"
 )
 
 func TestParseBenchGPT(t *testing.T) {
@@ -50,5 +54,21 @@ func TestOutsideSeconds(t *testing.T) {
 	want := []float64{0.003, 0.001}
 	if len(got) != 2 || math.Abs(got[0]-want[0]) > 1e-9 || math.Abs(got[1]-want[1]) > 1e-9 {
 		t.Fatalf("OutsideSeconds = %v, want %v", got, want)
+	}
+	// The same directory's compute spans, rank 0's file first; one file
+	// alone gives its own.
+	spans, err := ComputeSpans(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	wantSpans := []plan.Span{{Rank: 0, Name: "F0", Seconds: 0.003}, {Rank: 0, Name: "F0", Seconds: 0.007}, {Rank: 1, Name: "F0", Seconds: 0.005}}
+	if !slices.Equal(spans, wantSpans) {
+		t.Errorf("ComputeSpans(dir) = %v, want %v", spans, wantSpans)
+	}
+	if spans, err := ComputeSpans(filepath.Join(dir, "rank-1.json")); err != nil || !slices.Equal(spans, wantSpans[2:]) {
+		t.Errorf("ComputeSpans(rank-1.json) = %v, %v; want %v", spans, err, wantSpans[2:])
+	}
+	if _, err := ComputeSpans(t.TempDir()); err == nil || !strings.Contains(err.Error(), "no rank-*.json") {
+		t.Errorf("ComputeSpans of an empty directory: %v, want an error naming rank-*.json", err)
 	}
 }
