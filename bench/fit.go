@@ -69,16 +69,12 @@ func Fit(exe string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&save, "save", "", "append the results measured here as JSON lines to this file")
 	fs.StringVar(&stat, "stat", "median", "which time of each size to fit: median (what cohort bench reports) or min (the fastest iteration: the link without the other load of a shared machine)")
 	fs.StringVar(&out, "o", "", "write the fabric here (default: standard output)")
-	if status, ok := cli.Parse(fs, args); !ok {
+	if status, ok := cli.ParseFlags(fs, args); !ok {
 		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "cohort plan fit:", err)
 		return 1
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "cohort plan fit: unexpected arguments %q\n", fs.Args())
-		return 2
 	}
 	if stat != "median" && stat != "min" {
 		return fail(fmt.Errorf("--stat %q: want median or min", stat))

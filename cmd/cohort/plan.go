@@ -201,16 +201,12 @@ func planMain(args []string, stdout, stderr io.Writer, readFile func(string) ([]
 	fs.IntVar(&explain, "explain", 0, "break down the first K layouts")
 	fs.IntVar(&top, "top", 0, "print only the K fastest layouts (0: all)")
 	fs.StringVar(&scale, "scale", "", "node counts to sweep, comma-separated (e.g. 8,16,32,…,4096)")
-	if status, ok := cli.Parse(fs, args); !ok {
+	if status, ok := cli.ParseFlags(fs, args); !ok {
 		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "cohort plan:", err)
 		return 1
-	}
-	if fs.NArg() > 0 {
-		fmt.Fprintf(stderr, "cohort plan: unexpected arguments %q\n", fs.Args())
-		return 2
 	}
 	env := &plan.Env{Cluster: plan.Cluster{Nodes: nodes, ProcsPerNode: procs}}
 	var err error

@@ -36,3 +36,16 @@ func Parse(fs *flag.FlagSet, args []string) (status int, ok bool) {
 	}
 	return 0, true
 }
+
+// ParseFlags is Parse for a command that takes flags only: arguments left
+// after the flags end it too, with status 2 and a message naming them.
+func ParseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
+	if status, ok := Parse(fs, args); !ok {
+		return status, false
+	}
+	if fs.NArg() > 0 {
+		fmt.Fprintf(fs.Output(), "%s: unexpected arguments %q\n", fs.Name(), fs.Args())
+		return 2, false
+	}
+	return 0, true
+}

@@ -40,3 +40,32 @@ func TestParse(t *testing.T) {
 		})
 	}
 }
+
+func TestParseFlags(t *testing.T) {
+	for _, tc := range []struct {
+		name   string
+		args   []string
+		status int
+		ok     bool
+		out    string // what the output must contain ("": nothing)
+	}{
+		{"flags only", []string{"-n", "3"}, 0, true, ""},
+		{"none", nil, 0, true, ""},
+		{"help", []string{"-h"}, 0, false, "usage: cohort demo"},
+		{"bad flag", []string{"-m"}, 2, false, "-m"},
+		{"arguments", []string{"-n", "3", "x", "y"}, 2, false, `cohort demo: unexpected arguments ["x" "y"]`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out strings.Builder
+			fs := NewFlagSet("cohort demo", "usage: cohort demo [flags]\n", &out)
+			fs.Int("n", 1, "a count")
+			status, ok := ParseFlags(fs, tc.args)
+			if status != tc.status || ok != tc.ok {
+				t.Fatalf("ParseFlags(%q) = %d, %v; want %d, %v", tc.args, status, ok, tc.status, tc.ok)
+			}
+			if tc.out == "" && out.Len() > 0 || !strings.Contains(out.String(), tc.out) {
+				t.Errorf("ParseFlags(%q) printed %q, want %q in it", tc.args, out.String(), tc.out)
+			}
+		})
+	}
+}
