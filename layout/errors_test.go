@@ -140,11 +140,7 @@ func TestRankFails(t *testing.T) {
 	elapsed := make([]time.Duration, 8)
 	distributedtest.Run(t, 8, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := distributedtest.Context(t, time.Minute)
-		full := gpttest.NewGPT(t, models.GPTMini())
-		tr, err := layout.Build(ctx, pg, cfg, full)
-		if err != nil {
-			t.Fatal(err)
-		}
+		tr := buildMini(t, ctx, pg, cfg)
 		defer tr.Close()
 		ids := make([]int64, cfg.Batch*cfg.SeqLen)
 		stepCtx := ctx
@@ -154,6 +150,7 @@ func TestRankFails(t *testing.T) {
 			stepCtx = c
 		}
 		start := time.Now()
+		var err error
 		for range 2 {
 			if _, err = tr.Step(stepCtx, ids, ids); err != nil {
 				break

@@ -65,6 +65,17 @@ func trainLayout(ctx context.Context, pg distributed.ProcessGroup, cfg layout.Co
 	return r, nil
 }
 
+// buildMini builds this rank's Trainer under cfg from GPT-mini with the
+// shared seed, failing t if Build fails.
+func buildMini(t *testing.T, ctx context.Context, pg distributed.ProcessGroup, cfg layout.Config) *layout.Trainer {
+	t.Helper()
+	tr, err := layout.Build(ctx, pg, cfg, gpttest.NewGPT(t, models.GPTMini()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return tr
+}
+
 // compare fails unless a layout's run equals one process's to float32
 // rounding (the tolerances of tp's equality tests), its Eval loss included.
 func compare(t *testing.T, rank int, got, ref gpttest.Run) {
@@ -132,11 +143,7 @@ func TestDPOverlapsPipeline(t *testing.T) {
 			batches := gpttest.MakeBatches(2, 4, 16, models.GPTMini().Vocab)
 			distributedtest.Run(t, 4, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := distributedtest.Context(t, time.Minute)
-				full := gpttest.NewGPT(t, models.GPTMini())
-				tr, err := layout.Build(ctx, pg, cfg, full)
-				if err != nil {
-					t.Fatal(err)
-				}
+				tr := buildMini(t, ctx, pg, cfg)
 				defer tr.Close()
 				lo := tr.DataRank() * cfg.Batch
 				for s, gb := range batches {
