@@ -108,6 +108,19 @@ func reference(t *testing.T, w workload, steps int) [][]float32 {
 	return dptest.Params(mod)
 }
 
+// wrap wraps a fresh model of w with fsdp under o, its optimizer AdamW,
+// failing t if Wrap fails.
+func (w workload) wrap(t *testing.T, ctx context.Context, pg distributed.ProcessGroup, o Options) (*Model, nn.Module) {
+	t.Helper()
+	mod := w.model()
+	o.Optimizer = adamW
+	m, err := Wrap(ctx, mod, w.units(mod), pg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return m, mod
+}
+
 // trainFSDP trains with fsdp on one rank and returns the full parameters
 // (in module order) and the model.
 func trainFSDP(ctx context.Context, w workload, pg distributed.ProcessGroup, steps int, o Options) ([][]float32, *Model, error) {
@@ -237,11 +250,7 @@ func TestStateDicts(t *testing.T) {
 	})
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
-		mod := w.model()
-		m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, _ := w.wrap(t, ctx, pg, Options{})
 		if err := m.LoadShardedStateDict(saved); err != nil {
 			t.Fatal(err)
 		}
@@ -312,11 +321,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, mode := range []string{"plain", "nosync", "synced", "prefetch", "eval", "eval+nosync"} {
-			mod := w.model()
-			m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, PrefetchAcrossSteps: mode == "prefetch"})
-			if err != nil {
-				t.Fatal(err)
-			}
+			m, mod := w.wrap(t, ctx, pg, Options{PrefetchAcrossSteps: mode == "prefetch"})
 			lo := pg.Rank() * globalBatch / 2
 			for s := range steps {
 				pass := func(a, b int, scale float32, plain bool) error {

@@ -39,11 +39,7 @@ func TestBackwardRegather(t *testing.T) {
 				t.Run(fmt.Sprintf("%s/world=%d/%s", w.name, world, mode), func(t *testing.T) {
 					distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 						ctx := context.Background()
-						mod := w.model()
-						m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW, NoPrefetch: !prefetch, KeepAfterForward: keep})
-						if err != nil {
-							t.Fatal(err)
-						}
+						m, mod := w.wrap(t, ctx, pg, Options{NoPrefetch: !prefetch, KeepAfterForward: keep})
 						defer m.Close()
 						p := m.Plan()
 						bytesOf := func(k int) int64 { return 4 * int64(p.Buckets[k].End-p.Buckets[k].Start) }
@@ -112,11 +108,7 @@ func TestBackwardOfEarlierCall(t *testing.T) {
 	w := gptWorkload()
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
-		mod := w.model()
-		m, err := Wrap(ctx, mod, w.units(mod), pg, Options{Optimizer: adamW})
-		if err != nil {
-			t.Fatal(err)
-		}
+		m, mod := w.wrap(t, ctx, pg, Options{})
 		defer m.Close()
 		lo := pg.Rank() * globalBatch / 2
 		b := w.batch(mod, 0, lo, lo+6)
