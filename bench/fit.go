@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -185,17 +184,7 @@ func Fit(exe string, args []string, stdout, stderr io.Writer) int {
 	if err != nil {
 		return fail(err)
 	}
-	data, err := json.MarshalIndent(fab, "", "  ")
-	if err != nil {
-		return fail(err)
-	}
-	data = append(data, '\n')
-	if out == "" {
-		_, err = stdout.Write(data)
-	} else {
-		err = os.WriteFile(out, data, 0o644)
-	}
-	if err != nil {
+	if err := cli.WriteJSON(out, stdout, fab); err != nil {
 		return fail(err)
 	}
 	return 0

@@ -1,7 +1,6 @@
 package main
 
 import (
-	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -167,19 +166,9 @@ func planProfile(args []string, stdout, stderr io.Writer) int {
 	if err := dev.Validate(); err != nil {
 		return fail(err)
 	}
-	data, err := json.MarshalIndent(dev, "", "  ")
-	if err != nil {
-		return fail(err)
-	}
-	data = append(data, '\n')
 	fmt.Fprintf(stderr, "cohort plan profile: %s, %d stages, %d passes, microbatches of %d: %.3g FLOP/s at %.3g FLOPs per layer, the head at %.2f of it; optimizer %.3g bytes/s\n",
 		m.Name, ms.Stages, ms.Passes, microbatch, ms.Rate, ms.GEMM, ms.Head, dev.MemoryBandwidth)
-	if out == "" {
-		_, err = stdout.Write(data)
-	} else {
-		err = os.WriteFile(out, data, 0o644)
-	}
-	if err != nil {
+	if err := cli.WriteJSON(out, stdout, dev); err != nil {
 		return fail(err)
 	}
 	return 0

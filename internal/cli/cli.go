@@ -5,10 +5,12 @@
 package cli
 
 import (
+	"encoding/json"
 	"errors"
 	"flag"
 	"fmt"
 	"io"
+	"os"
 )
 
 // NewFlagSet returns a flag set for the command name (e.g. "cohort plan
@@ -48,4 +50,19 @@ func ParseFlags(fs *flag.FlagSet, args []string) (status int, ok bool) {
 		return 2, false
 	}
 	return 0, true
+}
+
+// WriteJSON writes v as indented JSON and a newline to the file path, or
+// to stdout when path is "" (a command's -o flag).
+func WriteJSON(path string, stdout io.Writer, v any) error {
+	data, err := json.MarshalIndent(v, "", "  ")
+	if err != nil {
+		return err
+	}
+	data = append(data, '\n')
+	if path == "" {
+		_, err = stdout.Write(data)
+		return err
+	}
+	return os.WriteFile(path, data, 0o644)
 }

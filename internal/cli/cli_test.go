@@ -1,6 +1,8 @@
 package cli
 
 import (
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 )
@@ -44,5 +46,24 @@ func TestParse(t *testing.T) {
 				t.Errorf("%q printed %q, want %q in it", tc.args, out.String(), tc.out)
 			}
 		})
+	}
+}
+
+func TestWriteJSON(t *testing.T) {
+	v := map[string]int{"a": 1}
+	const want = "{\n  \"a\": 1\n}\n"
+	var out strings.Builder
+	if err := WriteJSON("", &out, v); err != nil || out.String() != want {
+		t.Errorf("WriteJSON to stdout: %q, %v; want %q", out.String(), err, want)
+	}
+	path := filepath.Join(t.TempDir(), "v.json")
+	if err := WriteJSON(path, &out, v); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := os.ReadFile(path); err != nil || string(got) != want {
+		t.Errorf("WriteJSON to %s: %q, %v; want %q", path, got, err, want)
+	}
+	if err := WriteJSON(path, &out, func() {}); err == nil {
+		t.Error("WriteJSON of a func: want an error")
 	}
 }
