@@ -15,6 +15,7 @@ import (
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
 	"github.com/cohortml/cohort/tensor/devicetest"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // gpu skips the test, saying why, when cuda:0 cannot be opened.
@@ -71,14 +72,7 @@ func trainBoth(t *testing.T, dev tensor.Device, steps int, tol float64, build fu
 	pa, pb := cpu.m.NamedParameters(), gr.m.NamedParameters()
 	worst := 0.0
 	for i := range pa {
-		x, y := pa[i].Param.Value.Values(), pb[i].Param.Value.To(tensor.CPU).Values()
-		var num, den float64
-		for j := range x {
-			d := float64(x[j]) - float64(y[j])
-			num += d * d
-			den += float64(x[j]) * float64(x[j])
-		}
-		rel := math.Sqrt(num / max(den, 1e-30))
+		rel := tensortest.RelErr(pb[i].Param.Value.To(tensor.CPU).Values(), pa[i].Param.Value.Values())
 		worst = max(worst, rel)
 		if rel > tol {
 			t.Errorf("%s: ‖gpu − cpu‖/‖cpu‖ = %.3g > %g after %d steps", pa[i].Name, rel, tol, steps)

@@ -1,10 +1,12 @@
 // Package tensortest holds the test helpers that the tests of the core
-// packages (tensor, autograd) share: walking every index of a shape, and
-// checking that a call panics with the expected message.
+// packages (tensor, autograd) share: walking every index of a shape,
+// checking that a call panics with the expected message, and the relative
+// difference of two sets of values.
 package tensortest
 
 import (
 	"fmt"
+	"math"
 	"strings"
 	"testing"
 )
@@ -47,4 +49,19 @@ func MustPanic(t testing.TB, f func(), fragments ...string) {
 		}
 	}()
 	f()
+}
+
+// RelErr is ‖got − want‖ / ‖want‖ (in float64; +Inf where want is all
+// zeros and got is not).
+func RelErr(got, want []float32) float64 {
+	var num, den float64
+	for i := range want {
+		d := float64(got[i]) - float64(want[i])
+		num += d * d
+		den += float64(want[i]) * float64(want[i])
+	}
+	if num == 0 {
+		return 0
+	}
+	return math.Sqrt(num / den)
 }
