@@ -12,7 +12,7 @@ func TestRelErr(t *testing.T) {
 		rel       float64
 	}{
 		{"equal", []float32{1, -2}, []float32{1, -2}, 0},
-		{"3-4-5", []float32{3, 4}, []float32{0, 0}, math.Inf(1)},
+		{"want zero", []float32{3, 4}, []float32{0, 0}, math.Inf(1)},
 		{"both zero", []float32{0, 0}, []float32{0, 0}, 0},
 		{"tenth", []float32{3.3, 4.4}, []float32{3, 4}, 0.1},
 	} {
