@@ -5,9 +5,7 @@ import (
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/shm"
@@ -74,7 +72,7 @@ func (l *mixedListener) Addr() string {
 	return a + "|" + b
 }
 
-func (l *mixedListener) connect(ctx context.Context, addrs []string) (*Transport, error) {
+func (l *mixedListener) Connect(ctx context.Context, addrs []string) (*Transport, error) {
 	tcpAddrs := make([]string, len(addrs))
 	shmAddrs := make([]string, len(addrs))
 	for r, a := range addrs {
@@ -119,39 +117,12 @@ func (l *mixedListener) connect(ctx context.Context, addrs []string) (*Transport
 }
 
 func mixedWorld(tb testing.TB, n int) transporttest.World {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ls := make([]*mixedListener, n)
-	addrs := make([]string, n)
-	for r := range n {
-		l, err := listenMixed(ctx, r, n)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ls[r], addrs[r] = l, l.Addr()
-	}
-	ts := make([]*Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { ts[r], errs[r] = ls[r].connect(ctx, addrs) })
-	}
-	wg.Wait()
-	var w transporttest.World
-	for r, err := range errs {
-		if err != nil {
-			for _, t := range ts {
-				if t != nil {
-					t.Close()
-				}
-			}
-			tb.Fatalf("rank %d: %v", r, err)
-		}
-		w.Transports = append(w.Transports, ts[r])
-	}
+	ts, errs := transporttest.ConnectWorld[*Transport](tb, n, func(ctx context.Context, r int) (*mixedListener, error) {
+		return listenMixed(ctx, r, n)
+	})
 	// No Kill: the parts' crash hooks are internal to their packages. The
 	// death of a rank is tested with real processes (TestProcessesKill9).
-	return w
+	return transporttest.WorldOf(tb, ts, errs, nil)
 }
 
 func leftovers(t *testing.T) []string {
@@ -219,45 +190,35 @@ func procSetup(ctx context.Context, rank, worldSize int, exchange func(string) (
 	if err != nil {
 		return nil, err
 	}
-	return l.connect(ctx, addrs)
+	return l.Connect(ctx, addrs)
 }
 
 // TestHelperProcess is the body of the child processes of the tests below.
 func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }
 
-func TestProcessesExchange(t *testing.T) {
-	for _, world := range []int{3, 4} {
-		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioExchange, false, 60*time.Second) {
-				if res.Line != "ok" {
-					t.Errorf("rank %d: %s", r, res.Line)
-				}
-			}
-		})
-	}
-}
+// TestProcessesExchange: ranks in separate processes, on two hosts or
+// three, exchange messages of every size.
+func TestProcessesExchange(t *testing.T) { procTests.Exchange(t) }
 
 // TestProcessesKill9: SIGKILL the last rank in the middle of large
 // transfers; every survivor, whether it reaches the victim through shm
 // (its host mate) or tcp (the others), gets an error naming it within 5 s.
-func TestProcessesKill9(t *testing.T) {
-	const world = 4
-	victim := world - 1
-	for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioTransfer, true, 5*time.Second) {
-		via := "tcp"
-		if hostOf(r) == hostOf(victim) {
-			via = "shm"
+func TestProcessesKill9(t *testing.T) { procTests.Kill9(t) }
+
+var procTests = transporttest.ProcessTests{
+	Worlds:     []int{3, 4},
+	KillWorlds: []int{4},
+	Via: func(rank, victim int) string {
+		if hostOf(rank) == hostOf(victim) {
+			return "shm"
 		}
-		want := fmt.Sprintf("peer-error %d ", victim)
-		if !strings.HasPrefix(res.Line, want) || !strings.Contains(res.Line, via+": ") {
-			t.Errorf("rank %d reported %q, want a %s error naming rank %d", r, res.Line, via, victim)
-			continue
+		return "tcp"
+	},
+	AfterKill: func(t *testing.T) {
+		if files := leftovers(t); len(files) > 0 {
+			t.Errorf("files left in /dev/shm: %v", files)
 		}
-		t.Logf("rank %d (%s) after %v: %s", r, via, res.At.Round(time.Millisecond), res.Line)
-	}
-	if files := leftovers(t); len(files) > 0 {
-		t.Errorf("files left in /dev/shm: %v", files)
-	}
+	},
 }
 
 // The benchmarks run ranks 0 and 1, which share a host: shm through the

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -124,26 +123,19 @@ func TestWrongTokenRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	ls := make([]*Listener, 2)
-	addrs := make([]string, 2)
 	for r, tok := range []string{"right", "wrong"} {
 		l, err := Listen(ctx, r, 2, Options{Token: []byte(tok), Prefix: testPrefix})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls[r], addrs[r] = l, l.Addr()
+		ls[r] = l
 	}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() {
-			tr, err := ls[r].Connect(ctx, addrs)
-			if tr != nil {
-				tr.Close()
-			}
-			errs[r] = err
-		})
+	ts, errs := transporttest.ConnectAll[*Transport](ctx, ls)
+	for r, tr := range ts {
+		if errs[r] == nil {
+			tr.Close()
+		}
 	}
-	wg.Wait()
 	if !errors.Is(errs[1], transport.ErrAuth) {
 		t.Errorf("dialer: %v, want an error wrapping ErrAuth", errs[1])
 	}
@@ -165,16 +157,7 @@ func TestSmallRings(t *testing.T) {
 		ts, errs := connectWorld(tb, n, func(int) Options {
 			return Options{Prefix: testPrefix, RingBytes: minRing, Spin: -1}
 		})
-		for r, err := range errs {
-			if err != nil {
-				tb.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
-		for _, t := range ts {
-			w.Transports = append(w.Transports, t)
-		}
-		return w
+		return transporttest.WorldOf(tb, ts, errs, (*Transport).kill)
 	}
 	transporttest.Run(t, small, transporttest.Config{Worlds: []int{2, 3}, LargeBytes: 3<<20 + 7})
 }

@@ -92,26 +92,19 @@ func TestWrongTokenRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
 	ls := make([]*Listener, 2)
-	addrs := make([]string, 2)
 	for r, tok := range []string{"right", "wrong"} {
 		l, err := Listen(ctx, r, 2, "127.0.0.1:0", Options{Token: []byte(tok), Logger: logger})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls[r], addrs[r] = l, l.Addr()
+		ls[r] = l
 	}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() {
-			tr, err := ls[r].Connect(ctx, addrs)
-			if tr != nil {
-				tr.Close()
-			}
-			errs[r] = err
-		})
+	ts, errs := transporttest.ConnectAll[*Transport](ctx, ls)
+	for r, tr := range ts {
+		if errs[r] == nil {
+			tr.Close()
+		}
 	}
-	wg.Wait()
 	// Rank 1 dials rank 0 and is refused at once.
 	if !errors.Is(errs[1], transport.ErrAuth) {
 		t.Errorf("dialer: %v, want an error wrapping ErrAuth", errs[1])
@@ -148,33 +141,26 @@ func TestStrayConnectionDuringSetup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	ls := make([]*Listener, 2)
-	addrs := make([]string, 2)
 	for r := range 2 {
 		l, err := Listen(ctx, r, 2, "127.0.0.1:0", Options{})
 		if err != nil {
 			t.Fatal(err)
 		}
-		ls[r], addrs[r] = l, l.Addr()
+		ls[r] = l
 	}
 	// Garbage and a big bogus length reach rank 0 before rank 1 does.
 	for _, junk := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n................"),
 		wire.Header{Kind: wire.KindHello, Length: 1<<32 - 1}.Append(nil),
 	} {
-		c, err := net.Dial("tcp", addrs[0])
+		c, err := net.Dial("tcp", ls[0].Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		c.Write(junk)
 	}
-	ts := make([]*Transport, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() { ts[r], errs[r] = ls[r].Connect(ctx, addrs) })
-	}
-	wg.Wait()
+	ts, errs := transporttest.ConnectAll[*Transport](ctx, ls)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

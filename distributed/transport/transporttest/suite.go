@@ -202,6 +202,35 @@ func ctxT(t testing.TB) context.Context {
 
 func seedOf(from, to, k int) uint64 { return uint64(from)<<40 | uint64(to)<<20 | uint64(k) }
 
+// exchangeAll sends tr's rank a message of each size in sizes to every
+// rank, itself included, under its own tag, before receiving any; then
+// receives every rank's in reverse tag order (to exercise queueing) and
+// checks them.
+func exchangeAll(ctx context.Context, tr transport.Transport, sizes []int) error {
+	r, n := tr.Rank(), tr.Size()
+	for to := range n {
+		for k, size := range sizes {
+			tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(to)}
+			if err := tr.Send(ctx, to, tag, Pattern(size, seedOf(r, to, k))); err != nil {
+				return err
+			}
+		}
+	}
+	for from := range n {
+		for k := len(sizes) - 1; k >= 0; k-- {
+			p := make([]byte, sizes[k])
+			tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(r)}
+			if err := tr.Recv(ctx, from, tag, p); err != nil {
+				return err
+			}
+			if err := checkPayload(p, seedOf(from, r, k)); err != nil {
+				return fmt.Errorf("from rank %d message %d: %v", from, k, err)
+			}
+		}
+	}
+	return nil
+}
+
 // exchange: every rank sends several messages of different sizes to every
 // rank, itself included, before receiving any, then checks them all.
 func (s *suite) exchange(t *testing.T) {
@@ -211,29 +240,7 @@ func (s *suite) exchange(t *testing.T) {
 			w := s.world(t, n)
 			ctx := ctxT(t)
 			eachRank(t, n, func(r int) error {
-				tr := w.Transports[r]
-				for to := range n {
-					for k, size := range sizes {
-						tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(to)}
-						if err := tr.Send(ctx, to, tag, Pattern(size, seedOf(r, to, k))); err != nil {
-							return err
-						}
-					}
-				}
-				// Receive in reverse tag order to exercise queueing.
-				for from := range n {
-					for k := len(sizes) - 1; k >= 0; k-- {
-						p := make([]byte, sizes[k])
-						tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(r)}
-						if err := tr.Recv(ctx, from, tag, p); err != nil {
-							return err
-						}
-						if err := checkPayload(p, seedOf(from, r, k)); err != nil {
-							return fmt.Errorf("from rank %d message %d: %v", from, k, err)
-						}
-					}
-				}
-				return nil
+				return exchangeAll(ctx, w.Transports[r], sizes)
 			})
 		})
 	}
