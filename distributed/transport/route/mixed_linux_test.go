@@ -2,6 +2,7 @@ package route
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
@@ -72,6 +73,18 @@ func (l *mixedListener) Addr() string {
 	return a + "|" + b
 }
 
+// Close closes both halves.
+func (l *mixedListener) Close() error {
+	var errs []error
+	if l.tcp != nil {
+		errs = append(errs, l.tcp.Close())
+	}
+	if l.shm != nil {
+		errs = append(errs, l.shm.Close())
+	}
+	return errors.Join(errs...)
+}
+
 func (l *mixedListener) Connect(ctx context.Context, addrs []string) (*Transport, error) {
 	tcpAddrs := make([]string, len(addrs))
 	shmAddrs := make([]string, len(addrs))
@@ -126,12 +139,7 @@ func mixedWorld(tb testing.TB, n int) transporttest.World {
 }
 
 func leftovers(t *testing.T) []string {
-	t.Helper()
-	m, err := filepath.Glob(filepath.Join("/dev/shm", testPrefix+"-*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return transporttest.Leftovers(t, filepath.Join("/dev/shm", testPrefix+"-*"))
 }
 
 func TestConformanceMixed(t *testing.T) {
@@ -181,17 +189,7 @@ func TestMixedParts(t *testing.T) {
 	}
 }
 
-func procSetup(ctx context.Context, rank, worldSize int, exchange func(string) ([]string, error)) (transport.Transport, error) {
-	l, err := listenMixed(ctx, rank, worldSize)
-	if err != nil {
-		return nil, err
-	}
-	addrs, err := exchange(l.Addr())
-	if err != nil {
-		return nil, err
-	}
-	return l.Connect(ctx, addrs)
-}
+var procSetup = transporttest.ListenSetup[*Transport](listenMixed)
 
 // TestHelperProcess is the body of the child processes of the tests below.
 func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }
@@ -224,20 +222,5 @@ var procTests = transporttest.ProcessTests{
 // The benchmarks run ranks 0 and 1, which share a host: shm through the
 // route, to compare with package shm's benchmarks of the same names.
 
-func benchWorld(b *testing.B) transporttest.World {
-	w := mixedWorld(b, 2)
-	b.Cleanup(func() {
-		for _, tr := range w.Transports {
-			tr.Close()
-		}
-	})
-	return w
-}
-
-func BenchmarkPingPong4KiB(b *testing.B) {
-	transporttest.PingPong(b, benchWorld(b), 4<<10)
-}
-
-func BenchmarkThroughput16MiB(b *testing.B) {
-	transporttest.Throughput(b, benchWorld(b), 16<<20)
-}
+// BenchmarkTransport runs transporttest's benchmarks.
+func BenchmarkTransport(b *testing.B) { transporttest.Benchmarks(b, mixedWorld) }

@@ -9,7 +9,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 )
 
@@ -50,12 +49,7 @@ func worldWith(tweak func(*Options), check func(rank int, t *Transport) error) f
 
 // leftovers lists this package's test files in /dev/shm.
 func leftovers(t *testing.T) []string {
-	t.Helper()
-	m, err := filepath.Glob(filepath.Join("/dev/shm", testPrefix+"-*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return transporttest.Leftovers(t, filepath.Join("/dev/shm", testPrefix+"-*"))
 }
 
 // checkLeftovers fails t if any of this package's test files is left in
@@ -72,26 +66,18 @@ func TestConformance(t *testing.T) {
 	checkLeftovers(t)
 }
 
-func procSetup(ctx context.Context, rank, world int, exchange func(string) ([]string, error)) (transport.Transport, error) {
+// procSetup listens with the ring size and spin of the environment, for
+// benchmark experiments.
+var procSetup = transporttest.ListenSetup[*Transport](func(ctx context.Context, rank, world int) (*Listener, error) {
 	opts := Options{Token: []byte("process-token"), Prefix: testPrefix}
-	// Ring size for benchmark experiments.
 	if v, err := strconv.ParseInt(os.Getenv("COHORT_SHM_TEST_RING_BYTES"), 10, 64); err == nil {
 		opts.RingBytes = v
 	}
 	if v, err := time.ParseDuration(os.Getenv("COHORT_SHM_TEST_SPIN")); err == nil {
 		opts.Spin = v
 	}
-	l, err := Listen(ctx, rank, world, opts)
-	if err != nil {
-		return nil, err
-	}
-	addrs, err := exchange(l.Addr())
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l.Connect(ctx, addrs)
-}
+	return Listen(ctx, rank, world, opts)
+})
 
 // TestHelperProcess is the body of the child processes of the tests below.
 func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }
@@ -107,21 +93,8 @@ func TestProcessesKill9(t *testing.T) { procTests.Kill9(t) }
 
 var procTests = transporttest.ProcessTests{AfterKill: checkLeftovers}
 
-func BenchmarkPingPong4KiB(b *testing.B) {
-	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
-}
-
-func BenchmarkExchange4KiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
-}
-
-func BenchmarkThroughput16MiB(b *testing.B) {
-	transporttest.Throughput(b, newWorld(b, 2), 16<<20)
-}
-
-func BenchmarkExchange16MiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 16<<20)
-}
+// BenchmarkTransport runs transporttest's benchmarks.
+func BenchmarkTransport(b *testing.B) { transporttest.Benchmarks(b, newWorld) }
 
 // BenchmarkProcesses measures between two real processes; run with
 // -benchtime=1x.

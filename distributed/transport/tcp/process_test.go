@@ -4,22 +4,12 @@ import (
 	"context"
 	"testing"
 
-	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 )
 
-func procSetup(ctx context.Context, rank, world int, exchange func(string) ([]string, error)) (transport.Transport, error) {
-	l, err := Listen(ctx, rank, world, "127.0.0.1:0", Options{Token: []byte("process-token")})
-	if err != nil {
-		return nil, err
-	}
-	addrs, err := exchange(l.Addr())
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l.Connect(ctx, addrs)
-}
+var procSetup = transporttest.ListenSetup[*Transport](func(ctx context.Context, rank, world int) (*Listener, error) {
+	return Listen(ctx, rank, world, "127.0.0.1:0", Options{Token: []byte("process-token")})
+})
 
 // TestHelperProcess is the body of the child processes of the tests below.
 func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }

@@ -18,32 +18,16 @@ import (
 )
 
 func TestListenRejectsBadArguments(t *testing.T) {
-	ctx := context.Background()
-	tests := []struct {
-		name        string
-		rank, world int
-		opts        Options
-		want        string
-	}{
-		{"world-zero", 0, 0, Options{}, "tcp: world size 0, want >= 1"},
-		{"rank-negative", -1, 2, Options{}, "tcp: rank -1 out of range [0, 2)"},
-		{"rank-too-high", 2, 2, Options{}, "tcp: rank 2 out of range [0, 2)"},
-		{"chunk-negative", 0, 2, Options{ChunkBytes: -1}, "tcp: Options.ChunkBytes -1 out of range"},
-		{"chunk-huge", 0, 2, Options{ChunkBytes: 1 << 40}, "tcp: Options.ChunkBytes 1099511627776 out of range"},
-		{"timeout-negative", 0, 2, Options{HandshakeTimeout: -time.Second}, "tcp: Options.HandshakeTimeout -1s is negative"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l, err := Listen(ctx, tc.rank, tc.world, "127.0.0.1:0", tc.opts)
-			if err == nil {
-				l.Close()
-				t.Fatal("Listen succeeded")
-			}
-			if !strings.HasPrefix(err.Error(), tc.want) {
-				t.Fatalf("error %q, want prefix %q", err, tc.want)
-			}
-		})
-	}
+	transporttest.RunBadListen(t, func(ctx context.Context, rank, world int, o Options) (*Listener, error) {
+		return Listen(ctx, rank, world, "127.0.0.1:0", o)
+	}, []transporttest.BadListen[Options]{
+		{Name: "world-zero", Rank: 0, World: 0, Opts: Options{}, Want: "tcp: world size 0, want >= 1"},
+		{Name: "rank-negative", Rank: -1, World: 2, Opts: Options{}, Want: "tcp: rank -1 out of range [0, 2)"},
+		{Name: "rank-too-high", Rank: 2, World: 2, Opts: Options{}, Want: "tcp: rank 2 out of range [0, 2)"},
+		{Name: "chunk-negative", Rank: 0, World: 2, Opts: Options{ChunkBytes: -1}, Want: "tcp: Options.ChunkBytes -1 out of range"},
+		{Name: "chunk-huge", Rank: 0, World: 2, Opts: Options{ChunkBytes: 1 << 40}, Want: "tcp: Options.ChunkBytes 1099511627776 out of range"},
+		{Name: "timeout-negative", Rank: 0, World: 2, Opts: Options{HandshakeTimeout: -time.Second}, Want: "tcp: Options.HandshakeTimeout -1s is negative"},
+	})
 }
 
 func TestConnectRejectsBadAddresses(t *testing.T) {

@@ -51,24 +51,11 @@ func TestConformancePolling(t *testing.T) {
 	}
 }
 
-func BenchmarkPingPong4KiB(b *testing.B) {
-	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
-}
-
-func BenchmarkExchange4KiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
-}
+// BenchmarkTransport runs transporttest's benchmarks.
+func BenchmarkTransport(b *testing.B) { transporttest.Benchmarks(b, newWorld) }
 
 func BenchmarkExchange4KiBPolling(b *testing.B) {
 	transporttest.Exchange(b, worldWith(Options{Spin: 50 * time.Microsecond})(b, 2), 4<<10)
-}
-
-func BenchmarkThroughput16MiB(b *testing.B) {
-	transporttest.Throughput(b, newWorld(b, 2), 16<<20)
-}
-
-func BenchmarkExchange16MiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 16<<20)
 }
 
 // BenchmarkProcesses measures between two real processes; run with

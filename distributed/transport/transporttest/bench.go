@@ -8,6 +8,32 @@ import (
 	"github.com/cohortml/cohort/distributed/transport"
 )
 
+// Benchmarks runs the shared benchmarks as sub-benchmarks of b, each
+// over a world of two ranks that newWorld builds and b closes:
+// PingPong4KiB, Exchange4KiB, Throughput16MiB and Exchange16MiB.
+func Benchmarks(b *testing.B, newWorld Factory) {
+	for _, bm := range []struct {
+		name string
+		run  func(*testing.B, World, int)
+		size int
+	}{
+		{"PingPong4KiB", PingPong, 4 << 10},
+		{"Exchange4KiB", Exchange, 4 << 10},
+		{"Throughput16MiB", Throughput, 16 << 20},
+		{"Exchange16MiB", Exchange, 16 << 20},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			w := newWorld(b, 2)
+			b.Cleanup(func() {
+				for _, tr := range w.Transports {
+					tr.Close()
+				}
+			})
+			bm.run(b, w, bm.size)
+		})
+	}
+}
+
 // The benchmarks below use b.N rather than b.Loop: the peer goroutine has
 // to know in advance how many messages to expect.
 

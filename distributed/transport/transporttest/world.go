@@ -2,6 +2,9 @@ package transporttest
 
 import (
 	"context"
+	"io"
+	"path/filepath"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -135,5 +138,62 @@ func PeersWorld[T, R transport.Transport](connect func(tb testing.TB, n int, pee
 			w.Transports = append(w.Transports, tr)
 		}
 		return w
+	}
+}
+
+// ListenSetup returns the ProcSetup of a transport whose rank listens
+// with listen, publishes its address and connects to every rank's.
+func ListenSetup[T transport.Transport, L interface {
+	Listener[T]
+	Close() error
+}](listen func(ctx context.Context, rank, worldSize int) (L, error)) ProcSetup {
+	return func(ctx context.Context, rank, worldSize int, exchange func(string) ([]string, error)) (transport.Transport, error) {
+		l, err := listen(ctx, rank, worldSize)
+		if err != nil {
+			return nil, err
+		}
+		addrs, err := exchange(l.Addr())
+		if err != nil {
+			l.Close()
+			return nil, err
+		}
+		return l.Connect(ctx, addrs)
+	}
+}
+
+// Leftovers lists the files that match the glob pattern: those a
+// transport's tests must not leave behind ("/dev/shm/cohort-test-*").
+func Leftovers(tb testing.TB, pattern string) []string {
+	tb.Helper()
+	m, err := filepath.Glob(pattern)
+	if err != nil {
+		tb.Fatal(err)
+	}
+	return m
+}
+
+// BadListen is a case of RunBadListen: a rank's Listen with these
+// arguments fails with an error that starts with Want.
+type BadListen[O any] struct {
+	Name        string
+	Rank, World int
+	Opts        O
+	Want        string
+}
+
+// RunBadListen runs each case as a subtest of t: listen must fail, with
+// the error the case wants (a listener that starts is closed).
+func RunBadListen[O any, L io.Closer](t *testing.T, listen func(ctx context.Context, rank, worldSize int, o O) (L, error), cases []BadListen[O]) {
+	for _, tc := range cases {
+		t.Run(tc.Name, func(t *testing.T) {
+			l, err := listen(context.Background(), tc.Rank, tc.World, tc.Opts)
+			if err == nil {
+				l.Close()
+				t.Fatal("Listen succeeded")
+			}
+			if !strings.HasPrefix(err.Error(), tc.Want) {
+				t.Fatalf("error %q, want prefix %q", err, tc.Want)
+			}
+		})
 	}
 }
