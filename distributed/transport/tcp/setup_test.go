@@ -8,10 +8,10 @@ import (
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cohortml/cohort/distributed/internal/logtest"
 	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 	"github.com/cohortml/cohort/distributed/wire"
@@ -51,27 +51,9 @@ func TestConnectRejectsBadAddresses(t *testing.T) {
 	}
 }
 
-// logBuffer collects log records for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestWrongTokenRefused(t *testing.T) {
 	defer transporttest.CheckGoroutines(t, runtime.NumGoroutine())
-	var logs logBuffer
+	var logs logtest.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
