@@ -24,6 +24,17 @@ type Opener func(t *testing.T) store.Store
 // Opener. It registers cleanup with t.Cleanup.
 type Factory func(t *testing.T) Opener
 
+// InProcess returns the Factory of an in-process store: every Opener of
+// a subtest returns the one store newStore made for it, closed when the
+// subtest ends.
+func InProcess(newStore func() store.Store) Factory {
+	return func(t *testing.T) Opener {
+		s := newStore()
+		t.Cleanup(func() { s.Close() })
+		return func(*testing.T) store.Store { return s }
+	}
+}
+
 // Timeouts used by the suite. A blocked call is given short to prove it is
 // still blocked; a call expected to finish is given long.
 const (
