@@ -91,49 +91,38 @@ type result struct {
 // goGet runs s.Get in a goroutine owned by the test: the test waits for it
 // before finishing.
 func goGet(t *testing.T, ctx context.Context, s store.Store, key string) <-chan result {
-	ch := make(chan result, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return background(t, func() result {
 		v, err := s.Get(ctx, key)
-		ch <- result{v, err}
-	}()
-	t.Cleanup(wg.Wait)
-	return ch
+		return result{v, err}
+	})
 }
 
+// goWait runs s.Wait as goGet runs s.Get.
 func goWait(t *testing.T, ctx context.Context, s store.Store, keys ...string) <-chan error {
-	ch := make(chan error, 1)
+	return background(t, func() error { return s.Wait(ctx, keys...) })
+}
+
+// background runs call in a goroutine the test waits for before
+// finishing, and returns a channel that receives what it returned.
+func background[T any](t *testing.T, call func() T) <-chan T {
+	ch := make(chan T, 1)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ch <- s.Wait(ctx, keys...)
-	}()
+	wg.Go(func() { ch <- call() })
 	t.Cleanup(wg.Wait)
 	return ch
 }
 
-func recvResult(t *testing.T, ch <-chan result, what string) result {
+// recvResult returns what a background call (a what) returned, and fails
+// t if that takes longer than the long timeout.
+func recvResult[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case r := <-ch:
 		return r
 	case <-time.After(long):
 		t.Fatalf("%s did not return within %v", what, long)
-		return result{}
-	}
-}
-
-func recvErr(t *testing.T, ch <-chan error, what string) error {
-	t.Helper()
-	select {
-	case err := <-ch:
-		return err
-	case <-time.After(long):
-		t.Fatalf("%s did not return within %v", what, long)
-		return nil
+		var zero T
+		return zero
 	}
 }
 
@@ -321,7 +310,7 @@ func testWaitManyKeys(t *testing.T, open Opener) {
 	case <-time.After(short):
 	}
 	mustSet(t, writer, keys[0], []byte("0"))
-	if err := recvErr(t, ch, "Wait on 50 keys, all set"); err != nil {
+	if err := recvResult(t, ch, "Wait on 50 keys, all set"); err != nil {
 		t.Fatalf("Wait = %v; want nil", err)
 	}
 	// Every key set: returns at once.
@@ -677,7 +666,7 @@ func testCloseUnblocks(t *testing.T, open Opener) {
 	if r := recvResult(t, chGet, "Get blocked across Close"); !errors.Is(r.err, store.ErrClosed) {
 		t.Fatalf("Get blocked across Close = %q, %v; want an error wrapping store.ErrClosed", r.value, r.err)
 	}
-	if err := recvErr(t, chWait, "Wait blocked across Close"); !errors.Is(err, store.ErrClosed) {
+	if err := recvResult(t, chWait, "Wait blocked across Close"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Wait blocked across Close = %v; want an error wrapping store.ErrClosed", err)
 	}
 	if d := time.Since(start); d > long/2 {

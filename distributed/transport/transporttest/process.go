@@ -249,24 +249,25 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 		}
 	case ScenarioStream:
 		ack := transport.Tag{Group: 51}
-		for range warm {
-			if r == 0 {
-				if err := tr.Send(ctx, peer, tag, out); err != nil {
-					return "", err
+		// stream sends k messages from rank 0, received by rank 1.
+		stream := func(k int) error {
+			for range k {
+				if r == 0 {
+					if err := tr.Send(ctx, peer, tag, out); err != nil {
+						return err
+					}
+				} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
+					return err
 				}
-			} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
-				return "", err
 			}
+			return nil
+		}
+		if err := stream(warm); err != nil {
+			return "", err
 		}
 		start := time.Now()
-		for range iters {
-			if r == 0 {
-				if err := tr.Send(ctx, peer, tag, out); err != nil {
-					return "", err
-				}
-			} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
-				return "", err
-			}
+		if err := stream(iters); err != nil {
+			return "", err
 		}
 		if r == 1 {
 			return "", tr.Send(ctx, peer, ack, nil)
