@@ -12,17 +12,11 @@ package collective
 // Each block is reduced on one rank and then copied, so every rank ends with
 // bitwise-identical values.
 func allReduceHalvingDoubling(b *builder) {
-	c := b.call()
-	n, r, count := b.n, b.r, c.Count
-	if n == 1 {
-		return
-	}
-	buf := all(Out, count)
-	in := b.tmp(count)
-	v, ok := foldIn(b, buf, in)
+	buf, in, v, ok := foldedStart(b)
 	if !ok {
 		return
 	}
+	n, r, count := b.n, b.r, b.call().Count
 	p := floorPow2(n)
 	blocks := func(lo, hi int) Region { // blocks [lo, hi) of p
 		off, _ := split(count, p, lo)

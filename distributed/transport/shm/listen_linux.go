@@ -37,18 +37,9 @@ type Listener struct {
 // Listen validates the arguments, creates this rank's segment in
 // Options.Dir and starts listening on a Unix-domain socket beside it.
 func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, error) {
-	if worldSize < 1 {
-		return nil, fmt.Errorf("shm: world size %d, want >= 1", worldSize)
-	}
-	if rank < 0 || rank >= worldSize {
-		return nil, fmt.Errorf("shm: rank %d out of range [0, %d)", rank, worldSize)
-	}
-	if err := opts.validate(); err != nil {
-		return nil, err
-	}
-	peers, err := mesh.Peers(rank, worldSize, opts.Peers)
+	peers, err := mesh.CheckListen("shm", rank, worldSize, opts.validate, opts.Peers)
 	if err != nil {
-		return nil, fmt.Errorf("shm: rank %d: Options.Peers: %w", rank, err)
+		return nil, err
 	}
 	opts = opts.withDefaults(len(peers) + 1)
 	reclaimStale(opts.Dir, opts.Prefix)

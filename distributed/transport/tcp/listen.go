@@ -29,20 +29,11 @@ type Listener struct {
 // reach: Addr reports the address as bound, and an unspecified host
 // ("" or "0.0.0.0") is reported as such.
 func Listen(ctx context.Context, rank, worldSize int, addr string, opts Options) (*Listener, error) {
-	if worldSize < 1 {
-		return nil, fmt.Errorf("tcp: world size %d, want >= 1", worldSize)
-	}
-	if rank < 0 || rank >= worldSize {
-		return nil, fmt.Errorf("tcp: rank %d out of range [0, %d)", rank, worldSize)
-	}
-	if err := opts.validate(); err != nil {
+	peers, err := mesh.CheckListen("tcp", rank, worldSize, opts.validate, opts.Peers)
+	if err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	peers, err := mesh.Peers(rank, worldSize, opts.Peers)
-	if err != nil {
-		return nil, fmt.Errorf("tcp: rank %d: Options.Peers: %w", rank, err)
-	}
 	lc := net.ListenConfig{KeepAliveConfig: keepAliveConfig(&opts)}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
