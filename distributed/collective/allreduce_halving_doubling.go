@@ -39,11 +39,7 @@ func allReduceHalvingDoubling(b *builder) {
 		got := in.sub(0, keep.Len)
 		b.send(peer, round, give)
 		b.recv(peer, round, got)
-		if pv < v {
-			b.reduce(keep, got, keep)
-		} else {
-			b.reduce(keep, keep, got)
-		}
+		reduceInOrder(b, keep, got, pv < v)
 		round++
 	}
 	b.avg(blocks(v, v+1))

@@ -24,11 +24,7 @@ func allReduceRecursiveDoubling(b *builder) {
 		peer := unfoldRank(pv, n-p)
 		b.send(peer, round, buf)
 		b.recv(peer, round, in)
-		if pv < v {
-			b.reduce(buf, in, buf)
-		} else {
-			b.reduce(buf, buf, in)
-		}
+		reduceInOrder(b, buf, in, pv < v)
 		round++
 	}
 	b.avg(buf)
@@ -47,6 +43,17 @@ func foldedStart(b *builder) (buf, in Region, v int, ok bool) {
 	buf, in = all(Out, count), b.tmp(count)
 	v, ok = foldIn(b, buf, in)
 	return buf, in, v, ok
+}
+
+// reduceInOrder reduces got, a partner's partial result, into mine, the
+// operand of the lower virtual rank first (got's if theirsFirst), so
+// that both partners compute bitwise-identical values.
+func reduceInOrder(b *builder, mine, got Region, theirsFirst bool) {
+	if theirsFirst {
+		b.reduce(mine, got, mine)
+	} else {
+		b.reduce(mine, mine, got)
+	}
 }
 
 // foldIn reduces a group of size n to p = floorPow2(n) virtual ranks: each

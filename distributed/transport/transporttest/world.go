@@ -60,6 +60,19 @@ func ConnectAll[T transport.Transport, L Listener[T]](ctx context.Context, ls []
 	return ts, errs
 }
 
+// ConnectErrors connects the listeners as ConnectAll does, closes the
+// transports that connected, and returns each rank's Connect error: for
+// tests of a setup that must fail.
+func ConnectErrors[T transport.Transport, L Listener[T]](ctx context.Context, ls []L) []error {
+	ts, errs := ConnectAll[T](ctx, ls)
+	for r, tr := range ts {
+		if errs[r] == nil {
+			tr.Close()
+		}
+	}
+	return errs
+}
+
 // WorldOf returns the world of the transports ts once every rank has
 // connected (errs[r] == nil; otherwise it fails tb as Connected does),
 // killing rank r with kill(ts[r]) (no Kill if kill is nil).
