@@ -126,6 +126,17 @@ func recvResult[T any](t *testing.T, ch <-chan T, what string) T {
 	}
 }
 
+// notYet fails t with what msg makes of it if the background call ch
+// stands for returns within the short timeout.
+func notYet[T any](t *testing.T, ch <-chan T, msg func(T) string) {
+	t.Helper()
+	select {
+	case v := <-ch:
+		t.Fatal(msg(v))
+	case <-time.After(short):
+	}
+}
+
 // assertBlocked checks that a Get with a short deadline times out, i.e.
 // key is absent and Get blocks rather than returning early.
 func assertBlocked(t *testing.T, s store.Store, key string) {
@@ -215,11 +226,7 @@ func testGetBlocksUntilSet(t *testing.T, open Opener) {
 	reader, writer := open(t), open(t)
 	assertBlocked(t, reader, "late")
 	ch := goGet(t, ctxLong(t), reader, "late")
-	select {
-	case r := <-ch:
-		t.Fatalf("Get returned %q, %v before the key was set", r.value, r.err)
-	case <-time.After(short):
-	}
+	notYet(t, ch, func(r result) string { return fmt.Sprintf("Get returned %q, %v before the key was set", r.value, r.err) })
 	mustSet(t, writer, "late", []byte("here"))
 	r := recvResult(t, ch, "Get blocked on a key that was then set")
 	if r.err != nil || string(r.value) != "here" {
@@ -304,11 +311,7 @@ func testWaitManyKeys(t *testing.T, open Opener) {
 	for i := n - 1; i >= 1; i-- {
 		mustSet(t, writer, keys[i], []byte(strconv.Itoa(i)))
 	}
-	select {
-	case err := <-ch:
-		t.Fatalf("Wait returned %v with key %q still missing", err, keys[0])
-	case <-time.After(short):
-	}
+	notYet(t, ch, func(err error) string { return fmt.Sprintf("Wait returned %v with key %q still missing", err, keys[0]) })
 	mustSet(t, writer, keys[0], []byte("0"))
 	if err := recvResult(t, ch, "Wait on 50 keys, all set"); err != nil {
 		t.Fatalf("Wait = %v; want nil", err)
@@ -578,11 +581,7 @@ func testDeleteThenSetWakesWaiter(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	ch := goGet(t, ctxLong(t), s, "k")
-	select {
-	case r := <-ch:
-		t.Fatalf("Get of a deleted key returned %q, %v", r.value, r.err)
-	case <-time.After(short):
-	}
+	notYet(t, ch, func(r result) string { return fmt.Sprintf("Get of a deleted key returned %q, %v", r.value, r.err) })
 	mustSet(t, w, "k", []byte("new"))
 	if r := recvResult(t, ch, "Get woken by Set after Delete"); r.err != nil || string(r.value) != "new" {
 		t.Fatalf("Get = %q, %v; want %q", r.value, r.err, "new")

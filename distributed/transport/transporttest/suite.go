@@ -402,34 +402,33 @@ func (s *suite) zeroLength(t *testing.T) {
 func (s *suite) large(t *testing.T) {
 	size := s.cfg.large()
 	payload := Pattern(size, 77)
+	// pair gives each case a world of two, a context and its own tag.
+	pair := func(t *testing.T, seq uint64) (World, context.Context, transport.Tag) {
+		return s.world(t, 2), ctxT(t), transport.Tag{Group: 7, Seq: seq}
+	}
+	check := func(t *testing.T, p []byte) {
+		if !bytes.Equal(p, payload) {
+			t.Fatal(checkPayload(p, 77))
+		}
+	}
 	t.Run("recv-first", func(t *testing.T) {
-		w := s.world(t, 2)
-		ctx := ctxT(t)
-		tag := transport.Tag{Group: 7, Seq: 1}
+		w, ctx, tag := pair(t, 1)
 		done := make(chan error, 1)
 		p := make([]byte, size)
 		go func() { done <- w.Transports[1].Recv(ctx, 0, tag, p) }()
 		must(t, w.Transports[0].Send(ctx, 1, tag, payload))
 		must(t, <-done)
-		if !bytes.Equal(p, payload) {
-			t.Fatal(checkPayload(p, 77))
-		}
+		check(t, p)
 	})
 	t.Run("send-first", func(t *testing.T) {
-		w := s.world(t, 2)
-		ctx := ctxT(t)
-		tag := transport.Tag{Group: 7, Seq: 2}
+		w, ctx, tag := pair(t, 2)
 		must(t, w.Transports[0].Send(ctx, 1, tag, payload))
 		p := make([]byte, size)
 		must(t, w.Transports[1].Recv(ctx, 0, tag, p))
-		if !bytes.Equal(p, payload) {
-			t.Fatal(checkPayload(p, 77))
-		}
+		check(t, p)
 	})
 	t.Run("both-ways", func(t *testing.T) {
-		w := s.world(t, 2)
-		ctx := ctxT(t)
-		tag := transport.Tag{Group: 7, Seq: 3}
+		w, ctx, tag := pair(t, 3)
 		eachRank(t, 2, func(r int) error {
 			tr := w.Transports[r]
 			for k := range 2 {
