@@ -226,7 +226,9 @@ func testGetBlocksUntilSet(t *testing.T, open Opener) {
 	reader, writer := open(t), open(t)
 	assertBlocked(t, reader, "late")
 	ch := goGet(t, ctxLong(t), reader, "late")
-	notYet(t, ch, func(r result) string { return fmt.Sprintf("Get returned %q, %v before the key was set", r.value, r.err) })
+	notYet(t, ch, func(r result) string {
+		return fmt.Sprintf("Get returned %q, %v before the key was set", r.value, r.err)
+	})
 	mustSet(t, writer, "late", []byte("here"))
 	r := recvResult(t, ch, "Get blocked on a key that was then set")
 	if r.err != nil || string(r.value) != "here" {
