@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"fmt"
+	"strconv"
 	"sync"
 )
 
@@ -36,4 +37,20 @@ func Collect(ctx context.Context, st Getter, key func(p int) string, ranks []int
 	}
 	wg.Wait()
 	return snaps
+}
+
+// Claimer is the store operation with which the ranks of a group claim
+// the report of a stuck op (store.Store is one).
+type Claimer interface {
+	CompareAndSwap(ctx context.Context, key string, expected, desired []byte) ([]byte, error)
+}
+
+// Claim reports whether rank me is the one to report op seq of group
+// (whose keys lie under prefix): the first rank to set
+// <prefix>/flight/<group>/reported/<seq> in st. A store that fails counts
+// as a claim: better two reports than none.
+func Claim(ctx context.Context, st Claimer, prefix string, group uint32, seq uint64, me int) bool {
+	mine := []byte(strconv.Itoa(me))
+	got, err := st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", prefix, group, seq), nil, mine)
+	return err != nil || string(got) == string(mine)
 }

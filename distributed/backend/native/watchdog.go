@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -178,9 +177,7 @@ func (w *watchdog) check(reported *uint64) {
 	d := flight.Diagnose(time.Now(), op, g.rank, snaps, g.ranks)
 	ctx, cancel := context.WithTimeout(g.ctx, max(w.tick(), time.Second))
 	defer cancel()
-	me := []byte(strconv.Itoa(g.me))
-	got, err := w.st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", w.prefix, g.id, op.Seq), nil, me)
-	if err == nil && string(got) != string(me) || g.ctx.Err() != nil {
+	if !flight.Claim(ctx, w.st, w.prefix, g.id, op.Seq, g.me) || g.ctx.Err() != nil {
 		// Another waiting rank has reported this op, or the group broke
 		// or closed while this rank looked (the op is over; the claim
 		// failed for that reason, not for a store gone bad).

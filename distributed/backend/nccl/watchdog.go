@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -120,9 +119,7 @@ func (w *watchdog) check(reported *uint64) {
 	defer cancel()
 	snaps := flight.Collect(ctx, w.st, w.key, g.ranks, g.rank, mine)
 	d := flight.Diagnose(time.Now(), op, g.rank, snaps, g.ranks)
-	me := []byte(strconv.Itoa(g.me))
-	got, err := w.st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", w.prefix, g.id, op.Seq), nil, me)
-	if err == nil && string(got) != string(me) || g.ctx.Err() != nil {
+	if !flight.Claim(ctx, w.st, w.prefix, g.id, op.Seq, g.me) || g.ctx.Err() != nil {
 		return
 	}
 	w.opts.Log.Warn(fmt.Sprintf("distributed: watchdog: rank %d: %s", g.me, d.Text))

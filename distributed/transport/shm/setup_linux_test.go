@@ -104,14 +104,10 @@ func TestWrongTokenRefused(t *testing.T) {
 	defer transporttest.CheckGoroutines(t, runtime.NumGoroutine())
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	ls := make([]*Listener, 2)
-	for r, tok := range []string{"right", "wrong"} {
-		l, err := Listen(ctx, r, 2, Options{Token: []byte(tok), Prefix: testPrefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls[r] = l
-	}
+	toks := []string{"right", "wrong"}
+	ls := transporttest.ListenAll(t, ctx, 2, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, 2, Options{Token: []byte(toks[r]), Prefix: testPrefix})
+	})
 	errs := transporttest.ConnectErrors[*Transport](ctx, ls)
 	if !errors.Is(errs[1], transport.ErrAuth) {
 		t.Errorf("dialer: %v, want an error wrapping ErrAuth", errs[1])

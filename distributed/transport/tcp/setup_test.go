@@ -57,14 +57,10 @@ func TestWrongTokenRefused(t *testing.T) {
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	ls := make([]*Listener, 2)
-	for r, tok := range []string{"right", "wrong"} {
-		l, err := Listen(ctx, r, 2, "127.0.0.1:0", Options{Token: []byte(tok), Logger: logger})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls[r] = l
-	}
+	toks := []string{"right", "wrong"}
+	ls := transporttest.ListenAll(t, ctx, 2, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, 2, "127.0.0.1:0", Options{Token: []byte(toks[r]), Logger: logger})
+	})
 	errs := transporttest.ConnectErrors[*Transport](ctx, ls)
 	// Rank 1 dials rank 0 and is refused at once.
 	if !errors.Is(errs[1], transport.ErrAuth) {
@@ -101,14 +97,9 @@ func TestConnectTimeoutNamesMissingRanks(t *testing.T) {
 func TestStrayConnectionDuringSetup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ls := make([]*Listener, 2)
-	for r := range 2 {
-		l, err := Listen(ctx, r, 2, "127.0.0.1:0", Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls[r] = l
-	}
+	ls := transporttest.ListenAll(t, ctx, 2, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, 2, "127.0.0.1:0", Options{})
+	})
 	// Garbage and a big bogus length reach rank 0 before rank 1 does.
 	for _, junk := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n................"),

@@ -549,13 +549,8 @@ func (s *suite) close(t *testing.T) {
 	start := time.Now()
 	must(t, tr.Close())
 	for range pending {
-		select {
-		case err := <-done:
-			if !errors.Is(err, transport.ErrClosed) {
-				t.Errorf("pending Recv returned %v, want ErrClosed", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("pending Recv still blocked 5 s after Close")
+		if err := within(t, done, 5*time.Second, "pending Recv still blocked 5 s after Close"); !errors.Is(err, transport.ErrClosed) {
+			t.Errorf("pending Recv returned %v, want ErrClosed", err)
 		}
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -586,13 +581,8 @@ func (s *suite) cancel(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	start := time.Now()
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("cancelled Recv returned %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("cancelled Recv still blocked after 5 s")
+	if err := within(t, done, 5*time.Second, "cancelled Recv still blocked after 5 s"); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled Recv returned %v, want context.Canceled", err)
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("cancelled Recv took %v to return", d)
@@ -648,12 +638,8 @@ func (s *suite) peerDeath(t *testing.T) {
 			start := time.Now()
 			w.Kill(dead)
 			for range dead {
-				select {
-				case err := <-done:
-					checkPeerError(t, err, dead)
-				case <-time.After(s.cfg.deathTimeout()):
-					t.Fatalf("receive from killed rank %d still blocked after %v", dead, s.cfg.deathTimeout())
-				}
+				err := within(t, done, s.cfg.deathTimeout(), fmt.Sprintf("receive from killed rank %d still blocked after %v", dead, s.cfg.deathTimeout()))
+				checkPeerError(t, err, dead)
 			}
 			t.Logf("death of rank %d reported after %v", dead, time.Since(start))
 			for r := range dead {
@@ -667,6 +653,19 @@ func (s *suite) peerDeath(t *testing.T) {
 				must(t, checkPayload(p, 13))
 			}
 		})
+	}
+}
+
+// within returns the error a call running in the background delivers on
+// done, and fails t with blocked if none comes within d.
+func within(t *testing.T, done <-chan error, d time.Duration, blocked string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatal(blocked)
+		return nil
 	}
 }
 

@@ -31,6 +31,13 @@ func ConnectWorld[T transport.Transport, L Listener[T]](tb testing.TB, n int, li
 	tb.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), setupTimeout)
 	defer cancel()
+	return ConnectAll[T](ctx, ListenAll(tb, ctx, n, listen))
+}
+
+// ListenAll starts the listeners of n ranks, rank r's with listen, and
+// fails tb if one does not start.
+func ListenAll[L any](tb testing.TB, ctx context.Context, n int, listen func(ctx context.Context, rank int) (L, error)) []L {
+	tb.Helper()
 	ls := make([]L, n)
 	for r := range n {
 		l, err := listen(ctx, r)
@@ -39,7 +46,7 @@ func ConnectWorld[T transport.Transport, L Listener[T]](tb testing.TB, n int, li
 		}
 		ls[r] = l
 	}
-	return ConnectAll[T](ctx, ls)
+	return ls
 }
 
 // ConnectAll connects the listeners of a world's ranks, element r being
