@@ -332,42 +332,43 @@ func testAllToAll(ctx context.Context, t *testing.T, pg distributed.ProcessGroup
 	}
 }
 
-func testGather(ctx context.Context, t *testing.T, pg distributed.ProcessGroup, _ Config) {
-	r, world := pg.Rank(), pg.Size()
+// eachRoot runs fn for every dtype and root, n being world+1 elements a
+// rank, named "<dtype>/root=<root>/n=<n>".
+func eachRoot(world int, fn func(name string, dt distributed.DType, root, n int)) {
 	for _, dt := range dtypes {
 		for _, root := range roots(world) {
 			n := world + 1
-			each(fmt.Sprintf("%v/root=%d/n=%d", dt, root, n), func(name string) {
-				in := Buffer(dt, n, func(i int) float64 { return float64(r*10 + i%10) })
-				var out distributed.Buffer
-				if r == root {
-					out = Buffer(dt, world*n, func(int) float64 { return -1 })
-				}
-				if check(t, name+" gather", pg.Gather(ctx, out, in, root).Wait()) && r == root {
-					expect(t, name+" gather", out, func(i int) float64 { return float64(i/n*10 + i%n%10) })
-				}
-			})
+			each(fmt.Sprintf("%v/root=%d/n=%d", dt, root, n), func(name string) { fn(name, dt, root, n) })
 		}
 	}
 }
 
+func testGather(ctx context.Context, t *testing.T, pg distributed.ProcessGroup, _ Config) {
+	r, world := pg.Rank(), pg.Size()
+	eachRoot(world, func(name string, dt distributed.DType, root, n int) {
+		in := Buffer(dt, n, func(i int) float64 { return float64(r*10 + i%10) })
+		var out distributed.Buffer
+		if r == root {
+			out = Buffer(dt, world*n, func(int) float64 { return -1 })
+		}
+		if check(t, name+" gather", pg.Gather(ctx, out, in, root).Wait()) && r == root {
+			expect(t, name+" gather", out, func(i int) float64 { return float64(i/n*10 + i%n%10) })
+		}
+	})
+}
+
 func testScatter(ctx context.Context, t *testing.T, pg distributed.ProcessGroup, _ Config) {
 	r, world := pg.Rank(), pg.Size()
-	for _, dt := range dtypes {
-		for _, root := range roots(world) {
-			n := world + 1
-			each(fmt.Sprintf("%v/root=%d/n=%d", dt, root, n), func(name string) {
-				var in distributed.Buffer
-				if r == root {
-					in = Buffer(dt, world*n, func(i int) float64 { return float64(i/n*10 + i%n%10) })
-				}
-				out := Buffer(dt, n, func(int) float64 { return -1 })
-				if check(t, name+" scatter", pg.Scatter(ctx, out, in, root).Wait()) {
-					expect(t, name+" scatter", out, func(i int) float64 { return float64(r*10 + i%10) })
-				}
-			})
+	eachRoot(world, func(name string, dt distributed.DType, root, n int) {
+		var in distributed.Buffer
+		if r == root {
+			in = Buffer(dt, world*n, func(i int) float64 { return float64(i/n*10 + i%n%10) })
 		}
-	}
+		out := Buffer(dt, n, func(int) float64 { return -1 })
+		if check(t, name+" scatter", pg.Scatter(ctx, out, in, root).Wait()) {
+			expect(t, name+" scatter", out, func(i int) float64 { return float64(r*10 + i%10) })
+		}
+	})
 }
 
 // testSendRecv passes messages around the ring on two tags and receives

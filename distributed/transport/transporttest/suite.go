@@ -66,18 +66,17 @@ const testTimeout = 60 * time.Second
 // Run runs the conformance suite as subtests of t.
 func Run(t *testing.T, newWorld Factory, cfg Config) {
 	s := &suite{newWorld: newWorld, cfg: cfg}
-	t.Run("exchange", s.exchange)
-	t.Run("order", s.order)
-	t.Run("independent-tags", s.independentTags)
-	t.Run("concurrent-senders", s.concurrentSenders)
-	t.Run("zero-length", s.zeroLength)
-	t.Run("large", s.large)
-	t.Run("length-mismatch", s.lengthMismatch)
-	t.Run("invalid-rank", s.invalidRank)
-	t.Run("close", s.close)
-	t.Run("cancel", s.cancel)
-	t.Run("peer-close", s.peerClose)
-	t.Run("peer-death", s.peerDeath)
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"exchange", s.exchange}, {"order", s.order}, {"independent-tags", s.independentTags},
+		{"concurrent-senders", s.concurrentSenders}, {"zero-length", s.zeroLength}, {"large", s.large},
+		{"length-mismatch", s.lengthMismatch}, {"invalid-rank", s.invalidRank}, {"close", s.close},
+		{"cancel", s.cancel}, {"peer-close", s.peerClose}, {"peer-death", s.peerDeath},
+	} {
+		t.Run(c.name, c.run)
+	}
 }
 
 type suite struct {
