@@ -88,37 +88,38 @@ func (g *group) AllToAll(ctx context.Context, out, in distributed.Buffer) distri
 func (g *group) Gather(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
 	c := g.call(collective.Gather, in.DType)
 	c.Count, c.Root = in.Len(), root
-	err := distributed.CheckRoot("gather", root, len(g.ranks))
-	var ob []byte
-	if err == nil && g.rank == root {
-		err = distributed.CheckDTypes("gather", out, in)
-		if err == nil && out.Len() != len(g.ranks)*in.Len() {
-			err = fmt.Errorf("distributed: gather: root's output has %d elements, want %d = %d ranks × %d input elements",
-				out.Len(), len(g.ranks)*in.Len(), len(g.ranks), in.Len())
-		}
-		ob = out.Bytes()
-	} else if err == nil {
-		err = distributed.CheckDTypes("gather", in)
-	}
+	ob, err := g.checkRooted("gather", root, out, in, true)
 	return g.submit(ctx, c, in.Bytes(), ob, err)
 }
 
 func (g *group) Scatter(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
 	c := g.call(collective.Scatter, out.DType)
 	c.Count, c.Root = out.Len(), root
-	err := distributed.CheckRoot("scatter", root, len(g.ranks))
-	var ib []byte
-	if err == nil && g.rank == root {
-		err = distributed.CheckDTypes("scatter", out, in)
-		if err == nil && in.Len() != len(g.ranks)*out.Len() {
-			err = fmt.Errorf("distributed: scatter: root's input has %d elements, want %d = %d ranks × %d output elements",
-				in.Len(), len(g.ranks)*out.Len(), len(g.ranks), out.Len())
-		}
-		ib = in.Bytes()
-	} else if err == nil {
-		err = distributed.CheckDTypes("scatter", out)
-	}
+	ib, err := g.checkRooted("scatter", root, out, in, false)
 	return g.submit(ctx, c, ib, out.Bytes(), err)
+}
+
+// checkRooted checks the buffers of a gather (the root's output whole,
+// the world's inputs one after the other) or a scatter (the root's input
+// whole): on the root both, elsewhere only the part every rank has. It
+// returns the root's whole buffer's bytes (nil on other ranks).
+func (g *group) checkRooted(op string, root int, out, in distributed.Buffer, gather bool) ([]byte, error) {
+	whole, part, wholeName, partName := in, out, "input", "output"
+	if gather {
+		whole, part, wholeName, partName = out, in, "output", "input"
+	}
+	if err := distributed.CheckRoot(op, root, len(g.ranks)); err != nil {
+		return nil, err
+	}
+	if g.rank != root {
+		return nil, distributed.CheckDTypes(op, part)
+	}
+	err := distributed.CheckDTypes(op, out, in)
+	if err == nil && whole.Len() != len(g.ranks)*part.Len() {
+		err = fmt.Errorf("distributed: %s: root's %s has %d elements, want %d = %d ranks × %d %s elements",
+			op, wholeName, whole.Len(), len(g.ranks)*part.Len(), len(g.ranks), part.Len(), partName)
+	}
+	return whole.Bytes(), err
 }
 
 func (g *group) checkPeer(op string, peer, tag int) error {

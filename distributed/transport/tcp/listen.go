@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync"
 
 	"github.com/cohortml/cohort/distributed/transport/internal/demux"
 	"github.com/cohortml/cohort/distributed/transport/internal/handshake"
@@ -20,8 +19,7 @@ type Listener struct {
 	opts            Options
 	peers           []int // ascending
 	ln              *net.TCPListener
-	mu              sync.Mutex
-	used            bool
+	once            mesh.Once
 }
 
 // Listen validates the arguments and starts listening on addr ("host:port";
@@ -62,11 +60,7 @@ func (l *Listener) Close() error { return l.ln.Close() }
 // connections (wrong token, wrong world) are logged and waited past. The
 // listener is closed when Connect returns.
 func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport, error) {
-	l.mu.Lock()
-	used := l.used
-	l.used = true
-	l.mu.Unlock()
-	if used {
+	if !l.once.Use() {
 		return nil, fmt.Errorf("tcp: rank %d: Connect called twice on one listener", l.rank)
 	}
 	defer l.ln.Close()

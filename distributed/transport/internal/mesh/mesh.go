@@ -50,6 +50,22 @@ type result struct {
 	err  error
 }
 
+// Once marks a listener used: its Connect (or, for shm, its Close) may
+// run once. The zero value is unused.
+type Once struct {
+	mu   sync.Mutex
+	used bool
+}
+
+// Use marks it used and reports whether it was unused until then.
+func (o *Once) Use() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	first := !o.used
+	o.used = true
+	return first
+}
+
 // CheckListen checks the arguments of a transport's Listen, in this
 // order: worldSize >= 1, rank in [0, worldSize), validate (the
 // transport's own options), then the peer list peers (see Peers), which
