@@ -82,7 +82,7 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	w, err := box.Post(tag, p)
 	if w != nil {
 		if budget, ok := t.pollBudget(ctx, len(p)); ok && from != t.rank {
-			t.links[from].pollFor(w, budget)
+			t.links[from].pollFor(ctx, w, budget)
 		}
 		err = w.Wait(ctx)
 	}
