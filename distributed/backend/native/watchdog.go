@@ -3,7 +3,6 @@ package native
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -58,14 +57,9 @@ type watchdog struct {
 
 // watch starts g's watchdog unless it has one or opts turn it off.
 func (g *group) watch(st store.Store, prefix string, opts distributed.WatchdogOptions) {
-	if opts.Interval < 0 || st == nil {
+	opts, on := opts.Resolved()
+	if !on || st == nil {
 		return
-	}
-	if opts.Interval == 0 {
-		opts.Interval = distributed.DefaultWatchdog
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
 	}
 	w := &watchdog{g: g, st: st, prefix: prefix, opts: opts}
 	g.flight.mu.Lock()

@@ -3,7 +3,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"log/slog"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -40,14 +39,9 @@ func (g *group) Watch(st store.Store, prefix string, opts distributed.WatchdogOp
 }
 
 func (g *group) watch(st store.Store, prefix string, opts distributed.WatchdogOptions) {
-	if opts.Interval < 0 || st == nil {
+	opts, on := opts.Resolved()
+	if !on || st == nil {
 		return
-	}
-	if opts.Interval == 0 {
-		opts.Interval = distributed.DefaultWatchdog
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
 	}
 	g.mu.Lock()
 	if g.wd != nil || g.closed {
