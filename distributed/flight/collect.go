@@ -3,6 +3,7 @@ package flight
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"strconv"
 	"sync"
 )
@@ -53,4 +54,13 @@ func Claim(ctx context.Context, st Claimer, prefix string, group uint32, seq uin
 	mine := []byte(strconv.Itoa(me))
 	got, err := st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", prefix, group, seq), nil, mine)
 	return err != nil || string(got) == string(mine)
+}
+
+// Survive, deferred by a watchdog's goroutine, stops a panic there: a
+// watchdog bug must not take the job down. It logs the panic, naming
+// rank, and the watchdog stops.
+func Survive(log *slog.Logger, rank int) {
+	if p := recover(); p != nil {
+		log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", rank, p))
+	}
 }

@@ -101,11 +101,7 @@ func (w *watchdog) poll() time.Duration {
 // checks for a stuck op every poll.
 func (w *watchdog) loop() {
 	g := w.g
-	defer func() {
-		if p := recover(); p != nil { // a watchdog bug must not take the job down
-			w.opts.Log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", g.me, p))
-		}
-	}()
+	defer flight.Survive(w.opts.Log, g.me)
 	t := time.NewTicker(w.poll())
 	defer t.Stop()
 	var reported uint64 // the slot+1 of the last op diagnosed

@@ -65,11 +65,7 @@ func (w *watchdog) tick() time.Duration { return max(w.opts.Interval/4, 10*time.
 
 func (w *watchdog) loop() {
 	g := w.g
-	defer func() {
-		if p := recover(); p != nil { // a watchdog bug must not take the job down
-			w.opts.Log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", g.me, p))
-		}
-	}()
+	defer flight.Survive(w.opts.Log, g.me)
 	t := time.NewTicker(w.tick())
 	defer t.Stop()
 	var reported uint64

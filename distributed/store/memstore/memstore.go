@@ -259,26 +259,26 @@ func (s *Store) Close() error {
 
 // Len reports the number of keys set. It is meant for tests and metrics.
 func (s *Store) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, e := range s.entries {
+	return s.sum(func(e *entry) int {
 		if e.set {
-			n++
+			return 1
 		}
-	}
-	return n
+		return 0
+	})
 }
 
 // Waiters reports how many calls are blocked in Get or Wait. It is meant
 // for tests (checking that cancelled callers leave nothing behind) and
 // metrics.
-func (s *Store) Waiters() int {
+func (s *Store) Waiters() int { return s.sum(func(e *entry) int { return e.waiters }) }
+
+// sum adds up f over the entries.
+func (s *Store) sum(f func(e *entry) int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, e := range s.entries {
-		n += e.waiters
+		n += f(e)
 	}
 	return n
 }
