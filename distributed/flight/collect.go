@@ -6,6 +6,7 @@ import (
 	"log/slog"
 	"strconv"
 	"sync"
+	"time"
 )
 
 // Getter reads one key of the job's store (store.Store is one).
@@ -63,4 +64,20 @@ func Survive(log *slog.Logger, rank int) {
 	if p := recover(); p != nil {
 		log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", rank, p))
 	}
+}
+
+// Setter writes one key of the job's store (store.Store is one).
+type Setter interface {
+	Set(ctx context.Context, key string, value []byte) error
+}
+
+// Publish sets s, a rank's heartbeat published every tick, under key in
+// st: best effort (a store that is slow or gone shows as a stale
+// heartbeat), waiting at most a tick or a second, whichever is longer,
+// and not past ctx.
+func Publish(ctx context.Context, st Setter, key string, s Snapshot, tick time.Duration) {
+	s.Every = int64(tick)
+	ctx, cancel := context.WithTimeout(ctx, max(tick, time.Second))
+	defer cancel()
+	_ = st.Set(ctx, key, Encode(s))
 }

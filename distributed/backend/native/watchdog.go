@@ -127,11 +127,7 @@ func (w *watchdog) loop() {
 // publish sets this rank's heartbeat (best effort: a store that is slow
 // or gone shows as a stale heartbeat).
 func (w *watchdog) publish() {
-	s := w.g.flight.snapshot(w.g, flightHeartbeatOps)
-	s.Every = int64(w.tick())
-	ctx, cancel := context.WithTimeout(w.g.ctx, max(w.tick(), time.Second))
-	defer cancel()
-	_ = w.st.Set(ctx, w.key(w.g.rank), flight.Encode(s))
+	flight.Publish(w.g.ctx, w.st, w.key(w.g.rank), w.g.flight.snapshot(w.g, flightHeartbeatOps), w.tick())
 }
 
 // check diagnoses this rank's running op once it has run for Interval.

@@ -89,11 +89,7 @@ func (w *watchdog) snapshot(n int) flight.Snapshot {
 }
 
 func (w *watchdog) publish() {
-	s := w.snapshot(heartbeatOps)
-	s.Every = int64(w.tick())
-	ctx, cancel := context.WithTimeout(w.g.ctx, max(w.tick(), time.Second))
-	defer cancel()
-	_ = w.st.Set(ctx, w.key(w.g.rank), flight.Encode(s))
+	flight.Publish(w.g.ctx, w.st, w.key(w.g.rank), w.snapshot(heartbeatOps), w.tick())
 }
 
 func (w *watchdog) check(reported *uint64) {
