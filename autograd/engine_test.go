@@ -4,29 +4,11 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"testing"
 
 	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
-
-func mustPanic(t *testing.T, f func(), fragments ...string) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		r := recover()
-		if r == nil {
-			t.Fatalf("no panic, want one mentioning %q", fragments)
-		}
-		msg := fmt.Sprint(r)
-		for _, f := range fragments {
-			if !strings.Contains(msg, f) {
-				t.Errorf("panic %q does not mention %q", msg, f)
-			}
-		}
-	}()
-	f()
-}
 
 // mlp builds a 3-layer MLP whose layers log when their backward runs, and
 // registers a hook on every parameter that logs when it fires.
@@ -194,7 +176,7 @@ func TestNoGradAndDetach(t *testing.T) {
 	if got := w.Grad.Data()[0]; got != 2 {
 		t.Errorf("gradient through a detached factor: %g, want 2 (w·detach(w))", got)
 	}
-	mustPanic(t, func() { y.SetRequiresGrad(false) }, "autograd", "non-leaf")
+	tensortest.MustPanic(t, func() { y.SetRequiresGrad(false) }, "autograd", "non-leaf")
 }
 
 func TestUnusedLeafGetsZeroGrad(t *testing.T) {
@@ -214,17 +196,17 @@ func TestUnusedLeafGetsZeroGrad(t *testing.T) {
 
 func TestBackwardMisuse(t *testing.T) {
 	w := NewVar(tensor.Full(1, 2), true)
-	mustPanic(t, func() { Backward(Mul(w, w)) }, "autograd", "non-scalar", "[2]")
-	mustPanic(t, func() { Backward(NewVar(tensor.Scalar(1), false)) }, "does not require grad")
+	tensortest.MustPanic(t, func() { Backward(Mul(w, w)) }, "autograd", "non-scalar", "[2]")
+	tensortest.MustPanic(t, func() { Backward(NewVar(tensor.Scalar(1), false)) }, "does not require grad")
 	y := Sum(Mul(w, w))
 	Backward(y)
-	mustPanic(t, func() { Backward(y) }, "already differentiated")
+	tensortest.MustPanic(t, func() { Backward(y) }, "already differentiated")
 	bad := Record("bad", tensor.New(2), []*Var{w}, func(g *tensor.Tensor) []*tensor.Tensor {
 		return []*tensor.Tensor{tensor.New(3)}
 	})
-	mustPanic(t, func() { Backward(Sum(bad)) }, "bad backward", "[3]", "[2]")
-	mustPanic(t, func() { Linear(NewVar(tensor.New(2, 3), false), w, nil) }, "autograd: Linear", "[2 3]", "[2]")
-	mustPanic(t, func() { CrossEntropy(NewVar(tensor.New(2, 3), true), []int64{0, 3}, CrossEntropyOptions{}) }, "CrossEntropy", "target 3", "position 1")
+	tensortest.MustPanic(t, func() { Backward(Sum(bad)) }, "bad backward", "[3]", "[2]")
+	tensortest.MustPanic(t, func() { Linear(NewVar(tensor.New(2, 3), false), w, nil) }, "autograd: Linear", "[2 3]", "[2]")
+	tensortest.MustPanic(t, func() { CrossEntropy(NewVar(tensor.New(2, 3), true), []int64{0, 3}, CrossEntropyOptions{}) }, "CrossEntropy", "target 3", "position 1")
 }
 
 func TestCrossEntropyAllIgnoredIsNaN(t *testing.T) {
@@ -379,7 +361,7 @@ func TestSetGradBuffer(t *testing.T) {
 			}
 		}
 	}
-	mustPanic(t, func() { w1.SetGradBuffer(tensor.New(4, 5)) }, "SetGradBuffer", "[4 5]", "[5 4]")
+	tensortest.MustPanic(t, func() { w1.SetGradBuffer(tensor.New(4, 5)) }, "SetGradBuffer", "[4 5]", "[5 4]")
 }
 
 // TestLeafOpRunsWhenReady: an op on a parameter alone (a mask of the

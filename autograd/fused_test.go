@@ -6,17 +6,35 @@ import (
 	"github.com/cohortml/cohort/tensor"
 )
 
+// fusedCase is a fused op on inputs of the given shapes and the
+// composition of the ops it fuses.
+type fusedCase struct {
+	name   string
+	shapes [][]int
+	fused  func(v []*Var) *Var
+	plain  func(v []*Var) *Var
+	tol    float32 // on values (relative to 1+|want|); gradients get max(tol, 1e-6)
+}
+
+// linearActCase is the case of fused, a Linear followed by act, with a
+// bias when shapes has one (a third entry).
+func linearActCase(name string, shapes [][]int, fused func(x, w, b *Var) *Var, act func(*Var) *Var) fusedCase {
+	bias := func(v []*Var) *Var {
+		if len(v) > 2 {
+			return v[2]
+		}
+		return nil
+	}
+	return fusedCase{name, shapes,
+		func(v []*Var) *Var { return fused(v[0], v[1], bias(v)) },
+		func(v []*Var) *Var { return act(Linear(v[0], v[1], bias(v))) }, 0}
+}
+
 // TestFusedOps checks each fused op against the composition of the ops it
 // fuses (which TestGradCheck covers): equal values and equal gradients for
 // every input, including accumulation into existing gradients.
 func TestFusedOps(t *testing.T) {
-	cases := []struct {
-		name   string
-		shapes [][]int
-		fused  func(v []*Var) *Var
-		plain  func(v []*Var) *Var
-		tol    float32 // on values (relative to 1+|want|); gradients get max(tol, 1e-6)
-	}{
+	cases := []fusedCase{
 		{"conv2d_relu", [][]int{{3, 2, 7, 6}, {4, 2, 3, 3}, {4}},
 			func(v []*Var) *Var { return Conv2dReLU(v[0], v[1], v[2], 1, 1) },
 			func(v []*Var) *Var { return ReLU(Conv2d(v[0], v[1], v[2], 1, 1)) }, 0},
@@ -29,18 +47,10 @@ func TestFusedOps(t *testing.T) {
 		{"conv2d_relu_maxpool3_odd", [][]int{{2, 2, 11, 10}, {3, 2, 2, 2}, {3}},
 			func(v []*Var) *Var { return Conv2dReLUMaxPool2d(v[0], v[1], v[2], 1, 0, 3) },
 			func(v []*Var) *Var { return MaxPool2d(ReLU(Conv2d(v[0], v[1], v[2], 1, 0)), 3, 3, 0) }, 0},
-		{"linear_relu", [][]int{{5, 7}, {6, 7}, {6}},
-			func(v []*Var) *Var { return LinearReLU(v[0], v[1], v[2]) },
-			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], v[2])) }, 0},
-		{"linear_relu_3d_nobias", [][]int{{2, 3, 4}, {5, 4}},
-			func(v []*Var) *Var { return LinearReLU(v[0], v[1], nil) },
-			func(v []*Var) *Var { return ReLU(Linear(v[0], v[1], nil)) }, 0},
-		{"linear_gelu_tanh", [][]int{{5, 7}, {9, 7}, {9}},
-			func(v []*Var) *Var { return LinearGELUTanh(v[0], v[1], v[2]) },
-			func(v []*Var) *Var { return GELUTanh(Linear(v[0], v[1], v[2])) }, 0},
-		{"linear_gelu_tanh_3d_nobias", [][]int{{2, 3, 8}, {16, 8}},
-			func(v []*Var) *Var { return LinearGELUTanh(v[0], v[1], nil) },
-			func(v []*Var) *Var { return GELUTanh(Linear(v[0], v[1], nil)) }, 0},
+		linearActCase("linear_relu", [][]int{{5, 7}, {6, 7}, {6}}, LinearReLU, ReLU),
+		linearActCase("linear_relu_3d_nobias", [][]int{{2, 3, 4}, {5, 4}}, LinearReLU, ReLU),
+		linearActCase("linear_gelu_tanh", [][]int{{5, 7}, {9, 7}, {9}}, LinearGELUTanh, GELUTanh),
+		linearActCase("linear_gelu_tanh_3d_nobias", [][]int{{2, 3, 8}, {16, 8}}, LinearGELUTanh, GELUTanh),
 		// r + b is added before the product rather than after: float32
 		// rounding differs.
 		{"add_linear", [][]int{{2, 3, 6}, {4, 6}, {4}, {2, 3, 4}},

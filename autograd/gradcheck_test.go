@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 7)) }
@@ -93,7 +94,7 @@ func gradCheck(t *testing.T, rng *rand.Rand, inputs []*tensor.Tensor, f func(v [
 			t.Fatalf("input %d: gradient shape %v, want %v", i, g.Shape(), x.Shape())
 		}
 		bad := 0
-		forEachIndex(x.Shape(), func(idx []int) {
+		tensortest.ForEachIndex(x.Shape(), func(idx []int) {
 			old := x.At(idx...)
 			x.Set(old+h, idx...)
 			fp := eval()
@@ -109,24 +110,6 @@ func gradCheck(t *testing.T, rng *rand.Rand, inputs []*tensor.Tensor, f func(v [
 				bad++
 			}
 		})
-	}
-}
-
-func forEachIndex(shape []int, f func([]int)) {
-	n := 1
-	for _, s := range shape {
-		n *= s
-	}
-	idx := make([]int, len(shape))
-	for k := 0; k < n; k++ {
-		f(idx)
-		for d := len(shape) - 1; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < shape[d] {
-				break
-			}
-			idx[d] = 0
-		}
 	}
 }
 

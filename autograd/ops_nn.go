@@ -15,13 +15,7 @@ import (
 // [O, C, KH, KW] and bias [O] (nil for none), equal stride and zero padding
 // on both axes: [N, O, OH, OW].
 func Conv2d(x, w, b *Var, stride, padding int) *Var {
-	var bv *tensor.Tensor
-	inputs := []*Var{x, w}
-	if b != nil {
-		bv = b.Value
-		inputs = append(inputs, b)
-	}
-	dt := castOf(x.Value.Device(), x, w)
+	bv, inputs, dt := convOperands(x, w, b)
 	y := tensor.Conv2dAs(dt, x.Value, w.Value, bv, stride, padding)
 	xv, wv := x.Value, w.Value
 	return record("Conv2d", y, inputs, func(g *tensor.Tensor, s *sink) {
@@ -30,19 +24,26 @@ func Conv2d(x, w, b *Var, stride, padding int) *Var {
 	})
 }
 
-// Conv2dReLU returns max(Conv2d(x, w, b, stride, padding), 0) as one op:
-// the ReLU is applied as the convolution's output is written, and its
-// gradient mask is applied as the backward pass reads the output gradient,
-// so no pre-activation tensor is kept. Values and gradients equal those of
-// Conv2d followed by ReLU.
-func Conv2dReLU(x, w, b *Var, stride, padding int) *Var {
+// convOperands returns a convolution's bias value (nil for none), its
+// recorded inputs (x, w and b when there is one) and the dtype its
+// products run in.
+func convOperands(x, w, b *Var) (*tensor.Tensor, []*Var, tensor.DType) {
 	var bv *tensor.Tensor
 	inputs := []*Var{x, w}
 	if b != nil {
 		bv = b.Value
 		inputs = append(inputs, b)
 	}
-	dt := castOf(x.Value.Device(), x, w)
+	return bv, inputs, castOf(x.Value.Device(), x, w)
+}
+
+// Conv2dReLU returns max(Conv2d(x, w, b, stride, padding), 0) as one op:
+// the ReLU is applied as the convolution's output is written, and its
+// gradient mask is applied as the backward pass reads the output gradient,
+// so no pre-activation tensor is kept. Values and gradients equal those of
+// Conv2d followed by ReLU.
+func Conv2dReLU(x, w, b *Var, stride, padding int) *Var {
+	bv, inputs, dt := convOperands(x, w, b)
 	y := tensor.Conv2dReLUAs(dt, x.Value, w.Value, bv, stride, padding)
 	xv, wv := x.Value, w.Value
 	return record("Conv2dReLU", y, inputs, func(g *tensor.Tensor, s *sink) {
@@ -65,13 +66,7 @@ func Conv2dReLUMaxPool2d(x, w, b *Var, stride, padding, pool int) *Var {
 	if !x.Value.Device().IsCPU() {
 		return MaxPool2d(Conv2dReLU(x, w, b, stride, padding), pool, pool, 0)
 	}
-	var bv *tensor.Tensor
-	inputs := []*Var{x, w}
-	if b != nil {
-		bv = b.Value
-		inputs = append(inputs, b)
-	}
-	dt := castOf(x.Value.Device(), x, w)
+	bv, inputs, dt := convOperands(x, w, b)
 	y, arg := tensor.Conv2dReLUMaxPool2dAs(dt, x.Value, w.Value, bv, stride, padding, pool)
 	xv, wv := x.Value, w.Value
 	return record("Conv2dReLUMaxPool2d", y, inputs, func(g *tensor.Tensor, s *sink) {
@@ -201,12 +196,12 @@ func Dropout(x *Var, p float64, rng *rand.Rand) *Var {
 	})
 }
 
-// LayerNorm normalises x over its last dimension (biased variance) and
-// applies the affine weight w and bias b ([D] each, nil for none).
-func LayerNorm(x, w, b *Var, eps float64) *Var {
-	var wv, bv *tensor.Tensor
-	inputs := []*Var{x}
-	wi, bi := -1, -1
+// affineOperands returns a normalisation's weight and bias values (nil for
+// none), its recorded inputs (x, then w and b where given) and the
+// indices of w and b among them (-1 for none).
+func affineOperands(x, w, b *Var) (wv, bv *tensor.Tensor, inputs []*Var, wi, bi int) {
+	inputs = []*Var{x}
+	wi, bi = -1, -1
 	if w != nil {
 		wv, wi = w.Value, len(inputs)
 		inputs = append(inputs, w)
@@ -215,6 +210,13 @@ func LayerNorm(x, w, b *Var, eps float64) *Var {
 		bv, bi = b.Value, len(inputs)
 		inputs = append(inputs, b)
 	}
+	return wv, bv, inputs, wi, bi
+}
+
+// LayerNorm normalises x over its last dimension (biased variance) and
+// applies the affine weight w and bias b ([D] each, nil for none).
+func LayerNorm(x, w, b *Var, eps float64) *Var {
+	wv, bv, inputs, wi, bi := affineOperands(x, w, b)
 	// On the CPU the row statistics are host slices; on a device they
 	// stay there as tensors (meanT, rstdT).
 	var y, meanT, rstdT *tensor.Tensor
@@ -328,17 +330,7 @@ func BatchNorm(x, w, b *Var, runMean, runVar *tensor.Tensor, o BatchNormOptions)
 	for c, v := range variance {
 		scale[c] = 1 / math.Sqrt(v+o.Eps)
 	}
-	var wv, bv *tensor.Tensor
-	inputs := []*Var{x}
-	wi, bi := -1, -1
-	if w != nil {
-		wv, wi = w.Value, len(inputs)
-		inputs = append(inputs, w)
-	}
-	if b != nil {
-		bv, bi = b.Value, len(inputs)
-		inputs = append(inputs, b)
-	}
+	wv, bv, inputs, wi, bi := affineOperands(x, w, b)
 	y := tensor.BatchNormApply(xv, wv, bv, mean, scale)
 	return record("BatchNorm", y, inputs, func(g *tensor.Tensor, s *sink) {
 		dx, dw, db := tensor.BatchNormBackward(g, xv, wv, mean, scale, o.Training)

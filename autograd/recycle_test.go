@@ -2,6 +2,7 @@ package autograd
 
 import (
 	"math"
+	"math/rand/v2"
 	"runtime"
 	"testing"
 
@@ -28,6 +29,46 @@ func recycleChain(x *Var, ws, bs []*Var, target []int64, transient bool) *Var {
 	return CrossEntropy(out, target, CrossEntropyOptions{})
 }
 
+// classBatch draws a [batch, in] input (needing a gradient when grad is
+// set) and batch class targets in [0, 10).
+func classBatch(rng *rand.Rand, batch, in int, grad bool) (*Var, []int64) {
+	x := NewVar(randn(rng, batch, in), grad)
+	target := make([]int64, batch)
+	for i := range target {
+		target[i] = int64(rng.IntN(10))
+	}
+	return x, target
+}
+
+// linearParams draws the weights and biases of a chain of Linear layers
+// of the given widths (sizes[0] in, sizes[len(sizes)-1] out).
+func linearParams(rng *rand.Rand, sizes []int) (ws, bs []*Var) {
+	for i := 0; i+1 < len(sizes); i++ {
+		ws = append(ws, NewVar(randn(rng, sizes[i+1], sizes[i]), true))
+		bs = append(bs, NewVar(randn(rng, sizes[i+1]), true))
+	}
+	return ws, bs
+}
+
+// zeroGrads zeroes the gradients of every parameter of every list.
+func zeroGrads(lists ...[]*Var) {
+	for _, ps := range lists {
+		for _, p := range ps {
+			p.ZeroGrad()
+		}
+	}
+}
+
+// descend takes a gradient step (rate 0.1) on every parameter of every
+// list, so that the next training step's values differ.
+func descend(lists ...[]*Var) {
+	for _, ps := range lists {
+		for _, p := range ps {
+			tensor.AddScaled(p.Value, -0.1, p.Grad)
+		}
+	}
+}
+
 // TestRecycleMatchesFresh runs several training steps of a chain whose
 // intermediate activations and gradients are recycled into later tensors,
 // and checks every gradient bitwise against the same steps with nothing
@@ -40,25 +81,14 @@ func TestRecycleMatchesFresh(t *testing.T) {
 	build := func() model {
 		rng := newRNG(3)
 		var m model
-		for i := 0; i+1 < len(sizes); i++ {
-			m.ws = append(m.ws, NewVar(randn(rng, sizes[i+1], sizes[i]), true))
-			m.bs = append(m.bs, NewVar(randn(rng, sizes[i+1]), true))
-		}
+		m.ws, m.bs = linearParams(rng, sizes)
 		return m
 	}
 	a, b := build(), build()
 	rng := newRNG(4)
 	for step := range 4 {
-		x := NewVar(randn(rng, batch, sizes[0]), false)
-		target := make([]int64, batch)
-		for i := range target {
-			target[i] = int64(rng.IntN(10))
-		}
-		for _, m := range []model{a, b} {
-			for _, p := range append(m.ws, m.bs...) {
-				p.ZeroGrad()
-			}
-		}
+		x, target := classBatch(rng, batch, sizes[0], false)
+		zeroGrads(append(a.ws, a.bs...), append(b.ws, b.bs...))
 		la := recycleChain(x, a.ws, a.bs, target, true)
 		Backward(la)
 		lb := recycleChain(x, b.ws, b.bs, target, false)
@@ -74,10 +104,8 @@ func TestRecycleMatchesFresh(t *testing.T) {
 					t.Fatalf("step %d: parameter %d gradient element %d: %v with recycling, %v without", step, i, j, pd[j], qd[j])
 				}
 			}
-			// An update, so the next step's values differ.
-			tensor.AddScaled(p.Value, -0.1, p.Grad)
-			tensor.AddScaled(q.Value, -0.1, q.Grad)
 		}
+		descend(append(a.ws, a.bs...), append(b.ws, b.bs...))
 	}
 }
 

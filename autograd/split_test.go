@@ -6,6 +6,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // splitNet is a small transformer-like graph: a tied embedding, a Linear
@@ -60,9 +61,9 @@ func TestBackwardSplit(t *testing.T) {
 			t.Errorf("weight %d: gradient after the input pass", i)
 		}
 	}
-	mustPanic(t, func() { Backward(out) }, "already differentiated")
+	tensortest.MustPanic(t, func() { Backward(out) }, "already differentiated")
 	wpass()
-	mustPanic(t, wpass, "run twice")
+	tensortest.MustPanic(t, wpass, "run twice")
 	lnb.Grad = tensor.Sub(lnb.Grad, tensor.Full(1, 6))
 	pairs := []struct {
 		name      string
@@ -102,7 +103,7 @@ func TestBackwardSplitEdges(t *testing.T) {
 	if w.Grad == nil || w.Grad.Data()[0] != 5 {
 		t.Errorf("leaf weight: gradient %v after the weight pass, want 5s", w.Grad)
 	}
-	mustPanic(t, func() { BackwardSplit(frozen, tensor.Full(1, 3), nil) }, "does not require grad")
+	tensortest.MustPanic(t, func() { BackwardSplit(frozen, tensor.Full(1, 3), nil) }, "does not require grad")
 }
 
 // TestBackwardSplitRecycles: BackwardSplit recycles storage as Backward
@@ -120,10 +121,7 @@ func TestBackwardSplitRecycles(t *testing.T) {
 	build := func() model {
 		rng := newRNG(3)
 		var m model
-		for i := 0; i+1 < len(sizes); i++ {
-			m.ws = append(m.ws, NewVar(randn(rng, sizes[i+1], sizes[i]), true))
-			m.bs = append(m.bs, NewVar(randn(rng, sizes[i+1]), true))
-		}
+		m.ws, m.bs = linearParams(rng, sizes)
 		m.ln = []*Var{NewVar(randn(rng, sizes[1]), true), NewVar(randn(rng, sizes[1]), true)}
 		return m
 	}
@@ -157,16 +155,8 @@ func TestBackwardSplitRecycles(t *testing.T) {
 	a, b := build(), build()
 	rng := newRNG(4)
 	for step := range 4 {
-		x := NewVar(randn(rng, batch, sizes[0]), true)
-		target := make([]int64, batch)
-		for i := range target {
-			target[i] = int64(rng.IntN(10))
-		}
-		for _, m := range []model{a, b} {
-			for _, p := range params(m) {
-				p.ZeroGrad()
-			}
-		}
+		x, target := classBatch(rng, batch, sizes[0], true)
+		zeroGrads(params(a), params(b))
 		la := chain(a, x, target, true)
 		wpass := BackwardSplit(la, tensor.Full(1), params(a))
 		dx := x.Grad.Clone()
@@ -187,11 +177,7 @@ func TestBackwardSplitRecycles(t *testing.T) {
 				}
 			}
 		}
-		for i, p := range params(a) {
-			q := params(b)[i]
-			tensor.AddScaled(p.Value, -0.1, p.Grad)
-			tensor.AddScaled(q.Value, -0.1, q.Grad)
-		}
+		descend(params(a), params(b))
 	}
 	if raceEnabled {
 		return // the race detector changes allocation

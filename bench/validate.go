@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strconv"
 	"strings"
 	"time"
@@ -18,7 +19,7 @@ import (
 	"github.com/cohortml/cohort/plan"
 )
 
-const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--dry-run]
+const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--gpt PROGRAM] [--dry-run]
 
 Checks the predictions against runs on this machine: for every layout of
 GPT-mini that a benchmark measures at each world size in --ranks (data
@@ -31,9 +32,14 @@ whether the layout the planner ranks first at each world size is the
 measured best. Without --device it first profiles this machine (two
 traced two-stage GPT-mini pipeline runs, microbatches of 4 and 32
 sequences, as cohort plan profile reads them); --dry-run prints the
-predictions and the commands without running them. The ranks of a run
-should have a core each. Tensor parallelism has no benchmark yet and is
-left out.
+predictions and the commands without running them. Tensor parallelism
+(tp = ranks, and dp 2 × tp 2 at 4 ranks, 32 sequences per replica) is
+timed by examples/gpt under cohort run: --gpt names its executable, or
+its package, built once (default ./examples/gpt, from the module's
+root); it runs 2·--steps steps and the rate of the second half is
+measured. A run with more ranks than this machine has cores is marked
+oversubscribed: the planner is told the cores (plan.Cluster.Cores) and
+shares them among the ranks.
 
 flags:
 `
@@ -43,6 +49,7 @@ type validateRun struct {
 	ranks  int
 	layout plan.Layout
 	model  *plan.Model
+	bench  string // train, pipeline or gpt: which output parseBench reads
 	args   []string
 }
 
@@ -57,15 +64,16 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 		fs.PrintDefaults()
 	}
 	var (
-		device, fabric, ranksFlag string
-		steps                     int
-		dry                       bool
-		timeout                   time.Duration
+		device, fabric, ranksFlag, gpt string
+		steps                          int
+		dry                            bool
+		timeout                        time.Duration
 	)
 	fs.StringVar(&device, "device", "", "this machine's device file (cohort plan profile); default: profile it first")
 	fs.StringVar(&fabric, "fabric", "local", "the fabric between this machine's ranks")
 	fs.StringVar(&ranksFlag, "ranks", "1,2,4", "world sizes to run")
 	fs.IntVar(&steps, "steps", 20, "timed steps per run")
+	fs.StringVar(&gpt, "gpt", "./examples/gpt", "examples/gpt's executable, or its Go package (built once), for the tensor-parallel runs; \"\": none")
 	fs.BoolVar(&dry, "dry-run", false, "print the predictions and commands, run nothing")
 	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "bound on each run")
 	if err := fs.Parse(args); err != nil {
@@ -104,6 +112,16 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 		}
 		ranks = append(ranks, n)
 	}
+	cores := runtime.NumCPU()
+	gptExe := gpt
+	if gpt != "" && !dry {
+		var cleanup func()
+		if gptExe, cleanup, err = buildProgram(gpt); err != nil {
+			fmt.Fprintf(stderr, "cohort plan validate: no tensor-parallel runs: %v\n", err)
+			gptExe = ""
+		}
+		defer cleanup()
+	}
 	var runs []validateRun
 	st := strconv.Itoa(steps)
 	for _, n := range ranks {
@@ -115,7 +133,7 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 			shards = []string{"none"}
 		}
 		for _, sh := range shards {
-			runs = append(runs, validateRun{ranks: n, model: dpModel,
+			runs = append(runs, validateRun{ranks: n, model: dpModel, bench: "train",
 				layout: plan.Layout{DP: n, PP: 1, TP: 1, Shard: sh, Microbatches: 1, Schedule: "none", Virtual: 1},
 				args:   []string{"bench", "train", "--model", "gpt", "--world", strconv.Itoa(n), "--shard", sh, "--steps", st}})
 		}
@@ -128,10 +146,32 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 			if n*sc.Virtual > ppModel.Layers {
 				continue
 			}
-			runs = append(runs, validateRun{ranks: n, model: ppModel,
+			runs = append(runs, validateRun{ranks: n, model: ppModel, bench: "pipeline",
 				layout: plan.Layout{DP: 1, PP: n, TP: 1, Shard: "none", Microbatches: 8, Schedule: sc.Schedule, Virtual: sc.Virtual},
 				args: []string{"bench", "pipeline", "--stages", strconv.Itoa(n), "--schedule", sc.Schedule, "--virtual", strconv.Itoa(sc.Virtual),
 					"--microbatches", "8", "--batch", "32", "--steps", st}})
+		}
+		// tensor parallelism: examples/gpt under cohort run, 32
+		// sequences per replica
+		if gptExe == "" {
+			continue
+		}
+		for _, dp := range []int{1, 2} {
+			tp := n / dp
+			if n%dp != 0 || tp < 2 {
+				continue
+			}
+			tpModel, _ := plan.NamedModel("gpt")
+			tpModel.GlobalBatch = 32 * dp
+			args := []string{"run", "--nproc-per-node", strconv.Itoa(n)}
+			if n > cores {
+				args = append(args, "--oversubscribe")
+			}
+			args = append(args, gptExe, "-dp", strconv.Itoa(dp), "-tp", strconv.Itoa(tp), "-steps", strconv.Itoa(2*steps),
+				"-log-every", st, "-eval-every", "0")
+			runs = append(runs, validateRun{ranks: n, model: tpModel, bench: "gpt",
+				layout: plan.Layout{DP: dp, PP: 1, TP: tp, Shard: "none", Microbatches: 1, Schedule: "none", Virtual: 1},
+				args:   args})
 		}
 	}
 	type outcome struct {
@@ -142,12 +182,15 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 	var outs []outcome
 	worstTok, worstMem := 0.0, 0.0
 	for _, r := range runs {
-		env := &plan.Env{Model: r.model, Device: dev, Fabric: fab, Cluster: plan.Cluster{Nodes: 1, ProcsPerNode: r.ranks}}
+		env := &plan.Env{Model: r.model, Device: dev, Fabric: fab, Cluster: plan.Cluster{Nodes: 1, ProcsPerNode: r.ranks, Cores: cores}}
 		pred, err := plan.Predict(env, r.layout)
 		if err != nil {
 			return fail(err)
 		}
 		line := fmt.Sprintf("validate: %v predicted tokens/s %.0f", r.layout, pred.TokensPerSec)
+		if r.ranks > cores {
+			line = fmt.Sprintf("validate: %v (oversubscribed: %d ranks on %d cores) predicted tokens/s %.0f", r.layout, r.ranks, cores, pred.TokensPerSec)
+		}
 		if dry {
 			fmt.Fprintf(stdout, "%s  # cohort %s\n", line, strings.Join(r.args, " "))
 			continue
@@ -159,7 +202,7 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("cohort %s: %w\n%s", strings.Join(r.args, " "), err, tail(string(outb), 2000)))
 		}
 		o := outcome{run: r, pred: pred}
-		if o.measured, o.stateMeas, err = parseBench(string(outb), r.args[1]); err != nil {
+		if o.measured, o.stateMeas, err = parseBench(string(outb), r.bench); err != nil {
 			return fail(fmt.Errorf("cohort %s: %w", strings.Join(r.args, " "), err))
 		}
 		rel := (pred.TokensPerSec - o.measured) / o.measured
@@ -167,6 +210,9 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 			worstTok = rel
 		}
 		line += fmt.Sprintf(" measured %.0f error %+.1f%%", o.measured, 100*rel)
+		if l, ok := loadAverage(); ok {
+			line += fmt.Sprintf(" load %.2f", l) // the machine's other work: a load above the cores disturbs the figure
+		}
 		if o.stateMeas > 0 {
 			// bench train's state-bytes/rank is the optimizer state
 			mrel := (float64(pred.Memory.Optimizer) - o.stateMeas) / o.stateMeas
@@ -211,8 +257,9 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 // runs').
 func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer) (*plan.Device, error) {
 	m, _ := plan.NamedModel("gpt")
-	dev := &plan.Device{Name: "this-machine", MemoryBytes: 8 << 30, MemoryBandwidth: 10e9,
-		Source: "cohort plan validate: fp32 rates of whole layers measured from traced pipeline runs; memory figures not measured"}
+	dev := &plan.Device{Name: "this-machine", MemoryBytes: 8 << 30,
+		Source: "cohort plan validate: fp32 rates of whole layers, and memory_bandwidth as the rate of the step outside the pipeline (AdamW, clipping, the batch), measured from traced pipeline runs; memory_bytes not measured"}
+	var rates []float64
 	dir, err := os.MkdirTemp("", "cohort-plan-profile-")
 	if err != nil {
 		return nil, err
@@ -236,9 +283,24 @@ func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer)
 		if err != nil {
 			return nil, err
 		}
-		fmt.Fprintf(stderr, "cohort plan validate: profiled microbatches of %d: %.3g FLOP/s\n", run.batch/run.microbatches, ms.Rate)
+		outside, err := OutsideSeconds(tdir)
+		if err != nil {
+			return nil, err
+		}
+		rate, err := plan.MeasureOptimizer(m, outside)
+		if err != nil {
+			return nil, err
+		}
+		rates = append(rates, rate)
+		outMs := make([]string, len(outside))
+		for i, o := range outside {
+			outMs[i] = fmt.Sprintf("%.2f", o*1e3)
+		}
+		fmt.Fprintf(stderr, "cohort plan validate: profiled microbatches of %d: %.3g FLOP/s; outside the pipeline, ms per step by rank, %s: optimizer %.3g bytes/s\n",
+			run.batch/run.microbatches, ms.Rate, strings.Join(outMs, " "), rate)
 		plan.AddMeasurement(dev, "fp32", ms)
 	}
+	dev.MemoryBandwidth = min(rates[0], rates[1])
 	return dev, dev.Validate()
 }
 
@@ -264,6 +326,15 @@ func parseBench(out, which string) (tokens, stateBytes float64, err error) {
 					}
 				}
 			}
+		case which == "gpt" && strings.Contains(line, ": train loss "):
+			// [rank 0] step N: train loss L, mean of steps A–B M, X tokens/s
+			for i := 1; i < len(f); i++ {
+				if f[i] == "tokens/s" {
+					if tokens, err = strconv.ParseFloat(f[i-1], 64); err != nil {
+						return 0, 0, err
+					}
+				}
+			}
 		case which == "pipeline" && len(f) >= 9 && f[0] == "pipeline:" && f[1] == "schedule":
 			for i := 0; i+1 < len(f); i++ {
 				if f[i] == "tokens/s" {
@@ -278,6 +349,41 @@ func parseBench(out, which string) (tokens, stateBytes float64, err error) {
 		return 0, 0, fmt.Errorf("no result line in its output:\n%s", tail(out, 2000))
 	}
 	return tokens, stateBytes, nil
+}
+
+// loadAverage returns the machine's one-minute load average
+// (/proc/loadavg), where there is one.
+func loadAverage() (float64, bool) {
+	b, err := os.ReadFile("/proc/loadavg")
+	if err != nil {
+		return 0, false
+	}
+	f := strings.Fields(string(b))
+	if len(f) == 0 {
+		return 0, false
+	}
+	v, err := strconv.ParseFloat(f[0], 64)
+	return v, err == nil
+}
+
+// buildProgram returns prog if it is an executable file, else builds it
+// as a Go package (go build, from the working directory's module) into a
+// temporary directory that cleanup removes.
+func buildProgram(prog string) (exe string, cleanup func(), err error) {
+	cleanup = func() {}
+	if st, err := os.Stat(prog); err == nil && st.Mode().IsRegular() && st.Mode()&0o111 != 0 {
+		return prog, cleanup, nil
+	}
+	dir, err := os.MkdirTemp("", "cohort-plan-validate-")
+	if err != nil {
+		return "", cleanup, err
+	}
+	cleanup = func() { os.RemoveAll(dir) }
+	exe = filepath.Join(dir, filepath.Base(prog))
+	if out, err := exec.Command("go", "build", "-o", exe, prog).CombinedOutput(); err != nil {
+		return "", cleanup, fmt.Errorf("go build %s: %w\n%s", prog, err, tail(string(out), 2000))
+	}
+	return exe, cleanup, nil
 }
 
 func tail(s string, n int) string {
@@ -316,4 +422,65 @@ func ComputeSpans(path string) ([]plan.Span, error) {
 		}
 	}
 	return spans, nil
+}
+
+// OutsideSeconds reads each rank's median time per step outside the
+// pipeline's Step from a trace file or directory of `cohort bench
+// pipeline --trace`: a "step" span less the stretch from its first to its
+// last pipeline span (compute, p2p and comm tracks). Element r is rank r's.
+func OutsideSeconds(path string) ([]float64, error) {
+	files := []string{path}
+	if st, err := os.Stat(path); err != nil {
+		return nil, err
+	} else if st.IsDir() {
+		if files, err = filepath.Glob(filepath.Join(path, "rank-*.json")); err != nil || len(files) == 0 {
+			return nil, fmt.Errorf("%s: no rank-*.json trace files", path)
+		}
+	}
+	perRank := map[int][]float64{}
+	for _, f := range files {
+		r, err := os.Open(f)
+		if err != nil {
+			return nil, err
+		}
+		events, err := trace.Read(r, f)
+		r.Close()
+		if err != nil {
+			return nil, err
+		}
+		var steps, inner []trace.Event
+		for _, e := range events {
+			if e.Ph != "X" || e.Dur == nil || e.PID == nil || e.TS == nil {
+				continue
+			}
+			switch e.Cat {
+			case trace.Step:
+				steps = append(steps, e)
+			case trace.Compute, trace.P2P, trace.Comm:
+				inner = append(inner, e)
+			}
+		}
+		for _, s := range steps {
+			first, last := math.Inf(1), math.Inf(-1)
+			for _, e := range inner {
+				if *e.PID == *s.PID && *e.TS >= *s.TS && *e.TS+*e.Dur <= *s.TS+*s.Dur {
+					first, last = min(first, *e.TS), max(last, *e.TS+*e.Dur)
+				}
+			}
+			if last > first {
+				perRank[*s.PID] = append(perRank[*s.PID], (*s.Dur-(last-first))/1e6)
+			}
+		}
+	}
+	out := make([]float64, len(perRank))
+	for r, xs := range perRank {
+		if r < 0 || r >= len(out) {
+			return nil, fmt.Errorf("%s: ranks %v: want 0 to %d", path, r, len(out)-1)
+		}
+		out[r] = median(xs)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("%s: no step spans with pipeline spans inside", path)
+	}
+	return out, nil
 }

@@ -3,11 +3,9 @@ package checkpoint
 import (
 	"bytes"
 	"encoding/binary"
-	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -138,15 +136,6 @@ func TestSaveModelBF16(t *testing.T) {
 	}
 }
 
-const python = "/usr/bin/python3"
-
-func needTorch(t *testing.T) {
-	t.Helper()
-	if out, err := exec.Command(python, "-c", "import torch").CombinedOutput(); err != nil {
-		t.Skipf("PyTorch not available (%s -c 'import torch': %v: %s)", python, err, bytes.TrimSpace(out))
-	}
-}
-
 // bf16Net is the module testdata/bf16_torch.py builds.
 func bf16Net() *nn.Sequential {
 	rng := rand.New(rand.NewPCG(9, 9))
@@ -159,17 +148,11 @@ func bf16Net() *nn.Sequential {
 func TestBF16FromPyTorch(t *testing.T) {
 	needTorch(t)
 	dir := t.TempDir()
-	out, err := exec.Command(python, filepath.Join("testdata", "bf16_torch.py"), "write", dir).Output()
-	if err != nil {
-		t.Fatalf("bf16_torch.py write: %v\n%s", err, out)
-	}
 	var res struct {
 		Impl string
 		Bits map[string][]uint16
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("bf16_torch.py output: %v\n%s", err, out)
-	}
+	runTorch(t, &res, "bf16_torch.py", "write", dir)
 	t.Logf("written by PyTorch (%s)", res.Impl)
 	for _, file := range []string{"model.safetensors", "model.pt"} {
 		t.Run(file, func(t *testing.T) {
@@ -225,9 +208,6 @@ func TestBF16LoadsInPyTorch(t *testing.T) {
 	if err := SaveTorch(pt, net, nil, WithDType(tensor.BFloat16)); err != nil {
 		t.Fatal(err)
 	}
-	out, err := exec.Command(python, filepath.Join("testdata", "bf16_torch.py"), "read", f32, b16, pt).CombinedOutput()
-	if err != nil {
-		t.Fatalf("bf16_torch.py read: %v\n%s", err, out)
-	}
+	out := runTorch(t, nil, "bf16_torch.py", "read", f32, b16, pt)
 	t.Logf("PyTorch: %s", bytes.TrimSpace(out))
 }

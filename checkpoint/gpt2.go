@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"io"
 	"os"
 	"regexp"
 	"slices"
@@ -101,12 +100,7 @@ func GPT2Entries(m nn.Module) []Entry {
 // with metadata {"format": "pt"}, atomically; F32 unless an option says
 // otherwise (WithDType(tensor.BFloat16) for a bf16 checkpoint).
 func SaveGPT2(path string, m nn.Module, opts ...WriteOption) error {
-	entries := GPT2Entries(m)
-	_, _, err := writeAtomic(path, nil, func(w io.Writer) error {
-		_, err := Write(w, entries, map[string]string{"format": "pt"}, opts...)
-		return err
-	})
-	return err
+	return saveEntries(path, GPT2Entries(m), map[string]string{"format": "pt"}, opts...)
 }
 
 // LoadGPT2 reads a GPT-2 safetensors file as transformers writes it into
@@ -124,23 +118,13 @@ func SaveGPT2(path string, m nn.Module, opts ...WriteOption) error {
 // Any other missing, unexpected or misshapen key fails the whole load with
 // an error wrapping ErrKeys that lists them, and then nothing is loaded.
 func LoadGPT2(path string, m nn.Module) error {
-	f, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	defer f.Close()
-	st, err := f.Stat()
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	sf, err := NewFile(f, st.Size())
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	if err := loadGPT2(sf, m); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	return readFile(path, func(f *os.File, size int64) error {
+		sf, err := NewFile(f, size)
+		if err != nil {
+			return err
+		}
+		return loadGPT2(sf, m)
+	})
 }
 
 func loadGPT2(sf *File, m nn.Module) error {

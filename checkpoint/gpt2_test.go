@@ -2,15 +2,12 @@ package checkpoint
 
 import (
 	"bytes"
-	"encoding/json"
 	"errors"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 	"testing"
 
@@ -181,10 +178,7 @@ func TestGPT2Variants(t *testing.T) {
 // transformers does, loads the file into a models.GPT and compares the
 // logits on the same token ids.
 func TestGPT2FromPyTorch(t *testing.T) {
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import torch").CombinedOutput(); err != nil {
-		t.Skipf("PyTorch not available (%s -c 'import torch': %v: %s)", python, err, bytes.TrimSpace(out))
-	}
+	needTorch(t)
 	cfg := models.GPTConfig{Vocab: 97, Ctx: 32, NLayer: 2, D: 64, NHead: 4}
 	const B, T, seed = 2, 11, 5
 	ids := make([]int64, B*T)
@@ -192,26 +186,11 @@ func TestGPT2FromPyTorch(t *testing.T) {
 		ids[i] = int64(i*37+5) % int64(cfg.Vocab)
 	}
 	path := filepath.Join(t.TempDir(), "model.safetensors")
-	args := []string{filepath.Join("testdata", "gpt2_hf.py"), path}
-	for _, v := range []int{cfg.Vocab, cfg.Ctx, cfg.NLayer, cfg.D, cfg.NHead, seed, B, T} {
-		args = append(args, strconv.Itoa(v))
-	}
-	for _, id := range ids {
-		args = append(args, strconv.FormatInt(id, 10))
-	}
-	cmd := exec.Command(python, args...)
-	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("gpt2_hf.py: %v\n%s", err, out)
-	}
 	var res struct {
 		Impl   string
 		Logits []float64
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("gpt2_hf.py output: %v\n%s", err, out)
-	}
+	runTorch(t, &res, "gpt2_hf.py", append([]string{path}, intArgs([]int{cfg.Vocab, cfg.Ctx, cfg.NLayer, cfg.D, cfg.NHead, seed, B, T}, ids)...)...)
 	g, err := models.NewGPT(rand.New(rand.NewPCG(1, 1)), cfg)
 	if err != nil {
 		t.Fatal(err)

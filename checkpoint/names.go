@@ -63,7 +63,12 @@ func ModuleEntries(m nn.Module, names NameMap) []Entry {
 // BF16, the file a bf16 PyTorch model's save_file writes, which loads
 // back (LoadModel) widened exactly.
 func SaveModel(path string, m nn.Module, names NameMap, metadata map[string]string, opts ...WriteOption) error {
-	entries := ModuleEntries(m, names)
+	return saveEntries(path, ModuleEntries(m, names), metadata, opts...)
+}
+
+// saveEntries writes entries and metadata to path as a safetensors file,
+// atomically.
+func saveEntries(path string, entries []Entry, metadata map[string]string, opts ...WriteOption) error {
 	_, _, err := writeAtomic(path, nil, func(w io.Writer) error {
 		_, err := Write(w, entries, metadata, opts...)
 		return err
@@ -77,6 +82,24 @@ func SaveModel(path string, m nn.Module, names NameMap, metadata map[string]stri
 // keys, unexpected keys and shape mismatches are all listed in one error
 // wrapping ErrKeys, and then nothing is loaded.
 func LoadModel(path string, m nn.Module, names NameMap) error {
+	return readFile(path, func(f *os.File, size int64) error {
+		sf, err := NewFile(f, size)
+		if err != nil {
+			return err
+		}
+		shapes := map[string][]int{}
+		for k, ti := range sf.Tensors {
+			shapes[k] = ti.Shape
+		}
+		return loadModule(m, names, shapes, func(key string, dst []float32) error {
+			return sf.ReadFloat32(key, 0, dst)
+		})
+	})
+}
+
+// readFile runs read on the file at path and its size. An error opening
+// or sizing the file is prefixed "checkpoint: ", one of read's with path.
+func readFile(path string, read func(f *os.File, size int64) error) error {
 	f, err := os.Open(path)
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
@@ -86,18 +109,7 @@ func LoadModel(path string, m nn.Module, names NameMap) error {
 	if err != nil {
 		return fmt.Errorf("checkpoint: %w", err)
 	}
-	sf, err := NewFile(f, st.Size())
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	shapes := map[string][]int{}
-	for k, ti := range sf.Tensors {
-		shapes[k] = ti.Shape
-	}
-	err = loadModule(m, names, shapes, func(key string, dst []float32) error {
-		return sf.ReadFloat32(key, 0, dst)
-	})
-	if err != nil {
+	if err := read(f, st.Size()); err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil

@@ -1,15 +1,11 @@
 package checkpoint
 
 import (
-	"bytes"
-	"encoding/json"
 	"math"
 	"math/rand/v2"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"testing"
 
 	"github.com/cohortml/cohort/models"
@@ -73,10 +69,7 @@ func TestGPTNames(t *testing.T) {
 // PyTorch with a strict load_state_dict and compares its logits with
 // cohort's.
 func TestGPTLoadsInPyTorch(t *testing.T) {
-	const python = "/usr/bin/python3"
-	if out, err := exec.Command(python, "-c", "import torch").CombinedOutput(); err != nil {
-		t.Skipf("PyTorch not available (%s -c 'import torch': %v: %s)", python, err, bytes.TrimSpace(out))
-	}
+	needTorch(t)
 	g := newGPT(t, 1)
 	path := filepath.Join(t.TempDir(), "gpt.safetensors")
 	if err := SaveModel(path, g, GPTNames, map[string]string{"format": "pt"}); err != nil {
@@ -84,26 +77,11 @@ func TestGPTLoadsInPyTorch(t *testing.T) {
 	}
 	const B, T = 2, 5
 	ids := []int64{3, 250, 7, 7, 100, 0, 1, 2, 255, 42}
-	args := []string{filepath.Join("testdata", "gpt_load.py"), path}
-	for _, v := range []int{tinyGPT.Vocab, tinyGPT.Ctx, tinyGPT.NLayer, tinyGPT.D, tinyGPT.NHead, B, T} {
-		args = append(args, strconv.Itoa(v))
-	}
-	for _, id := range ids {
-		args = append(args, strconv.FormatInt(id, 10))
-	}
-	cmd := exec.Command(python, args...)
-	cmd.Env = append(os.Environ(), "OMP_NUM_THREADS=1", "OPENBLAS_NUM_THREADS=1")
-	out, err := cmd.Output()
-	if err != nil {
-		t.Fatalf("gpt_load.py: %v\n%s", err, out)
-	}
 	var res struct {
 		Keys   []string
 		Logits []float64
 	}
-	if err := json.Unmarshal(out, &res); err != nil {
-		t.Fatalf("gpt_load.py output: %v\n%s", err, out)
-	}
+	runTorch(t, &res, "gpt_load.py", append([]string{path}, intArgs([]int{tinyGPT.Vocab, tinyGPT.Ctx, tinyGPT.NLayer, tinyGPT.D, tinyGPT.NHead, B, T}, ids)...)...)
 	if !slices.Equal(res.Keys, gptKeys) {
 		t.Errorf("PyTorch state_dict keys %q\nwant %q", res.Keys, gptKeys)
 	}

@@ -234,27 +234,17 @@ func (f *TorchFile) ReadFloat32(name string, dst []float32) error {
 // unless all match. float32, bfloat16, float16 and float64 tensors load,
 // converted to float32 (bfloat16 and float16 exactly).
 func LoadTorch(path string, m nn.Module, names NameMap) error {
-	fd, err := os.Open(path)
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	defer fd.Close()
-	st, err := fd.Stat()
-	if err != nil {
-		return fmt.Errorf("checkpoint: %w", err)
-	}
-	tf, err := OpenTorch(fd, st.Size())
-	if err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	shapes := map[string][]int{}
-	for k, t := range tf.Tensors {
-		shapes[k] = t.Shape
-	}
-	if err := loadModule(m, names, shapes, tf.ReadFloat32); err != nil {
-		return fmt.Errorf("%s: %w", path, err)
-	}
-	return nil
+	return readFile(path, func(fd *os.File, size int64) error {
+		tf, err := OpenTorch(fd, size)
+		if err != nil {
+			return err
+		}
+		shapes := map[string][]int{}
+		for k, t := range tf.Tensors {
+			shapes[k] = t.Shape
+		}
+		return loadModule(m, names, shapes, tf.ReadFloat32)
+	})
 }
 
 // SaveTorch writes m's parameters and buffers, named by names, to path as

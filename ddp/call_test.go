@@ -28,8 +28,7 @@ func TestPlainAutogradBackward(t *testing.T) {
 				data := newDataset(6, 100, 5, 12)
 				errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 					ctx := context.Background()
-					net := newMLP(uint64(pg.Rank()), 12, 16, 16, 5)
-					m, err := Wrap(ctx, net, pg, o())
+					net, m, err := wrapMLP(ctx, pg, o())
 					if err != nil {
 						return err
 					}

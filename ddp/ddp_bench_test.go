@@ -19,6 +19,17 @@ import (
 	"github.com/cohortml/cohort/tensor"
 )
 
+// anchorNets are the anchor models the benchmarks train, with the shape
+// of one input sample.
+var anchorNets = []struct {
+	name  string
+	build func(*rand.Rand) nn.Layer
+	shape []int
+}{
+	{"mlp", func(r *rand.Rand) nn.Layer { return models.MLP(r) }, []int{784}},
+	{"lenet", func(r *rand.Rand) nn.Layer { return models.LeNet(r) }, []int{1, 28, 28}},
+}
+
 // BenchmarkOverhead measures what DDP costs on a single rank: the anchor
 // training step (batch 64, SGD with momentum) of a plain model and of a
 // world-1 Model (copying gradients into buckets, or with gradients as
@@ -27,14 +38,7 @@ import (
 // median step times) and the overhead in percent. Run with
 // COHORT_NUM_THREADS=1 to match the anchor's one thread per rank.
 func BenchmarkOverhead(b *testing.B) {
-	nets := []struct {
-		name  string
-		build func(*rand.Rand) nn.Layer
-		shape []int
-	}{
-		{"mlp", func(r *rand.Rand) nn.Layer { return models.MLP(r) }, []int{784}},
-		{"lenet", func(r *rand.Rand) nn.Layer { return models.LeNet(r) }, []int{1, 28, 28}},
-	}
+	nets := anchorNets
 	const batch = 64
 	for _, nt := range nets {
 		for _, view := range []bool{false, true} {
@@ -139,14 +143,7 @@ func median(d []time.Duration) time.Duration {
 // processes would) and reports samples/s over both ranks and the share of
 // gradient communication hidden behind backward.
 func BenchmarkWorld2(b *testing.B) {
-	nets := []struct {
-		name  string
-		build func(*rand.Rand) nn.Layer
-		shape []int
-	}{
-		{"mlp", func(r *rand.Rand) nn.Layer { return models.MLP(r) }, []int{784}},
-		{"lenet", func(r *rand.Rand) nn.Layer { return models.LeNet(r) }, []int{1, 28, 28}},
-	}
+	nets := anchorNets
 	const world, batch = 2, 64
 	for _, nt := range nets {
 		for _, cfg := range []struct {

@@ -122,12 +122,7 @@ func (c trainCfg) rank(pg distributed.ProcessGroup) ([][]float32, *Model, error)
 	}
 	step := func(s, k int) error {
 		lo, hi := c.samples(r, s, k)
-		x, y := c.data.batch(lo, hi)
-		out, err := m.Forward(ctx, x)
-		if err != nil {
-			return err
-		}
-		return m.Backward(ctx, loss(out, y))
+		return c.data.pass(ctx, m, lo, hi)
 	}
 	train := func() error {
 		for s := 0; s < c.stepsOf(r); s++ {
@@ -343,12 +338,7 @@ func TestJoinBodyError(t *testing.T) {
 				if pg.Rank() == 1 && s == 2 {
 					return boom
 				}
-				x, y := data.batch(s*6+pg.Rank()*2, s*6+pg.Rank()*2+2)
-				out, err := m.Forward(ctx, x)
-				if err != nil {
-					return err
-				}
-				if err := m.Backward(ctx, loss(out, y)); err != nil {
+				if err := data.pass(ctx, m, s*6+pg.Rank()*2, s*6+pg.Rank()*2+2); err != nil {
 					return err
 				}
 			}

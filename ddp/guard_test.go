@@ -20,8 +20,7 @@ import (
 // first error.
 func guardRun(pg distributed.ProcessGroup, o Options, steps, nudge, nudgeAfter int) (int, error) {
 	ctx := context.Background()
-	net := newMLP(uint64(pg.Rank()), 12, 16, 16, 5)
-	m, err := Wrap(ctx, net, pg, o)
+	net, m, err := wrapMLP(ctx, pg, o)
 	if err != nil {
 		return 0, err
 	}
@@ -33,12 +32,7 @@ func guardRun(pg distributed.ProcessGroup, o Options, steps, nudge, nudgeAfter i
 	data := newDataset(1, 400, 5, 12)
 	for s := range steps {
 		lo := (s*pg.Size() + pg.Rank()) * 4
-		x, y := data.batch(lo, lo+4)
-		out, err := m.Forward(ctx, x)
-		if err != nil {
-			return s, err
-		}
-		if err := m.Backward(ctx, loss(out, y)); err != nil {
+		if err := data.pass(ctx, m, lo, lo+4); err != nil {
 			return s, err
 		}
 		opt.Step()

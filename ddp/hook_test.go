@@ -18,17 +18,11 @@ func gradsAfterOneStep(t *testing.T, world int, o func() Options) [][][]float32 
 	out := make([][][]float32, world)
 	errs := runDist(t, world, func(pg distributed.ProcessGroup) error {
 		ctx := context.Background()
-		net := newMLP(uint64(pg.Rank()), 12, 16, 16, 5)
-		m, err := Wrap(ctx, net, pg, o())
+		net, m, err := wrapMLP(ctx, pg, o())
 		if err != nil {
 			return err
 		}
-		x, y := data.batch(pg.Rank()*4, pg.Rank()*4+4)
-		logits, err := m.Forward(ctx, x)
-		if err != nil {
-			return err
-		}
-		if err := m.Backward(ctx, loss(logits, y)); err != nil {
+		if err := data.pass(ctx, m, pg.Rank()*4, pg.Rank()*4+4); err != nil {
 			return err
 		}
 		for _, np := range net.NamedParameters() {

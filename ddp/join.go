@@ -59,31 +59,11 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	}
 	m.join = &joinState{}
 	defer func() { m.join = nil }()
-	if err := body(); err != nil {
-		if !m.join.broken && !m.red.InFlight() {
-			// Best effort: the others learn of it in their next round.
-			_, _ = m.round(ctx, wrapcore.JoinFailed)
-		}
+	err := wrapcore.RunJoin(ctx, "ddp", m.red, &m.join.broken, m.round, body, func(r wrapcore.JoinRound) error {
+		return m.shadowStep(ctx, r)
+	})
+	if err != nil {
 		return err
-	}
-	if m.red.InFlight() {
-		return fmt.Errorf("ddp: Join: the last backward pass was not finished with Backward")
-	}
-	m.red.Disarm()
-	for {
-		r, err := m.round(ctx, wrapcore.JoinJoined)
-		if err != nil {
-			return err
-		}
-		if len(r.Active) == 0 {
-			break
-		}
-		if !r.Syncing {
-			continue
-		}
-		if err := m.shadowStep(ctx, r); err != nil {
-			return err
-		}
 	}
 	if len(m.join.lastActive) == 0 {
 		return nil // no rank trained inside Join: nothing diverged

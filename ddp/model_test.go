@@ -51,12 +51,7 @@ func TestBroadcastBuffers(t *testing.T) {
 						return err
 					}
 					for ; step < steps; step++ {
-						x, y := data.batch((step*world+r)*4, (step*world+r+1)*4)
-						out, err := m.Forward(ctx, x)
-						if err != nil {
-							return err
-						}
-						if err := m.Backward(ctx, loss(out, y)); err != nil {
+						if err := data.pass(ctx, m, (step*world+r)*4, (step*world+r+1)*4); err != nil {
 							return err
 						}
 						opt.Step()
@@ -119,12 +114,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 		}
 		for s := 0; s < 5; s++ {
 			lo := (s*world + pg.Rank()) * 5
-			x, y := data.batch(lo, lo+5)
-			out, err := m.Forward(ctx, x)
-			if err != nil {
-				return err
-			}
-			if err := m.Backward(ctx, loss(out, y)); err != nil {
+			if err := data.pass(ctx, m, lo, lo+5); err != nil {
 				return err
 			}
 			opt.Step()
@@ -133,18 +123,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 		got[pg.Rank()] = snapshot(net)
 		return nil
 	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	for r := 1; r < world; r++ {
-		for i := range got[0] {
-			if !slices.Equal(got[r][i], got[0][i]) {
-				t.Fatalf("rank %d parameter %d differs from rank 0's", r, i)
-			}
-		}
-	}
+	sameReplicas(t, errs, got)
 }
 
 func TestUnusedParameters(t *testing.T) {
@@ -158,12 +137,7 @@ func TestUnusedParameters(t *testing.T) {
 					return err
 				}
 				data := newDataset(5, 20, 3, 4)
-				x, y := data.batch(pg.Rank()*2, pg.Rank()*2+2)
-				out, err := m.Forward(ctx, x)
-				if err != nil {
-					return err
-				}
-				return m.Backward(ctx, loss(out, y))
+				return data.pass(ctx, m, pg.Rank()*2, pg.Rank()*2+2)
 			})
 			for r, err := range errs {
 				if err == nil || !strings.Contains(err.Error(), `"spare.weight"`) || !strings.Contains(err.Error(), "FindUnusedParameters") {
@@ -203,12 +177,7 @@ func TestUnusedParameters(t *testing.T) {
 			data := newDataset(5, 40, 3, 4)
 			for s := 0; s < 3; s++ {
 				lo := (s*world + r) * 2
-				x, y := data.batch(lo, lo+2)
-				out, err := m.Forward(ctx, x)
-				if err != nil {
-					return err
-				}
-				if err := m.Backward(ctx, loss(out, y)); err != nil {
+				if err := data.pass(ctx, m, lo, lo+2); err != nil {
 					return err
 				}
 				opt.Step()
@@ -217,18 +186,7 @@ func TestUnusedParameters(t *testing.T) {
 			got[r] = snapshot(net)
 			return nil
 		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		for r := 1; r < world; r++ {
-			for i := range got[0] {
-				if !slices.Equal(got[r][i], got[0][i]) {
-					t.Fatalf("rank %d parameter %d differs from rank 0's", r, i)
-				}
-			}
-		}
+		sameReplicas(t, errs, got)
 	})
 }
 
@@ -344,12 +302,7 @@ func TestCommFailure(t *testing.T) {
 			}
 			data := newDataset(5, 20, 3, 4)
 			for s := 0; s < 2; s++ {
-				x, y := data.batch(s*2, s*2+2)
-				out, err := m.Forward(ctx, x)
-				if err != nil {
-					return err
-				}
-				if err := m.Backward(ctx, loss(out, y)); err != nil {
+				if err := data.pass(ctx, m, s*2, s*2+2); err != nil {
 					return err
 				}
 			}
@@ -445,12 +398,7 @@ func TestGradReplaced(t *testing.T) {
 		opt, _ := c.optimizer(m)
 		for s := 0; s < c.steps; s++ {
 			lo, hi := c.samples(r, s, 0)
-			x, y := c.data.batch(lo, hi)
-			out, err := m.Forward(ctx, x)
-			if err != nil {
-				return err
-			}
-			if err := m.Backward(ctx, loss(out, y)); err != nil {
+			if err := c.data.pass(ctx, m, lo, hi); err != nil {
 				return err
 			}
 			opt.Step()
@@ -513,5 +461,23 @@ func TestVerifyReplicas(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// sameReplicas fails unless no rank failed (errs) and every rank's
+// parameters (got, by rank) equal rank 0's bit for bit.
+func sameReplicas(t *testing.T, errs []error, got [][][]float32) {
+	t.Helper()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	for r := 1; r < len(got); r++ {
+		for i := range got[0] {
+			if !slices.Equal(got[r][i], got[0][i]) {
+				t.Fatalf("rank %d parameter %d differs from rank 0's", r, i)
+			}
+		}
 	}
 }

@@ -1,10 +1,12 @@
 package ddp
 
 import (
+	"context"
 	"fmt"
 	"math/rand/v2"
 
 	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/tensor"
 )
@@ -160,6 +162,24 @@ func (d dataset) batch(lo, hi int) (*autograd.Var, []int64) {
 	x := append([]float32(nil), d.x[lo*d.stride:hi*d.stride]...)
 	shape := append([]int{hi - lo}, d.shape...)
 	return autograd.NewVar(tensor.FromSlice(x, shape...), false), append([]int64(nil), d.y[lo:hi]...)
+}
+
+// wrapMLP wraps a 12-16-16-5 MLP drawn from the rank's seed on pg.
+func wrapMLP(ctx context.Context, pg distributed.ProcessGroup, o Options) (*testNet, *Model, error) {
+	net := newMLP(uint64(pg.Rank()), 12, 16, 16, 5)
+	m, err := Wrap(ctx, net, pg, o)
+	return net, m, err
+}
+
+// pass runs a forward and a backward pass (averaging the gradients) of m
+// on samples [lo, hi) of d.
+func (d dataset) pass(ctx context.Context, m *Model, lo, hi int) error {
+	x, y := d.batch(lo, hi)
+	out, err := m.Forward(ctx, x)
+	if err != nil {
+		return err
+	}
+	return m.Backward(ctx, loss(out, y))
 }
 
 func rngFor(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 9)) }

@@ -28,12 +28,7 @@ func TestStats(t *testing.T) {
 		}
 		data := newDataset(1, 100, 5, 12)
 		step := func(s int) error {
-			x, y := data.batch(s*2, s*2+2)
-			out, err := m.Forward(ctx, x)
-			if err != nil {
-				return err
-			}
-			return m.Backward(ctx, loss(out, y))
+			return data.pass(ctx, m, s*2, s*2+2)
 		}
 		for s := 0; s < steps; s++ {
 			if err := step(s); err != nil {
@@ -115,12 +110,7 @@ func TestRebuildFollowsReadyOrder(t *testing.T) {
 		data := newDataset(1, 20, 3, 4)
 		plans[pg.Rank()] = append(plans[pg.Rank()], m.Plan())
 		for s := 0; s < 2; s++ {
-			x, y := data.batch(s*2, s*2+2)
-			out, err := m.Forward(ctx, x)
-			if err != nil {
-				return err
-			}
-			if err := m.Backward(ctx, loss(out, y)); err != nil {
+			if err := data.pass(ctx, m, s*2, s*2+2); err != nil {
 				return err
 			}
 			opt.Step()
@@ -182,12 +172,7 @@ func TestBucketViewsAligned(t *testing.T) {
 			return err
 		}
 		data := newDataset(1, 10, 3, 12)
-		x, y := data.batch(0, 4)
-		out, err := m.Forward(ctx, x)
-		if err != nil {
-			return err
-		}
-		if err := m.Backward(ctx, loss(out, y)); err != nil {
+		if err := data.pass(ctx, m, 0, 4); err != nil {
 			return err
 		}
 		return check("after the rebuild")

@@ -8,12 +8,12 @@ import (
 	"slices"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -22,7 +22,7 @@ import (
 )
 
 const (
-	globalBatch = 12
+	globalBatch = dptest.GlobalBatch
 	lr, wd      = 1e-3, 0.1
 	maxNorm     = 0.5
 )
@@ -47,25 +47,13 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 		model: func() nn.Module { return build(rand.New(rand.NewPCG(1, 2))) },
 		units: func(mod nn.Module) []nn.Module { u, _ := SequentialUnits(mod.(*nn.Sequential)); return u },
 		batch: func(mod nn.Module, s, lo, hi int) step {
-			rng := rand.New(rand.NewPCG(uint64(s), 7))
-			per := 1
-			for _, d := range shape {
-				per *= d
-			}
-			xs := make([]float32, globalBatch*per)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64())
-			}
-			ys := make([]int64, globalBatch)
-			for i := range ys {
-				ys[i] = int64(rng.IntN(10))
-			}
+			xs, ys := dptest.Images(s, 7, lo, hi, shape)
 			seq := mod.(*nn.Sequential)
-			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...), false)
+			x := autograd.NewVar(xs, false)
 			_, fwd := SequentialUnits(seq)
 			return step{plain: func() *autograd.Var { return seq.Forward(x) }, units: fwd(x),
 				loss: func(out *autograd.Var) *autograd.Var {
-					return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+					return autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})
 				}}
 		}}
 }
@@ -73,44 +61,17 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 // gptUnits runs GPT's forward pass with each block as a unit (the
 // embeddings and the final LayerNorm form the root).
 func gptUnits(g *models.GPT, idx []int64, B, T int) func(*Units) *autograd.Var {
-	return func(u *Units) *autograd.Var {
-		h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
-		for i, b := range g.Blocks {
-			h = u.Run(i, h, b.Forward)
-		}
-		return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
-	}
+	fwd := dptest.GPTForward(g, idx, B, T)
+	return func(u *Units) *autograd.Var { return fwd(u.Run) }
 }
 
 func gptWorkload() workload {
 	const T = 8
 	return workload{name: "gpt-mini",
-		model: func() nn.Module {
-			g, err := models.NewGPT(rand.New(rand.NewPCG(3, 4)), models.GPTMini())
-			if err != nil {
-				panic(err)
-			}
-			return g
-		},
-		units: func(mod nn.Module) []nn.Module {
-			var us []nn.Module
-			for _, b := range mod.(*models.GPT).Blocks {
-				us = append(us, b)
-			}
-			return us
-		},
+		model: func() nn.Module { return dptest.NewGPT(rand.New(rand.NewPCG(3, 4)), models.GPTMini()) },
+		units: dptest.GPTUnits,
 		batch: func(mod nn.Module, s, lo, hi int) step {
-			rng := rand.New(rand.NewPCG(uint64(s), 9))
-			toks := make([]int64, globalBatch*(T+1))
-			for i := range toks {
-				toks[i] = int64(rng.IntN(256))
-			}
-			var idx, tgt []int64
-			for b := lo; b < hi; b++ {
-				row := toks[b*(T+1) : (b+1)*(T+1)]
-				idx = append(idx, row[:T]...)
-				tgt = append(tgt, row[1:]...)
-			}
+			idx, tgt := dptest.Tokens(s, lo, hi, T, 256)
 			g := mod.(*models.GPT)
 			return step{plain: func() *autograd.Var { return g.Forward(idx, hi-lo, T) }, units: gptUnits(g, idx, hi-lo, T),
 				loss: func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }}
@@ -129,14 +90,6 @@ func adamW(ps []nn.NamedParameter) (optim.Optimizer, error) {
 	return optim.NewAdamW([]optim.Group{{Params: zero.Vars(ps), LR: lr, WeightDecay: wd}}, optim.AdamDefaults())
 }
 
-func snapshot(m nn.Module) [][]float32 {
-	var out [][]float32
-	for _, p := range m.NamedParameters() {
-		out = append(out, append([]float32(nil), p.Param.Value.Data()...))
-	}
-	return out
-}
-
 func reference(t *testing.T, w workload, steps int) [][]float32 {
 	mod := w.model()
 	opt, err := adamW(mod.NamedParameters())
@@ -152,7 +105,7 @@ func reference(t *testing.T, w workload, steps int) [][]float32 {
 		opt.Step()
 		opt.ZeroGrad()
 	}
-	return snapshot(mod)
+	return dptest.Params(mod)
 }
 
 // trainFSDP trains with fsdp on one rank and returns the full parameters
@@ -174,13 +127,9 @@ func trainFSDP(ctx context.Context, w workload, pg distributed.ProcessGroup, ste
 		if err := m.Backward(ctx, b.loss(out)); err != nil {
 			return nil, nil, err
 		}
-		if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+		if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 			return nil, nil, err
 		}
-		if err := m.Step(ctx); err != nil {
-			return nil, nil, err
-		}
-		m.ZeroGrad()
 	}
 	out, err := fullParams(ctx, m, mod)
 	if err != nil {
@@ -203,31 +152,17 @@ func fullParams(ctx context.Context, m *Model, mod nn.Module) ([][]float32, erro
 	return out, nil
 }
 
-func compare(got, want [][]float32) error {
-	for i := range want {
-		for j := range want[i] {
-			g, w := float64(got[i][j]), float64(want[i][j])
-			if math.Abs(g-w) > 2e-5+1e-4*math.Abs(w) {
-				return fmt.Errorf("parameter %d element %d: %v, want %v", i, j, g, w)
-			}
-		}
+// checkParams fails t unless m's full parameters (in mod's order) pass
+// compare against want; what says whose they are.
+func checkParams(t *testing.T, ctx context.Context, m *Model, mod nn.Module, want [][]float32, compare func(got, want [][]float32) error, what string) {
+	t.Helper()
+	got, err := fullParams(ctx, m, mod)
+	if err != nil {
+		t.Fatal(err)
 	}
-	return nil
-}
-
-func compareNorm(got, want [][]float32) error {
-	for i := range want {
-		var d, n float64
-		for j := range want[i] {
-			e := float64(got[i][j]) - float64(want[i][j])
-			d += e * e
-			n += float64(want[i][j]) * float64(want[i][j])
-		}
-		if math.Sqrt(d) > 5e-4*math.Sqrt(n)+1e-6 {
-			return fmt.Errorf("parameter %d: difference norm %g, parameter norm %g", i, math.Sqrt(d), math.Sqrt(n))
-		}
+	if err := compare(got, want); err != nil {
+		t.Errorf("%s: %v", what, err)
 	}
-	return nil
 }
 
 // TestMemory: between steps a rank holds 1/N of the parameters (within
@@ -318,7 +253,7 @@ func TestStateDicts(t *testing.T) {
 			t.Fatal(err)
 		}
 		for k, want := range full {
-			if err := compare([][]float32{sd[k].Data()}, [][]float32{want.Data()}); err != nil {
+			if err := dptest.CompareElements([][]float32{sd[k].Data()}, [][]float32{want.Data()}); err != nil {
 				t.Errorf("rank %d: key %q after loading at world 2: %v", pg.Rank(), k, err)
 			}
 		}
@@ -336,60 +271,32 @@ func TestStateDicts(t *testing.T) {
 
 // TestWrapErrors: bad input fails at once, naming the culprit.
 func TestWrapErrors(t *testing.T) {
-	small := func(hidden int) *nn.Sequential {
-		rng := rand.New(rand.NewPCG(1, 1))
-		return nn.NewSequential(nn.NewLinear(rng, 4, hidden, true), nn.ReLU{}, nn.NewLinear(rng, hidden, 3, true))
-	}
-	tests := []struct {
-		name  string
-		world int
-		wrap  func(ctx context.Context, pg distributed.ProcessGroup) error
-		want  string
-	}{
-		{"optimizer on full parameters", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
+	small := func(hidden int) *nn.Sequential { return dptest.SmallNet(1, hidden) }
+	dptest.RunErrors(t, []dptest.ErrorCase{
+		{Name: "optimizer on full parameters", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5)
 			u, _ := SequentialUnits(net)
 			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewAdamW([]optim.Group{{Params: nn.Parameters(net), LR: 1e-3}}, optim.AdamDefaults())
 			}})
 			return err
-		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
-		{"models differ", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: `built on the full parameters (it zeroes the gradient of "0.weight")`},
+		{Name: "models differ", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5 + pg.Rank())
 			u, _ := SequentialUnits(net)
 			_, err := Wrap(ctx, net, u, pg, Options{Optimizer: adamW})
 			return err
-		}, `rank 1 has parameter "0.weight" float32[6 4]`},
-		{"parameter in two units", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: `rank 1 has parameter "0.weight" float32[6 4]`},
+		{Name: "parameter in two units", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			net := small(5)
 			_, err := Wrap(ctx, net, []nn.Module{net.Layers[0], net.Layers[0]}, pg, Options{Optimizer: adamW})
 			return err
-		}, `parameter "0.weight" is in units 0 and 1`},
-		{"unit of another model", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: `parameter "0.weight" is in units 0 and 1`},
+		{Name: "unit of another model", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			_, err := Wrap(ctx, small(5), []nn.Module{small(5).Layers[0]}, pg, Options{Optimizer: adamW})
 			return err
-		}, "not a parameter of the model"},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				distributedtest.Run(t, tt.world, func(t *testing.T, pg distributed.ProcessGroup) {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					if err := tt.wrap(ctx, pg); err == nil || !strings.Contains(err.Error(), tt.want) {
-						t.Errorf("rank %d: err = %v, want one containing %q", pg.Rank(), err, tt.want)
-					}
-				})
-			}()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("hung")
-			}
-		})
-	}
+		}, Want: "not a parameter of the model"},
+	})
 }
 
 // TestPlainBackwardAndNoSync: autograd.Backward instead of Model.Backward,
@@ -456,21 +363,11 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 				if err != nil {
 					t.Fatalf("%s: %v", mode, err)
 				}
-				if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+				if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 					t.Fatal(err)
 				}
-				if err := m.Step(ctx); err != nil {
-					t.Fatal(err)
-				}
-				m.ZeroGrad()
 			}
-			got, err := fullParams(ctx, m, mod)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := compareNorm(got, want); err != nil {
-				t.Errorf("rank %d: %s: %v", pg.Rank(), mode, err)
-			}
+			checkParams(t, ctx, m, mod, want, dptest.CompareNorms, fmt.Sprintf("rank %d: %s", pg.Rank(), mode))
 		}
 	})
 }
@@ -558,111 +455,35 @@ func TestSequentialRuns(t *testing.T) {
 	}
 }
 
-// withSide is the anchor MLP beside a side layer (in the root, no unit)
-// that only some steps use.
-type withSide struct {
-	seq  *nn.Sequential
-	side *nn.Linear
-}
-
-func (m *withSide) NamedParameters() []nn.NamedParameter {
-	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
-}
-func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
-func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
-
 // TestUnusedParameters: with FindUnusedParameters, steps that leave the
 // side layer out give the parameters ddp gives (its gradient buffer,
 // not zeroed between steps, must reduce zeros then).
 func TestUnusedParameters(t *testing.T) {
-	model := func() *withSide {
-		return &withSide{seq: models.MLP(rand.New(rand.NewPCG(1, 2))), side: nn.NewLinear(rand.New(rand.NewPCG(5, 6)), 784, 10, true)}
+	model := func() *dptest.WithSide {
+		return &dptest.WithSide{Seq: models.MLP(rand.New(rand.NewPCG(1, 2))), Side: nn.NewLinear(rand.New(rand.NewPCG(5, 6)), 784, 10, true)}
 	}
 	const steps = 4
-	data := func(s, lo, hi int) (*autograd.Var, []int64) {
-		rng := rand.New(rand.NewPCG(uint64(s), 11))
-		xs := make([]float32, globalBatch*784)
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
-		ys := make([]int64, globalBatch)
-		for i := range ys {
-			ys[i] = int64(rng.IntN(10))
-		}
-		return autograd.NewVar(tensor.FromSlice(xs[lo*784:hi*784], hi-lo, 784), false), ys[lo:hi]
-	}
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		n, r := pg.Size(), pg.Rank()
 		lo, hi := r*globalBatch/n, (r+1)*globalBatch/n
-		ref := model()
-		d, err := ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opt, err := adamW(ref.NamedParameters())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for s := range steps {
-			x, y := data(s, lo, hi)
-			out, err := d.Call(ctx, func() *autograd.Var {
-				out := ref.seq.Forward(x)
-				if s%2 == 1 {
-					out = autograd.Add(out, ref.side.Forward(x))
-				}
-				return out
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Backward(ctx, autograd.CrossEntropy(out, y, autograd.CrossEntropyOptions{})); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
-				t.Fatal(err)
-			}
-			opt.Step()
-			opt.ZeroGrad()
-		}
-		want := snapshot(ref)
+		want := dptest.SideReference(t, ctx, model(), func(ref *dptest.WithSide) (dptest.Synced, error) {
+			return ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
+		}, adamW, maxNorm, steps, lo, hi)
 		mod := model()
-		units, fwd := SequentialUnits(mod.seq)
+		units, fwd := SequentialUnits(mod.Seq)
 		m, err := Wrap(ctx, mod, units, pg, Options{Optimizer: adamW, FindUnusedParameters: true})
 		if err != nil {
 			t.Fatal(err)
 		}
-		for s := range steps {
-			x, y := data(s, lo, hi)
+		err = dptest.TrainSide(steps, lo, hi, func(s int, x *autograd.Var) (*autograd.Var, error) {
 			run := fwd(x)
-			out, err := m.Call(ctx, func(u *Units) *autograd.Var {
-				out := run(u)
-				if s%2 == 1 {
-					out = autograd.Add(out, mod.side.Forward(x))
-				}
-				return out
-			})
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Backward(ctx, autograd.CrossEntropy(out, y, autograd.CrossEntropyOptions{})); err != nil {
-				t.Fatalf("step %d: %v", s, err)
-			}
-			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-				t.Fatal(err)
-			}
-			if err := m.Step(ctx); err != nil {
-				t.Fatal(err)
-			}
-			m.ZeroGrad()
-		}
-		got, err := fullParams(ctx, m, mod)
+			return m.Call(ctx, func(u *Units) *autograd.Var { return mod.AddSide(s, x, run(u)) })
+		}, func(loss *autograd.Var) error { return m.Backward(ctx, loss) }, func() error { return dptest.ClipStep(ctx, m, maxNorm) })
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := compare(got, want); err != nil {
-			t.Errorf("rank %d: %v", r, err)
-		}
+		checkParams(t, ctx, m, mod, want, dptest.CompareElements, fmt.Sprintf("rank %d", r))
 	})
 }
 

@@ -8,6 +8,7 @@ import (
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/nn"
 )
 
@@ -92,21 +93,11 @@ func TestBackwardRegather(t *testing.T) {
 							if mem := m.Memory(); mem.ParamBytes != shard {
 								t.Errorf("rank %d step %d: %d parameter bytes after backward, want the shard's %d", r, s, mem.ParamBytes, shard)
 							}
-							if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+							if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 								t.Fatal(err)
 							}
-							if err := m.Step(ctx); err != nil {
-								t.Fatal(err)
-							}
-							m.ZeroGrad()
 						}
-						got, err := fullParams(ctx, m, mod)
-						if err != nil {
-							t.Fatal(err)
-						}
-						if err := compareNorm(got, want); err != nil {
-							t.Errorf("rank %d: vs one process: %v", r, err)
-						}
+						checkParams(t, ctx, m, mod, want, dptest.CompareNorms, fmt.Sprintf("rank %d: vs one process", r))
 					})
 				})
 			}

@@ -10,6 +10,7 @@ import (
 	"github.com/cohortml/cohort/distributed/distributedtest"
 	"github.com/cohortml/cohort/layout"
 	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/models/gpttest"
 )
 
 // TestBadConfig: a layout that does not fit the world, the batch or the
@@ -45,19 +46,7 @@ func TestBadConfig(t *testing.T) {
 			if tc.model != nil {
 				tc.model(&cfg)
 			}
-			errs := make([]error, tc.world)
-			distributedtest.Run(t, tc.world, func(t *testing.T, pg distributed.ProcessGroup) {
-				ctx := distributedtest.Context(t, 30*time.Second)
-				full, err := models.NewGPT(newRNG(), cfg)
-				if err != nil {
-					t.Fatal(err)
-				}
-				tr, err := layout.Build(ctx, pg, tc.cfg, full)
-				if err == nil {
-					tr.Close()
-				}
-				errs[pg.Rank()] = err
-			})
+			errs := buildErrors(t, tc.world, cfg, func(int) layout.Config { return tc.cfg })
 			for r, err := range errs {
 				if err == nil || !strings.Contains(err.Error(), tc.want) {
 					t.Errorf("rank %d: error %v, want one containing %q", r, err, tc.want)
@@ -65,6 +54,22 @@ func TestBadConfig(t *testing.T) {
 			}
 		})
 	}
+}
+
+// buildErrors builds a Trainer of a model of cfg on each rank of a world
+// of goroutines, rank r under layout(r), and returns each rank's error.
+func buildErrors(t *testing.T, world int, cfg models.GPTConfig, layoutOf func(rank int) layout.Config) []error {
+	t.Helper()
+	errs := make([]error, world)
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx := distributedtest.Context(t, 30*time.Second)
+		tr, err := layout.Build(ctx, pg, layoutOf(pg.Rank()), gpttest.NewGPT(t, cfg))
+		if err == nil {
+			tr.Close()
+		}
+		errs[pg.Rank()] = err
+	})
+	return errs
 }
 
 // TestRanksDisagree: ranks built with different layouts, or where only
@@ -91,20 +96,7 @@ func TestRanksDisagree(t *testing.T) {
 		}, []string{"3 microbatches do not divide", "invalid on rank(s) 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			errs := make([]error, 2)
-			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
-				ctx := distributedtest.Context(t, 30*time.Second)
-				full, err := models.NewGPT(newRNG(), models.GPTMini())
-				if err != nil {
-					t.Fatal(err)
-				}
-				tr, err := layout.Build(ctx, pg, tc.cfg(pg.Rank()), full)
-				if err == nil {
-					tr.Close()
-				}
-				errs[pg.Rank()] = err
-			})
-			for r, err := range errs {
+			for r, err := range buildErrors(t, 2, models.GPTMini(), tc.cfg) {
 				if err == nil || !strings.Contains(err.Error(), tc.want[r]) {
 					t.Errorf("rank %d: error %v, want one containing %q", r, err, tc.want[r])
 				}
@@ -117,10 +109,7 @@ func TestRanksDisagree(t *testing.T) {
 func TestStepBadBatch(t *testing.T) {
 	distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := distributedtest.Context(t, 30*time.Second)
-		full, err := models.NewGPT(newRNG(), models.GPTMini())
-		if err != nil {
-			t.Fatal(err)
-		}
+		full := gpttest.NewGPT(t, models.GPTMini())
 		ids := make([]int64, 8)
 		for _, tc := range []struct {
 			name string
@@ -151,10 +140,7 @@ func TestRankFails(t *testing.T) {
 	elapsed := make([]time.Duration, 8)
 	distributedtest.Run(t, 8, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := distributedtest.Context(t, time.Minute)
-		full, err := models.NewGPT(newRNG(), models.GPTMini())
-		if err != nil {
-			t.Fatal(err)
-		}
+		full := gpttest.NewGPT(t, models.GPTMini())
 		tr, err := layout.Build(ctx, pg, cfg, full)
 		if err != nil {
 			t.Fatal(err)

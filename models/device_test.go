@@ -44,6 +44,50 @@ func (tr *trainer) step(t *testing.T, x *tensor.Tensor, targets []int64) (float3
 	return loss.Value.To(tensor.CPU).Item(), norm
 }
 
+// newClassifier is a trainer of m, moved to dev, with the optimizer
+// newOpt builds over its parameters; its loss is the cross-entropy of m's
+// output.
+func newClassifier(t *testing.T, dev tensor.Device, m nn.Layer, newOpt func([]*autograd.Var) (optim.Optimizer, error), clip float64) *trainer {
+	t.Helper()
+	nn.To(m, dev)
+	opt, err := newOpt(nn.Parameters(m))
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := &trainer{dev: dev, m: m, opt: opt, clip: clip}
+	tr.loss = func(x *tensor.Tensor, targets []int64) *autograd.Var {
+		return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), targets, autograd.CrossEntropyOptions{})
+	}
+	return tr
+}
+
+// imageBatch draws B standard normal inputs of the given shape and their
+// labels in [0, 10) from rng.
+func imageBatch(rng *rand.Rand, B int, shape ...int) (*tensor.Tensor, []int64) {
+	x := tensor.New(append([]int{B}, shape...)...)
+	x.FillNormal(rng, 0, 1)
+	targets := make([]int64, B)
+	for i := range targets {
+		targets[i] = int64(rng.IntN(10))
+	}
+	return x, targets
+}
+
+// sameStep runs step s on batch (x, targets) on cpu and then on dev,
+// fails unless their losses and gradient norms agree bit for bit, and
+// returns what dev's step moved and ran.
+func sameStep(t *testing.T, s int, cpu, dev *trainer, x *tensor.Tensor, targets []int64) fakebackend.Counters {
+	t.Helper()
+	lc, nc := cpu.step(t, x, targets)
+	before := fakebackend.Stats()
+	ld, nd := dev.step(t, x, targets)
+	moved := fakebackend.Stats().Sub(before)
+	if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
+		t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
+	}
+	return moved
+}
+
 // sameBits fails unless every parameter of a (on the CPU) equals b's (on
 // the fake device) bit for bit.
 func sameBits(t *testing.T, a, b nn.Module) {
@@ -69,35 +113,16 @@ func sameBits(t *testing.T, a, b nn.Module) {
 // out.
 func TestMLPOnFakeDeviceEqualsCPU(t *testing.T) {
 	build := func(dev tensor.Device) *trainer {
-		m := MLP(rand.New(rand.NewPCG(7, 8)))
-		nn.To(m, dev)
-		opt, err := optim.NewAdamW([]optim.Group{{Params: nn.Parameters(m), LR: 1e-3, WeightDecay: 0.01}}, optim.AdamDefaults())
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := &trainer{dev: dev, m: m, opt: opt, clip: 1}
-		tr.loss = func(x *tensor.Tensor, targets []int64) *autograd.Var {
-			return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), targets, autograd.CrossEntropyOptions{})
-		}
-		return tr
+		return newClassifier(t, dev, MLP(rand.New(rand.NewPCG(7, 8))), func(ps []*autograd.Var) (optim.Optimizer, error) {
+			return optim.NewAdamW([]optim.Group{{Params: ps, LR: 1e-3, WeightDecay: 0.01}}, optim.AdamDefaults())
+		}, 1)
 	}
 	cpu, dev := build(tensor.CPU), build(fakebackend.Device(0))
 	rng := rand.New(rand.NewPCG(9, 10))
 	const B = 16
 	for s := range 4 {
-		x := tensor.New(B, 784)
-		x.FillNormal(rng, 0, 1)
-		targets := make([]int64, B)
-		for i := range targets {
-			targets[i] = int64(rng.IntN(10))
-		}
-		lc, nc := cpu.step(t, x, targets)
-		before := fakebackend.Stats()
-		ld, nd := dev.step(t, x, targets)
-		moved := fakebackend.Stats().Sub(before)
-		if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
-			t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
-		}
+		x, targets := imageBatch(rng, B, 784)
+		moved := sameStep(t, s, cpu, dev, x, targets)
 		if moved.Uploads != 1 || moved.Downloads != 1 || moved.Ops == 0 {
 			t.Errorf("step %d: %d uploads, %d downloads, %d ops: want the batch in, the loss out and the rest on the device", s, moved.Uploads, moved.Downloads, moved.Ops)
 		}
@@ -138,13 +163,7 @@ func TestGPTOnFakeDeviceEqualsCPU(t *testing.T) {
 		for i := range ids {
 			ids[i] = int64(rng.IntN(cfg.Vocab))
 		}
-		lc, nc := cpu.step(t, nil, ids)
-		before := fakebackend.Stats()
-		ld, nd := dev.step(t, nil, ids)
-		moved := fakebackend.Stats().Sub(before)
-		if math.Float32bits(lc) != math.Float32bits(ld) || math.Float64bits(nc) != math.Float64bits(nd) {
-			t.Fatalf("step %d: loss %g, grad norm %g on the fake device; %g, %g on the CPU", s, ld, nd, lc, nc)
-		}
+		moved := sameStep(t, s, cpu, dev, nil, ids)
 		if moved.Uploads != 0 || moved.Downloads != 1 {
 			t.Errorf("step %d: %d uploads, %d downloads: want only the loss out", s, moved.Uploads, moved.Downloads)
 		}
@@ -158,28 +177,15 @@ func TestGPTOnFakeDeviceEqualsCPU(t *testing.T) {
 // op: the runs agree to float32 round-off, not bit for bit.
 func TestLeNetOnFakeDeviceMatchesCPU(t *testing.T) {
 	build := func(dev tensor.Device) *trainer {
-		m := LeNet(rand.New(rand.NewPCG(15, 16)))
-		nn.To(m, dev)
-		opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
-		if err != nil {
-			t.Fatal(err)
-		}
-		tr := &trainer{dev: dev, m: m, opt: opt}
-		tr.loss = func(x *tensor.Tensor, targets []int64) *autograd.Var {
-			return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), targets, autograd.CrossEntropyOptions{})
-		}
-		return tr
+		return newClassifier(t, dev, LeNet(rand.New(rand.NewPCG(15, 16))), func(ps []*autograd.Var) (optim.Optimizer, error) {
+			return optim.NewSGD([]optim.Group{{Params: ps, LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
+		}, 0)
 	}
 	cpu, dev := build(tensor.CPU), build(fakebackend.Device(0))
 	rng := rand.New(rand.NewPCG(17, 18))
 	const B = 8
 	for s := range 3 {
-		x := tensor.New(B, 1, 28, 28)
-		x.FillNormal(rng, 0, 1)
-		targets := make([]int64, B)
-		for i := range targets {
-			targets[i] = int64(rng.IntN(10))
-		}
+		x, targets := imageBatch(rng, B, 1, 28, 28)
 		lc, _ := cpu.step(t, x, targets)
 		ld, _ := dev.step(t, x, targets)
 		if math.Abs(float64(lc-ld)) > 1e-5*math.Abs(float64(lc)) {

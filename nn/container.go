@@ -17,25 +17,29 @@ type Child struct {
 // ChildParameters lists the children's parameters in order, each name
 // prefixed with its child's name and a dot ("0.weight", "attn.qkv.bias").
 func ChildParameters(children ...Child) []NamedParameter {
-	var out []NamedParameter
+	return childEntries(children, Module.NamedParameters)
+}
+
+// ChildBuffers lists the children's buffers like ChildParameters.
+func ChildBuffers(children ...Child) []NamedBuffer {
+	return childEntries(children, Module.NamedBuffers)
+}
+
+// childEntries lists what list gives for each child in order, each name
+// prefixed with its child's name and a dot.
+func childEntries[T interface{ withPrefix(string) T }](children []Child, list func(Module) []T) []T {
+	var out []T
 	for _, c := range children {
-		for _, p := range c.Module.NamedParameters() {
-			out = append(out, NamedParameter{c.Name + "." + p.Name, p.Param})
+		for _, e := range list(c.Module) {
+			out = append(out, e.withPrefix(c.Name+"."))
 		}
 	}
 	return out
 }
 
-// ChildBuffers lists the children's buffers like ChildParameters.
-func ChildBuffers(children ...Child) []NamedBuffer {
-	var out []NamedBuffer
-	for _, c := range children {
-		for _, b := range c.Module.NamedBuffers() {
-			out = append(out, NamedBuffer{c.Name + "." + b.Name, b.Buffer})
-		}
-	}
-	return out
-}
+func (p NamedParameter) withPrefix(s string) NamedParameter { p.Name = s + p.Name; return p }
+
+func (b NamedBuffer) withPrefix(s string) NamedBuffer { b.Name = s + b.Name; return b }
 
 // Sequential applies its layers in order; layer i's parameters are named
 // "i.<name>", as in PyTorch's nn.Sequential.

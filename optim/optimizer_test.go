@@ -3,7 +3,6 @@ package optim_test
 import (
 	"errors"
 	"math"
-	"math/rand/v2"
 	"slices"
 	"strings"
 	"testing"
@@ -13,12 +12,12 @@ import (
 	"github.com/cohortml/cohort/tensor"
 )
 
-func newParam(rng *rand.Rand, shape ...int) *autograd.Var {
-	n := 1
-	for _, s := range shape {
-		n *= s
+// wantErr fails t unless err wraps sentinel and its message contains want.
+func wantErr(t *testing.T, err, sentinel error, want string) {
+	t.Helper()
+	if !errors.Is(err, sentinel) || !strings.Contains(err.Error(), want) {
+		t.Fatalf("error %v, want one wrapping %v containing %q", err, sentinel, want)
 	}
-	return autograd.NewVar(tensor.FromSlice(randSlice(rng, n, 1), shape...), true)
 }
 
 // builders make each optimizer kind over groups, with non-default options
@@ -36,7 +35,7 @@ var builders = map[string]func([]optim.Group) (optim.Optimizer, error){
 }
 
 func TestConstructorErrors(t *testing.T) {
-	rng := rand.New(rand.NewPCG(1, 1))
+	rng := newRNG(1)
 	p, q := newParam(rng, 2, 3), newParam(rng, 4)
 	one := []optim.Group{{Params: []*autograd.Var{p}, LR: 0.1}}
 	withValue := func(v *tensor.Tensor) *autograd.Var { return &autograd.Var{Value: v} }
@@ -113,9 +112,7 @@ func TestConstructorErrors(t *testing.T) {
 			if err == nil {
 				t.Fatal("no error")
 			}
-			if !errors.Is(err, optim.ErrInvalid) || !strings.Contains(err.Error(), tc.want) {
-				t.Fatalf("error %q, want one wrapping ErrInvalid containing %q", err, tc.want)
-			}
+			wantErr(t, err, optim.ErrInvalid, tc.want)
 		})
 	}
 }
@@ -125,7 +122,7 @@ func TestConstructorErrors(t *testing.T) {
 func TestZeroGradKeepsViews(t *testing.T) {
 	for kind, build := range builders {
 		t.Run(kind, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(2, 2))
+			rng := newRNG(2)
 			p, q := newParam(rng, 2, 3), newParam(rng, 4)
 			bucket := randSlice(rng, 10, 1)
 			p.Grad, q.Grad = tensor.FromSlice(bucket[:6], 2, 3), tensor.FromSlice(bucket[6:], 4)
@@ -155,7 +152,7 @@ func TestZeroGradKeepsViews(t *testing.T) {
 func TestStepAllocatesNothing(t *testing.T) {
 	for kind, build := range builders {
 		t.Run(kind, func(t *testing.T) {
-			rng := rand.New(rand.NewPCG(3, 3))
+			rng := newRNG(3)
 			p, q, r := newParam(rng, 16, 8), newParam(rng, 8), newParam(rng, 3)
 			p.Grad, q.Grad = tensor.FromSlice(randSlice(rng, 128, 1), 16, 8), tensor.FromSlice(randSlice(rng, 8, 1), 8)
 			opt, err := build([]optim.Group{{Params: []*autograd.Var{p}, LR: 0.01, WeightDecay: 0.1}, {Params: []*autograd.Var{q, r}, LR: 0.02}})
@@ -170,7 +167,7 @@ func TestStepAllocatesNothing(t *testing.T) {
 }
 
 func TestGroupsHaveTheirOwnLR(t *testing.T) {
-	rng := rand.New(rand.NewPCG(4, 4))
+	rng := newRNG(4)
 	p, q := newParam(rng, 3), newParam(rng, 3)
 	p0, q0 := append([]float32(nil), p.Value.Data()...), append([]float32(nil), q.Value.Data()...)
 	ones := []float32{1, 1, 1}
@@ -192,7 +189,7 @@ func TestGroupsHaveTheirOwnLR(t *testing.T) {
 }
 
 func TestProgrammerErrorsPanic(t *testing.T) {
-	rng := rand.New(rand.NewPCG(5, 5))
+	rng := newRNG(5)
 	p := newParam(rng, 2, 3)
 	opt, err := optim.NewAdam([]optim.Group{{Params: []*autograd.Var{p}, LR: 0.1}}, optim.AdamDefaults())
 	if err != nil {

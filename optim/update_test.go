@@ -7,8 +7,22 @@ import (
 	"slices"
 	"testing"
 
+	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
+
+// newRNG returns the generator of the given seed (both PCG words).
+func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, seed)) }
+
+// newParam returns a parameter of the given shape, values from randSlice.
+func newParam(rng *rand.Rand, shape ...int) *autograd.Var {
+	n := 1
+	for _, s := range shape {
+		n *= s
+	}
+	return autograd.NewVar(tensor.FromSlice(randSlice(rng, n, 1), shape...), true)
+}
 
 func randSlice(rng *rand.Rand, n int, scale float64) []float32 {
 	s := make([]float32, n)

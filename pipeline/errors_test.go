@@ -58,6 +58,27 @@ func (f failing) Forward(mb int, in *autograd.Var) (*autograd.Var, error) {
 	return f.Stage.Forward(mb, in)
 }
 
+// stepErrors runs one Step of the tiny GPT under s on world ranks, each
+// rank's stages wrapped by wrap (given the rank's group and the cancel of
+// its context), and returns each rank's error.
+func stepErrors(t *testing.T, world int, s *Schedule, wrap func(pg distributed.ProcessGroup, cancel context.CancelFunc, st Stage) Stage) []error {
+	t.Helper()
+	errs := make([]error, world)
+	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+		ctx, cancel := context.WithCancel(distributedtest.Context(t, 30*time.Second))
+		defer cancel()
+		stages, opts := tinyRank(t, pg, s, func(st Stage) Stage { return wrap(pg, cancel, st) })
+		pl, err := New(ctx, pg, s, stages, opts)
+		if err != nil {
+			t.Errorf("rank %d: %v", pg.Rank(), err)
+			return
+		}
+		defer pl.Close()
+		_, errs[pg.Rank()] = pl.Step(ctx)
+	})
+	return errs
+}
+
 // A stage that fails (returns an error, panics, or closes its process
 // group) stops every rank promptly, and every rank's error names it.
 func TestDyingStage(t *testing.T) {
@@ -71,30 +92,19 @@ func TestDyingStage(t *testing.T) {
 					if err != nil {
 						t.Skip(err)
 					}
-					errs := make([]error, p)
-					distributedtest.Run(t, p, func(t *testing.T, pg distributed.ProcessGroup) {
-						ctx := distributedtest.Context(t, 30*time.Second)
-						stages, opts := tinyRank(t, pg, s, func(st Stage) Stage {
-							if pg.Rank() != culprit {
-								return st
-							}
-							return failing{st, 1, func() error {
-								switch how {
-								case "panic":
-									panic("boom")
-								case "close":
-									pg.Close()
-								}
-								return errors.New("boom")
-							}}
-						})
-						pl, err := New(ctx, pg, s, stages, opts)
-						if err != nil {
-							t.Errorf("rank %d: %v", pg.Rank(), err)
-							return
+					errs := stepErrors(t, p, s, func(pg distributed.ProcessGroup, _ context.CancelFunc, st Stage) Stage {
+						if pg.Rank() != culprit {
+							return st
 						}
-						defer pl.Close()
-						_, errs[pg.Rank()] = pl.Step(ctx)
+						return failing{st, 1, func() error {
+							switch how {
+							case "panic":
+								panic("boom")
+							case "close":
+								pg.Close()
+							}
+							return errors.New("boom")
+						}}
 					})
 					for r, err := range errs {
 						if err == nil {
@@ -225,25 +235,13 @@ func TestCancelledStage(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				errs := make([]error, 2)
-				distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
-					ctx, cancel := context.WithCancel(distributedtest.Context(t, 30*time.Second))
-					defer cancel()
-					stages, opts := tinyRank(t, pg, s, func(st Stage) Stage {
-						if pg.Rank() != culprit {
-							return st
-						}
-						// Cancel before the forward pass of microbatch 1:
-						// the stage then stops at its next wait for a peer.
-						return failing{st, 1, func() error { cancel(); return nil }}
-					})
-					pl, err := New(ctx, pg, s, stages, opts)
-					if err != nil {
-						t.Errorf("rank %d: %v", pg.Rank(), err)
-						return
+				errs := stepErrors(t, 2, s, func(pg distributed.ProcessGroup, cancel context.CancelFunc, st Stage) Stage {
+					if pg.Rank() != culprit {
+						return st
 					}
-					defer pl.Close()
-					_, errs[pg.Rank()] = pl.Step(ctx)
+					// Cancel before the forward pass of microbatch 1:
+					// the stage then stops at its next wait for a peer.
+					return failing{st, 1, func() error { cancel(); return nil }}
 				})
 				for r, err := range errs {
 					t.Logf("rank %d: %v", r, err)

@@ -38,6 +38,10 @@ type Device struct {
 type EfficiencyPoint struct {
 	FLOPs    float64 `json:"flops"`
 	Fraction float64 `json:"fraction"`
+	// Head, on a curve of whole layers, is the rate a GPT's output layer
+	// and loss reach, as a fraction of the blocks' at this point (their
+	// microbatch): measured by cohort plan profile; 0 means 1.
+	Head float64 `json:"head,omitempty"`
 }
 
 // Validate names the first unusable field.
@@ -69,6 +73,9 @@ func (d *Device) Validate() error {
 		if !(p.Fraction > 0 && p.Fraction <= 1) {
 			return bad(fmt.Sprintf("efficiency[%d].fraction", i), p.Fraction, "in (0, 1]")
 		}
+		if p.Head < 0 || p.Head > 1e3 || math.IsNaN(p.Head) {
+			return bad(fmt.Sprintf("efficiency[%d].head", i), p.Head, "0 (1) or a positive fraction of the point's rate")
+		}
 		if i > 0 && p.FLOPs <= d.Efficiency[i-1].FLOPs {
 			return bad(fmt.Sprintf("efficiency[%d].flops", i), p.FLOPs, "points in increasing order of flops")
 		}
@@ -98,6 +105,29 @@ func (d *Device) Fraction(flops float64) float64 {
 		}
 	}
 	return e[len(e)-1].Fraction
+}
+
+// HeadFraction returns the head's share of the curve's rate at flops
+// (the blocks' GEMM size of the same microbatch), interpolated as
+// Fraction is.
+func (d *Device) HeadFraction(flops float64) float64 {
+	h := func(p EfficiencyPoint) float64 {
+		if p.Head > 0 {
+			return p.Head
+		}
+		return 1
+	}
+	e := d.Efficiency
+	if flops <= e[0].FLOPs {
+		return h(e[0])
+	}
+	for i := 1; i < len(e); i++ {
+		if flops <= e[i].FLOPs {
+			x := (math.Log(flops) - math.Log(e[i-1].FLOPs)) / (math.Log(e[i].FLOPs) - math.Log(e[i-1].FLOPs))
+			return h(e[i-1]) + x*(h(e[i])-h(e[i-1]))
+		}
+	}
+	return h(e[len(e)-1])
 }
 
 // ParseDevice reads a device description from JSON and validates it.

@@ -24,7 +24,11 @@
 //     inter-node: InfiniBand, TCP), optionally per collective; rings
 //     across nodes are hierarchical. Kept: dgx-a100, dgx-h100, local
 //     (plan/fabrics). A missing, negative or zero figure is an error
-//     naming the field.
+//     naming the field. Fitted to measurements by FitLink and
+//     FabricFromFits (`cohort plan fit`): least squares on the relative
+//     error of time = α·steps + bytes·factor/β with the ring terms the
+//     cost functions charge (RingTerms), per collective and link class,
+//     so that the fabric gives back the measured times.
 //
 // # The step
 //
@@ -37,6 +41,15 @@
 //     size, its attention products at that of one head's product, and its
 //     elementwise traffic (the activations it stores, written forward,
 //     read and their gradients written backward) at memory bandwidth;
+//     on a device measured here (cohort plan profile, WholeLayer) each
+//     block's passes at the curve's rate of whole blocks for the
+//     microbatch, and the output layer with its loss at their own
+//     measured share of it (EfficiencyPoint.Head: the last stage's
+//     passes beyond its blocks; on GPT-mini the softmax and cross-entropy
+//     over the vocabulary run at about half the blocks' rate, which made
+//     the last stage, the busiest, look cheaper than it is). A node with
+//     more ranks than cores (Cluster.Cores) shares them: every rank's
+//     compute and optimizer step take ranks/cores times as long;
 //   - tensor parallelism (package tp, Megatron's f and g): two all-reduces
 //     of the block's output per block forward and two backward (two more
 //     with recomputation), on the critical path;
@@ -57,7 +70,11 @@
 //     backward. cohort shards only pure data parallelism, so sharded
 //     layouts have pp = tp = 1;
 //   - optimizer: Adam reading parameters, gradients and state and writing
-//     parameters and state at memory bandwidth (a 1/N shard when sharded).
+//     parameters and state at memory bandwidth (a 1/N shard when sharded);
+//     on a device measured here, memory_bandwidth is the rate of the work
+//     a step does outside its pipeline (AdamW, clipping, zeroing the
+//     gradients, the batch) in the profiled run, per byte AdamW moves
+//     (MeasureOptimizer).
 //
 // Peak memory per rank: parameters, gradients and Adam's state (8 bytes a
 // parameter in fp32, 12 in mixed precision: master copy and two moments),

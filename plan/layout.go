@@ -44,6 +44,21 @@ type Cluster struct {
 	Nodes, ProcsPerNode int
 	// MemPerRank is the memory one rank may use (0: the device's).
 	MemPerRank int64
+	// Cores is the cores (or devices) of a node that its ranks compute
+	// on; 0: one per rank. A node with more ranks than cores is
+	// oversubscribed: its ranks share the cores, and each rank's compute
+	// and optimizer step take ProcsPerNode/Cores times as long as on a
+	// core of its own (the operating system time-slices them).
+	Cores int
+}
+
+// share is how many ranks of a node run on one core: ProcsPerNode/Cores
+// when the node is oversubscribed, else 1.
+func (c Cluster) share() float64 {
+	if c.Cores <= 0 || c.ProcsPerNode <= c.Cores {
+		return 1
+	}
+	return float64(c.ProcsPerNode) / float64(c.Cores)
 }
 
 // Ranks returns Nodes·ProcsPerNode.
@@ -103,6 +118,9 @@ func (e *Env) validate() error {
 	}
 	if e.Cluster.Nodes < 1 || e.Cluster.ProcsPerNode < 1 {
 		return fmt.Errorf("plan: %d nodes × %d ranks per node: want at least 1 of each", e.Cluster.Nodes, e.Cluster.ProcsPerNode)
+	}
+	if e.Cluster.Cores < 0 {
+		return fmt.Errorf("plan: %d cores per node: want 0 (one per rank) or more", e.Cluster.Cores)
 	}
 	if e.Cluster.MemPerRank < 0 {
 		return fmt.Errorf("plan: memory per rank %d: want bytes ≥ 0", e.Cluster.MemPerRank)
@@ -291,10 +309,11 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 	pr := m.precision()
 	peak, _ := e.Device.Peak(pr.dtype)
 	tpGroup := Group{PerNode: l.TP, Nodes: 1}
+	share := e.Cluster.share()
 	layer := func(c Cost) (f, bw, w, tp float64) {
-		f = e.passTime(c, c.F, c.AttnF, peak, 1)
-		bw = e.passTime(c, c.B, c.AttnB, peak, 2)
-		w = e.passTime(c, c.W, 0, peak, 0)
+		f = share * e.passTime(c, c.F, c.AttnF, peak, 1)
+		bw = share * e.passTime(c, c.B, c.AttnB, peak, 2)
+		w = share * e.passTime(c, c.W, 0, peak, 0)
 		ar := e.Fabric.AllReduceTime(tpGroup, float64(c.TPBytes))
 		tp = float64(c.TPForward+c.TPBackward) * ar
 		if m.Recompute {
@@ -344,6 +363,12 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 	emb, head := m.embedCost(b, l.TP), m.headCost(b, l.TP)
 	ef, eb, ew, etp := layer(emb)
 	hf, hb, hw, htp := layer(head)
+	if e.Device.WholeLayer {
+		// a measured curve prices the head at its measured share of the
+		// blocks' rate for the same microbatch
+		hs := e.Device.Fraction(head.GEMM) / (e.Device.Fraction(blk.GEMM) * e.Device.HeadFraction(blk.GEMM))
+		hf, hb, hw = hf*hs, hb*hs, hw*hs
+	}
 	if m.Recompute { // the recompute added by layer() applies to blocks only
 		hb -= hf
 	}
@@ -498,7 +523,7 @@ func (e *Env) predict(l Layout) Prediction {
 	}
 	// Adam reads parameters, gradients and state and writes parameters
 	// and state.
-	t.Optimizer = float64(updated*(2*pr.param+pr.grad+2*pr.opt)) / e.Device.MemoryBandwidth
+	t.Optimizer = e.Cluster.share() * float64(updated*(2*pr.param+pr.grad+2*pr.opt)) / e.Device.MemoryBandwidth
 	t.Step = t.Compute + t.TP + t.Bubble + t.PP + t.DP + t.Optimizer
 
 	// Memory of the fullest rank.

@@ -178,7 +178,7 @@ func run(t *testing.T, d *datadriven.TestData) (string, error) {
 		if err != nil {
 			return "", err
 		}
-		fmt.Fprintf(&b, "measured %.4g FLOP/s at %.4g FLOPs per layer, %d stages, %d passes\n", ms.Rate, ms.GEMM, ms.Stages, ms.Passes)
+		fmt.Fprintf(&b, "measured %.4g FLOP/s at %.4g FLOPs per layer, head at %.3g of it, %d stages, %d passes\n", ms.Rate, ms.GEMM, ms.Head, ms.Stages, ms.Passes)
 		dev := &plan.Device{Name: "cpu", MemoryBytes: 1 << 30, MemoryBandwidth: 1e10}
 		plan.AddMeasurement(dev, "fp32", ms)
 		half := ms

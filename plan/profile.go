@@ -24,16 +24,24 @@ type Measurement struct {
 	// (the efficiency curve's abscissa); Rate the FLOP/s reached over the
 	// median pass of every (stage, pass kind).
 	GEMM, Rate float64
-	Stages     int
-	Passes     int // spans used
+	// Head is the rate the output layer and its loss reached, as a
+	// fraction of Rate (their softmax and cross-entropy over the
+	// vocabulary run slower than the blocks' products); 1 when one stage
+	// held everything and they could not be told apart.
+	Head   float64
+	Stages int
+	Passes int // spans used
 }
 
 // Measure turns a run's compute spans into a Measurement for model m
 // (GPT-mini for `cohort bench pipeline`) trained in microbatches of
 // microBatch sequences: each span's FLOPs are those of its stage's layers
 // (the stages split the layers as pipeline.Uniform does; the first adds
-// the embedding, the last the head), and the rate is the sum of the
-// median pass FLOPs over the sum of the median pass times.
+// the embedding, the last the head). The blocks' rate is the sum of the
+// median pass FLOPs of the stages before the last over the sum of their
+// median pass times; the head's is its FLOPs over the time the last
+// stage's median passes took beyond its blocks at that rate. A trace of
+// one stage gives one rate for all of it.
 func Measure(m *Model, microBatch int, spans []Span) (Measurement, error) {
 	if m.Kind == "mlp" {
 		return Measurement{}, fmt.Errorf("plan: profile: model %s: only a GPT's pipeline traces are read", m.Name)
@@ -81,42 +89,57 @@ func Measure(m *Model, microBatch int, spans []Span) (Measurement, error) {
 	mm := *m
 	mm.Recompute = false
 	blk, head := mm.blockCost(microBatch, 1), mm.headCost(microBatch, 1)
-	var flops, secs float64
+	// Per stage: the blocks' FLOPs and the head's (last stage), and the
+	// seconds of the median pass of every kind.
+	blockFLOPs := make([]float64, stages)
+	headFLOPs := make([]float64, stages)
+	secs := make([]float64, stages)
 	n := 0
 	for k, ds := range durs {
 		layers := float64(m.Layers / stages)
 		if k.stage < m.Layers%stages {
 			layers++
 		}
-		last := k.stage == stages-1
-		var f float64
+		var bf, hf float64
 		switch k.kind {
 		case 'F':
-			f = layers * blk.F
-			if last {
-				f += head.F
-			}
+			bf, hf = blk.F, head.F
 		case 'B':
-			f = layers * (blk.B + blk.W)
-			if last {
-				f += head.B + head.W
-			}
+			bf, hf = blk.B+blk.W, head.B+head.W
 		case 'I':
-			f = layers * blk.B
-			if last {
-				f += head.B
-			}
+			bf, hf = blk.B, head.B
 		case 'W':
-			f = layers * blk.W
-			if last {
-				f += head.W
-			}
+			bf, hf = blk.W, head.W
 		}
-		flops += f
-		secs += median(ds)
+		blockFLOPs[k.stage] += layers * bf
+		if k.stage == stages-1 {
+			headFLOPs[k.stage] += hf
+		}
+		secs[k.stage] += median(ds)
 		n += len(ds)
 	}
-	return Measurement{GEMM: blk.GEMM, Rate: flops / secs, Stages: stages, Passes: n}, nil
+	var flops, total float64
+	for st := range stages {
+		flops += blockFLOPs[st] + headFLOPs[st]
+		total += secs[st]
+	}
+	ms := Measurement{GEMM: blk.GEMM, Rate: flops / total, Head: 1, Stages: stages, Passes: n}
+	if stages > 1 {
+		// The stages before the last hold blocks only (and the
+		// embedding's lookup): their rate is the blocks'; the last
+		// stage's time beyond its blocks at that rate is the head's.
+		var bf, bs float64
+		for st := range stages - 1 {
+			bf, bs = bf+blockFLOPs[st], bs+secs[st]
+		}
+		last := stages - 1
+		headSecs := secs[last] - blockFLOPs[last]*bs/bf
+		if bf > 0 && bs > 0 && headSecs > 0 {
+			ms.Rate = bf / bs
+			ms.Head = math.Round(headFLOPs[last]/headSecs/ms.Rate*1e4) / 1e4 // 4 decimals: a measured figure
+		}
+	}
+	return ms, nil
 }
 
 func median(xs []float64) float64 {
@@ -144,11 +167,46 @@ func AddMeasurement(d *Device, dtype string, ms Measurement) {
 		if p.FLOPs == ms.GEMM {
 			continue
 		}
-		pts = append(pts, EfficiencyPoint{FLOPs: p.FLOPs, Fraction: p.Fraction * old / peak})
+		pts = append(pts, EfficiencyPoint{FLOPs: p.FLOPs, Fraction: p.Fraction * old / peak, Head: p.Head})
 	}
-	pts = append(pts, EfficiencyPoint{FLOPs: ms.GEMM, Fraction: ms.Rate / peak})
+	head := ms.Head
+	if head == 1 {
+		head = 0 // the default
+	}
+	pts = append(pts, EfficiencyPoint{FLOPs: ms.GEMM, Fraction: ms.Rate / peak, Head: head})
 	sort.Slice(pts, func(i, j int) bool { return pts[i].FLOPs < pts[j].FLOPs })
 	d.PeakFLOPs[dtype] = peak
 	d.Efficiency = pts
 	d.WholeLayer = true
+}
+
+// MeasureOptimizer returns the rate, bytes/s, at which the work of a step
+// outside its pipeline ran in a profiled run of model m over stages ranks
+// (one stage each): AdamW over the rank's parameters (reading parameters,
+// gradients and both moments, writing parameters and moments: what the
+// cost model's optimizer term moves) with the gradients' clipping, their
+// zeroing and the batch's setup. outside[r] is rank r's median seconds per
+// step outside the pipeline's Step (OutsideSeconds in package bench reads
+// it from a trace). The rank that took longest per byte sets the rate:
+// the ranks start the next step together.
+func MeasureOptimizer(m *Model, outside []float64) (float64, error) {
+	stages := len(outside)
+	if m.Kind == "mlp" || stages < 1 || stages > m.Layers {
+		return 0, fmt.Errorf("plan: profile: %d stages of model %s: want a GPT's pipeline of 1 to %d stages", stages, m.Name, m.Layers)
+	}
+	// Only the parameters per rank are read; any device and fabric do.
+	zero, one := 0.0, 1.0
+	link := &Link{Alpha: &zero, Bandwidth: &one}
+	e := &Env{Model: m, Device: &Device{PeakFLOPs: map[string]float64{"fp32": 1, "bf16": 1}, MemoryBandwidth: 1,
+		Efficiency: []EfficiencyPoint{{FLOPs: 1, Fraction: 1}}}, Fabric: &Fabric{Intra: link, Inter: link},
+		Cluster: Cluster{Nodes: 1, ProcsPerNode: stages}}
+	pr := m.precision()
+	rate := math.Inf(1)
+	for i, r := range e.ranks(Layout{DP: 1, PP: stages, TP: 1, Microbatches: 1, Virtual: 1}, 1) {
+		if !(outside[i] > 0) {
+			return 0, fmt.Errorf("plan: profile: rank %d spent %v s per step outside the pipeline: want > 0", i, outside[i])
+		}
+		rate = min(rate, float64(r.params*(2*pr.param+pr.grad+2*pr.opt))/outside[i])
+	}
+	return rate, nil
 }

@@ -2,10 +2,8 @@ package tensor
 
 import (
 	"math"
-	"sync"
 
 	"github.com/cohortml/cohort/tensor/internal/gemm"
-	"github.com/cohortml/cohort/tensor/internal/vec"
 )
 
 // Half is a host matrix rounded to bfloat16, row-major and contiguous: an
@@ -28,25 +26,15 @@ func (h *Half) Cols() int { return h.cols }
 
 // halfSpare holds bfloat16 storage handed back by Half.Release, by
 // element count (the invariant of spare, recycle.go, holds for it).
-var halfSpare = struct {
-	sync.Mutex
-	free  map[int][][]uint16
-	elems int
-}{free: map[int][][]uint16{}}
+var halfSpare = freeList[uint16]{free: map[int][][]uint16{}, maxElems: halfSpareMaxElems}
 
 const halfSpareMaxElems = 32 << 20 // 64 MiB
 
 func takeHalf(n int) []uint16 {
-	halfSpare.Lock()
-	defer halfSpare.Unlock()
-	l := halfSpare.free[n]
-	if len(l) == 0 {
-		return make([]uint16, n)
+	if s := halfSpare.take(n); s != nil {
+		return s
 	}
-	s := l[len(l)-1]
-	halfSpare.free[n] = l[:len(l)-1]
-	halfSpare.elems -= n
-	return s
+	return make([]uint16, n)
 }
 
 // Release hands h's storage back for reuse by a later RoundBF16; h must
@@ -57,17 +45,7 @@ func (h *Half) Release() {
 	}
 	s := h.bits
 	h.bits = nil // a use after Release panics
-	n := len(s)
-	if n < 256 {
-		return
-	}
-	halfSpare.Lock()
-	defer halfSpare.Unlock()
-	if len(halfSpare.free[n]) >= spareMaxPerSize || halfSpare.elems+n > halfSpareMaxElems {
-		return
-	}
-	halfSpare.free[n] = append(halfSpare.free[n], s)
-	halfSpare.elems += n
+	halfSpare.put(s)
 }
 
 // RoundBF16 returns t rounded to bfloat16 (round to nearest even, as
@@ -145,35 +123,11 @@ func LinearHalf(h *Tensor, x, w *Half, b, r, y *Tensor, act Activation) {
 	hd := h.Data()
 	// As LinearInto: the bias and the residual added to each block of h
 	// as the GEMM finishes it, then the activation, while it is in cache.
-	var add *gemm.Addends
-	if b != nil || r != nil {
-		add = &gemm.Addends{LdMat: n}
-		if b != nil {
-			add.Row = b.Contiguous().Data()
-		}
-		if r != nil {
-			add.Mat = r.Contiguous().Data()
-		}
+	var yd []float32
+	if y != nil {
+		yd = y.Data()
 	}
-	var then gemm.Epilogue
-	if act != Identity {
-		m := mathKernels()
-		var yd []float32
-		if y != nil {
-			yd = y.Data()
-		}
-		then = func(r0, r1, c0, c1 int) {
-			for i := r0 * n; i < r1*n; i += n {
-				row := hd[i+c0 : i+c1]
-				switch act {
-				case ReLUAct:
-					vec.ReLU(row, row)
-				case GELUTanhAct:
-					m.GELUTanh(yd[i+c0:i+c1], row)
-				}
-			}
-		}
-	}
+	add, then := linearAddends(b, r, n), activationEpilogue(act, hd, yd, n)
 	gemm.GemmBF16Fused(false, true, x.rows, n, x.cols, 1, x.bits, max(x.cols, 1), w.bits, max(w.cols, 1), 0, hd, n, add, then)
 }
 
@@ -202,16 +156,13 @@ func AttentionQKVAs(dt DType, qkv *Tensor, nHead int, causal bool) (y, p *Tensor
 	parallelRanges(B, 1, 1, func(lo, hi int) {
 		p16 := takeHalf(T * T)
 		defer (&Half{bits: p16}).Release()
-		for b := lo; b < hi; b++ {
-			base := b * T * 3 * d
-			for h := 0; h < nHead; h++ {
-				q, k, v := qb[base+h*hd:], qb[base+d+h*hd:], qb[base+2*d+h*hd:]
-				ph := pd[(b*nHead+h)*T*T:][:T*T]
-				gemm.GemmBF16(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
-				m.SoftmaxRows(ph, T, causal)
-				gemm.ToBF16(p16, ph)
-				gemm.GemmBF16(false, false, T, hd, T, 1, p16, T, v, 3*d, 0, yd[b*T*d+h*hd:], d)
-			}
+		for at := range attentionHeads(lo, hi, T, d, hd, nHead) {
+			q, k, v := qb[at.q:], qb[at.k:], qb[at.v:]
+			ph := pd[at.p:][:T*T]
+			gemm.GemmBF16(false, true, T, T, hd, scale, q, 3*d, k, 3*d, 0, ph, T)
+			m.SoftmaxRows(ph, T, causal)
+			gemm.ToBF16(p16, ph)
+			gemm.GemmBF16(false, false, T, hd, T, 1, p16, T, v, 3*d, 0, yd[at.y:], d)
 		}
 	})
 	return y, p
@@ -249,21 +200,18 @@ func AttentionQKVBackwardAs(dt DType, dy, qkv, p *Tensor, nHead int, causal bool
 		p16, s16 := &Half{bits: takeHalf(T * T)}, &Half{bits: takeHalf(T * T)}
 		defer p16.Release()
 		defer s16.Release()
-		for b := lo; b < hi; b++ {
-			base := b * T * 3 * d
-			for h := 0; h < nHead; h++ {
-				q, k, v := qb[base+h*hd:], qb[base+d+h*hd:], qb[base+2*d+h*hd:]
-				dq, dk, dv := dd[base+h*hd:], dd[base+d+h*hd:], dd[base+2*d+h*hd:]
-				g := gb[b*T*d+h*hd:]
-				ph := pd[(b*nHead+h)*T*T:][:T*T]
-				gemm.ToBF16(p16.bits, ph)
-				gemm.GemmBF16(true, false, T, hd, T, 1, p16.bits, T, g, d, 0, dv, 3*d) // dv = pᵀ·g
-				gemm.GemmBF16(false, true, T, T, hd, 1, g, d, v, 3*d, 0, dsd, T)       // dp = g·vᵀ
-				m.SoftmaxGradRows(dsd, ph, T, causal, scale)
-				gemm.ToBF16(s16.bits, dsd)
-				gemm.GemmBF16(false, false, T, hd, T, 1, s16.bits, T, k, 3*d, 0, dq, 3*d) // dq = ds·k
-				gemm.GemmBF16(true, false, T, hd, T, 1, s16.bits, T, q, 3*d, 0, dk, 3*d)  // dk = dsᵀ·q
-			}
+		for at := range attentionHeads(lo, hi, T, d, hd, nHead) {
+			q, k, v := qb[at.q:], qb[at.k:], qb[at.v:]
+			dq, dk, dv := dd[at.q:], dd[at.k:], dd[at.v:]
+			g := gb[at.y:]
+			ph := pd[at.p:][:T*T]
+			gemm.ToBF16(p16.bits, ph)
+			gemm.GemmBF16(true, false, T, hd, T, 1, p16.bits, T, g, d, 0, dv, 3*d) // dv = pᵀ·g
+			gemm.GemmBF16(false, true, T, T, hd, 1, g, d, v, 3*d, 0, dsd, T)       // dp = g·vᵀ
+			m.SoftmaxGradRows(dsd, ph, T, causal, scale)
+			gemm.ToBF16(s16.bits, dsd)
+			gemm.GemmBF16(false, false, T, hd, T, 1, s16.bits, T, k, 3*d, 0, dq, 3*d) // dq = ds·k
+			gemm.GemmBF16(true, false, T, hd, T, 1, s16.bits, T, q, 3*d, 0, dk, 3*d)  // dk = dsᵀ·q
 		}
 	})
 	return dqkv

@@ -326,21 +326,21 @@ type UnaryOp uint8
 
 // The unary ops: dst = f(a) (c is the op's constant where it has one).
 const (
-	UnaryNeg       = UnaryOp(uNeg)
-	UnaryExp       = UnaryOp(uExp)
-	UnaryLog       = UnaryOp(uLog)
-	UnarySqrt      = UnaryOp(uSqrt)
-	UnaryTanh      = UnaryOp(uTanh)
-	UnarySigmoid   = UnaryOp(uSigmoid)
-	UnaryReLU      = UnaryOp(uReLU)
-	UnaryAbs       = UnaryOp(uAbs)
-	UnaryGELU      = UnaryOp(uGELU)
-	UnaryGELUTanh  = UnaryOp(uGELUTanh)
-	UnarySiLU      = UnaryOp(uSiLU)
-	UnarySquare    = UnaryOp(uSquare)
-	UnaryAddScalar = UnaryOp(uAddScalar) // a + c
-	UnaryScale     = UnaryOp(uMulScalar) // c·a
-	UnaryPow       = UnaryOp(uPow)       // aᶜ
+	UnaryNeg UnaryOp = iota
+	UnaryExp
+	UnaryLog
+	UnarySqrt
+	UnaryTanh
+	UnarySigmoid
+	UnaryReLU
+	UnaryAbs
+	UnaryGELU
+	UnaryGELUTanh
+	UnarySiLU
+	UnarySquare
+	UnaryAddScalar // a + c
+	UnaryScale     // c·a
+	UnaryPow       // aᶜ
 )
 
 // ApplyUnary writes op(a) into dst (a's shape), for backends and

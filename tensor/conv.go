@@ -112,12 +112,7 @@ func Conv2d(x, w, b *Tensor, stride, padding int) *Tensor {
 // them, the rest in float32. Float32 is Conv2d. The same holds for the
 // other ...As convolution ops below. Host tensors only for BFloat16.
 func Conv2dAs(dt DType, x, w, b *Tensor, stride, padding int) *Tensor {
-	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
-		return deviceConv("Conv2d", x, w, b, stride, padding, Identity)
-	}
-	g, y := convStart("Conv2d", x, w, b, stride, padding, 1)
-	convForward(dt, x, w, g, &convEpilogue{bias: convBias(b), y: y.Data()})
-	return y
+	return conv2dAct("Conv2d", Identity, dt, x, w, b, stride, padding)
 }
 
 // Conv2dReLU returns max(Conv2d(x, w, b, stride, padding), 0), computed in
@@ -129,11 +124,17 @@ func Conv2dReLU(x, w, b *Tensor, stride, padding int) *Tensor {
 
 // Conv2dReLUAs is Conv2dReLU with its products in dt (see Conv2dAs).
 func Conv2dReLUAs(dt DType, x, w, b *Tensor, stride, padding int) *Tensor {
+	return conv2dAct("Conv2dReLU", ReLUAct, dt, x, w, b, stride, padding)
+}
+
+// conv2dAct is Conv2dAs (act Identity) and Conv2dReLUAs (act ReLUAct),
+// named op in panics.
+func conv2dAct(op string, act Activation, dt DType, x, w, b *Tensor, stride, padding int) *Tensor {
 	if x.buf != nil || w.buf != nil || b != nil && b.buf != nil {
-		return deviceConv("Conv2dReLU", x, w, b, stride, padding, ReLUAct)
+		return deviceConv(op, x, w, b, stride, padding, act)
 	}
-	g, y := convStart("Conv2dReLU", x, w, b, stride, padding, 1)
-	convForward(dt, x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: true})
+	g, y := convStart(op, x, w, b, stride, padding, 1)
+	convForward(dt, x, w, g, &convEpilogue{bias: convBias(b), y: y.Data(), relu: act == ReLUAct})
 	return y
 }
 
@@ -350,6 +351,14 @@ type convEpilogue struct {
 	arg  []int32
 }
 
+// biasOf returns channel o's bias (0 without one).
+func (ep *convEpilogue) biasOf(o int) float32 {
+	if ep.bias == nil {
+		return 0
+	}
+	return ep.bias[o]
+}
+
 // emit writes the outputs of samples [n0, n0+m) from out ([O, l.cols]).
 func (ep *convEpilogue) emit(out []float32, l chunkLayout, g ConvGeom, O, n0, m int) {
 	if ep.arg != nil {
@@ -358,10 +367,7 @@ func (ep *convEpilogue) emit(out []float32, l chunkLayout, g ConvGeom, O, n0, m 
 	}
 	L := g.OH * g.OW
 	for o := 0; o < O; o++ {
-		var bias float32
-		if ep.bias != nil {
-			bias = ep.bias[o]
-		}
+		bias := ep.biasOf(o)
 		for n := 0; n < m; n++ {
 			src := out[o*l.cols+n*l.span:]
 			dst := ep.y[((n0+n)*O+o)*L:][:L]
@@ -385,10 +391,7 @@ func (ep *convEpilogue) emitPooled(out []float32, l chunkLayout, g ConvGeom, O, 
 	PH, PW := g.OH/k, g.OW/k
 	PL := PH * PW
 	for o := 0; o < O; o++ {
-		var bias float32
-		if ep.bias != nil {
-			bias = ep.bias[o]
-		}
+		bias := ep.biasOf(o)
 		for n := 0; n < m; n++ {
 			src := out[o*l.cols+n*l.span:]
 			i0 := ((n0+n)*O + o) * PL
@@ -404,7 +407,7 @@ func (ep *convEpilogue) emitPooled(out []float32, l chunkLayout, g ConvGeom, O, 
 					for i := 0; i < k; i++ {
 						row := src[(ph*k+i)*l.rowStride:]
 						for j := 0; j < k; j++ {
-							best, bi = pickMax(best, bi, row[pw*k+j]+bias, (ph*k+i)*g.OW+pw*k+j)
+							best, bi = vec.PickMax(best, bi, row[pw*k+j]+bias, (ph*k+i)*g.OW+pw*k+j)
 						}
 					}
 					dst[ph*PW+pw], arg[ph*PW+pw] = max(best, 0), int32(bi)
@@ -530,7 +533,7 @@ func maskedGrad(g, y float32) float32 {
 
 // unpoolIndex maps an element's offset in its 2×2 window (0, 1, w or w+1
 // in a plane of row width w) to its offset in rows rowStride apart.
-func unpoolIndex(off, w, rowStride int) int { return off + b2i(off >= w)*(rowStride-w) }
+func unpoolIndex(off, w, rowStride int) int { return off + vec.B2I(off >= w)*(rowStride-w) }
 
 // sum64 returns the sum of v accumulated in float64, rounded to float32.
 func sum64(v []float32) float32 {

@@ -59,12 +59,7 @@ func directConvForward(wg *wideGeom, xd []float32, w2 *Tensor, ep *convEpilogue)
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		l := wg.layout(m)
-		src := xp
-		if wg.padded {
-			wg.padInto(xp, xd, n0, m)
-		} else {
-			src = xd[n0*wg.plane:]
-		}
+		src := wg.samplesOf(xp, xd, n0, m)
 		for n := 0; n < m; n++ {
 			xs := src[n*wg.plane:][:wg.plane]
 			for p0 := 0; p0 < wg.pos; p0 += 64 {

@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/tensor/internal/vec"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // naiveConv computes the convolution and, given dy, its three gradients by
@@ -131,7 +132,7 @@ func TestPool(t *testing.T) {
 			dy := randT(rng, ymax.Shape()...)
 			var wmax, wavg []float32
 			wdmax, wdavg := make([]float32, x.Len()), make([]float32, x.Len())
-			forIndex(ymax.Shape(), func(idx []int) {
+			tensortest.ForEachIndex(ymax.Shape(), func(idx []int) {
 				n, ch, oh, ow := idx[0], idx[1], idx[2], idx[3]
 				best, bi := math.Inf(-1), -1
 				var sum float64

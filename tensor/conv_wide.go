@@ -62,6 +62,17 @@ func newWideGeom(g ConvGeom) wideGeom {
 	return w
 }
 
+// samplesOf returns samples [n0, n0+m) of the contiguous input xd as the
+// wide path reads them: padded into xp when the convolution pads, else in
+// place.
+func (w *wideGeom) samplesOf(xp, xd []float32, n0, m int) []float32 {
+	if !w.padded {
+		return xd[n0*w.plane:]
+	}
+	w.padInto(xp, xd, n0, m)
+	return xp
+}
+
 // padInto writes samples [n0, n0+m) of the contiguous input xd into dst
 // ([m][C][Hp][Wp]) with zero borders.
 func (w *wideGeom) padInto(dst, xd []float32, n0, m int) {
@@ -131,12 +142,7 @@ func wideConvForward(xd []float32, w2 *Tensor, g ConvGeom, ep *convEpilogue) {
 	for n0 := 0; n0 < g.N; n0 += nb {
 		m := min(nb, g.N-n0)
 		l := wg.layout(m)
-		src := xp
-		if wg.padded {
-			wg.padInto(xp, xd, n0, m)
-		} else {
-			src = xd[n0*wg.plane:]
-		}
+		src := wg.samplesOf(xp, xd, n0, m)
 		wg.unfold(col, src, m)
 		Gemm(FromSlice(out[:O*l.cols], O, l.cols), w2, FromSlice(col[:K*l.cols], K, l.cols), 1, 0)
 		ep.emit(out, l, g, O, n0, m)
@@ -175,12 +181,7 @@ func wideConvBackward(pr *convPrologue, a convGrads, g ConvGeom) {
 		m := min(nb, g.N-n0)
 		l := wg.layout(m)
 		pr.gather(dyw, l, g, a.db, n0, m)
-		src := xp
-		if wg.padded {
-			wg.padInto(xp, a.xd, n0, m)
-		} else {
-			src = a.xd[n0*wg.plane:]
-		}
+		src := wg.samplesOf(xp, a.xd, n0, m)
 		if dws != nil {
 			dws.add(src, dyw, l, m)
 			if a.dx == nil {

@@ -1,30 +1,12 @@
 package tensor_test
 
 import (
-	"strings"
 	"testing"
 
 	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tensor/devicetest"
 )
-
-func mustPanic(t *testing.T, f func(), parts ...string) {
-	t.Helper()
-	defer func() {
-		t.Helper()
-		r := recover()
-		if r == nil {
-			t.Errorf("no panic, want one naming %q", parts)
-			return
-		}
-		for _, p := range parts {
-			if msg, _ := r.(string); !strings.Contains(msg, p) {
-				t.Errorf("panic %v does not contain %q", r, p)
-			}
-		}
-	}()
-	f()
-}
 
 // Views of a device tensor share its buffer, and results stay on the
 // device: nothing moves unless To is called.
@@ -71,16 +53,16 @@ func TestDeviceViewsAndResultsStayOnDevice(t *testing.T) {
 		t.Errorf("a recycled device tensor is on %v", c.Device())
 	}
 	tensor.Add(d, d) // the view's buffer is untouched
-	mustPanic(t, func() { tensor.Add(c, c) }, "released")
+	devicetest.MustPanic(t, "Add of a recycled tensor", func() { tensor.Add(c, c) }, "released")
 }
 
 func TestDeviceOpsWithoutADeviceForm(t *testing.T) {
 	d := tensor.NewOn(fakebackend.Device(0), 2, 3)
-	mustPanic(t, func() { tensor.ArgMax(d) }, "tensor: ArgMax: not available on fake:0")
-	mustPanic(t, func() { tensor.MaxDim(d, 0, false) }, "tensor: MaxDim", "fake:0")
-	mustPanic(t, func() { tensor.SoftmaxRows(d, d) }, "tensor: SoftmaxRows", "fake:0")
-	mustPanic(t, func() { tensor.LayerNorm(d, nil, nil, 1e-5) }, "tensor: LayerNorm", "fake:0")
-	mustPanic(t, func() {
+	devicetest.MustPanic(t, "ArgMax", func() { tensor.ArgMax(d) }, "tensor: ArgMax: not available on fake:0")
+	devicetest.MustPanic(t, "MaxDim", func() { tensor.MaxDim(d, 0, false) }, "tensor: MaxDim", "fake:0")
+	devicetest.MustPanic(t, "SoftmaxRows", func() { tensor.SoftmaxRows(d, d) }, "tensor: SoftmaxRows", "fake:0")
+	devicetest.MustPanic(t, "LayerNorm", func() { tensor.LayerNorm(d, nil, nil, 1e-5) }, "tensor: LayerNorm", "fake:0")
+	devicetest.MustPanic(t, "GemmThen", func() {
 		tensor.GemmThen(tensor.NewOn(fakebackend.Device(0), 2, 2), d, d.T(), 1, 0, func(_, _, _, _ int) {})
 	}, "tensor: GemmThen", "fake:0")
 }
@@ -91,5 +73,5 @@ func TestFromBuffer(t *testing.T) {
 	if got := v.To(tensor.CPU).Values(); got[0] != 1 || got[1] != 2 || got[2] != 3 || got[3] != 4 {
 		t.Errorf("FromBuffer view = %v", got)
 	}
-	mustPanic(t, func() { tensor.FromBuffer(d.Buffer(), 3, []int{2, 2}, []int{2, 1}) }, "tensor: FromBuffer: view")
+	devicetest.MustPanic(t, "FromBuffer", func() { tensor.FromBuffer(d.Buffer(), 3, []int{2, 2}, []int{2, 1}) }, "tensor: FromBuffer: view")
 }

@@ -252,25 +252,8 @@ func AddScaled(dst *Tensor, alpha float32, x *Tensor) {
 
 // Unary elementwise ops.
 
-type unOp uint8
-
-const (
-	uNeg unOp = iota
-	uExp
-	uLog
-	uSqrt
-	uTanh
-	uSigmoid
-	uReLU
-	uAbs
-	uGELU
-	uGELUTanh
-	uSiLU
-	uSquare
-	uAddScalar // x + c
-	uMulScalar // x · c
-	uPow       // x^c
-)
+// unOp is UnaryOp (backend.go): the unary ops have one enumeration.
+type unOp = UnaryOp
 
 func sigmoid64(x float64) float64 {
 	if x >= 0 {
@@ -283,57 +266,57 @@ func sigmoid64(x float64) float64 {
 func unaryRow(op unOp, c float32, d, a []float32) {
 	a = a[:len(d)]
 	switch op {
-	case uNeg:
+	case UnaryNeg:
 		for i, x := range a {
 			d[i] = -x
 		}
-	case uExp:
+	case UnaryExp:
 		mathKernels().Exp(d, a) // ≤ 2 ULP (see fused.go)
-	case uLog:
+	case UnaryLog:
 		for i, x := range a {
 			d[i] = float32(math.Log(float64(x)))
 		}
-	case uSqrt:
+	case UnarySqrt:
 		for i, x := range a {
 			d[i] = float32(math.Sqrt(float64(x)))
 		}
-	case uTanh:
+	case UnaryTanh:
 		for i, x := range a {
 			d[i] = float32(math.Tanh(float64(x)))
 		}
-	case uSigmoid:
+	case UnarySigmoid:
 		for i, x := range a {
 			d[i] = float32(sigmoid64(float64(x)))
 		}
-	case uReLU:
+	case UnaryReLU:
 		vec.ReLU(d, a) // NaN stays NaN, −0 becomes +0, as max(x, 0)
-	case uAbs:
+	case UnaryAbs:
 		for i, x := range a {
 			d[i] = float32(math.Abs(float64(x)))
 		}
-	case uGELU:
+	case UnaryGELU:
 		for i, x := range a {
 			v := float64(x)
 			d[i] = float32(0.5 * v * (1 + math.Erf(v/math.Sqrt2)))
 		}
-	case uGELUTanh:
+	case UnaryGELUTanh:
 		mathKernels().GELUTanh(d, a) // see fused.go for the error bound
-	case uSiLU:
+	case UnarySiLU:
 		for i, x := range a {
 			v := float64(x)
 			d[i] = float32(v * sigmoid64(v))
 		}
-	case uSquare:
+	case UnarySquare:
 		for i, x := range a {
 			d[i] = x * x
 		}
-	case uAddScalar:
+	case UnaryAddScalar:
 		for i, x := range a {
 			d[i] = x + c
 		}
-	case uMulScalar:
+	case UnaryScale:
 		mathKernels().Scale(d, a, c) // one rounded product each, as x·c
-	case uPow:
+	case UnaryPow:
 		for i, x := range a {
 			d[i] = float32(math.Pow(float64(x), float64(c)))
 		}
@@ -378,90 +361,90 @@ func unary(name string, op unOp, c float32, dst, a *Tensor) *Tensor {
 }
 
 // Neg returns −a.
-func Neg(a *Tensor) *Tensor { return unary("Neg", uNeg, 0, nil, a) }
+func Neg(a *Tensor) *Tensor { return unary("Neg", UnaryNeg, 0, nil, a) }
 
 // Exp returns eᵃ elementwise.
-func Exp(a *Tensor) *Tensor { return unary("Exp", uExp, 0, nil, a) }
+func Exp(a *Tensor) *Tensor { return unary("Exp", UnaryExp, 0, nil, a) }
 
 // Log returns the natural logarithm elementwise.
-func Log(a *Tensor) *Tensor { return unary("Log", uLog, 0, nil, a) }
+func Log(a *Tensor) *Tensor { return unary("Log", UnaryLog, 0, nil, a) }
 
 // Sqrt returns the square root elementwise.
-func Sqrt(a *Tensor) *Tensor { return unary("Sqrt", uSqrt, 0, nil, a) }
+func Sqrt(a *Tensor) *Tensor { return unary("Sqrt", UnarySqrt, 0, nil, a) }
 
 // Tanh returns tanh elementwise.
-func Tanh(a *Tensor) *Tensor { return unary("Tanh", uTanh, 0, nil, a) }
+func Tanh(a *Tensor) *Tensor { return unary("Tanh", UnaryTanh, 0, nil, a) }
 
 // Sigmoid returns 1/(1+e⁻ᵃ) elementwise.
-func Sigmoid(a *Tensor) *Tensor { return unary("Sigmoid", uSigmoid, 0, nil, a) }
+func Sigmoid(a *Tensor) *Tensor { return unary("Sigmoid", UnarySigmoid, 0, nil, a) }
 
 // ReLU returns max(a, 0) elementwise.
-func ReLU(a *Tensor) *Tensor { return unary("ReLU", uReLU, 0, nil, a) }
+func ReLU(a *Tensor) *Tensor { return unary("ReLU", UnaryReLU, 0, nil, a) }
 
 // Abs returns |a| elementwise.
-func Abs(a *Tensor) *Tensor { return unary("Abs", uAbs, 0, nil, a) }
+func Abs(a *Tensor) *Tensor { return unary("Abs", UnaryAbs, 0, nil, a) }
 
 // GELU returns the exact GELU, x·Φ(x) = 0.5·x·(1+erf(x/√2)), elementwise.
-func GELU(a *Tensor) *Tensor { return unary("GELU", uGELU, 0, nil, a) }
+func GELU(a *Tensor) *Tensor { return unary("GELU", UnaryGELU, 0, nil, a) }
 
 // GELUTanh returns the tanh approximation of GELU,
 // 0.5·x·(1+tanh(√(2/π)·(x+0.044715·x³))), elementwise.
-func GELUTanh(a *Tensor) *Tensor { return unary("GELUTanh", uGELUTanh, 0, nil, a) }
+func GELUTanh(a *Tensor) *Tensor { return unary("GELUTanh", UnaryGELUTanh, 0, nil, a) }
 
 // SiLU returns x·sigmoid(x) elementwise.
-func SiLU(a *Tensor) *Tensor { return unary("SiLU", uSiLU, 0, nil, a) }
+func SiLU(a *Tensor) *Tensor { return unary("SiLU", UnarySiLU, 0, nil, a) }
 
 // Square returns a² elementwise.
-func Square(a *Tensor) *Tensor { return unary("Square", uSquare, 0, nil, a) }
+func Square(a *Tensor) *Tensor { return unary("Square", UnarySquare, 0, nil, a) }
 
 // AddScalar returns a + c.
-func AddScalar(a *Tensor, c float32) *Tensor { return unary("AddScalar", uAddScalar, c, nil, a) }
+func AddScalar(a *Tensor, c float32) *Tensor { return unary("AddScalar", UnaryAddScalar, c, nil, a) }
 
 // Scale returns c·a.
-func Scale(a *Tensor, c float32) *Tensor { return unary("Scale", uMulScalar, c, nil, a) }
+func Scale(a *Tensor, c float32) *Tensor { return unary("Scale", UnaryScale, c, nil, a) }
 
 // Pow returns aᶜ elementwise.
-func Pow(a *Tensor, c float32) *Tensor { return unary("Pow", uPow, c, nil, a) }
+func Pow(a *Tensor, c float32) *Tensor { return unary("Pow", UnaryPow, c, nil, a) }
 
 // The Into forms write into dst (shape of a) and return it; dst may be a.
 
 // NegInto writes −a into dst.
-func NegInto(dst, a *Tensor) *Tensor { return unary("NegInto", uNeg, 0, dst, a) }
+func NegInto(dst, a *Tensor) *Tensor { return unary("NegInto", UnaryNeg, 0, dst, a) }
 
 // ExpInto writes eᵃ into dst.
-func ExpInto(dst, a *Tensor) *Tensor { return unary("ExpInto", uExp, 0, dst, a) }
+func ExpInto(dst, a *Tensor) *Tensor { return unary("ExpInto", UnaryExp, 0, dst, a) }
 
 // LogInto writes log(a) into dst.
-func LogInto(dst, a *Tensor) *Tensor { return unary("LogInto", uLog, 0, dst, a) }
+func LogInto(dst, a *Tensor) *Tensor { return unary("LogInto", UnaryLog, 0, dst, a) }
 
 // SqrtInto writes √a into dst.
-func SqrtInto(dst, a *Tensor) *Tensor { return unary("SqrtInto", uSqrt, 0, dst, a) }
+func SqrtInto(dst, a *Tensor) *Tensor { return unary("SqrtInto", UnarySqrt, 0, dst, a) }
 
 // TanhInto writes tanh(a) into dst.
-func TanhInto(dst, a *Tensor) *Tensor { return unary("TanhInto", uTanh, 0, dst, a) }
+func TanhInto(dst, a *Tensor) *Tensor { return unary("TanhInto", UnaryTanh, 0, dst, a) }
 
 // SigmoidInto writes sigmoid(a) into dst.
-func SigmoidInto(dst, a *Tensor) *Tensor { return unary("SigmoidInto", uSigmoid, 0, dst, a) }
+func SigmoidInto(dst, a *Tensor) *Tensor { return unary("SigmoidInto", UnarySigmoid, 0, dst, a) }
 
 // ReLUInto writes max(a, 0) into dst.
-func ReLUInto(dst, a *Tensor) *Tensor { return unary("ReLUInto", uReLU, 0, dst, a) }
+func ReLUInto(dst, a *Tensor) *Tensor { return unary("ReLUInto", UnaryReLU, 0, dst, a) }
 
 // GELUInto writes the exact GELU of a into dst.
-func GELUInto(dst, a *Tensor) *Tensor { return unary("GELUInto", uGELU, 0, dst, a) }
+func GELUInto(dst, a *Tensor) *Tensor { return unary("GELUInto", UnaryGELU, 0, dst, a) }
 
 // GELUTanhInto writes the tanh-approximated GELU of a into dst.
-func GELUTanhInto(dst, a *Tensor) *Tensor { return unary("GELUTanhInto", uGELUTanh, 0, dst, a) }
+func GELUTanhInto(dst, a *Tensor) *Tensor { return unary("GELUTanhInto", UnaryGELUTanh, 0, dst, a) }
 
 // SiLUInto writes x·sigmoid(x) into dst.
-func SiLUInto(dst, a *Tensor) *Tensor { return unary("SiLUInto", uSiLU, 0, dst, a) }
+func SiLUInto(dst, a *Tensor) *Tensor { return unary("SiLUInto", UnarySiLU, 0, dst, a) }
 
 // AddScalarInto writes a + c into dst.
 func AddScalarInto(dst, a *Tensor, c float32) *Tensor {
-	return unary("AddScalarInto", uAddScalar, c, dst, a)
+	return unary("AddScalarInto", UnaryAddScalar, c, dst, a)
 }
 
 // ScaleInto writes c·a into dst; ScaleInto(t, t, c) scales t in place.
-func ScaleInto(dst, a *Tensor, c float32) *Tensor { return unary("ScaleInto", uMulScalar, c, dst, a) }
+func ScaleInto(dst, a *Tensor, c float32) *Tensor { return unary("ScaleInto", UnaryScale, c, dst, a) }
 
 // ReLUBackward returns the gradient of ReLU given the output gradient dy
 // and ReLU's output y (same shape): dy where y > 0, 0 where y = 0 (PyTorch's

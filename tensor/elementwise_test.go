@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"github.com/cohortml/cohort/tensor/tensortest"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -66,7 +67,7 @@ func TestBinaryBroadcast(t *testing.T) {
 						got := op.f(a, b)
 						out, _ := BroadcastShapes(a.Shape(), b.Shape())
 						var want []float32
-						forIndex(out, func(idx []int) {
+						tensortest.ForEachIndex(out, func(idx []int) {
 							want = append(want, op.ref(a.At(bcIdx(idx, a.Shape())...), b.At(bcIdx(idx, b.Shape())...)))
 						})
 						assertClose(t, "out", got.Data(), want, 1e-6)

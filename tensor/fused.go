@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"iter"
 	"math"
 	"sync"
 
@@ -140,39 +141,52 @@ func LinearInto(h, x, w, b, r, y *Tensor, act Activation) {
 	}
 	n := h.shape[1]
 	hd := h.Data()
-	var bd, rd, yd []float32
-	if b != nil {
-		bd = b.Contiguous().Data()
-	}
-	if r != nil {
-		rd = r.Contiguous().Data()
-	}
+	var yd []float32
 	if y != nil {
 		yd = y.Data()
 	}
 	// The bias and the residual are added by the GEMM as it stores each
 	// tile (in the kernel where it can), the activation as each block is
 	// finished.
-	var add *gemm.Addends
-	if bd != nil || rd != nil {
-		add = &gemm.Addends{Row: bd, Mat: rd, LdMat: n}
+	gemmThen(h, x, w.T(), 1, 0, linearAddends(b, r, n), activationEpilogue(act, hd, yd, n))
+}
+
+// linearAddends returns the GEMM addends of a linear layer's bias b and
+// residual r (nil for none; r with row stride n), nil when neither.
+func linearAddends(b, r *Tensor, n int) *gemm.Addends {
+	if b == nil && r == nil {
+		return nil
 	}
-	var then func(r0, r1, c0, c1 int)
-	if act != Identity {
-		m := mathKernels()
-		then = func(r0, r1, c0, c1 int) {
-			for i := r0 * n; i < r1*n; i += n {
-				row := hd[i+c0 : i+c1]
-				switch act {
-				case ReLUAct:
-					vec.ReLU(row, row)
-				case GELUTanhAct:
-					m.GELUTanh(yd[i+c0:i+c1], row)
-				}
+	add := &gemm.Addends{LdMat: n}
+	if b != nil {
+		add.Row = b.Contiguous().Data()
+	}
+	if r != nil {
+		add.Mat = r.Contiguous().Data()
+	}
+	return add
+}
+
+// activationEpilogue returns the GEMM epilogue that applies act to each
+// finished block of hd (n columns) in place, GELUTanhAct keeping the
+// pre-activation there and writing the activation into yd; nil for
+// Identity.
+func activationEpilogue(act Activation, hd, yd []float32, n int) gemm.Epilogue {
+	if act == Identity {
+		return nil
+	}
+	m := mathKernels()
+	return func(r0, r1, c0, c1 int) {
+		for i := r0 * n; i < r1*n; i += n {
+			row := hd[i+c0 : i+c1]
+			switch act {
+			case ReLUAct:
+				vec.ReLU(row, row)
+			case GELUTanhAct:
+				m.GELUTanh(yd[i+c0:i+c1], row)
 			}
 		}
 	}
-	gemmThen(h, x, w.T(), 1, 0, add, then)
 }
 
 // attentionQKVDims checks qkv [B, T, 3d] for nHead heads.
@@ -223,15 +237,12 @@ func AttentionQKV(qkv *Tensor, nHead int, causal bool) (y, p *Tensor) {
 	// The sequences are independent: they share the GEMM's threads (each
 	// head's products are too small to split).
 	parallelRanges(B, 1, 1, func(lo, hi int) {
-		for b := lo; b < hi; b++ {
-			base := b * T * 3 * d
-			for h := 0; h < nHead; h++ {
-				q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
-				ph := pd[(b*nHead+h)*T*T:][:T*T]
-				scores(causal, T, hd, scale, q, 3*d, k, 3*d, ph)
-				m.SoftmaxRows(ph, T, causal)
-				mulProbs(causal, false, T, hd, ph, v, 3*d, yd[b*T*d+h*hd:], d) // y = p·v
-			}
+		for at := range attentionHeads(lo, hi, T, d, hd, nHead) {
+			q, k, v := qd[at.q:], qd[at.k:], qd[at.v:]
+			ph := pd[at.p:][:T*T]
+			scores(causal, T, hd, scale, q, 3*d, k, 3*d, ph)
+			m.SoftmaxRows(ph, T, causal)
+			mulProbs(causal, false, T, hd, ph, v, 3*d, yd[at.y:], d) // y = p·v
 		}
 	})
 	return y, p
@@ -272,20 +283,17 @@ func AttentionQKVBackward(dy, qkv, p *Tensor, nHead int, causal bool) *Tensor {
 // attentionQKVBackwardSeqs is AttentionQKVBackward for sequences [lo, hi).
 func attentionQKVBackwardSeqs(m vec.Math, lo, hi, T, d, hd, nHead int, causal bool, scale float32, qd, gd, pd, dd []float32) {
 	ds := make([]float32, T*T)
-	for b := lo; b < hi; b++ {
-		base := b * T * 3 * d
-		for h := 0; h < nHead; h++ {
-			q, k, v := qd[base+h*hd:], qd[base+d+h*hd:], qd[base+2*d+h*hd:]
-			dq, dk, dv := dd[base+h*hd:], dd[base+d+h*hd:], dd[base+2*d+h*hd:]
-			g := gd[b*T*d+h*hd:]
-			ph := pd[(b*nHead+h)*T*T:][:T*T]
-			mulProbs(causal, true, T, hd, ph, g, d, dv, 3*d) // dv = pᵀ·g
-			scores(causal, T, hd, 1, g, d, v, 3*d, ds)       // dp = g·vᵀ
-			// ds = p·(dp − Σ_j p·dp)·scale; the masked entries get 0.
-			m.SoftmaxGradRows(ds, ph, T, causal, scale)
-			mulProbs(causal, false, T, hd, ds, k, 3*d, dq, 3*d) // dq = ds·k
-			mulProbs(causal, true, T, hd, ds, q, 3*d, dk, 3*d)  // dk = dsᵀ·q
-		}
+	for at := range attentionHeads(lo, hi, T, d, hd, nHead) {
+		q, k, v := qd[at.q:], qd[at.k:], qd[at.v:]
+		dq, dk, dv := dd[at.q:], dd[at.k:], dd[at.v:]
+		g := gd[at.y:]
+		ph := pd[at.p:][:T*T]
+		mulProbs(causal, true, T, hd, ph, g, d, dv, 3*d) // dv = pᵀ·g
+		scores(causal, T, hd, 1, g, d, v, 3*d, ds)       // dp = g·vᵀ
+		// ds = p·(dp − Σ_j p·dp)·scale; the masked entries get 0.
+		m.SoftmaxGradRows(ds, ph, T, causal, scale)
+		mulProbs(causal, false, T, hd, ds, k, 3*d, dq, 3*d) // dq = ds·k
+		mulProbs(causal, true, T, hd, ds, q, 3*d, dk, 3*d)  // dk = dsᵀ·q
 	}
 }
 
@@ -342,4 +350,25 @@ func SoftmaxRows(dst, x *Tensor) (lse []float64) {
 		}
 	})
 	return lse
+}
+
+// headAt holds the offsets of one head h of one sequence b of an
+// attention over qkv [B, T, 3d] (hd = d/nHead features a head): of its
+// queries, keys and values in qkv (and its gradient), of its output in y
+// (and dy) [B, T, d], and of its probabilities in p [B, nHead, T, T].
+type headAt struct{ q, k, v, y, p int }
+
+// attentionHeads yields the heads of sequences [lo, hi) in order.
+func attentionHeads(lo, hi, T, d, hd, nHead int) iter.Seq[headAt] {
+	return func(yield func(headAt) bool) {
+		for b := lo; b < hi; b++ {
+			base := b * T * 3 * d
+			for h := 0; h < nHead; h++ {
+				q := base + h*hd
+				if !yield(headAt{q: q, k: q + d, v: q + 2*d, y: b*T*d + h*hd, p: (b*nHead + h) * T * T}) {
+					return
+				}
+			}
+		}
+	}
 }

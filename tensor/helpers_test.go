@@ -3,8 +3,9 @@ package tensor
 import (
 	"math"
 	"math/rand/v2"
-	"strings"
 	"testing"
+
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 func newRNG(seed uint64) *rand.Rand { return rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15)) }
@@ -15,29 +16,10 @@ func randT(rng *rand.Rand, shape ...int) *Tensor {
 	return t
 }
 
-// forIndex calls f with every multi-index of shape in row-major order.
-func forIndex(shape []int, f func(idx []int)) {
-	n := 1
-	for _, s := range shape {
-		n *= s
-	}
-	idx := make([]int, len(shape))
-	for k := 0; k < n; k++ {
-		f(idx)
-		for d := len(shape) - 1; d >= 0; d-- {
-			idx[d]++
-			if idx[d] < shape[d] {
-				break
-			}
-			idx[d] = 0
-		}
-	}
-}
-
 // naiveValues reads every element through At, in row-major order.
 func naiveValues(t *Tensor) []float32 {
 	var out []float32
-	forIndex(t.Shape(), func(idx []int) { out = append(out, t.At(idx...)) })
+	tensortest.ForEachIndex(t.Shape(), func(idx []int) { out = append(out, t.At(idx...)) })
 	return out
 }
 
@@ -65,18 +47,5 @@ func assertClose(t *testing.T, what string, got, want []float32, tol float64) {
 // every fragment.
 func mustPanic(t *testing.T, f func(), fragments ...string) {
 	t.Helper()
-	defer func() {
-		t.Helper()
-		r := recover()
-		if r == nil {
-			t.Fatalf("no panic, want one mentioning %q", fragments)
-		}
-		msg, _ := r.(string)
-		for _, f := range fragments {
-			if !strings.Contains(msg, f) {
-				t.Errorf("panic %q does not mention %q", msg, f)
-			}
-		}
-	}()
-	f()
+	tensortest.MustPanic(t, f, fragments...)
 }

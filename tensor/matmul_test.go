@@ -2,13 +2,14 @@ package tensor
 
 import (
 	"fmt"
+	"github.com/cohortml/cohort/tensor/tensortest"
 	"testing"
 )
 
 func naiveMatMul(a, b *Tensor) []float32 {
 	batch, m, k, n := matmulShape("test", a, b)
 	var out []float32
-	forIndex(append(append([]int(nil), batch...), m, n), func(idx []int) {
+	tensortest.ForEachIndex(append(append([]int(nil), batch...), m, n), func(idx []int) {
 		nb := len(batch)
 		ai := bcIdx(idx[:nb], a.Shape()[:len(a.Shape())-2])
 		bi := bcIdx(idx[:nb], b.Shape()[:len(b.Shape())-2])

@@ -16,15 +16,7 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 	if x.buf != nil {
 		x.notHost("LayerNorm (LayerNormStats keeps the statistics on the device)")
 	}
-	if len(x.shape) == 0 {
-		panicf("LayerNorm: input is 0-dimensional")
-	}
-	D := x.shape[len(x.shape)-1]
-	for _, p := range []*Tensor{w, b} {
-		if p != nil && (len(p.shape) != 1 || p.shape[0] != D) {
-			panicf("LayerNorm: parameter shape %v, want [%d] for input shape %v", p.shape, D, x.shape)
-		}
-	}
+	D := layerNormCheck(x, w, b)
 	xd := x.Contiguous().Data()
 	if w != nil && b != nil && D > 0 {
 		// The affine case, row by row on the vector kernels (float32
@@ -56,16 +48,7 @@ func LayerNorm(x, w, b *Tensor, eps float64) (y *Tensor, mean, rstd []float32) {
 	mean, rstd = make([]float32, rows), make([]float32, rows)
 	for r := 0; r < rows; r++ {
 		row := xd[r*D:][:D]
-		var s float64
-		for _, v := range row {
-			s += float64(v)
-		}
-		m := s / float64(D)
-		var ss float64
-		for _, v := range row {
-			d := float64(v) - m
-			ss += d * d
-		}
+		m, ss := vec.MeanSquares(row)
 		rs := 1 / math.Sqrt(ss/float64(D)+eps)
 		mean[r], rstd[r] = float32(m), float32(rs)
 		out := yd[r*D:][:D]
@@ -343,15 +326,9 @@ func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, add bool, mean, rst
 	return dx, dw, db
 }
 
-// LayerNormStats is LayerNorm with the row statistics returned as [rows]
-// tensors on x's device (rows: the product of x's leading dimensions), the
-// form that works on every device; on the CPU they view LayerNorm's
-// slices.
-func LayerNormStats(x, w, b *Tensor, eps float64) (y, mean, rstd *Tensor) {
-	if x.buf == nil && (w == nil || w.buf == nil) && (b == nil || b.buf == nil) {
-		y, m, r := LayerNorm(x, w, b, eps)
-		return y, FromSlice(m, len(m)), FromSlice(r, len(r))
-	}
+// layerNormCheck panics unless w and b (each nil or not) are [D] for x's
+// last dimension D, and returns D.
+func layerNormCheck(x, w, b *Tensor) int {
 	if len(x.shape) == 0 {
 		panicf("LayerNorm: input is 0-dimensional")
 	}
@@ -361,6 +338,19 @@ func LayerNormStats(x, w, b *Tensor, eps float64) (y, mean, rstd *Tensor) {
 			panicf("LayerNorm: parameter shape %v, want [%d] for input shape %v", p.shape, D, x.shape)
 		}
 	}
+	return D
+}
+
+// LayerNormStats is LayerNorm with the row statistics returned as [rows]
+// tensors on x's device (rows: the product of x's leading dimensions), the
+// form that works on every device; on the CPU they view LayerNorm's
+// slices.
+func LayerNormStats(x, w, b *Tensor, eps float64) (y, mean, rstd *Tensor) {
+	if x.buf == nil && (w == nil || w.buf == nil) && (b == nil || b.buf == nil) {
+		y, m, r := LayerNorm(x, w, b, eps)
+		return y, FromSlice(m, len(m)), FromSlice(r, len(r))
+	}
+	layerNormCheck(x, w, b)
 	dev, be := deviceOf("LayerNorm", x, w, b)
 	rows := 1
 	for _, s := range x.shape[:len(x.shape)-1] {

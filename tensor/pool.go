@@ -1,7 +1,6 @@
 package tensor
 
 import (
-	"math"
 	"slices"
 
 	"github.com/cohortml/cohort/tensor/internal/vec"
@@ -55,7 +54,7 @@ func MaxPool2d(x *Tensor, kernel, stride, padding int) (*Tensor, []int32) {
 				for i := hLo; i < hHi; i++ {
 					row := in[i*g.W : i*g.W+wHi]
 					for j := wLo; j < wHi; j++ {
-						best, bi = pickMax(best, bi, row[j], i*g.W+j)
+						best, bi = vec.PickMax(best, bi, row[j], i*g.W+j)
 					}
 				}
 				out[oh*g.OW+ow], am[oh*g.OW+ow] = best, int32(bi)
@@ -71,25 +70,6 @@ func maxPool2x2(xd, yd []float32, arg []int32, g ConvGeom) {
 	for pl := 0; pl < g.N*g.C; pl++ {
 		vec.MaxPool2Plane(yd[pl*L:][:L], arg[pl*L:][:L], xd[pl*HW:][:HW], g.OH, g.OW, g.W, 0, false, false, g.W)
 	}
-}
-
-// pickMax returns (v, vi) when v beats best (or is NaN), else (best, bi),
-// without branching: on random data a branch would mispredict half the
-// time.
-func pickMax(best float32, bi int, v float32, vi int) (float32, int) {
-	take := b2i(v > best) | b2i(v != v)
-	bb := math.Float32bits(best)
-	best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
-	return best, bi + take*(vi-bi)
-}
-
-// b2i converts a comparison result to 0 or 1 without a branch.
-func b2i(b bool) int {
-	var i int
-	if b {
-		i = 1
-	}
-	return i
 }
 
 // MaxPool2dBackward routes dy [N, C, OH, OW] to the input positions
@@ -149,9 +129,15 @@ func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 		}
 		return y
 	}
-	xd := x.Contiguous().Data()
 	y := New(g.N, g.C, g.OH, g.OW)
-	yd := y.Data()
+	avgPoolPlanes(g, kernel, stride, padding, x.Contiguous().Data(), y.Data(), false)
+	return y
+}
+
+// avgPoolPlanes runs average pooling over every plane of xd ([N·C][H·W])
+// and yd ([N·C][OH·OW]): forward, each window's mean of xd into yd, or
+// backward, each element of yd spread evenly over its window of xd.
+func avgPoolPlanes(g ConvGeom, kernel, stride, padding int, xd, yd []float32, backward bool) {
 	inv := 1 / float32(kernel*kernel)
 	HW, L := g.H*g.W, g.OH*g.OW
 	for pl := 0; pl < g.N*g.C; pl++ {
@@ -161,6 +147,16 @@ func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 			h0 := oh*stride - padding
 			for ow := 0; ow < g.OW; ow++ {
 				w0 := ow*stride - padding
+				if backward {
+					v := out[oh*g.OW+ow] * inv
+					for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
+						row := in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)]
+						for j := range row {
+							row[j] += v
+						}
+					}
+					continue
+				}
 				var acc float32
 				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
 					for _, v := range in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)] {
@@ -171,7 +167,6 @@ func AvgPool2d(x *Tensor, kernel, stride, padding int) *Tensor {
 			}
 		}
 	}
-	return y
 }
 
 // AvgPool2dBackward spreads dy evenly over each window, returning dx of
@@ -190,26 +185,6 @@ func AvgPool2dBackward(dy *Tensor, xShape []int, kernel, stride, padding int) *T
 		return dx
 	}
 	dx := New(xShape...)
-	dxd := dx.Data()
-	dyd := dy.Contiguous().Data()
-	inv := 1 / float32(kernel*kernel)
-	HW, L := g.H*g.W, g.OH*g.OW
-	for pl := 0; pl < g.N*g.C; pl++ {
-		in := dxd[pl*HW:][:HW]
-		gd := dyd[pl*L:][:L]
-		for oh := 0; oh < g.OH; oh++ {
-			h0 := oh*stride - padding
-			for ow := 0; ow < g.OW; ow++ {
-				w0 := ow*stride - padding
-				v := gd[oh*g.OW+ow] * inv
-				for i := max(h0, 0); i < min(h0+kernel, g.H); i++ {
-					row := in[i*g.W+max(w0, 0) : i*g.W+min(w0+kernel, g.W)]
-					for j := range row {
-						row[j] += v
-					}
-				}
-			}
-		}
-	}
+	avgPoolPlanes(g, kernel, stride, padding, dx.Data(), dy.Contiguous().Data(), true)
 	return dx
 }

@@ -22,11 +22,51 @@ const (
 	spareMaxFloats  = 32 << 20 // floats kept in all (128 MiB)
 )
 
-var spare = struct {
+var spare = freeList[float32]{free: map[int][][]float32{}, maxElems: spareMaxFloats}
+
+// freeList holds storage handed back for reuse, by element count: at most
+// spareMaxPerSize slices of one count and maxElems elements in all, none
+// under 256 elements.
+type freeList[T any] struct {
 	sync.Mutex
-	free   map[int][][]float32
-	floats int
-}{free: map[int][][]float32{}}
+	free     map[int][][]T
+	elems    int
+	maxElems int
+}
+
+// put adds s to the list, unless it is tiny or the list is full.
+func (f *freeList[T]) put(s []T) {
+	n := len(s)
+	if n < 256 {
+		return
+	}
+	f.Lock()
+	defer f.Unlock()
+	if len(f.free[n]) >= spareMaxPerSize || f.elems+n > f.maxElems {
+		return
+	}
+	f.free[n] = append(f.free[n], s[:n:n])
+	f.elems += n
+}
+
+// take removes and returns a slice of n elements from the list, or nil
+// when it holds none.
+func (f *freeList[T]) take(n int) []T {
+	if n < 256 {
+		return nil
+	}
+	f.Lock()
+	defer f.Unlock()
+	l := f.free[n]
+	if len(l) == 0 {
+		return nil
+	}
+	s := l[len(l)-1]
+	l[len(l)-1] = nil
+	f.free[n] = l[:len(l)-1]
+	f.elems -= n
+	return s[:n:n]
+}
 
 // poisonEmpty makes Empty fill reused storage with NaN, so that a reader
 // of a tensor's unwritten elements (or a holder of storage that was
@@ -76,19 +116,7 @@ func Recycle(t *Tensor) {
 }
 
 // putSpare adds s to the free list, unless it is tiny or the list is full.
-func putSpare(s []float32) {
-	n := len(s)
-	if n < 256 {
-		return
-	}
-	spare.Lock()
-	defer spare.Unlock()
-	if len(spare.free[n]) >= spareMaxPerSize || spare.floats+n > spareMaxFloats {
-		return
-	}
-	spare.free[n] = append(spare.free[n], s[:n:n])
-	spare.floats += n
-}
+func putSpare(s []float32) { spare.put(s) }
 
 // scratch returns n zeroed floats for an op's temporary use (unfolded
 // inputs, padded copies, packed weights): storage from the free list when
@@ -112,22 +140,7 @@ func freeScratch(s ...[]float32) {
 	}
 }
 
-func takeSpare(n int) []float32 {
-	if n < 256 {
-		return nil
-	}
-	spare.Lock()
-	defer spare.Unlock()
-	l := spare.free[n]
-	if len(l) == 0 {
-		return nil
-	}
-	s := l[len(l)-1]
-	l[len(l)-1] = nil
-	spare.free[n] = l[:len(l)-1]
-	spare.floats -= n
-	return s[:n:n]
-}
+func takeSpare(n int) []float32 { return spare.take(n) }
 
 // released stands for a device buffer handed back by Recycle: a tensor
 // holding it is still on its device, and any op on it reaches a backend

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"github.com/cohortml/cohort/tensor/tensortest"
 	"math"
 	"testing"
 )
@@ -20,7 +21,7 @@ func TestSumMeanDim(t *testing.T) {
 						outShape := keptShape(shape, d)
 						want := make([]float64, New(outShape...).Len())
 						ost := contiguousStrides(outShape)
-						forIndex(shape, func(idx []int) {
+						tensortest.ForEachIndex(shape, func(idx []int) {
 							p := 0
 							for i, v := range idx {
 								if i != d {
@@ -82,7 +83,7 @@ func TestSumToUndoesBroadcast(t *testing.T) {
 	g := arange(2, 3, 4)
 	got := SumTo(g, 3, 1)
 	want := make([]float32, 3)
-	forIndex([]int{2, 3, 4}, func(i []int) { want[i[1]] += g.At(i...) })
+	tensortest.ForEachIndex([]int{2, 3, 4}, func(i []int) { want[i[1]] += g.At(i...) })
 	assertClose(t, "SumTo", got.Data(), want, 0)
 	mustPanic(t, func() { SumTo(g, 2, 1, 3) }, "SumInto", "[2 1 3]", "[2 3 4]")
 }

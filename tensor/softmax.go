@@ -1,6 +1,9 @@
 package tensor
 
-import "math"
+import (
+	"iter"
+	"math"
+)
 
 // Softmax along one dimension. The input is viewed as [outer, n, inner]
 // with n the softmax dimension; the common last-dimension case (inner 1)
@@ -36,30 +39,27 @@ func softmax(name string, x *Tensor, dim int, logOut bool) *Tensor {
 	xd := x.Contiguous().Data()
 	y := New(x.shape...)
 	yd := y.Data()
-	for o := 0; o < outer; o++ {
-		for i := 0; i < inner; i++ {
-			base := o*n*inner + i
-			m := math.Inf(-1)
+	for base := range softmaxLanes(outer, n, inner) {
+		m := math.Inf(-1)
+		for j := 0; j < n; j++ {
+			m = math.Max(m, float64(xd[base+j*inner]))
+		}
+		if math.IsInf(m, -1) {
+			m = 0 // every entry −∞: keep the NaN PyTorch gives, not a spurious one
+		}
+		var s float64
+		for j := 0; j < n; j++ {
+			s += math.Exp(float64(xd[base+j*inner]) - m)
+		}
+		if logOut {
+			ls := m + math.Log(s)
 			for j := 0; j < n; j++ {
-				m = math.Max(m, float64(xd[base+j*inner]))
+				yd[base+j*inner] = float32(float64(xd[base+j*inner]) - ls)
 			}
-			if math.IsInf(m, -1) {
-				m = 0 // every entry −∞: keep the NaN PyTorch gives, not a spurious one
-			}
-			var s float64
+		} else {
+			inv := 1 / s
 			for j := 0; j < n; j++ {
-				s += math.Exp(float64(xd[base+j*inner]) - m)
-			}
-			if logOut {
-				ls := m + math.Log(s)
-				for j := 0; j < n; j++ {
-					yd[base+j*inner] = float32(float64(xd[base+j*inner]) - ls)
-				}
-			} else {
-				inv := 1 / s
-				for j := 0; j < n; j++ {
-					yd[base+j*inner] = float32(math.Exp(float64(xd[base+j*inner])-m) * inv)
-				}
+				yd[base+j*inner] = float32(math.Exp(float64(xd[base+j*inner])-m) * inv)
 			}
 		}
 	}
@@ -93,27 +93,38 @@ func softmaxBackward(name string, y, dy *Tensor, dim int, logOut bool) *Tensor {
 	gd := dy.Contiguous().Data()
 	dx := New(y.shape...)
 	dd := dx.Data()
-	for o := 0; o < outer; o++ {
-		for i := 0; i < inner; i++ {
-			base := o*n*inner + i
-			var s float64
-			for j := 0; j < n; j++ {
-				k := base + j*inner
-				if logOut {
-					s += float64(gd[k])
-				} else {
-					s += float64(gd[k]) * float64(yd[k])
-				}
+	for base := range softmaxLanes(outer, n, inner) {
+		var s float64
+		for j := 0; j < n; j++ {
+			k := base + j*inner
+			if logOut {
+				s += float64(gd[k])
+			} else {
+				s += float64(gd[k]) * float64(yd[k])
 			}
-			for j := 0; j < n; j++ {
-				k := base + j*inner
-				if logOut {
-					dd[k] = float32(float64(gd[k]) - math.Exp(float64(yd[k]))*s)
-				} else {
-					dd[k] = float32(float64(yd[k]) * (float64(gd[k]) - s))
-				}
+		}
+		for j := 0; j < n; j++ {
+			k := base + j*inner
+			if logOut {
+				dd[k] = float32(float64(gd[k]) - math.Exp(float64(yd[k]))*s)
+			} else {
+				dd[k] = float32(float64(yd[k]) * (float64(gd[k]) - s))
 			}
 		}
 	}
 	return dx
+}
+
+// softmaxLanes yields the first flat index of each of the outer×inner
+// lanes that softmax runs along: n elements, inner apart.
+func softmaxLanes(outer, n, inner int) iter.Seq[int] {
+	return func(yield func(int) bool) {
+		for o := 0; o < outer; o++ {
+			for i := 0; i < inner; i++ {
+				if !yield(o*n*inner + i) {
+					return
+				}
+			}
+		}
+	}
 }

@@ -2,6 +2,7 @@ package tensor
 
 import (
 	"fmt"
+	"github.com/cohortml/cohort/tensor/tensortest"
 	"math"
 	"testing"
 )
@@ -18,7 +19,7 @@ func TestSoftmax(t *testing.T) {
 				wy, wly := make([]float32, x.Len()), make([]float32, x.Len())
 				wdx, wdlx := make([]float32, x.Len()), make([]float32, x.Len())
 				st := contiguousStrides(shape)
-				forIndex(keptShape(shape, dim), func(idx []int) {
+				tensortest.ForEachIndex(keptShape(shape, dim), func(idx []int) {
 					base := 0
 					for i, v := range idx {
 						base += v * st[i]

@@ -1,6 +1,7 @@
 package tensor
 
 import (
+	"github.com/cohortml/cohort/tensor/tensortest"
 	"slices"
 	"testing"
 )
@@ -39,7 +40,7 @@ func TestViews(t *testing.T) {
 			if !slices.Equal(tc.view.Shape(), tc.shape) {
 				t.Fatalf("shape %v, want %v", tc.view.Shape(), tc.shape)
 			}
-			forIndex(tc.shape, func(idx []int) {
+			tensortest.ForEachIndex(tc.shape, func(idx []int) {
 				if got, want := tc.view.At(idx...), tc.want(idx); got != want {
 					t.Fatalf("at %v: %g, want %g", idx, got, want)
 				}

@@ -11,6 +11,7 @@ import (
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/models/gpttest"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/tensor"
 	"github.com/cohortml/cohort/tp"
@@ -234,21 +235,12 @@ func TestCrossEntropyMatchesFull(t *testing.T) {
 					t.Errorf("rank %d: loss %v, full %v", c.Rank(), loss.Value.Item(), ref.Value.Item())
 				}
 				want := tp.ShardedOn(1, 1).Shard(fv.Grad, c.Rank(), c.Size())
-				if d := maxDiff(x.Grad, want); d > 1e-7 {
+				if d := gpttest.MaxDiff(x.Grad, want); d > 1e-7 {
 					t.Errorf("rank %d: gradient differs from the full one's shard by %g", c.Rank(), d)
 				}
 			})
 		})
 	}
-}
-
-func maxDiff(a, b *tensor.Tensor) float64 {
-	ad, bd := a.Contiguous().Data(), b.Contiguous().Data()
-	var m float64
-	for i := range ad {
-		m = max(m, math.Abs(float64(ad[i])-float64(bd[i])))
-	}
-	return m
 }
 
 // TestPlacementRoundTrip: Unshard inverts Shard, including q|k|v blocks.
@@ -263,7 +255,7 @@ func TestPlacementRoundTrip(t *testing.T) {
 				for r := range n {
 					parts[r] = p.Shard(full, r, n)
 				}
-				if d := maxDiff(p.Unshard(parts), full); d != 0 {
+				if d := gpttest.MaxDiff(p.Unshard(parts), full); d != 0 {
 					t.Errorf("round trip differs by %g", d)
 				}
 			})

@@ -7,6 +7,7 @@ import (
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
 	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/models/gpttest"
 	"github.com/cohortml/cohort/tp"
 )
 
@@ -16,7 +17,7 @@ import (
 func TestGPTStages(t *testing.T) {
 	cfg := models.GPTMini()
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
-		full := newFullGPT(t, cfg)
+		full := gpttest.NewGPT(t, cfg)
 		c := tp.NewComm(pg)
 		split := []int{0, 1, 3, 4}
 		stages, err := tp.NewGPTStages(c, full, split, []int{0, 1, 2})
@@ -66,7 +67,7 @@ func TestGPTStages(t *testing.T) {
 		}
 	})
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
-		full := newFullGPT(t, models.GPTConfig{Vocab: 256, Ctx: 16, NLayer: 1, D: 48, NHead: 3})
+		full := gpttest.NewGPT(t, models.GPTConfig{Vocab: 256, Ctx: 16, NLayer: 1, D: 48, NHead: 3})
 		_, err := tp.NewGPTStages(tp.NewComm(pg), full, []int{0, 1}, []int{0})
 		if err == nil || !strings.Contains(err.Error(), "3 heads do not split across 2") {
 			t.Errorf("3 heads on 2 ranks: %v", err)

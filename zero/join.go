@@ -59,30 +59,9 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	}
 	m.join = &joinState{active: m.world}
 	defer func() { m.join = nil }()
-	if err := body(); err != nil {
-		if !m.join.broken && !m.red.InFlight() {
-			_, _ = m.round(ctx, wrapcore.JoinFailed) // best effort: the others learn of it
-		}
-		return err
-	}
-	if m.red.InFlight() {
-		return errors.New("zero: Join: the last backward pass was not finished with Backward")
-	}
-	m.red.Disarm()
-	for {
-		r, err := m.round(ctx, wrapcore.JoinJoined)
-		if err != nil {
-			return err
-		}
-		if len(r.Active) == 0 {
-			return nil
-		}
-		if r.Syncing {
-			if err := m.shadowStep(ctx); err != nil {
-				return err
-			}
-		}
-	}
+	return wrapcore.RunJoin(ctx, "zero", m.red, &m.join.broken, m.round, body, func(wrapcore.JoinRound) error {
+		return m.shadowStep(ctx)
+	})
 }
 
 // round runs one join round with this rank's state.

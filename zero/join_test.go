@@ -9,6 +9,7 @@ import (
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/nn"
 )
 
@@ -28,9 +29,7 @@ func trainZeroJoin(ctx context.Context, w workload, pg distributed.ProcessGroup,
 	defer m.Close()
 	err = m.Join(ctx, unevenLoop(ctx, w, mod, pg, m.Call, m.Backward, func() error {
 		if clip {
-			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-				return err
-			}
+			return dptest.ClipStep(ctx, m, maxNorm)
 		}
 		if err := m.Step(ctx); err != nil {
 			return err
@@ -38,7 +37,7 @@ func trainZeroJoin(ctx context.Context, w workload, pg distributed.ProcessGroup,
 		m.ZeroGrad()
 		return nil
 	}))
-	return snapshot(mod), err
+	return dptest.Params(mod), err
 }
 
 // unevenLoop is the training loop of rank r inside Join: joinSteps(r)
@@ -69,58 +68,54 @@ func unevenLoop(ctx context.Context, w workload, mod nn.Module, pg distributed.P
 // fail naming it; ranks that disagree on clipping fail naming both.
 func TestJoinErrors(t *testing.T) {
 	w := workloads()[0]
-	t.Run("failed rank", func(t *testing.T) {
-		distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
-			ctx := context.Background()
-			mod := w.model()
-			m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
-			if err != nil {
-				t.Fatal(err)
+	for _, tc := range []struct {
+		name string
+		// body is rank r's loop inside Join.
+		body func(ctx context.Context, m *Model, mod nn.Module, r int) error
+		want func(r int) string
+	}{
+		{"failed rank", func(ctx context.Context, m *Model, mod nn.Module, r int) error {
+			if r == 1 {
+				return fmt.Errorf("no data file")
 			}
-			defer m.Close()
-			err = m.Join(ctx, func() error {
-				if pg.Rank() == 1 {
-					return fmt.Errorf("no data file")
-				}
-				fwd, _ := w.batch(mod, 0, 0, 6)
-				_, err := m.Call(ctx, fwd)
+			fwd, _ := w.batch(mod, 0, 0, 6)
+			_, err := m.Call(ctx, fwd)
+			return err
+		}, func(r int) string {
+			if r == 0 {
+				return "ranks [1] stopped training with an error"
+			}
+			return "no data file"
+		}},
+		{"disagreeing clip", func(ctx context.Context, m *Model, mod nn.Module, r int) error {
+			fwd, loss := w.batch(mod, 0, r*6, r*6+6)
+			out, err := m.Call(ctx, fwd)
+			if err != nil {
 				return err
-			})
-			want := "no data file"
-			if pg.Rank() == 0 {
-				want = "ranks [1] stopped training with an error"
 			}
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("rank %d: Join: %v, want an error containing %q", pg.Rank(), err, want)
+			if err := m.Backward(ctx, loss(out)); err != nil {
+				return err
 			}
-		})
-	})
-	t.Run("disagreeing clip", func(t *testing.T) {
-		distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
-			ctx := context.Background()
-			mod := w.model()
-			m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
-			if err != nil {
-				t.Fatal(err)
-			}
-			defer m.Close()
-			err = m.Join(ctx, func() error {
-				r := pg.Rank()
-				fwd, loss := w.batch(mod, 0, r*6, r*6+6)
-				out, err := m.Call(ctx, fwd)
+			_, err = m.ClipGradNorm(ctx, float64(1+r), 2)
+			return err
+		}, func(int) string {
+			return "zero: Join: ranks 0 and 1 disagree on the step: ClipGradNorm(1, 2) vs ClipGradNorm(2, 2)"
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
+				ctx := context.Background()
+				mod := w.model()
+				m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
 				if err != nil {
-					return err
+					t.Fatal(err)
 				}
-				if err := m.Backward(ctx, loss(out)); err != nil {
-					return err
+				defer m.Close()
+				err = m.Join(ctx, func() error { return tc.body(ctx, m, mod, pg.Rank()) })
+				if want := tc.want(pg.Rank()); err == nil || !strings.Contains(err.Error(), want) {
+					t.Errorf("rank %d: Join: %v, want an error containing %q", pg.Rank(), err, want)
 				}
-				_, err = m.ClipGradNorm(ctx, float64(1+r), 2)
-				return err
 			})
-			want := "zero: Join: ranks 0 and 1 disagree on the step: ClipGradNorm(1, 2) vs ClipGradNorm(2, 2)"
-			if err == nil || !strings.Contains(err.Error(), want) {
-				t.Errorf("rank %d: Join: %v, want an error containing %q", pg.Rank(), err, want)
-			}
 		})
-	})
+	}
 }

@@ -8,12 +8,12 @@ import (
 	"strings"
 	"sync"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -51,60 +51,50 @@ func TestOptimizerMemory(t *testing.T) {
 	}
 }
 
-func smallNet(seed uint64, hidden int) *nn.Sequential {
-	rng := rand.New(rand.NewPCG(seed, 1))
-	return nn.NewSequential(nn.NewLinear(rng, 4, hidden, true), nn.ReLU{}, nn.NewLinear(rng, hidden, 3, true))
-}
-
 // TestWrapErrors: bad input fails at once on every rank with an error
 // naming the culprit, and nothing hangs.
 func TestWrapErrors(t *testing.T) {
-	tests := []struct {
-		name  string
-		world int
-		wrap  func(ctx context.Context, pg distributed.ProcessGroup) error
-		want  string
-	}{
-		{"optimizer on full parameters", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := smallNet(1, 5)
+	dptest.RunErrors(t, []dptest.ErrorCase{
+		{Name: "optimizer on full parameters", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			net := dptest.SmallNet(1, 5)
 			_, err := Wrap(ctx, net, pg, Options{Optimizer: func([]nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewAdamW([]optim.Group{{Params: nn.Parameters(net), LR: 1e-3}}, optim.AdamDefaults())
 			}})
 			return err
-		}, `built on the full parameters (it zeroes the gradient of "0.weight")`},
-		{"optimizer missing part of the shard", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Optimizer: func(s []nn.NamedParameter) (optim.Optimizer, error) {
+		}, Want: `built on the full parameters (it zeroes the gradient of "0.weight")`},
+		{Name: "optimizer missing part of the shard", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			_, err := Wrap(ctx, dptest.SmallNet(1, 5), pg, Options{Optimizer: func(s []nn.NamedParameter) (optim.Optimizer, error) {
 				return optim.NewSGD([]optim.Group{{Params: Vars(s[1:]), LR: 0.1}}, optim.SGDOptions{})
 			}})
 			return err
-		}, "does not cover this rank's shard"},
-		{"models differ", 3, func(ctx context.Context, pg distributed.ProcessGroup) error {
+		}, Want: "does not cover this rank's shard"},
+		{Name: "models differ", World: 3, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
 			hidden := 5
 			if pg.Rank() == 2 {
 				hidden = 6
 			}
-			_, err := Wrap(ctx, smallNet(1, hidden), pg, Options{Stage: Stage1, Optimizer: adamW})
+			_, err := Wrap(ctx, dptest.SmallNet(1, hidden), pg, Options{Stage: Stage1, Optimizer: adamW})
 			return err
-		}, `rank 2 has parameter "0.weight" float32[6 4]`},
-		{"no optimizer", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{})
+		}, Want: `rank 2 has parameter "0.weight" float32[6 4]`},
+		{Name: "no optimizer", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			_, err := Wrap(ctx, dptest.SmallNet(1, 5), pg, Options{})
 			return err
-		}, "Options.Optimizer is nil"},
-		{"stage 3", 1, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			_, err := Wrap(ctx, smallNet(1, 5), pg, Options{Stage: 3, Optimizer: adamW})
+		}, Want: "Options.Optimizer is nil"},
+		{Name: "stage 3", World: 1, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			_, err := Wrap(ctx, dptest.SmallNet(1, 5), pg, Options{Stage: 3, Optimizer: adamW})
 			return err
-		}, "fsdp"},
-		{"backward without call", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := smallNet(1, 5)
+		}, Want: "fsdp"},
+		{Name: "backward without call", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			net := dptest.SmallNet(1, 5)
 			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
 			if err != nil {
 				return err
 			}
 			x := autograd.NewVar(randTensor(2, 4), false)
 			return m.Backward(ctx, autograd.CrossEntropy(net.Forward(x), []int64{0, 1}, autograd.CrossEntropyOptions{}))
-		}, "no Forward"},
-		{"unused parameter", 2, func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := smallNet(1, 5)
+		}, Want: "no Forward"},
+		{Name: "unused parameter", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
+			net := dptest.SmallNet(1, 5)
 			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
 			if err != nil {
 				return err
@@ -115,29 +105,8 @@ func TestWrapErrors(t *testing.T) {
 				return err
 			}
 			return m.Backward(ctx, autograd.Sum(out))
-		}, `received no gradient in this step: "2.weight", "2.bias"`},
-	}
-	for _, tt := range tests {
-		t.Run(tt.name, func(t *testing.T) {
-			done := make(chan struct{})
-			go func() {
-				defer close(done)
-				distributedtest.Run(t, tt.world, func(t *testing.T, pg distributed.ProcessGroup) {
-					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-					defer cancel()
-					err := tt.wrap(ctx, pg)
-					if err == nil || !strings.Contains(err.Error(), tt.want) {
-						t.Errorf("rank %d: err = %v, want one containing %q", pg.Rank(), err, tt.want)
-					}
-				})
-			}()
-			select {
-			case <-done:
-			case <-time.After(30 * time.Second):
-				t.Fatal("hung")
-			}
-		})
-	}
+		}, Want: `received no gradient in this step: "2.weight", "2.bias"`},
+	})
 }
 
 func randTensor(shape ...int) *tensor.Tensor {
@@ -167,7 +136,7 @@ func TestPlainBackwardAndNoSync(t *testing.T) {
 				if err != nil {
 					t.Fatal(err)
 				}
-				if err := compare(got, want); err != nil {
+				if err := dptest.CompareElements(got, want); err != nil {
 					t.Errorf("rank %d: plain autograd.Backward: %v", pg.Rank(), err)
 				}
 				// NoSync: each rank's 6 rows in two micro-batches of 3,
@@ -240,15 +209,11 @@ func accumulate(ctx context.Context, w workload, pg distributed.ProcessGroup, st
 		if err := m.Backward(ctx, l); err != nil {
 			return err
 		}
-		if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+		if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 			return err
 		}
-		if err := m.Step(ctx); err != nil {
-			return err
-		}
-		m.ZeroGrad()
 	}
-	return compareNorm(snapshot(mod), want)
+	return dptest.CompareNorms(dptest.Params(mod), want)
 }
 
 // TestSGDWithSchedule: SGD with momentum, weight decay and a StepLR
@@ -270,7 +235,7 @@ func TestSGDWithSchedule(t *testing.T) {
 		opt.ZeroGrad()
 		sc.Step()
 	}
-	want := snapshot(mod)
+	want := dptest.Params(mod)
 	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		mod := w.model()
@@ -298,7 +263,7 @@ func TestSGDWithSchedule(t *testing.T) {
 			m.ZeroGrad()
 			sc.Step()
 		}
-		if err := compareNorm(snapshot(mod), want); err != nil {
+		if err := dptest.CompareNorms(dptest.Params(mod), want); err != nil {
 			t.Errorf("rank %d: %v", r, err)
 		}
 	})
@@ -321,13 +286,9 @@ func TestReshardCheckpoint(t *testing.T) {
 			if err := m.Backward(ctx, loss(out)); err != nil {
 				return err
 			}
-			if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+			if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
 				return err
 			}
-			if err := m.Step(ctx); err != nil {
-				return err
-			}
-			m.ZeroGrad()
 		}
 		return nil
 	}
@@ -372,7 +333,7 @@ func TestReshardCheckpoint(t *testing.T) {
 		if err := run(m, mod, pg, 2, 4); err != nil {
 			t.Fatal(err)
 		}
-		if err := compareNorm(snapshot(mod), want); err != nil {
+		if err := dptest.CompareNorms(dptest.Params(mod), want); err != nil {
 			t.Errorf("rank %d: resumed at world 2: %v", pg.Rank(), err)
 		}
 		// Another model's state is refused, naming a key.
@@ -383,104 +344,35 @@ func TestReshardCheckpoint(t *testing.T) {
 	})
 }
 
-// withSide is the anchor MLP beside a side layer that only some steps use
-// (FindUnusedParameters): the buffer its gradient would go to is not
-// zeroed between steps, so a step that leaves it out must reduce zeros.
-type withSide struct {
-	seq  *nn.Sequential
-	side *nn.Linear
-}
-
-func (m *withSide) NamedParameters() []nn.NamedParameter {
-	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
-}
-func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
-func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
-
 // TestUnusedParameters: with FindUnusedParameters, steps that leave a
 // layer out give every stage the parameters ddp gives.
 func TestUnusedParameters(t *testing.T) {
 	mlp := workloads()[0]
-	model := func() *withSide {
+	model := func() *dptest.WithSide {
 		rng := rand.New(rand.NewPCG(5, 6))
-		return &withSide{seq: mlp.model().(*nn.Sequential), side: nn.NewLinear(rng, 784, 10, true)}
+		return &dptest.WithSide{Seq: mlp.model().(*nn.Sequential), Side: nn.NewLinear(rng, 784, 10, true)}
 	}
 	const steps = 4
-	// batch: steps 1 and 3 add the side layer's output, 0 and 2 leave it out.
-	batch := func(m *withSide, s, lo, hi int) (func() *autograd.Var, func(*autograd.Var) *autograd.Var) {
-		rng := rand.New(rand.NewPCG(uint64(s), 11))
-		xs := make([]float32, globalBatch*784)
-		for i := range xs {
-			xs[i] = float32(rng.NormFloat64())
-		}
-		ys := make([]int64, globalBatch)
-		for i := range ys {
-			ys[i] = int64(rng.IntN(10))
-		}
-		x := autograd.NewVar(tensor.FromSlice(xs[lo*784:hi*784], hi-lo, 784), false)
-		fwd := func() *autograd.Var {
-			out := m.seq.Forward(x)
-			if s%2 == 1 {
-				out = autograd.Add(out, m.side.Forward(x))
-			}
-			return out
-		}
-		return fwd, func(out *autograd.Var) *autograd.Var {
-			return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
-		}
-	}
 	distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
 		n, r := pg.Size(), pg.Rank()
-		ref := model()
-		d, err := ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
-		if err != nil {
-			t.Fatal(err)
-		}
-		opt, err := adamW(ref.NamedParameters())
-		if err != nil {
-			t.Fatal(err)
-		}
-		for s := range steps {
-			fwd, loss := batch(ref, s, r*globalBatch/n, (r+1)*globalBatch/n)
-			out, err := d.Call(ctx, fwd)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := d.Backward(ctx, loss(out)); err != nil {
-				t.Fatal(err)
-			}
-			if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
-				t.Fatal(err)
-			}
-			opt.Step()
-			opt.ZeroGrad()
-		}
-		want := snapshot(ref)
+		lo, hi := r*globalBatch/n, (r+1)*globalBatch/n
+		want := dptest.SideReference(t, ctx, model(), func(ref *dptest.WithSide) (dptest.Synced, error) {
+			return ddp.WrapModule(ctx, ref, pg, ddp.Options{FindUnusedParameters: true})
+		}, adamW, maxNorm, steps, lo, hi)
 		for _, stage := range []Stage{Stage1, Stage2} {
 			mod := model()
 			m, err := Wrap(ctx, mod, pg, Options{Stage: stage, Optimizer: adamW, FindUnusedParameters: true})
 			if err != nil {
 				t.Fatal(err)
 			}
-			for s := range steps {
-				fwd, loss := batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
-				out, err := m.Call(ctx, fwd)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := m.Backward(ctx, loss(out)); err != nil {
-					t.Fatalf("%v step %d: %v", stage, s, err)
-				}
-				if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
-					t.Fatal(err)
-				}
-				if err := m.Step(ctx); err != nil {
-					t.Fatal(err)
-				}
-				m.ZeroGrad()
+			err = dptest.TrainSide(steps, lo, hi, func(s int, x *autograd.Var) (*autograd.Var, error) {
+				return m.Call(ctx, func() *autograd.Var { return mod.Forward(s, x) })
+			}, func(loss *autograd.Var) error { return m.Backward(ctx, loss) }, func() error { return dptest.ClipStep(ctx, m, maxNorm) })
+			if err != nil {
+				t.Fatalf("%v: %v", stage, err)
 			}
-			if err := compare(snapshot(mod), want); err != nil {
+			if err := dptest.CompareElements(dptest.Params(mod), want); err != nil {
 				t.Errorf("rank %d: %v: %v", r, stage, err)
 			}
 		}

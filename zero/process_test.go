@@ -2,10 +2,10 @@ package zero
 
 import (
 	"context"
-	"slices"
 	"testing"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/internal/proctest"
 )
 
@@ -16,48 +16,26 @@ import (
 var processEnv = proctest.Env{Case: "COHORT_ZERO_TEST_PROCESS_CASE", Out: "COHORT_ZERO_TEST_PROCESS_OUT"}
 
 type processCase struct {
-	name      string
-	workload  int // index into workloads()
-	stage     Stage
-	world     int
-	transport string
+	proctest.Case
+	workload int // index into workloads()
+	stage    Stage
 }
 
 var processCases = []processCase{
-	{"cnn/zero2/world=2/tcp", 1, Stage2, 2, "tcp"},
-	{"gpt-mini/zero1/world=3/shm", 2, Stage1, 3, "shm"},
+	{proctest.Case{Name: "cnn/zero2/world=2/tcp", World: 2, Transport: "tcp"}, 1, Stage2},
+	{proctest.Case{Name: "gpt-mini/zero1/world=3/shm", World: 3, Transport: "shm"}, 2, Stage1},
 }
 
 const processSteps = 3
 
 func TestProcessEquivalence(t *testing.T) {
-	if name := processEnv.Child(); name != "" {
-		i := slices.IndexFunc(processCases, func(c processCase) bool { return c.name == name })
-		if i < 0 {
-			t.Fatalf("no process case %q", name)
-		}
-		pc := processCases[i]
-		processEnv.Rank(t, pc.transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
+	proctest.Equivalence(t, processEnv, "TestProcessEquivalence", processCases,
+		func(ctx context.Context, pg distributed.ProcessGroup, pc processCase) ([][]float32, error) {
 			params, _, err := trainZero(ctx, workloads()[pc.workload], pg, Options{Stage: pc.stage}, processSteps, false)
 			return params, err
-		})
-		return
-	}
-	if testing.Short() {
-		t.Skip("starts rank processes")
-	}
-	for _, pc := range processCases {
-		t.Run(pc.name, func(t *testing.T) {
-			got := processEnv.Launch(t, "TestProcessEquivalence", pc.name, pc.world)
-			want := reference(t, workloads()[pc.workload], processSteps)
-			for r := range got {
-				if err := compareNorm(got[r], want); err != nil {
-					t.Errorf("rank %d vs one process: %v", r, err)
-				}
-				if r > 0 && !slices.EqualFunc(got[r], got[0], slices.Equal) {
-					t.Errorf("rank %d's parameters differ from rank 0's (replicas diverged)", r)
-				}
-			}
-		})
-	}
+		},
+		func(t *testing.T, pc processCase) [][]float32 {
+			return reference(t, workloads()[pc.workload], processSteps)
+		},
+		dptest.CompareNorms)
 }

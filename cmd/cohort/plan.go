@@ -16,6 +16,7 @@ import (
 
 const planUsage = `usage: cohort plan profile …   (measure this machine as a device; cohort plan profile -h)
        cohort plan validate …  (predicted against measured on this machine; cohort plan validate -h)
+       cohort plan fit …       (fit a fabric to collective benchmarks; cohort plan fit -h)
        cohort plan --model gpt|gpt2|mlp | --model-config FILE --nodes N --procs-per-node P
                    [--mem-per-rank M] [--device NAME|FILE] [--fabric NAME|FILE] [--explain K] [--top K]
                    [--scale N1,N2,…]
@@ -51,6 +52,9 @@ func runPlan(args []string) int {
 	if len(args) > 0 && args[0] == "profile" {
 		return planProfile(args[1:], os.Stdout, os.Stderr)
 	}
+	if len(args) > 0 && args[0] == "fit" {
+		return planFit(args[1:], os.Stdout, os.Stderr)
+	}
 	if len(args) > 0 && args[0] == "validate" {
 		exe, err := os.Executable()
 		if err != nil {
@@ -75,9 +79,13 @@ prices each pass with the model's FLOPs (GPT-mini by default; B = N/M
 sequences per microbatch) and writes a device whose fp32 efficiency curve
 has the rate the layers reached at that size. With --device FILE the
 point is added to that device's curve (runs at several microbatch sizes
-make a curve). Memory size and bandwidth are not measured: they come
-from the flags (the bandwidth prices only the optimizer step, since the
-measured curve covers the layers' elementwise work).
+make a curve); the output layer and loss get their own share of the
+blocks' rate (the last stage's passes beyond its blocks). The memory
+size is not measured (--memory-bytes). The bandwidth prices only the
+optimizer step, since the measured curve covers the layers' elementwise
+work: it is measured as the rate of each step's work outside the
+pipeline (AdamW, clipping, the batch) per byte AdamW moves, unless
+--memory-bandwidth gives it.
 
 flags:
 `
@@ -100,7 +108,7 @@ func planProfile(args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&devFile, "device", "", "a device file to add the measurement to (default: a new device)")
 	fs.StringVar(&name, "name", "cpu", "the new device's name")
 	fs.StringVar(&mem, "memory-bytes", "8GiB", "memory one rank may use (not measured)")
-	fs.Float64Var(&bandwidth, "memory-bandwidth", 10e9, "bytes/s of memory for the optimizer step (not measured)")
+	fs.Float64Var(&bandwidth, "memory-bandwidth", 0, "bytes/s of memory for the optimizer step (0: measured from the trace's steps)")
 	fs.StringVar(&out, "o", "", "write the device here (default: standard output)")
 	if err := fs.Parse(args); err != nil {
 		if errors.Is(err, flag.ErrHelp) {
@@ -153,6 +161,16 @@ func planProfile(args []string, stdout, stderr io.Writer) int {
 		}
 		dev.MemoryBandwidth = bandwidth
 		dev.Source = "cohort plan profile: fp32 rates of whole layers measured from pipeline traces; memory_bytes and memory_bandwidth from flags, not measured"
+		if bandwidth == 0 {
+			outside, err := bench.OutsideSeconds(fs.Arg(0))
+			if err == nil {
+				dev.MemoryBandwidth, err = plan.MeasureOptimizer(m, outside)
+			}
+			if err != nil {
+				return fail(fmt.Errorf("measuring the optimizer step (or give --memory-bandwidth): %w", err))
+			}
+			dev.Source = "cohort plan profile: fp32 rates of whole layers, and memory_bandwidth as the rate of the step outside the pipeline, measured from pipeline traces; memory_bytes from a flag, not measured"
+		}
 	}
 	plan.AddMeasurement(dev, "fp32", ms)
 	if err := dev.Validate(); err != nil {
@@ -163,8 +181,8 @@ func planProfile(args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	data = append(data, '\n')
-	fmt.Fprintf(stderr, "cohort plan profile: %s, %d stages, %d passes, microbatches of %d: %.3g FLOP/s at %.3g FLOPs per layer\n",
-		m.Name, ms.Stages, ms.Passes, microbatch, ms.Rate, ms.GEMM)
+	fmt.Fprintf(stderr, "cohort plan profile: %s, %d stages, %d passes, microbatches of %d: %.3g FLOP/s at %.3g FLOPs per layer, the head at %.2f of it; optimizer %.3g bytes/s\n",
+		m.Name, ms.Stages, ms.Passes, microbatch, ms.Rate, ms.GEMM, ms.Head, dev.MemoryBandwidth)
 	if out == "" {
 		_, err = stdout.Write(data)
 	} else {

@@ -348,22 +348,25 @@ func (a *Allocator) release(b *Block) {
 	b.requested = 0
 	if p := b.prev; p != nil && p.state == stateFree {
 		a.remove(p)
-		p.size += b.size
-		p.next = b.next
-		if b.next != nil {
-			b.next.prev = p
-		}
+		p.absorbNext()
 		b = p
 	}
 	if n := b.next; n != nil && n.state == stateFree {
 		a.remove(n)
-		b.size += n.size
-		b.next = n.next
-		if n.next != nil {
-			n.next.prev = b
-		}
+		b.absorbNext()
 	}
 	a.insert(b)
+}
+
+// absorbNext makes b's successor in its segment part of b: b grows by its
+// size and takes its place in the list.
+func (b *Block) absorbNext() {
+	n := b.next
+	b.size += n.size
+	b.next = n.next
+	if n.next != nil {
+		n.next.prev = b
+	}
 }
 
 // processEvents returns pending blocks whose events have completed to

@@ -7,29 +7,14 @@ import (
 	"github.com/cohortml/cohort/device/alloc"
 	"github.com/cohortml/cohort/device/alloc/memtest"
 	"github.com/cohortml/cohort/device/cuda"
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 )
-
-func openGPU(t *testing.T) *cuda.Context {
-	t.Helper()
-	c, err := cuda.Open(0)
-	if errors.Is(err, cuda.ErrNotFound) || errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("skipped: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.Close() })
-	return c
-}
 
 // TestGPUMemConformance holds cuMemAlloc, cuMemFree and events to the
 // contract the fake device is held to.
 func TestGPUMemConformance(t *testing.T) {
-	c := openGPU(t)
-	s1, _ := c.NewStream(true)
-	s2, _ := c.NewStream(true)
-	defer c.DestroyStream(s1)
-	defer c.DestroyStream(s2)
+	c := cudatest.Open(t)
+	s1, s2 := cudatest.Stream(t, c), cudatest.Stream(t, c)
 	memtest.Run(t, alloc.CUDA(c), alloc.Stream(s1), alloc.Stream(s2))
 }
 
@@ -38,11 +23,8 @@ func TestGPUMemConformance(t *testing.T) {
 // waits for its event, EmptyCache returns memory, and a request beyond
 // the device is an *OutOfMemoryError with the device's figures.
 func TestGPUAllocator(t *testing.T) {
-	c := openGPU(t)
-	s1, _ := c.NewStream(true)
-	s2, _ := c.NewStream(true)
-	defer c.DestroyStream(s1)
-	defer c.DestroyStream(s2)
+	c := cudatest.Open(t)
+	s1, s2 := cudatest.Stream(t, c), cudatest.Stream(t, c)
 	a := alloc.New(alloc.CUDA(c))
 
 	var blocks []*alloc.Block

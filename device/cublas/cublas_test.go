@@ -8,19 +8,13 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/cublas"
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 	"github.com/cohortml/cohort/device/internal/libfind"
 )
 
 func load(t *testing.T) *cublas.Lib {
 	t.Helper()
-	l, err := cublas.Load()
-	if errors.Is(err, cublas.ErrNotFound) {
-		t.Skipf("skipped: cuBLAS is not installed here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return l
+	return cudatest.Load(t, "cuBLAS", cublas.Load, cublas.ErrNotFound)
 }
 
 func TestLoadAndBind(t *testing.T) {

@@ -1,7 +1,6 @@
 package cublas_test
 
 import (
-	"errors"
 	"fmt"
 	"math"
 	"math/rand/v2"
@@ -9,21 +8,22 @@ import (
 
 	"github.com/cohortml/cohort/device/cublas"
 	"github.com/cohortml/cohort/device/cuda"
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 )
 
 // The tests named GPU need a device; they skip with the reason elsewhere.
 
-func openGPU(t *testing.T) (*cuda.Context, *cublas.Lib) {
+// openGPU opens cuda:0 and a cuBLAS handle on it with the default
+// options (TF32 off), destroyed when t ends.
+func openGPU(t *testing.T) (*cuda.Context, *cublas.Handle) {
 	t.Helper()
-	c, err := cuda.Open(0)
-	if errors.Is(err, cuda.ErrNotFound) || errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("skipped: %v", err)
-	}
+	c, l := cudatest.Open(t), load(t)
+	h, err := l.Create(c, cublas.Options{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() { c.Close() })
-	return c, load(t)
+	t.Cleanup(func() { h.Destroy() })
+	return c, h
 }
 
 // ref computes row-major C = alpha·op(A)·op(B) + beta·C in float64.
@@ -59,19 +59,6 @@ func relErr(got []float32, want []float64) float64 {
 	return math.Sqrt(num / den)
 }
 
-func upload(t *testing.T, c *cuda.Context, x []float32) cuda.DevicePtr {
-	t.Helper()
-	p, err := c.MemAlloc(int64(4 * len(x)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() { c.MemFree(p) })
-	if err := cuda.ToDevice(c, p, x); err != nil {
-		t.Fatal(err)
-	}
-	return p
-}
-
 func randn(rng *rand.Rand, n int) []float32 {
 	x := make([]float32, n)
 	for i := range x {
@@ -81,12 +68,7 @@ func randn(rng *rand.Rand, n int) []float32 {
 }
 
 func TestGPUSgemm(t *testing.T) {
-	c, l := openGPU(t)
-	h, err := l.Create(c, cublas.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Destroy()
+	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(1, 2))
 	for _, s := range []struct {
 		m, n, k        int
@@ -102,16 +84,12 @@ func TestGPUSgemm(t *testing.T) {
 			}
 			a, b, cc := randn(rng, s.m*s.k), randn(rng, s.k*s.n), randn(rng, s.m*s.n)
 			want := ref(s.transA, s.transB, s.m, s.n, s.k, 1.5, a, lda, b, ldb, 0.5, cc, s.n)
-			da, db, dc := upload(t, c, a), upload(t, c, b), upload(t, c, cc)
+			da, db, dc := cudatest.Upload(t, c, a), cudatest.Upload(t, c, b), cudatest.Upload(t, c, cc)
 			if err := h.Sgemm(cublas.Gemm{TransA: s.transA, TransB: s.transB, M: s.m, N: s.n, K: s.k, Alpha: 1.5, Beta: 0.5,
 				A: da, LDA: lda, B: db, LDB: ldb, C: dc, LDC: s.n}); err != nil {
 				t.Fatal(err)
 			}
-			got := make([]float32, s.m*s.n)
-			if err := cuda.FromDevice(c, got, dc); err != nil {
-				t.Fatal(err)
-			}
-			if e := relErr(got, want); e > 1e-5 {
+			if e := relErr(cudatest.Download[float32](t, c, dc, s.m*s.n), want); e > 1e-5 {
 				t.Errorf("‖gpu − ref‖/‖ref‖ = %.3g, want ≤ 1e-5 (fp32, TF32 off)", e)
 			}
 		})
@@ -119,23 +97,17 @@ func TestGPUSgemm(t *testing.T) {
 }
 
 func TestGPUSgemmStridedBatched(t *testing.T) {
-	c, l := openGPU(t)
-	h, err := l.Create(c, cublas.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Destroy()
+	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	const batch, m, n, k = 5, 33, 17, 65
 	a, b := randn(rng, batch*m*k), randn(rng, batch*k*n)
 	cc := make([]float32, batch*m*n)
-	da, db, dc := upload(t, c, a), upload(t, c, b), upload(t, c, cc)
+	da, db, dc := cudatest.Upload(t, c, a), cudatest.Upload(t, c, b), cudatest.Upload(t, c, cc)
 	if err := h.Sgemm(cublas.Gemm{M: m, N: n, K: k, Alpha: 1, A: da, LDA: k, B: db, LDB: n, C: dc, LDC: n,
 		StrideA: m * k, StrideB: k * n, StrideC: m * n, Batch: batch}); err != nil {
 		t.Fatal(err)
 	}
-	got := make([]float32, batch*m*n)
-	cuda.FromDevice(c, got, dc)
+	got := cudatest.Download[float32](t, c, dc, batch*m*n)
 	for i := range batch {
 		want := ref(false, false, m, n, k, 1, a[i*m*k:], k, b[i*k*n:], n, 0, cc[i*m*n:], n)
 		if e := relErr(got[i*m*n:(i+1)*m*n], want); e > 1e-5 {
@@ -151,12 +123,7 @@ func bf16(x float32) uint16 {
 }
 
 func TestGPUGemmExBF16(t *testing.T) {
-	c, l := openGPU(t)
-	h, err := l.Create(c, cublas.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Destroy()
+	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	const m, n, k = 128, 96, 512
 	a, b := randn(rng, m*k), randn(rng, k*n)
@@ -172,21 +139,12 @@ func TestGPUGemmExBF16(t *testing.T) {
 		b[i] = math.Float32frombits(uint32(bh[i]) << 16)
 	}
 	want := ref(false, false, m, n, k, 1, a, k, b, n, 0, make([]float32, m*n), n)
-	da, _ := c.MemAlloc(2 * m * k)
-	db, _ := c.MemAlloc(2 * k * n)
-	dc, _ := c.MemAlloc(4 * m * n)
-	defer c.MemFree(da)
-	defer c.MemFree(db)
-	defer c.MemFree(dc)
-	cuda.ToDevice(c, da, ah)
-	cuda.ToDevice(c, db, bh)
+	da, db, dc := cudatest.Upload(t, c, ah), cudatest.Upload(t, c, bh), cudatest.Alloc(t, c, 4*m*n)
 	if err := h.GemmEx(cublas.Gemm{M: m, N: n, K: k, Alpha: 1, A: da, LDA: k, AType: cublas.BF16, B: db, LDB: n, BType: cublas.BF16,
 		C: dc, LDC: n, CType: cublas.F32}); err != nil {
 		t.Fatal(err)
 	}
-	got := make([]float32, m*n)
-	cuda.FromDevice(c, got, dc)
-	if e := relErr(got, want); e > 1e-5 {
+	if e := relErr(cudatest.Download[float32](t, c, dc, m*n), want); e > 1e-5 {
 		t.Errorf("bf16 inputs, fp32 accumulation: relative error %.3g, want ≤ 1e-5 against the rounded inputs", e)
 	}
 }
@@ -195,17 +153,12 @@ func TestGPUGemmExBF16(t *testing.T) {
 // asked: with it, an fp32 product of k = 4096 loses about three decimal
 // digits against the float64 reference; without it, it keeps fp32's.
 func TestGPUTF32(t *testing.T) {
-	c, l := openGPU(t)
-	h, err := l.Create(c, cublas.Options{})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer h.Destroy()
+	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	const m, n, k = 64, 64, 4096
 	a, b := randn(rng, m*k), randn(rng, k*n)
 	want := ref(false, false, m, n, k, 1, a, k, b, n, 0, make([]float32, m*n), n)
-	da, db, dc := upload(t, c, a), upload(t, c, b), upload(t, c, make([]float32, m*n))
+	da, db, dc := cudatest.Upload(t, c, a), cudatest.Upload(t, c, b), cudatest.Upload(t, c, make([]float32, m*n))
 	errs := map[bool]float64{}
 	for _, on := range []bool{false, true} {
 		if err := h.SetTF32(on); err != nil {
@@ -214,9 +167,7 @@ func TestGPUTF32(t *testing.T) {
 		if err := h.Sgemm(cublas.Gemm{M: m, N: n, K: k, Alpha: 1, A: da, LDA: k, B: db, LDB: n, C: dc, LDC: n}); err != nil {
 			t.Fatal(err)
 		}
-		got := make([]float32, m*n)
-		cuda.FromDevice(c, got, dc)
-		errs[on] = relErr(got, want)
+		errs[on] = relErr(cudatest.Download[float32](t, c, dc, m*n), want)
 	}
 	t.Logf("relative error: fp32 %.3g, TF32 %.3g", errs[false], errs[true])
 	if errs[false] > 1e-5 || errs[true] < 10*errs[false] {

@@ -6,20 +6,14 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/cuda"
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 	"github.com/cohortml/cohort/device/internal/libfind"
 )
 
 // loadDriver opens the real libcuda.so.1 or skips, naming what is missing.
 func loadDriver(t *testing.T) *cuda.Driver {
 	t.Helper()
-	d, err := cuda.Load()
-	if errors.Is(err, cuda.ErrNotFound) {
-		t.Skipf("skipped: the NVIDIA driver library is not installed here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	return d
+	return cudatest.Load(t, "the NVIDIA driver library", cuda.Load, cuda.ErrNotFound)
 }
 
 func TestDriverLoads(t *testing.T) {

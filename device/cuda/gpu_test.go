@@ -9,32 +9,15 @@ import (
 	"unsafe"
 
 	"github.com/cohortml/cohort/device/cuda"
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 	"github.com/cohortml/cohort/device/nvrtc"
 )
 
-// The tests named GPU need a device; they skip with the reason elsewhere.
-// bench/gpu_check.sh runs them on a GPU machine.
-
-func openGPU(t *testing.T) *cuda.Context {
-	t.Helper()
-	c, err := cuda.Open(0)
-	if errors.Is(err, cuda.ErrNotFound) || errors.Is(err, cuda.ErrNoDevice) {
-		t.Skipf("skipped: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	t.Cleanup(func() {
-		if err := c.Close(); err != nil {
-			t.Error(err)
-		}
-	})
-	t.Logf("device %v, driver CUDA %s", c.Device, cuda.VersionString(c.Driver().Version))
-	return c
-}
+// The tests named GPU need a device; they skip with the reason elsewhere
+// (cudatest.Open). bench/gpu_check.sh runs them on a GPU machine.
 
 func TestGPUInit(t *testing.T) {
-	c := openGPU(t)
+	c := cudatest.Open(t)
 	if c.Device.Major < 5 || c.Device.SMs < 1 || c.Device.TotalBytes < 1<<30 || c.Device.Name == "" {
 		t.Errorf("implausible device %+v", c.Device)
 	}
@@ -45,7 +28,7 @@ func TestGPUInit(t *testing.T) {
 }
 
 func TestGPUCopyRoundTrip(t *testing.T) {
-	c := openGPU(t)
+	c := cudatest.Open(t)
 	for _, n := range []int{1, 1000, 1<<20 + 3} {
 		src := make([]float32, n)
 		for i := range src {
@@ -111,24 +94,51 @@ extern "C" __global__ void saxpy(int n, float a, const float *x, float *y) {
 }
 `
 
-func TestGPUSaxpy(t *testing.T) {
-	c := openGPU(t)
-	ptx, err := nvrtc.Compile(saxpySrc, "saxpy.cu", nvrtc.Options{Arch: c.Device.Arch()})
+// loadSaxpy compiles saxpySrc with NVRTC for arch (skipping where NVRTC
+// is not installed) and loads its PTX or, with cubin, its CUBIN.
+func loadSaxpy(t *testing.T, c *cuda.Context, arch string, cubin bool) (*cuda.Module, cuda.Function) {
+	t.Helper()
+	p, err := nvrtc.Compile(saxpySrc, "saxpy.cu", nvrtc.Options{Arch: arch})
 	if errors.Is(err, nvrtc.ErrNotFound) {
 		t.Skipf("skipped: %v", err)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := c.LoadModule(ptx.PTX)
+	var m *cuda.Module
+	if cubin {
+		m, err = c.LoadCUBIN(p.CUBIN)
+	} else {
+		m, err = c.LoadModule(p.PTX)
+	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer m.Unload()
+	t.Cleanup(func() { m.Unload() })
 	f, err := m.Function("saxpy")
 	if err != nil {
 		t.Fatal(err)
 	}
+	return m, f
+}
+
+// runSaxpy launches saxpy over x and y in blocks of block threads and
+// returns the device's a·x + y.
+func runSaxpy(t *testing.T, c *cuda.Context, f cuda.Function, a float32, x, y []float32, block int) []float32 {
+	t.Helper()
+	n := len(x)
+	dx, dy := cudatest.Upload(t, c, x), cudatest.Upload(t, c, y)
+	var args cuda.Args
+	args.Int(n).F32(a).Ptr(dx).Ptr(dy)
+	if err := c.Launch(f, cuda.Dim3{X: (n + block - 1) / block}, cuda.Dim3{X: block}, 0, 0, &args); err != nil {
+		t.Fatal(err)
+	}
+	return cudatest.Download[float32](t, c, dy, n)
+}
+
+func TestGPUSaxpy(t *testing.T) {
+	c := cudatest.Open(t)
+	m, f := loadSaxpy(t, c, c.Device.Arch(), false)
 	if _, err := m.Function("no_such_kernel"); err == nil {
 		t.Error("Function(no_such_kernel): no error")
 	}
@@ -137,25 +147,7 @@ func TestGPUSaxpy(t *testing.T) {
 	for i := range x {
 		x[i], y[i] = float32(i%1000)/7, float32(i%13)
 	}
-	dx, _ := c.MemAlloc(4 * n)
-	dy, _ := c.MemAlloc(4 * n)
-	defer c.MemFree(dx)
-	defer c.MemFree(dy)
-	if err := cuda.ToDevice(c, dx, x); err != nil {
-		t.Fatal(err)
-	}
-	if err := cuda.ToDevice(c, dy, y); err != nil {
-		t.Fatal(err)
-	}
-	var args cuda.Args
-	args.Int(n).F32(3).Ptr(dx).Ptr(dy)
-	if err := c.Launch(f, cuda.Dim3{X: (n + 255) / 256}, cuda.Dim3{X: 256}, 0, 0, &args); err != nil {
-		t.Fatal(err)
-	}
-	got := make([]float32, n)
-	if err := cuda.FromDevice(c, got, dy); err != nil {
-		t.Fatal(err)
-	}
+	got := runSaxpy(t, c, f, 3, x, y, 256)
 	for i := range got {
 		if want := 3*x[i] + y[i]; got[i] != want {
 			t.Fatalf("y[%d] = %v, want %v", i, got[i], want)
@@ -166,43 +158,17 @@ func TestGPUSaxpy(t *testing.T) {
 // TestGPUSaxpyCUBIN loads device code compiled by NVRTC for exactly this
 // GPU (sm_XX), which needs no JIT and no driver newer than NVRTC.
 func TestGPUSaxpyCUBIN(t *testing.T) {
-	c := openGPU(t)
-	p, err := nvrtc.Compile(saxpySrc, "saxpy.cu", nvrtc.Options{Arch: fmt.Sprintf("sm_%d%d", c.Device.Major, c.Device.Minor)})
-	if errors.Is(err, nvrtc.ErrNotFound) {
-		t.Skipf("skipped: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
-	m, err := c.LoadCUBIN(p.CUBIN)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer m.Unload()
-	f, err := m.Function("saxpy")
-	if err != nil {
-		t.Fatal(err)
-	}
+	c := cudatest.Open(t)
+	_, f := loadSaxpy(t, c, fmt.Sprintf("sm_%d%d", c.Device.Major, c.Device.Minor), true)
 	const n = 1000
 	x, y := make([]float32, n), make([]float32, n)
 	for i := range x {
 		x[i], y[i] = float32(i), 1
 	}
-	dx, _ := c.MemAlloc(4 * n)
-	dy, _ := c.MemAlloc(4 * n)
-	defer c.MemFree(dx)
-	defer c.MemFree(dy)
-	cuda.ToDevice(c, dx, x)
-	cuda.ToDevice(c, dy, y)
-	var args cuda.Args
-	args.Int(n).F32(-2).Ptr(dx).Ptr(dy)
-	if err := c.Launch(f, cuda.Dim3{X: (n + 127) / 128}, cuda.Dim3{X: 128}, 0, 0, &args); err != nil {
-		t.Fatal(err)
-	}
-	cuda.FromDevice(c, y, dy)
-	for i := range y {
-		if want := -2*float32(i) + 1; y[i] != want {
-			t.Fatalf("y[%d] = %v, want %v", i, y[i], want)
+	got := runSaxpy(t, c, f, -2, x, y, 128)
+	for i := range got {
+		if want := -2*float32(i) + 1; got[i] != want {
+			t.Fatalf("y[%d] = %v, want %v", i, got[i], want)
 		}
 	}
 	if r, err := c.Registers(f); err != nil || r <= 0 {
@@ -211,23 +177,14 @@ func TestGPUSaxpyCUBIN(t *testing.T) {
 }
 
 func TestGPUEvents(t *testing.T) {
-	c := openGPU(t)
-	s1, _ := c.NewStream(true)
-	s2, _ := c.NewStream(true)
-	defer c.DestroyStream(s1)
-	defer c.DestroyStream(s2)
+	c := cudatest.Open(t)
+	s1, s2 := cudatest.Stream(t, c), cudatest.Stream(t, c)
 	start, _ := c.NewEvent(true)
 	end, _ := c.NewEvent(true)
 	defer c.DestroyEvent(start)
 	defer c.DestroyEvent(end)
 	const n = 256 << 20
-	a, err := c.MemAlloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	b, _ := c.MemAlloc(n)
-	defer c.MemFree(a)
-	defer c.MemFree(b)
+	a, b := cudatest.Alloc(t, c, n), cudatest.Alloc(t, c, n)
 	// s1 writes a; s2 waits for s1's event, then copies a to b: b must hold
 	// s1's value.
 	if err := c.Record(start, s1); err != nil {
@@ -245,10 +202,7 @@ func TestGPUEvents(t *testing.T) {
 	if done, err := c.EventDone(end); !done || err != nil {
 		t.Errorf("EventDone after the waiting stream finished = %v, %v", done, err)
 	}
-	tail := make([]byte, 16)
-	if err := cuda.FromDevice(c, tail, b+n-16); err != nil {
-		t.Fatal(err)
-	}
+	tail := cudatest.Download[byte](t, c, b+n-16, 16)
 	for _, v := range tail {
 		if v != 0x5a {
 			t.Fatalf("b's tail %x: the copy did not wait for the memset", tail)
@@ -266,7 +220,7 @@ func TestGPUEvents(t *testing.T) {
 }
 
 func TestGPUOutOfMemory(t *testing.T) {
-	c := openGPU(t)
+	c := cudatest.Open(t)
 	_, err := c.MemAlloc(c.Device.TotalBytes * 2)
 	if !errors.Is(err, cuda.ErrOutOfMemory) {
 		t.Fatalf("MemAlloc(2×total) = %v, want ErrOutOfMemory", err)
@@ -275,7 +229,7 @@ func TestGPUOutOfMemory(t *testing.T) {
 }
 
 func TestGPUBadPTX(t *testing.T) {
-	c := openGPU(t)
+	c := cudatest.Open(t)
 	_, err := c.LoadModule(".version 7.0\n.target sm_80\n.address_size 64\n.visible .entry k() { bogus; }\n")
 	var ce *cuda.Error
 	if !errors.As(err, &ce) || ce.Detail == "" {

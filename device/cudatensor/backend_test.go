@@ -12,6 +12,7 @@ import (
 
 	"github.com/cohortml/cohort/device/alloc"
 	"github.com/cohortml/cohort/device/cuda"
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 	"github.com/cohortml/cohort/device/fakedev"
 	"github.com/cohortml/cohort/device/kernels"
 	"github.com/cohortml/cohort/device/nvrtc"
@@ -322,13 +323,7 @@ func TestMissingNamesOpAndDevice(t *testing.T) {
 // launches with the real NVRTC for compute_80 and compute_90, and checks
 // each kernel has its entry in the PTX.
 func TestKernelsCompile(t *testing.T) {
-	lib, err := nvrtc.Load()
-	if errors.Is(err, nvrtc.ErrNotFound) {
-		t.Skipf("skipped: NVRTC is not installed here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := cudatest.Load(t, "NVRTC", nvrtc.Load, nvrtc.ErrNotFound)
 	t.Logf("NVRTC %s from %s", lib.VersionString(), lib.Path)
 	byFamily := map[string][]string{}
 	for _, pa := range paths {

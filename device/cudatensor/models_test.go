@@ -77,26 +77,20 @@ func TestModelsRunDry(t *testing.T) {
 		}
 		return out
 	}
-	t.Run("mlp", func(t *testing.T) {
-		dryStep(t, func(r *rand.Rand) (nn.Module, func() *autograd.Var) {
-			m := models.MLP(r)
-			x := tensor.New(4, 784).To(tensor.NewDevice(dryKind, 0))
-			y := targets(4, 10)
+	// classifier is a 10-class model on a zero batch of shape, trained with
+	// the mean cross-entropy.
+	classifier := func(model func(*rand.Rand) *nn.Sequential, shape ...int) func(*rand.Rand) (nn.Module, func() *autograd.Var) {
+		return func(r *rand.Rand) (nn.Module, func() *autograd.Var) {
+			m := model(r)
+			x := tensor.New(shape...).To(tensor.NewDevice(dryKind, 0))
+			y := targets(shape[0], 10)
 			return m, func() *autograd.Var {
 				return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), y, autograd.CrossEntropyOptions{})
 			}
-		}, 1)
-	})
-	t.Run("lenet", func(t *testing.T) {
-		dryStep(t, func(r *rand.Rand) (nn.Module, func() *autograd.Var) {
-			m := models.LeNet(r)
-			x := tensor.New(2, 1, 28, 28).To(tensor.NewDevice(dryKind, 0))
-			y := targets(2, 10)
-			return m, func() *autograd.Var {
-				return autograd.CrossEntropy(m.Forward(autograd.NewVar(x, false)), y, autograd.CrossEntropyOptions{})
-			}
-		}, 1)
-	})
+		}
+	}
+	t.Run("mlp", func(t *testing.T) { dryStep(t, classifier(models.MLP, 4, 784), 1) })
+	t.Run("lenet", func(t *testing.T) { dryStep(t, classifier(models.LeNet, 2, 1, 28, 28), 1) })
 	t.Run("gpt", func(t *testing.T) {
 		dryStep(t, func(r *rand.Rand) (nn.Module, func() *autograd.Var) {
 			g, err := models.NewGPT(r, models.GPTConfig{Vocab: 17, Ctx: 8, NLayer: 2, D: 16, NHead: 2})

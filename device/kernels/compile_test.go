@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"errors"
 	"fmt"
 	"regexp"
 	"slices"
@@ -9,6 +8,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 	"github.com/cohortml/cohort/device/nvrtc"
 )
 
@@ -60,13 +60,7 @@ func ptxEntries(ptx string) []ptxEntry {
 // allocation, an upper bound of what ptxas will use, the only measure
 // available without a GPU's toolchain.
 func TestCompile(t *testing.T) {
-	lib, err := nvrtc.Load()
-	if errors.Is(err, nvrtc.ErrNotFound) {
-		t.Skipf("skipped: NVRTC is not installed here, so the kernels are not compiled: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	lib := cudatest.Load(t, "NVRTC", nvrtc.Load, nvrtc.ErrNotFound)
 	t.Logf("NVRTC %s from %s", lib.VersionString(), lib.Path)
 	byFamily := map[string][]string{}
 	for _, k := range Table() {

@@ -49,8 +49,9 @@
 // __nv_bfloat16 (NVRTC has no cuda_bf16.h of its own); kernels widen it
 // with f32(x), compute in fp32 and round once when they store (round_X:
 // cvt.rn.bf16.f32, round to nearest even). The generated text of every
-// family has a golden copy in testdata/generated (go test -update
-// rewrites them), so a change to a kernel shows as a diff without a GPU.
+// family has a golden copy, testdata/generated/FAMILY.cu.golden (go test
+// -update rewrites them), so a change to a kernel shows as a diff without
+// a GPU.
 //
 // # The table
 //

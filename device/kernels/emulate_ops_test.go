@@ -439,15 +439,16 @@ func TestEmuConv(t *testing.T) {
 		}
 		return x[((n*C+c)*H+ih)*W+iw]
 	}
-	for c := range C {
-		for ki := range K {
-			for kj := range K {
-				for n := range nb {
-					for oh := range OH {
-						for ow := range OW {
-							got := col[((c*K+ki)*K+kj)*nb*L+n*L+oh*OW+ow]
-							if want := at(n0+n, c, oh*stride-pad+ki, ow*stride-pad+kj); got != want {
-								t.Fatalf("im2col[c %d ki %d kj %d n %d oh %d ow %d] = %v, want %v", c, ki, kj, n, oh, ow, got, want)
+	// eachCol calls f for every element of col, in col's order: its index
+	// in col, its coordinates, and the input row and column it reads.
+	eachCol := func(f func(i, c, ki, kj, n, oh, ow, ih, iw int)) {
+		for c := range C {
+			for ki := range K {
+				for kj := range K {
+					for n := range nb {
+						for oh := range OH {
+							for ow := range OW {
+								f(((c*K+ki)*K+kj)*nb*L+n*L+oh*OW+ow, c, ki, kj, n, oh, ow, oh*stride-pad+ki, ow*stride-pad+kj)
 							}
 						}
 					}
@@ -455,6 +456,11 @@ func TestEmuConv(t *testing.T) {
 			}
 		}
 	}
+	eachCol(func(i, c, ki, kj, n, oh, ow, ih, iw int) {
+		if got, want := col[i], at(n0+n, c, ih, iw); got != want {
+			t.Fatalf("im2col[c %d ki %d kj %d n %d oh %d ow %d] = %v, want %v", c, ki, kj, n, oh, ow, got, want)
+		}
+	})
 	// col2im is im2col's adjoint: ⟨im2col(x), g⟩ = ⟨x, col2im(g)⟩, and it
 	// adds, in the CPU's order, onto what dx holds.
 	g := randn(rng, len(col))
@@ -462,22 +468,11 @@ func TestEmuConv(t *testing.T) {
 	before := append([]float32(nil), dx...)
 	launch(t, "col2im_f32", p, dx, g, n0, nb, C, H, W, K, K, stride, pad, OH, OW)
 	want := append([]float32(nil), before...)
-	for c := range C {
-		for ki := range K {
-			for kj := range K {
-				for n := range nb {
-					for oh := range OH {
-						for ow := range OW {
-							ih, iw := oh*stride-pad+ki, ow*stride-pad+kj
-							if ih >= 0 && ih < H && iw >= 0 && iw < W {
-								want[(((n0+n)*C+c)*H+ih)*W+iw] += g[((c*K+ki)*K+kj)*nb*L+n*L+oh*OW+ow]
-							}
-						}
-					}
-				}
-			}
+	eachCol(func(i, c, _, _, n, _, _, ih, iw int) {
+		if ih >= 0 && ih < H && iw >= 0 && iw < W {
+			want[(((n0+n)*C+c)*H+ih)*W+iw] += g[i]
 		}
-	}
+	})
 	checkBits(t, "col2im_f32", dx, want)
 }
 

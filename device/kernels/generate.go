@@ -95,7 +95,7 @@ func Instantiate(src string) (string, error) {
 // Source returns the CUDA C source of a family as NVRTC compiles it: a
 // generated-file header, prelude.cuh, and the family's file with its
 // template blocks instantiated. The result depends only on the embedded
-// files (its golden copies are testdata/generated/FAMILY.cu).
+// files (its golden copies are testdata/generated/FAMILY.cu.golden).
 func Source(family string) (string, error) {
 	raw, err := sources.ReadFile("cuda/" + family + ".cu")
 	if err != nil {

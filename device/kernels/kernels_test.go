@@ -13,7 +13,7 @@ import (
 	"github.com/cockroachdb/datadriven"
 )
 
-var update = flag.Bool("update", false, "rewrite testdata/generated from the sources")
+var update = flag.Bool("update", false, "rewrite testdata/generated/*.cu.golden from the sources")
 
 // TestGenerated compares each family's generated source with its golden
 // copy, so a change to a kernel or to the generator shows as a diff in
@@ -25,7 +25,7 @@ func TestGenerated(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			path := filepath.Join("testdata", "generated", f+".cu")
+			path := filepath.Join("testdata", "generated", f+".cu.golden")
 			if *update {
 				if err := os.WriteFile(path, []byte(src), 0o644); err != nil {
 					t.Fatal(err)

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/cohortml/cohort/device/cuda/cudatest"
 	"github.com/cohortml/cohort/device/internal/libfind"
 	"github.com/cohortml/cohort/device/nccl"
 )
@@ -95,13 +96,7 @@ func TestErrorText(t *testing.T) {
 
 // TestGPULoad loads the real NCCL and creates a unique id (GPU machines).
 func TestGPULoad(t *testing.T) {
-	l, err := nccl.Load()
-	if errors.Is(err, nccl.ErrNotFound) {
-		t.Skipf("skipped: no NCCL library here: %v", err)
-	}
-	if err != nil {
-		t.Fatal(err)
-	}
+	l := cudatest.Load(t, "NCCL", nccl.Load, nccl.ErrNotFound)
 	if l.Version < 21000 {
 		t.Errorf("version %d: want NCCL 2.10 or newer (bfloat16, avg)", l.Version)
 	}

@@ -11,6 +11,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"testing"
 	"time"
 
@@ -34,6 +35,9 @@ type Timeouts struct{ Launch, Rank, Op time.Duration }
 
 // Short is the default Timeouts: 1 minute, 45 s, 30 s.
 var Short = Timeouts{Launch: time.Minute, Rank: 45 * time.Second, Op: 30 * time.Second}
+
+// Long allows GPT-mini steps on a loaded machine: 2 minutes, 90 s, 1 minute.
+var Long = Timeouts{Launch: 2 * time.Minute, Rank: 90 * time.Second, Op: time.Minute}
 
 // Launch runs world copies of this test binary restricted to the test
 // named test (a top-level Test function), with e.Case set to name, and
@@ -115,4 +119,74 @@ func RankOf[T any](t *testing.T, e Env, transport string, to Timeouts, train fun
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// Case is one case of an equivalence test: its subtest name, the number
+// of rank processes and the transport they talk over. A test's own case
+// type embeds it (and so implements Caser) to add what the case trains.
+type Case struct {
+	Name      string
+	World     int
+	Transport string
+}
+
+// ProcessCase returns c.
+func (c Case) ProcessCase() Case { return c }
+
+// Caser is a test's case type: one that embeds Case.
+type Caser interface{ ProcessCase() Case }
+
+// Find returns the case named name, failing t if there is none.
+func Find[C Caser](t *testing.T, cases []C, name string) C {
+	t.Helper()
+	i := slices.IndexFunc(cases, func(c C) bool { return c.ProcessCase().Name == name })
+	if i < 0 {
+		t.Fatalf("no process case %q", name)
+	}
+	return cases[i]
+}
+
+// Run is the body of the top-level test that runs cases with their
+// ranks as processes. In a rank process it runs rank with the case the
+// parent chose; in the parent it runs parent for each case as a subtest
+// (and skips them all under -short).
+func Run[C Caser](t *testing.T, e Env, cases []C, rank, parent func(t *testing.T, c C)) {
+	t.Helper()
+	if name := e.Child(); name != "" {
+		rank(t, Find(t, cases, name))
+		return
+	}
+	if testing.Short() {
+		t.Skip("starts rank processes")
+	}
+	for _, c := range cases {
+		t.Run(c.ProcessCase().Name, func(t *testing.T) { parent(t, c) })
+	}
+}
+
+// Equivalence is the body of the top-level test named test that checks
+// cases against one process (Run). A rank process trains its case and
+// writes its parameters; the parent launches each case's ranks and fails
+// unless every rank's parameters pass compare against want(c) and equal
+// rank 0's (replicas never diverge).
+func Equivalence[C Caser](t *testing.T, e Env, test string, cases []C,
+	train func(ctx context.Context, pg distributed.ProcessGroup, c C) ([][]float32, error),
+	want func(t *testing.T, c C) [][]float32, compare func(got, want [][]float32) error) {
+	t.Helper()
+	Run(t, e, cases, func(t *testing.T, c C) {
+		e.Rank(t, c.ProcessCase().Transport, func(ctx context.Context, pg distributed.ProcessGroup) ([][]float32, error) {
+			return train(ctx, pg, c)
+		})
+	}, func(t *testing.T, c C) {
+		got := e.Launch(t, test, c.ProcessCase().Name, c.ProcessCase().World)
+		w := want(t, c)
+		for r := range got {
+			if err := compare(got[r], w); err != nil {
+				t.Errorf("rank %d vs one process: %v", r, err)
+			}
+			if r > 0 && !slices.EqualFunc(got[r], got[0], slices.Equal) {
+				t.Errorf("rank %d's parameters differ from rank 0's (replicas diverged)", r)
+			}
+		}
+	})
 }

@@ -200,9 +200,9 @@ func (s *suite) moves(t *testing.T) {
 	}
 }
 
-// mustPanic runs f and checks that it panics with a message holding every
-// one of parts.
-func mustPanic(t *testing.T, what string, f func(), parts ...string) {
+// MustPanic runs f and checks that it panics with a message holding every
+// one of parts; what names f in the errors.
+func MustPanic(t testing.TB, what string, f func(), parts ...string) {
 	t.Helper()
 	defer func() {
 		t.Helper()
@@ -224,12 +224,12 @@ func mustPanic(t *testing.T, what string, f func(), parts ...string) {
 func (s *suite) hostAccessors(t *testing.T) {
 	d := tensor.NewOn(s.dev, 2, 3)
 	name := s.dev.String()
-	mustPanic(t, "Data", func() { d.Data() }, "tensor: Data", name)
-	mustPanic(t, "Storage", func() { d.Storage() }, "tensor: Storage", name)
-	mustPanic(t, "At", func() { d.At(0, 0) }, "tensor: At", name)
-	mustPanic(t, "Set", func() { d.Set(1, 0, 0) }, "tensor: Set", name)
-	mustPanic(t, "Item", func() { tensor.NewOn(s.dev).Item() }, "tensor: Item", name)
-	mustPanic(t, "Values", func() { d.Values() }, "tensor: Values", name)
+	MustPanic(t, "Data", func() { d.Data() }, "tensor: Data", name)
+	MustPanic(t, "Storage", func() { d.Storage() }, "tensor: Storage", name)
+	MustPanic(t, "At", func() { d.At(0, 0) }, "tensor: At", name)
+	MustPanic(t, "Set", func() { d.Set(1, 0, 0) }, "tensor: Set", name)
+	MustPanic(t, "Item", func() { tensor.NewOn(s.dev).Item() }, "tensor: Item", name)
+	MustPanic(t, "Values", func() { d.Values() }, "tensor: Values", name)
 	if got := d.String(); !strings.Contains(got, name) {
 		t.Errorf("String() = %q, want the device named", got)
 	}
@@ -238,17 +238,17 @@ func (s *suite) hostAccessors(t *testing.T) {
 func (s *suite) mixed(t *testing.T) {
 	c, d := tensor.New(2, 2), tensor.NewOn(s.dev, 2, 2)
 	dn := s.dev.String()
-	mustPanic(t, "Add", func() { tensor.Add(c, d) }, "tensor: Add", "operands on cpu and "+dn)
-	mustPanic(t, "Add", func() { tensor.Add(d, c) }, "tensor: Add", "operands on "+dn+" and cpu")
-	mustPanic(t, "MatMul", func() { tensor.MatMul(c, d) }, "tensor: MatMul", "cpu", dn)
-	mustPanic(t, "AddScaled", func() { tensor.AddScaled(d, 1, c) }, "tensor: AddScaled", "cpu", dn)
-	mustPanic(t, "LinearInto", func() { tensor.LinearInto(tensor.New(2, 2), c, d, nil, nil, nil, tensor.Identity) }, "tensor: LinearInto", "cpu", dn)
-	mustPanic(t, "SumInto", func() { tensor.SumInto(c, d) }, "tensor: SumInto", "cpu", dn)
-	mustPanic(t, "CopyFrom", func() { c.CopyFrom(d) }, "tensor: CopyFrom", "cpu", dn)
-	mustPanic(t, "Conv2d", func() { tensor.Conv2d(tensor.New(1, 1, 3, 3), tensor.NewOn(s.dev, 1, 1, 2, 2), nil, 1, 0) }, "tensor: Conv2d", "cpu", dn)
+	MustPanic(t, "Add", func() { tensor.Add(c, d) }, "tensor: Add", "operands on cpu and "+dn)
+	MustPanic(t, "Add", func() { tensor.Add(d, c) }, "tensor: Add", "operands on "+dn+" and cpu")
+	MustPanic(t, "MatMul", func() { tensor.MatMul(c, d) }, "tensor: MatMul", "cpu", dn)
+	MustPanic(t, "AddScaled", func() { tensor.AddScaled(d, 1, c) }, "tensor: AddScaled", "cpu", dn)
+	MustPanic(t, "LinearInto", func() { tensor.LinearInto(tensor.New(2, 2), c, d, nil, nil, nil, tensor.Identity) }, "tensor: LinearInto", "cpu", dn)
+	MustPanic(t, "SumInto", func() { tensor.SumInto(c, d) }, "tensor: SumInto", "cpu", dn)
+	MustPanic(t, "CopyFrom", func() { c.CopyFrom(d) }, "tensor: CopyFrom", "cpu", dn)
+	MustPanic(t, "Conv2d", func() { tensor.Conv2d(tensor.New(1, 1, 3, 3), tensor.NewOn(s.dev, 1, 1, 2, 2), nil, 1, 0) }, "tensor: Conv2d", "cpu", dn)
 	if other := tensor.NewDevice(s.dev.Kind(), s.dev.Index()+1); true {
 		e := tensor.NewOn(other, 2, 2)
-		mustPanic(t, "Add across indices", func() { tensor.Add(d, e) }, "tensor: Add", dn, other.String())
+		MustPanic(t, "Add across indices", func() { tensor.Add(d, e) }, "tensor: Add", dn, other.String())
 	}
 }
 

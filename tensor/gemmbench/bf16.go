@@ -66,26 +66,15 @@ func BF16Shapes() []Shape {
 // reference first (within 2⁻⁶ of Σ|a||b|, far above the rounding of its
 // inputs, so a wrong kernel fails and a right one passes).
 func RunBF16(ctx context.Context, w io.Writer, o BF16Options) ([]BF16Result, error) {
-	if o.Shapes == nil {
-		o.Shapes = BF16Shapes()
-	}
-	if o.Threads == nil {
-		o.Threads = []int{1, 2}
-	}
-	if o.Rounds == 0 {
-		o.Rounds = 7
-	}
-	if o.MinTime == 0 {
-		o.MinTime = 40 * time.Millisecond
+	var err error
+	if o.Shapes, o.Threads, o.Rounds, o.MinTime, err = runDefaults(o.Shapes, BF16Shapes, o.Threads, o.Rounds, o.MinTime); err != nil {
+		return nil, err
 	}
 	if o.FP32FlopsPerCycle == 0 {
 		o.FP32FlopsPerCycle = 64
 	}
 	if o.ClockGHz == 0 {
 		o.ClockGHz = cpuinfoGHz()
-	}
-	if o.Rounds < 1 || o.MinTime < 0 {
-		return nil, fmt.Errorf("gemmbench: rounds %d, min time %v: want positive", o.Rounds, o.MinTime)
 	}
 	var results []BF16Result
 	for ti, threads := range o.Threads {
@@ -157,13 +146,7 @@ func RunBF16(ctx context.Context, w io.Writer, o BF16Options) ([]BF16Result, err
 func (p *problem) verifyBF16(g *gemm.Impl, run func()) error {
 	run()
 	s := p.s
-	rows := min(s.M, 3)
-	want := make([]float32, rows*s.N)
-	a := p.a
-	if !s.TransA {
-		a = p.a[:rows*p.lda]
-	}
-	gemm.Naive(s.TransA, s.TransB, rows, s.N, s.K, 1, a, p.lda, p.b, p.ldb, 0, want, s.N)
+	rows, want := p.reference()
 	for i := range rows {
 		for j := range s.N {
 			got, w := p.c[i*p.ldc+j], want[i*s.N+j]

@@ -25,6 +25,19 @@ type Shape struct {
 // Flops is the floating-point operation count, 2·m·n·k.
 func (s Shape) Flops() float64 { return 2 * float64(s.M) * float64(s.N) * float64(s.K) }
 
+// LDs returns the leading dimensions of op(A) and op(B) stored densely:
+// K and N, M when A is transposed, K when B is.
+func (s Shape) LDs() (lda, ldb int) {
+	lda, ldb = s.K, s.N
+	if s.TransA {
+		lda = s.M
+	}
+	if s.TransB {
+		ldb = s.K
+	}
+	return lda, ldb
+}
+
 // Shapes returns the benchmark table: square sizes, the two shapes the
 // issue names, the products of one training step of the anchor MLP
 // (batch 64, 784-1024-1024-10; PyTorch's Linear stores W as out×in, so the
@@ -119,6 +132,28 @@ type Result struct {
 	Ratio    float64 // Cohort / OpenBLAS; 0 without OpenBLAS
 }
 
+// runDefaults fills in the defaults that Options and BF16Options share
+// (shapes from def, threads 1 and 2, 7 rounds of at least 40 ms) and
+// checks the rounds and the minimum time.
+func runDefaults(shapes []Shape, def func() []Shape, threads []int, rounds int, minTime time.Duration) ([]Shape, []int, int, time.Duration, error) {
+	if shapes == nil {
+		shapes = def()
+	}
+	if threads == nil {
+		threads = []int{1, 2}
+	}
+	if rounds == 0 {
+		rounds = 7
+	}
+	if minTime == 0 {
+		minTime = 40 * time.Millisecond
+	}
+	if rounds < 1 || minTime < 0 {
+		return nil, nil, 0, 0, fmt.Errorf("gemmbench: rounds %d, min time %v: want positive", rounds, minTime)
+	}
+	return shapes, threads, rounds, minTime, nil
+}
+
 // maxSettle bounds the wait for the process to go idle before a timed run.
 const maxSettle = time.Second
 
@@ -136,20 +171,9 @@ const maxSettle = time.Second
 // would share a core with them. It stops early, returning ctx.Err(), when
 // ctx is done.
 func Run(ctx context.Context, w io.Writer, o Options) ([]Result, error) {
-	if o.Shapes == nil {
-		o.Shapes = Shapes()
-	}
-	if o.Threads == nil {
-		o.Threads = []int{1, 2}
-	}
-	if o.Rounds == 0 {
-		o.Rounds = 7
-	}
-	if o.MinTime == 0 {
-		o.MinTime = 40 * time.Millisecond
-	}
-	if o.Rounds < 1 || o.MinTime < 0 {
-		return nil, fmt.Errorf("gemmbench: rounds %d, min time %v: want positive", o.Rounds, o.MinTime)
+	var err error
+	if o.Shapes, o.Threads, o.Rounds, o.MinTime, err = runDefaults(o.Shapes, Shapes, o.Threads, o.Rounds, o.MinTime); err != nil {
+		return nil, err
 	}
 	for _, t := range o.Threads {
 		if t < 1 {
@@ -292,13 +316,8 @@ type problem struct {
 
 func newProblem(s Shape, seed uint64) *problem {
 	rng := rand.New(rand.NewPCG(seed, 0x9e3779b97f4a7c15))
-	p := &problem{s: s, lda: s.K, ldb: s.N, ldc: s.N}
-	if s.TransA {
-		p.lda = s.M
-	}
-	if s.TransB {
-		p.ldb = s.K
-	}
+	p := &problem{s: s, ldc: s.N}
+	p.lda, p.ldb = s.LDs()
 	fill := func(n int) []float32 {
 		v := make([]float32, n)
 		for i := range v {
@@ -315,17 +334,25 @@ func (p *problem) run(g *gemm.Impl) {
 	g.Sgemm(s.TransA, s.TransB, s.M, s.N, s.K, 1, p.a, p.lda, p.b, p.ldb, 0, p.c, p.ldc)
 }
 
-// verify checks g's result on a few rows against the reference.
-func (p *problem) verify(g *gemm.Impl) error {
-	p.run(g)
+// reference returns the naive product's first rows (at most 3), the
+// rows that verify and verifyBF16 check, as a rows×N matrix.
+func (p *problem) reference() (rows int, want []float32) {
 	s := p.s
-	rows := min(s.M, 3)
-	want := make([]float32, rows*s.N)
+	rows = min(s.M, 3)
+	want = make([]float32, rows*s.N)
 	a := p.a
 	if !s.TransA {
 		a = p.a[:rows*p.lda]
 	}
 	gemm.Naive(s.TransA, s.TransB, rows, s.N, s.K, 1, a, p.lda, p.b, p.ldb, 0, want, s.N)
+	return rows, want
+}
+
+// verify checks g's result on a few rows against the reference.
+func (p *problem) verify(g *gemm.Impl) error {
+	p.run(g)
+	s := p.s
+	rows, want := p.reference()
 	for i := range rows {
 		for j := range s.N {
 			got, w := p.c[i*p.ldc+j], want[i*s.N+j]

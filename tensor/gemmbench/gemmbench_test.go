@@ -3,36 +3,51 @@ package gemmbench
 import (
 	"bytes"
 	"context"
+	"slices"
 	"strings"
 	"testing"
 	"time"
 )
 
-func TestRunSmall(t *testing.T) {
-	var out bytes.Buffer
-	res, err := Run(context.Background(), &out, Options{
-		Shapes:  []Shape{{Name: "tiny", M: 5, N: 7, K: 3}, {Name: "nt", TransB: true, M: 20, N: 33, K: 17}},
-		Threads: []int{1, 2},
-		Rounds:  2,
-		MinTime: time.Millisecond,
-	})
+// small is a quick run's options: two shapes (the second named and
+// transposed by each test), threads 1 and 2, two short rounds.
+var small = Options{Shapes: []Shape{{Name: "tiny", M: 5, N: 7, K: 3}}, Threads: []int{1, 2}, Rounds: 2, MinTime: time.Millisecond}
+
+// smallShapes returns small's shapes and s, 20×33×17.
+func smallShapes(s Shape) []Shape {
+	s.M, s.N, s.K = 20, 33, 17
+	return append(slices.Clone(small.Shapes), s)
+}
+
+// lastLine fails t unless a small run gave no error and n results (2
+// shapes × 2 thread counts), logs its output and returns its last line.
+func lastLine(t *testing.T, n int, err error, out *bytes.Buffer) string {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(res) != 4 {
-		t.Fatalf("%d results, want 4 (2 shapes × 2 thread counts)", len(res))
+	if n != 4 {
+		t.Fatalf("%d results, want 4 (2 shapes × 2 thread counts)", n)
 	}
+	t.Log(out.String())
+	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
+	return lines[len(lines)-1]
+}
+
+func TestRunSmall(t *testing.T) {
+	var out bytes.Buffer
+	o := small
+	o.Shapes = smallShapes(Shape{Name: "nt", TransB: true})
+	res, err := Run(context.Background(), &out, o)
+	last := lastLine(t, len(res), err, &out)
 	for _, r := range res {
 		if r.Cohort <= 0 {
 			t.Errorf("%s threads=%d: cohort %v GFLOP/s", r.Shape.Name, r.Threads, r.Cohort)
 		}
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	last := lines[len(lines)-1]
 	if !strings.HasPrefix(last, "gemm: cohort/openblas median ratio ") {
 		t.Errorf("last line %q, want the median ratio line", last)
 	}
-	t.Log(out.String())
 }
 
 func TestRunRejects(t *testing.T) {
@@ -60,18 +75,10 @@ func TestRunCancelled(t *testing.T) {
 func TestRunBF16Small(t *testing.T) {
 	var out bytes.Buffer
 	res, err := RunBF16(context.Background(), &out, BF16Options{
-		Shapes:   []Shape{{Name: "tiny", M: 5, N: 7, K: 3}, {Name: "tn", TransA: true, M: 20, N: 33, K: 17}},
-		Threads:  []int{1, 2},
-		Rounds:   2,
-		MinTime:  time.Millisecond,
+		Shapes: smallShapes(Shape{Name: "tn", TransA: true}), Threads: small.Threads, Rounds: small.Rounds, MinTime: small.MinTime,
 		ClockGHz: 2,
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res) != 4 {
-		t.Fatalf("%d results, want 4 (2 shapes × 2 thread counts)", len(res))
-	}
+	last := lastLine(t, len(res), err, &out)
 	for _, r := range res {
 		if r.FP32 <= 0 || r.BF16 <= 0 || r.Ratio != r.BF16/r.FP32 {
 			t.Errorf("%s threads=%d: fp32 %v, bf16 %v GFLOP/s, ratio %v", r.Shape.Name, r.Threads, r.FP32, r.BF16, r.Ratio)
@@ -81,9 +88,7 @@ func TestRunBF16Small(t *testing.T) {
 			t.Errorf("%s threads=%d: bf16 peak %v GFLOP/s, want %v", r.Shape.Name, r.Threads, r.PeakBF16GFLOP, want)
 		}
 	}
-	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
-	if last := lines[len(lines)-1]; !strings.HasPrefix(last, "gemm: bf16/fp32 median ratio ") || !strings.HasSuffix(last, "(threads=2)") {
+	if !strings.HasPrefix(last, "gemm: bf16/fp32 median ratio ") || !strings.HasSuffix(last, "(threads=2)") {
 		t.Errorf("last line %q, want the threads=2 median ratio line", last)
 	}
-	t.Log(out.String())
 }

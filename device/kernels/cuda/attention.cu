@@ -29,7 +29,49 @@
 #define ATT_TILE 32
 #define ATT_MAXR 4 // features per lane: hd ≤ 32·ATT_MAXR = 128
 
+// ATT_WARP_ROW declares where a warp of the three kernels works (the
+// grid is (⌈T/ATT_WARPS⌉, B·H), blocks of ATT_WARPS warps, as the Go table
+// launches them): its lane and warp; the batch b and head h of its block;
+// d = H·hd; row0, the block's first row, and row, the warp's own; seq, the
+// offset of sequence b in qkv. The kernel's parameters T, H and hd must be
+// in scope.
+#define ATT_WARP_ROW(row)                                              \
+	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;    \
+	const int b = blockIdx.y / H, h = blockIdx.y % H, d = H * hd;  \
+	const int row0 = blockIdx.x * ATT_WARPS, row = row0 + warp;    \
+	const long long seq = (long long)b * T * 3 * d
+
+// att_accumulate adds Σ_jj w_jj·tile[jj] to a warp's output row acc, where
+// lane jj of the warp holds the weight w_jj of tile row jj (a probability
+// or a score gradient) and each lane owns the features lane, lane + 32, …
+// of acc, in the order jj = 0, 1, ….
+__device__ __forceinline__ void att_accumulate(float acc[ATT_MAXR], float w, const float* tile, int ld, int hd,
+                                               int lane) {
+	for (int jj = 0; jj < ATT_TILE; jj++) {
+		float wj = __shfl_sync(0xffffffffu, w, jj);
+#pragma unroll
+		for (int r = 0; r < ATT_MAXR; r++) {
+			int c = lane + 32 * r;
+			if (c < hd)
+				acc[r] += wj * tile[jj * ld + c];
+		}
+	}
+}
+
 // cohort:dtypes
+// att_load_kv_X fills the shared tiles Ks and Vs (rows of ld floats) with
+// the keys and values of rows j0 … j0 + ATT_TILE − 1 of head h of the
+// sequence that starts at qkv[seq], zeros past T. The whole block calls it.
+__device__ __forceinline__ void att_load_kv_X(float* Ks, float* Vs, const floatX* qkv, long long seq, int h, int j0,
+                                              int T, int d, int hd, int ld) {
+	for (int e = threadIdx.x; e < ATT_TILE * hd; e += blockDim.x) {
+		int jj = e / hd, c = e % hd, j = j0 + jj;
+		long long at = seq + (long long)j * 3 * d + h * hd + c;
+		Ks[jj * ld + c] = j < T ? f32(qkv[at + d]) : 0.0f;
+		Vs[jj * ld + c] = j < T ? f32(qkv[at + 2 * d]) : 0.0f;
+	}
+}
+
 extern "C" __global__ void attention_fwd_X(floatX* y, float* lse, const floatX* qkv, int B, int T, int H, int hd,
                                            float scale, int causal) {
 	extern __shared__ float sm[];
@@ -37,10 +79,7 @@ extern "C" __global__ void attention_fwd_X(floatX* y, float* lse, const floatX* 
 	float* Ks = sm;                       // [ATT_TILE][ld]
 	float* Vs = Ks + ATT_TILE * ld;       // [ATT_TILE][ld]
 	float* Qs = Vs + ATT_TILE * ld;       // [ATT_WARPS][hd]
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int b = blockIdx.y / H, h = blockIdx.y % H, d = H * hd;
-	const int row0 = blockIdx.x * ATT_WARPS, i = row0 + warp;
-	const long long seq = (long long)b * T * 3 * d;
+	ATT_WARP_ROW(i);
 	float* q = Qs + warp * hd;
 	for (int c = lane; c < hd; c += 32)
 		q[c] = i < T ? f32(qkv[seq + (long long)i * 3 * d + h * hd + c]) : 0.0f;
@@ -48,12 +87,7 @@ extern "C" __global__ void attention_fwd_X(floatX* y, float* lse, const floatX* 
 	const int kend = causal ? min(T, row0 + ATT_WARPS) : T;
 	for (int j0 = 0; j0 < kend; j0 += ATT_TILE) {
 		__syncthreads(); // the previous tile is consumed
-		for (int e = threadIdx.x; e < ATT_TILE * hd; e += blockDim.x) {
-			int jj = e / hd, c = e % hd, j = j0 + jj;
-			long long at = seq + (long long)j * 3 * d + h * hd + c;
-			Ks[jj * ld + c] = j < T ? f32(qkv[at + d]) : 0.0f;
-			Vs[jj * ld + c] = j < T ? f32(qkv[at + 2 * d]) : 0.0f;
-		}
+		att_load_kv_X(Ks, Vs, qkv, seq, h, j0, T, d, hd, ld);
 		__syncthreads();
 		const int j = j0 + lane;
 		float s = -INFINITY;
@@ -72,15 +106,7 @@ extern "C" __global__ void attention_fwd_X(floatX* y, float* lse, const floatX* 
 #pragma unroll
 		for (int r = 0; r < ATT_MAXR; r++)
 			o[r] *= corr;
-		for (int jj = 0; jj < ATT_TILE; jj++) {
-			float pj = __shfl_sync(0xffffffffu, p, jj);
-#pragma unroll
-			for (int r = 0; r < ATT_MAXR; r++) {
-				int c = lane + 32 * r;
-				if (c < hd)
-					o[r] += pj * Vs[jj * ld + c];
-			}
-		}
+		att_accumulate(o, p, Vs, ld, hd, lane);
 	}
 	if (i >= T)
 		return;
@@ -106,10 +132,7 @@ extern "C" __global__ void attention_bwd_dq_X(floatX* dqkv, float* delta, const 
 	float* Vs = Ks + ATT_TILE * ld;       // [ATT_TILE][ld]
 	float* Qs = Vs + ATT_TILE * ld;       // [ATT_WARPS][hd]
 	float* Gs = Qs + ATT_WARPS * hd;      // [ATT_WARPS][hd]: dy rows
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int b = blockIdx.y / H, h = blockIdx.y % H, d = H * hd;
-	const int row0 = blockIdx.x * ATT_WARPS, i = row0 + warp;
-	const long long seq = (long long)b * T * 3 * d;
+	ATT_WARP_ROW(i);
 	float* q = Qs + warp * hd;
 	float* g = Gs + warp * hd;
 	float dl = 0.0f;
@@ -129,12 +152,7 @@ extern "C" __global__ void attention_bwd_dq_X(floatX* dqkv, float* delta, const 
 	const int kend = causal ? min(T, row0 + ATT_WARPS) : T;
 	for (int j0 = 0; j0 < kend; j0 += ATT_TILE) {
 		__syncthreads();
-		for (int e = threadIdx.x; e < ATT_TILE * hd; e += blockDim.x) {
-			int jj = e / hd, c = e % hd, j = j0 + jj;
-			long long at = seq + (long long)j * 3 * d + h * hd + c;
-			Ks[jj * ld + c] = j < T ? f32(qkv[at + d]) : 0.0f;
-			Vs[jj * ld + c] = j < T ? f32(qkv[at + 2 * d]) : 0.0f;
-		}
+		att_load_kv_X(Ks, Vs, qkv, seq, h, j0, T, d, hd, ld);
 		__syncthreads();
 		const int j = j0 + lane;
 		float ds = 0.0f;
@@ -147,15 +165,7 @@ extern "C" __global__ void attention_bwd_dq_X(floatX* dqkv, float* delta, const 
 			float p = expf(scale * s - L);
 			ds = p * (dp - dl);
 		}
-		for (int jj = 0; jj < ATT_TILE; jj++) {
-			float dsj = __shfl_sync(0xffffffffu, ds, jj);
-#pragma unroll
-			for (int r = 0; r < ATT_MAXR; r++) {
-				int c = lane + 32 * r;
-				if (c < hd)
-					dq[r] += dsj * Ks[jj * ld + c];
-			}
-		}
+		att_accumulate(dq, ds, Ks, ld, hd, lane);
 	}
 	if (i >= T)
 		return;
@@ -180,10 +190,7 @@ extern "C" __global__ void attention_bwd_dkv_X(floatX* dqkv, const float* delta,
 	float* Vw = Kw + ATT_WARPS * hd;      // [ATT_WARPS][hd]
 	float* Ls = Vw + ATT_WARPS * hd;      // [ATT_TILE]: lse of the query rows
 	float* Ds = Ls + ATT_TILE;            // [ATT_TILE]: their delta
-	const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
-	const int b = blockIdx.y / H, h = blockIdx.y % H, d = H * hd;
-	const int row0 = blockIdx.x * ATT_WARPS, j = row0 + warp;
-	const long long seq = (long long)b * T * 3 * d;
+	ATT_WARP_ROW(j);
 	const long long ro = ((long long)b * H + h) * T;
 	float* k = Kw + warp * hd;
 	float* v = Vw + warp * hd;

@@ -9,6 +9,15 @@
 // outputs whose windows cover it, in output order (the CPU's order of
 // additions for max pooling), so there are no atomics.
 
+// pool_window gives the input rows (or columns) [lo, hi) that the window of
+// output row (or column) o covers, o·s − p … o·s − p + k − 1, clipped to
+// the input's [0, n): the forward passes visit them in row-major window
+// order, as the CPU does, skipping the padding.
+__device__ __forceinline__ void pool_window(int o, int n, int k, int s, int p, int* lo, int* hi) {
+	*lo = max(0, o * s - p);
+	*hi = min(n, o * s - p + k);
+}
+
 extern "C" __global__ void maxpool_fwd(float* y, int* argmax, const float* x, int planes, int H, int W, int OH, int OW,
                                        int k, int s, int p) {
 	long long n = (long long)planes * OH * OW;
@@ -18,21 +27,17 @@ extern "C" __global__ void maxpool_fwd(float* y, int* argmax, const float* x, in
 		const float* xp = x + pl * H * W;
 		float best = -INFINITY;
 		int at = -1;
-		for (int ki = 0; ki < k; ki++) {
-			int ih = oh * s - p + ki;
-			if (ih < 0 || ih >= H)
-				continue;
-			for (int kj = 0; kj < k; kj++) {
-				int iw = ow * s - p + kj;
-				if (iw < 0 || iw >= W)
-					continue;
+		int ih0, ih1, iw0, iw1;
+		pool_window(oh, H, k, s, p, &ih0, &ih1);
+		pool_window(ow, W, k, s, p, &iw0, &iw1);
+		for (int ih = ih0; ih < ih1; ih++)
+			for (int iw = iw0; iw < iw1; iw++) {
 				float v = xp[ih * W + iw];
 				if (at < 0 || v > best || (v != v && best == best)) {
 					best = v;
 					at = ih * W + iw;
 				}
 			}
-		}
 		y[e] = best;
 		argmax[e] = at;
 	}
@@ -64,16 +69,12 @@ extern "C" __global__ void avgpool_fwd(float* y, const float* x, int planes, int
 		int ow = e % OW, oh = (e / OW) % OH;
 		const float* xp = x + e / ((long long)OW * OH) * H * W;
 		float sum = 0.0f;
-		for (int ki = 0; ki < k; ki++) {
-			int ih = oh * s - p + ki;
-			if (ih < 0 || ih >= H)
-				continue;
-			for (int kj = 0; kj < k; kj++) {
-				int iw = ow * s - p + kj;
-				if (iw >= 0 && iw < W)
-					sum += xp[ih * W + iw];
-			}
-		}
+		int ih0, ih1, iw0, iw1;
+		pool_window(oh, H, k, s, p, &ih0, &ih1);
+		pool_window(ow, W, k, s, p, &iw0, &iw1);
+		for (int ih = ih0; ih < ih1; ih++)
+			for (int iw = iw0; iw < iw1; iw++)
+				sum += xp[ih * W + iw];
 		y[e] = sum / (float)(k * k);
 	}
 }

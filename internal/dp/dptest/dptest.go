@@ -4,8 +4,11 @@
 // one process training on the whole batch, then NoSync accumulation,
 // unused parameters, Join with uneven inputs (where the wrapper supports
 // it), clipping, state-dict round trips and the error cases. A wrapper's
-// test adapts its Model to the suite's and calls Run; it is imported by
-// tests only.
+// test adapts its Model to the suite's and calls Run. It also exports what
+// the wrappers' own tests share: the deterministic batches (Images,
+// Tokens), the GPT and side-layer models, their training loops against
+// ddp, the comparisons and the error-case runner. It is imported by tests
+// only.
 package dptest
 
 import (
@@ -16,6 +19,7 @@ import (
 	"math/rand/v2"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
@@ -127,6 +131,18 @@ func (w Wrapper) run(t *testing.T, world int, fn func(t *testing.T, pg distribut
 	})
 }
 
+// wrapNew wraps a new model of wl (from seed, on w's device) on pg with
+// AdamW, failing t on an error.
+func (w Wrapper) wrapNew(t *testing.T, ctx context.Context, wl workload, seed uint64, pg distributed.ProcessGroup) (nn.Module, Model) {
+	t.Helper()
+	mod := w.place(wl.model(seed))
+	m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
+	if err != nil {
+		t.Fatalf("rank %d: %v", pg.Rank(), err)
+	}
+	return mod, m
+}
+
 // deviceOf is the device of mod's first parameter.
 func deviceOf(mod nn.Module) tensor.Device {
 	if ps := mod.NamedParameters(); len(ps) > 0 {
@@ -215,22 +231,9 @@ func imageWorkload(name string, build func(*rand.Rand) *nn.Sequential, shape []i
 		model: func(seed uint64) nn.Module { return build(rand.New(rand.NewPCG(seed, 2))) },
 		units: seqUnits,
 		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
-			rng := rand.New(rand.NewPCG(uint64(s), 7))
-			per := 1
-			for _, d := range shape {
-				per *= d
-			}
-			xs := make([]float32, globalBatch*per)
-			for i := range xs {
-				xs[i] = float32(rng.NormFloat64())
-			}
-			ys := make([]int64, globalBatch)
-			for i := range ys {
-				ys[i] = int64(rng.IntN(10))
-			}
-			x := autograd.NewVar(tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...).To(deviceOf(mod)), false)
-			return seqForward(mod.(*nn.Sequential), x), func(out *autograd.Var) *autograd.Var {
-				return autograd.CrossEntropy(out, ys[lo:hi], autograd.CrossEntropyOptions{})
+			x, ys := Images(s, 7, lo, hi, shape)
+			return seqForward(mod.(*nn.Sequential), autograd.NewVar(x.To(deviceOf(mod)), false)), func(out *autograd.Var) *autograd.Var {
+				return autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})
 			}
 		}}
 }
@@ -251,46 +254,15 @@ const gptSeqLen = 4
 func gptWorkload() workload {
 	const T = gptSeqLen
 	cfg := models.GPTConfig{Vocab: 32, Ctx: 8, NLayer: 2, D: 16, NHead: 2}
-	tokens := func(s, lo, hi int) (idx, tgt []int64) {
-		rng := rand.New(rand.NewPCG(uint64(s), 9))
-		toks := make([]int64, globalBatch*(T+1))
-		for i := range toks {
-			toks[i] = int64(rng.IntN(cfg.Vocab))
-		}
-		for b := lo; b < hi; b++ {
-			row := toks[b*(T+1) : (b+1)*(T+1)]
-			idx = append(idx, row[:T]...)
-			tgt = append(tgt, row[1:]...)
-		}
-		return idx, tgt
-	}
+	tokens := func(s, lo, hi int) (idx, tgt []int64) { return Tokens(s, lo, hi, T, cfg.Vocab) }
 	return workload{name: "gpt",
-		model: func(seed uint64) nn.Module {
-			g, err := models.NewGPT(rand.New(rand.NewPCG(seed, 4)), cfg)
-			if err != nil {
-				panic(err)
-			}
-			return g
-		},
-		units: func(mod nn.Module) []nn.Module {
-			var us []nn.Module
-			for _, b := range mod.(*models.GPT).Blocks {
-				us = append(us, b)
-			}
-			return us
-		},
+		model:  func(seed uint64) nn.Module { return NewGPT(rand.New(rand.NewPCG(seed, 4)), cfg) },
+		units:  GPTUnits,
 		tokens: tokens,
 		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
 			idx, tgt := tokens(s, lo, hi)
-			g, B := mod.(*models.GPT), hi-lo
-			fwd := func(run RunUnit) *autograd.Var {
-				h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
-				for i, b := range g.Blocks {
-					h = run(i, h, b.Forward)
-				}
-				return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
-			}
-			return fwd, func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }
+			g := mod.(*models.GPT)
+			return GPTForward(g, idx, hi-lo, T), func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) }
 		}}
 }
 
@@ -310,7 +282,10 @@ func snapshot(m nn.Module) map[string][]float32 {
 	return out
 }
 
-func fullSnapshot(ctx context.Context, m Model) (map[string][]float32, error) {
+// fullSnapshot copies m's full state to the CPU, by state-dict key.
+func fullSnapshot(ctx context.Context, m interface {
+	FullState(context.Context) (map[string]*tensor.Tensor, error)
+}) (map[string][]float32, error) {
 	sd, err := m.FullState(ctx)
 	if err != nil {
 		return nil, err
@@ -392,14 +367,27 @@ func train(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGr
 	}
 	defer m.Close()
 	n, r := pg.Size(), pg.Rank()
-	var norms []float64
-	for s := range steps {
+	return trainLoop(ctx, m, steps, func(s int) error {
 		fwd, loss := wl.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
 		out, err := m.Call(ctx, fwd)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
-		if err := m.Backward(ctx, loss(out)); err != nil {
+		return m.Backward(ctx, loss(out))
+	})
+}
+
+// trainLoop runs steps synchronised steps on m: pass(s) runs step s's
+// forward and backward passes, then m clips and steps. It returns the
+// full state and the clip norms.
+func trainLoop(ctx context.Context, m interface {
+	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
+	Step(ctx context.Context) error
+	FullState(context.Context) (map[string]*tensor.Tensor, error)
+}, steps int, pass func(s int) error) (map[string][]float32, []float64, error) {
+	var norms []float64
+	for s := range steps {
+		if err := pass(s); err != nil {
 			return nil, nil, err
 		}
 		nm, err := m.ClipGradNorm(ctx, maxNorm)
@@ -453,11 +441,7 @@ func testNoSync(t *testing.T, w Wrapper) {
 	want, _ := reference(t, wl, steps, full, 2)
 	w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
-		mod := w.place(wl.model(1))
-		m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
-		if err != nil {
-			t.Fatalf("rank %d: %v", pg.Rank(), err)
-		}
+		mod, m := w.wrapNew(t, ctx, wl, 1, pg)
 		defer m.Close()
 		lo, hi := pg.Rank()*globalBatch/world, (pg.Rank()+1)*globalBatch/world
 		for s := range steps {
@@ -492,18 +476,6 @@ func testNoSync(t *testing.T, w Wrapper) {
 	})
 }
 
-// withSide is an MLP with a layer its forward pass never uses.
-type withSide struct {
-	seq  *nn.Sequential
-	side *nn.Linear
-}
-
-func (m *withSide) NamedParameters() []nn.NamedParameter {
-	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.seq}, nn.Child{Name: "side", Module: m.side})
-}
-func (m *withSide) NamedBuffers() []nn.NamedBuffer { return nil }
-func (m *withSide) SetTraining(on bool)            { m.seq.SetTraining(on) }
-
 // testUnused: with FindUnusedParameters, a layer no step uses keeps its
 // values and the others equal one process's (Adam without weight decay:
 // a wrapper may leave an unused gradient absent or zero).
@@ -512,11 +484,11 @@ func testUnused(t *testing.T, w Wrapper) {
 	base := workloads()[0]
 	wl := workload{name: "unused",
 		model: func(seed uint64) nn.Module {
-			return &withSide{seq: base.model(seed).(*nn.Sequential), side: nn.NewLinear(rand.New(rand.NewPCG(seed, 6)), 16, 10, true)}
+			return &WithSide{Seq: base.model(seed).(*nn.Sequential), Side: nn.NewLinear(rand.New(rand.NewPCG(seed, 6)), 16, 10, true)}
 		},
-		units: func(mod nn.Module) []nn.Module { return append(seqUnits(mod.(*withSide).seq), mod.(*withSide).side) },
+		units: func(mod nn.Module) []nn.Module { return append(seqUnits(mod.(*WithSide).Seq), mod.(*WithSide).Side) },
 		batch: func(mod nn.Module, s, lo, hi int) (Forward, func(*autograd.Var) *autograd.Var) {
-			return base.batch(mod.(*withSide).seq, s, lo, hi)
+			return base.batch(mod.(*WithSide).Seq, s, lo, hi)
 		},
 	}
 	want, _ := referenceWith(t, wl, steps, full, 1, adam)
@@ -610,11 +582,7 @@ func testJoinCase(t *testing.T, w Wrapper, wl workload, world int, clip bool) {
 	want := snapshot(mod)
 	w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
-		mod := w.place(wl.model(1))
-		m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
-		if err != nil {
-			t.Fatalf("rank %d: %v", pg.Rank(), err)
-		}
+		mod, m := w.wrapNew(t, ctx, wl, 1, pg)
 		defer m.Close()
 		j := m.(Joiner)
 		r := pg.Rank()
@@ -664,13 +632,20 @@ func testClip(t *testing.T, w Wrapper) {
 				if err != nil {
 					t.Fatalf("rank %d: %v", pg.Rank(), err)
 				}
-				for s := range want {
-					if math.Abs(got[s]-want[s]) > 1e-4*want[s] {
-						t.Errorf("rank %d step %d: norm %v, one process %v", pg.Rank(), s, got[s], want[s])
-					}
-				}
+				checkNorms(t, pg.Rank(), got, want)
 			})
 		})
+	}
+}
+
+// checkNorms fails unless a rank's clip norms got equal one process's
+// (want) to 1e-4 relative.
+func checkNorms(t *testing.T, rank int, got, want []float64) {
+	t.Helper()
+	for s := range want {
+		if math.Abs(got[s]-want[s]) > 1e-4*want[s] {
+			t.Errorf("rank %d step %d: norm %v, one process %v", rank, s, got[s], want[s])
+		}
 	}
 }
 
@@ -688,27 +663,9 @@ func testState(t *testing.T, w Wrapper) {
 				if err != nil {
 					t.Fatalf("rank %d: %v", pg.Rank(), err)
 				}
-				mod := w.place(wl.model(99)) // other initial values
-				m, err := w.Wrap(ctx, mod, wl.units(mod), pg, Options{Optimizer: adamW})
-				if err != nil {
-					t.Fatal(err)
-				}
+				_, m := w.wrapNew(t, ctx, wl, 99, pg) // other initial values
 				defer m.Close()
-				sd := map[string]*tensor.Tensor{}
-				ref := wl.model(1)
-				for k, x := range nn.StateDict(ref) {
-					sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...).To(w.Device)
-				}
-				if err := m.LoadFull(ctx, sd); err != nil {
-					t.Fatalf("rank %d: LoadFull: %v", pg.Rank(), err)
-				}
-				got, err := fullSnapshot(ctx, m)
-				if err != nil {
-					t.Fatal(err)
-				}
-				if err := compare(got, want); err != nil {
-					t.Errorf("rank %d: state round trip: %v", pg.Rank(), err)
-				}
+				sd := loadSaved(t, ctx, m, pg.Rank(), wl, saved, w.Device, want)
 				// A state dict missing a key is refused: by every rank, or by
 				// a sharded wrapper only on the ranks whose shard holds it.
 				delete(sd, firstKey(sd))
@@ -725,6 +682,31 @@ func testState(t *testing.T, w Wrapper) {
 			})
 		})
 	}
+}
+
+// loadSaved loads saved, a full state of wl's model, into rank's m (its
+// tensors on dev) and fails t unless m's full state then equals want; it returns
+// the state dict it loaded.
+func loadSaved(t *testing.T, ctx context.Context, m interface {
+	LoadFull(ctx context.Context, sd map[string]*tensor.Tensor) error
+	FullState(context.Context) (map[string]*tensor.Tensor, error)
+}, rank int, wl workload, saved map[string][]float32, dev tensor.Device, want map[string][]float32) map[string]*tensor.Tensor {
+	t.Helper()
+	sd := map[string]*tensor.Tensor{}
+	for k, x := range nn.StateDict(wl.model(1)) {
+		sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...).To(dev)
+	}
+	if err := m.LoadFull(ctx, sd); err != nil {
+		t.Fatalf("rank %d: LoadFull: %v", rank, err)
+	}
+	got, err := fullSnapshot(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compare(got, want); err != nil {
+		t.Errorf("rank %d: state round trip: %v", rank, err)
+	}
+	return sd
 }
 
 func firstKey(sd map[string]*tensor.Tensor) string {
@@ -819,11 +801,7 @@ func runSteps(t *testing.T, w Wrapper) {
 			if err != nil {
 				t.Fatalf("rank %d: %v", pg.Rank(), err)
 			}
-			for s := range want {
-				if math.Abs(got[s]-want[s]) > 1e-4*want[s] {
-					t.Errorf("rank %d step %d: norm %v, one process %v", pg.Rank(), s, got[s], want[s])
-				}
-			}
+			checkNorms(t, pg.Rank(), got, want)
 		})
 	})
 	t.Run("state", func(t *testing.T) {
@@ -841,20 +819,7 @@ func runSteps(t *testing.T, w Wrapper) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			sd := map[string]*tensor.Tensor{}
-			for k, x := range nn.StateDict(wl.model(1)) {
-				sd[k] = tensor.FromSlice(append([]float32(nil), saved[k]...), x.Shape()...)
-			}
-			if err := m.LoadFull(ctx, sd); err != nil {
-				t.Fatalf("rank %d: LoadFull: %v", pg.Rank(), err)
-			}
-			got, err := fullStepSnapshot(ctx, m)
-			if err != nil {
-				t.Fatal(err)
-			}
-			if err := compare(got, want); err != nil {
-				t.Errorf("rank %d: state round trip: %v", pg.Rank(), err)
-			}
+			sd := loadSaved(t, ctx, m, pg.Rank(), wl, saved, tensor.CPU, want)
 			delete(sd, firstKey(sd))
 			if err := m.LoadFull(ctx, sd); err == nil {
 				t.Errorf("rank %d: LoadFull of a state dict missing a key succeeded", pg.Rank())
@@ -889,18 +854,6 @@ func runSteps(t *testing.T, w Wrapper) {
 	})
 }
 
-func fullStepSnapshot(ctx context.Context, m StepModel) (map[string][]float32, error) {
-	sd, err := m.FullState(ctx)
-	if err != nil {
-		return nil, err
-	}
-	out := map[string][]float32{}
-	for k, t := range sd {
-		out[k] = append([]float32(nil), t.To(tensor.CPU).Contiguous().Data()...)
-	}
-	return out, nil
-}
-
 // trainSteps is train for a StepModel.
 func trainSteps(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error) {
 	if o.Optimizer == nil {
@@ -913,21 +866,278 @@ func trainSteps(ctx context.Context, w Wrapper, wl workload, pg distributed.Proc
 		return nil, nil, err
 	}
 	defer m.Close()
-	var norms []float64
-	for s := range steps {
+	return trainLoop(ctx, m, steps, func(s int) error {
 		idx, tgt := wl.tokens(s, r*B, (r+1)*B)
-		if err := m.TrainStep(ctx, idx, tgt, B, gptSeqLen); err != nil {
-			return nil, nil, err
-		}
-		nm, err := m.ClipGradNorm(ctx, maxNorm)
+		return m.TrainStep(ctx, idx, tgt, B, gptSeqLen)
+	})
+}
+
+// The deterministic data and the comparisons the suite trains and checks
+// with, exported for the wrappers' own tests, which train larger models
+// (models.MLP, models.LeNet, GPT-mini) on the same kind of batches.
+
+// GlobalBatch is the rows of every step's global batch: divisible by every
+// world size tested.
+const GlobalBatch = globalBatch
+
+// Images returns rows [lo, hi) of step s's global batch of GlobalBatch
+// images of the given shape (standard normal pixels, drawn from
+// PCG(s, stream)) and their labels in [0, 10).
+func Images(s int, stream uint64, lo, hi int, shape []int) (*tensor.Tensor, []int64) {
+	rng := rand.New(rand.NewPCG(uint64(s), stream))
+	per := 1
+	for _, d := range shape {
+		per *= d
+	}
+	xs := make([]float32, GlobalBatch*per)
+	for i := range xs {
+		xs[i] = float32(rng.NormFloat64())
+	}
+	ys := make([]int64, GlobalBatch)
+	for i := range ys {
+		ys[i] = int64(rng.IntN(10))
+	}
+	return tensor.FromSlice(xs[lo*per:hi*per], append([]int{hi - lo}, shape...)...), ys[lo:hi]
+}
+
+// Tokens returns the inputs and targets of rows [lo, hi) of step s's
+// global batch of GlobalBatch sequences of T+1 tokens below vocab (drawn
+// from PCG(s, 9)); the targets are the inputs shifted by one.
+func Tokens(s, lo, hi, T, vocab int) (idx, tgt []int64) {
+	rng := rand.New(rand.NewPCG(uint64(s), 9))
+	toks := make([]int64, GlobalBatch*(T+1))
+	for i := range toks {
+		toks[i] = int64(rng.IntN(vocab))
+	}
+	for b := lo; b < hi; b++ {
+		row := toks[b*(T+1) : (b+1)*(T+1)]
+		idx = append(idx, row[:T]...)
+		tgt = append(tgt, row[1:]...)
+	}
+	return idx, tgt
+}
+
+// WithSide is an MLP beside a side layer that a forward pass may leave
+// out (FindUnusedParameters): the buffer its gradient would go to is not
+// zeroed between steps, so a step that leaves it out must reduce zeros.
+type WithSide struct {
+	Seq  *nn.Sequential
+	Side *nn.Linear
+}
+
+func (m *WithSide) NamedParameters() []nn.NamedParameter {
+	return nn.ChildParameters(nn.Child{Name: "mlp", Module: m.Seq}, nn.Child{Name: "side", Module: m.Side})
+}
+func (m *WithSide) NamedBuffers() []nn.NamedBuffer { return nil }
+func (m *WithSide) SetTraining(on bool)            { m.Seq.SetTraining(on) }
+
+// AddSide adds the side layer's output on x to out at odd steps s: steps
+// 1 and 3 use the side layer, 0 and 2 leave it out.
+func (m *WithSide) AddSide(s int, x, out *autograd.Var) *autograd.Var {
+	if s%2 == 1 {
+		out = autograd.Add(out, m.Side.Forward(x))
+	}
+	return out
+}
+
+// Forward is m's forward pass at step s.
+func (m *WithSide) Forward(s int, x *autograd.Var) *autograd.Var {
+	return m.AddSide(s, x, m.Seq.Forward(x))
+}
+
+// TrainSide trains a WithSide of 784 inputs steps steps on rows [lo, hi)
+// of its batches (Images stream 11): call runs step s's forward pass on x
+// through the wrapper, backward the backward pass of the loss, and update
+// clips and steps. It returns the first error, naming the step.
+func TrainSide(steps, lo, hi int, call func(s int, x *autograd.Var) (*autograd.Var, error),
+	backward func(loss *autograd.Var) error, update func() error) error {
+	for s := range steps {
+		xs, ys := Images(s, 11, lo, hi, []int{784})
+		out, err := call(s, autograd.NewVar(xs, false))
 		if err != nil {
-			return nil, nil, err
+			return fmt.Errorf("step %d: %w", s, err)
 		}
-		norms = append(norms, nm)
-		if err := m.Step(ctx); err != nil {
-			return nil, nil, err
+		if err := backward(autograd.CrossEntropy(out, ys, autograd.CrossEntropyOptions{})); err != nil {
+			return fmt.Errorf("step %d: %w", s, err)
+		}
+		if err := update(); err != nil {
+			return fmt.Errorf("step %d: %w", s, err)
 		}
 	}
-	got, err := fullStepSnapshot(ctx, m)
-	return got, norms, err
+	return nil
+}
+
+// Params copies m's parameters, in m's order.
+func Params(m nn.Module) [][]float32 {
+	var out [][]float32
+	for _, p := range m.NamedParameters() {
+		out = append(out, append([]float32(nil), p.Param.Value.Data()...))
+	}
+	return out
+}
+
+// CompareElements reports the first parameter element outside float32
+// rounding of want (relative 1e-4, absolute 2e-5, as ddp's equivalence
+// tests).
+func CompareElements(got, want [][]float32) error {
+	for i := range want {
+		for j := range want[i] {
+			g, w := float64(got[i][j]), float64(want[i][j])
+			if math.Abs(g-w) > 2e-5+1e-4*math.Abs(w) {
+				return fmt.Errorf("parameter %d element %d: %v, want %v", i, j, g, w)
+			}
+		}
+	}
+	return nil
+}
+
+// CompareNorms reports the first parameter whose difference from want has
+// a norm above 5e-4 of want's: trajectories that agree to float32
+// rounding (Adam magnifies rounding differences in elements whose second
+// moment is tiny, so single elements may drift further).
+func CompareNorms(got, want [][]float32) error {
+	for i := range want {
+		var d, n float64
+		for j := range want[i] {
+			e := float64(got[i][j]) - float64(want[i][j])
+			d += e * e
+			n += float64(want[i][j]) * float64(want[i][j])
+		}
+		if math.Sqrt(d) > 5e-4*math.Sqrt(n)+1e-6 {
+			return fmt.Errorf("parameter %d: difference norm %g, parameter norm %g", i, math.Sqrt(d), math.Sqrt(n))
+		}
+	}
+	return nil
+}
+
+// NewGPT builds a GPT of cfg from rng, panicking on a bad cfg (the
+// workloads' configurations are constants).
+func NewGPT(rng *rand.Rand, cfg models.GPTConfig) *models.GPT {
+	g, err := models.NewGPT(rng, cfg)
+	if err != nil {
+		panic(err)
+	}
+	return g
+}
+
+// GPTUnits are a GPT's blocks: the units a sharded wrapper gathers one at
+// a time (the embeddings and the final LayerNorm form the root).
+func GPTUnits(mod nn.Module) []nn.Module {
+	var us []nn.Module
+	for _, b := range mod.(*models.GPT).Blocks {
+		us = append(us, b)
+	}
+	return us
+}
+
+// GPTForward is g's forward pass over B sequences of T ids with each block
+// run as a unit.
+func GPTForward(g *models.GPT, idx []int64, B, T int) Forward {
+	return func(run RunUnit) *autograd.Var {
+		h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
+		for i, b := range g.Blocks {
+			h = run(i, h, b.Forward)
+		}
+		return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
+	}
+}
+
+// Synced is a replicated data-parallel model (ddp's) as SideReference
+// drives it.
+type Synced interface {
+	Call(ctx context.Context, forward func() *autograd.Var) (*autograd.Var, error)
+	Backward(ctx context.Context, loss *autograd.Var) error
+}
+
+// SideReference trains ref wrapped by wrap (ddp with
+// FindUnusedParameters) under TrainSide, with newOpt's optimizer stepping
+// after clipping to a 2-norm of maxNorm, and returns its parameters: what
+// a sharded wrapper must give. It fails t on an error.
+func SideReference(t testing.TB, ctx context.Context, ref *WithSide, wrap func(*WithSide) (Synced, error),
+	newOpt func([]nn.NamedParameter) (optim.Optimizer, error), maxNorm float64, steps, lo, hi int) [][]float32 {
+	t.Helper()
+	d, err := wrap(ref)
+	if err != nil {
+		t.Fatal(err)
+	}
+	opt, err := newOpt(ref.NamedParameters())
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = TrainSide(steps, lo, hi, func(s int, x *autograd.Var) (*autograd.Var, error) {
+		return d.Call(ctx, func() *autograd.Var { return ref.Forward(s, x) })
+	}, func(loss *autograd.Var) error { return d.Backward(ctx, loss) }, func() error {
+		if _, err := optim.ClipGradNorm(nn.Parameters(ref), maxNorm, 2); err != nil {
+			return err
+		}
+		opt.Step()
+		opt.ZeroGrad()
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return Params(ref)
+}
+
+// Stepper is a sharded wrapper's model (zero's, fsdp's) as ClipStep
+// drives it.
+type Stepper interface {
+	ClipGradNorm(ctx context.Context, maxNorm, normType float64) (float64, error)
+	Step(ctx context.Context) error
+	ZeroGrad()
+}
+
+// ClipStep ends a step of m: it clips the gradient to a 2-norm of maxNorm,
+// steps the optimizer and zeroes the gradient.
+func ClipStep(ctx context.Context, m Stepper, maxNorm float64) error {
+	if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
+		return err
+	}
+	if err := m.Step(ctx); err != nil {
+		return err
+	}
+	m.ZeroGrad()
+	return nil
+}
+
+// SmallNet is a 4-hidden-3 MLP drawn from PCG(seed, 1): the model of the
+// wrappers' error cases.
+func SmallNet(seed uint64, hidden int) *nn.Sequential {
+	rng := rand.New(rand.NewPCG(seed, 1))
+	return nn.NewSequential(nn.NewLinear(rng, 4, hidden, true), nn.ReLU{}, nn.NewLinear(rng, hidden, 3, true))
+}
+
+// ErrorCase is a misuse that must fail on every rank of a world of World
+// ranks with an error containing Want.
+type ErrorCase struct {
+	Name  string
+	World int
+	Wrap  func(ctx context.Context, pg distributed.ProcessGroup) error
+	Want  string
+}
+
+// RunErrors runs each case as a subtest: every rank's Wrap (given 20 s)
+// must fail with its error, and the whole case must end within 30 s.
+func RunErrors(t *testing.T, cases []ErrorCase) {
+	for _, tt := range cases {
+		t.Run(tt.Name, func(t *testing.T) {
+			done := make(chan struct{})
+			go func() {
+				defer close(done)
+				distributedtest.Run(t, tt.World, func(t *testing.T, pg distributed.ProcessGroup) {
+					ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+					defer cancel()
+					if err := tt.Wrap(ctx, pg); err == nil || !strings.Contains(err.Error(), tt.Want) {
+						t.Errorf("rank %d: err = %v, want one containing %q", pg.Rank(), err, tt.Want)
+					}
+				})
+			}()
+			select {
+			case <-done:
+			case <-time.After(30 * time.Second):
+				t.Fatal("hung")
+			}
+		})
+	}
 }

@@ -1,6 +1,11 @@
 package wrapcore
 
-import "fmt"
+import (
+	"context"
+	"fmt"
+
+	"github.com/cohortml/cohort/internal/dp/reducer"
+)
 
 // Join rounds. Inside Join every synchronised or unsynchronised forward
 // pass of a rank that still has data is one round: all ranks all-reduce a
@@ -63,4 +68,41 @@ func DecodeJoinRound(pkg string, states []int64) (JoinRound, error) {
 		r.Authority = r.Active[0]
 	}
 	return r, nil
+}
+
+// RunJoin is a wrapper's Join after its checks: it runs body, this rank's
+// training loop, then takes part in rounds (JoinJoined) until one shows
+// every rank joined, running shadow for each round in which the ranks
+// still training synchronise gradients. If body fails between steps (no
+// backward pass in flight, *broken false), the other ranks learn of it in
+// their next round (best effort) and body's error is returned. red is the
+// wrapper's reducer; round runs one round with this rank's state; pkg
+// prefixes errors.
+func RunJoin(ctx context.Context, pkg string, red *reducer.Reducer, broken *bool,
+	round func(ctx context.Context, state int64) (JoinRound, error),
+	body func() error, shadow func(JoinRound) error) error {
+	if err := body(); err != nil {
+		if !*broken && !red.InFlight() {
+			_, _ = round(ctx, JoinFailed) // best effort: the others learn of it in their next round
+		}
+		return err
+	}
+	if red.InFlight() {
+		return fmt.Errorf("%s: Join: the last backward pass was not finished with Backward", pkg)
+	}
+	red.Disarm()
+	for {
+		r, err := round(ctx, JoinJoined)
+		if err != nil {
+			return err
+		}
+		if len(r.Active) == 0 {
+			return nil
+		}
+		if r.Syncing {
+			if err := shadow(r); err != nil {
+				return err
+			}
+		}
+	}
 }

@@ -30,6 +30,18 @@ func (ad *Addends) check(m, n int) {
 	}
 }
 
+// checked panics unless ad (nil or not) fits an m×n C, and returns ad, or
+// nil when it adds nothing.
+func (ad *Addends) checked(m, n int) *Addends {
+	if ad != nil {
+		ad.check(m, n)
+		if ad.Row == nil && ad.Mat == nil {
+			return nil
+		}
+	}
+	return ad
+}
+
 // sub returns the addends of the part of C whose first element is C[i][j].
 func (ad *Addends) sub(i, j int) *Addends {
 	if ad == nil {

@@ -103,10 +103,7 @@ func TestAddends(t *testing.T) {
 
 // TestAddendsPanics: addends too short for C are refused.
 func TestAddendsPanics(t *testing.T) {
-	g, err := New(Options{BLAS: BLASGo, Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := MustNew(t, Options{BLAS: BLASGo, Threads: 1})
 	a, b, c := make([]float32, 12), make([]float32, 12), make([]float32, 9)
 	for _, add := range []*Addends{
 		{Row: make([]float32, 2)},

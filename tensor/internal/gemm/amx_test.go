@@ -18,12 +18,7 @@ import (
 func TestAMXPath(t *testing.T) {
 	for _, threads := range []int{1, 2} {
 		t.Run(fmt.Sprintf("threads=%d", threads), func(t *testing.T) {
-			g := NewAMXModel(threads)
-			if g.BF16Kernel() != KernelAMX {
-				t.Fatalf("BF16Kernel() = %q, want %q", g.BF16Kernel(), KernelAMX)
-			}
-			AlwaysSplit(g)
-			gemmtest.RunBF16(t, g.GemmBF16)
+			runBF16Split(t, NewAMXModel(threads), KernelAMX)
 		})
 	}
 }
@@ -52,10 +47,7 @@ func TestAMXKernel(t *testing.T) {
 	if err := AMXSupport(); err != nil {
 		t.Skipf("AMX kernel not executed: %v", err)
 	}
-	g, err := New(Options{BLAS: BLASGo, Kernel: KernelAMX, Threads: 2})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := MustNew(t, Options{BLAS: BLASGo, Kernel: KernelAMX, Threads: 2})
 	AlwaysSplit(g)
 	gemmtest.RunBF16(t, g.GemmBF16)
 }
@@ -80,10 +72,7 @@ func TestAMXUnavailable(t *testing.T) {
 	if err != nil || o.Kernel != KernelAMX {
 		t.Fatalf("OptionsFromEnv(%s=amx) = %+v, %v", EnvKernel, o, err)
 	}
-	g, err := New(Options{BLAS: BLASGo})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := MustNew(t, Options{BLAS: BLASGo})
 	if g.BF16Kernel() == KernelAMX {
 		t.Errorf("auto picked %s on a CPU without it", KernelAMX)
 	}

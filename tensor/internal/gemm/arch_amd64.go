@@ -134,29 +134,41 @@ func avx512Arch() *arch {
 		colsA: func(k int, a *float32, lda int, b, c *float32, ldc int, alpha, beta float32, rows, cols int) {
 			kernelAVX512x14x32c(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols))
 		},
-		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
-			if trans {
-				packRows(mr, dst, src, ld, kc, mc)
-				return
+		packA: packA16(mr), packB: packB16(nr),
+	}
+}
+
+// packA16 returns the AVX-512 families' A packer for mr-row slivers:
+// rows copied as they are from a transposed A, else 16×16 in-register
+// transposes.
+func packA16(mr int) func(dst, src []float32, ld int, trans bool, mc, kc int) {
+	return func(dst, src []float32, ld int, trans bool, mc, kc int) {
+		if trans {
+			packRows(mr, dst, src, ld, kc, mc)
+			return
+		}
+		for s := 0; s*mr < mc; s++ {
+			packT16(&dst[s*mr*kc], mr, &src[s*mr*ld], ld, min(mr, mc-s*mr), kc, mr)
+		}
+	}
+}
+
+// packB16 returns the AVX-512 families' B packer for nr-column slivers:
+// rows copied as they are, or a transposed B in 16×16 transposes.
+func packB16(nr int) func(dst, src []float32, ld int, trans bool, kc, nc int) {
+	return func(dst, src []float32, ld int, trans bool, kc, nc int) {
+		if !trans {
+			packRows(nr, dst, src, ld, kc, nc)
+			return
+		}
+		for s := 0; s*nr < nc; s++ {
+			cols := min(nr, nc-s*nr)
+			out := dst[s*nr*kc:]
+			for g := 0; g < nr; g += 16 {
+				rows := max(0, min(16, cols-g))
+				packT16(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, 16)
 			}
-			for s := 0; s*mr < mc; s++ {
-				packT16(&dst[s*mr*kc], mr, &src[s*mr*ld], ld, min(mr, mc-s*mr), kc, mr)
-			}
-		},
-		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
-			if !trans {
-				packRows(nr, dst, src, ld, kc, nc)
-				return
-			}
-			for s := 0; s*nr < nc; s++ {
-				cols := min(nr, nc-s*nr)
-				out := dst[s*nr*kc:]
-				for g := 0; g < nr; g += 16 {
-					rows := max(0, min(16, cols-g))
-					packT16(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, 16)
-				}
-			}
-		},
+		}
 	}
 }
 
@@ -234,28 +246,6 @@ func avx512WideArch() *arch {
 			kernelAVX512x6x64ra(k, a, lda, b, c, ldc, alpha, beta, rows, bits(cols), row, mat, ldm)
 		},
 		directMaxN: wideDirectMaxN, directAnyStride: true,
-		packA: func(dst, src []float32, ld int, trans bool, mc, kc int) {
-			if trans {
-				packRows(mr, dst, src, ld, kc, mc)
-				return
-			}
-			for s := 0; s*mr < mc; s++ {
-				packT16(&dst[s*mr*kc], mr, &src[s*mr*ld], ld, min(mr, mc-s*mr), kc, mr)
-			}
-		},
-		packB: func(dst, src []float32, ld int, trans bool, kc, nc int) {
-			if !trans {
-				packRows(nr, dst, src, ld, kc, nc)
-				return
-			}
-			for s := 0; s*nr < nc; s++ {
-				cols := min(nr, nc-s*nr)
-				out := dst[s*nr*kc:]
-				for g := 0; g < nr; g += 16 {
-					rows := max(0, min(16, cols-g))
-					packT16(&out[g], nr, at(src, (s*nr+g)*ld, rows > 0), ld, rows, kc, 16)
-				}
-			}
-		},
+		packA: packA16(mr), packB: packB16(nr),
 	}
 }

@@ -32,32 +32,3 @@ func BenchmarkMicroKernel(b *testing.B) {
 		b.ReportMetric(2*kc*mr*nr*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
 	})
 }
-
-// BenchmarkGemmBF16 runs GemmBF16 on one thread on GPT-mini's qkv
-// projection (2048×384, k = 128, x·Wᵀ) and a 1024³ product.
-func BenchmarkGemmBF16(b *testing.B) {
-	for _, s := range []struct {
-		name    string
-		tA, tB  bool
-		m, n, k int
-	}{{"qkv-fwd-NT", false, true, 2048, 384, 128}, {"proj-dW-TN", true, false, 128, 128, 2048}, {"1024^3", false, false, 1024, 1024, 1024}} {
-		b.Run(s.name, func(b *testing.B) {
-			g, err := New(Options{BLAS: BLASGo, Threads: 1})
-			if err != nil {
-				b.Fatal(err)
-			}
-			a, bb, c := make([]uint16, s.m*s.k), make([]uint16, s.k*s.n), make([]float32, s.m*s.n)
-			lda, ldb := s.k, s.n
-			if s.tA {
-				lda = s.m
-			}
-			if s.tB {
-				ldb = s.k
-			}
-			for b.Loop() {
-				g.GemmBF16(s.tA, s.tB, s.m, s.n, s.k, 1, a, lda, bb, ldb, 0, c, s.n)
-			}
-			b.ReportMetric(2*float64(s.m*s.n*s.k)*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
-		})
-	}
-}

@@ -68,14 +68,13 @@ func TestBF16Reference(t *testing.T) {
 	}
 }
 
-// cvtPaths returns the conversion paths this CPU runs.
+// cvtPaths returns the conversion paths this CPU runs: each kernel's
+// (Kernels), and VCVTNE2PS2BF16's where the CPU has it.
 func cvtPaths() []int {
-	ps := []int{cvtGo}
-	if hasAVX2() {
-		ps = append(ps, cvtAVX2)
-	}
-	if hasAVX512() {
-		ps = append(ps, cvtAVX512)
+	cvtOf := map[string]int{KernelGo: cvtGo, KernelAVX2: cvtAVX2, KernelAVX512: cvtAVX512}
+	var ps []int
+	for _, k := range Kernels() {
+		ps = append(ps, cvtOf[k])
 	}
 	if hasAVX512BF16() {
 		ps = append(ps, cvtAVX512BF16)

@@ -100,13 +100,19 @@ func (g *Impl) run(transA, transB bool, m, n, k int, alpha float32, a []float32,
 	g.runParts(ar, tm, tn, transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
 }
 
+// part returns the rows [i0, i1) and columns [j0, j1) of C in part t of
+// a tm×tn split of an m×n C on mr×nr tiles (empty when there are more
+// parts than tiles).
+func part(m, n, mr, nr, tm, tn, t int) (i0, i1, j0, j1 int) {
+	ti, tj := t/tn, t%tn
+	return split(m, mr, tm, ti), split(m, mr, tm, ti+1), split(n, nr, tn, tj), split(n, nr, tn, tj+1)
+}
+
 // runParts computes C as tm×tn blocks, one part each, shared with the
 // Impl's helpers.
 func (g *Impl) runParts(ar *arch, tm, tn int, transA, transB bool, m, n, k int, alpha float32, a []float32, lda int, b []float32, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	g.pool.parallel(g.threads-1, tm*tn, func(t int) {
-		ti, tj := t/tn, t%tn
-		i0, i1 := split(m, ar.mr, tm, ti), split(m, ar.mr, tm, ti+1)
-		j0, j1 := split(n, ar.nr, tn, tj), split(n, ar.nr, tn, tj+1)
+		i0, i1, j0, j1 := part(m, n, ar.mr, ar.nr, tm, tn, t)
 		if i0 == i1 || j0 == j1 {
 			return
 		}

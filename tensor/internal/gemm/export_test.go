@@ -1,6 +1,9 @@
 package gemm
 
-import "unsafe"
+import (
+	"testing"
+	"unsafe"
+)
 
 // AlwaysSplit makes g split every product its partition splits, even a
 // small one that finds no helper polling, so that tests reach the
@@ -77,3 +80,13 @@ func AMXSelfCheckModel(broken bool) error {
 
 // AMXTileConfig is LDTILECFG's operand.
 func AMXTileConfig() [64]byte { return amxTileConfig }
+
+// MustNew is New for tests: it stops the test on an error.
+func MustNew(t testing.TB, o Options) *Impl {
+	t.Helper()
+	g, err := New(o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return g
+}

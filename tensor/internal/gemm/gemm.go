@@ -114,17 +114,23 @@ func checkArgs[T float32 | uint16](transA, transB bool, m, n, k int, a []T, lda 
 	if m < 0 || n < 0 || k < 0 {
 		panic(fmt.Sprintf("gemm: negative dimension m=%d n=%d k=%d", m, n, k))
 	}
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if transB {
-		br, bc = n, k
-	}
+	ar, ac, br, bc := storedDims(transA, transB, m, n, k)
 	checkMatrix("A", transA, a, ar, ac, lda, m, n, k)
 	checkMatrix("B", transB, b, br, bc, ldb, m, n, k)
 	checkMatrix("C", false, c, m, n, ldc, m, n, k)
+}
+
+// storedDims returns the stored rows and columns of A (ar×ac) and B
+// (br×bc) of an m×n×k product with the given transposes.
+func storedDims(transA, transB bool, m, n, k int) (ar, ac, br, bc int) {
+	ar, ac, br, bc = m, k, k, n
+	if transA {
+		ar, ac = k, m
+	}
+	if transB {
+		br, bc = n, k
+	}
+	return ar, ac, br, bc
 }
 
 func checkMatrix[T float32 | uint16](name string, trans bool, s []T, rows, cols, ld, m, n, k int) {

@@ -38,13 +38,7 @@ func BenchmarkSgemm(b *testing.B) {
 					x := randSlice(rng, s.M*s.K)
 					y := randSlice(rng, s.K*s.N)
 					z := make([]float32, s.M*s.N)
-					lda, ldb := s.K, s.N
-					if s.TransA {
-						lda = s.M
-					}
-					if s.TransB {
-						ldb = s.K
-					}
+					lda, ldb := s.LDs()
 					for b.Loop() {
 						g.Sgemm(s.TransA, s.TransB, s.M, s.N, s.K, 1, x, lda, y, ldb, 0, z, s.N)
 					}
@@ -52,6 +46,26 @@ func BenchmarkSgemm(b *testing.B) {
 				})
 			}
 		}
+	}
+}
+
+// BenchmarkGemmBF16 runs GemmBF16 on one thread on GPT-mini's qkv
+// projection (2048×384, k = 128, x·Wᵀ) and a 1024³ product.
+func BenchmarkGemmBF16(b *testing.B) {
+	for _, s := range []gemmbench.Shape{
+		{Name: "qkv-fwd-NT", TransB: true, M: 2048, N: 384, K: 128},
+		{Name: "proj-dW-TN", TransA: true, M: 128, N: 128, K: 2048},
+		{Name: "1024^3", M: 1024, N: 1024, K: 1024},
+	} {
+		b.Run(s.Name, func(b *testing.B) {
+			g := MustNew(b, Options{BLAS: BLASGo, Threads: 1})
+			a, bb, c := make([]uint16, s.M*s.K), make([]uint16, s.K*s.N), make([]float32, s.M*s.N)
+			lda, ldb := s.LDs()
+			for b.Loop() {
+				g.GemmBF16(s.TransA, s.TransB, s.M, s.N, s.K, 1, a, lda, bb, ldb, 0, c, s.N)
+			}
+			b.ReportMetric(s.Flops()*float64(b.N)/b.Elapsed().Seconds()/1e9, "GFLOP/s")
+		})
 	}
 }
 

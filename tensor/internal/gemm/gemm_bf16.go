@@ -163,12 +163,7 @@ func (g *Impl) GemmMixed(transA, transB bool, m, n, k int, alpha float32, a Oper
 	checkOperand("A", transA, a, m, k, lda, m, n, k)
 	checkOperand("B", transB, b, k, n, ldb, m, n, k)
 	checkMatrix("C", false, c, m, n, ldc, m, n, k)
-	if add != nil {
-		add.check(m, n)
-		if add.Row == nil && add.Mat == nil {
-			add = nil
-		}
-	}
+	add = add.checked(m, n)
 	g.runBF16(transA, transB, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc, add, epi)
 }
 
@@ -220,12 +215,7 @@ func (g *Impl) GemmBF16(transA, transB bool, m, n, k int, alpha float32, a []uin
 // GemmBF16Fused is the package-level [GemmBF16Fused] on g.
 func (g *Impl) GemmBF16Fused(transA, transB bool, m, n, k int, alpha float32, a []uint16, lda int, b []uint16, ldb int, beta float32, c []float32, ldc int, add *Addends, epi Epilogue) {
 	checkArgs(transA, transB, m, n, k, a, lda, b, ldb, c, ldc)
-	if add != nil {
-		add.check(m, n)
-		if add.Row == nil && add.Mat == nil {
-			add = nil
-		}
-	}
+	add = add.checked(m, n)
 	switch {
 	case m == 0 || n == 0:
 		return
@@ -257,14 +247,7 @@ func (g *Impl) widenBF16(transA, transB bool, m, n, k int, alpha float32, a []ui
 		}
 		return w
 	}
-	ar, ac := m, k
-	if transA {
-		ar, ac = k, m
-	}
-	br, bc := k, n
-	if transB {
-		br, bc = n, k
-	}
+	ar, ac, br, bc := storedDims(transA, transB, m, n, k)
 	// The widened operands live in a pooled buffer, apart from the one the
 	// float32 product takes for its packing.
 	buf := g.bufs.Get().(*packBuf)
@@ -290,9 +273,7 @@ func (g *Impl) runBF16(transA, transB bool, m, n, k int, alpha float32, a Operan
 		return
 	}
 	g.pool.parallel(g.threads-1, tm*tn, func(t int) {
-		ti, tj := t/tn, t%tn
-		i0, i1 := split(m, ar.mr, tm, ti), split(m, ar.mr, tm, ti+1)
-		j0, j1 := split(n, ar.nr, tn, tj), split(n, ar.nr, tn, tj+1)
+		i0, i1, j0, j1 := part(m, n, ar.mr, ar.nr, tm, tn, t)
 		if i0 == i1 || j0 == j1 {
 			return
 		}

@@ -26,22 +26,27 @@ func TestGemmBF16(t *testing.T) {
 	for _, kern := range bf16Kernels() {
 		for _, threads := range []int{1, 2} {
 			t.Run(fmt.Sprintf("kernel=%s/threads=%d", kern, threads), func(t *testing.T) {
-				g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
-				if err != nil {
-					t.Fatal(err)
-				}
+				g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
 				want := "widen/" + kern
 				if kern == KernelAVX512BF16 {
 					want = kern
 				}
-				if g.BF16Kernel() != want {
-					t.Fatalf("BF16Kernel() = %q, want %q", g.BF16Kernel(), want)
-				}
-				AlwaysSplit(g)
-				gemmtest.RunBF16(t, g.GemmBF16)
+				runBF16Split(t, g, want)
 			})
 		}
 	}
+}
+
+// runBF16Split checks that g's bfloat16 path is want, then runs the
+// bfloat16 conformance suite on it, each product split whenever its
+// partition allows.
+func runBF16Split(t *testing.T, g *Impl, want string) {
+	t.Helper()
+	if g.BF16Kernel() != want {
+		t.Fatalf("BF16Kernel() = %q, want %q", g.BF16Kernel(), want)
+	}
+	AlwaysSplit(g)
+	gemmtest.RunBF16(t, g.GemmBF16)
 }
 
 // TestGemmBF16Large checks products past every blocking size of the
@@ -51,10 +56,7 @@ func TestGemmBF16Large(t *testing.T) {
 		t.Skip("large products")
 	}
 	for _, kern := range bf16Kernels() {
-		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
 		for _, c := range []gemmtest.Case{
 			{M: 700, N: 130, K: 777, Alpha: 1, Beta: 0.5, PadA: 1},
 			{TransA: true, TransB: true, M: 90, N: 4150, K: 9, Alpha: -1},
@@ -95,10 +97,7 @@ func TestGemmMixed(t *testing.T) {
 	}
 	for _, kern := range bf16Kernels() {
 		for _, threads := range []int{2} {
-			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
 			AlwaysSplit(g)
 			for _, f32 := range [][2]bool{{true, false}, {false, true}} {
 				t.Run(fmt.Sprintf("kernel=%s/threads=%d/f32=%v", kern, threads, f32), func(t *testing.T) {
@@ -161,10 +160,7 @@ func TestGemmMixed(t *testing.T) {
 // layout lies past A's end).
 func TestGemmBF16SplitTransposed(t *testing.T) {
 	for _, kern := range bf16Kernels() {
-		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
 		AlwaysSplit(g)
 		c := gemmtest.Case{TransA: true, M: 1024, N: 784, K: 64, Alpha: 1}
 		t.Run(fmt.Sprintf("kernel=%s/%v", kern, c), func(t *testing.T) {

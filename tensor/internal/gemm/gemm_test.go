@@ -20,10 +20,7 @@ func eachImpl(t *testing.T, f func(t *testing.T, g *Impl)) {
 	for _, kern := range kernels() {
 		for _, threads := range []int{1, 2, 3} {
 			t.Run(fmt.Sprintf("kernel=%s/threads=%d", kern, threads), func(t *testing.T) {
-				g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
-				if err != nil {
-					t.Fatal(err)
-				}
+				g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
 				if g.Kernel() != kern || g.Backend() != BLASGo || g.Threads() != threads {
 					t.Fatalf("New built %v, want kernel %s with %d threads", g, kern, threads)
 				}
@@ -88,10 +85,7 @@ func TestParallelLarge(t *testing.T) {
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, kern := range kernels() {
 		for _, threads := range []int{2, 4, 7} {
-			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: threads})
 			AlwaysSplit(g)
 			for _, c := range []gemmtest.Case{
 				{M: 301, N: 97, K: 200, Alpha: 1, Beta: 0.5},
@@ -158,20 +152,14 @@ func TestOptionsFromEnv(t *testing.T) {
 
 func TestNew(t *testing.T) {
 	t.Run("zero value", func(t *testing.T) {
-		g, err := New(Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := MustNew(t, Options{})
 		if want := min(runtime.NumCPU(), runtime.GOMAXPROCS(0)); g.Threads() != want {
 			t.Errorf("threads = %d, want %d (CPUs available)", g.Threads(), want)
 		}
 		t.Logf("default: %v", g)
 	})
 	t.Run("explicit kernel wins over auto BLAS", func(t *testing.T) {
-		g, err := New(Options{Kernel: KernelGo})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := MustNew(t, Options{Kernel: KernelGo})
 		if g.Backend() != BLASGo || g.Kernel() != KernelGo {
 			t.Errorf("built %v, want cohort go kernel", g)
 		}
@@ -199,10 +187,7 @@ func TestNew(t *testing.T) {
 }
 
 func TestArgumentPanics(t *testing.T) {
-	g, err := New(Options{BLAS: BLASGo, Threads: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := MustNew(t, Options{BLAS: BLASGo, Threads: 1})
 	s := func(n int) []float32 { return make([]float32, n) }
 	for _, tc := range []struct {
 		name string
@@ -234,10 +219,7 @@ func TestSgemmAllocs(t *testing.T) {
 	}
 	for _, kern := range kernels() {
 		t.Run("kernel="+kern, func(t *testing.T) {
-			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
 			a, b, c := make([]float32, 100*100), make([]float32, 100*100), make([]float32, 100*100)
 			g.Sgemm(false, true, 100, 100, 100, 1, a, 100, b, 100, 0, c, 100) // warm the buffer pool
 			if n := testing.AllocsPerRun(50, func() {

@@ -204,12 +204,7 @@ func (g *Impl) SgemmFused(transA, transB bool, m, n, k int, alpha float32, a []f
 	if m == 0 || n == 0 {
 		return
 	}
-	if add != nil {
-		add.check(m, n)
-		if add.Row == nil && add.Mat == nil {
-			add = nil
-		}
-	}
+	add = add.checked(m, n)
 	switch {
 	case k == 0 || alpha == 0:
 		scaleC(m, n, beta, c, ldc)

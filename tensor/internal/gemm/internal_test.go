@@ -14,10 +14,7 @@ func kernels() []string { return Kernels() }
 func TestPackers(t *testing.T) {
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, kern := range kernels() {
-		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
 		for _, ar := range []*arch{g.arch, g.wide} {
 			if ar == nil {
 				continue
@@ -76,10 +73,7 @@ func TestPick(t *testing.T) {
 	if !hasAVX512() {
 		t.Skip("no AVX-512: one kernel family only")
 	}
-	g, err := New(Options{BLAS: BLASGo, Kernel: KernelAVX512})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := MustNew(t, Options{BLAS: BLASGo, Kernel: KernelAVX512})
 	for _, tc := range []struct {
 		m, n   int
 		wantMR int

@@ -87,10 +87,7 @@ func TestPoolPanic(t *testing.T) {
 func TestPoolHelpersExit(t *testing.T) {
 	time.Sleep(20 * time.Millisecond) // let helpers of earlier tests exit
 	before := runtime.NumGoroutine()
-	g, err := New(Options{BLAS: BLASGo, Kernel: KernelGo, Threads: 3})
-	if err != nil {
-		t.Fatal(err)
-	}
+	g := MustNew(t, Options{BLAS: BLASGo, Kernel: KernelGo, Threads: 3})
 	a, b, c := make([]float32, 200*200), make([]float32, 200*200), make([]float32, 200*200)
 	for range 20 {
 		g.Sgemm(false, false, 200, 200, 200, 1, a, 200, b, 200, 0, c, 200)
@@ -116,10 +113,7 @@ func TestPoolHelpersExit(t *testing.T) {
 func TestConcurrentCallers(t *testing.T) {
 	for _, kern := range Kernels() {
 		t.Run("kernel="+kern, func(t *testing.T) {
-			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: 2})
 			g.coldMin = 0
 			const m, n, k = 150, 160, 100 // over minFlopsPerThread: split in two
 			rng := rand.New(rand.NewPCG(7, 8))

@@ -20,10 +20,7 @@ func TestRowAPath(t *testing.T) {
 	}
 	rng := rand.New(rand.NewPCG(5, 6))
 	for _, threads := range []int{1, 2, 3} {
-		g, err := New(Options{BLAS: BLASGo, Kernel: KernelAVX512, Threads: threads})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := MustNew(t, Options{BLAS: BLASGo, Kernel: KernelAVX512, Threads: threads})
 		AlwaysSplit(g)
 		AnyRowA(g)
 		for _, c := range []gemmtest.Case{

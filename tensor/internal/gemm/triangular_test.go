@@ -17,10 +17,7 @@ import (
 func TestSgemmTriangular(t *testing.T) {
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, kern := range kernels() {
-		g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
-		if err != nil {
-			t.Fatal(err)
-		}
+		g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
 		packed, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
 		if err != nil {
 			t.Fatal(err)
@@ -105,10 +102,7 @@ func TestSgemmLowerNT(t *testing.T) {
 	rng := rand.New(rand.NewPCG(13, 14))
 	for _, kern := range kernels() {
 		for _, narrow := range []bool{true, false} {
-			g, err := New(Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
-			if err != nil {
-				t.Fatal(err)
-			}
+			g := MustNew(t, Options{BLAS: BLASGo, Kernel: kern, Threads: 1})
 			if !narrow {
 				FullWidthLower(g)
 			}

@@ -9,16 +9,7 @@ import (
 
 // convPaths runs f with the Go tiles and, where the CPU has them, the
 // AVX-512 ones.
-func convPaths(t *testing.T, f func(t *testing.T)) {
-	has := useAVX512
-	defer func() { useAVX512 = has }()
-	useAVX512 = false
-	t.Run("go", f)
-	if has {
-		useAVX512 = true
-		t.Run("avx512", f)
-	}
-}
+func convPaths(t *testing.T, f func(t *testing.T)) { implPaths(t, &useAVX512, "avx512", f) }
 
 func normals(rng *rand.Rand, n int) []float32 {
 	v := make([]float32, n)

@@ -336,22 +336,28 @@ func (m Math) LayerNormRow(dst, src, w, b []float32, eps float32) (mean, rstd fl
 	}
 	// The portable path sums in float64 (a sequential float32 sum would
 	// round more than the assembly's eight lanes).
-	var s float64
-	for _, v := range src {
-		s += float64(v)
-	}
-	m64 := s / float64(n)
-	var ss float64
-	for _, v := range src {
-		d := float64(v) - m64
-		ss += d * d
-	}
+	m64, ss := MeanSquares(src)
 	mean = float32(m64)
 	rstd = float32(1 / math.Sqrt(ss/float64(n)+float64(eps)))
 	for j, v := range src {
 		dst[j] = (v-mean)*rstd*w[j] + b[j]
 	}
 	return mean, rstd
+}
+
+// MeanSquares returns the mean of src and the sum of its squared
+// deviations from it, both summed in float64 in order (two passes).
+func MeanSquares(src []float32) (mean, ss float64) {
+	var s float64
+	for _, v := range src {
+		s += float64(v)
+	}
+	mean = s / float64(len(src))
+	for _, v := range src {
+		d := float64(v) - mean
+		ss += d * d
+	}
+	return mean, ss
 }
 
 // LayerNormRows is LayerNormRow on each of the len(mean) consecutive rows

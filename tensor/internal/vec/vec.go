@@ -205,9 +205,9 @@ func maxPool2Go(dst []float32, arg []int32, r0, r1 []float32, bias float32, f, b
 			a, b, c, d = a+bias, b+bias, c+bias, d+bias
 		}
 		best, bi := a, 0
-		best, bi = pick(best, bi, b, 1)
-		best, bi = pick(best, bi, c, w)
-		best, bi = pick(best, bi, d, w+1)
+		best, bi = PickMax(best, bi, b, 1)
+		best, bi = PickMax(best, bi, c, w)
+		best, bi = PickMax(best, bi, d, w+1)
 		if f&flagReLU != 0 {
 			best = max(best, 0)
 		}
@@ -215,17 +215,18 @@ func maxPool2Go(dst []float32, arg []int32, r0, r1 []float32, bias float32, f, b
 	}
 }
 
-// pick returns (v, vi) when v beats best (or is NaN), else (best, bi),
+// PickMax returns (v, vi) when v beats best (or is NaN), else (best, bi),
 // without branching: on random data a branch would mispredict half the
 // time.
-func pick(best float32, bi int, v float32, vi int) (float32, int) {
-	take := b2i(v > best) | b2i(v != v)
+func PickMax(best float32, bi int, v float32, vi int) (float32, int) {
+	take := B2I(v > best) | B2I(v != v)
 	bb := math.Float32bits(best)
 	best = math.Float32frombits(bb ^ ((bb ^ math.Float32bits(v)) & uint32(-take)))
 	return best, bi + take*(vi-bi)
 }
 
-func b2i(b bool) int {
+// B2I converts a comparison result to 0 or 1 without a branch.
+func B2I(b bool) int {
 	var i int
 	if b {
 		i = 1

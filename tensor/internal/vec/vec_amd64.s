@@ -255,41 +255,7 @@ GLOBL jvec4<>(SB), RODATA|NOPTR, $16
 // (−0 for none); Y13 int 1; Y12 w; Y11 w+1; Y10 all ones when the ReLU
 // applies.
 #define POOL8 \
-	VMOVD        R13, X9 \
-	VPBROADCASTD X9, Y9 \
-	VPADDD       jvec<>(SB), Y9, Y9 \
-	VMOVUPS      (SI), Y0 \
-	VMOVUPS      32(SI), Y1 \
-	VMOVUPS      (DX), Y2 \
-	VMOVUPS      32(DX), Y3 \
-	VADDPS       Y14, Y0, Y0 \
-	VADDPS       Y14, Y1, Y1 \
-	VADDPS       Y14, Y2, Y2 \
-	VADDPS       Y14, Y3, Y3 \
-	VSHUFPS      $0x88, Y1, Y0, Y4 \
-	VSHUFPS      $0xDD, Y1, Y0, Y5 \
-	VSHUFPS      $0x88, Y3, Y2, Y6 \
-	VSHUFPS      $0xDD, Y3, Y2, Y7 \
-	VPXOR        Y8, Y8, Y8 \
-	VCMPPS       $0x1E, Y4, Y5, Y0 \
-	VCMPPS       $0x03, Y5, Y5, Y1 \
-	VORPS        Y1, Y0, Y0 \
-	VBLENDVPS    Y0, Y5, Y4, Y4 \
-	VBLENDVPS    Y0, Y13, Y8, Y8 \
-	VCMPPS       $0x1E, Y4, Y6, Y0 \
-	VCMPPS       $0x03, Y6, Y6, Y1 \
-	VORPS        Y1, Y0, Y0 \
-	VBLENDVPS    Y0, Y6, Y4, Y4 \
-	VBLENDVPS    Y0, Y12, Y8, Y8 \
-	VCMPPS       $0x1E, Y4, Y7, Y0 \
-	VCMPPS       $0x03, Y7, Y7, Y1 \
-	VORPS        Y1, Y0, Y0 \
-	VBLENDVPS    Y0, Y7, Y4, Y4 \
-	VBLENDVPS    Y0, Y11, Y8, Y8 \
-	VMAXPS       Y4, Y15, Y0 \
-	VADDPS       Y15, Y0, Y0 \
-	VBLENDVPS    Y10, Y0, Y4, Y4 \
-	VPADDD       Y9, Y8, Y8 \
+	POOLPICK(Y0, Y1, Y2, Y3, Y4, Y5, Y6, Y7, Y8, Y9, Y10, Y11, Y12, Y13, Y14, Y15, jvec<>(SB), 32) \
 	VPERMPD      $0xD8, Y4, Y4 \
 	VPERMQ       $0xD8, Y8, Y8 \
 	VMOVUPS      Y4, (DI) \
@@ -298,43 +264,50 @@ GLOBL jvec4<>(SB), RODATA|NOPTR, $16
 // The same for four windows in xmm registers, whose VSHUFPS leaves them in
 // order.
 #define POOL4 \
-	VMOVD        R13, X9 \
-	VPBROADCASTD X9, X9 \
-	VPADDD       jvec4<>(SB), X9, X9 \
-	VMOVUPS      (SI), X0 \
-	VMOVUPS      16(SI), X1 \
-	VMOVUPS      (DX), X2 \
-	VMOVUPS      16(DX), X3 \
-	VADDPS       X14, X0, X0 \
-	VADDPS       X14, X1, X1 \
-	VADDPS       X14, X2, X2 \
-	VADDPS       X14, X3, X3 \
-	VSHUFPS      $0x88, X1, X0, X4 \
-	VSHUFPS      $0xDD, X1, X0, X5 \
-	VSHUFPS      $0x88, X3, X2, X6 \
-	VSHUFPS      $0xDD, X3, X2, X7 \
-	VPXOR        X8, X8, X8 \
-	VCMPPS       $0x1E, X4, X5, X0 \
-	VCMPPS       $0x03, X5, X5, X1 \
-	VORPS        X1, X0, X0 \
-	VBLENDVPS    X0, X5, X4, X4 \
-	VBLENDVPS    X0, X13, X8, X8 \
-	VCMPPS       $0x1E, X4, X6, X0 \
-	VCMPPS       $0x03, X6, X6, X1 \
-	VORPS        X1, X0, X0 \
-	VBLENDVPS    X0, X6, X4, X4 \
-	VBLENDVPS    X0, X12, X8, X8 \
-	VCMPPS       $0x1E, X4, X7, X0 \
-	VCMPPS       $0x03, X7, X7, X1 \
-	VORPS        X1, X0, X0 \
-	VBLENDVPS    X0, X7, X4, X4 \
-	VBLENDVPS    X0, X11, X8, X8 \
-	VMAXPS       X4, X15, X0 \
-	VADDPS       X15, X0, X0 \
-	VBLENDVPS    X10, X0, X4, X4 \
-	VPADDD       X9, X8, X8 \
+	POOLPICK(X0, X1, X2, X3, X4, X5, X6, X7, X8, X9, X10, X11, X12, X13, X14, X15, jvec4<>(SB), 16) \
 	VMOVUPS      X4, (DI) \
 	VMOVDQU      X8, (R8)
+
+// POOLPICK is POOL8 and POOL4 up to the permutes and stores, on the
+// registers V0-V15 (all ymm or all xmm) with the offset table J and the
+// second half of each input row HI bytes in: the windows' maxima (through
+// the ReLU) end in V4, their indices in V8.
+#define POOLPICK(V0, V1, V2, V3, V4, V5, V6, V7, V8, V9, V10, V11, V12, V13, V14, V15, J, HI) \
+	VMOVD        R13, X9 \
+	VPBROADCASTD X9, V9 \
+	VPADDD       J, V9, V9 \
+	VMOVUPS      (SI), V0 \
+	VMOVUPS      HI(SI), V1 \
+	VMOVUPS      (DX), V2 \
+	VMOVUPS      HI(DX), V3 \
+	VADDPS       V14, V0, V0 \
+	VADDPS       V14, V1, V1 \
+	VADDPS       V14, V2, V2 \
+	VADDPS       V14, V3, V3 \
+	VSHUFPS      $0x88, V1, V0, V4 \
+	VSHUFPS      $0xDD, V1, V0, V5 \
+	VSHUFPS      $0x88, V3, V2, V6 \
+	VSHUFPS      $0xDD, V3, V2, V7 \
+	VPXOR        V8, V8, V8 \
+	VCMPPS       $0x1E, V4, V5, V0 \
+	VCMPPS       $0x03, V5, V5, V1 \
+	VORPS        V1, V0, V0 \
+	VBLENDVPS    V0, V5, V4, V4 \
+	VBLENDVPS    V0, V13, V8, V8 \
+	VCMPPS       $0x1E, V4, V6, V0 \
+	VCMPPS       $0x03, V6, V6, V1 \
+	VORPS        V1, V0, V0 \
+	VBLENDVPS    V0, V6, V4, V4 \
+	VBLENDVPS    V0, V12, V8, V8 \
+	VCMPPS       $0x1E, V4, V7, V0 \
+	VCMPPS       $0x03, V7, V7, V1 \
+	VORPS        V1, V0, V0 \
+	VBLENDVPS    V0, V7, V4, V4 \
+	VBLENDVPS    V0, V11, V8, V8 \
+	VMAXPS       V4, V15, V0 \
+	VADDPS       V15, V0, V0 \
+	VBLENDVPS    V10, V0, V4, V4 \
+	VPADDD       V9, V8, V8
 
 // POOLSETUP loads the constants (see POOL8) and the row count into R10.
 #define POOLSETUP \
@@ -354,120 +327,73 @@ GLOBL jvec4<>(SB), RODATA|NOPTR, $16
 	VPADDD       Y13, Y12, Y11 \
 	MOVQ         rows+24(FP), R10
 
-TEXT ·maxPool2PlaneAVX2(SB), NOSPLIT, $0-72
-	POOLSETUP
-	XORQ R11, R11                       // input row 2r (element index)
-	XORQ R12, R12                       // output row r (element index)
-	XORQ BX, BX                         // 2r·w
-
-plane8row:
-	MOVQ src+16(FP), SI
-	LEAQ (SI)(R11*4), SI
-	MOVQ stride+40(FP), AX
-	LEAQ (SI)(AX*4), DX
-	MOVQ dst+0(FP), DI
-	LEAQ (DI)(R12*4), DI
-	MOVQ arg+8(FP), R8
-	LEAQ (R8)(R12*4), R8
-	MOVQ BX, R13
-	MOVQ cols+32(FP), CX
-
-plane8block:
-	CMPQ CX, $8
-	JLT  plane8tail
-	POOL8
-	ADDQ $64, SI
-	ADDQ $64, DX
-	ADDQ $32, DI
-	ADDQ $32, R8
-	ADDQ $16, R13
-	SUBQ $8, CX
-	JMP  plane8block
-
-plane8tail:
-	TESTQ CX, CX
-	JEQ   plane8next
-	MOVQ  $8, AX
-	SUBQ  CX, AX                        // windows to step back
-	SHLQ  $3, AX
-	SUBQ  AX, SI
-	SUBQ  AX, DX
-	SHRQ  $1, AX
-	SUBQ  AX, DI
-	SUBQ  AX, R8
-	SHRQ  $1, AX
-	SUBQ  AX, R13
-	POOL8
-
-plane8next:
-	MOVQ stride+40(FP), AX
-	LEAQ (R11)(AX*2), R11
-	ADDQ cols+32(FP), R12
-	MOVQ w+64(FP), AX
-	LEAQ (BX)(AX*2), BX
-	DECQ R10
-	JNE  plane8row
-	VZEROUPPER
+// POOLPLANE is the body of maxPool2PlaneAVX2 (POOL = POOL8, N = 8
+// windows a block) and maxPool2Plane4AVX2 (POOL4, N = 4): each pair of
+// input rows N windows a block, the block's input rows advancing IN
+// bytes, its outputs OUT bytes and its window index IDX elements, then
+// one last block ending at the row's last window. R11 holds the element
+// index of input row 2r, R12 that of output row r, BX 2r·w; AX, after the
+// row's blocks, the windows to step back.
+#define POOLPLANE(POOL, N, IN, OUT, IDX) \
+	POOLSETUP \
+	XORQ R11, R11 \
+	XORQ R12, R12 \
+	XORQ BX, BX \
+row: \
+	MOVQ src+16(FP), SI \
+	LEAQ (SI)(R11*4), SI \
+	MOVQ stride+40(FP), AX \
+	LEAQ (SI)(AX*4), DX \
+	MOVQ dst+0(FP), DI \
+	LEAQ (DI)(R12*4), DI \
+	MOVQ arg+8(FP), R8 \
+	LEAQ (R8)(R12*4), R8 \
+	MOVQ BX, R13 \
+	MOVQ cols+32(FP), CX \
+block: \
+	CMPQ CX, $N \
+	JLT  tail \
+	POOL \
+	ADDQ $IN, SI \
+	ADDQ $IN, DX \
+	ADDQ $OUT, DI \
+	ADDQ $OUT, R8 \
+	ADDQ $IDX, R13 \
+	SUBQ $N, CX \
+	JMP  block \
+tail: \
+	TESTQ CX, CX \
+	JEQ   next \
+	MOVQ  $N, AX \
+	SUBQ  CX, AX \
+	SHLQ  $3, AX \
+	SUBQ  AX, SI \
+	SUBQ  AX, DX \
+	SHRQ  $1, AX \
+	SUBQ  AX, DI \
+	SUBQ  AX, R8 \
+	SHRQ  $1, AX \
+	SUBQ  AX, R13 \
+	POOL \
+next: \
+	MOVQ stride+40(FP), AX \
+	LEAQ (R11)(AX*2), R11 \
+	ADDQ cols+32(FP), R12 \
+	MOVQ w+64(FP), AX \
+	LEAQ (BX)(AX*2), BX \
+	DECQ R10 \
+	JNE  row \
+	VZEROUPPER \
 	RET
+
+TEXT ·maxPool2PlaneAVX2(SB), NOSPLIT, $0-72
+	POOLPLANE(POOL8, 8, 64, 32, 16)
 
 // func maxPool2Plane4AVX2(dst *float32, arg *int32, src *float32, rows, cols, stride int, bias float32, flags, w int)
 //
 // maxPool2PlaneAVX2 for 4 ≤ cols < 8, four windows at a time.
 TEXT ·maxPool2Plane4AVX2(SB), NOSPLIT, $0-72
-	POOLSETUP
-	XORQ R11, R11
-	XORQ R12, R12
-	XORQ BX, BX
-
-plane4row:
-	MOVQ src+16(FP), SI
-	LEAQ (SI)(R11*4), SI
-	MOVQ stride+40(FP), AX
-	LEAQ (SI)(AX*4), DX
-	MOVQ dst+0(FP), DI
-	LEAQ (DI)(R12*4), DI
-	MOVQ arg+8(FP), R8
-	LEAQ (R8)(R12*4), R8
-	MOVQ BX, R13
-	MOVQ cols+32(FP), CX
-
-plane4block:
-	CMPQ CX, $4
-	JLT  plane4tail
-	POOL4
-	ADDQ $32, SI
-	ADDQ $32, DX
-	ADDQ $16, DI
-	ADDQ $16, R8
-	ADDQ $8, R13
-	SUBQ $4, CX
-	JMP  plane4block
-
-plane4tail:
-	TESTQ CX, CX
-	JEQ   plane4next
-	MOVQ  $4, AX
-	SUBQ  CX, AX
-	SHLQ  $3, AX
-	SUBQ  AX, SI
-	SUBQ  AX, DX
-	SHRQ  $1, AX
-	SUBQ  AX, DI
-	SUBQ  AX, R8
-	SHRQ  $1, AX
-	SUBQ  AX, R13
-	POOL4
-
-plane4next:
-	MOVQ stride+40(FP), AX
-	LEAQ (R11)(AX*2), R11
-	ADDQ cols+32(FP), R12
-	MOVQ w+64(FP), AX
-	LEAQ (BX)(AX*2), BX
-	DECQ R10
-	JNE  plane4row
-	VZEROUPPER
-	RET
+	POOLPLANE(POOL4, 4, 32, 16, 8)
 
 // func sumRowsAVX2(dst, src *float32, stride, rows, cols int)
 // dst[j] += src[r*stride+j] for r = 0, 1, …, rows−1 in order, j < cols

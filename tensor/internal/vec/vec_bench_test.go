@@ -6,16 +6,7 @@ import (
 )
 
 // benchPaths runs f once per implementation this machine has.
-func benchPaths(b *testing.B, f func(b *testing.B)) {
-	has := useAVX2
-	defer func() { useAVX2 = has }()
-	useAVX2 = false
-	b.Run("go", f)
-	if has {
-		useAVX2 = true
-		b.Run("avx2", f)
-	}
-}
+func benchPaths(b *testing.B, f func(b *testing.B)) { implPaths(b, &useAVX2, "avx2", f) }
 
 // The shapes of the anchor LeNet at batch 64: the second convolution's
 // input-gradient fold (10×10 rows in 14-wide planes) and the first

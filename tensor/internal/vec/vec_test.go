@@ -9,14 +9,19 @@ import (
 )
 
 // paths runs f once per implementation this machine has, named.
-func paths(t *testing.T, f func(t *testing.T)) {
-	has := useAVX2
-	defer func() { useAVX2 = has }()
-	useAVX2 = false
-	t.Run("go", f)
+func paths(t *testing.T, f func(t *testing.T)) { implPaths(t, &useAVX2, "avx2", f) }
+
+// implPaths runs f as subtest or sub-benchmark "go" with *use off, then,
+// where *use was set (the CPU has the instructions), as asm with it on,
+// and restores *use.
+func implPaths[R interface{ Run(string, func(R)) bool }](r R, use *bool, asm string, f func(R)) {
+	has := *use
+	defer func() { *use = has }()
+	*use = false
+	r.Run("go", f)
 	if has {
-		useAVX2 = true
-		t.Run("avx2", f)
+		*use = true
+		r.Run(asm, f)
 	}
 }
 

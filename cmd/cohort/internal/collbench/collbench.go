@@ -119,21 +119,19 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	}
 	cfg := Config{Op: op, World: *world, Transport: *transport, Backend: *backend, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
 	var err error
-	if *segment != "0" {
-		seg, err := ParseSizes(*segment)
-		if err != nil || len(seg) != 1 {
-			fmt.Fprintf(stderr, "cohort bench %s: bad --segment %q\n", op, *segment)
+	for _, f := range []struct {
+		name, value string
+		to          *int64
+	}{{"segment", *segment, &cfg.SegmentBytes}, {"inline", *inline, &cfg.InlineBytes}} {
+		if f.value == "0" { // the default
+			continue
+		}
+		n, err := ParseSizes(f.value)
+		if err != nil || len(n) != 1 {
+			fmt.Fprintf(stderr, "cohort bench %s: bad --%s %q\n", op, f.name, f.value)
 			return 2
 		}
-		cfg.SegmentBytes = seg[0]
-	}
-	if *inline != "0" {
-		in, err := ParseSizes(*inline)
-		if err != nil || len(in) != 1 {
-			fmt.Fprintf(stderr, "cohort bench %s: bad --inline %q\n", op, *inline)
-			return 2
-		}
-		cfg.InlineBytes = in[0]
+		*f.to = n[0]
 	}
 	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
 		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
@@ -678,4 +676,36 @@ func appendJSON(path string, res []Result) error {
 		}
 	}
 	return f.Close()
+}
+
+// ReadSaved reads results saved by a run: the JSON lines of --json, or a
+// worker's output, "result {json}" lines (with or without the launcher's
+// "[rank 0] " prefix) among others, as rank 0 prints them when the
+// workers are started by another launcher (cohort run across hosts).
+// Other lines are skipped.
+func ReadSaved(r io.Reader) ([]Result, error) {
+	var res []Result
+	sc := bufio.NewScanner(r)
+	sc.Buffer(make([]byte, 0, 64<<10), 1<<20)
+	for n := 1; sc.Scan(); n++ {
+		line := strings.TrimSpace(sc.Text())
+		if strings.HasPrefix(line, "[rank ") {
+			if i := strings.Index(line, "] "); i >= 0 {
+				line = line[i+2:]
+			}
+		}
+		line = strings.TrimPrefix(line, resultPrefix)
+		if !strings.HasPrefix(line, "{") {
+			continue
+		}
+		var x Result
+		if err := json.Unmarshal([]byte(line), &x); err != nil {
+			return nil, fmt.Errorf("line %d: %w", n, err)
+		}
+		if x.Op == "" || x.World < 1 || x.Bytes <= 0 || !(x.TimeS > 0) {
+			return nil, fmt.Errorf("line %d: not a benchmark result (want op, world, bytes and time_s): %s", n, line)
+		}
+		res = append(res, x)
+	}
+	return res, sc.Err()
 }

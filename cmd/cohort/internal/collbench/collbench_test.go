@@ -125,16 +125,7 @@ func TestSpawn(t *testing.T) {
 				t.Setenv(workerEnv, op)
 				cfg := Config{Op: op, World: 2, Transport: transport, Sizes: []int64{4096, 1 << 20},
 					Budget: 20 * time.Millisecond, Repeats: 1, Timeout: time.Minute}
-				var stderr bytes.Buffer
-				res, err := Spawn(context.Background(), cfg, []string{os.Args[0]}, &stderr)
-				if err != nil {
-					t.Fatalf("%v\n%s", err, stderr.String())
-				}
-				for _, r := range res {
-					if !r.OK || r.Iters < 10 || r.TimeS <= 0 || r.World != 2 {
-						t.Errorf("bad result %+v", r)
-					}
-				}
+				res := spawnOK(t, cfg, "")
 				var out bytes.Buffer
 				PrintTable(&out, cfg, res)
 				line := Summary(cfg, res)
@@ -159,14 +150,49 @@ func TestSpawnMPI(t *testing.T) {
 	t.Setenv(workerEnv, "allreduce")
 	cfg := Config{Op: "allreduce", World: 2, Backend: "mpi", Transport: "auto", Sizes: []int64{4096, 1 << 20},
 		Budget: 20 * time.Millisecond, Repeats: 1, Timeout: time.Minute}
+	spawnOK(t, cfg, "mpi")
+}
+
+// spawnOK runs cfg's workers as copies of this test binary and checks
+// that every result is a checked, timed run of at least 10 iterations at
+// world 2 (over transport, unless it is "").
+func spawnOK(t *testing.T, cfg Config, transport string) []Result {
+	t.Helper()
 	var stderr bytes.Buffer
 	res, err := Spawn(context.Background(), cfg, []string{os.Args[0]}, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	for _, r := range res {
-		if !r.OK || r.Iters < 10 || r.TimeS <= 0 || r.World != 2 || r.Transport != "mpi" {
+		if !r.OK || r.Iters < 10 || r.TimeS <= 0 || r.World != 2 || (transport != "" && r.Transport != transport) {
 			t.Errorf("bad result %+v", r)
+		}
+	}
+	return res
+}
+
+func TestReadSaved(t *testing.T) {
+	in := `{"op":"allreduce","bytes":4096,"world":2,"transport":"tcp","time_s":1e-4,"min_s":5e-5,"ok":true}
+[rank 0] result {"op":"allreduce","bytes":65536,"world":2,"transport":"tcp","time_s":2e-4,"ok":true}
+result {"op":"broadcast","bytes":4096,"world":2,"transport":"tcp","time_s":3e-5,"ok":true}
+[rank 0] cohort run: some other line
+# cohort bench allreduce: world 2
+`
+	got, err := ReadSaved(strings.NewReader(in))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 3 {
+		t.Fatalf("read %d results, want 3: %+v", len(got), got)
+	}
+	if got[0].MinS != 5e-5 || got[1].Bytes != 65536 || got[2].Op != "broadcast" {
+		t.Errorf("results %+v", got)
+	}
+	for _, bad := range []string{`{"op":"allreduce","bytes":4096`, `{"op":"allreduce","bytes":0,"world":2,"time_s":1}`} {
+		if _, err := ReadSaved(strings.NewReader(bad)); err == nil {
+			t.Errorf("ReadSaved(%q) succeeded, want an error naming the line", bad)
+		} else if !strings.Contains(err.Error(), "line 1") {
+			t.Errorf("ReadSaved(%q): %v, want it to name line 1", bad, err)
 		}
 	}
 }

@@ -1,7 +1,6 @@
 package gemmtest
 
 import (
-	"fmt"
 	"math"
 	"math/rand/v2"
 	"testing"
@@ -28,26 +27,8 @@ type FuncBF16 func(transA, transB bool, m, n, k int, alpha float32, a []uint16, 
 // NaN when beta is 0 (it must not be read).
 func CheckBF16(t testing.TB, f FuncBF16, c Case, rng *rand.Rand) {
 	t.Helper()
-	ar, ac := c.M, c.K
-	if c.TransA {
-		ar, ac = c.K, c.M
-	}
-	br, bc := c.K, c.N
-	if c.TransB {
-		br, bc = c.N, c.K
-	}
-	lda, ldb, ldc := ac+c.PadA, bc+c.PadB, c.N+c.PadC
-	x := matrix(rng, ar, ac, lda, float32(math.NaN()))
-	y := matrix(rng, br, bc, ldb, float32(math.NaN()))
+	x, y, cm, lda, ldb, ldc := c.operands(rng)
 	a, b := bf16s(x), bf16s(y)
-	cm := matrix(rng, c.M, c.N, ldc, cSentinel)
-	if c.Beta == 0 {
-		for i := 0; i < c.M; i++ {
-			for j := 0; j < c.N; j++ {
-				cm[i*ldc+j] = float32(math.NaN())
-			}
-		}
-	}
 	got := append([]float32(nil), cm...)
 	f(c.TransA, c.TransB, c.M, c.N, c.K, c.Alpha, a, lda, b, ldb, c.Beta, got, ldc)
 
@@ -109,19 +90,7 @@ func CheckBF16(t testing.TB, f FuncBF16, c Case, rng *rand.Rand) {
 // RunBF16 checks f on Cases and on random shapes, as Run does.
 func RunBF16(t *testing.T, f FuncBF16) {
 	rng := rand.New(rand.NewPCG(3, 4))
-	for _, c := range Cases() {
-		t.Run(c.String(), func(t *testing.T) { CheckBF16(t, f, c, rng) })
-	}
-	vals := []float32{0, 1, -1, 0.5, 2.25}
-	for i := 0; i < 200; i++ {
-		c := Case{
-			TransA: rng.IntN(2) == 0, TransB: rng.IntN(2) == 0,
-			M: rng.IntN(71), N: rng.IntN(71), K: rng.IntN(71),
-			Alpha: vals[rng.IntN(len(vals))], Beta: vals[rng.IntN(len(vals))],
-			PadA: rng.IntN(3), PadB: rng.IntN(3), PadC: rng.IntN(3),
-		}
-		t.Run(fmt.Sprintf("quick%d/%v", i, c), func(t *testing.T) { CheckBF16(t, f, c, rng) })
-	}
+	runCases(t, 200, rng, func(t *testing.T, c Case) { CheckBF16(t, f, c, rng) })
 }
 
 // bf16s rounds s to bfloat16; NaN padding stays NaN.

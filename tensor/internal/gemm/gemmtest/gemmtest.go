@@ -36,9 +36,10 @@ func (c Case) String() string {
 // result), a recognisable value in C (a write to it is detected).
 const cSentinel = float32(-12345.5)
 
-// Check runs one case through f and reports mismatches on t.
-func Check(t testing.TB, f Func, c Case, rng *rand.Rand) {
-	t.Helper()
+// operands draws c's A and B, NaN in their padding, then C, cSentinel in
+// its padding and NaN where beta is 0 (beta = 0 must overwrite C without
+// reading it), with their leading dimensions.
+func (c Case) operands(rng *rand.Rand) (a, b, cm []float32, lda, ldb, ldc int) {
 	ar, ac := c.M, c.K
 	if c.TransA {
 		ar, ac = c.K, c.M
@@ -47,18 +48,24 @@ func Check(t testing.TB, f Func, c Case, rng *rand.Rand) {
 	if c.TransB {
 		br, bc = c.N, c.K
 	}
-	lda, ldb, ldc := ac+c.PadA, bc+c.PadB, c.N+c.PadC
-	a := matrix(rng, ar, ac, lda, float32(math.NaN()))
-	b := matrix(rng, br, bc, ldb, float32(math.NaN()))
-	cm := matrix(rng, c.M, c.N, ldc, cSentinel)
+	lda, ldb, ldc = ac+c.PadA, bc+c.PadB, c.N+c.PadC
+	a = matrix(rng, ar, ac, lda, float32(math.NaN()))
+	b = matrix(rng, br, bc, ldb, float32(math.NaN()))
+	cm = matrix(rng, c.M, c.N, ldc, cSentinel)
 	if c.Beta == 0 {
-		// beta = 0 must overwrite C without reading it.
 		for i := 0; i < c.M; i++ {
 			for j := 0; j < c.N; j++ {
 				cm[i*ldc+j] = float32(math.NaN())
 			}
 		}
 	}
+	return a, b, cm, lda, ldb, ldc
+}
+
+// Check runs one case through f and reports mismatches on t.
+func Check(t testing.TB, f Func, c Case, rng *rand.Rand) {
+	t.Helper()
+	a, b, cm, lda, ldb, ldc := c.operands(rng)
 	want := append([]float32(nil), cm...)
 	gemm.Naive(c.TransA, c.TransB, c.M, c.N, c.K, c.Alpha, clean(a), lda, clean(b), ldb, c.Beta, want, ldc)
 	// bound[i][j] = |alpha|·Σ|a||b| + |beta·c|: the scale of the rounding error.
@@ -181,17 +188,24 @@ func Cases() []Case {
 // random transposes, alpha, beta, padding), each as a named subtest.
 func Run(t *testing.T, f Func) {
 	rng := rand.New(rand.NewPCG(1, 2))
+	runCases(t, 300, rng, func(t *testing.T, c Case) { Check(t, f, c, rng) })
+}
+
+// runCases runs check on each of Cases, then on quick random cases drawn
+// from rng (sizes 0–70, random transposes, alpha, beta, padding), each as
+// a named subtest.
+func runCases(t *testing.T, quick int, rng *rand.Rand, check func(t *testing.T, c Case)) {
 	for _, c := range Cases() {
-		t.Run(c.String(), func(t *testing.T) { Check(t, f, c, rng) })
+		t.Run(c.String(), func(t *testing.T) { check(t, c) })
 	}
 	vals := []float32{0, 1, -1, 0.5, 2.25}
-	for i := 0; i < 300; i++ {
+	for i := 0; i < quick; i++ {
 		c := Case{
 			TransA: rng.IntN(2) == 0, TransB: rng.IntN(2) == 0,
 			M: rng.IntN(71), N: rng.IntN(71), K: rng.IntN(71),
 			Alpha: vals[rng.IntN(len(vals))], Beta: vals[rng.IntN(len(vals))],
 			PadA: rng.IntN(3), PadB: rng.IntN(3), PadC: rng.IntN(3),
 		}
-		t.Run(fmt.Sprintf("quick%d/%v", i, c), func(t *testing.T) { Check(t, f, c, rng) })
+		t.Run(fmt.Sprintf("quick%d/%v", i, c), func(t *testing.T) { check(t, c) })
 	}
 }

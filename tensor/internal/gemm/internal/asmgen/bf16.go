@@ -84,20 +84,13 @@ func genBF16(e *emitter) {
 // order with VPERMQ.
 func genCvtAVX2(e *emitter) {
 	name := "f32ToBF16AVX2"
-	e.c("func %s(dst *uint16, src *float32, n int)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-24\n", name))
-	e.i("MOVQ dst+0(FP), DI")
-	e.i("MOVQ src+8(FP), SI")
-	e.i("MOVQ n+16(FP), CX")
-	e.i("SHRQ $4, CX")
+	e.cvtStart(name, "dst *uint16, src *float32, n int", 4)
 	for i, v := range []uint32{1, 0x7fff, 0x7fffffff, 0x7f800000, 0x40} {
 		e.i("MOVL $0x%x, AX", v)
 		e.i("MOVD AX, X%d", 10+i)
 		e.i("VPBROADCASTD X%d, Y%d", 10+i, 10+i)
 	}
-	e.i("TESTQ CX, CX")
-	e.i("JZ %s_end", name)
-	e.l(name + "_loop")
+	e.loopStart(name)
 	for h := 0; h < 2; h++ {
 		x, t, m := y(h), y(2+h), y(4+h)
 		e.i("VMOVDQU %d(SI), %s", 32*h, x)
@@ -115,37 +108,57 @@ func genCvtAVX2(e *emitter) {
 	e.i("VPACKUSDW Y3, Y2, Y2")
 	e.i("VPERMQ $0xd8, Y2, Y2")
 	e.i("VMOVDQU Y2, (DI)")
-	e.i("ADDQ $64, SI")
-	e.i("ADDQ $32, DI")
-	e.i("DECQ CX")
-	e.i("JNZ %s_loop", name)
-	e.l(name + "_end")
-	e.i("VZEROUPPER")
-	e.i("RET")
+	e.loopEnd(name, "ADDQ $64, SI", "ADDQ $32, DI")
 
-	name = "bf16ToF32AVX2"
-	e.c("func %s(dst *float32, src *uint16, n int)", name)
+	genWiden(e, "bf16ToF32AVX2", y, 8, "VMOVDQU")
+}
+
+// cvtStart opens the conversion name(sig), whose arguments are dst, src
+// and n: its comment and TEXT line, dst in DI, src in SI and n >> shift
+// (the loop's count of blocks) in CX.
+func (e *emitter) cvtStart(name, sig string, shift int) {
+	e.c("func %s(%s)", name, sig)
 	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-24\n", name))
 	e.i("MOVQ dst+0(FP), DI")
 	e.i("MOVQ src+8(FP), SI")
 	e.i("MOVQ n+16(FP), CX")
-	e.i("SHRQ $4, CX")
+	e.i("SHRQ $%d, CX", shift)
+}
+
+// loopStart opens name's loop over CX blocks (none when CX is 0).
+func (e *emitter) loopStart(name string) {
 	e.i("TESTQ CX, CX")
 	e.i("JZ %s_end", name)
 	e.l(name + "_loop")
-	e.i("VPMOVZXWD (SI), Y0")
-	e.i("VPMOVZXWD 16(SI), Y1")
-	e.i("VPSLLD $16, Y0, Y0")
-	e.i("VPSLLD $16, Y1, Y1")
-	e.i("VMOVDQU Y0, (DI)")
-	e.i("VMOVDQU Y1, 32(DI)")
-	e.i("ADDQ $32, SI")
-	e.i("ADDQ $64, DI")
+}
+
+// loopEnd closes the loop loopStart opened, each block advancing its
+// pointers by the instructions advance, and returns.
+func (e *emitter) loopEnd(name string, advance ...string) {
+	for _, a := range advance {
+		e.i("%s", a)
+	}
 	e.i("DECQ CX")
 	e.i("JNZ %s_loop", name)
 	e.l(name + "_end")
 	e.i("VZEROUPPER")
 	e.i("RET")
+}
+
+// genWiden emits the exact widening name(dst *float32, src *uint16, n
+// int) of n bf16 values (n a multiple of 2·lanes) on registers reg(0) and
+// reg(1) of lanes floats, each word shifted into the top half of a float
+// and stored with store.
+func genWiden(e *emitter, name string, reg func(int) string, lanes int, store string) {
+	e.cvtStart(name, "dst *float32, src *uint16, n int", log2(2*lanes))
+	e.loopStart(name)
+	e.i("VPMOVZXWD (SI), %s", reg(0))
+	e.i("VPMOVZXWD %d(SI), %s", 2*lanes, reg(1))
+	e.i("VPSLLD $16, %s, %s", reg(0), reg(0))
+	e.i("VPSLLD $16, %s, %s", reg(1), reg(1))
+	e.i("%s %s, (DI)", store, reg(0))
+	e.i("%s %s, %d(DI)", store, reg(1), 4*lanes)
+	e.loopEnd(name, fmt.Sprintf("ADDQ $%d, SI", 4*lanes), fmt.Sprintf("ADDQ $%d, DI", 8*lanes))
 }
 
 // genPackPairs emits the packer of bfloat16 slivers that run along the
@@ -177,9 +190,7 @@ func genPackPairs(e *emitter) {
 	e.i("SHRL $16, AX")
 	e.i("KMOVW AX, K4")
 	e.i("MOVQ dstStep+40(FP), R8")
-	e.i("TESTQ CX, CX")
-	e.i("JZ %s_end", name)
-	e.l(name + "_loop")
+	e.loopStart(name)
 	for v := 0; v < 2; v++ {
 		e.i("VPMOVZXWD.Z %d(SI), K%d, %s", 32*v, 1+v, z(2*v))
 		e.i("VPMOVZXWD.Z %d(SI)(BX*1), K%d, %s", 32*v, 1+v, z(2*v+1))
@@ -187,13 +198,7 @@ func genPackPairs(e *emitter) {
 		e.i("VPORD %s, %s, %s", z(2*v), z(2*v+1), z(2*v))
 		e.i("VMOVDQU32 %s, K%d, %d(DI)", z(2*v), 3+v, 64*v)
 	}
-	e.i("LEAQ (SI)(BX*2), SI")
-	e.i("ADDQ R8, DI")
-	e.i("DECQ CX")
-	e.i("JNZ %s_loop", name)
-	e.l(name + "_end")
-	e.i("VZEROUPPER")
-	e.i("RET")
+	e.loopEnd(name, "LEAQ (SI)(BX*2), SI", "ADDQ R8, DI")
 }
 
 // genKernelBF16 emits the AVX512-BF16 micro-kernel for an mr×(16·nv) tile
@@ -365,12 +370,7 @@ func genCvtF32BF16(e *emitter, hw bool) {
 	if hw {
 		name += "BF16"
 	}
-	e.c("func %s(dst *uint16, src *float32, n int)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-24\n", name))
-	e.i("MOVQ dst+0(FP), DI")
-	e.i("MOVQ src+8(FP), SI")
-	e.i("MOVQ n+16(FP), CX")
-	e.i("SHRQ $5, CX")
+	e.cvtStart(name, "dst *uint16, src *float32, n int", 5)
 	for i, v := range []uint32{1, 0x7fff, 0x7fffffff, 0x7f800000, 0x40} {
 		e.i("MOVL $0x%x, AX", v)
 		e.i("VPBROADCASTD AX, %s", z(16+i))
@@ -379,9 +379,7 @@ func genCvtF32BF16(e *emitter, hw bool) {
 		e.i("MOVL $0x7fffff, AX") // subnormal: |x|-1 < 0x7fffff (unsigned)
 		e.i("VPBROADCASTD AX, Z22")
 	}
-	e.i("TESTQ CX, CX")
-	e.i("JZ %s_end", name)
-	e.l(name + "_loop")
+	e.loopStart(name)
 	e.i("VMOVUPS (SI), Z0")
 	e.i("VMOVUPS 64(SI), Z1")
 	if hw {
@@ -402,41 +400,11 @@ func genCvtF32BF16(e *emitter, hw bool) {
 	if hw {
 		e.l(name + "_next")
 	}
-	e.i("ADDQ $128, SI")
-	e.i("ADDQ $64, DI")
-	e.i("DECQ CX")
-	e.i("JNZ %s_loop", name)
-	e.l(name + "_end")
-	e.i("VZEROUPPER")
-	e.i("RET")
+	e.loopEnd(name, "ADDQ $128, SI", "ADDQ $64, DI")
 }
 
 // genCvtBF16F32 emits the exact widening of n bf16 values (n a multiple
 // of 32) to float32: each word shifted into the top half of a float.
 //
 // func bf16ToF32AVX512(dst *float32, src *uint16, n int)
-func genCvtBF16F32(e *emitter) {
-	const name = "bf16ToF32AVX512"
-	e.c("func %s(dst *float32, src *uint16, n int)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-24\n", name))
-	e.i("MOVQ dst+0(FP), DI")
-	e.i("MOVQ src+8(FP), SI")
-	e.i("MOVQ n+16(FP), CX")
-	e.i("SHRQ $5, CX")
-	e.i("TESTQ CX, CX")
-	e.i("JZ %s_end", name)
-	e.l(name + "_loop")
-	e.i("VPMOVZXWD (SI), Z0")
-	e.i("VPMOVZXWD 32(SI), Z1")
-	e.i("VPSLLD $16, Z0, Z0")
-	e.i("VPSLLD $16, Z1, Z1")
-	e.i("VMOVUPS Z0, (DI)")
-	e.i("VMOVUPS Z1, 64(DI)")
-	e.i("ADDQ $64, SI")
-	e.i("ADDQ $128, DI")
-	e.i("DECQ CX")
-	e.i("JNZ %s_loop", name)
-	e.l(name + "_end")
-	e.i("VZEROUPPER")
-	e.i("RET")
-}
+func genCvtBF16F32(e *emitter) { genWiden(e, "bf16ToF32AVX512", z, 16, "VMOVUPS") }

@@ -199,18 +199,7 @@ func genPackRows(e *emitter, nr int) {
 	const group = 4
 	name := fmt.Sprintf("packRows%d", nr)
 	nv := (nr + 15) / 16
-	e.c("func %s(dst, src *float32, ld, kc, full int, tailMask uint64)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-48\n", name))
-	e.i("MOVQ dst+0(FP), DI")
-	e.i("MOVQ src+8(FP), SI")
-	e.i("MOVQ ld+16(FP), BX")
-	e.i("SHLQ $2, BX")
-	e.i("LEAQ (BX)(BX*2), R13") // 3 rows
-	e.i("MOVQ kc+24(FP), R11")
-	e.i("MOVQ full+32(FP), R12")
-	e.i("MOVQ R11, R8") // sliver stride in bytes: nr*kc*4
-	e.i("IMULQ $%d, R8", nr*4)
-	e.i("MOVQ tailMask+40(FP), AX")
+	e.packRowsStart(name, "uint64", nr)
 	if nr < 16 {
 		e.i("KMOVW AX, K2") // tail load mask
 		e.i("MOVL $%d, DX", (1<<nr)-1)
@@ -263,6 +252,34 @@ func genPackRows(e *emitter, nr int) {
 			}
 		}
 	}
+	e.packRowsLoop(name, nr, group, copyRows)
+}
+
+// packRowsStart opens the row packer name(dst, src *float32, ld, kc,
+// full int, tailMask tailType) of nr-column slivers: dst in DI, src in
+// SI, ld as a byte stride in BX and 3·ld in R13, kc in R11, full in R12,
+// the sliver stride nr·kc·4 bytes in R8 and tailMask in AX.
+func (e *emitter) packRowsStart(name, tailType string, nr int) {
+	e.c("func %s(dst, src *float32, ld, kc, full int, tailMask %s)", name, tailType)
+	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-48\n", name))
+	e.i("MOVQ dst+0(FP), DI")
+	e.i("MOVQ src+8(FP), SI")
+	e.i("MOVQ ld+16(FP), BX")
+	e.i("SHLQ $2, BX")
+	e.i("LEAQ (BX)(BX*2), R13")
+	e.i("MOVQ kc+24(FP), R11")
+	e.i("MOVQ full+32(FP), R12")
+	e.i("MOVQ R11, R8")
+	e.i("IMULQ $%d, R8", nr*4)
+	e.i("MOVQ tailMask+40(FP), AX")
+}
+
+// packRowsLoop emits a row packer's loops and return: the rows group at
+// a time while that many remain, then one at a time, each pass copying
+// the full slivers, then the tail sliver when tailMask is not 0;
+// copyRows(rows, tail) emits the copy of one sliver of rows rows from R9
+// to R10.
+func (e *emitter) packRowsLoop(name string, nr, group int, copyRows func(rows int, tail bool)) {
 	pass := func(label string, rows int) {
 		e.i("MOVQ SI, R9")
 		e.i("MOVQ DI, R10")
@@ -828,18 +845,7 @@ func genAVX2(e *emitter) {
 // func packRows16(dst, src *float32, ld, kc, full int, tailMask *int32)
 func genPackRows16(e *emitter) {
 	const name, nr, group = "packRows16", 16, 4
-	e.c("func packRows16(dst, src *float32, ld, kc, full int, tailMask *int32)")
-	e.buf.WriteString("TEXT ·packRows16(SB), NOSPLIT, $0-48\n")
-	e.i("MOVQ dst+0(FP), DI")
-	e.i("MOVQ src+8(FP), SI")
-	e.i("MOVQ ld+16(FP), BX")
-	e.i("SHLQ $2, BX")
-	e.i("LEAQ (BX)(BX*2), R13")
-	e.i("MOVQ kc+24(FP), R11")
-	e.i("MOVQ full+32(FP), R12")
-	e.i("MOVQ R11, R8")
-	e.i("IMULQ $%d, R8", nr*4)
-	e.i("MOVQ tailMask+40(FP), AX")
+	e.packRowsStart(name, "*int32", nr)
 	e.i("TESTQ AX, AX")
 	e.i("JZ %s_nomask", name)
 	e.i("VMOVDQU (AX), Y14")
@@ -864,43 +870,7 @@ func genPackRows16(e *emitter) {
 			}
 		}
 	}
-	pass := func(label string, rows int) {
-		e.i("MOVQ SI, R9")
-		e.i("MOVQ DI, R10")
-		e.i("MOVQ R12, CX")
-		e.i("TESTQ CX, CX")
-		e.i("JZ %s_%stail", name, label)
-		e.l(fmt.Sprintf("%s_%ssliver", name, label))
-		copyRows(rows, false)
-		e.i("ADDQ $%d, R9", nr*4)
-		e.i("ADDQ R8, R10")
-		e.i("DECQ CX")
-		e.i("JNZ %s_%ssliver", name, label)
-		e.l(fmt.Sprintf("%s_%stail", name, label))
-		e.i("CMPQ tailMask+40(FP), $0")
-		e.i("JEQ %s_%sdone", name, label)
-		copyRows(rows, true)
-		e.l(fmt.Sprintf("%s_%sdone", name, label))
-	}
-	e.l(name + "_group")
-	e.i("CMPQ R11, $%d", group)
-	e.i("JLT %s_single", name)
-	pass("g", group)
-	e.i("LEAQ (SI)(BX*4), SI")
-	e.i("ADDQ $%d, DI", group*nr*4)
-	e.i("SUBQ $%d, R11", group)
-	e.i("JMP %s_group", name)
-	e.l(name + "_single")
-	e.i("TESTQ R11, R11")
-	e.i("JLE %s_end", name)
-	pass("s", 1)
-	e.i("ADDQ BX, SI")
-	e.i("ADDQ $%d, DI", nr*4)
-	e.i("DECQ R11")
-	e.i("JMP %s_single", name)
-	e.l(name + "_end")
-	e.i("VZEROUPPER")
-	e.i("RET")
+	e.packRowsLoop(name, nr, group, copyRows)
 }
 
 // genKernel256 emits the AVX2 micro-kernel for an mr×(8·nv) tile, with the
