@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/kernels"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // The emulator runs the generated CUDA C on the CPU (testdata/emu/cuda_emu.h:
@@ -240,18 +241,14 @@ func widen(x []bf16) []float32 {
 	return out
 }
 
-// relErr is ‖got − want‖ / ‖want‖.
+// relErr is ‖got − want‖ / ‖want‖, or ‖got − want‖ where want is all
+// zeros.
 func relErr(got, want []float32) float64 {
-	var d, n float64
-	for i := range want {
-		e := float64(got[i]) - float64(want[i])
-		d += e * e
-		n += float64(want[i]) * float64(want[i])
+	diff, norm := tensortest.L2Diff(got, want)
+	if norm == 0 {
+		return diff
 	}
-	if n == 0 {
-		return math.Sqrt(d)
-	}
-	return math.Sqrt(d / n)
+	return diff / norm
 }
 
 func checkRel(t *testing.T, what string, got, want []float32, bound float64) {

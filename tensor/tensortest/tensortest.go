@@ -51,17 +51,22 @@ func MustPanic(t testing.TB, f func(), fragments ...string) {
 	f()
 }
 
-// RelErr is ‖got − want‖ / ‖want‖ (in float64; +Inf where want is all
-// zeros and got is not).
-func RelErr(got, want []float32) float64 {
-	var num, den float64
+// L2Diff returns ‖got − want‖ and ‖want‖ (in float64).
+func L2Diff(got, want []float32) (diff, norm float64) {
 	for i := range want {
 		d := float64(got[i]) - float64(want[i])
-		num += d * d
-		den += float64(want[i]) * float64(want[i])
+		diff += d * d
+		norm += float64(want[i]) * float64(want[i])
 	}
-	if num == 0 {
+	return math.Sqrt(diff), math.Sqrt(norm)
+}
+
+// RelErr is ‖got − want‖ / ‖want‖ (+Inf where want is all zeros and got
+// is not).
+func RelErr(got, want []float32) float64 {
+	diff, norm := L2Diff(got, want)
+	if diff == 0 {
 		return 0
 	}
-	return math.Sqrt(num / den)
+	return diff / norm
 }

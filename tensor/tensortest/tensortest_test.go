@@ -20,4 +20,7 @@ func TestRelErr(t *testing.T) {
 			t.Errorf("%s: RelErr(%v, %v) = %v, want %v", tc.name, tc.got, tc.want, rel, tc.rel)
 		}
 	}
+	if diff, norm := L2Diff([]float32{3, 4}, []float32{0, 0}); diff != 5 || norm != 0 {
+		t.Errorf("L2Diff([3 4], [0 0]) = %v, %v; want 5, 0", diff, norm)
+	}
 }
