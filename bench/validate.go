@@ -32,7 +32,8 @@ runs, the training state's bytes per rank, then the worst errors and
 whether the layout the planner ranks first at each world size is the
 measured best. Without --device it first profiles this machine (two
 traced two-stage GPT-mini pipeline runs, microbatches of 4 and 32
-sequences, as cohort plan profile reads them); --dry-run prints the
+sequences, as cohort plan profile reads them, with the hand-off latency
+and the side-by-side factor of two ranks from the first); --dry-run prints the
 predictions and the commands without running them. Tensor parallelism
 (tp = ranks, and dp 2 × tp 2 at 4 ranks, 32 sequences per replica) is
 timed by examples/gpt under cohort run: --gpt names its executable, or
