@@ -119,14 +119,17 @@ func (d *Device) Validate() error {
 // SideBySideFactor returns how many times its time alone a rank's
 // compute takes while ranks ranks of its node compute at once (see
 // SideBySide): 1 for one rank or a device without the figures.
-func (d *Device) SideBySideFactor(ranks int) float64 {
+func (d *Device) SideBySideFactor(ranks int) float64 { return d.sideBySide(float64(ranks)) }
+
+// sideBySide is SideBySideFactor at a fractional count of busy ranks.
+func (d *Device) sideBySide(ranks float64) float64 {
 	if ranks <= 1 || len(d.SideBySide) == 0 {
 		return 1
 	}
 	lo := SideBySidePoint{Ranks: 1, Factor: 1}
 	for _, p := range d.SideBySide {
-		if ranks <= p.Ranks {
-			x := float64(ranks-lo.Ranks) / float64(p.Ranks-lo.Ranks)
+		if ranks <= float64(p.Ranks) {
+			x := (ranks - float64(lo.Ranks)) / float64(p.Ranks-lo.Ranks)
 			return lo.Factor + x*(p.Factor-lo.Factor)
 		}
 		lo = p

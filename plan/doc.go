@@ -56,8 +56,11 @@
 //     pipeline's passes against the same passes of its one-rank
 //     baseline, the slowdown charged to the share of time they ran side
 //     by side: MeasureSideBySide) the curve is a rank's rate alone and
-//     each rank's compute takes the factor for the node's busy ranks
-//     (its ranks, or its cores when oversubscribed) times as long;
+//     each rank's compute takes the factor for the node's ranks that
+//     compute beside it times as long: all its busy ranks (its ranks, or
+//     its cores when oversubscribed) for data parallelism's equal
+//     replicas, fewer beside a pipeline's busiest rank, whose cheaper
+//     neighbours compute for only their share of its time;
 //   - tensor parallelism (package tp, Megatron's f and g): two all-reduces
 //     of the block's output per block forward and two backward (two more
 //     with recomputation), on the critical path;

@@ -318,9 +318,7 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 	pr := m.precision()
 	peak, _ := e.Device.Peak(pr.dtype)
 	tpGroup := Group{PerNode: l.TP, Nodes: 1}
-	// compute slows by the node's sharing of cores and by the ranks
-	// computing side by side on it (Device.SideBySide)
-	share := e.Cluster.share() * e.Device.SideBySideFactor(e.Cluster.busy())
+	share := e.Cluster.share() // the node's cores shared; ranks side by side: sideBySide
 	layer := func(c Cost) (f, bw, w, tp float64) {
 		f = share * e.passTime(c, c.F, c.AttnF, peak, 1)
 		bw = share * e.passTime(c, c.B, c.AttnB, peak, 2)
@@ -342,7 +340,9 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 			r.act += c.ActBytes
 			r.unitBytes = max(r.unitBytes, c.Params)
 		}
-		return []rankCost{r}
+		out := []rankCost{r}
+		e.sideBySide(out)
+		return out
 	}
 	blk := m.blockCost(b, l.TP)
 	bf, bb, bw, btp := layer(blk)
@@ -392,7 +392,40 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 		last.params -= int64(m.DModel) * int64(m.Vocab) / int64(l.TP) // one copy when both ends share a rank
 	}
 	last.headAct = head.ActBytes
+	e.sideBySide(out)
 	return out
+}
+
+// sideBySide slows each pipeline rank's compute by the device's
+// side-by-side factor (Device.SideBySide) for the ranks of its node that
+// compute while it does: the node's busy ranks (Cluster.busy) when the
+// others keep computing as long as it does (data parallelism's equal
+// replicas), fewer in a pipeline, where a rank cheaper than r computes
+// beside r for only its share of r's time: 1 + (busy − 1)·s ranks, s the
+// mean over the other pipeline ranks of min(1, their compute / r's).
+func (e *Env) sideBySide(out []rankCost) {
+	busy := e.Cluster.busy()
+	if busy <= 1 || len(e.Device.SideBySide) == 0 {
+		return
+	}
+	t := make([]float64, len(out))
+	for i, r := range out {
+		t[i] = r.f + r.b + r.w
+	}
+	for i := range out {
+		s := 1.0
+		if len(out) > 1 && t[i] > 0 {
+			s = 0
+			for j := range out {
+				if j != i {
+					s += min(1, t[j]/t[i])
+				}
+			}
+			s /= float64(len(out) - 1)
+		}
+		k := e.Device.sideBySide(1 + float64(busy-1)*s)
+		out[i].f, out[i].b, out[i].w = k*out[i].f, k*out[i].b, k*out[i].w
+	}
 }
 
 // StageCost is one pipeline rank's seconds for one microbatch (all its
