@@ -24,6 +24,9 @@ var importRules = []struct {
 	{"github.com/cohortml/cohort/autograd", []string{"github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/nn", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd"}},
 	{"github.com/cohortml/cohort/optim", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn"}},
+	// GPT-mini's training recipe and one-process reference, for the
+	// parallel layouts' equality tests (imported by tests only).
+	{"github.com/cohortml/cohort/models/gpttest", []string{"github.com/cohortml/cohort/models", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/models", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn"}},
 	{"github.com/cohortml/cohort/data", []string{"github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/recipe", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd", "github.com/cohortml/cohort/nn", "github.com/cohortml/cohort/optim", "github.com/cohortml/cohort/models", "github.com/cohortml/cohort/data", "github.com/cohortml/cohort/datasets", "github.com/cohortml/cohort/obs/trace"}},
@@ -227,8 +230,8 @@ func TestDataParallelSiblings(t *testing.T) {
 // TestNoBackendBelowPrograms: the distributed API, and every library built
 // on it (ddp, zero, fsdp, pipeline, tp, layout, …), depends on no backend,
 // even indirectly; backends register themselves (distributed.Register) and
-// only programs (package main, cmd/cohort's internals) and the test
-// helpers link them in. A backend depends on no other backend.
+// only programs (package main, cmd/cohort's internals, the benchmarks in
+// bench/... that cmd/cohort runs) and the test helpers link them in. A backend depends on no other backend.
 func TestNoBackendBelowPrograms(t *testing.T) {
 	const backends = "github.com/cohortml/cohort/distributed/backend/..."
 	for _, p := range listPackages(t) {
@@ -236,6 +239,7 @@ func TestNoBackendBelowPrograms(t *testing.T) {
 		case !strings.HasPrefix(p.ImportPath, "github.com/cohortml/cohort/"),
 			p.Name == "main",
 			matches("github.com/cohortml/cohort/cmd/...", p.ImportPath),
+			matches("github.com/cohortml/cohort/bench/...", p.ImportPath),
 			strings.HasSuffix(p.ImportPath, "test"),
 			p.ImportPath == "github.com/cohortml/cohort/distributed/backend/all":
 			continue

@@ -332,30 +332,8 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg distributed.ProcessGroup
 		if err != nil {
 			return res, err
 		}
-		step = func(i int) (*autograd.Var, error) {
-			t := phaseTimer{last: time.Now()}
-			b := batch(i)
-			t.mark(phaseBatch)
-			out, err := m.Call(ctx, b.plain)
-			if err != nil {
-				return nil, err
-			}
-			loss := b.loss(out)
-			t.mark(phaseForward)
-			if err := m.Backward(ctx, loss); err != nil {
-				return nil, err
-			}
-			t.mark(phaseBackward)
-			if _, err := optim.ClipGradNorm(nn.Parameters(mod), shardMaxNorm, 2); err != nil {
-				return nil, err
-			}
-			t.mark(phaseClip)
-			opt.Step()
-			opt.ZeroGrad()
-			t.mark(phaseStep)
-			phases.add(t)
-			return loss, nil
-		}
+		call := func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.plain) }
+		step = shardStep(ctx, replicated{m, mod, opt}, call, batch, phases)
 		memory = func() zero.Memory {
 			var mem zero.Memory
 			for _, p := range mod.NamedParameters() {
@@ -434,6 +412,26 @@ type shardModel interface {
 	Step(ctx context.Context) error
 	ZeroGrad()
 }
+
+// replicated is the unsharded baseline as a shardModel: ddp's backward,
+// clipping over the whole local model and the plain optimizer.
+type replicated struct {
+	m   *ddp.Model
+	mod nn.Module
+	opt optim.Optimizer
+}
+
+func (r replicated) Backward(ctx context.Context, loss *autograd.Var) error {
+	return r.m.Backward(ctx, loss)
+}
+
+func (r replicated) ClipGradNorm(_ context.Context, maxNorm, normType float64) (float64, error) {
+	return optim.ClipGradNorm(nn.Parameters(r.mod), maxNorm, normType)
+}
+
+func (r replicated) Step(context.Context) error { r.opt.Step(); return nil }
+
+func (r replicated) ZeroGrad() { r.opt.ZeroGrad() }
 
 // shardStep returns the benchmark's training step under a sharded
 // wrapper: call runs the batch's forward pass through m, then backward,

@@ -12,7 +12,6 @@ import (
 	"strconv"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
@@ -142,18 +141,10 @@ func TestSpawnShardTrain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts worker processes")
 	}
-	self := []string{os.Args[0], "-test.run=^TestBenchTrainWorker$", "-test.timeout=2m", "--"}
-	env := append(os.Environ(), workerArgsEnv+"=1")
 	for _, shard := range []string{"zero2", "fsdp"} {
 		t.Run("mlp/world=2/"+shard, func(t *testing.T) {
 			s := trainSpec{model: "mlp", world: 2, ddp: true, view: true, transport: "auto", threads: 1, steps: 2, warmup: 1, shard: shard}
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var out bytes.Buffer
-			r, err := spawnTrain(ctx, s, self, env, &out)
-			if err != nil {
-				t.Fatalf("%v\nworkers' output:\n%s", err, out.String())
-			}
+			r := spawnWorkers(t, s)
 			var rep, js bytes.Buffer
 			if err := printShardReport(&rep, s, r, false); err != nil {
 				t.Fatal(err)

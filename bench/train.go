@@ -491,12 +491,6 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 	if err != nil {
 		return res, err
 	}
-	barrier := func() error {
-		if pg == nil {
-			return nil
-		}
-		return pg.Barrier(ctx).Wait()
-	}
 
 	// Batches walks the epochs in turn; pull one batch at a time so that
 	// the wait for it can be timed. A batch stays valid until the next
@@ -526,7 +520,7 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 			m.ResetStats()
 		}
 	}
-	if res.Wall, err = timeSteps(s, barrier, cpuprofile, benchProgress(pg, s.steps, trainBatch, "samples"), step, reset, &res); err != nil {
+	if res.Wall, err = timeSteps(ctx, s, pg, cpuprofile, benchProgress(pg, s.steps, trainBatch, "samples"), step, reset, &res); err != nil {
 		return res, err
 	}
 	if m != nil {
@@ -537,12 +531,12 @@ func trainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpu
 }
 
 // timeSteps runs s.warmup steps, fits the heap (--fit-heap), then reset
-// and a barrier, then s.steps timed steps under a CPU profile into
+// and a barrier (none without pg), then s.steps timed steps under a CPU profile into
 // cpuprofile ("" for none), each reported with the loss res.LastLoss
 // holds, and a barrier; it returns the wall time of the timed steps and
 // records in res the first steps' time, the heap's fitting and the page
 // faults.
-func timeSteps(s trainSpec, barrier func() error, cpuprofile string, report func(step int, loss float64), step func() error, reset func(), res *trainResult) (time.Duration, error) {
+func timeSteps(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, cpuprofile string, report func(step int, loss float64), step func() error, reset func(), res *trainResult) (time.Duration, error) {
 	w := newWarm(s)
 	for i := range s.warmup {
 		if err := step(); err != nil {
@@ -552,7 +546,7 @@ func timeSteps(s trainSpec, barrier func() error, cpuprofile string, report func
 	}
 	res.Heap = w.fit(s)
 	reset()
-	if err := barrier(); err != nil {
+	if err := barrier(ctx, pg); err != nil {
 		return 0, fmt.Errorf("barrier after warm-up: %w", err)
 	}
 	stopProfile, err := cpuProfile(cpuprofile)
@@ -570,7 +564,7 @@ func timeSteps(s trainSpec, barrier func() error, cpuprofile string, report func
 		res.first(i, start)
 		report(i+1, float64(res.LastLoss))
 	}
-	if err := barrier(); err != nil {
+	if err := barrier(ctx, pg); err != nil {
 		return 0, fmt.Errorf("barrier after the timed steps: %w", err)
 	}
 	wall := time.Since(start)
@@ -637,4 +631,13 @@ func (s trainSpec) autocast(m nn.Module, rank int) error {
 		fmt.Fprintln(os.Stderr, note)
 	}
 	return nil
+}
+
+// barrier waits for every rank of pg; a run of one process (nil pg) has
+// nothing to wait for.
+func barrier(ctx context.Context, pg distributed.ProcessGroup) error {
+	if pg == nil {
+		return nil
+	}
+	return pg.Barrier(ctx).Wait()
 }

@@ -79,12 +79,6 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 	if err != nil {
 		return res, err
 	}
-	barrier := func() error {
-		if pg == nil {
-			return nil
-		}
-		return pg.Barrier(ctx).Wait()
-	}
 
 	var x, y []int64
 	step := func() error {
@@ -108,7 +102,7 @@ func gptTrainRun(ctx context.Context, s trainSpec, pg distributed.ProcessGroup, 
 		return nil
 	}
 	reset := func() { res.Data, res.AllReduce = 0, 0 }
-	res.Wall, err = timeSteps(s, barrier, cpuprofile, benchProgress(pg, s.steps, gptBatch*cfg.Ctx, "tokens"), step, reset, &res)
+	res.Wall, err = timeSteps(ctx, s, pg, cpuprofile, benchProgress(pg, s.steps, gptBatch*cfg.Ctx, "tokens"), step, reset, &res)
 	return res, err
 }
 

@@ -176,14 +176,33 @@ func TestBenchTrainWorker(t *testing.T) {
 	}
 }
 
+// workerSelf runs this test binary as a worker of TestBenchTrainWorker;
+// workerEnv is its environment.
+var workerSelf = []string{os.Args[0], "-test.run=^TestBenchTrainWorker$", "-test.timeout=2m", "--"}
+
+func workerEnv() []string { return append(os.Environ(), workerArgsEnv+"=1") }
+
+// spawnWorkers runs s as real worker processes under the launcher (2
+// minutes at most) and returns rank 0's result, or fails the test with
+// the workers' output.
+func spawnWorkers(t *testing.T, s trainSpec) trainResult {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+	defer cancel()
+	var out bytes.Buffer
+	r, err := spawnTrain(ctx, s, workerSelf, workerEnv(), &out)
+	if err != nil {
+		t.Fatalf("%v\nworkers' output:\n%s", err, out.String())
+	}
+	return r
+}
+
 // TestSpawnTrain runs the benchmark as real worker processes under the
 // launcher, over each transport, and checks rank 0's report.
 func TestSpawnTrain(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts worker processes that build the synthetic dataset")
 	}
-	self := []string{os.Args[0], "-test.run=^TestBenchTrainWorker$", "-test.timeout=2m", "--"}
-	env := append(os.Environ(), workerArgsEnv+"=1")
 	for _, tc := range []struct {
 		name string
 		spec trainSpec
@@ -197,13 +216,7 @@ func TestSpawnTrain(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			s := tc.spec
 			s.threads, s.steps, s.warmup = 1, 4, 1
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			var out bytes.Buffer
-			r, err := spawnTrain(ctx, s, self, env, &out)
-			if err != nil {
-				t.Fatalf("%v\nworkers' output:\n%s", err, out.String())
-			}
+			r := spawnWorkers(t, s)
 			if r.Params == 0 || r.Wall <= 0 || r.GOMAXPROCS < 1 || r.Gemm == "" {
 				t.Errorf("result %+v: want parameters, a wall time, GOMAXPROCS and the GEMM kernel", r)
 			}
@@ -235,8 +248,8 @@ func TestSpawnTrain(t *testing.T) {
 		var out bytes.Buffer
 		ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 		defer cancel()
-		bad := self[:len(self)-1] // no "--": the test binary rejects the worker flags
-		_, err := spawnTrain(ctx, s, bad, env, &out)
+		bad := workerSelf[:len(workerSelf)-1] // no "--": the test binary rejects the worker flags
+		_, err := spawnTrain(ctx, s, bad, workerEnv(), &out)
 		if err == nil || !strings.Contains(err.Error(), "rank") {
 			t.Errorf("spawnTrain with failing workers: %v, want an error naming the rank", err)
 		}

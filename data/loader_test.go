@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"iter"
 	"math/rand/v2"
 	"slices"
 	"strings"
@@ -55,9 +56,14 @@ func (d *seqDataset) Get(i int) (Sample, error) {
 	return Sample{X: d.x[6*i : 6*i+6], Shape: seqShape, Labels: d.labels[i : i+1]}, nil
 }
 
+// batcher is a Loader or a StreamLoader.
+type batcher interface {
+	Batches(ctx context.Context) iter.Seq2[*Batch, error]
+}
+
 // collect ranges over one epoch of l, cloning every batch; it stops after
 // limit batches when limit ≥ 0.
-func collect(t *testing.T, ctx context.Context, l *Loader, limit int) ([]*Batch, error) {
+func collect(t *testing.T, ctx context.Context, l batcher, limit int) ([]*Batch, error) {
 	t.Helper()
 	var out []*Batch
 	for b, err := range l.Batches(ctx) {
@@ -354,23 +360,8 @@ func TestLoaderShutdown(t *testing.T) {
 		})
 		t.Run(fmt.Sprintf("cancel/workers=%d", workers), func(t *testing.T) {
 			synctest.Test(t, func(t *testing.T) {
-				ctx, cancel := context.WithCancel(context.Background())
-				defer cancel()
 				l := mustLoader(t, newSeq(100), distBatches(t, 100, 1, 0, 3, 1, false), Options{Workers: workers, Prefetch: 4})
-				n := 0
-				var last error
-				for _, err := range l.Batches(ctx) {
-					if err != nil {
-						last = err
-						continue
-					}
-					if n++; n == 3 {
-						cancel()
-					}
-				}
-				if !errors.Is(last, context.Canceled) || n != 3 {
-					t.Fatalf("after cancel: %d batches, err %v; want 3 and context.Canceled", n, last)
-				}
+				cancelAfter(t, l, 3)
 			})
 		})
 	}
@@ -553,5 +544,27 @@ func TestLoaderBucketPad(t *testing.T) {
 		if real != wr || pad != wp {
 			t.Fatalf("rank %d: %d real + %d pad positions, Padding says %d + %d", rank, real, pad, wr, wp)
 		}
+	}
+}
+
+// cancelAfter ranges over l, cancels the context after the n-th batch and
+// checks that the loop ends there with context.Canceled.
+func cancelAfter(t *testing.T, l batcher, n int) {
+	t.Helper()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	got := 0
+	var last error
+	for _, err := range l.Batches(ctx) {
+		if err != nil {
+			last = err
+			continue
+		}
+		if got++; got == n {
+			cancel()
+		}
+	}
+	if !errors.Is(last, context.Canceled) || got != n {
+		t.Fatalf("after cancel: %d batches, err %v; want %d and context.Canceled", got, last, n)
 	}
 }

@@ -33,21 +33,6 @@ func (s seqStream) Iter(ctx context.Context) iter.Seq2[Sample, error] {
 	}
 }
 
-func collectStream(t *testing.T, ctx context.Context, l *StreamLoader, limit int) ([]*Batch, error) {
-	t.Helper()
-	var out []*Batch
-	for b, err := range l.Batches(ctx) {
-		if err != nil {
-			return out, err
-		}
-		out = append(out, b.Clone())
-		if len(out) == limit {
-			break
-		}
-	}
-	return out, nil
-}
-
 func TestStreamLoader(t *testing.T) {
 	for _, workers := range []int{0, 1, 3} {
 		for _, drop := range []bool{false, true} {
@@ -58,7 +43,7 @@ func TestStreamLoader(t *testing.T) {
 					if err != nil {
 						t.Fatal(err)
 					}
-					full, err := collectStream(t, context.Background(), l, -1)
+					full, err := collect(t, context.Background(), l, -1)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -74,7 +59,7 @@ func TestStreamLoader(t *testing.T) {
 					}
 					// Resume after 2 batches.
 					l.SetEpoch(0)
-					head, err := collectStream(t, context.Background(), l, 2)
+					head, err := collect(t, context.Background(), l, 2)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -83,7 +68,7 @@ func TestStreamLoader(t *testing.T) {
 					if err := l2.Restore(st); err != nil {
 						t.Fatal(err)
 					}
-					tail, err := collectStream(t, context.Background(), l2, -1)
+					tail, err := collect(t, context.Background(), l2, -1)
 					if err != nil {
 						t.Fatal(err)
 					}
@@ -95,7 +80,7 @@ func TestStreamLoader(t *testing.T) {
 	t.Run("error", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
 			l, _ := NewStreamLoader(seqStream{d: newSeq(23), failAt: 12}, 5, false, Options{Workers: 2})
-			got, err := collectStream(t, context.Background(), l, -1)
+			got, err := collect(t, context.Background(), l, -1)
 			if err == nil || !strings.Contains(err.Error(), "sample 12: stream broke") || len(got) != 2 {
 				t.Fatalf("%d batches, err %v; want 2 and an error naming sample 12", len(got), err)
 			}
@@ -103,23 +88,8 @@ func TestStreamLoader(t *testing.T) {
 	})
 	t.Run("cancel", func(t *testing.T) {
 		synctest.Test(t, func(t *testing.T) {
-			ctx, cancel := context.WithCancel(context.Background())
-			defer cancel()
 			l, _ := NewStreamLoader(seqStream{d: newSeq(100), failAt: -1}, 5, false, Options{Workers: 2})
-			n := 0
-			var last error
-			for _, err := range l.Batches(ctx) {
-				if err != nil {
-					last = err
-					continue
-				}
-				if n++; n == 2 {
-					cancel()
-				}
-			}
-			if !errors.Is(last, context.Canceled) || n != 2 {
-				t.Fatalf("%d batches, err %v; want 2 and context.Canceled", n, last)
-			}
+			cancelAfter(t, l, 2)
 		})
 	})
 	t.Run("bad batch size", func(t *testing.T) {

@@ -140,13 +140,20 @@ func TestOpticksPathEnv(t *testing.T) {
 	}
 }
 
-func TestTextOpticks(t *testing.T) {
+// opticksOrSkip returns the path of the Opticks text, or skips the test.
+func opticksOrSkip(t *testing.T) string {
+	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	path, err := OpticksPath(ctx)
 	if err != nil {
 		t.Skipf("Opticks text not available: %v", err)
 	}
+	return path
+}
+
+func TestTextOpticks(t *testing.T) {
+	path := opticksOrSkip(t)
 	d, err := LoadText(path, 64, 0)
 	if err != nil {
 		t.Fatal(err)
@@ -162,6 +169,8 @@ func TestTextOpticks(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
 	n := 0
 	for b, err := range l.Batches(ctx) {
 		if err != nil {
@@ -203,18 +212,25 @@ type syntheticGolden struct {
 	} `json:"cases"`
 }
 
+// readGolden decodes the JSON file testdata/name.
+func readGolden[T any](t *testing.T, name string) T {
+	t.Helper()
+	var g T
+	raw, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(raw, &g); err != nil {
+		t.Fatalf("%s: %v", name, err)
+	}
+	return g
+}
+
 // TestSyntheticMatchesTorch checks NewSynthetic against PyTorch's randn and
 // randint (testdata/synthetic.json, made by make_synthetic.py): labels
 // exactly, features to 2e-6.
 func TestSyntheticMatchesTorch(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "synthetic.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g syntheticGolden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	g := readGolden[syntheticGolden](t, "synthetic.json")
 	closeTo := func(t *testing.T, what string, got, want []float32) {
 		t.Helper()
 		if len(got) != len(want) {

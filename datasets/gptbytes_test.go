@@ -1,15 +1,11 @@
 package datasets
 
 import (
-	"context"
-	"encoding/json"
 	"fmt"
-	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
-	"time"
 )
 
 type gptBytesGolden struct {
@@ -30,14 +26,7 @@ type gptBytesGolden struct {
 // TestWindowStreamMatchesTorch checks every rank's starts against what
 // torch.randint drew (testdata/gptbytes.json, made by make_gptbytes.py).
 func TestWindowStreamMatchesTorch(t *testing.T) {
-	raw, err := os.ReadFile(filepath.Join("testdata", "gptbytes.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	var g gptBytesGolden
-	if err := json.Unmarshal(raw, &g); err != nil {
-		t.Fatal(err)
-	}
+	g := readGolden[gptBytesGolden](t, "gptbytes.json")
 	for _, c := range g.Cases {
 		name := fmt.Sprintf("n=%d/seed=%d/world=%d/batch=%d", c.TextBytes, c.Seed, c.World, c.Batch)
 		t.Run(name, func(t *testing.T) {
@@ -202,12 +191,7 @@ func TestByteCorpusErrors(t *testing.T) {
 // TestByteCorpusOpticks checks the anchor's split of the real text: 510,478
 // training and 56,720 validation bytes, 886 validation windows.
 func TestByteCorpusOpticks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	path, err := OpticksPath(ctx)
-	if err != nil {
-		t.Skipf("Opticks text not available: %v", err)
-	}
+	path := opticksOrSkip(t)
 	c, err := LoadByteCorpus(path, 64)
 	if err != nil {
 		t.Fatal(err)

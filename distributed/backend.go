@@ -333,6 +333,22 @@ func NewGroup(ctx context.Context, pg ProcessGroup, ranks []int) (ProcessGroup, 
 	return s.NewGroup(ctx, ranks)
 }
 
+// Members returns what a backend's NewGroup needs of its rank list: the
+// global ranks of ranks (indices into a group whose global ranks are
+// groupRanks) and the index among them of the group's rank self, -1 if
+// self is not a member.
+func Members(ranks, groupRanks []int, self int) (global []int, me int) {
+	me = -1
+	global = make([]int, len(ranks))
+	for i, r := range ranks {
+		global[i] = groupRanks[r]
+		if r == self {
+			me = i
+		}
+	}
+	return global, me
+}
+
 // SendsBuffered reports whether pg's sends complete without waiting for
 // the matching receive: true of the native backend on every transport
 // (whose sends land in a ring, a socket or a queue), false of the MPI

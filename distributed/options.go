@@ -120,6 +120,22 @@ type WatchdogOptions struct {
 	Report func(flight.Diagnosis)
 }
 
+// Resolved returns o with its defaults filled in (Interval 0 means
+// DefaultWatchdog, a nil Log slog.Default()), and false if o turns the
+// watchdog off: what a backend's watchdog starts from.
+func (o WatchdogOptions) Resolved() (WatchdogOptions, bool) {
+	if o.Interval < 0 {
+		return o, false
+	}
+	if o.Interval == 0 {
+		o.Interval = DefaultWatchdog
+	}
+	if o.Log == nil {
+		o.Log = slog.Default()
+	}
+	return o, true
+}
+
 // WatchdogFromEnv reads COHORT_WATCHDOG: a duration ("60s", "2m"), or
 // "0"/"off" to turn the watchdog off; unset means the default.
 func WatchdogFromEnv(getenv func(string) string) (WatchdogOptions, error) {

@@ -86,18 +86,26 @@ func TestStopperAgree(t *testing.T) {
 	}
 }
 
+// newStopper returns a test Stopper whose error file is path, and the
+// code it exited with (-1 while it has not); it is closed when t ends.
+func newStopper(t *testing.T) (s *distributed.Stopper, path string, code *int) {
+	path = filepath.Join(t.TempDir(), "error.json")
+	t.Setenv("TORCHELASTIC_ERROR_FILE", path)
+	code = new(int)
+	*code = -1
+	s = distributed.NewTestStopper(context.Background(), func(c int) { *code = c })
+	t.Cleanup(func() { s.Close() })
+	return s, path, code
+}
+
 // TestStopperBeforeLoop: a signal before the first ShouldStop ends the
 // process at once with 128+N (there is no step to finish), recording the
 // signal.
 func TestStopperBeforeLoop(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "error.json")
-	t.Setenv("TORCHELASTIC_ERROR_FILE", path)
-	code := -1
-	s := distributed.NewTestStopper(context.Background(), func(c int) { code = c })
-	defer s.Close()
+	s, path, code := newStopper(t)
 	s.HandleSignal(syscall.SIGTERM)
-	if code != 143 {
-		t.Fatalf("exit %d after a signal before the loop; want 143", code)
+	if *code != 143 {
+		t.Fatalf("exit %d after a signal before the loop; want 143", *code)
 	}
 	var sig *rendezvous.Signaled
 	if !errors.As(context.Cause(s.Context()), &sig) || sig.Signal != syscall.SIGTERM {
@@ -111,24 +119,20 @@ func TestStopperBeforeLoop(t *testing.T) {
 // TestStopperSecondSignal: a second signal exits at once with 128+N and
 // records it in the error file.
 func TestStopperSecondSignal(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "error.json")
-	t.Setenv("TORCHELASTIC_ERROR_FILE", path)
-	code := -1
-	s := distributed.NewTestStopper(context.Background(), func(c int) { code = c })
-	defer s.Close()
+	s, path, code := newStopper(t)
 	if stop, err := s.ShouldStop(s.Context(), nil); stop || err != nil {
 		t.Fatalf("ShouldStop = %v, %v before any signal", stop, err)
 	}
 	s.HandleSignal(syscall.SIGINT)
-	if code != -1 || s.Context().Err() != nil {
-		t.Fatalf("first signal in the loop: exit %d, context %v; want neither", code, s.Context().Err())
+	if *code != -1 || s.Context().Err() != nil {
+		t.Fatalf("first signal in the loop: exit %d, context %v; want neither", *code, s.Context().Err())
 	}
 	if rec, err := rendezvous.ReadErrorFile(path); err != nil || rec.Signal != "SIGINT" {
 		t.Errorf("after the first signal the error file holds %+v, %v; want SIGINT noted", rec, err)
 	}
 	s.HandleSignal(syscall.SIGINT)
-	if code != 130 {
-		t.Errorf("second SIGINT: exit %d; want 130", code)
+	if *code != 130 {
+		t.Errorf("second SIGINT: exit %d; want 130", *code)
 	}
 	if s.Context().Err() == nil {
 		t.Error("Context live after a second signal")

@@ -13,7 +13,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/distributed/store/tcpstore"
 )
 
@@ -151,15 +150,7 @@ func (a *agent) prepareElastic(ctx context.Context) error {
 			a.log.Info("launch: the rendezvous port is taken; dialing it", "endpoint", c.Elastic.Endpoint)
 		}
 	}
-	a.storeAddr = c.Elastic.Endpoint
-	dctx, cancel := context.WithTimeout(ctx, c.JoinTimeout)
-	defer cancel()
-	st, err := rendezvous.Dial(dctx, a.storeAddr, a.token, rendezvous.Options{Logger: a.log})
-	if err != nil {
-		return fmt.Errorf("launch: connecting to the rendezvous store at %s: %w", a.storeAddr, err)
-	}
-	a.st = st
-	return nil
+	return a.dialStore(ctx, c.Elastic.Endpoint, "connecting to the rendezvous store at "+c.Elastic.Endpoint)
 }
 
 // isLoopbackHost reports whether host names this machine's loopback.

@@ -17,6 +17,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // agentSpec is an elastic agent run as a child process of the test
@@ -70,16 +72,11 @@ func elasticConfig(t *testing.T, endpoint string, min, max, maxRestarts int, arg
 
 func endpoint(t *testing.T) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))) }
 
-// waitOutput waits (bounded) until pattern has matched n times in out().
-func waitOutput(t *testing.T, what string, out func() string, pattern string, n int, d time.Duration) {
+// waitOutput waits up to d until pattern has matched n times in out.
+func waitOutput(t *testing.T, what string, out *launchtest.Output, pattern string, n int, d time.Duration) {
 	t.Helper()
-	re := regexp.MustCompile(pattern)
-	deadline := time.Now().Add(d)
-	for len(re.FindAllString(out(), -1)) < n {
-		if time.Now().After(deadline) {
-			t.Fatalf("%s: %q not seen %d times within %v:\n%s", what, pattern, n, d, out())
-		}
-		time.Sleep(20 * time.Millisecond)
+	if err := out.Wait(regexp.MustCompile(pattern), n, nil, d); err != nil {
+		t.Fatalf("%s: %v:\n%s", what, err, out)
 	}
 }
 
@@ -88,7 +85,7 @@ func waitOutput(t *testing.T, what string, out func() string, pattern string, n 
 func TestElasticRestart(t *testing.T) {
 	cfg := elasticConfig(t, endpoint(t), 1, 1, 1, "restart")
 	err, took := run(t, cfg)
-	out, errOut := cfg.Stdout.(*capture).String(), cfg.Stderr.(*capture).String()
+	out, errOut := cfg.Stdout.(*launchtest.Output).String(), cfg.Stderr.(*launchtest.Output).String()
 	if err != nil {
 		t.Fatalf("Run = %v; want success after one restart\n%s\n%s", err, out, errOut)
 	}
@@ -113,15 +110,15 @@ func TestElasticRestartsExhausted(t *testing.T) {
 	err, took := run(t, cfg)
 	var we *WorkerError
 	if !errors.As(err, &we) || we.Rank != 1 || we.Status.Code != 3 {
-		t.Fatalf("Run = %v; want rank 1's failure\n%s", err, cfg.Stderr.(*capture).String())
+		t.Fatalf("Run = %v; want rank 1's failure\n%s", err, cfg.Stderr.(*launchtest.Output).String())
 	}
-	if n := strings.Count(cfg.Stderr.(*capture).String(), "exited with code 3; restarting the job"); n != 2 {
+	if n := strings.Count(cfg.Stderr.(*launchtest.Output).String(), "exited with code 3; restarting the job"); n != 2 {
 		t.Errorf("%d failures announced; want 2 (the first restarted, the second exceeded --max-restarts 1)", n)
 	}
 	if took > 20*time.Second {
 		t.Errorf("took %v", took)
 	}
-	assertNoneAlive(t, cfg.Stdout.(*capture).String(), 8)
+	assertNoneAlive(t, cfg.Stdout.(*launchtest.Output).String(), 8)
 }
 
 // TestElasticTwoNodesRestart: a worker failing on node 0 restarts the
@@ -140,7 +137,7 @@ func TestElasticTwoNodesRestart(t *testing.T) {
 	}
 	failed := time.Now()
 	for i, ag := range agents {
-		waitOutput(t, fmt.Sprintf("agent %d", i), ag.out, `ELASTIC round=\d+ world=4 rank=\d restart=1 telastic=1`, 2, 30*time.Second)
+		waitOutput(t, fmt.Sprintf("agent %d", i), ag.stdout(), `ELASTIC round=\d+ world=4 rank=\d restart=1 telastic=1`, 2, 30*time.Second)
 	}
 	t.Logf("first start, failure and restart of 4 ranks on 2 agents: %v", time.Since(failed).Round(time.Millisecond))
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
@@ -174,8 +171,11 @@ func startElastic(cfg Config) *elasticAgent {
 	return a
 }
 
+// stdout is the output of the agent's workers.
+func (a *elasticAgent) stdout() *launchtest.Output { return a.cfg.Stdout.(*launchtest.Output) }
+
 func (a *elasticAgent) out() string {
-	return a.cfg.Stdout.(*capture).String() + a.cfg.Stderr.(*capture).String()
+	return a.cfg.Stdout.(*launchtest.Output).String() + a.cfg.Stderr.(*launchtest.Output).String()
 }
 
 // TestElasticLeaveJoin: two agents in this process; one leaves (its
@@ -193,15 +193,15 @@ func TestElasticLeaveJoin(t *testing.T) {
 	defer a.cancel()
 	b := startElastic(mk(HostNo))
 	defer b.cancel()
-	waitOutput(t, "agent a", a.out, `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
-	waitOutput(t, "agent b", b.out, `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
+	waitOutput(t, "agent a", a.stdout(), `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
+	waitOutput(t, "agent b", b.stdout(), `ELASTIC round=\d+ world=4`, 2, 30*time.Second)
 
 	left := time.Now()
 	b.cancel()
 	if err := <-b.done; !errors.Is(err, context.Canceled) {
 		t.Errorf("the leaving agent returned %v; want context.Canceled", err)
 	}
-	waitOutput(t, "agent a", a.out, `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 30*time.Second)
+	waitOutput(t, "agent a", a.stdout(), `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 30*time.Second)
 	t.Logf("leave → training at world 2: %v", time.Since(left).Round(time.Millisecond))
 
 	joined := time.Now()
@@ -209,8 +209,8 @@ func TestElasticLeaveJoin(t *testing.T) {
 	defer c.cancel()
 	// Node ranks follow the join order, so a may have held ranks 2-3 in
 	// round 0: count world-4 starts in later rounds.
-	waitOutput(t, "agent c", c.out, `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 30*time.Second)
-	waitOutput(t, "agent a", a.out, `ELASTIC round=[1-9]\d* world=4 rank=\d restart=0`, 2, 30*time.Second)
+	waitOutput(t, "agent c", c.stdout(), `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 30*time.Second)
+	waitOutput(t, "agent a", a.stdout(), `ELASTIC round=[1-9]\d* world=4 rank=\d restart=0`, 2, 30*time.Second)
 	t.Logf("join → training at world 4: %v", time.Since(joined).Round(time.Millisecond))
 
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
@@ -246,12 +246,12 @@ func TestElasticProcessKill(t *testing.T) {
 		keepAlive = 0 // the default, 5 s
 	}
 	ep, dir := endpoint(t), t.TempDir()
-	start := func(host HostMode) (*exec.Cmd, *capture) {
+	start := func(host HostMode) (*exec.Cmd, *launchtest.Output) {
 		spec, _ := json.Marshal(agentSpec{Endpoint: ep, Token: "tok", Min: 1, Max: 2, NProc: 2, Host: host,
 			KeepAlive: keepAlive, Program: workerBin, Args: []string{"elastic", dir}})
 		cmd := exec.Command(os.Args[0], "-test.run=^$")
 		cmd.Env = append(os.Environ(), agentEnv+"="+string(spec))
-		out := &capture{}
+		out := &launchtest.Output{}
 		cmd.Stdout, cmd.Stderr = out, out
 		cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 		if err := cmd.Start(); err != nil {
@@ -268,15 +268,15 @@ func TestElasticProcessKill(t *testing.T) {
 	}
 	p0, out0 := start(HostYes)
 	p1, out1 := start(HostNo)
-	waitOutput(t, "agent 0", out0.String, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
-	waitOutput(t, "agent 1", out1.String, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
+	waitOutput(t, "agent 0", out0, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
+	waitOutput(t, "agent 1", out1, `ELASTIC round=\d+ world=4`, 2, 60*time.Second)
 
 	if err := p1.Process.Signal(syscall.SIGKILL); err != nil {
 		t.Fatal(err)
 	}
 	killed := time.Now()
 	p1.Wait()
-	waitOutput(t, "agent 0", out0.String, `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 60*time.Second)
+	waitOutput(t, "agent 0", out0, `ELASTIC round=\d+ world=2 rank=\d restart=0`, 2, 60*time.Second)
 	resumed := time.Since(killed)
 	t.Logf("agent killed (SIGKILL) → survivors training at world 2: %v (keep-alive %v)", resumed.Round(time.Millisecond), cmp(keepAlive, 5*time.Second))
 	if resumed > 10*time.Second {
@@ -285,7 +285,7 @@ func TestElasticProcessKill(t *testing.T) {
 
 	joined := time.Now()
 	p2, out2 := start(HostNo)
-	waitOutput(t, "agent 2", out2.String, `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 60*time.Second)
+	waitOutput(t, "agent 2", out2, `ELASTIC round=\d+ world=4 rank=\d restart=0`, 2, 60*time.Second)
 	t.Logf("agent joined → training at world 4: %v", time.Since(joined).Round(time.Millisecond))
 
 	if err := os.WriteFile(filepath.Join(dir, "stop"), nil, 0o644); err != nil {
@@ -293,7 +293,7 @@ func TestElasticProcessKill(t *testing.T) {
 	}
 	for i, p := range []*exec.Cmd{p0, p2} {
 		if err := p.Wait(); err != nil {
-			t.Errorf("agent %d: %v\n%s", i*2, err, []*capture{out0, out2}[i].String())
+			t.Errorf("agent %d: %v\n%s", i*2, err, []*launchtest.Output{out0, out2}[i].String())
 		}
 	}
 	assertNoneAlive(t, out1.String(), 2)

@@ -27,11 +27,12 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // startRun runs cfg in the background; the test waits for stdout to
 // match ready before it acts.
-func startRun(t *testing.T, cfg Config, ready *capture) (errc <-chan error, started time.Time) {
+func startRun(t *testing.T, cfg Config, ready *launchtest.Output) (errc <-chan error, started time.Time) {
 	t.Helper()
 	cfg.Stdout = ready
 	ch := make(chan error, 1)
@@ -39,7 +40,7 @@ func startRun(t *testing.T, cfg Config, ready *capture) (errc <-chan error, star
 	t.Cleanup(cancel)
 	go func() { ch <- Run(ctx, cfg) }()
 	select {
-	case <-ready.hit:
+	case <-ready.Hit():
 	case err := <-ch:
 		t.Fatalf("Run returned before the workers were ready: %v\n%s", err, ready.String())
 	case <-time.After(30 * time.Second):
@@ -78,7 +79,7 @@ func TestFaultBlameSignalledRank(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			t.Parallel()
 			cfg := testConfig(2, tc.args...)
-			out := waitFor(`\] ready\n`, 2)
+			out := launchtest.Watch(`\] ready\n`, 2)
 			errc, _ := startRun(t, cfg, out)
 			start := time.Now()
 			if err := syscall.Kill(rankPID(t, out.String(), 1), syscall.SIGTERM); err != nil {
@@ -88,7 +89,7 @@ func TestFaultBlameSignalledRank(t *testing.T) {
 			took := time.Since(start)
 			var we *WorkerError
 			if !errors.As(err, &we) || we.Rank != 1 {
-				t.Fatalf("Run = %v; want rank 1 blamed\nstdout:\n%s\nstderr:\n%s", err, out.String(), cfg.Stderr.(*capture).String())
+				t.Fatalf("Run = %v; want rank 1 blamed\nstdout:\n%s\nstderr:\n%s", err, out.String(), cfg.Stderr.(*launchtest.Output).String())
 			}
 			rep := we.Report()
 			if !strings.Contains(rep, "rank 1 failed") || !strings.Contains(rep, tc.want) {
@@ -118,7 +119,7 @@ func TestFaultCtrlCBlamesNoRank(t *testing.T) {
 	cfg := testConfig(2, "peerabort")
 	sigs := make(chan os.Signal, 1)
 	cfg.Signals = sigs
-	out := waitFor(`\] waiting\n`, 2)
+	out := launchtest.Watch(`\] waiting\n`, 2)
 	errc, _ := startRun(t, cfg, out)
 	start := time.Now()
 	syscall.Kill(rankPID(t, out.String(), 1), syscall.SIGINT)
@@ -137,11 +138,7 @@ func TestFaultCtrlCBlamesNoRank(t *testing.T) {
 func TestFaultRestartNamesRank(t *testing.T) {
 	cfg := testConfig(2, "restart")
 	cfg.Restart = MaxRestarts(1)
-	err, _ := run(t, cfg)
-	stderr := cfg.Stderr.(*capture).String()
-	if err != nil {
-		t.Fatalf("Run: %v\n%s", err, stderr)
-	}
+	_, stderr := runOK(t, cfg)
 	if want := "rank 1 (local rank 1 on node 0, pid "; !strings.Contains(stderr, want) || !strings.Contains(stderr, "exited with code 3; restarting the workers (restart 1)") {
 		t.Errorf("stderr does not name rank 1 and its status at the restart:\n%s", stderr)
 	}
@@ -149,19 +146,29 @@ func TestFaultRestartNamesRank(t *testing.T) {
 
 // TestFaultNotMainPackage: a library package is refused by name.
 func TestFaultNotMainPackage(t *testing.T) {
-	if testing.Short() {
-		t.Skip("runs the go tool")
-	}
-	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module lib\n\ngo 1.22\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "lib.go"), []byte("package lib\n\nfunc F() {}\n"), 0o644)
-	cfg := testConfig(1)
-	cfg.Program, cfg.Dir = ".", dir
-	err, took := run(t, cfg)
+	err, took := runModule(t, "lib", "lib.go", "package lib\n\nfunc F() {}\n")
 	if err == nil || !strings.Contains(err.Error(), ". is not a main package (package lib)") {
 		t.Fatalf("Run = %v; want \"not a main package (package lib)\"", err)
 	}
 	t.Logf("non-main package → %v after %v", err, took.Round(time.Millisecond))
+}
+
+// waitCmd starts cmd and waits up to d for it to exit; past d it kills
+// it and reports timedOut (err is then the killed process's).
+func waitCmd(t *testing.T, cmd *exec.Cmd, d time.Duration) (err error, timedOut bool) {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	select {
+	case err = <-done:
+		return err, false
+	case <-time.After(d):
+		cmd.Process.Kill()
+		return <-done, true
+	}
 }
 
 // TestFaultLogDir: --log-dir keeps each rank's output and error file;
@@ -173,8 +180,7 @@ func TestFaultLogDir(t *testing.T) {
 			t.Parallel()
 			cfg := testConfig(2, "peerabort")
 			cfg.LogDir, cfg.Tee, cfg.RunID = t.TempDir(), tee, "job1"
-			ready := waitFor(`pid \d+\n`, 0) // console may stay silent
-			close(ready.hit)
+			ready := launchtest.Watch(`pid \d+\n`, 0) // console may stay silent
 			errc, _ := startRun(t, cfg, ready)
 			dir := filepath.Join(cfg.LogDir, "job1", "attempt_0")
 			var pid int
@@ -238,10 +244,7 @@ func buildInitWorker(t *testing.T) string {
 	}
 	initWorkerOnce.Do(func() {
 		initWorkerBin = filepath.Join(filepath.Dir(workerBin), "initworker")
-		out, err := exec.Command("go", "build", "-o", initWorkerBin, "./testdata/initworker").CombinedOutput()
-		if err != nil {
-			initWorkerErr = fmt.Errorf("building testdata/initworker: %v\n%s", err, out)
-		}
+		initWorkerErr = launchtest.Build(filepath.Dir(workerBin), "./testdata/initworker")
 	})
 	if initWorkerErr != nil {
 		t.Fatal(initWorkerErr)
@@ -273,17 +276,8 @@ func TestFaultTimeoutMissingRank(t *testing.T) {
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
 			start := time.Now()
-			if err := cmd.Start(); err != nil {
-				t.Fatal(err)
-			}
-			done := make(chan error, 1)
-			go func() { done <- cmd.Wait() }()
-			var err error
-			select {
-			case err = <-done:
-			case <-time.After(30 * time.Second):
-				cmd.Process.Kill()
-				<-done
+			err, timedOut := waitCmd(t, cmd, 30*time.Second)
+			if timedOut {
 				t.Fatalf("rank %d still running after 30 s:\n%s", tc.rank, stderr.String())
 			}
 			took := time.Since(start)
@@ -304,7 +298,7 @@ func TestFaultTimeoutMissingRank(t *testing.T) {
 		err, took := run(t, cfg)
 		var we *WorkerError
 		if !errors.As(err, &we) || we.Rank != 0 || we.Record == nil || !strings.Contains(we.Record.Message, "rank 1") {
-			t.Fatalf("Run = %v; want rank 0's failure, its error file naming rank 1\n%s", err, cfg.Stderr.(*capture).String())
+			t.Fatalf("Run = %v; want rank 0's failure, its error file naming rank 1\n%s", err, cfg.Stderr.(*launchtest.Output).String())
 		}
 		if took > 15*time.Second {
 			t.Errorf("Run took %v; want under 15 s", took)
@@ -364,7 +358,7 @@ func TestFaultStoreFlood(t *testing.T) {
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), floodAgentEnv+"="+strconv.Itoa(port)+" "+workerBin)
-	var stdout, stderr capture
+	var stdout, stderr launchtest.Output
 	cmd.Stdout, cmd.Stderr = &stdout, &stderr
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
 
@@ -399,17 +393,8 @@ func TestFaultStoreFlood(t *testing.T) {
 	t.Cleanup(func() { stop(); wg.Wait() })
 
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	errc := make(chan error, 1)
-	go func() { errc <- cmd.Wait() }()
-	var err error
-	select {
-	case err = <-errc:
-	case <-time.After(60 * time.Second):
-		cmd.Process.Kill()
-		err = <-errc
+	err, timedOut := waitCmd(t, cmd, 60*time.Second)
+	if timedOut {
 		t.Errorf("the job did not finish within 60 s")
 	}
 	took := time.Since(start)

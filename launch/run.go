@@ -180,12 +180,18 @@ func (a *agent) openStore(ctx context.Context) error {
 		a.srv = srv
 		a.port = srv.Addr().(*net.TCPAddr).Port
 	}
-	a.storeAddr = net.JoinHostPort(c.MasterAddr, strconv.Itoa(a.port))
-	dctx, cancel := context.WithTimeout(ctx, c.JoinTimeout)
+	return a.dialStore(ctx, net.JoinHostPort(c.MasterAddr, strconv.Itoa(a.port)), fmt.Sprintf("node %d: connecting to the job's store on node 0", c.NodeRank))
+}
+
+// dialStore connects this launcher to the store at addr within
+// --join-timeout; what says what failed ("connecting to …").
+func (a *agent) dialStore(ctx context.Context, addr, what string) error {
+	a.storeAddr = addr
+	dctx, cancel := context.WithTimeout(ctx, a.cfg.JoinTimeout)
 	defer cancel()
-	st, err := rendezvous.Dial(dctx, a.storeAddr, a.token, rendezvous.Options{Logger: a.log})
+	st, err := rendezvous.Dial(dctx, addr, a.token, rendezvous.Options{Logger: a.log})
 	if err != nil {
-		return fmt.Errorf("launch: node %d: connecting to the job's store on node 0: %w", c.NodeRank, err)
+		return fmt.Errorf("launch: %s: %w", what, err)
 	}
 	a.st = st
 	return nil

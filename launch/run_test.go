@@ -8,7 +8,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"regexp"
 	"runtime"
@@ -19,6 +18,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // workerBin is testdata/worker, built once by TestMain.
@@ -37,8 +38,8 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	workerBin = filepath.Join(dir, "worker")
-	if out, err := exec.Command("go", "build", "-o", workerBin, "./testdata/worker").CombinedOutput(); err != nil {
-		fmt.Fprintf(os.Stderr, "building testdata/worker: %v\n%s", err, out)
+	if err := launchtest.Build(dir, "./testdata/worker"); err != nil {
+		fmt.Fprintln(os.Stderr, err)
 		os.RemoveAll(dir)
 		os.Exit(1)
 	}
@@ -47,50 +48,14 @@ func TestMain(m *testing.M) {
 	os.Exit(code)
 }
 
-// capture is a concurrency-safe output sink that can wake a test when a
-// pattern appears.
-type capture struct {
-	mu      sync.Mutex
-	b       bytes.Buffer
-	watch   *regexp.Regexp
-	need    int
-	matched int
-	hit     chan struct{}
-}
-
-func (c *capture) Write(p []byte) (int, error) {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.b.Write(p)
-	if c.watch != nil && c.matched < c.need {
-		c.matched += len(c.watch.FindAll(p, -1))
-		if c.matched >= c.need {
-			close(c.hit)
-		}
-	}
-	return len(p), nil
-}
-
-func (c *capture) String() string {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	return c.b.String()
-}
-
-// waitFor returns a capture whose hit channel closes once pattern has
-// appeared n times.
-func waitFor(pattern string, n int) *capture {
-	return &capture{watch: regexp.MustCompile(pattern), need: n, hit: make(chan struct{})}
-}
-
 func testConfig(nproc int, args ...string) Config {
 	return Config{
 		NProcPerNode: nproc,
 		Program:      workerBin,
 		Args:         args,
 		Env:          append(os.Environ(), "EXTRA=kept", "RANK=99", "COHORT_RENDEZVOUS=slurm"),
-		Stdout:       &capture{},
-		Stderr:       &capture{},
+		Stdout:       &launchtest.Output{},
+		Stderr:       &launchtest.Output{},
 		GracePeriod:  2 * time.Second,
 	}
 }
@@ -145,6 +110,18 @@ func assertNoneAlive(t *testing.T, out string, want int) {
 	}
 }
 
+// runOK runs cfg and returns the workers' output; it fails the test,
+// showing the output, if Run fails.
+func runOK(t *testing.T, cfg Config) (stdout, stderr string) {
+	t.Helper()
+	err, _ := run(t, cfg)
+	stdout, stderr = cfg.Stdout.(*launchtest.Output).String(), cfg.Stderr.(*launchtest.Output).String()
+	if err != nil {
+		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	return stdout, stderr
+}
+
 func run(t *testing.T, cfg Config) (error, time.Duration) {
 	t.Helper()
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -157,11 +134,7 @@ func run(t *testing.T, cfg Config) (error, time.Duration) {
 func TestRunEnvContract(t *testing.T) {
 	cfg := testConfig(2, "env")
 	cfg.NumCPU = 5
-	err, _ := run(t, cfg)
-	out := cfg.Stdout.(*capture).String()
-	if err != nil {
-		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, out, cfg.Stderr.(*capture).String())
-	}
+	out, _ := runOK(t, cfg)
 	vars := map[int]map[string]string{0: {}, 1: {}}
 	line := regexp.MustCompile(`^\[rank (\d)\] ([A-Z_]+)=(.*)$`)
 	for _, l := range strings.Split(out, "\n") {
@@ -209,11 +182,7 @@ func TestRunEnvContract(t *testing.T) {
 
 func TestRunStreams(t *testing.T) {
 	cfg := testConfig(2, "streams")
-	err, _ := run(t, cfg)
-	stdout, stderr := cfg.Stdout.(*capture).String(), cfg.Stderr.(*capture).String()
-	if err != nil {
-		t.Fatalf("Run: %v\n%s\n%s", err, stdout, stderr)
-	}
+	stdout, stderr := runOK(t, cfg)
 	for r := range 2 {
 		out, errLine := fmt.Sprintf("[rank %d] to stdout\n", r), fmt.Sprintf("[rank %d] to stderr\n", r)
 		if !strings.Contains(stdout, out) || strings.Contains(stdout, errLine) {
@@ -237,7 +206,7 @@ func TestRunWorkerExits3(t *testing.T) {
 	before := runtime.NumGoroutine()
 	cfg := testConfig(3, "exit", "1", "3")
 	err, took := run(t, cfg)
-	out := cfg.Stdout.(*capture).String()
+	out := cfg.Stdout.(*launchtest.Output).String()
 	var we *WorkerError
 	if !errors.As(err, &we) {
 		t.Fatalf("Run = %v; want a *WorkerError\n%s", err, out)
@@ -275,7 +244,7 @@ func TestRunWorkerExits3(t *testing.T) {
 func TestRunWorkerKilled(t *testing.T) {
 	cfg := testConfig(2, "selfkill", "0")
 	err, took := run(t, cfg)
-	out := cfg.Stdout.(*capture).String()
+	out := cfg.Stdout.(*launchtest.Output).String()
 	var we *WorkerError
 	if !errors.As(err, &we) || we.Rank != 0 || we.Status.Signal != syscall.SIGKILL {
 		t.Fatalf("Run = %v; want a *WorkerError for rank 0 killed by SIGKILL\n%s", err, out)
@@ -295,7 +264,7 @@ func TestRunGraceKill(t *testing.T) {
 	cfg := testConfig(2, "ignoreterm", "1")
 	cfg.GracePeriod = 300 * time.Millisecond
 	err, took := run(t, cfg)
-	out := cfg.Stdout.(*capture).String()
+	out := cfg.Stdout.(*launchtest.Output).String()
 	var we *WorkerError
 	if !errors.As(err, &we) || we.Rank != 1 {
 		t.Fatalf("Run = %v; want rank 1's failure\n%s", err, out)
@@ -308,7 +277,7 @@ func TestRunGraceKill(t *testing.T) {
 
 func TestRunSignalForwarded(t *testing.T) {
 	cfg := testConfig(2, "signal")
-	stdout := waitFor(`\] waiting\n`, 2)
+	stdout := launchtest.Watch(`\] waiting\n`, 2)
 	cfg.Stdout = stdout
 	sigs := make(chan os.Signal, 1)
 	cfg.Signals = sigs
@@ -318,7 +287,7 @@ func TestRunSignalForwarded(t *testing.T) {
 		errc <- err
 	}()
 	select {
-	case <-stdout.hit:
+	case <-stdout.Hit():
 	case err := <-errc:
 		t.Fatalf("Run returned before the workers were ready: %v\n%s", err, stdout.String())
 	case <-time.After(30 * time.Second):
@@ -340,13 +309,13 @@ func TestRunSignalForwarded(t *testing.T) {
 
 func TestRunContextCanceled(t *testing.T) {
 	cfg := testConfig(2, "signal")
-	stdout := waitFor(`\] waiting\n`, 2)
+	stdout := launchtest.Watch(`\] waiting\n`, 2)
 	cfg.Stdout = stdout
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	errc := make(chan error, 1)
 	go func() { errc <- Run(ctx, cfg) }()
-	<-stdout.hit
+	<-stdout.Hit()
 	cancel()
 	if err := <-errc; !errors.Is(err, context.Canceled) {
 		t.Fatalf("Run = %v; want context.Canceled", err)
@@ -359,11 +328,7 @@ func TestRunContextCanceled(t *testing.T) {
 func TestRunRestart(t *testing.T) {
 	cfg := testConfig(2, "restart")
 	cfg.Restart = MaxRestarts(2)
-	err, _ := run(t, cfg)
-	out := cfg.Stdout.(*capture).String()
-	if err != nil {
-		t.Fatalf("Run with a restart policy = %v; want success on the second attempt\n%s", err, out)
-	}
+	out, _ := runOK(t, cfg) // a restart policy: success on the second attempt
 	for _, want := range []string{"[rank 1] restart 0", "[rank 0] restart 1", "[rank 1] restart 1"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("output lacks %q:\n%s", want, out)
@@ -379,9 +344,9 @@ func TestRunGoPackage(t *testing.T) {
 	cfg := testConfig(2, "env")
 	cfg.Program = "./testdata/worker"
 	err, _ := run(t, cfg)
-	out := cfg.Stdout.(*capture).String()
+	out := cfg.Stdout.(*launchtest.Output).String()
 	if err != nil {
-		t.Fatalf("Run: %v\n%s\n%s", err, out, cfg.Stderr.(*capture).String())
+		t.Fatalf("Run: %v\n%s\n%s", err, out, cfg.Stderr.(*launchtest.Output).String())
 	}
 	if !strings.Contains(out, "[rank 1] RANK=1") || !strings.Contains(out, "[rank 0] RANK=0") {
 		t.Fatalf("built workers did not run:\n%s", out)
@@ -389,19 +354,25 @@ func TestRunGoPackage(t *testing.T) {
 }
 
 func TestRunBuildFailure(t *testing.T) {
+	err, _ := runModule(t, "broken", "main.go", "package main\n\nfunc main() { undefinedThing() }\n")
+	if err == nil || !strings.Contains(err.Error(), "go build . failed") || !strings.Contains(err.Error(), "undefinedThing") {
+		t.Fatalf("Run = %v; want a build error quoting the compiler", err)
+	}
+}
+
+// runModule runs a one-rank job of "." in a new Go module of that name
+// holding one file, which the launcher builds; it skips under -short.
+func runModule(t *testing.T, module, file, src string) (error, time.Duration) {
+	t.Helper()
 	if testing.Short() {
 		t.Skip("runs the go tool")
 	}
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module broken\n\ngo 1.22\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "main.go"), []byte("package main\n\nfunc main() { undefinedThing() }\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "go.mod"), []byte("module "+module+"\n\ngo 1.22\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, file), []byte(src), 0o644)
 	cfg := testConfig(1)
-	cfg.Program = "."
-	cfg.Dir = dir
-	err, _ := run(t, cfg)
-	if err == nil || !strings.Contains(err.Error(), "go build . failed") || !strings.Contains(err.Error(), "undefinedThing") {
-		t.Fatalf("Run = %v; want a build error quoting the compiler", err)
-	}
+	cfg.Program, cfg.Dir = ".", dir
+	return run(t, cfg)
 }
 
 // TestRunMultiNode runs two launchers as two nodes of one job on this
@@ -476,7 +447,7 @@ func runNodes(t *testing.T, port int, name string, config func(node int) Config)
 			defer cancel()
 			start := time.Now()
 			err := Run(ctx, cfg)
-			results[node] = nodeResult{err, cfg.Stdout.(*capture).String() + cfg.Stderr.(*capture).String(), time.Since(start)}
+			results[node] = nodeResult{err, cfg.Stdout.(*launchtest.Output).String() + cfg.Stderr.(*launchtest.Output).String(), time.Since(start)}
 		}()
 	}
 	wg.Wait()
@@ -591,7 +562,7 @@ func TestPumpLongAndUnterminatedLines(t *testing.T) {
 		bw.Flush()
 		w.Close()
 	}()
-	var out capture
+	var out launchtest.Output
 	pump(r, []sink{{w: &lineWriter{w: &out}, prefix: []byte("[rank 0] ")}}, nil)
 	want := "[rank 0] a\n[rank 0] \n[rank 0] " + long[:maxLineBytes] + "\n[rank 0] " + long[maxLineBytes:] + "\n[rank 0] last\n"
 	if got := out.String(); got != want {

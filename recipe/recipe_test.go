@@ -2,8 +2,10 @@ package recipe
 
 import (
 	"context"
+	"flag"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"testing"
 
 	"github.com/cohortml/cohort/autograd"
@@ -192,3 +194,31 @@ func TestUpdate(t *testing.T) {
 }
 
 func tensorOf(x []float32) *tensor.Tensor { return tensor.FromSlice(x, 1, len(x)) }
+
+func TestCheckpointFlags(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want string
+	}{
+		{nil, ""},
+		{[]string{"-checkpoint-every", "5", "-checkpoint-keep", "0"},
+			"prog: warning: -checkpoint-every does nothing without -checkpoint-dir\nprog: warning: -checkpoint-keep does nothing without -checkpoint-dir\n"},
+		{[]string{"-checkpoint-dir", "d", "-checkpoint-every", "5"}, ""},
+	} {
+		fs := flag.NewFlagSet("prog", flag.ContinueOnError)
+		var dir string
+		var every, keep int
+		warn := CheckpointFlags(fs, "prog", &dir, &every, &keep)
+		if err := fs.Parse(tc.args); err != nil {
+			t.Fatal(err)
+		}
+		var w strings.Builder
+		warn(&w)
+		if w.String() != tc.want {
+			t.Errorf("%q: warned %q, want %q", tc.args, w.String(), tc.want)
+		}
+		if tc.args == nil && (dir != "" || every != 100 || keep != 2) {
+			t.Errorf("defaults: dir %q, every %d, keep %d; want \"\", 100, 2", dir, every, keep)
+		}
+	}
+}

@@ -168,14 +168,9 @@ func sharedObjects(bins []string, arch string) ([]entry, error) {
 	var interp string
 	var needed []string
 	for _, b := range bins {
-		f, err := elf.Open(b)
+		in, libs, err := fileDeps(b)
 		if err != nil {
-			return nil, fmt.Errorf("cohort-image: %w", err)
-		}
-		in, libs, err := elfDeps(f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("cohort-image: %s: %w", b, err)
+			return nil, err
 		}
 		for _, l := range libs {
 			if !slices.Contains(glibc, l) && l != path.Base(in) {
@@ -229,19 +224,27 @@ func sharedObjects(bins []string, arch string) ([]entry, error) {
 		if err != nil {
 			return nil, fmt.Errorf("cohort-image: %w", err)
 		}
-		f, err := elf.Open(real)
+		_, more, err := fileDeps(real)
 		if err != nil {
-			return nil, fmt.Errorf("cohort-image: %w", err)
-		}
-		_, more, err := elfDeps(f)
-		f.Close()
-		if err != nil {
-			return nil, fmt.Errorf("cohort-image: %s: %w", real, err)
+			return nil, err
 		}
 		needed = append(needed, more...)
 		out = append(out, entry{path: found, mode: 0o755, src: real})
 	}
 	return out, nil
+}
+
+// fileDeps is elfDeps of the ELF file at path.
+func fileDeps(path string) (interp string, needed []string, err error) {
+	f, err := elf.Open(path)
+	if err != nil {
+		return "", nil, fmt.Errorf("cohort-image: %w", err)
+	}
+	defer f.Close()
+	if interp, needed, err = elfDeps(f); err != nil {
+		return "", nil, fmt.Errorf("cohort-image: %s: %w", path, err)
+	}
+	return interp, needed, nil
 }
 
 // elfDeps returns f's interpreter ("" when statically linked) and the

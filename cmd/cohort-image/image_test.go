@@ -8,6 +8,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"iter"
 	"os"
 	"os/exec"
 	"path"
@@ -47,15 +48,7 @@ func TestLayerTar(t *testing.T) {
 		t.Errorf("the same entries in another order gave another archive")
 	}
 	var got []string
-	tr := tar.NewReader(bytes.NewReader(a))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for h := range tarEntries(t, tar.NewReader(bytes.NewReader(a))) {
 		got = append(got, fmt.Sprintf("%s %o %c", h.Name, h.Mode, h.Typeflag))
 		switch h.Name {
 		case "tmp/":
@@ -254,14 +247,8 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 	rc := mutate.Extract(img)
 	defer rc.Close()
 	tr := tar.NewReader(rc)
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			return
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+	for h := range tarEntries(t, tr) {
+		var err error
 		name := path.Clean("/" + h.Name)
 		if name == "/" {
 			continue
@@ -292,6 +279,25 @@ func unpack(t *testing.T, img v1.Image, dir string) {
 		}
 		if err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// tarEntries ranges over tr's headers (tr reads each one's contents),
+// failing t on a broken archive.
+func tarEntries(t *testing.T, tr *tar.Reader) iter.Seq[*tar.Header] {
+	return func(yield func(*tar.Header) bool) {
+		for {
+			h, err := tr.Next()
+			if err == io.EOF {
+				return
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !yield(h) {
+				return
+			}
 		}
 	}
 }

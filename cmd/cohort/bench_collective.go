@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"os"
 
-	"github.com/cohortml/cohort/cmd/cohort/internal/collbench"
+	"github.com/cohortml/cohort/bench/collbench"
 )
 
 // benchCollective runs `cohort bench <op>` through package collbench; the

@@ -53,14 +53,14 @@ func runPlan(args []string) int {
 	if len(args) > 0 && args[0] == "profile" {
 		return planProfile(args[1:], os.Stdout, os.Stderr)
 	}
-	if len(args) > 0 && args[0] == "fit" {
-		return planFit(args[1:], os.Stdout, os.Stderr)
-	}
-	if len(args) > 0 && args[0] == "validate" {
+	if len(args) > 0 && (args[0] == "fit" || args[0] == "validate") {
 		exe, err := os.Executable()
 		if err != nil {
-			fmt.Fprintln(os.Stderr, "cohort plan validate:", err)
+			fmt.Fprintf(os.Stderr, "cohort plan %s: %v\n", args[0], err)
 			return 1
+		}
+		if args[0] == "fit" {
+			return bench.Fit(exe, args[1:], os.Stdout, os.Stderr)
 		}
 		return bench.Validate(exe, args[1:], os.Stdout, os.Stderr)
 	}

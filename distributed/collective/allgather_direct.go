@@ -6,14 +6,8 @@ package collective
 // no rank is everybody's first destination.
 func allGatherDirect(b *builder) {
 	c := b.call()
-	n, r, count := b.n, b.r, c.Count
+	r, count := b.r, c.Count
 	src := all(In, count)
 	b.copy(Region{Out, r * count, count}, src)
-	for k := 1; k < n; k++ {
-		b.send(mod(r+k, n), 0, src)
-	}
-	for k := 1; k < n; k++ {
-		from := mod(r-k, n)
-		b.recv(from, 0, Region{Out, from * count, count})
-	}
+	b.exchangeAll(func(int) Region { return src }, func(from int) Region { return Region{Out, from * count, count} })
 }

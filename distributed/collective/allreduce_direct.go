@@ -16,13 +16,7 @@ func allReduceDirect(b *builder) {
 	buf := all(Out, count)
 	slots := b.tmp(n * count) // slot j holds rank j's buffer; slot r the partial
 	slot := func(j int) Region { return slots.sub(j*count, count) }
-	for k := 1; k < n; k++ {
-		b.send(mod(r+k, n), 0, buf)
-	}
-	for k := 1; k < n; k++ {
-		from := mod(r-k, n)
-		b.recv(from, 0, slot(from))
-	}
+	b.exchangeAll(func(int) Region { return buf }, slot)
 	// Keep this rank's contribution before the output is overwritten.
 	b.copy(slot(r), buf)
 	b.reduce(buf, slot(0), slot(1))

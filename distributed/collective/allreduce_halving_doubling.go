@@ -12,17 +12,11 @@ package collective
 // Each block is reduced on one rank and then copied, so every rank ends with
 // bitwise-identical values.
 func allReduceHalvingDoubling(b *builder) {
-	c := b.call()
-	n, r, count := b.n, b.r, c.Count
-	if n == 1 {
-		return
-	}
-	buf := all(Out, count)
-	in := b.tmp(count)
-	v, ok := foldIn(b, buf, in)
+	buf, in, v, ok := foldedStart(b)
 	if !ok {
 		return
 	}
+	n, r, count := b.n, b.r, b.call().Count
 	p := floorPow2(n)
 	blocks := func(lo, hi int) Region { // blocks [lo, hi) of p
 		off, _ := split(count, p, lo)
@@ -45,11 +39,7 @@ func allReduceHalvingDoubling(b *builder) {
 		got := in.sub(0, keep.Len)
 		b.send(peer, round, give)
 		b.recv(peer, round, got)
-		if pv < v {
-			b.reduce(keep, got, keep)
-		} else {
-			b.reduce(keep, keep, got)
-		}
+		reduceInOrder(b, keep, got, pv < v)
 		round++
 	}
 	b.avg(blocks(v, v+1))

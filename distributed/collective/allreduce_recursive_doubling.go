@@ -12,17 +12,11 @@ package collective
 // operands in the same order (lower virtual rank first), so every rank ends
 // with bitwise-identical values.
 func allReduceRecursiveDoubling(b *builder) {
-	c := b.call()
-	n, r, count := b.n, b.r, c.Count
-	if n == 1 {
-		return
-	}
-	buf := all(Out, count)
-	in := b.tmp(count)
-	v, ok := foldIn(b, buf, in)
+	buf, in, v, ok := foldedStart(b)
 	if !ok {
 		return
 	}
+	n, r := b.n, b.r
 	p := floorPow2(n)
 	round := 1
 	for mask := 1; mask < p; mask <<= 1 {
@@ -30,15 +24,36 @@ func allReduceRecursiveDoubling(b *builder) {
 		peer := unfoldRank(pv, n-p)
 		b.send(peer, round, buf)
 		b.recv(peer, round, in)
-		if pv < v {
-			b.reduce(buf, in, buf)
-		} else {
-			b.reduce(buf, buf, in)
-		}
+		reduceInOrder(b, buf, in, pv < v)
 		round++
 	}
 	b.avg(buf)
 	foldOut(b, buf, r, n-p)
+}
+
+// foldedStart begins the plan of an all-reduce that folds a group to a
+// power of two (foldIn): the whole output is the buffer, in a scratch
+// region of its size. ok is false where the plan is already complete: a
+// group of one, or a rank that sits out.
+func foldedStart(b *builder) (buf, in Region, v int, ok bool) {
+	if b.n == 1 {
+		return Region{}, Region{}, 0, false
+	}
+	count := b.call().Count
+	buf, in = all(Out, count), b.tmp(count)
+	v, ok = foldIn(b, buf, in)
+	return buf, in, v, ok
+}
+
+// reduceInOrder reduces got, a partner's partial result, into mine, the
+// operand of the lower virtual rank first (got's if theirsFirst), so
+// that both partners compute bitwise-identical values.
+func reduceInOrder(b *builder, mine, got Region, theirsFirst bool) {
+	if theirsFirst {
+		b.reduce(mine, got, mine)
+	} else {
+		b.reduce(mine, mine, got)
+	}
 }
 
 // foldIn reduces a group of size n to p = floorPow2(n) virtual ranks: each

@@ -6,16 +6,9 @@ package collective
 // no rank is everybody's first peer.
 func allToAllPairwise(b *builder) {
 	c := b.call()
-	n, r, count := b.n, b.r, c.Count
+	r, count := b.r, c.Count
 	in := func(i int) Region { return Region{In, i * count, count} }
 	out := func(i int) Region { return Region{Out, i * count, count} }
 	b.copy(out(r), in(r))
-	for k := 1; k < n; k++ {
-		to := mod(r+k, n)
-		b.send(to, 0, in(to))
-	}
-	for k := 1; k < n; k++ {
-		from := mod(r-k, n)
-		b.recv(from, 0, out(from))
-	}
+	b.exchangeAll(in, out)
 }

@@ -8,8 +8,7 @@ package collective
 func broadcastChain(b *builder) {
 	c := b.call()
 	n, count := b.n, c.Count
-	v := mod(b.r-c.Root, n)
-	real := func(u int) int { return mod(u+c.Root, n) }
+	v, real := b.fromRoot()
 	buf := all(Out, count)
 	segs := ceilDiv(count, b.seg)
 	var tasks []task

@@ -9,8 +9,7 @@ package collective
 func broadcastTree(b *builder) {
 	c := b.call()
 	n, count := b.n, c.Count
-	v := mod(b.r-c.Root, n)
-	real := func(u int) int { return mod(u+c.Root, n) }
+	v, real := b.fromRoot()
 	parent, children := binomialTree(v, n)
 	buf := all(Out, count)
 	segs := ceilDiv(count, b.seg)

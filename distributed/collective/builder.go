@@ -231,6 +231,28 @@ type builder struct {
 
 func (b *builder) call() Call { return b.p.Call }
 
+// exchangeAll appends one direct exchange, all message 0: a send to
+// every other rank, rank r+1 first, then a receive from every other, rank
+// r−1 first; send(to) and recv(from) give the regions.
+func (b *builder) exchangeAll(send func(to int) Region, recv func(from int) Region) {
+	n, r := b.n, b.r
+	for k := 1; k < n; k++ {
+		to := mod(r+k, n)
+		b.send(to, 0, send(to))
+	}
+	for k := 1; k < n; k++ {
+		from := mod(r-k, n)
+		b.recv(from, 0, recv(from))
+	}
+}
+
+// fromRoot returns this rank counted from the call's root (the root is
+// 0), and real, which maps such a number back to a rank.
+func (b *builder) fromRoot() (v int, real func(u int) int) {
+	root, n := b.call().Root, b.n
+	return mod(b.r-root, n), func(u int) int { return mod(u+root, n) }
+}
+
 func (b *builder) add(s Step) { b.p.Steps = append(b.p.Steps, s) }
 
 func (b *builder) send(peer int, msg int, src Region) {

@@ -584,33 +584,42 @@ func TestExecutorDesync(t *testing.T) {
 	}
 }
 
+// eachRank runs fn for the first ranks ranks of an inproc mesh of size,
+// each in its own goroutine, all within timeout, and returns their
+// errors once all have returned; the mesh is closed then.
+func eachRank(size, ranks int, timeout time.Duration, fn func(ctx context.Context, mesh []*inproc.Transport, r int) error) []error {
+	mesh := inproc.NewMesh(size)
+	defer closeMesh(mesh)
+	ctx, cancel := context.WithTimeout(context.Background(), timeout)
+	defer cancel()
+	errs := make([]error, size)
+	var wg sync.WaitGroup
+	for r := range ranks {
+		wg.Go(func() { errs[r] = fn(ctx, mesh, r) })
+	}
+	wg.Wait()
+	return errs
+}
+
 // TestExecutorPeerDeath kills one rank mid all-reduce: the others fail
 // promptly with an error naming it.
 func TestExecutorPeerDeath(t *testing.T) {
 	const size = 4
-	mesh := inproc.NewMesh(size)
-	defer closeMesh(mesh)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
 	start := time.Now()
-	for r := range size {
-		wg.Go(func() {
-			e, _ := NewExecutor(mesh[r], 0, []int{0, 1, 2, 3})
-			defer e.Close()
-			p, _ := NewPlan(Call{Kind: AllReduce, DType: Float32, Count: 1 << 16}, size, r, "ring", Tuning{SegmentBytes: 1024})
-			if r == 2 {
-				mesh[2].Kill()
-				return
-			}
-			errs[r] = e.Run(ctx, 1, p, nil, make([]byte, 4<<16))
-			if errs[r] != nil {
-				mesh[r].Close() // as the native backend does on abort
-			}
-		})
-	}
-	wg.Wait()
+	errs := eachRank(size, size, 10*time.Second, func(ctx context.Context, mesh []*inproc.Transport, r int) error {
+		e, _ := NewExecutor(mesh[r], 0, []int{0, 1, 2, 3})
+		defer e.Close()
+		p, _ := NewPlan(Call{Kind: AllReduce, DType: Float32, Count: 1 << 16}, size, r, "ring", Tuning{SegmentBytes: 1024})
+		if r == 2 {
+			mesh[2].Kill()
+			return nil
+		}
+		err := e.Run(ctx, 1, p, nil, make([]byte, 4<<16))
+		if err != nil {
+			mesh[r].Close() // as the native backend does on abort
+		}
+		return err
+	})
 	if d := time.Since(start); d > 5*time.Second {
 		t.Errorf("survivors took %v to fail", d)
 	}
@@ -639,21 +648,12 @@ func TestExecutorPeerDeath(t *testing.T) {
 // named in the error of the ranks waiting for it.
 func TestExecutorTimeoutNamesLateRank(t *testing.T) {
 	const size = 3
-	mesh := inproc.NewMesh(size)
-	defer closeMesh(mesh)
-	errs := make([]error, size)
-	var wg sync.WaitGroup
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
-	for r := range size - 1 {
-		wg.Go(func() {
-			e, _ := NewExecutor(mesh[r], 0, []int{0, 1, 2})
-			defer e.Close()
-			p, _ := NewPlan(Call{Kind: AllReduce, DType: Float32, Count: 10}, size, r, "", Tuning{})
-			errs[r] = e.Run(ctx, 4, p, nil, make([]byte, 40))
-		})
-	}
-	wg.Wait()
+	errs := eachRank(size, size-1, 200*time.Millisecond, func(ctx context.Context, mesh []*inproc.Transport, r int) error {
+		e, _ := NewExecutor(mesh[r], 0, []int{0, 1, 2})
+		defer e.Close()
+		p, _ := NewPlan(Call{Kind: AllReduce, DType: Float32, Count: 10}, size, r, "", Tuning{})
+		return e.Run(ctx, 4, p, nil, make([]byte, 40))
+	})
 	var se *StepError
 	if !errors.As(errs[0], &se) || se.Peer != 2 || !errors.Is(errs[0], context.DeadlineExceeded) {
 		t.Fatalf("rank 0: %v, want a deadline error naming rank 2", errs[0])

@@ -14,8 +14,7 @@ func reduceChain(b *builder) {
 		b.avg(all(Out, count))
 		return
 	}
-	v := mod(b.r-c.Root, n)
-	real := func(u int) int { return mod(u+c.Root, n) }
+	v, real := b.fromRoot()
 	buf := all(Out, count)
 	segs := ceilDiv(count, b.seg)
 	slotLen := min(b.seg, count)

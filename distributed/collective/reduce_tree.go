@@ -9,8 +9,7 @@ package collective
 func reduceTree(b *builder) {
 	c := b.call()
 	n, count := b.n, c.Count
-	v := mod(b.r-c.Root, n)
-	real := func(u int) int { return mod(u+c.Root, n) }
+	v, real := b.fromRoot()
 	buf := all(Out, count)
 	_, children := binomialTree(v, n)
 	var in Region

@@ -16,14 +16,7 @@ func reduceScatterDirect(b *builder) {
 	}
 	slots := b.tmp(n * count) // slot j holds rank j's chunk; slot r the partial
 	slot := func(j int) Region { return slots.sub(j*count, count) }
-	for k := 1; k < n; k++ {
-		to := mod(r+k, n)
-		b.send(to, 0, part(to))
-	}
-	for k := 1; k < n; k++ {
-		from := mod(r-k, n)
-		b.recv(from, 0, slot(from))
-	}
+	b.exchangeAll(part, slot)
 	x := func(j int) Region {
 		if j == r {
 			return part(r)

@@ -20,12 +20,7 @@ const (
 
 var dtypeNames = [...]string{"float32", "float64", "int64", "bfloat16", "float16"}
 
-func (d DType) String() string {
-	if d < numDTypes {
-		return dtypeNames[d]
-	}
-	return fmt.Sprintf("dtype(%d)", uint8(d))
-}
+func (d DType) String() string { return name(d, dtypeNames[:], "dtype") }
 
 // Size returns the size of one element in bytes (0 for an unknown dtype).
 func (d DType) Size() int {
@@ -56,12 +51,7 @@ const (
 
 var opNames = [...]string{"sum", "avg", "max", "min", "prod"}
 
-func (o Op) String() string {
-	if o < numOps {
-		return opNames[o]
-	}
-	return fmt.Sprintf("op(%d)", uint8(o))
-}
+func (o Op) String() string { return name(o, opNames[:], "op") }
 
 // Kind names a collective (or point-to-point) operation.
 type Kind uint8
@@ -87,12 +77,7 @@ const (
 var kindNames = [...]string{"allreduce", "broadcast", "reduce", "allgather", "reducescatter",
 	"alltoall", "gather", "scatter", "barrier", "send", "recv", "agree"}
 
-func (k Kind) String() string {
-	if k < numKinds {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+func (k Kind) String() string { return name(k, kindNames[:], "kind") }
 
 // reduces reports whether the kind combines values with an Op.
 func (k Kind) reduces() bool { return k == AllReduce || k == Reduce || k == ReduceScatter }
@@ -213,12 +198,7 @@ const (
 
 var bufNames = [...]string{"out", "in", "tmp"}
 
-func (b Buf) String() string {
-	if int(b) < len(bufNames) {
-		return bufNames[b]
-	}
-	return fmt.Sprintf("buf(%d)", uint8(b))
-}
+func (b Buf) String() string { return name(b, bufNames[:], "buf") }
 
 // Region is a range of elements [Off, Off+Len) of one buffer.
 type Region struct {
@@ -257,12 +237,7 @@ const (
 
 var stepNames = [...]string{"send", "recv", "reduce", "copy", "avg"}
 
-func (k StepKind) String() string {
-	if int(k) < len(stepNames) {
-		return stepNames[k]
-	}
-	return fmt.Sprintf("step(%d)", uint8(k))
-}
+func (k StepKind) String() string { return name(k, stepNames[:], "step") }
 
 // Step is one action of one rank. Send and Recv name a peer (a rank of the
 // group) and a message number, unique within the op for each ordered pair
@@ -346,4 +321,13 @@ func (p *Plan) String() string {
 		b.WriteString("\n")
 	}
 	return b.String()
+}
+
+// name returns v's name in names (one per value, in order), or kind(v)
+// for a value out of range.
+func name[T ~uint8](v T, names []string, kind string) string {
+	if int(v) < len(names) {
+		return names[v]
+	}
+	return fmt.Sprintf("%s(%d)", kind, uint8(v))
 }

@@ -147,44 +147,34 @@ func tolerance(dt distributed.DType) float64 {
 	return 1e-12
 }
 
-// buffer makes a Buffer of dt with f(i) as element i.
-func buffer(dt distributed.DType, n int, f func(i int) float64) distributed.Buffer {
+// Buffer makes a Buffer of n elements of dt with f(i) as element i
+// (rounded to dt).
+func Buffer(dt distributed.DType, n int, f func(i int) float64) distributed.Buffer {
 	switch dt {
 	case distributed.Float32:
-		s := make([]float32, n)
-		for i := range s {
-			s[i] = float32(f(i))
-		}
-		return distributed.F32(s)
+		return distributed.F32(fill(n, f, func(x float64) float32 { return float32(x) }))
 	case distributed.Float64:
-		s := make([]float64, n)
-		for i := range s {
-			s[i] = f(i)
-		}
-		return distributed.F64(s)
+		return distributed.F64(fill(n, f, func(x float64) float64 { return x }))
 	case distributed.Int64:
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = int64(f(i))
-		}
-		return distributed.I64(s)
+		return distributed.I64(fill(n, f, func(x float64) int64 { return int64(x) }))
 	case distributed.BFloat16:
-		s := make([]uint16, n)
-		for i := range s {
-			s[i] = distributed.BF16FromFloat32(float32(f(i)))
-		}
-		return distributed.BF16(s)
+		return distributed.BF16(fill(n, f, func(x float64) uint16 { return distributed.BF16FromFloat32(float32(x)) }))
 	default:
-		s := make([]uint16, n)
-		for i := range s {
-			s[i] = distributed.FP16FromFloat32(float32(f(i)))
-		}
-		return distributed.FP16(s)
+		return distributed.FP16(fill(n, f, func(x float64) uint16 { return distributed.FP16FromFloat32(float32(x)) }))
 	}
 }
 
-// at returns element i of b as a float64.
-func at(b distributed.Buffer, i int) float64 {
+// fill returns n elements, element i being conv(f(i)).
+func fill[T any](n int, f func(i int) float64, conv func(float64) T) []T {
+	s := make([]T, n)
+	for i := range s {
+		s[i] = conv(f(i))
+	}
+	return s
+}
+
+// At returns element i of b as a float64.
+func At(b distributed.Buffer, i int) float64 {
 	switch b.DType {
 	case distributed.Float32:
 		return float64(b.Float32s()[i])
@@ -205,7 +195,7 @@ func expect(t *testing.T, what string, b distributed.Buffer, want func(i int) fl
 	tol := tolerance(b.DType)
 	bad := 0
 	for i := range b.Len() {
-		got, w := at(b, i), want(i)
+		got, w := At(b, i), want(i)
 		if math.Abs(got-w) > tol*math.Max(1, math.Abs(w)) {
 			if bad < 3 {
 				t.Errorf("%s: element %d = %v, want %v", what, i, got, w)
@@ -224,7 +214,7 @@ func testAllReduce(ctx context.Context, t *testing.T, pg distributed.ProcessGrou
 		for _, op := range reduceOps {
 			for _, n := range counts(world) {
 				each(fmt.Sprintf("%v/%v/n=%d", dt, op, n), func(name string) {
-					b := buffer(dt, n, func(i int) float64 { return value(op, r, i) })
+					b := Buffer(dt, n, func(i int) float64 { return value(op, r, i) })
 					if check(t, name+" allreduce", pg.AllReduce(ctx, b, op).Wait()) {
 						expect(t, name+" allreduce", b, func(i int) float64 { return reduced(op, world, i, dt) })
 					}
@@ -237,7 +227,7 @@ func testAllReduce(ctx context.Context, t *testing.T, pg distributed.ProcessGrou
 			n = 1<<16 + 3
 		}
 		each(fmt.Sprintf("float32/sum/n=%d", n), func(name string) {
-			b := buffer(distributed.Float32, n, func(i int) float64 { return value(distributed.Sum, r, i) })
+			b := Buffer(distributed.Float32, n, func(i int) float64 { return value(distributed.Sum, r, i) })
 			if check(t, name+" allreduce", pg.AllReduce(ctx, b, distributed.Sum).Wait()) {
 				expect(t, name+" allreduce", b, func(i int) float64 { return reduced(distributed.Sum, world, i, distributed.Float32) })
 			}
@@ -258,7 +248,7 @@ func testBroadcast(ctx context.Context, t *testing.T, pg distributed.ProcessGrou
 		for _, root := range roots(world) {
 			for _, n := range counts(world) {
 				each(fmt.Sprintf("%v/root=%d/n=%d", dt, root, n), func(name string) {
-					b := buffer(dt, n, func(i int) float64 { return float64((r*5+i)%9 + 1) })
+					b := Buffer(dt, n, func(i int) float64 { return float64((r*5+i)%9 + 1) })
 					if check(t, name+" broadcast", pg.Broadcast(ctx, b, root).Wait()) {
 						expect(t, name+" broadcast", b, func(i int) float64 { return float64((root*5+i)%9 + 1) })
 					}
@@ -275,7 +265,7 @@ func testReduce(ctx context.Context, t *testing.T, pg distributed.ProcessGroup, 
 		for _, op := range reduceOps {
 			n := world + 1
 			each(fmt.Sprintf("%v/%v/root=%d/n=%d", dt, op, root, n), func(name string) {
-				b := buffer(dt, n, func(i int) float64 { return value(op, r, i) })
+				b := Buffer(dt, n, func(i int) float64 { return value(op, r, i) })
 				if check(t, name+" reduce", pg.Reduce(ctx, b, root, op).Wait()) && r == root {
 					expect(t, name+" reduce", b, func(i int) float64 { return reduced(op, world, i, dt) })
 				}
@@ -289,13 +279,13 @@ func testAllGather(ctx context.Context, t *testing.T, pg distributed.ProcessGrou
 	for _, dt := range dtypes {
 		for _, n := range counts(world) {
 			each(fmt.Sprintf("%v/n=%d", dt, n), func(name string) {
-				in := buffer(dt, n, func(i int) float64 { return float64(r*10 + i%10) })
-				out := buffer(dt, world*n, func(int) float64 { return -1 })
+				in := Buffer(dt, n, func(i int) float64 { return float64(r*10 + i%10) })
+				out := Buffer(dt, world*n, func(int) float64 { return -1 })
 				if check(t, name+" allgather", pg.AllGather(ctx, out, in).Wait()) {
 					expect(t, name+" allgather", out, func(i int) float64 { return float64(i/n*10 + i%n%10) })
 				}
 				// In place: the input is this rank's own chunk of the output.
-				out = buffer(dt, world*n, func(i int) float64 {
+				out = Buffer(dt, world*n, func(i int) float64 {
 					if i/n == r {
 						return float64(r*10 + i%n%10)
 					}
@@ -315,8 +305,8 @@ func testReduceScatter(ctx context.Context, t *testing.T, pg distributed.Process
 		for _, op := range []distributed.ReduceOp{distributed.Sum, distributed.Avg, distributed.Max} {
 			for _, n := range counts(world) {
 				each(fmt.Sprintf("%v/%v/n=%d", dt, op, n), func(name string) {
-					in := buffer(dt, world*n, func(i int) float64 { return value(op, r, i) })
-					out := buffer(dt, n, func(int) float64 { return -1 })
+					in := Buffer(dt, world*n, func(i int) float64 { return value(op, r, i) })
+					out := Buffer(dt, n, func(int) float64 { return -1 })
 					if check(t, name+" reducescatter", pg.ReduceScatter(ctx, out, in, op).Wait()) {
 						expect(t, name+" reducescatter", out, func(i int) float64 { return reduced(op, world, r*n+i, dt) })
 					}
@@ -332,8 +322,8 @@ func testAllToAll(ctx context.Context, t *testing.T, pg distributed.ProcessGroup
 		for _, chunk := range []int{0, 1, 3, 250} {
 			each(fmt.Sprintf("%v/chunk=%d", dt, chunk), func(name string) {
 				// Element k of chunk j on rank r encodes (r, j, k).
-				in := buffer(dt, world*chunk, func(i int) float64 { return float64(r*64 + i/chunk*8 + i%chunk%8) })
-				out := buffer(dt, world*chunk, func(int) float64 { return -1 })
+				in := Buffer(dt, world*chunk, func(i int) float64 { return float64(r*64 + i/chunk*8 + i%chunk%8) })
+				out := Buffer(dt, world*chunk, func(int) float64 { return -1 })
 				if check(t, name+" alltoall", pg.AllToAll(ctx, out, in).Wait()) {
 					expect(t, name+" alltoall", out, func(i int) float64 { return float64(i/chunk*64 + r*8 + i%chunk%8) })
 				}
@@ -342,42 +332,43 @@ func testAllToAll(ctx context.Context, t *testing.T, pg distributed.ProcessGroup
 	}
 }
 
-func testGather(ctx context.Context, t *testing.T, pg distributed.ProcessGroup, _ Config) {
-	r, world := pg.Rank(), pg.Size()
+// eachRoot runs fn for every dtype and root, n being world+1 elements a
+// rank, named "<dtype>/root=<root>/n=<n>".
+func eachRoot(world int, fn func(name string, dt distributed.DType, root, n int)) {
 	for _, dt := range dtypes {
 		for _, root := range roots(world) {
 			n := world + 1
-			each(fmt.Sprintf("%v/root=%d/n=%d", dt, root, n), func(name string) {
-				in := buffer(dt, n, func(i int) float64 { return float64(r*10 + i%10) })
-				var out distributed.Buffer
-				if r == root {
-					out = buffer(dt, world*n, func(int) float64 { return -1 })
-				}
-				if check(t, name+" gather", pg.Gather(ctx, out, in, root).Wait()) && r == root {
-					expect(t, name+" gather", out, func(i int) float64 { return float64(i/n*10 + i%n%10) })
-				}
-			})
+			each(fmt.Sprintf("%v/root=%d/n=%d", dt, root, n), func(name string) { fn(name, dt, root, n) })
 		}
 	}
 }
 
+func testGather(ctx context.Context, t *testing.T, pg distributed.ProcessGroup, _ Config) {
+	r, world := pg.Rank(), pg.Size()
+	eachRoot(world, func(name string, dt distributed.DType, root, n int) {
+		in := Buffer(dt, n, func(i int) float64 { return float64(r*10 + i%10) })
+		var out distributed.Buffer
+		if r == root {
+			out = Buffer(dt, world*n, func(int) float64 { return -1 })
+		}
+		if check(t, name+" gather", pg.Gather(ctx, out, in, root).Wait()) && r == root {
+			expect(t, name+" gather", out, func(i int) float64 { return float64(i/n*10 + i%n%10) })
+		}
+	})
+}
+
 func testScatter(ctx context.Context, t *testing.T, pg distributed.ProcessGroup, _ Config) {
 	r, world := pg.Rank(), pg.Size()
-	for _, dt := range dtypes {
-		for _, root := range roots(world) {
-			n := world + 1
-			each(fmt.Sprintf("%v/root=%d/n=%d", dt, root, n), func(name string) {
-				var in distributed.Buffer
-				if r == root {
-					in = buffer(dt, world*n, func(i int) float64 { return float64(i/n*10 + i%n%10) })
-				}
-				out := buffer(dt, n, func(int) float64 { return -1 })
-				if check(t, name+" scatter", pg.Scatter(ctx, out, in, root).Wait()) {
-					expect(t, name+" scatter", out, func(i int) float64 { return float64(r*10 + i%10) })
-				}
-			})
+	eachRoot(world, func(name string, dt distributed.DType, root, n int) {
+		var in distributed.Buffer
+		if r == root {
+			in = Buffer(dt, world*n, func(i int) float64 { return float64(i/n*10 + i%n%10) })
 		}
-	}
+		out := Buffer(dt, n, func(int) float64 { return -1 })
+		if check(t, name+" scatter", pg.Scatter(ctx, out, in, root).Wait()) {
+			expect(t, name+" scatter", out, func(i int) float64 { return float64(r*10 + i%10) })
+		}
+	})
 }
 
 // testSendRecv passes messages around the ring on two tags and receives
@@ -391,10 +382,10 @@ func testSendRecv(ctx context.Context, t *testing.T, pg distributed.ProcessGroup
 	for _, dt := range dtypes {
 		for _, n := range []int{0, 1, 1000} {
 			each(fmt.Sprintf("%v/n=%d", dt, n), func(name string) {
-				a := buffer(dt, n, func(i int) float64 { return float64(r*8 + i%8) })
-				b := buffer(dt, n, func(i int) float64 { return float64(r*8 + 100 + i%8) })
-				ga := buffer(dt, n, func(int) float64 { return -1 })
-				gb := buffer(dt, n, func(int) float64 { return -1 })
+				a := Buffer(dt, n, func(i int) float64 { return float64(r*8 + i%8) })
+				b := Buffer(dt, n, func(i int) float64 { return float64(r*8 + 100 + i%8) })
+				ga := Buffer(dt, n, func(int) float64 { return -1 })
+				gb := Buffer(dt, n, func(int) float64 { return -1 })
 				sa := pg.Send(ctx, a, next, 7)
 				sb := pg.Send(ctx, b, next, 8)
 				rb := pg.Recv(ctx, gb, prev, 8)
@@ -420,7 +411,7 @@ func testIssueOrder(ctx context.Context, t *testing.T, pg distributed.ProcessGro
 	bufs := make([]distributed.Buffer, ops)
 	works := make([]distributed.Work, ops)
 	for k := range ops {
-		bufs[k] = buffer(distributed.Float32, 100*(k%4)+1, func(i int) float64 { return float64(r + k + i%3) })
+		bufs[k] = Buffer(distributed.Float32, 100*(k%4)+1, func(i int) float64 { return float64(r + k + i%3) })
 		if k%5 == 4 {
 			works[k] = pg.Barrier(ctx)
 		} else {

@@ -31,6 +31,23 @@ func freePort(t *testing.T) int {
 	return ln.Addr().(*net.TCPAddr).Port
 }
 
+// launcherStore starts a store with token on loopback, as a launcher
+// does, and occupies another port (busy); both close when t ends.
+func launcherStore(t *testing.T, token string) (*tcpstore.Server, net.Listener) {
+	t.Helper()
+	srv, err := tcpstore.Listen("127.0.0.1:0", tcpstore.Options{Token: token, Logger: slog.New(slog.DiscardHandler)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { srv.Close() })
+	busy, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { busy.Close() })
+	return srv, busy
+}
+
 func TestConnectSingleProcess(t *testing.T) {
 	info, err := rendezvous.FromEnv(getenv(nil))
 	if err != nil {
@@ -122,16 +139,7 @@ func TestConnectRanks(t *testing.T) {
 // launcher's store and rank 0 does not try to serve one (MASTER_PORT is
 // deliberately occupied, so serving would fail).
 func TestConnectLauncherStore(t *testing.T) {
-	srv, err := tcpstore.Listen("127.0.0.1:0", tcpstore.Options{Token: "tok", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
+	srv, busy := launcherStore(t, "tok")
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
 	for rank := range 2 {
@@ -155,16 +163,7 @@ func TestConnectLauncherStore(t *testing.T) {
 }
 
 func TestConnectErrors(t *testing.T) {
-	srv, err := tcpstore.Listen("127.0.0.1:0", tcpstore.Options{Token: "right", Logger: slog.New(slog.DiscardHandler)})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
-	busy, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer busy.Close()
+	srv, busy := launcherStore(t, "right")
 	busyPort := busy.Addr().(*net.TCPAddr).Port
 	tests := []struct {
 		name    string

@@ -135,17 +135,7 @@ func TestFromEnv(t *testing.T) {
 			want: rendezvous.Info{Source: rendezvous.Single, WorldSize: 1, LocalWorldSize: 1, NumNodes: 1},
 		},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := rendezvous.FromEnv(getenv(tc.env))
-			if err != nil {
-				t.Fatalf("FromEnv: %v", err)
-			}
-			if got != tc.want {
-				t.Fatalf("FromEnv =\n %+v\nwant\n %+v", got, tc.want)
-			}
-		})
-	}
+	checkParsed(t, "FromEnv", rendezvous.FromEnv, tests)
 }
 
 // slurmEnv is task 5 of `srun -N4 -n7 …` on nodes gpu[01-03],gpu07 with
@@ -249,17 +239,7 @@ func TestNodeFromEnv(t *testing.T) {
 		{"indexed-job", map[string]string{"JOB_COMPLETION_INDEX": "3", "MASTER_ADDR": "j-0.svc", "MASTER_PORT": "29500", "COHORT_RUN_ID": "r"},
 			rendezvous.Node{Source: rendezvous.IndexedJob, NodeRank: 3, MasterAddr: "j-0.svc", MasterPort: 29500, RunID: "r"}},
 	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := rendezvous.NodeFromEnv(getenv(tc.env))
-			if err != nil {
-				t.Fatalf("NodeFromEnv: %v", err)
-			}
-			if got != tc.want {
-				t.Fatalf("NodeFromEnv =\n %+v\nwant\n %+v", got, tc.want)
-			}
-		})
-	}
+	checkParsed(t, "NodeFromEnv", rendezvous.NodeFromEnv, tests)
 }
 
 func TestNodeFromEnvErrors(t *testing.T) {
@@ -283,6 +263,26 @@ func TestNodeFromEnvErrors(t *testing.T) {
 			}
 			if !errors.Is(err, rendezvous.ErrEnv) || !strings.Contains(err.Error(), tc.want) {
 				t.Fatalf("error %q should wrap ErrEnv and contain %q", err, tc.want)
+			}
+		})
+	}
+}
+
+// checkParsed runs each case as a subtest: parse of its environment
+// (what names parse in messages) must succeed and return what it wants.
+func checkParsed[T comparable](t *testing.T, what string, parse func(func(string) string) (T, error), tests []struct {
+	name string
+	env  map[string]string
+	want T
+}) {
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := parse(getenv(tc.env))
+			if err != nil {
+				t.Fatalf("%s: %v", what, err)
+			}
+			if got != tc.want {
+				t.Fatalf("%s =\n %+v\nwant\n %+v", what, got, tc.want)
 			}
 		})
 	}

@@ -13,12 +13,9 @@ import (
 // TestPrefixConformance runs the store suite on a WithPrefix view: it is
 // a Store like the others.
 func TestPrefixConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Opener {
-		base := memstore.New()
-		view := rendezvous.WithPrefix(base, "round/3/")
-		t.Cleanup(func() { view.Close() })
-		return func(*testing.T) store.Store { return view }
-	})
+	storetest.Run(t, storetest.InProcess(func() store.Store {
+		return rendezvous.WithPrefix(memstore.New(), "round/3/")
+	}))
 }
 
 // TestPrefixIsolates: a view's keys live under its prefix in the store

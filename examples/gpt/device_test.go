@@ -3,7 +3,7 @@ package main
 import (
 	"context"
 	"io"
-	"slices"
+	"maps"
 	"strings"
 	"testing"
 
@@ -20,7 +20,7 @@ func TestDeviceFailsFast(t *testing.T) {
 	if cudatensor.Init(tensor.CUDA(0)) == nil {
 		t.Skip("skipped: a GPU is present")
 	}
-	err := run(context.Background(), c, io.Discard)
+	_, err := run(context.Background(), c, io.Discard)
 	if err == nil || !strings.HasPrefix(err.Error(), "cudatensor: cuda:0: ") || strings.Contains(err.Error(), "\n") {
 		t.Fatalf("run: %v, want the one-line device error", err)
 	}
@@ -32,15 +32,17 @@ func TestDeviceFailsFast(t *testing.T) {
 // (the model in, the losses out) are all a step needs.
 func TestTrainOnFakeDevice(t *testing.T) {
 	path := opticksHead(t, 20_000)
-	losses := map[string][]float64{}
+	losses := map[string]curve{}
 	for _, dev := range []string{"cpu", fakebackend.Kind} {
-		c := config{steps: 3, batch: 2, seed: 3, logEvery: 1, evalEvery: 3, data: path, model: tiny, device: dev,
-			record: func(what string, step int, loss float64) { losses[dev] = append(losses[dev], loss) }}
-		if err := run(context.Background(), c, io.Discard); err != nil {
+		c := config{steps: 3, batch: 2, seed: 3, logEvery: 1, evalEvery: 3, data: path, model: tiny, device: dev}
+		cv, err := run(context.Background(), c, io.Discard)
+		if err != nil {
 			t.Fatalf("-device %s: %v", dev, err)
 		}
+		losses[dev] = cv
 	}
-	if len(losses["cpu"]) == 0 || !slices.Equal(losses["cpu"], losses[fakebackend.Kind]) {
-		t.Errorf("losses %v on the fake device, %v on the CPU", losses[fakebackend.Kind], losses["cpu"])
+	cpu, fake := losses["cpu"], losses[fakebackend.Kind]
+	if len(cpu.train) != 3 || len(cpu.val) != 1 || !maps.Equal(cpu.train, fake.train) || !maps.Equal(cpu.val, fake.val) {
+		t.Errorf("losses %v on the fake device, %v on the CPU", fake, cpu)
 	}
 }

@@ -25,6 +25,9 @@
 // backward. Without pipeline or tensor parallelism, -microbatches N runs
 // the batch in N parts whose gradients accumulate before the one update.
 //
+// -layers, -width, -heads and -context size the model (GPT-mini's by
+// default; -init must match).
+//
 // -batch is the number of sequences per data-parallel replica and step,
 // whatever the pipeline and tensor sizes. All replicas draw from one
 // identically seeded generator and replica r keeps slice r of the draw,
@@ -64,6 +67,7 @@ import (
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/obs"
 	"github.com/cohortml/cohort/pipeline"
+	"github.com/cohortml/cohort/recipe"
 )
 
 type config struct {
@@ -76,7 +80,8 @@ type config struct {
 	init      string // weights from gpt_bench.py --dump-init; "" draws them from seed
 	device    string // where to train: "cpu" (or ""), "cuda", "cuda:N"
 	dtype     string // the products' dtype: "fp32" (or "") or "bf16" (recipe.ParseDType)
-	model     models.GPTConfig
+	// The model, byte-level (vocab 256): -layers, -width, -heads, -context.
+	model models.GPTConfig
 
 	// The layout: dp × pp × tp ranks (0: dp = ranks/(pp·tp)), the
 	// pipeline's schedule, microbatches (0: 2·pp), virtual stages.
@@ -91,9 +96,6 @@ type config struct {
 
 	getenv func(string) string  // the environment obs reads (COHORT_PROGRESS, COHORT_TRACE, …); nil: none
 	stop   *distributed.Stopper // ends the run after a step when a signal came; nil never does
-	// record, when set, sees this rank's loss of every step ("train") and
-	// every validation ("val"): the tests' view of the run.
-	record func(what string, step int, loss float64)
 }
 
 func main() {
@@ -101,7 +103,11 @@ func main() {
 	flag.IntVar(&c.steps, "steps", 300, "training steps")
 	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.StringVar(&c.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation; float32 weights, gradients and optimizer)")
-	flag.IntVar(&c.batch, "batch", 32, "sequences of 64 bytes per data-parallel replica and step")
+	flag.IntVar(&c.batch, "batch", 32, "sequences (of -context bytes) per data-parallel replica and step")
+	flag.IntVar(&c.model.NLayer, "layers", c.model.NLayer, "transformer blocks")
+	flag.IntVar(&c.model.D, "width", c.model.D, "model width (a multiple of -heads)")
+	flag.IntVar(&c.model.NHead, "heads", c.model.NHead, "attention heads per block")
+	flag.IntVar(&c.model.Ctx, "context", c.model.Ctx, "bytes per training window: the longest sequence")
 	flag.Uint64Var(&c.seed, "seed", 0, "seed of the initial weights and of the data stream (the same on every rank)")
 	flag.IntVar(&c.evalEvery, "eval-every", 100, "validate every N steps (0: only at the end)")
 	flag.IntVar(&c.logEvery, "log-every", 25, "print the training loss every N steps")
@@ -115,39 +121,32 @@ func main() {
 	flag.IntVar(&c.virtual, "virtual", 0, "stages per pipeline rank for -schedule interleaved (default 2)")
 	flag.BoolVar(&c.recompute, "recompute", false, "recompute each stage's activations in backward instead of keeping them")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this .safetensors file (PyTorch names)")
-	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
-	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
-	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "checkpoints to keep (0: all)")
+	warnCheckpointFlags := recipe.CheckpointFlags(flag.CommandLine, "gpt", &c.ckptDir, &c.ckptEvery, &c.ckptKeep)
 	flag.Parse()
-	if c.ckptDir == "" {
-		flag.Visit(func(f *flag.Flag) {
-			if f.Name == "checkpoint-every" || f.Name == "checkpoint-keep" {
-				fmt.Fprintf(os.Stderr, "gpt: warning: -%s does nothing without -checkpoint-dir\n", f.Name)
-			}
-		})
-	}
+	warnCheckpointFlags(os.Stderr)
 	// Under mpirun/srun, "[rank N] " starts the error line and the
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
 	distributed.Main("gpt", prefix, func(ctx context.Context, stop *distributed.Stopper) error {
 		c.stop = stop
-		return run(ctx, c, os.Stdout)
+		_, err := run(ctx, c, os.Stdout)
+		return err
 	})
 }
 
-// run joins the job (the launcher's world, or a world of one) and trains.
-func run(ctx context.Context, c config, out io.Writer) error {
+// run joins the job (the launcher's world, or a world of one) and trains;
+// it returns this rank's loss curve.
+func run(ctx context.Context, c config, out io.Writer) (curve, error) {
 	if err := c.validate(); err != nil {
-		return err
+		return curve{}, err
 	}
 	dev, err := cudatensor.Open(c.device)
 	if err != nil {
-		return err // before any data is loaded
+		return curve{}, err // before any data is loaded
 	}
 	pg, err := distributed.InitFromEnvOn(ctx, dev) // nccl for a GPU, unless COHORT_BACKEND names one
-
 	if err != nil {
-		return err
+		return curve{}, err
 	}
 	defer pg.Close()
 	return train(ctx, c, pg, out)
@@ -161,6 +160,9 @@ func (c config) validate() error {
 	if c.dp < 0 || c.pp < 0 || c.tp < 0 || c.microbatches < 0 || c.virtual < 0 {
 		return fmt.Errorf("-dp %d, -pp %d, -tp %d, -microbatches %d, -virtual %d: want sizes ≥ 1 (or 0: the default)",
 			c.dp, c.pp, c.tp, c.microbatches, c.virtual)
+	}
+	if m := c.model; m.NLayer < 1 || m.D < 1 || m.NHead < 1 || m.Ctx < 1 || m.D%m.NHead != 0 {
+		return fmt.Errorf("-layers %d, -width %d, -heads %d, -context %d: want sizes ≥ 1, the width a multiple of the heads", m.NLayer, m.D, m.NHead, m.Ctx)
 	}
 	if (c.ckptDir != "" && c.ckptEvery < 1) || c.ckptKeep < 0 {
 		return fmt.Errorf("-checkpoint-every %d, -checkpoint-keep %d: want every ≥ 1 and keep ≥ 0", c.ckptEvery, c.ckptKeep)

@@ -12,14 +12,13 @@ import (
 	"regexp"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
-	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/examples/internal/exampletest"
 	"github.com/cohortml/cohort/models"
 )
 
@@ -54,21 +53,6 @@ func opticksHead(t *testing.T, n int) string {
 	return p
 }
 
-// lossTrace collects what config.record sees.
-type lossTrace struct {
-	mu    sync.Mutex
-	train map[int]float64
-	val   map[int]float64
-}
-
-func newTrace() *lossTrace { return &lossTrace{train: map[int]float64{}, val: map[int]float64{}} }
-
-func (tr *lossTrace) record(what string, step int, loss float64) {
-	tr.mu.Lock()
-	defer tr.mu.Unlock()
-	map[string]map[int]float64{"train": tr.train, "val": tr.val}[what][step] = loss
-}
-
 // TestMatchesPyTorch trains the small model of testdata/tiny_golden.json
 // (written by make_golden.py with the anchor's gpt_mini.py) from the same
 // initial weights on the same batches and checks every step's loss and the
@@ -89,11 +73,11 @@ func TestMatchesPyTorch(t *testing.T) {
 	if err := json.Unmarshal(raw, &g); err != nil {
 		t.Fatal(err)
 	}
-	tr := newTrace()
 	c := config{steps: g.Steps, batch: g.Batch, seed: g.Seed, logEvery: 10, data: path,
-		init: filepath.Join("testdata", "tiny_init.bin"), model: tiny, record: tr.record}
+		init: filepath.Join("testdata", "tiny_init.bin"), model: tiny}
 	var out bytes.Buffer
-	if err := run(context.Background(), c, &out); err != nil {
+	tr, err := run(context.Background(), c, &out)
+	if err != nil {
 		t.Fatalf("%v\noutput:\n%s", err, out.String())
 	}
 	worst := 0.0
@@ -118,7 +102,7 @@ func TestTrainLearns(t *testing.T) {
 	c := config{steps: 40, batch: 8, seed: 1, evalEvery: 20, logEvery: 10, data: path,
 		model: models.GPTConfig{Vocab: 256, Ctx: 16, NLayer: 1, D: 32, NHead: 2}}
 	var out bytes.Buffer
-	if err := run(context.Background(), c, &out); err != nil {
+	if _, err := run(context.Background(), c, &out); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSpace(out.String()), "\n")
@@ -157,22 +141,22 @@ func TestDataParallelEqualsOneProcess(t *testing.T) {
 	base := config{steps: steps, seed: 5, logEvery: 3, evalEvery: 3, data: path, model: tiny}
 	for _, world := range []int{2, 3} {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			one := newTrace()
+			var one curve
 			c := base
-			c.batch, c.record = world*batch, one.record
+			c.batch = world * batch
 			distributedtest.Run(t, 1, func(t *testing.T, pg distributed.ProcessGroup) {
-				if err := train(distributedtest.Context(t, time.Minute), c, pg, &bytes.Buffer{}); err != nil {
+				var err error
+				if one, err = train(distributedtest.Context(t, time.Minute), c, pg, &bytes.Buffer{}); err != nil {
 					t.Error(err)
 				}
 			})
-			ranks := make([]*lossTrace, world)
+			ranks := make([]curve, world)
 			outs := make([]bytes.Buffer, world)
 			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-				tr := newTrace()
-				ranks[pg.Rank()] = tr
 				c := base
-				c.batch, c.record = batch, tr.record
-				if err := train(distributedtest.Context(t, time.Minute), c, pg, &outs[pg.Rank()]); err != nil {
+				c.batch = batch
+				var err error
+				if ranks[pg.Rank()], err = train(distributedtest.Context(t, time.Minute), c, pg, &outs[pg.Rank()]); err != nil {
 					t.Error(err)
 				}
 			})
@@ -220,7 +204,7 @@ func TestDistributed(t *testing.T) {
 		if cfg.pp == 1 {
 			cfg.batch /= 2 // two replicas of 2 draw the 4 windows of one process
 		}
-		if err := run(context.Background(), cfg, os.Stdout); err != nil {
+		if _, err := run(context.Background(), cfg, os.Stdout); err != nil {
 			t.Fatal(err)
 		}
 		return
@@ -229,10 +213,10 @@ func TestDistributed(t *testing.T) {
 		t.Skip("starts two processes")
 	}
 	path := opticksHead(t, 30_000)
-	one := newTrace()
 	c := cfg
-	c.data, c.record = path, one.record
-	if err := run(context.Background(), c, &bytes.Buffer{}); err != nil {
+	c.data = path
+	one, err := run(context.Background(), c, &bytes.Buffer{})
+	if err != nil {
 		t.Fatal(err)
 	}
 	for _, tc := range []struct{ name, pp, describe string }{
@@ -240,22 +224,10 @@ func TestDistributed(t *testing.T) {
 		{"pp=2", "2", "dp 1 × pp 2 × tp 1, 1f1b, 4 microbatches of 1×16; 1 replica(s) × batch 4"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var stdout, stderr bytes.Buffer
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			err := launch.Run(ctx, launch.Config{
-				NProcPerNode: 2,
-				Program:      os.Args[0],
-				Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
-				Env:          append(os.Environ(), workerEnv+"="+tc.pp, "OPTICKS="+path),
-				Stdout:       &stdout,
-				Stderr:       &stderr,
-			})
-			t.Logf("workers' output:\n%s%s", stdout.String(), stderr.String())
+			out, err := exampletest.RunWorkers(t, "TestDistributed", 2, workerEnv+"="+tc.pp, "OPTICKS="+path)
 			if err != nil {
 				t.Fatal(err)
 			}
-			out := stdout.String()
 			if !strings.Contains(out, "[rank 0] GPT 2 layers, width 16, 2 heads, 10944 parameters; "+tc.describe) {
 				t.Errorf("rank 0 did not describe the job as %q", tc.describe)
 			}
@@ -316,11 +288,11 @@ func TestPyTorchCurve(t *testing.T) {
 	if os.Getenv("COHORT_GPT_LONG") != "" {
 		steps = 300
 	}
-	tr := newTrace()
 	c := config{steps: steps, batch: 32, seed: 0, logEvery: 10, data: path, init: init,
-		model: models.GPTMini(), record: tr.record}
+		model: models.GPTMini()}
 	var out bytes.Buffer
-	if err := run(context.Background(), c, &out); err != nil {
+	tr, err := run(context.Background(), c, &out)
+	if err != nil {
 		t.Fatalf("%v\n%s", err, out.String())
 	}
 	worst := 0.0
@@ -351,6 +323,8 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		{"batch", func(c *config) { c.batch = -1 }, "-batch -1"},
 		{"eval-every", func(c *config) { c.evalEvery = -1 }, "-eval-every -1"},
 		{"log-every", func(c *config) { c.logEvery = 0 }, "-log-every 0"},
+		{"heads", func(c *config) { c.model.NHead = 3 }, "-width 16, -heads 3"},
+		{"layers", func(c *config) { c.model.NLayer = 0 }, "-layers 0"},
 		{"negative size", func(c *config) { c.tp = -1 }, "-tp -1"},
 		{"stages without ranks", func(c *config) { c.data = opticks(t); c.pp = 2 }, "-pp 2 × -tp 1 does not divide the 1 ranks"},
 		{"replicas without ranks", func(c *config) { c.data = opticks(t); c.dp = 2 }, "-dp 2 × -pp 1 × -tp 1 = 2 ranks, but the job has 1"},
@@ -367,7 +341,7 @@ func TestRunRejectsBadFlags(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			c := good
 			tc.modify(&c)
-			err := run(context.Background(), c, &bytes.Buffer{})
+			_, err := run(context.Background(), c, &bytes.Buffer{})
 			if err == nil || !strings.Contains(err.Error(), tc.want) {
 				t.Errorf("run: %v, want an error mentioning %q", err, tc.want)
 			}

@@ -29,7 +29,7 @@ var deep = models.GPTConfig{Vocab: 256, Ctx: 16, NLayer: 4, D: 16, NHead: 2}
 
 // layoutRun is the outcome of one run of train on goroutine ranks.
 type layoutRun struct {
-	ranks []*lossTrace
+	ranks []curve
 	outs  []bytes.Buffer
 	errs  []error
 }
@@ -37,13 +37,9 @@ type layoutRun struct {
 // runRanks runs train with c on world goroutine ranks.
 func runRanks(t *testing.T, world int, c config) *layoutRun {
 	t.Helper()
-	r := &layoutRun{ranks: make([]*lossTrace, world), outs: make([]bytes.Buffer, world), errs: make([]error, world)}
+	r := &layoutRun{ranks: make([]curve, world), outs: make([]bytes.Buffer, world), errs: make([]error, world)}
 	distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-		tr := newTrace()
-		r.ranks[pg.Rank()] = tr
-		c := c
-		c.record = tr.record
-		r.errs[pg.Rank()] = train(distributedtest.Context(t, 2*time.Minute), c, pg, &r.outs[pg.Rank()])
+		r.ranks[pg.Rank()], r.errs[pg.Rank()] = train(distributedtest.Context(t, 2*time.Minute), c, pg, &r.outs[pg.Rank()])
 	})
 	return r
 }

@@ -23,72 +23,70 @@ import (
 	"github.com/cohortml/cohort/tensor"
 )
 
-// train runs the job on this rank of pg; rank 0 reports to out.
-func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Writer) error {
+// train runs the job on this rank of pg; rank 0 reports to out. It
+// returns this rank's loss curve.
+func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Writer) (cv curve, err error) {
 	if err := c.validate(); err != nil {
-		return err
+		return cv, err
 	}
 	lay, err := c.layout(pg.Size())
 	if err != nil {
-		return err
+		return cv, err
 	}
 	dev, err := cudatensor.Open(c.device)
 	if err != nil {
-		return err
+		return cv, err
 	}
 	if !dev.IsCPU() && (lay.PP > 1 || lay.TP > 1) {
-		return fmt.Errorf("-device %v with %v: the pipeline and tensor-parallel layouts keep host buffers; on a device, use data parallelism (-dp)", dev, lay)
+		return cv, fmt.Errorf("-device %v with %v: the pipeline and tensor-parallel layouts keep host buffers; on a device, use data parallelism (-dp)", dev, lay)
 	}
 	corpus, err := loadCorpus(ctx, c.data, c.model.Ctx)
 	if err != nil {
-		return err
+		return cv, err
 	}
 	if windows := len(corpus.Train) - c.model.Ctx; c.batch*lay.DP > windows {
-		return fmt.Errorf("-batch %d × %d replicas: more windows a step than the %d the training text holds (%d bytes)", c.batch, lay.DP, max(windows, 0), len(corpus.Train))
+		return cv, fmt.Errorf("-batch %d × %d replicas: more windows a step than the %d the training text holds (%d bytes)", c.batch, lay.DP, max(windows, 0), len(corpus.Train))
 	}
 	rank, world := pg.Rank(), pg.Size()
-	record := c.record
-	if record == nil {
-		record = func(string, int, float64) {}
-	}
+	cv = curve{train: map[int]float64{}, val: map[int]float64{}}
 
 	// Every rank builds the whole model from the same seed (or -init, or
 	// the checkpoint it resumes from); par keeps this rank's part of it.
 	model, err := models.NewGPT(rand.New(rand.NewPCG(c.seed, 0)), c.model)
 	if err != nil {
-		return err
+		return cv, err
 	}
 	if c.init != "" {
 		if err := checkpoint.LoadDump(c.init, model); err != nil {
-			return fmt.Errorf("-init: %w", err)
+			return cv, fmt.Errorf("-init: %w", err)
 		}
 	}
 	job := job{Model: c.model, Seed: c.seed, Batch: c.batch, DP: lay.DP}
 	resume, skipped, err := resumeFrom(c.ckptDir, job, model)
 	if err != nil {
-		return err
+		return cv, err
 	}
 	nn.To(model, dev)
 	if err := recipe.UseDType(model, c.dtype, rank, os.Stderr); err != nil {
-		return err
+		return cv, err
 	}
 	par, err := parallel.NewGPT(ctx, pg, model, lay)
 	if err != nil {
-		return err
+		return cv, err
 	}
 	defer par.Close()
 	opt, err := recipe.NewAdamW(par.Parameters())
 	if err != nil {
-		return err
+		return cv, err
 	}
 	step := 0 // steps done
 	if resume != nil {
 		m1, m2 := opt.Moments()
 		if err := par.LoadStateInto(resume.expAvg, m1); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", resume.dir, err)
+			return cv, fmt.Errorf("checkpoint %s: %w", resume.dir, err)
 		}
 		if err := par.LoadStateInto(resume.expAvgSq, m2); err != nil {
-			return fmt.Errorf("checkpoint %s: %w", resume.dir, err)
+			return cv, fmt.Errorf("checkpoint %s: %w", resume.dir, err)
 		}
 		step = int(resume.step)
 		opt.SetSteps(resume.step)
@@ -98,7 +96,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	replica, replicas := par.Replica()
 	stream, err := corpus.NewWindowStream(c.seed, replicas, replica, c.batch)
 	if err != nil {
-		return err
+		return cv, err
 	}
 	if resume != nil {
 		stream.Skip(resume.dataSteps)
@@ -108,7 +106,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	watch, err := obs.Start(ctx, obs.FromEnv(c.getenv, obs.Options{Name: "gpt", TotalSteps: c.steps, Unit: "tokens",
 		Rank: rank, WorldSize: world, Job: distributed.JobID(pg), Progress: out}))
 	if err != nil {
-		return err
+		return cv, err
 	}
 	closeWatch := sync.OnceValue(watch.Close) // prints the progress line's last words
 	defer closeWatch()
@@ -145,7 +143,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		loss, err := par.ForwardBackward(ctx, x, y)
 		end()
 		if err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
+			return cv, fmt.Errorf("step %d: %w", step, err)
 		}
 		end = spans.Begin(trace.Compute, "optimizer").End
 		_, err = par.ClipGradNorm(ctx, recipe.ClipNorm)
@@ -153,21 +151,21 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		opt.ZeroGrad()
 		end()
 		if err != nil {
-			return fmt.Errorf("step %d: %w", step, err)
+			return cv, fmt.Errorf("step %d: %w", step, err)
 		}
 		// Samples counts this rank's share of the job's tokens (the progress
 		// line multiplies by the ranks); an epoch is len(Train) tokens drawn.
 		epoch := 1 + (step-1)*tokens/max(len(corpus.Train), 1)
 		timer.Done(obs.Step{Step: step - 1, Epoch: epoch, Loss: loss, Samples: tokens / world})
 		lossSum += loss
-		record("train", step, loss)
+		cv.train[step] = loss
 
 		if step%c.logEvery == 0 || step == c.steps {
 			n := min((step-1)%c.logEvery+1, step-first+1)
 			// The mean over the ranks is the loss of the job's whole batch.
 			mean := []float64{loss, lossSum / float64(n)}
 			if err := pg.AllReduce(ctx, distributed.F64(mean), distributed.Avg).Wait(); err != nil {
-				return fmt.Errorf("step %d: averaging the loss over the ranks: %w", step, err)
+				return cv, fmt.Errorf("step %d: averaging the loss over the ranks: %w", step, err)
 			}
 			if rank == 0 {
 				fmt.Fprintf(out, "step %d: train loss %.4f, mean of steps %d–%d %.4f, %.0f tokens/s\n",
@@ -180,9 +178,9 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		if validated {
 			v, err := par.ValLoss(ctx, corpus)
 			if err != nil {
-				return fmt.Errorf("step %d: validation: %w", step, err)
+				return cv, fmt.Errorf("step %d: validation: %w", step, err)
 			}
-			record("val", step, v)
+			cv.val[step] = v
 			if rank == 0 {
 				fmt.Fprintf(out, "step %d: val loss %.4f\n", step, v)
 			}
@@ -191,7 +189,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		// when a signal stops the job.
 		saving := c.ckptDir != "" && (step%c.ckptEvery == 0 || step == c.steps)
 		if err := c.stop.AfterStep(ctx, pg, step, c.ckptDir, saving, func() error { return save(step) }); err != nil {
-			return err
+			return cv, err
 		}
 		if validated || saving {
 			evalTime, logStart = evalTime+time.Since(t), time.Now() // not training throughput
@@ -200,25 +198,25 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	elapsed := time.Since(start) - evalTime
 	v, err := par.ValLoss(ctx, corpus)
 	if err != nil {
-		return fmt.Errorf("final validation: %w", err)
+		return cv, fmt.Errorf("final validation: %w", err)
 	}
-	record("val", c.steps, v)
+	cv.val[c.steps] = v
 	if c.save != "" {
 		if err := par.GatherInto(ctx, model); err != nil {
-			return fmt.Errorf("-save: %w", err)
+			return cv, fmt.Errorf("-save: %w", err)
 		}
 		if rank == 0 {
 			if err := checkpoint.SaveModel(c.save, model, checkpoint.GPTNames, map[string]string{"format": "pt"}); err != nil {
-				return fmt.Errorf("-save: %w", err)
+				return cv, fmt.Errorf("-save: %w", err)
 			}
 		}
 	}
 	// No rank leaves (closing its links) before every rank is done.
 	if err := pg.Barrier(ctx).Wait(); err != nil {
-		return fmt.Errorf("final barrier: %w", err)
+		return cv, fmt.Errorf("final barrier: %w", err)
 	}
 	if err := closeWatch(); err != nil { // before the result
-		return err
+		return cv, err
 	}
 	if rank == 0 {
 		if c.save != "" {
@@ -229,8 +227,12 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		}
 		fmt.Fprintf(out, "val loss: %.4f\n", v)
 	}
-	return nil
+	return cv, nil
 }
+
+// curve is a rank's losses by step: every step's training loss (this
+// rank's batch) and every validation's.
+type curve struct{ train, val map[int]float64 }
 
 // loadCorpus reads the text at path, or when path is "" the Opticks that
 // datasets.OpticksPath finds, split 90/10 into windows of context bytes.

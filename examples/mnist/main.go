@@ -59,8 +59,6 @@ type config struct {
 	stop        *distributed.Stopper    // ends the run after a step when a signal came; nil: never
 	verifyEvery int                     // the divergence guard's period in steps (ddp.Options.VerifyEvery), 0: off
 	getenv      func(key string) string // the environment obs reads (COHORT_TRACE, COHORT_DASHBOARD, …); nil: none
-
-	stopAfter int // tests: return after this many steps in all (a crash), 0: never
 }
 
 func main() {
@@ -76,18 +74,10 @@ func main() {
 	flag.StringVar(&c.device, "device", "cpu", "where to train: cpu, cuda or cuda:N")
 	flag.StringVar(&c.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation; float32 weights, gradients and optimizer)")
 	flag.StringVar(&c.save, "save", "", "write the final weights to this safetensors file (PyTorch nn.Sequential names)")
-	flag.StringVar(&c.ckptDir, "checkpoint-dir", "", "save the training state in this directory and resume from its newest complete checkpoint")
-	flag.IntVar(&c.ckptEvery, "checkpoint-every", 100, "steps between checkpoints (with -checkpoint-dir)")
-	flag.IntVar(&c.ckptKeep, "checkpoint-keep", 2, "how many checkpoints to keep (0: all)")
+	warnCheckpointFlags := recipe.CheckpointFlags(flag.CommandLine, "mnist", &c.ckptDir, &c.ckptEvery, &c.ckptKeep)
 	flag.IntVar(&c.verifyEvery, "verify-every", 0, "check every N steps that all ranks' parameters are equal, stopping the job naming the rank and parameter that diverged (0: never)")
 	flag.Parse()
-	if c.ckptDir == "" {
-		flag.Visit(func(f *flag.Flag) {
-			if f.Name == "checkpoint-every" || f.Name == "checkpoint-keep" {
-				fmt.Fprintf(os.Stderr, "mnist: warning: -%s does nothing without -checkpoint-dir\n", f.Name)
-			}
-		})
-	}
+	warnCheckpointFlags(os.Stderr)
 	// Under mpirun/srun, "[rank N] " starts the error line and the
 	// library's log lines, as it does obs.Run.Out's.
 	prefix := obs.FromEnv(os.Getenv, obs.Options{}).LinePrefix
@@ -295,10 +285,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 			step++
 			pos.Advance(len(idx), len(share))
 			due := c.ckptDir != "" && (step%c.ckptEvery == 0 || step == tmax)
-			if err := c.stop.AfterStep(ctx, pg, step, c.ckptDir, due, func() error { return save(step) }); err != nil || step != c.stopAfter {
-				return err
-			}
-			return errStopped
+			return c.stop.AfterStep(ctx, pg, step, c.ckptDir, due, func() error { return save(step) })
 		}
 		start := time.Now()
 		stepTimes = stepTimes[:0]
@@ -354,9 +341,6 @@ func (c config) load(ctx context.Context) (trainSet, test *datasets.MNIST, err e
 	}
 	return trainSet, test, nil
 }
-
-// errStopped ends a run at config.stopAfter, as a crash would.
-var errStopped = errors.New("stopped after the requested number of steps")
 
 // job is what a checkpoint must agree with to be resumed (the world size
 // may change).

@@ -24,7 +24,7 @@ import (
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
-	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/examples/internal/exampletest"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -116,23 +116,11 @@ func TestDistributed(t *testing.T) {
 	if _, _, err := datasets.LoadMNIST(""); err != nil {
 		t.Skipf("MNIST not available: %v", err)
 	}
-	var stdout, stderr bytes.Buffer
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
 	dir := t.TempDir()
-	err := launch.Run(ctx, launch.Config{
-		NProcPerNode: 2,
-		Program:      os.Args[0],
-		Args:         []string{"-test.run=^TestDistributed$", "-test.timeout=2m"},
-		Env:          append(os.Environ(), workerEnv+"=1", workerDirEnv+"="+dir, "COHORT_TRACE="+filepath.Join(dir, "trace"), "COHORT_PROGRESS=on"),
-		Stdout:       &stdout,
-		Stderr:       &stderr,
-	})
-	t.Logf("workers' output:\n%s%s", stdout.String(), stderr.String())
+	out, err := exampletest.RunWorkers(t, "TestDistributed", 2, workerEnv+"=1", workerDirEnv+"="+dir, "COHORT_TRACE="+filepath.Join(dir, "trace"), "COHORT_PROGRESS=on")
 	if err != nil {
 		t.Fatal(err)
 	}
-	out := stdout.String()
 	for _, want := range []string{
 		"[rank 0] mlp on 2 rank(s), batch 32 per rank, peak lr 0.0500, 80 steps", // 2560/2 samples, 40 batches, 2 epochs
 		"[rank 0] epoch 2: ", "[rank 1] epoch 2: ",
@@ -204,7 +192,7 @@ func sameParams(t *testing.T, a, b nn.Module) {
 	}
 }
 
-// TestResume trains a run uninterrupted, and the same run stopped after
+// TestResume trains a run uninterrupted, and the same run crashed after
 // 8 steps (a crash; the last checkpoint is at step 6) and started again:
 // the resumed run picks up the newest checkpoint and ends with the same
 // weights, bit for bit. The ranks run in this process over the in-process
@@ -235,10 +223,11 @@ func TestResume(t *testing.T) {
 				t.Fatalf("uninterrupted run: %v\n%s", errs, out[0])
 			}
 			crash := base
-			crash.ckptDir, crash.stopAfter = filepath.Join(dir, "resumed"), 8
-			if out, errs := runs(crash); !errors.Is(errs[0], errStopped) {
-				t.Fatalf("run stopped after 8 steps: %v\n%s", errs, out[0])
+			crash.ckptDir, crash.ckptKeep = filepath.Join(dir, "resumed"), 0
+			if out, errs := runs(crash); errors.Join(errs...) != nil {
+				t.Fatalf("run to crash after 8 steps: %v\n%s", errs, out[0])
 			}
+			crashAfter(t, crash.ckptDir, 8)
 			if _, step, err := checkpoint.Latest(crash.ckptDir); err != nil || step != 6 {
 				t.Fatalf("latest checkpoint after the crash: step %d, %v; want 6", step, err)
 			}
@@ -285,35 +274,57 @@ func TestResume(t *testing.T) {
 	})
 }
 
-// TestResize stops a 2-rank job in the middle of its first epoch, resumes
-// it with 3 ranks, stops that in the middle of what is left of the epoch,
+// crashAfter leaves in dir what a job that crashed after step would have
+// left there: it removes the checkpoints of every later step (the job ran
+// to its end keeping all of them). A crash loses the steps since the last
+// checkpoint, which the resumed job runs again.
+func crashAfter(t *testing.T, dir string, step int64) {
+	t.Helper()
+	for {
+		_, latest, err := checkpoint.Latest(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if latest <= step {
+			return
+		}
+		if err := os.RemoveAll(checkpoint.StepDir(dir, latest)); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// TestResize crashes a 2-rank job in the middle of its first epoch (see
+// crashAfter), resumes it with 3 ranks, crashes that in the middle of what
+// is left of the epoch,
 // and finishes with 1 rank, each leg with the steps that the samples no
 // rank reached make at its world size. (That each sample is then used once
 // per epoch is data.Position's property: TestPositionDealsEachSampleOnce.)
 func TestResize(t *testing.T) {
 	trainSet, testSet := mnistOrSkip(t)
-	c := config{model: "cnn", epochs: 2, batch: 32, lr: 0.05, seed: 5, limit: 320, ckptDir: t.TempDir(), ckptEvery: 1, ckptKeep: 1,
+	c := config{model: "cnn", epochs: 2, batch: 32, lr: 0.05, seed: 5, limit: 320, ckptDir: t.TempDir(), ckptEvery: 1, ckptKeep: 0,
 		dir: mnistData(t, subset(trainSet, 320), subset(testSet, 100))}
 	var out0 string
 	for _, leg := range []struct {
-		world, stopAfter int
-		want             string
+		world, crashAt int // crashAt: the last step before the crash, 0: none
+		want           string
 	}{
 		{2, 3, ""}, // 3 of 5 steps of epoch 1: 96 samples per rank, 128 left
 		{3, 4, "saved by 2 ranks: the rest of epoch 1 is dealt among 3 (9 steps in all now)"},  // 128 left → 43 per rank (2 steps), epoch 2: 107 (4)
 		{1, 0, "saved by 3 ranks: the rest of epoch 1 is dealt among 1 (15 steps in all now)"}, // after 1 step 32 left (1 step), epoch 2: 320 (10)
 	} {
-		lc := c
-		lc.stopAfter = leg.stopAfter
 		outs, errs := make([]strings.Builder, leg.world), make([]error, leg.world)
 		distributedtest.Run(t, leg.world, func(t *testing.T, pg distributed.ProcessGroup) {
-			errs[pg.Rank()] = train(context.Background(), lc, pg, &outs[pg.Rank()])
+			errs[pg.Rank()] = train(context.Background(), c, pg, &outs[pg.Rank()])
 		})
 		out0 = outs[0].String()
 		for r, err := range errs {
-			if leg.stopAfter > 0 && !errors.Is(err, errStopped) || leg.stopAfter == 0 && err != nil {
+			if err != nil {
 				t.Fatalf("world %d rank %d: %v\n%s", leg.world, r, err, out0)
 			}
+		}
+		if leg.crashAt > 0 {
+			crashAfter(t, c.ckptDir, int64(leg.crashAt))
 		}
 		if !strings.Contains(out0, leg.want) {
 			t.Errorf("world %d: output lacks %q:\n%s", leg.world, leg.want, out0)

@@ -4,16 +4,13 @@ import (
 	"context"
 	"net"
 	"os"
-	"os/exec"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
-	"github.com/chromedp/chromedp"
-
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/obs/dashboard/dashboardtest"
 )
 
 // TestRunPageInChromium starts a 2-rank MNIST job as real processes with
@@ -33,13 +30,7 @@ func TestRunPageInChromium(t *testing.T) {
 	if testing.Short() || os.Getenv("COHORT_LONG_TESTS") == "" {
 		t.Skip("set COHORT_LONG_TESTS=1 to start two processes that load MNIST, and Chromium (obs/dashboard's page test covers the page)")
 	}
-	bin := ""
-	for _, name := range []string{"chromium", "chromium-browser", "google-chrome", "headless-shell"} {
-		if p, err := exec.LookPath(name); err == nil {
-			bin = p
-			break
-		}
-	}
+	bin := dashboardtest.Chromium()
 	if bin == "" {
 		t.Skip("no chromium binary found (Debian: apt-get install chromium)")
 	}
@@ -73,12 +64,6 @@ func TestRunPageInChromium(t *testing.T) {
 		<-jobDone
 	}()
 
-	opts := append(chromedp.DefaultExecAllocatorOptions[:], chromedp.ExecPath(bin), chromedp.NoSandbox,
-		chromedp.WindowSize(1100, 800), chromedp.Flag("disable-dev-shm-usage", true))
-	actx, acancel := chromedp.NewExecAllocator(ctx, opts...)
-	defer acancel()
-	bctx, bcancel := chromedp.NewContext(actx)
-	defer bcancel()
 	// Rank 0 serves the page once it has loaded MNIST: retry until then.
 	for {
 		c, err := net.DialTimeout("tcp", addr, time.Second)
@@ -95,35 +80,16 @@ func TestRunPageInChromium(t *testing.T) {
 		case <-time.After(100 * time.Millisecond):
 		}
 	}
-	var ranks []string
-	var before, after string
-	var shot []byte
-	err = chromedp.Run(bctx,
-		chromedp.Navigate("http://"+addr+"/"),
-		chromedp.WaitVisible(`tr.rankrow[data-rank="1"]`, chromedp.ByQuery),
-		chromedp.WaitVisible(`#losscurve`, chromedp.ByQuery),
-		chromedp.AttributeValue(`#losscurve`, "points", &before, nil, chromedp.ByQuery),
-		chromedp.Sleep(2500*time.Millisecond), // two more polls while the job trains
-		chromedp.Evaluate(`Array.from(document.querySelectorAll("tr.rankrow")).map(r => r.dataset.rank)`, &ranks),
-		chromedp.AttributeValue(`#losscurve`, "points", &after, nil, chromedp.ByQuery),
-		chromedp.FullScreenshot(&shot, 100),
-	)
+	p, err := dashboardtest.Load(ctx, t, bin, "http://"+addr+"/", 2500*time.Millisecond, "mnist-runpage.png") // two more polls while the job trains
 	if err != nil {
 		t.Fatalf("chromium: %v\njob output:\n%s", err, out.String())
 	}
-	if strings.Join(ranks, ",") != "0,1" {
-		t.Errorf("rank rows %v, want [0 1]", ranks)
+	if strings.Join(p.Ranks, ",") != "0,1" {
+		t.Errorf("rank rows %v, want [0 1]", p.Ranks)
 	}
-	nb, na := len(strings.Fields(before)), len(strings.Fields(after))
+	nb, na := len(strings.Fields(p.PointsBefore)), len(strings.Fields(p.PointsAfter))
 	if na < 2 || na <= nb {
 		t.Errorf("loss curve had %d points, then %d: want a curve that grows while the job trains", nb, na)
 	}
-	path := filepath.Join(t.TempDir(), "mnist-runpage.png")
-	if err := os.WriteFile(path, shot, 0o644); err != nil {
-		t.Fatal(err)
-	}
-	if p := os.Getenv("COHORT_SCREENSHOT"); p != "" {
-		os.WriteFile(p, shot, 0o644)
-	}
-	t.Logf("screenshot %s (%d bytes); loss curve %d → %d points", path, len(shot), nb, na)
+	t.Logf("screenshot %s (%d bytes); loss curve %d → %d points", p.Shot, p.ShotBytes, nb, na)
 }

@@ -67,7 +67,7 @@ func List() []Extra {
 		},
 		{
 			Name: "mpirun", Use: "starting ranks the MPI way", Install: "apt-get install openmpi-bin",
-			Tests: []string{"distributed/backend/mpi.TestMPIConformance", "distributed/backend/mpi.TestMPIPeerDeath", "cmd/cohort/internal/collbench.TestSpawnMPI", "tests/cluster.TestMpirun"},
+			Tests: []string{"distributed/backend/mpi.TestMPIConformance", "distributed/backend/mpi.TestMPIPeerDeath", "bench/collbench.TestSpawnMPI", "tests/cluster.TestMpirun"},
 			find:  program("mpirun"),
 		},
 		{

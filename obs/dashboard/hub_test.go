@@ -21,13 +21,20 @@ func feed(h interface{ Record(Report) }, world, from, to int) {
 	}
 }
 
-func TestHubServesStateAndMetrics(t *testing.T) {
-	h := NewHub("mnist", 2, "secret")
+// serveHub serves a new Hub on a free loopback port until the test ends.
+func serveHub(t *testing.T, name string, world int, token string) (*Hub, *Server) {
+	t.Helper()
+	h := NewHub(name, world, token)
 	srv, err := Serve("127.0.0.1:0", h)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer srv.Close()
+	t.Cleanup(func() { srv.Close() })
+	return h, srv
+}
+
+func TestHubServesStateAndMetrics(t *testing.T) {
+	h, srv := serveHub(t, "mnist", 2, "secret")
 	feed(h, 1, 0, 5) // rank 0 locally
 	c := NewClient(srv.Addr(), "secret")
 	for step := range 5 {
@@ -40,12 +47,7 @@ func TestHubServesStateAndMetrics(t *testing.T) {
 	if len(st.Ranks) != 2 || st.Ranks[1].Step != 4 || len(st.Curve) != 5 || st.Restarts != 1 || len(st.Notes) != 1 {
 		t.Errorf("state = %+v; want 2 ranks (rank 1 at step 4), 5 curve points, 1 restart, 1 note", st)
 	}
-	resp, err := http.Get("http://" + srv.Addr() + "/metrics")
-	if err != nil {
-		t.Fatal(err)
-	}
-	body, _ := io.ReadAll(resp.Body)
-	resp.Body.Close()
+	_, body := get(t, "http://"+srv.Addr()+"/metrics")
 	for _, want := range []string{`cohort_steps_total{rank="1"} 5`, `cohort_samples_total{rank="0"} 320`, "cohort_loss ",
 		`cohort_step_seconds_bucket{rank="0",le=`, `cohort_allreduce_bytes_total{rank="0"} 5.24288e+06`, "cohort_restarts_total 1",
 		`cohort_step_phase_seconds_total{phase="comm",rank="1"}`} {
@@ -92,12 +94,7 @@ func get(t *testing.T, url string) (int, []byte) {
 // TestNonFinite: a diverging run (loss NaN, then +Inf) still serves its
 // state, page and metrics, and other ranks' NaN reports still arrive.
 func TestNonFinite(t *testing.T) {
-	h := NewHub("diverging", 2, "")
-	srv, err := Serve("127.0.0.1:0", h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	h, srv := serveHub(t, "diverging", 2, "")
 	h.Record(Report{Rank: 0, Step: 0, Loss: 2.3, Samples: 64, Seconds: 0.01})
 	h.Record(Report{Rank: 0, Step: 1, Loss: Float(math.NaN()), Samples: 64, Seconds: 0.01, Compute: Float(math.NaN())})
 	h.Record(Report{Rank: 0, Step: 2, Loss: Float(math.Inf(1)), Samples: 64, Seconds: 0.01})
@@ -155,12 +152,7 @@ func post(t *testing.T, addr, token string, reports []Report) int {
 // ranks, as an attacker sent) are refused with 400 and leave nothing
 // behind; the state stays bounded by the world.
 func TestFakeRanksRefused(t *testing.T) {
-	h := NewHub("mnist", 2, "")
-	srv, err := Serve("127.0.0.1:0", h)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer srv.Close()
+	h, srv := serveHub(t, "mnist", 2, "")
 	start := time.Now()
 	for batch := range 15 {
 		fake := make([]Report, 1000)

@@ -184,26 +184,15 @@ func appendMicros(b []byte, d time.Duration) []byte {
 // Flush writes buffered events to the file (a crash loses at most what
 // came after the last Flush; the files stay loadable without the closing
 // bracket).
-func (t *Tracer) Flush() error {
-	if t == nil {
-		return nil
-	}
-	t.mu.Lock()
-	defer t.mu.Unlock()
-	if t.closed {
-		return nil
-	}
-	if t.err == nil {
-		t.err = t.w.Flush()
-	}
-	if t.err != nil {
-		return fmt.Errorf("trace: rank %d: %w", t.rank, t.err)
-	}
-	return nil
-}
+func (t *Tracer) Flush() error { return t.finish(false) }
 
 // Close ends the file. Spans still open are dropped.
-func (t *Tracer) Close() error {
+func (t *Tracer) Close() error { return t.finish(true) }
+
+// finish flushes the buffered events and, when closing, ends the JSON
+// array and closes the file first. The first error sticks; after Close
+// both are no-ops.
+func (t *Tracer) finish(closing bool) error {
 	if t == nil {
 		return nil
 	}
@@ -212,15 +201,17 @@ func (t *Tracer) Close() error {
 	if t.closed {
 		return nil
 	}
-	t.closed = true
-	if t.err == nil {
+	t.closed = closing
+	if closing && t.err == nil {
 		_, t.err = t.w.WriteString("\n]\n")
 	}
 	if t.err == nil {
 		t.err = t.w.Flush()
 	}
-	if err := t.f.Close(); t.err == nil {
-		t.err = err
+	if closing {
+		if err := t.f.Close(); t.err == nil {
+			t.err = err
+		}
 	}
 	if t.err != nil {
 		return fmt.Errorf("trace: rank %d: %w", t.rank, t.err)

@@ -1,16 +1,14 @@
 package cluster
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strings"
 	"sync"
 	"testing"
-	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // bins are cohort, mnist and collcheck, built once on first use.
@@ -38,36 +36,12 @@ func bin(t *testing.T, name string) string {
 			return
 		}
 		binDir = dir
-		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-		defer cancel()
-		out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-			"github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/mnist", "./testdata/collcheck").CombinedOutput()
-		if err != nil {
-			buildErr = fmt.Errorf("go build: %v\n%s", err, out)
-		}
+		buildErr = launchtest.Build(dir, "github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/mnist", "./testdata/collcheck")
 	})
 	if buildErr != nil {
 		t.Fatal(buildErr)
 	}
 	return filepath.Join(binDir, name)
-}
-
-// runCmd runs name args with a timeout and returns its combined output.
-func runCmd(timeout time.Duration, env []string, name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), timeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	if env != nil {
-		cmd.Env = env
-	}
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	cmd.WaitDelay = 5 * time.Second
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %w\n%s", name, strings.Join(args, " "), err, out.String())
-	}
-	return out.String(), nil
 }
 
 // missing returns the first of tools not in PATH (or its sbin).

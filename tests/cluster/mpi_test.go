@@ -7,6 +7,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // TestMpirun: four ranks started by OpenMPI's mpirun find each other from
@@ -28,7 +30,7 @@ func TestMpirun(t *testing.T) {
 		args = append([]string{"--allow-run-as-root"}, args...)
 	}
 	start := time.Now()
-	out, err := runCmd(2*time.Minute, nil, "mpirun", append(args, check)...)
+	out, err := launchtest.Run(2*time.Minute, nil, "mpirun", append(args, check)...)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // slurm is a 2-node Slurm cluster in network namespaces: node0 and node1
@@ -104,7 +106,7 @@ func TestSlurm(t *testing.T) {
 // run runs a Slurm client command inside node0's namespace.
 func (c *slurm) run(timeout time.Duration, env []string, args ...string) (string, error) {
 	full := append([]string{"--net=/var/run/netns/" + c.nodes[0], "env", "SLURM_CONF=" + c.conf}, env...)
-	return runCmd(timeout, nil, "nsenter", append(full, args...)...)
+	return launchtest.Run(timeout, nil, "nsenter", append(full, args...)...)
 }
 
 // startSlurm builds the namespaces, starts munged if none answers, and
@@ -123,14 +125,14 @@ func startSlurm(t *testing.T) *slurm {
 
 	ip := func(args ...string) {
 		t.Helper()
-		if _, err := runCmd(20*time.Second, nil, "ip", args...); err != nil {
+		if _, err := launchtest.Run(20*time.Second, nil, "ip", args...); err != nil {
 			t.Fatalf("building the cluster's network: %v", err)
 		}
 	}
 	hub := c.prefix + "hub"
 	t.Cleanup(func() {
 		for _, ns := range append([]string{hub}, c.nodes...) {
-			runCmd(20*time.Second, nil, "ip", "netns", "del", ns)
+			launchtest.Run(20*time.Second, nil, "ip", "netns", "del", ns)
 		}
 	})
 	ip("netns", "add", hub)
@@ -146,12 +148,12 @@ func startSlurm(t *testing.T) *slurm {
 		ip("-n", ns, "link", "set", "lo", "up")
 		ip("-n", ns, "link", "set", "eth0", "up")
 		ip("-n", hub, "link", "set", fmt.Sprintf("p%d", i), "master", "br0", "up")
-		if out, err := runCmd(10*time.Second, nil, "ip", "-n", ns, "route", "show", "default"); err != nil || strings.TrimSpace(out) != "" {
+		if out, err := launchtest.Run(10*time.Second, nil, "ip", "-n", ns, "route", "show", "default"); err != nil || strings.TrimSpace(out) != "" {
 			t.Fatalf("namespace %s must have no default route, has %q (%v)", ns, out, err)
 		}
 	}
 
-	if _, err := runCmd(10*time.Second, nil, "munge", "-n"); err != nil {
+	if _, err := launchtest.Run(10*time.Second, nil, "munge", "-n"); err != nil {
 		startMunged(t)
 	}
 
@@ -194,7 +196,7 @@ PartitionName=debug Nodes=ALL Default=YES MaxTime=INFINITE State=UP OverSubscrib
 		t.Helper()
 		// nsenter, not ip netns exec: the latter remounts /sys and slurmd
 		// then finds no cgroup filesystem.
-		if out, err := runCmd(30*time.Second, nil, "nsenter", append([]string{"--net=/var/run/netns/" + ns}, args...)...); err != nil {
+		if out, err := launchtest.Run(30*time.Second, nil, "nsenter", append([]string{"--net=/var/run/netns/" + ns}, args...)...); err != nil {
 			t.Fatalf("starting %s: %v\n%s", args[0], err, out)
 		}
 	}
@@ -228,21 +230,21 @@ func startMunged(t *testing.T) {
 		}
 	}
 	if fi, err := os.Stat("/etc/munge/munge.key"); err != nil || fi.Size() == 0 {
-		if _, err := runCmd(10*time.Second, nil, "sh", "-c", "dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null && chmod 400 /etc/munge/munge.key"); err != nil {
+		if _, err := launchtest.Run(10*time.Second, nil, "sh", "-c", "dd if=/dev/urandom of=/etc/munge/munge.key bs=1024 count=1 2>/dev/null && chmod 400 /etc/munge/munge.key"); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := runCmd(10*time.Second, nil, "chown", "-R", "munge:munge", "/run/munge", "/var/log/munge", "/var/lib/munge", "/etc/munge"); err != nil {
+	if _, err := launchtest.Run(10*time.Second, nil, "chown", "-R", "munge:munge", "/run/munge", "/var/log/munge", "/var/lib/munge", "/etc/munge"); err != nil {
 		t.Fatal(err)
 	}
 	munged, _ := lookTool("munged")
-	if out, err := runCmd(20*time.Second, nil, "runuser", "-u", "munge", "--", munged); err != nil {
+	if out, err := launchtest.Run(20*time.Second, nil, "runuser", "-u", "munge", "--", munged); err != nil {
 		t.Fatalf("starting munged: %v\n%s", err, out)
 	}
 	t.Cleanup(func() { killPidFile(t, "/run/munge/munged.pid") })
 	deadline := time.Now().Add(10 * time.Second)
 	for {
-		if _, err := runCmd(5*time.Second, nil, "munge", "-n"); err == nil {
+		if _, err := launchtest.Run(5*time.Second, nil, "munge", "-n"); err == nil {
 			return
 		}
 		if time.Now().After(deadline) {

@@ -2,7 +2,6 @@ package fault
 
 import (
 	"bytes"
-	"fmt"
 	"math/rand/v2"
 	"os"
 	"os/exec"
@@ -14,19 +13,16 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // build compiles the cohort CLI and the MNIST example into dir.
 func build(t *testing.T, dir string) (cohort, mnist string) {
 	t.Helper()
-	cohort, mnist = filepath.Join(dir, "cohort"), filepath.Join(dir, "mnist")
-	for out, pkg := range map[string]string{cohort: "github.com/cohortml/cohort/cmd/cohort", mnist: "github.com/cohortml/cohort/examples/mnist"} {
-		cmd := exec.Command("go", "build", "-o", out, pkg)
-		if b, err := cmd.CombinedOutput(); err != nil {
-			t.Fatalf("go build %s: %v\n%s", pkg, err, b)
-		}
+	if err := launchtest.Build(dir, "github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/mnist"); err != nil {
+		t.Fatal(err)
 	}
-	return cohort, mnist
+	return filepath.Join(dir, "cohort"), filepath.Join(dir, "mnist")
 }
 
 // job is one `cohort run` of the MNIST example with checkpoints.
@@ -54,25 +50,6 @@ func startJob(t *testing.T, cohort, mnist, dir string) *job {
 		<-j.done
 	})
 	return j
-}
-
-// workers returns the launcher's child processes (the ranks). Go starts
-// children from any of its threads, so every thread's list is read.
-func workers(pid int) []int {
-	tasks, _ := filepath.Glob(fmt.Sprintf("/proc/%d/task/*/children", pid))
-	var pids []int
-	for _, f := range tasks {
-		b, err := os.ReadFile(f)
-		if err != nil {
-			continue
-		}
-		for _, w := range strings.Fields(string(b)) {
-			if p, err := strconv.Atoi(w); err == nil {
-				pids = append(pids, p)
-			}
-		}
-	}
-	return pids
 }
 
 // weights reads a safetensors file's tensors.
@@ -140,7 +117,7 @@ func TestKillRandomRank(t *testing.T) {
 		select {
 		case <-j.done:
 		case <-time.After(at):
-			if ws := workers(j.cmd.Process.Pid); len(ws) > 0 {
+			if ws := launchtest.Children(j.cmd.Process.Pid); len(ws) > 0 {
 				victim = ws[rng.IntN(len(ws))]
 				syscall.Kill(victim, syscall.SIGKILL)
 			}

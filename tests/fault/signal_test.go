@@ -1,7 +1,6 @@
 package fault
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"os"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // The signal table: SIGINT and SIGTERM to examples/gpt alone, to one
@@ -65,12 +65,7 @@ func buildSignalBins(t *testing.T) (cohort, gpt string) {
 			return
 		}
 		b.cohort, b.gpt = filepath.Join(b.dir, "cohort"), filepath.Join(b.dir, "gpt")
-		for out, pkg := range map[string]string{b.cohort: "github.com/cohortml/cohort/cmd/cohort", b.gpt: "github.com/cohortml/cohort/examples/gpt"} {
-			if out, err := exec.Command("go", "build", "-o", out, pkg).CombinedOutput(); err != nil {
-				b.err = fmt.Errorf("go build %s: %v\n%s", pkg, err, out)
-				return
-			}
-		}
+		b.err = launchtest.Build(b.dir, "github.com/cohortml/cohort/cmd/cohort", "github.com/cohortml/cohort/examples/gpt")
 	})
 	if b.err != nil {
 		t.Fatal(b.err)
@@ -78,42 +73,17 @@ func buildSignalBins(t *testing.T) (cohort, gpt string) {
 	return b.cohort, b.gpt
 }
 
-// stream collects a process's output and wakes waiters when a pattern
-// appears in it.
-type stream struct {
-	mu     sync.Mutex
-	b      bytes.Buffer
-	change chan struct{} // closed and replaced on every write
-}
-
-func newStream() *stream { return &stream{change: make(chan struct{})} }
-
-func (s *stream) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	s.b.Write(p)
-	close(s.change)
-	s.change = make(chan struct{})
-	return len(p), nil
-}
-
-func (s *stream) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
-
 // proc is a started program.
 type proc struct {
 	cmd            *exec.Cmd
-	stdout, stderr *stream
+	stdout, stderr *launchtest.Output
 	done           chan struct{}
 	exited         time.Time
 }
 
 func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), stdout: newStream(), stderr: newStream(), done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(bin, args...), stdout: &launchtest.Output{}, stderr: &launchtest.Output{}, done: make(chan struct{})}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
 	if err := p.cmd.Start(); err != nil {
@@ -133,27 +103,10 @@ func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
 
 // waitFor waits up to d for pattern in s; it fails the test if the
 // process exits first or the time runs out.
-func (p *proc) waitFor(t *testing.T, s *stream, pattern string, d time.Duration) {
+func (p *proc) waitFor(t *testing.T, s *launchtest.Output, pattern string, d time.Duration) {
 	t.Helper()
-	re := regexp.MustCompile(pattern)
-	deadline := time.After(d)
-	for {
-		s.mu.Lock()
-		found, change := re.Match(s.b.Bytes()), s.change
-		s.mu.Unlock()
-		if found {
-			return
-		}
-		select {
-		case <-change:
-		case <-p.done:
-			if re.MatchString(s.String()) {
-				return
-			}
-			t.Fatalf("%s exited before %q appeared\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, pattern, p.stdout, p.stderr)
-		case <-deadline:
-			t.Fatalf("no %q within %v\nstdout:\n%s\nstderr:\n%s", pattern, d, p.stdout, p.stderr)
-		}
+	if err := s.Wait(regexp.MustCompile(pattern), 1, p.done, d); err != nil {
+		t.Fatalf("%s: %v\nstdout:\n%s\nstderr:\n%s", p.cmd.Path, err, p.stdout, p.stderr)
 	}
 }
 
@@ -182,19 +135,11 @@ func (p *proc) signal(t *testing.T, sig syscall.Signal) time.Time {
 // rankPID returns the pid of the launcher's worker with RANK=rank.
 func rankPID(t *testing.T, launcher int, rank int) int {
 	t.Helper()
-	for _, pid := range workers(launcher) {
-		env, err := os.ReadFile(fmt.Sprintf("/proc/%d/environ", pid))
-		if err != nil {
-			continue
-		}
-		for _, kv := range bytes.Split(env, []byte{0}) {
-			if string(kv) == "RANK="+strconv.Itoa(rank) {
-				return pid
-			}
-		}
+	pid, ok := launchtest.ChildWithEnv(launcher, "RANK="+strconv.Itoa(rank))
+	if !ok {
+		t.Fatalf("no worker of launcher %d has RANK=%d", launcher, rank)
 	}
-	t.Fatalf("no worker of launcher %d has RANK=%d", launcher, rank)
-	return 0
+	return pid
 }
 
 var savedAt = regexp.MustCompile(`stopped by (SIG[A-Z]+)(?: \(received by another rank\))? after step (\d+); checkpoint saved in`)

@@ -2,8 +2,6 @@ package multihost
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -16,6 +14,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/checkpoint"
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // testElasticMNIST trains examples/mnist with checkpoints as an elastic job
@@ -30,8 +29,8 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 		t.Skip("set COHORT_SOAK=1 to train MNIST through a shrink and a growth (about 1-3 minutes)")
 	}
 	bin := t.TempDir()
-	if out, err := exec.Command("go", "build", "-o", bin+string(filepath.Separator), "github.com/cohortml/cohort/examples/mnist").CombinedOutput(); err != nil {
-		t.Fatalf("go build examples/mnist: %v\n%s", err, out)
+	if err := launchtest.Build(bin, "github.com/cohortml/cohort/examples/mnist"); err != nil {
+		t.Fatal(err)
 	}
 	mnist := filepath.Join(bin, "mnist")
 	// The launchers run with a minimal environment: point the workers at
@@ -44,9 +43,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 	ckpt := t.TempDir()
 	tp := s.topology(t)
 	b := newBell()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := "COHORT_TOKEN=" + hex.EncodeToString(tok)
+	token := tokenEnv()
 	start := func(i int, name string) *launcher {
 		args := []string{
 			"--nnodes", "1:2", "--nproc-per-node", strconv.Itoa(nprocPerNode),
@@ -66,7 +63,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 		for {
 			wake := b.wait()
 			n, last := 0, 0
-			for _, line := range l.out.snapshot() {
+			for _, line := range l.out.Lines() {
 				if m := started.FindStringSubmatch(line); m != nil {
 					n++
 					last, _ = strconv.Atoi(m[1])
@@ -89,7 +86,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 	for host0 == nil {
 		wake := b.wait()
 		for _, l := range []*launcher{l0, l1} {
-			for _, line := range l.out.snapshot() {
+			for _, line := range l.out.Lines() {
 				if started.MatchString(line) {
 					host0 = l
 				}
@@ -128,7 +125,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 	// rank 0 from then on.
 	host0 = l0
 	n := 0
-	for _, line := range l0.out.snapshot() {
+	for _, line := range l0.out.Lines() {
 		if started.MatchString(line) {
 			n++
 		}
@@ -162,7 +159,7 @@ func (s *suite) testElasticMNIST(t *testing.T) {
 		}
 	}
 	resumed, accuracy := 0, ""
-	for _, line := range host0.out.snapshot() {
+	for _, line := range host0.out.Lines() {
 		if regexp.MustCompile(`^\[rank 0\] resumed at step`).MatchString(line) {
 			resumed++
 		}

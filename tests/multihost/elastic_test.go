@@ -2,8 +2,6 @@ package multihost
 
 import (
 	"context"
-	"crypto/rand"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -26,9 +24,7 @@ const rdzvPort = 29400
 func (s *suite) testElastic(t *testing.T) {
 	tp := s.topology(t)
 	b := newBell()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := "COHORT_TOKEN=" + hex.EncodeToString(tok)
+	token := tokenEnv()
 	stop := filepath.Join(t.TempDir(), "stop")
 	start := func(i int, name string) *launcher {
 		args := []string{
@@ -95,7 +91,7 @@ func (s *suite) testElastic(t *testing.T) {
 	}
 	// No restart was counted: every LOOPING report says restart=0.
 	for _, l := range []*launcher{l0, l2} {
-		for _, line := range l.out.snapshot() {
+		for _, line := range l.out.Lines() {
 			if r, ok := parseReport(line); ok && r.kind == "LOOPING" && r.fields["restart"] != "0" {
 				t.Errorf("%s: %q: a scale event was counted as a restart", l.name, line)
 			}
@@ -112,7 +108,7 @@ func waitLooping(ctx context.Context, b *bell, world, n int, l *launcher) error 
 	for {
 		wake := b.wait()
 		latest := make(map[int]int) // rank → world of its newest report
-		for _, line := range l.out.snapshot() {
+		for _, line := range l.out.Lines() {
 			if m := re.FindStringSubmatch(line); m != nil {
 				r, _ := strconv.Atoi(m[1])
 				w, _ := strconv.Atoi(m[2])

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"os/exec"
 	"os/signal"
 	"path/filepath"
 	"regexp"
@@ -17,6 +16,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 const (
@@ -80,17 +81,20 @@ func TestMultiHost(t *testing.T) {
 	t.Run("elastic-mnist", s.testElasticMNIST)
 }
 
+// tokenEnv returns a fresh random job secret as COHORT_TOKEN=….
+func tokenEnv() string {
+	tok := make([]byte, 16)
+	rand.Read(tok)
+	return "COHORT_TOKEN=" + hex.EncodeToString(tok)
+}
+
 // build compiles cmd/cohort and the worker into a temporary directory.
 func build(t *testing.T) *suite {
 	t.Helper()
 	dir := t.TempDir()
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
 	start := time.Now()
-	out, err := exec.CommandContext(ctx, "go", "build", "-o", dir+string(filepath.Separator),
-		"github.com/cohortml/cohort/cmd/cohort", "./testdata/worker").CombinedOutput()
-	if err != nil {
-		t.Fatalf("go build: %v\n%s", err, out)
+	if err := launchtest.Build(dir, "github.com/cohortml/cohort/cmd/cohort", "./testdata/worker"); err != nil {
+		t.Fatal(err)
 	}
 	t.Logf("built cohort and worker in %v", time.Since(start).Round(time.Millisecond))
 	return &suite{cohort: filepath.Join(dir, "cohort"), worker: filepath.Join(dir, "worker")}
@@ -109,9 +113,7 @@ func (s *suite) topology(t *testing.T) *topology {
 // the worker with workerArgs.
 func (s *suite) launch(t *testing.T, tp *topology, b *bell, workerArgs ...string) []*launcher {
 	t.Helper()
-	tok := make([]byte, 16)
-	rand.Read(tok)
-	token := "COHORT_TOKEN=" + hex.EncodeToString(tok)
+	token := tokenEnv()
 	var ls []*launcher
 	for i, h := range tp.hosts {
 		args := []string{
@@ -137,7 +139,7 @@ func waitSuccess(t *testing.T, ls []*launcher) []string {
 			t.Errorf("%s exited %d, want 0", l.name, code)
 			failed = true
 		}
-		lines = append(lines, l.out.snapshot()...)
+		lines = append(lines, l.out.Lines()...)
 	}
 	if failed {
 		for _, l := range ls {
@@ -167,8 +169,8 @@ func (s *suite) testCollectives(t *testing.T) {
 	// Every rank started on the right node, checked its collectives and
 	// said so, through its own node's launcher.
 	for node, l := range ls {
-		ready := reports(l.out.snapshot(), "READY")
-		ok := reports(l.out.snapshot(), "OK")
+		ready := reports(l.out.Lines(), "READY")
+		ok := reports(l.out.Lines(), "OK")
 		for local := range nprocPerNode {
 			rank := node*nprocPerNode + local
 			r, have := ready[rank]
@@ -402,11 +404,11 @@ func (s *suite) testKill(t *testing.T) {
 			t.Errorf("%s: stderr never names rank %d", l.name, victim)
 		}
 	}
-	if rep := lastLine(ls[1].errOut.snapshot(), "cohort run:"); !strings.Contains(rep, fmt.Sprintf("rank %d failed", victim)) || !strings.Contains(rep, "signal 9") {
+	if rep := lastLine(ls[1].errOut.Lines(), "cohort run:"); !strings.Contains(rep, fmt.Sprintf("rank %d failed", victim)) || !strings.Contains(rep, "signal 9") {
 		t.Errorf("node 1's report %q does not say rank %d was killed by signal 9", rep, victim)
 	}
-	t.Logf("node 0 report: %s", lastLine(ls[0].errOut.snapshot(), "cohort run:"))
-	t.Logf("node 1 report: %s", lastLine(ls[1].errOut.snapshot(), "cohort run:"))
+	t.Logf("node 0 report: %s", lastLine(ls[0].errOut.Lines(), "cohort run:"))
+	t.Logf("node 1 report: %s", lastLine(ls[1].errOut.Lines(), "cohort run:"))
 	for r, pid := range pids {
 		if workerAlive(pid, s.worker) {
 			t.Errorf("rank %d (pid %d) still running after its launcher exited", r, pid)

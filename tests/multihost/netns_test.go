@@ -1,14 +1,14 @@
 package multihost
 
 import (
-	"bytes"
-	"context"
 	"fmt"
 	"os"
 	"os/exec"
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // cmdTimeout bounds every ip/tc invocation.
@@ -17,16 +17,7 @@ const cmdTimeout = 20 * time.Second
 // sh runs a command (ip, tc) in the current namespace and returns its
 // combined output; the error names the command and includes the output.
 func sh(name string, args ...string) (string, error) {
-	ctx, cancel := context.WithTimeout(context.Background(), cmdTimeout)
-	defer cancel()
-	cmd := exec.CommandContext(ctx, name, args...)
-	var out bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &out, &out
-	err := cmd.Run()
-	if err != nil {
-		return out.String(), fmt.Errorf("%s %s: %w: %s", name, strings.Join(args, " "), err, strings.TrimSpace(out.String()))
-	}
-	return out.String(), nil
+	return launchtest.Run(cmdTimeout, nil, name, args...)
 }
 
 // namespaces lists the network namespaces whose names start with prefix.

@@ -1,7 +1,6 @@
 package multihost
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -13,10 +12,12 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/cohortml/cohort/launch/launchtest"
 )
 
 // bell wakes everyone waiting on it when it rings: the launchers of one
-// test ring it on every output line and when they exit.
+// test ring it on every write to their output and when they exit.
 type bell struct {
 	mu sync.Mutex
 	ch chan struct{}
@@ -39,51 +40,11 @@ func (b *bell) wait() <-chan struct{} {
 	return b.ch
 }
 
-// lineLog is an io.Writer that keeps what it is given as lines and rings
-// its bell on every new line.
-type lineLog struct {
-	bell    *bell
-	mu      sync.Mutex
-	partial []byte
-	lines   []string
-}
-
-func newLineLog(b *bell) *lineLog { return &lineLog{bell: b} }
-
-func (l *lineLog) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	l.partial = append(l.partial, p...)
-	added := false
-	for {
-		i := bytes.IndexByte(l.partial, '\n')
-		if i < 0 {
-			break
-		}
-		l.lines = append(l.lines, string(l.partial[:i]))
-		l.partial = l.partial[i+1:]
-		added = true
-	}
-	if added {
-		l.bell.ring()
-	}
-	return len(p), nil
-}
-
-// snapshot returns the lines so far.
-func (l *lineLog) snapshot() []string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.lines[:len(l.lines):len(l.lines)]
-}
-
-func (l *lineLog) String() string { return strings.Join(l.snapshot(), "\n") }
-
 // launcher is one `cohort run` started inside a host's namespace.
 type launcher struct {
 	name        string
 	cmd         *exec.Cmd
-	out, errOut *lineLog
+	out, errOut *launchtest.Output
 	done        chan struct{} // closed once the process exited and was reaped
 	err         error         // cmd.Wait's result, valid after done
 	exitedAt    time.Time
@@ -100,7 +61,7 @@ func startLauncher(t *testing.T, b *bell, name, cohortBin string, h host, extra 
 	cmd := exec.Command("ip", append([]string{"netns", "exec", h.ns, cohortBin, "run"}, args...)...)
 	cmd.Env = append([]string{"PATH=" + os.Getenv("PATH")}, extra...)
 	cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL}
-	l := &launcher{name: name, cmd: cmd, out: newLineLog(b), errOut: newLineLog(b), done: make(chan struct{})}
+	l := &launcher{name: name, cmd: cmd, out: &launchtest.Output{Notify: b.ring}, errOut: &launchtest.Output{Notify: b.ring}, done: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = l.out, l.errOut
 	cmd.WaitDelay = 5 * time.Second // bounds the output copy if something keeps the pipes
 	if err := cmd.Start(); err != nil {
@@ -212,7 +173,7 @@ func waitReports(ctx context.Context, b *bell, kind string, ranks []int, ls ...*
 				exited = append(exited, l.name)
 			default:
 			}
-			for r, rep := range reports(l.out.snapshot(), kind) {
+			for r, rep := range reports(l.out.Lines(), kind) {
 				all[r] = rep
 			}
 		}

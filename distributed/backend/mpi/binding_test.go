@@ -12,21 +12,33 @@ import (
 	libmpi "github.com/cohortml/cohort/distributed/internal/mpi"
 )
 
+// worldOfTwo, outside mpirun, runs t's test on two ranks under mpirun
+// and returns nil; under mpirun it returns the world's group, closed when
+// t ends.
+func worldOfTwo(t *testing.T) distributed.ProcessGroup {
+	t.Helper()
+	if !underMPI() {
+		runUnderMPI(t, 2, t.Name(), 2*time.Minute)
+		return nil
+	}
+	pg, err := distributed.Init(context.Background(), distributed.Options{Backend: "mpi"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return pg
+}
+
 // TestMPIErrorReturned checks that an error MPI itself detects (a message
 // longer than the receive buffer: MPI_ERR_TRUNCATE) comes back, through
 // MPI_ERRORS_RETURN, as an *OpError naming the op and wrapping MPI's own
 // *libmpi.Error, and breaks that group on that rank only.
 func TestMPIErrorReturned(t *testing.T) {
-	if !underMPI() {
-		runUnderMPI(t, 2, "TestMPIErrorReturned", 2*time.Minute)
+	pg := worldOfTwo(t)
+	if pg == nil {
 		return
 	}
 	ctx := context.Background()
-	pg, err := distributed.Init(ctx, distributed.Options{Backend: "mpi"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
 	g, err := distributed.NewGroup(ctx, pg, []int{0, 1})
 	if err != nil {
 		t.Fatal(err)
@@ -62,16 +74,11 @@ func TestMPIErrorReturned(t *testing.T) {
 // polls MPI_Test without allocating: rank 1 polls a receive that rank 0
 // sends only when told to.
 func TestMPIPollAllocs(t *testing.T) {
-	if !underMPI() {
-		runUnderMPI(t, 2, "TestMPIPollAllocs", 2*time.Minute)
+	pg := worldOfTwo(t)
+	if pg == nil {
 		return
 	}
 	ctx := context.Background()
-	pg, err := distributed.Init(ctx, distributed.Options{Backend: "mpi"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
 	buf := distributed.F32(make([]float32, 4))
 	if pg.Rank() == 1 {
 		w := pg.Recv(ctx, buf, 0, 5)

@@ -492,30 +492,13 @@ func (g *mpiGroup) issue(o *mpiOp) {
 // Argument checks, as the native backend makes them.
 
 func (g *mpiGroup) checkBufs(op string, bufs ...distributed.Buffer) error {
+	if err := distributed.CheckDTypes(op, bufs...); err != nil {
+		return err
+	}
 	for _, b := range bufs {
-		if b.DType.Size() == 0 {
-			return fmt.Errorf("distributed: %s: unknown dtype %d", op, uint8(b.DType))
-		}
-		if b.DType != bufs[0].DType {
-			return fmt.Errorf("distributed: %s: output is %v but input is %v", op, bufs[0].DType, b.DType)
-		}
 		if b.Len() > math.MaxInt32 {
 			return fmt.Errorf("distributed: %s: %d elements exceed MPI's 32-bit counts", op, b.Len())
 		}
-	}
-	return nil
-}
-
-func (g *mpiGroup) checkOp(op string, r distributed.ReduceOp) error {
-	if r > distributed.Prod {
-		return fmt.Errorf("distributed: %s: unknown reduce op %d", op, uint8(r))
-	}
-	return nil
-}
-
-func (g *mpiGroup) checkRoot(op string, root int) error {
-	if root < 0 || root >= g.size {
-		return fmt.Errorf("distributed: %s: root %d out of range [0, %d)", op, root, g.size)
 	}
 	return nil
 }
@@ -657,7 +640,7 @@ func (g *mpiGroup) reduction(o *mpiOp, op distributed.ReduceOp, in, out, result 
 }
 
 func (g *mpiGroup) AllReduce(ctx context.Context, buf distributed.Buffer, op distributed.ReduceOp) distributed.Work {
-	o := &mpiOp{kind: collective.AllReduce, fn: "MPI_Iallreduce", err: firstErr(g.checkBufs("allreduce", buf), g.checkOp("allreduce", op))}
+	o := &mpiOp{kind: collective.AllReduce, fn: "MPI_Iallreduce", err: firstErr(g.checkBufs("allreduce", buf), distributed.CheckReduceOp("allreduce", op))}
 	n := buf.Len()
 	g.reduction(o, op, buf, buf, buf, func(o *mpiOp, _, p unsafe.Pointer, dt libmpi.Handle) int32 {
 		return g.p.lib.Iallreduce(p, n, dt, g.reduceOp(op), g.comm, &o.r.Req)
@@ -666,7 +649,7 @@ func (g *mpiGroup) AllReduce(ctx context.Context, buf distributed.Buffer, op dis
 }
 
 func (g *mpiGroup) Broadcast(ctx context.Context, buf distributed.Buffer, root int) distributed.Work {
-	o := &mpiOp{kind: collective.Broadcast, fn: "MPI_Ibcast", err: firstErr(g.checkBufs("broadcast", buf), g.checkRoot("broadcast", root))}
+	o := &mpiOp{kind: collective.Broadcast, fn: "MPI_Ibcast", err: firstErr(g.checkBufs("broadcast", buf), distributed.CheckRoot("broadcast", root, g.size))}
 	o.start = func(o *mpiOp) int32 {
 		return g.p.lib.Ibcast(o.data(buf), buf.Len(), g.dtype(buf.DType), root, g.comm, &o.r.Req)
 	}
@@ -675,7 +658,7 @@ func (g *mpiGroup) Broadcast(ctx context.Context, buf distributed.Buffer, root i
 
 func (g *mpiGroup) Reduce(ctx context.Context, buf distributed.Buffer, root int, op distributed.ReduceOp) distributed.Work {
 	o := &mpiOp{kind: collective.Reduce, fn: "MPI_Ireduce",
-		err: firstErr(g.checkBufs("reduce", buf), g.checkOp("reduce", op), g.checkRoot("reduce", root))}
+		err: firstErr(g.checkBufs("reduce", buf), distributed.CheckReduceOp("reduce", op), distributed.CheckRoot("reduce", root, g.size))}
 	var result distributed.Buffer
 	if g.rank == root {
 		result = buf
@@ -709,7 +692,7 @@ func (g *mpiGroup) AllGather(ctx context.Context, out, in distributed.Buffer) di
 }
 
 func (g *mpiGroup) ReduceScatter(ctx context.Context, out, in distributed.Buffer, op distributed.ReduceOp) distributed.Work {
-	err := firstErr(g.checkBufs("reducescatter", out, in), g.checkOp("reducescatter", op))
+	err := firstErr(g.checkBufs("reducescatter", out, in), distributed.CheckReduceOp("reducescatter", op))
 	if err == nil && in.Len() != g.size*out.Len() {
 		err = fmt.Errorf("distributed: reducescatter: input has %d elements, want %d = %d ranks × %d output elements",
 			in.Len(), g.size*out.Len(), g.size, out.Len())
@@ -739,7 +722,7 @@ func (g *mpiGroup) AllToAll(ctx context.Context, out, in distributed.Buffer) dis
 }
 
 func (g *mpiGroup) Gather(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	err := g.checkRoot("gather", root)
+	err := distributed.CheckRoot("gather", root, g.size)
 	if err == nil && g.rank == root {
 		err = g.checkBufs("gather", out, in)
 		if err == nil && out.Len() != g.size*in.Len() {
@@ -758,7 +741,7 @@ func (g *mpiGroup) Gather(ctx context.Context, out, in distributed.Buffer, root 
 }
 
 func (g *mpiGroup) Scatter(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	err := g.checkRoot("scatter", root)
+	err := distributed.CheckRoot("scatter", root, g.size)
 	if err == nil && g.rank == root {
 		err = g.checkBufs("scatter", out, in)
 		if err == nil && in.Len() != g.size*out.Len() {

@@ -510,14 +510,7 @@ func (g *group) NewGroup(ctx context.Context, ranks []int) (distributed.ProcessG
 	if err := g.submit(ctx, c, nil, nil, nil).Wait(); err != nil {
 		return nil, err
 	}
-	member := -1
-	global := make([]int, len(ranks))
-	for i, r := range ranks {
-		global[i] = g.ranks[r]
-		if r == g.rank {
-			member = i
-		}
-	}
+	global, member := distributed.Members(ranks, g.ranks, g.rank)
 	if member < 0 {
 		return nil, nil
 	}

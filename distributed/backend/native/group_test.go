@@ -15,6 +15,7 @@ import (
 	"github.com/cohortml/cohort/distributed/backend/native"
 	"github.com/cohortml/cohort/distributed/collective"
 	"github.com/cohortml/cohort/distributed/distributedtest"
+	"github.com/cohortml/cohort/distributed/grouptest"
 	"github.com/cohortml/cohort/distributed/transport/inproc"
 )
 
@@ -29,57 +30,6 @@ var reduceOps = []distributed.ReduceOp{distributed.Sum, distributed.Avg, distrib
 func dtName(d distributed.DType) string { return d.String() }
 
 func opName(o distributed.ReduceOp) string { return o.String() }
-
-// makeBuf returns a buffer of n elements of dt with values f(i).
-func makeBuf(dt distributed.DType, n int, f func(i int) float64) distributed.Buffer {
-	switch dt {
-	case distributed.Float32:
-		s := make([]float32, n)
-		for i := range s {
-			s[i] = float32(f(i))
-		}
-		return distributed.F32(s)
-	case distributed.Float64:
-		s := make([]float64, n)
-		for i := range s {
-			s[i] = f(i)
-		}
-		return distributed.F64(s)
-	case distributed.Int64:
-		s := make([]int64, n)
-		for i := range s {
-			s[i] = int64(f(i))
-		}
-		return distributed.I64(s)
-	case distributed.BFloat16:
-		s := make([]uint16, n)
-		for i := range s {
-			s[i] = collective.BF16FromFloat32(float32(f(i)))
-		}
-		return distributed.BF16(s)
-	default:
-		s := make([]uint16, n)
-		for i := range s {
-			s[i] = collective.FP16FromFloat32(float32(f(i)))
-		}
-		return distributed.FP16(s)
-	}
-}
-
-func at(b distributed.Buffer, i int) float64 {
-	switch b.DType {
-	case distributed.Float32:
-		return float64(b.Float32s()[i])
-	case distributed.Float64:
-		return b.Float64s()[i]
-	case distributed.Int64:
-		return float64(b.Int64s()[i])
-	case distributed.BFloat16:
-		return float64(collective.BF16ToFloat32(b.Uint16s()[i]))
-	default:
-		return float64(collective.FP16ToFloat32(b.Uint16s()[i]))
-	}
-}
 
 // reduced is the reference reduction of element i over world ranks.
 func reduced(dt distributed.DType, op distributed.ReduceOp, world, i int) float64 {
@@ -119,7 +69,7 @@ func reduced(dt distributed.DType, op distributed.ReduceOp, world, i int) float6
 func expect(t *testing.T, what string, b distributed.Buffer, want func(i int) float64) {
 	t.Helper()
 	for i := range b.Len() {
-		if g, w := at(b, i), want(i); g != w {
+		if g, w := grouptest.At(b, i), want(i); g != w {
 			t.Errorf("%s: element %d = %v, want %v", what, i, g, w)
 			return
 		}
@@ -149,12 +99,12 @@ func TestCollectivesGrid(t *testing.T) {
 					for _, dt := range dtypes {
 						name := func(op string) string { return fmt.Sprintf("rank %d %s n=%d %s", r, op, n, dtName(dt)) }
 						for _, op := range reduceOps {
-							buf := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+							buf := grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
 							if wait(t, name("allreduce "+opName(op)), pg.AllReduce(ctx, buf, op)) {
 								expect(t, name("allreduce "+opName(op)), buf, func(i int) float64 { return reduced(dt, op, world, i) })
 							}
 							root := (n + world - 1) % world
-							buf = makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+							buf = grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
 							if wait(t, name("reduce "+opName(op)), pg.Reduce(ctx, buf, root, op)) {
 								expect(t, name("reduce "+opName(op)), buf, func(i int) float64 {
 									if r == root {
@@ -163,40 +113,40 @@ func TestCollectivesGrid(t *testing.T) {
 									return value(r, i)
 								})
 							}
-							out := makeBuf(dt, n, func(int) float64 { return 99 })
-							in := makeBuf(dt, n*world, func(i int) float64 { return value(r, i) })
+							out := grouptest.Buffer(dt, n, func(int) float64 { return 99 })
+							in := grouptest.Buffer(dt, n*world, func(i int) float64 { return value(r, i) })
 							if wait(t, name("reducescatter "+opName(op)), pg.ReduceScatter(ctx, out, in, op)) {
 								expect(t, name("reducescatter "+opName(op)), out, func(i int) float64 { return reduced(dt, op, world, r*n+i) })
 							}
 						}
 						root := n % world
-						buf := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+						buf := grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
 						if wait(t, name("broadcast"), pg.Broadcast(ctx, buf, root)) {
 							expect(t, name("broadcast"), buf, func(i int) float64 { return value(root, i) })
 						}
-						in := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
-						out := makeBuf(dt, n*world, func(int) float64 { return 99 })
+						in := grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
+						out := grouptest.Buffer(dt, n*world, func(int) float64 { return 99 })
 						if wait(t, name("allgather"), pg.AllGather(ctx, out, in)) {
 							expect(t, name("allgather"), out, func(i int) float64 { return value(i/n, i%n) })
 						}
-						in = makeBuf(dt, n*world, func(i int) float64 { return value(r, i) })
-						out = makeBuf(dt, n*world, func(int) float64 { return 99 })
+						in = grouptest.Buffer(dt, n*world, func(i int) float64 { return value(r, i) })
+						out = grouptest.Buffer(dt, n*world, func(int) float64 { return 99 })
 						if wait(t, name("alltoall"), pg.AllToAll(ctx, out, in)) {
 							expect(t, name("alltoall"), out, func(i int) float64 { return value(i/n, r*n+i%n) })
 						}
-						in = makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+						in = grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
 						out = distributed.Buffer{DType: dt}
 						if r == root {
-							out = makeBuf(dt, n*world, func(int) float64 { return 99 })
+							out = grouptest.Buffer(dt, n*world, func(int) float64 { return 99 })
 						}
 						if wait(t, name("gather"), pg.Gather(ctx, out, in, root)) && r == root {
 							expect(t, name("gather"), out, func(i int) float64 { return value(i/n, i%n) })
 						}
 						in = distributed.Buffer{DType: dt}
 						if r == root {
-							in = makeBuf(dt, n*world, func(i int) float64 { return value(r, i) })
+							in = grouptest.Buffer(dt, n*world, func(i int) float64 { return value(r, i) })
 						}
-						out = makeBuf(dt, n, func(int) float64 { return 99 })
+						out = grouptest.Buffer(dt, n, func(int) float64 { return 99 })
 						if wait(t, name("scatter"), pg.Scatter(ctx, out, in, root)) {
 							expect(t, name("scatter"), out, func(i int) float64 { return value(root, r*n+i) })
 						}
@@ -220,28 +170,28 @@ func TestCollectivesLarge(t *testing.T) {
 			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
 				r := pg.Rank()
-				buf := makeBuf(distributed.Float32, n, func(i int) float64 { return value(r, i) })
+				buf := grouptest.Buffer(distributed.Float32, n, func(i int) float64 { return value(r, i) })
 				if wait(t, "allreduce", pg.AllReduce(ctx, buf, distributed.Sum)) {
 					expect(t, "allreduce", buf, func(i int) float64 { return reduced(distributed.Float32, distributed.Sum, world, i) })
 				}
 				if world == 8 {
 					return
 				}
-				buf = makeBuf(distributed.Float32, n, func(i int) float64 { return value(r, i) })
+				buf = grouptest.Buffer(distributed.Float32, n, func(i int) float64 { return value(r, i) })
 				if wait(t, "broadcast", pg.Broadcast(ctx, buf, 1)) {
 					expect(t, "broadcast", buf, func(i int) float64 { return value(1, i) })
 				}
-				buf = makeBuf(distributed.Float32, n, func(i int) float64 { return value(r, i) })
+				buf = grouptest.Buffer(distributed.Float32, n, func(i int) float64 { return value(r, i) })
 				if wait(t, "reduce", pg.Reduce(ctx, buf, 1, distributed.Sum)) && r == 1 {
 					expect(t, "reduce", buf, func(i int) float64 { return reduced(distributed.Float32, distributed.Sum, world, i) })
 				}
-				in := makeBuf(distributed.Float32, n, func(i int) float64 { return value(r, i) })
-				out := makeBuf(distributed.Float32, n*world, func(int) float64 { return 99 })
+				in := grouptest.Buffer(distributed.Float32, n, func(i int) float64 { return value(r, i) })
+				out := grouptest.Buffer(distributed.Float32, n*world, func(int) float64 { return 99 })
 				if wait(t, "allgather", pg.AllGather(ctx, out, in)) {
 					expect(t, "allgather", out, func(i int) float64 { return value(i/n, i%n) })
 				}
-				out = makeBuf(distributed.Float32, n, func(int) float64 { return 99 })
-				in = makeBuf(distributed.Float32, n*world, func(i int) float64 { return value(r, i) })
+				out = grouptest.Buffer(distributed.Float32, n, func(int) float64 { return 99 })
+				in = grouptest.Buffer(distributed.Float32, n*world, func(i int) float64 { return value(r, i) })
 				if wait(t, "reducescatter", pg.ReduceScatter(ctx, out, in, distributed.Sum)) {
 					expect(t, "reducescatter", out, func(i int) float64 { return reduced(distributed.Float32, distributed.Sum, world, r*n+i) })
 				}

@@ -317,7 +317,20 @@ func connectTCP(ctx context.Context, o *config, oneHost bool, peers []int) (tran
 			}
 		}
 	}
-	addrs, err := o.gatherFrom(ctx, "tcp", net.JoinHostPort(advertise, port), dial)
+	return finishConnect[*tcp.Transport](ctx, o, "tcp", net.JoinHostPort(advertise, port), dial, ln)
+}
+
+// listener is a transport's listener (tcp.Listener, shm.Listener).
+type listener[T transport.Transport] interface {
+	Connect(ctx context.Context, addrs []string) (T, error)
+	Close() error
+}
+
+// finishConnect publishes this rank's address addr for the transport
+// name, gathers those of the ranks dial (nil: every rank's) and connects
+// ln to them; it closes ln if the gathering fails.
+func finishConnect[T transport.Transport](ctx context.Context, o *config, name, addr string, dial []int, ln listener[T]) (transport.Transport, error) {
+	addrs, err := o.gatherFrom(ctx, name, addr, dial)
 	if err != nil {
 		ln.Close()
 		return nil, err

@@ -28,14 +28,5 @@ func connectShm(ctx context.Context, o *config, peers []int) (transport.Transpor
 	if err != nil {
 		return nil, fmt.Errorf("distributed: Init: rank %d: %w", o.Rank, err)
 	}
-	addrs, err := o.gatherFrom(ctx, "shm", ln.Addr(), peers)
-	if err != nil {
-		ln.Close()
-		return nil, err
-	}
-	t, err := ln.Connect(ctx, addrs)
-	if err != nil {
-		return nil, fmt.Errorf("distributed: Init: rank %d: %w", o.Rank, err)
-	}
-	return t, nil
+	return finishConnect[*shm.Transport](ctx, o, "shm", ln.Addr(), peers, ln)
 }

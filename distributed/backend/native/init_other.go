@@ -6,7 +6,6 @@ import (
 	"context"
 	"errors"
 
-	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/transport"
 )
 

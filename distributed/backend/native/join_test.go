@@ -1,7 +1,6 @@
 package native
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -11,25 +10,9 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/internal/logtest"
 	"github.com/cohortml/cohort/distributed/store/memstore"
 )
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 // TestJoinDuplicateRank: two jobs share one store with the default prefix
 // and no token (as two hand-started torchrun-style jobs on the same
@@ -81,7 +64,7 @@ func TestJoinDuplicateRank(t *testing.T) {
 func TestJoinProgressAndTimeout(t *testing.T) {
 	st := memstore.New()
 	defer st.Close()
-	var logs syncBuffer
+	var logs logtest.Buffer
 	o := config{Options: distributed.Options{Store: st, Rank: 0, WorldSize: 3, Transport: "tcp", Group: distributed.GroupOptions{Timeout: 400 * time.Millisecond},
 		Log: slog.New(slog.NewTextHandler(&logs, nil))}, joinProgress: 100 * time.Millisecond}
 	done := make(chan error, 1)

@@ -17,32 +17,6 @@ func (g *group) call(kind collective.Kind, dt distributed.DType) collective.Call
 	return collective.Call{Kind: kind, DType: dt}
 }
 
-func (g *group) checkDType(op string, bufs ...distributed.Buffer) error {
-	for _, b := range bufs {
-		if b.DType.Size() == 0 {
-			return fmt.Errorf("distributed: %s: unknown dtype %d", op, uint8(b.DType))
-		}
-		if b.DType != bufs[0].DType {
-			return fmt.Errorf("distributed: %s: output is %v but input is %v", op, bufs[0].DType, b.DType)
-		}
-	}
-	return nil
-}
-
-func (g *group) checkOp(op string, r distributed.ReduceOp) error {
-	if r > distributed.Prod {
-		return fmt.Errorf("distributed: %s: unknown reduce op %d", op, uint8(r))
-	}
-	return nil
-}
-
-func (g *group) checkRoot(op string, root int) error {
-	if root < 0 || root >= len(g.ranks) {
-		return fmt.Errorf("distributed: %s: root %d out of range [0, %d)", op, root, len(g.ranks))
-	}
-	return nil
-}
-
 func firstErr(errs ...error) error {
 	for _, err := range errs {
 		if err != nil {
@@ -55,26 +29,26 @@ func firstErr(errs ...error) error {
 func (g *group) AllReduce(ctx context.Context, buf distributed.Buffer, op distributed.ReduceOp) distributed.Work {
 	c := g.call(collective.AllReduce, buf.DType)
 	c.Op, c.Count = op, buf.Len()
-	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(g.checkDType("allreduce", buf), g.checkOp("allreduce", op)))
+	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(distributed.CheckDTypes("allreduce", buf), distributed.CheckReduceOp("allreduce", op)))
 }
 
 func (g *group) Broadcast(ctx context.Context, buf distributed.Buffer, root int) distributed.Work {
 	c := g.call(collective.Broadcast, buf.DType)
 	c.Count, c.Root = buf.Len(), root
-	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(g.checkDType("broadcast", buf), g.checkRoot("broadcast", root)))
+	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(distributed.CheckDTypes("broadcast", buf), distributed.CheckRoot("broadcast", root, len(g.ranks))))
 }
 
 func (g *group) Reduce(ctx context.Context, buf distributed.Buffer, root int, op distributed.ReduceOp) distributed.Work {
 	c := g.call(collective.Reduce, buf.DType)
 	c.Op, c.Count, c.Root = op, buf.Len(), root
 	return g.submit(ctx, c, nil, buf.Bytes(),
-		firstErr(g.checkDType("reduce", buf), g.checkOp("reduce", op), g.checkRoot("reduce", root)))
+		firstErr(distributed.CheckDTypes("reduce", buf), distributed.CheckReduceOp("reduce", op), distributed.CheckRoot("reduce", root, len(g.ranks))))
 }
 
 func (g *group) AllGather(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	c := g.call(collective.AllGather, in.DType)
 	c.Count = in.Len()
-	err := g.checkDType("allgather", out, in)
+	err := distributed.CheckDTypes("allgather", out, in)
 	if err == nil && out.Len() != len(g.ranks)*in.Len() {
 		err = fmt.Errorf("distributed: allgather: output has %d elements, want %d = %d ranks × %d input elements",
 			out.Len(), len(g.ranks)*in.Len(), len(g.ranks), in.Len())
@@ -88,7 +62,7 @@ func (g *group) AllGather(ctx context.Context, out, in distributed.Buffer) distr
 func (g *group) ReduceScatter(ctx context.Context, out, in distributed.Buffer, op distributed.ReduceOp) distributed.Work {
 	c := g.call(collective.ReduceScatter, out.DType)
 	c.Op, c.Count = op, out.Len()
-	err := firstErr(g.checkDType("reducescatter", out, in), g.checkOp("reducescatter", op))
+	err := firstErr(distributed.CheckDTypes("reducescatter", out, in), distributed.CheckReduceOp("reducescatter", op))
 	if err == nil && in.Len() != len(g.ranks)*out.Len() {
 		err = fmt.Errorf("distributed: reducescatter: input has %d elements, want %d = %d ranks × %d output elements",
 			in.Len(), len(g.ranks)*out.Len(), len(g.ranks), out.Len())
@@ -100,7 +74,7 @@ func (g *group) AllToAll(ctx context.Context, out, in distributed.Buffer) distri
 	n := len(g.ranks)
 	c := g.call(collective.AllToAll, in.DType)
 	c.Count = in.Len() / n
-	err := g.checkDType("alltoall", out, in)
+	err := distributed.CheckDTypes("alltoall", out, in)
 	switch {
 	case err != nil:
 	case in.Len() != out.Len():
@@ -114,37 +88,38 @@ func (g *group) AllToAll(ctx context.Context, out, in distributed.Buffer) distri
 func (g *group) Gather(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
 	c := g.call(collective.Gather, in.DType)
 	c.Count, c.Root = in.Len(), root
-	err := g.checkRoot("gather", root)
-	var ob []byte
-	if err == nil && g.rank == root {
-		err = g.checkDType("gather", out, in)
-		if err == nil && out.Len() != len(g.ranks)*in.Len() {
-			err = fmt.Errorf("distributed: gather: root's output has %d elements, want %d = %d ranks × %d input elements",
-				out.Len(), len(g.ranks)*in.Len(), len(g.ranks), in.Len())
-		}
-		ob = out.Bytes()
-	} else if err == nil {
-		err = g.checkDType("gather", in)
-	}
+	ob, err := g.checkRooted("gather", root, out, in, true)
 	return g.submit(ctx, c, in.Bytes(), ob, err)
 }
 
 func (g *group) Scatter(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
 	c := g.call(collective.Scatter, out.DType)
 	c.Count, c.Root = out.Len(), root
-	err := g.checkRoot("scatter", root)
-	var ib []byte
-	if err == nil && g.rank == root {
-		err = g.checkDType("scatter", out, in)
-		if err == nil && in.Len() != len(g.ranks)*out.Len() {
-			err = fmt.Errorf("distributed: scatter: root's input has %d elements, want %d = %d ranks × %d output elements",
-				in.Len(), len(g.ranks)*out.Len(), len(g.ranks), out.Len())
-		}
-		ib = in.Bytes()
-	} else if err == nil {
-		err = g.checkDType("scatter", out)
-	}
+	ib, err := g.checkRooted("scatter", root, out, in, false)
 	return g.submit(ctx, c, ib, out.Bytes(), err)
+}
+
+// checkRooted checks the buffers of a gather (the root's output whole,
+// the world's inputs one after the other) or a scatter (the root's input
+// whole): on the root both, elsewhere only the part every rank has. It
+// returns the root's whole buffer's bytes (nil on other ranks).
+func (g *group) checkRooted(op string, root int, out, in distributed.Buffer, gather bool) ([]byte, error) {
+	whole, part, wholeName, partName := in, out, "input", "output"
+	if gather {
+		whole, part, wholeName, partName = out, in, "output", "input"
+	}
+	if err := distributed.CheckRoot(op, root, len(g.ranks)); err != nil {
+		return nil, err
+	}
+	if g.rank != root {
+		return nil, distributed.CheckDTypes(op, part)
+	}
+	err := distributed.CheckDTypes(op, out, in)
+	if err == nil && whole.Len() != len(g.ranks)*part.Len() {
+		err = fmt.Errorf("distributed: %s: root's %s has %d elements, want %d = %d ranks × %d %s elements",
+			op, wholeName, whole.Len(), len(g.ranks)*part.Len(), len(g.ranks), part.Len(), partName)
+	}
+	return whole.Bytes(), err
 }
 
 func (g *group) checkPeer(op string, peer, tag int) error {
@@ -166,13 +141,13 @@ func (g *group) checkPeer(op string, peer, tag int) error {
 func (g *group) Send(ctx context.Context, buf distributed.Buffer, to int, tag int) distributed.Work {
 	c := g.call(collective.Send, buf.DType)
 	c.Count, c.Peer, c.Tag = buf.Len(), to, tag
-	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(g.checkDType("send", buf), g.checkPeer("send", to, tag)))
+	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(distributed.CheckDTypes("send", buf), g.checkPeer("send", to, tag)))
 }
 
 func (g *group) Recv(ctx context.Context, buf distributed.Buffer, from int, tag int) distributed.Work {
 	c := g.call(collective.Recv, buf.DType)
 	c.Count, c.Peer, c.Tag = buf.Len(), from, tag
-	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(g.checkDType("recv", buf), g.checkPeer("recv", from, tag)))
+	return g.submit(ctx, c, nil, buf.Bytes(), firstErr(distributed.CheckDTypes("recv", buf), g.checkPeer("recv", from, tag)))
 }
 
 func (g *group) Barrier(ctx context.Context) distributed.Work {

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/grouptest"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 )
 
@@ -81,7 +82,7 @@ func childCollectives(ctx context.Context, pg distributed.ProcessGroup) error {
 	r, world := pg.Rank(), pg.Size()
 	check := func(what string, b distributed.Buffer, want func(int) float64) error {
 		for i := range b.Len() {
-			if g, w := at(b, i), want(i); g != w {
+			if g, w := grouptest.At(b, i), want(i); g != w {
 				return fmt.Errorf("rank %d %s: element %d = %v, want %v", r, what, i, g, w)
 			}
 		}
@@ -98,7 +99,7 @@ func childCollectives(ctx context.Context, pg distributed.ProcessGroup) error {
 			}
 			for _, op := range ops {
 				what := fmt.Sprintf("allreduce n=%d %s %s", n, dtName(dt), opName(op))
-				buf := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+				buf := grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
 				if err := pg.AllReduce(ctx, buf, op).Wait(); err != nil {
 					return err
 				}
@@ -106,23 +107,23 @@ func childCollectives(ctx context.Context, pg distributed.ProcessGroup) error {
 					return err
 				}
 			}
-			buf := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
+			buf := grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
 			if err := pg.Broadcast(ctx, buf, world-1).Wait(); err != nil {
 				return err
 			}
 			if err := check("broadcast", buf, func(i int) float64 { return value(world-1, i) }); err != nil {
 				return err
 			}
-			in := makeBuf(dt, n, func(i int) float64 { return value(r, i) })
-			out := makeBuf(dt, n*world, func(int) float64 { return 99 })
+			in := grouptest.Buffer(dt, n, func(i int) float64 { return value(r, i) })
+			out := grouptest.Buffer(dt, n*world, func(int) float64 { return 99 })
 			if err := pg.AllGather(ctx, out, in).Wait(); err != nil {
 				return err
 			}
 			if err := check("allgather", out, func(i int) float64 { return value(i/n, i%n) }); err != nil {
 				return err
 			}
-			out = makeBuf(dt, n, func(int) float64 { return 99 })
-			in = makeBuf(dt, n*world, func(i int) float64 { return value(r, i) })
+			out = grouptest.Buffer(dt, n, func(int) float64 { return 99 })
+			in = grouptest.Buffer(dt, n*world, func(i int) float64 { return value(r, i) })
 			if err := pg.ReduceScatter(ctx, out, in, distributed.Sum).Wait(); err != nil {
 				return err
 			}

@@ -3,8 +3,6 @@ package native
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -59,14 +57,9 @@ type watchdog struct {
 
 // watch starts g's watchdog unless it has one or opts turn it off.
 func (g *group) watch(st store.Store, prefix string, opts distributed.WatchdogOptions) {
-	if opts.Interval < 0 || st == nil {
+	opts, on := opts.Resolved()
+	if !on || st == nil {
 		return
-	}
-	if opts.Interval == 0 {
-		opts.Interval = distributed.DefaultWatchdog
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
 	}
 	w := &watchdog{g: g, st: st, prefix: prefix, opts: opts}
 	g.flight.mu.Lock()
@@ -108,11 +101,7 @@ func (w *watchdog) poll() time.Duration {
 // checks for a stuck op every poll.
 func (w *watchdog) loop() {
 	g := w.g
-	defer func() {
-		if p := recover(); p != nil { // a watchdog bug must not take the job down
-			w.opts.Log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", g.me, p))
-		}
-	}()
+	defer flight.Survive(w.opts.Log, g.me)
 	t := time.NewTicker(w.poll())
 	defer t.Stop()
 	var reported uint64 // the slot+1 of the last op diagnosed
@@ -138,11 +127,7 @@ func (w *watchdog) loop() {
 // publish sets this rank's heartbeat (best effort: a store that is slow
 // or gone shows as a stale heartbeat).
 func (w *watchdog) publish() {
-	s := w.g.flight.snapshot(w.g, flightHeartbeatOps)
-	s.Every = int64(w.tick())
-	ctx, cancel := context.WithTimeout(w.g.ctx, max(w.tick(), time.Second))
-	defer cancel()
-	_ = w.st.Set(ctx, w.key(w.g.rank), flight.Encode(s))
+	flight.Publish(w.g.ctx, w.st, w.key(w.g.rank), w.g.flight.snapshot(w.g, flightHeartbeatOps), w.tick())
 }
 
 // check diagnoses this rank's running op once it has run for Interval.
@@ -178,9 +163,7 @@ func (w *watchdog) check(reported *uint64) {
 	d := flight.Diagnose(time.Now(), op, g.rank, snaps, g.ranks)
 	ctx, cancel := context.WithTimeout(g.ctx, max(w.tick(), time.Second))
 	defer cancel()
-	me := []byte(strconv.Itoa(g.me))
-	got, err := w.st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", w.prefix, g.id, op.Seq), nil, me)
-	if err == nil && string(got) != string(me) || g.ctx.Err() != nil {
+	if !flight.Claim(ctx, w.st, w.prefix, g.id, op.Seq, g.me) || g.ctx.Err() != nil {
 		// Another waiting rank has reported this op, or the group broke
 		// or closed while this rank looked (the op is over; the claim
 		// failed for that reason, not for a store gone bad).

@@ -1,38 +1,19 @@
 package native_test
 
 import (
-	"bytes"
 	"fmt"
 	"log/slog"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/distributedtest"
 	"github.com/cohortml/cohort/distributed/flight"
+	"github.com/cohortml/cohort/distributed/internal/logtest"
 	"github.com/cohortml/cohort/distributed/store/memstore"
 )
-
-// lockedBuffer collects log output from several goroutines.
-type lockedBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
 
 // TestWatchdogNamesLateRank: rank 1 sleeps before an all-reduce that the
 // others have entered; within the interval + 5 s exactly one rank reports
@@ -44,7 +25,7 @@ func TestWatchdogNamesLateRank(t *testing.T) {
 		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
 			st := memstore.New()
 			defer st.Close()
-			var log lockedBuffer
+			var log logtest.Buffer
 			reports := make(chan flight.Diagnosis, world)
 			entered := make(chan time.Time, world)
 			distributedtest.Run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
@@ -125,7 +106,7 @@ func TestWatchdogQuiet(t *testing.T) {
 	defer distributedtest.CheckLeaks(t)()
 	st := memstore.New()
 	defer st.Close()
-	var log lockedBuffer
+	var log logtest.Buffer
 	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := distributedtest.Context(t, 30*time.Second)
 		if err := distributed.Watch(pg, st, "quiet", distributed.WatchdogOptions{Interval: 100 * time.Millisecond,
@@ -171,7 +152,7 @@ func TestWatchdogQuiet(t *testing.T) {
 func TestWatchdogSubgroup(t *testing.T) {
 	st := memstore.New()
 	defer st.Close()
-	var log lockedBuffer
+	var log logtest.Buffer
 	reported := make(chan flight.Diagnosis, 4)
 	distributedtest.Run(t, 4, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := distributedtest.Context(t, 30*time.Second)

@@ -396,6 +396,24 @@ func (c *fakeComm) Recv(p Ptr, n int, dt nccl.DataType, peer int, s Stream) erro
 	})
 }
 
+// combine folds v, rank r's element, into acc as op does (rank 0's
+// starts it; Avg sums, divided afterwards).
+func combine[T int64 | float64](acc, v T, r int, op nccl.RedOp) T {
+	switch {
+	case r == 0:
+		return v
+	case op == nccl.Sum || op == nccl.Avg:
+		return acc + v
+	case op == nccl.Prod:
+		return acc * v
+	case op == nccl.Max:
+		return max(acc, v)
+	case op == nccl.Min:
+		return min(acc, v)
+	}
+	return acc
+}
+
 // reduceInto reduces elements [off, off+n) of every rank's bytes into out.
 func reduceInto(out []byte, all [][]byte, off, n int, dt nccl.DataType, op nccl.RedOp) {
 	sz := dt.Size()
@@ -405,34 +423,10 @@ func reduceInto(out []byte, all [][]byte, off, n int, dt nccl.DataType, op nccl.
 		for r, b := range all {
 			e := b[(off+i)*sz : (off+i+1)*sz]
 			if dt == nccl.Int64 {
-				v := int64(binary.LittleEndian.Uint64(e))
-				switch {
-				case r == 0:
-					iacc = v
-				case op == nccl.Sum || op == nccl.Avg:
-					iacc += v
-				case op == nccl.Prod:
-					iacc *= v
-				case op == nccl.Max:
-					iacc = max(iacc, v)
-				case op == nccl.Min:
-					iacc = min(iacc, v)
-				}
+				iacc = combine(iacc, int64(binary.LittleEndian.Uint64(e)), r, op)
 				continue
 			}
-			v := load(e, dt)
-			switch {
-			case r == 0:
-				acc = v
-			case op == nccl.Sum || op == nccl.Avg:
-				acc += v
-			case op == nccl.Prod:
-				acc *= v
-			case op == nccl.Max:
-				acc = math.Max(acc, v)
-			case op == nccl.Min:
-				acc = math.Min(acc, v)
-			}
+			acc = combine(acc, load(e, dt), r, op)
 		}
 		dst := out[i*sz : (i+1)*sz]
 		if dt == nccl.Int64 {

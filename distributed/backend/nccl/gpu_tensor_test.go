@@ -41,17 +41,25 @@ func TestGPUInitPicksNCCL(t *testing.T) {
 	}
 }
 
+// gpuWorldOfOne returns the device (or skips t without one) and a group
+// of one rank on it, with a minute's op timeout, closed when t ends.
+func gpuWorldOfOne(t *testing.T) (tensor.Device, distributed.ProcessGroup) {
+	t.Helper()
+	dev := gpuDevice(t)
+	pg, err := distributed.Init(context.Background(), distributed.Options{Device: dev, WorldSize: 1, Group: distributed.GroupOptions{Timeout: time.Minute}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { pg.Close() })
+	return dev, pg
+}
+
 // TestGPUTensorCollectives: AllReduceTensor and BroadcastTensor of CUDA
 // tensors run on their memory (world 1: NCCL's kernels on the tensors'
 // own addresses), after the compute stream's work that wrote them.
 func TestGPUTensorCollectives(t *testing.T) {
-	dev := gpuDevice(t)
+	dev, pg := gpuWorldOfOne(t)
 	ctx := context.Background()
-	pg, err := distributed.Init(ctx, distributed.Options{Device: dev, WorldSize: 1, Group: distributed.GroupOptions{Timeout: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
 	const n = 1<<20 + 3
 	src := make([]float32, n)
 	for i := range src {
@@ -87,13 +95,8 @@ func TestGPUTensorCollectives(t *testing.T) {
 // world 1 ddp's all-reduce is the identity and issues nothing: the
 // all-reduce of device buckets between ranks needs two GPUs.
 func TestGPUDDPWorld1(t *testing.T) {
-	dev := gpuDevice(t)
+	dev, pg := gpuWorldOfOne(t)
 	ctx := context.Background()
-	pg, err := distributed.Init(ctx, distributed.Options{Device: dev, WorldSize: 1, Group: distributed.GroupOptions{Timeout: time.Minute}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer pg.Close()
 	cfg := models.GPTConfig{Vocab: 64, Ctx: 16, NLayer: 2, D: 32, NHead: 4}
 	const B, T, steps = 4, 16, 5
 	build := func() *models.GPT {

@@ -160,14 +160,7 @@ func (g *group) NewGroup(ctx context.Context, ranks []int) (distributed.ProcessG
 	if closed {
 		return nil, fmt.Errorf("distributed: NewGroup: %w", distributed.ErrClosed)
 	}
-	me := -1
-	global := make([]int, len(ranks))
-	for i, r := range ranks {
-		global[i] = g.ranks[r]
-		if r == g.rank {
-			me = i
-		}
-	}
+	global, me := distributed.Members(ranks, g.ranks, g.rank)
 	if me < 0 {
 		return nil, nil
 	}

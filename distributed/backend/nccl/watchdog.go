@@ -3,8 +3,6 @@ package nccl
 import (
 	"context"
 	"fmt"
-	"log/slog"
-	"strconv"
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
@@ -41,14 +39,9 @@ func (g *group) Watch(st store.Store, prefix string, opts distributed.WatchdogOp
 }
 
 func (g *group) watch(st store.Store, prefix string, opts distributed.WatchdogOptions) {
-	if opts.Interval < 0 || st == nil {
+	opts, on := opts.Resolved()
+	if !on || st == nil {
 		return
-	}
-	if opts.Interval == 0 {
-		opts.Interval = distributed.DefaultWatchdog
-	}
-	if opts.Log == nil {
-		opts.Log = slog.Default()
 	}
 	g.mu.Lock()
 	if g.wd != nil || g.closed {
@@ -72,11 +65,7 @@ func (w *watchdog) tick() time.Duration { return max(w.opts.Interval/4, 10*time.
 
 func (w *watchdog) loop() {
 	g := w.g
-	defer func() {
-		if p := recover(); p != nil { // a watchdog bug must not take the job down
-			w.opts.Log.Error(fmt.Sprintf("distributed: watchdog: rank %d: panic: %v (watchdog stopped)", g.me, p))
-		}
-	}()
+	defer flight.Survive(w.opts.Log, g.me)
 	t := time.NewTicker(w.tick())
 	defer t.Stop()
 	var reported uint64
@@ -100,11 +89,7 @@ func (w *watchdog) snapshot(n int) flight.Snapshot {
 }
 
 func (w *watchdog) publish() {
-	s := w.snapshot(heartbeatOps)
-	s.Every = int64(w.tick())
-	ctx, cancel := context.WithTimeout(w.g.ctx, max(w.tick(), time.Second))
-	defer cancel()
-	_ = w.st.Set(ctx, w.key(w.g.rank), flight.Encode(s))
+	flight.Publish(w.g.ctx, w.st, w.key(w.g.rank), w.snapshot(heartbeatOps), w.tick())
 }
 
 func (w *watchdog) check(reported *uint64) {
@@ -120,9 +105,7 @@ func (w *watchdog) check(reported *uint64) {
 	defer cancel()
 	snaps := flight.Collect(ctx, w.st, w.key, g.ranks, g.rank, mine)
 	d := flight.Diagnose(time.Now(), op, g.rank, snaps, g.ranks)
-	me := []byte(strconv.Itoa(g.me))
-	got, err := w.st.CompareAndSwap(ctx, fmt.Sprintf("%s/flight/%d/reported/%d", w.prefix, g.id, op.Seq), nil, me)
-	if err == nil && string(got) != string(me) || g.ctx.Err() != nil {
+	if !flight.Claim(ctx, w.st, w.prefix, g.id, op.Seq, g.me) || g.ctx.Err() != nil {
 		return
 	}
 	w.opts.Log.Warn(fmt.Sprintf("distributed: watchdog: rank %d: %s", g.me, d.Text))

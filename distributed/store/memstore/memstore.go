@@ -39,14 +39,10 @@ func New() *Store {
 // Set stores a copy of value under key and wakes every caller blocked on
 // key. A nil value is stored as an empty one (the key is then present).
 func (s *Store) Set(ctx context.Context, key string, value []byte) error {
-	if err := ctx.Err(); err != nil {
-		return fmt.Errorf("memstore: set %q: %w", key, err)
+	if err := s.lock(ctx, "set", key); err != nil {
+		return err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return fmt.Errorf("memstore: set %q: %w", key, store.ErrClosed)
-	}
 	s.setLocked(key, bytes.Clone(nonNil(value)))
 	return nil
 }
@@ -139,14 +135,10 @@ func (s *Store) park(ctx context.Context, key string, e *entry, ready chan struc
 // decimal integer, or a result that overflows int64, is an error and leaves
 // the value unchanged.
 func (s *Store) Add(ctx context.Context, key string, delta int64) (int64, error) {
-	if err := ctx.Err(); err != nil {
-		return 0, fmt.Errorf("memstore: add %q: %w", key, err)
+	if err := s.lock(ctx, "add", key); err != nil {
+		return 0, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return 0, fmt.Errorf("memstore: add %q: %w", key, store.ErrClosed)
-	}
 	var cur int64
 	if e := s.entries[key]; e != nil && e.set {
 		n, err := strconv.ParseInt(string(e.value), 10, 64)
@@ -169,14 +161,10 @@ func (s *Store) Add(ctx context.Context, key string, delta int64) (int64, error)
 // stored afterwards: desired on success, the unchanged current value
 // otherwise, nil if the key is (still) absent.
 func (s *Store) CompareAndSwap(ctx context.Context, key string, expected, desired []byte) ([]byte, error) {
-	if err := ctx.Err(); err != nil {
-		return nil, fmt.Errorf("memstore: compare-and-swap %q: %w", key, err)
+	if err := s.lock(ctx, "compare-and-swap", key); err != nil {
+		return nil, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return nil, fmt.Errorf("memstore: compare-and-swap %q: %w", key, store.ErrClosed)
-	}
 	e := s.entries[key]
 	present := e != nil && e.set
 	switch {
@@ -242,14 +230,10 @@ func (s *Store) missingLocked(keys []string) []string {
 // Delete removes key and reports whether it was set. Callers blocked on
 // key keep waiting for its next Set.
 func (s *Store) Delete(ctx context.Context, key string) (bool, error) {
-	if err := ctx.Err(); err != nil {
-		return false, fmt.Errorf("memstore: delete %q: %w", key, err)
+	if err := s.lock(ctx, "delete", key); err != nil {
+		return false, err
 	}
-	s.mu.Lock()
 	defer s.mu.Unlock()
-	if s.closed {
-		return false, fmt.Errorf("memstore: delete %q: %w", key, store.ErrClosed)
-	}
 	e := s.entries[key]
 	if e == nil || !e.set {
 		return false, nil
@@ -275,26 +259,26 @@ func (s *Store) Close() error {
 
 // Len reports the number of keys set. It is meant for tests and metrics.
 func (s *Store) Len() int {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	n := 0
-	for _, e := range s.entries {
+	return s.sum(func(e *entry) int {
 		if e.set {
-			n++
+			return 1
 		}
-	}
-	return n
+		return 0
+	})
 }
 
 // Waiters reports how many calls are blocked in Get or Wait. It is meant
 // for tests (checking that cancelled callers leave nothing behind) and
 // metrics.
-func (s *Store) Waiters() int {
+func (s *Store) Waiters() int { return s.sum(func(e *entry) int { return e.waiters }) }
+
+// sum adds up f over the entries.
+func (s *Store) sum(f func(e *entry) int) int {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	n := 0
 	for _, e := range s.entries {
-		n += e.waiters
+		n += f(e)
 	}
 	return n
 }
@@ -312,4 +296,19 @@ func quoteValue(v []byte) string {
 		return strconv.Quote(string(v[:show])) + "…"
 	}
 	return strconv.Quote(string(v))
+}
+
+// lock begins a call (op, on key): it fails if ctx has ended, then locks
+// the store and fails, unlocking it, if the store is closed. It returns
+// nil with s.mu held.
+func (s *Store) lock(ctx context.Context, op, key string) error {
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("memstore: %s %q: %w", op, key, err)
+	}
+	s.mu.Lock()
+	if s.closed {
+		s.mu.Unlock()
+		return fmt.Errorf("memstore: %s %q: %w", op, key, store.ErrClosed)
+	}
+	return nil
 }

@@ -11,13 +11,7 @@ import (
 )
 
 func TestConformance(t *testing.T) {
-	storetest.Run(t, func(t *testing.T) storetest.Opener {
-		s := memstore.New()
-		t.Cleanup(func() {
-			s.Close()
-		})
-		return func(*testing.T) store.Store { return s }
-	})
+	storetest.Run(t, storetest.InProcess(func() store.Store { return memstore.New() }))
 }
 
 // TestAbandonedWaitersLeaveNothing checks that Get and Wait calls whose

@@ -24,6 +24,17 @@ type Opener func(t *testing.T) store.Store
 // Opener. It registers cleanup with t.Cleanup.
 type Factory func(t *testing.T) Opener
 
+// InProcess returns the Factory of an in-process store: every Opener of
+// a subtest returns the one store newStore made for it, closed when the
+// subtest ends.
+func InProcess(newStore func() store.Store) Factory {
+	return func(t *testing.T) Opener {
+		s := newStore()
+		t.Cleanup(func() { s.Close() })
+		return func(*testing.T) store.Store { return s }
+	}
+}
+
 // Timeouts used by the suite. A blocked call is given short to prove it is
 // still blocked; a call expected to finish is given long.
 const (
@@ -80,49 +91,49 @@ type result struct {
 // goGet runs s.Get in a goroutine owned by the test: the test waits for it
 // before finishing.
 func goGet(t *testing.T, ctx context.Context, s store.Store, key string) <-chan result {
-	ch := make(chan result, 1)
-	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
+	return background(t, func() result {
 		v, err := s.Get(ctx, key)
-		ch <- result{v, err}
-	}()
-	t.Cleanup(wg.Wait)
-	return ch
+		return result{v, err}
+	})
 }
 
+// goWait runs s.Wait as goGet runs s.Get.
 func goWait(t *testing.T, ctx context.Context, s store.Store, keys ...string) <-chan error {
-	ch := make(chan error, 1)
+	return background(t, func() error { return s.Wait(ctx, keys...) })
+}
+
+// background runs call in a goroutine the test waits for before
+// finishing, and returns a channel that receives what it returned.
+func background[T any](t *testing.T, call func() T) <-chan T {
+	ch := make(chan T, 1)
 	var wg sync.WaitGroup
-	wg.Add(1)
-	go func() {
-		defer wg.Done()
-		ch <- s.Wait(ctx, keys...)
-	}()
+	wg.Go(func() { ch <- call() })
 	t.Cleanup(wg.Wait)
 	return ch
 }
 
-func recvResult(t *testing.T, ch <-chan result, what string) result {
+// recvResult returns what a background call (a what) returned, and fails
+// t if that takes longer than the long timeout.
+func recvResult[T any](t *testing.T, ch <-chan T, what string) T {
 	t.Helper()
 	select {
 	case r := <-ch:
 		return r
 	case <-time.After(long):
 		t.Fatalf("%s did not return within %v", what, long)
-		return result{}
+		var zero T
+		return zero
 	}
 }
 
-func recvErr(t *testing.T, ch <-chan error, what string) error {
+// notYet fails t with what msg makes of it if the background call ch
+// stands for returns within the short timeout.
+func notYet[T any](t *testing.T, ch <-chan T, msg func(T) string) {
 	t.Helper()
 	select {
-	case err := <-ch:
-		return err
-	case <-time.After(long):
-		t.Fatalf("%s did not return within %v", what, long)
-		return nil
+	case v := <-ch:
+		t.Fatal(msg(v))
+	case <-time.After(short):
 	}
 }
 
@@ -215,11 +226,9 @@ func testGetBlocksUntilSet(t *testing.T, open Opener) {
 	reader, writer := open(t), open(t)
 	assertBlocked(t, reader, "late")
 	ch := goGet(t, ctxLong(t), reader, "late")
-	select {
-	case r := <-ch:
-		t.Fatalf("Get returned %q, %v before the key was set", r.value, r.err)
-	case <-time.After(short):
-	}
+	notYet(t, ch, func(r result) string {
+		return fmt.Sprintf("Get returned %q, %v before the key was set", r.value, r.err)
+	})
 	mustSet(t, writer, "late", []byte("here"))
 	r := recvResult(t, ch, "Get blocked on a key that was then set")
 	if r.err != nil || string(r.value) != "here" {
@@ -304,13 +313,9 @@ func testWaitManyKeys(t *testing.T, open Opener) {
 	for i := n - 1; i >= 1; i-- {
 		mustSet(t, writer, keys[i], []byte(strconv.Itoa(i)))
 	}
-	select {
-	case err := <-ch:
-		t.Fatalf("Wait returned %v with key %q still missing", err, keys[0])
-	case <-time.After(short):
-	}
+	notYet(t, ch, func(err error) string { return fmt.Sprintf("Wait returned %v with key %q still missing", err, keys[0]) })
 	mustSet(t, writer, keys[0], []byte("0"))
-	if err := recvErr(t, ch, "Wait on 50 keys, all set"); err != nil {
+	if err := recvResult(t, ch, "Wait on 50 keys, all set"); err != nil {
 		t.Fatalf("Wait = %v; want nil", err)
 	}
 	// Every key set: returns at once.
@@ -578,11 +583,7 @@ func testDeleteThenSetWakesWaiter(t *testing.T, open Opener) {
 		t.Fatal(err)
 	}
 	ch := goGet(t, ctxLong(t), s, "k")
-	select {
-	case r := <-ch:
-		t.Fatalf("Get of a deleted key returned %q, %v", r.value, r.err)
-	case <-time.After(short):
-	}
+	notYet(t, ch, func(r result) string { return fmt.Sprintf("Get of a deleted key returned %q, %v", r.value, r.err) })
 	mustSet(t, w, "k", []byte("new"))
 	if r := recvResult(t, ch, "Get woken by Set after Delete"); r.err != nil || string(r.value) != "new" {
 		t.Fatalf("Get = %q, %v; want %q", r.value, r.err, "new")
@@ -666,7 +667,7 @@ func testCloseUnblocks(t *testing.T, open Opener) {
 	if r := recvResult(t, chGet, "Get blocked across Close"); !errors.Is(r.err, store.ErrClosed) {
 		t.Fatalf("Get blocked across Close = %q, %v; want an error wrapping store.ErrClosed", r.value, r.err)
 	}
-	if err := recvErr(t, chWait, "Wait blocked across Close"); !errors.Is(err, store.ErrClosed) {
+	if err := recvResult(t, chWait, "Wait blocked across Close"); !errors.Is(err, store.ErrClosed) {
 		t.Fatalf("Wait blocked across Close = %v; want an error wrapping store.ErrClosed", err)
 	}
 	if d := time.Since(start); d > long/2 {

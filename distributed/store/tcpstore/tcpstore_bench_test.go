@@ -8,18 +8,25 @@ import (
 	"github.com/cohortml/cohort/distributed/store/tcpstore"
 )
 
-// BenchmarkSetGet measures one Set and one Get round trip on loopback.
-func BenchmarkSetGet(b *testing.B) {
+// benchClient starts a server on loopback and returns a client of it;
+// both close when b ends.
+func benchClient(b *testing.B) *tcpstore.Client {
 	srv, err := tcpstore.Listen("127.0.0.1:0", tcpstore.Options{Logger: quietLogger()})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer srv.Close()
+	b.Cleanup(func() { srv.Close() })
 	c, err := tcpstore.Dial(context.Background(), srv.Addr().String(), tcpstore.Options{})
 	if err != nil {
 		b.Fatal(err)
 	}
-	defer c.Close()
+	b.Cleanup(func() { c.Close() })
+	return c
+}
+
+// BenchmarkSetGet measures one Set and one Get round trip on loopback.
+func BenchmarkSetGet(b *testing.B) {
+	c := benchClient(b)
 	ctx := context.Background()
 	v := []byte("10.0.0.1:45678")
 	for b.Loop() {
@@ -35,16 +42,7 @@ func BenchmarkSetGet(b *testing.B) {
 // BenchmarkAddShared measures Add from many goroutines sharing one client
 // (request ids multiplex the connection).
 func BenchmarkAddShared(b *testing.B) {
-	srv, err := tcpstore.Listen("127.0.0.1:0", tcpstore.Options{Logger: quietLogger()})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer srv.Close()
-	c, err := tcpstore.Dial(context.Background(), srv.Addr().String(), tcpstore.Options{})
-	if err != nil {
-		b.Fatal(err)
-	}
-	defer c.Close()
+	c := benchClient(b)
 	ctx := context.Background()
 	b.SetParallelism(8)
 	b.RunParallel(func(pb *testing.PB) {

@@ -1,7 +1,6 @@
 package tcpstore_test
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"log/slog"
@@ -13,28 +12,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortml/cohort/distributed/internal/logtest"
 	"github.com/cohortml/cohort/distributed/store"
 	"github.com/cohortml/cohort/distributed/store/storetest"
 	"github.com/cohortml/cohort/distributed/store/tcpstore"
 )
-
-// syncBuffer is a log sink safe for the server's goroutines.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
-}
 
 func quietLogger() *slog.Logger { return slog.New(slog.DiscardHandler) }
 
@@ -90,7 +72,7 @@ func TestAuthentication(t *testing.T) {
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
-			var logs syncBuffer
+			var logs logtest.Buffer
 			srv := startServer(t, tcpstore.Options{Token: tc.serverToken, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 			defer cancel()
@@ -198,7 +180,7 @@ func TestHostilePeers(t *testing.T) {
 		{"bad-magic", append([]byte{0, 0, 0, 10}, "NOT-COHORT"...), "not a cohort store client"},
 		{"truncated", []byte{0, 0, 0, 80, 'C', 'O'}, "handshake failed"},
 	}
-	var logs syncBuffer
+	var logs logtest.Buffer
 	srv := startServer(t, tcpstore.Options{Token: "t", HandshakeTimeout: 2 * time.Second, Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) {
@@ -244,7 +226,7 @@ func TestHostilePeers(t *testing.T) {
 // TestAuthenticatedGarbage checks that a peer holding the token but
 // sending a malformed command is dropped, not trusted.
 func TestAuthenticatedGarbage(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	srv := startServer(t, tcpstore.Options{Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	conn, err := net.Dial("tcp", srv.Addr().String())
 	if err != nil {
@@ -404,7 +386,7 @@ func TestNoGoroutineLeaks(t *testing.T) {
 // finish the handshake cost the server a bounded number of descriptors,
 // are logged a few lines at a time, and never keep an honest client out.
 func TestServerFloodOfStalledConnections(t *testing.T) {
-	var logs syncBuffer
+	var logs logtest.Buffer
 	srv := startServer(t, tcpstore.Options{Token: "t", HandshakeTimeout: 30 * time.Second, MaxPendingConns: 32,
 		Logger: slog.New(slog.NewTextHandler(&logs, nil))})
 	const flood = 600

@@ -59,9 +59,14 @@ func (t *Transport) state() error {
 	return t.down
 }
 
-func (t *Transport) checkRank(op string, r int) error {
+// check fails a call (op, with peer r and tag) to a rank out of range,
+// then one on a closed transport.
+func (t *Transport) check(op string, r int, tag transport.Tag) error {
 	if r < 0 || r >= len(t.peers) {
 		return fmt.Errorf("inproc: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, len(t.peers))
+	}
+	if t.state() != nil {
+		return fmt.Errorf("inproc: rank %d: %s rank %d (%v): %w", t.rank, op, r, tag, transport.ErrClosed)
 	}
 	return nil
 }
@@ -70,11 +75,8 @@ func (t *Transport) checkRank(op string, r int) error {
 // be reused as soon as it returns. Sending to a rank that has closed or
 // been killed fails with a *transport.PeerError.
 func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byte) error {
-	if err := t.checkRank("send to", to); err != nil {
+	if err := t.check("send to", to, tag); err != nil {
 		return err
-	}
-	if t.state() != nil {
-		return fmt.Errorf("inproc: rank %d: send to rank %d (%v): %w", t.rank, to, tag, transport.ErrClosed)
 	}
 	if err := ctx.Err(); err != nil {
 		return fmt.Errorf("inproc: rank %d: send to rank %d (%v): %w", t.rank, to, tag, err)
@@ -92,11 +94,8 @@ func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byt
 // Recv receives the next message from rank from under tag into p; see
 // transport.Transport. A Recv cancelled by ctx consumes no message.
 func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []byte) error {
-	if err := t.checkRank("recv from", from); err != nil {
+	if err := t.check("recv from", from, tag); err != nil {
 		return err
-	}
-	if t.state() != nil {
-		return fmt.Errorf("inproc: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, transport.ErrClosed)
 	}
 	if err := t.in[from].Recv(ctx, tag, p); err != nil {
 		return fmt.Errorf("inproc: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, err)

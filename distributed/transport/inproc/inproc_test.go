@@ -14,11 +14,7 @@ import (
 
 func newWorld(tb testing.TB, n int) transporttest.World {
 	ts := inproc.NewMesh(n)
-	w := transporttest.World{Kill: func(r int) { ts[r].Kill() }}
-	for _, t := range ts {
-		w.Transports = append(w.Transports, t)
-	}
-	return w
+	return transporttest.WorldOf(tb, ts, make([]error, n), (*inproc.Transport).Kill)
 }
 
 func TestConformance(t *testing.T) {
@@ -36,17 +32,8 @@ func TestNewMeshPanicsOnEmptyWorld(t *testing.T) {
 
 var _ transport.Transport = (*inproc.Transport)(nil)
 
-func BenchmarkPingPong4KiB(b *testing.B) {
-	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
-}
-
-func BenchmarkThroughput16MiB(b *testing.B) {
-	transporttest.Throughput(b, newWorld(b, 2), 16<<20)
-}
-
-func BenchmarkExchange4KiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
-}
+// BenchmarkTransport runs transporttest's benchmarks.
+func BenchmarkTransport(b *testing.B) { transporttest.Benchmarks(b, newWorld) }
 
 // TestSynctest: the mesh blocks only on channels, so timeouts can be
 // tested with a fake clock: an hour-long deadline passes instantly.

@@ -2,12 +2,11 @@ package route
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"path/filepath"
 	"strings"
-	"sync"
 	"testing"
-	"time"
 
 	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/shm"
@@ -74,7 +73,19 @@ func (l *mixedListener) Addr() string {
 	return a + "|" + b
 }
 
-func (l *mixedListener) connect(ctx context.Context, addrs []string) (*Transport, error) {
+// Close closes both halves.
+func (l *mixedListener) Close() error {
+	var errs []error
+	if l.tcp != nil {
+		errs = append(errs, l.tcp.Close())
+	}
+	if l.shm != nil {
+		errs = append(errs, l.shm.Close())
+	}
+	return errors.Join(errs...)
+}
+
+func (l *mixedListener) Connect(ctx context.Context, addrs []string) (*Transport, error) {
 	tcpAddrs := make([]string, len(addrs))
 	shmAddrs := make([]string, len(addrs))
 	for r, a := range addrs {
@@ -119,48 +130,16 @@ func (l *mixedListener) connect(ctx context.Context, addrs []string) (*Transport
 }
 
 func mixedWorld(tb testing.TB, n int) transporttest.World {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ls := make([]*mixedListener, n)
-	addrs := make([]string, n)
-	for r := range n {
-		l, err := listenMixed(ctx, r, n)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ls[r], addrs[r] = l, l.Addr()
-	}
-	ts := make([]*Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { ts[r], errs[r] = ls[r].connect(ctx, addrs) })
-	}
-	wg.Wait()
-	var w transporttest.World
-	for r, err := range errs {
-		if err != nil {
-			for _, t := range ts {
-				if t != nil {
-					t.Close()
-				}
-			}
-			tb.Fatalf("rank %d: %v", r, err)
-		}
-		w.Transports = append(w.Transports, ts[r])
-	}
+	ts, errs := transporttest.ConnectWorld[*Transport](tb, n, func(ctx context.Context, r int) (*mixedListener, error) {
+		return listenMixed(ctx, r, n)
+	})
 	// No Kill: the parts' crash hooks are internal to their packages. The
 	// death of a rank is tested with real processes (TestProcessesKill9).
-	return w
+	return transporttest.WorldOf(tb, ts, errs, nil)
 }
 
 func leftovers(t *testing.T) []string {
-	t.Helper()
-	m, err := filepath.Glob(filepath.Join("/dev/shm", testPrefix+"-*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return transporttest.Leftovers(t, filepath.Join("/dev/shm", testPrefix+"-*"))
 }
 
 func TestConformanceMixed(t *testing.T) {
@@ -210,73 +189,38 @@ func TestMixedParts(t *testing.T) {
 	}
 }
 
-func procSetup(ctx context.Context, rank, worldSize int, exchange func(string) ([]string, error)) (transport.Transport, error) {
-	l, err := listenMixed(ctx, rank, worldSize)
-	if err != nil {
-		return nil, err
-	}
-	addrs, err := exchange(l.Addr())
-	if err != nil {
-		return nil, err
-	}
-	return l.connect(ctx, addrs)
-}
+var procSetup = transporttest.ListenSetup[*Transport](listenMixed)
 
 // TestHelperProcess is the body of the child processes of the tests below.
 func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }
 
-func TestProcessesExchange(t *testing.T) {
-	for _, world := range []int{3, 4} {
-		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioExchange, false, 60*time.Second) {
-				if res.Line != "ok" {
-					t.Errorf("rank %d: %s", r, res.Line)
-				}
-			}
-		})
-	}
-}
+// TestProcessesExchange: ranks in separate processes, on two hosts or
+// three, exchange messages of every size.
+func TestProcessesExchange(t *testing.T) { procTests.Exchange(t) }
 
 // TestProcessesKill9: SIGKILL the last rank in the middle of large
 // transfers; every survivor, whether it reaches the victim through shm
 // (its host mate) or tcp (the others), gets an error naming it within 5 s.
-func TestProcessesKill9(t *testing.T) {
-	const world = 4
-	victim := world - 1
-	for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioTransfer, true, 5*time.Second) {
-		via := "tcp"
-		if hostOf(r) == hostOf(victim) {
-			via = "shm"
+func TestProcessesKill9(t *testing.T) { procTests.Kill9(t) }
+
+var procTests = transporttest.ProcessTests{
+	Worlds:     []int{3, 4},
+	KillWorlds: []int{4},
+	Via: func(rank, victim int) string {
+		if hostOf(rank) == hostOf(victim) {
+			return "shm"
 		}
-		want := fmt.Sprintf("peer-error %d ", victim)
-		if !strings.HasPrefix(res.Line, want) || !strings.Contains(res.Line, via+": ") {
-			t.Errorf("rank %d reported %q, want a %s error naming rank %d", r, res.Line, via, victim)
-			continue
+		return "tcp"
+	},
+	AfterKill: func(t *testing.T) {
+		if files := leftovers(t); len(files) > 0 {
+			t.Errorf("files left in /dev/shm: %v", files)
 		}
-		t.Logf("rank %d (%s) after %v: %s", r, via, res.At.Round(time.Millisecond), res.Line)
-	}
-	if files := leftovers(t); len(files) > 0 {
-		t.Errorf("files left in /dev/shm: %v", files)
-	}
+	},
 }
 
 // The benchmarks run ranks 0 and 1, which share a host: shm through the
 // route, to compare with package shm's benchmarks of the same names.
 
-func benchWorld(b *testing.B) transporttest.World {
-	w := mixedWorld(b, 2)
-	b.Cleanup(func() {
-		for _, tr := range w.Transports {
-			tr.Close()
-		}
-	})
-	return w
-}
-
-func BenchmarkPingPong4KiB(b *testing.B) {
-	transporttest.PingPong(b, benchWorld(b), 4<<10)
-}
-
-func BenchmarkThroughput16MiB(b *testing.B) {
-	transporttest.Throughput(b, benchWorld(b), 16<<20)
-}
+// BenchmarkTransport runs transporttest's benchmarks.
+func BenchmarkTransport(b *testing.B) { transporttest.Benchmarks(b, mixedWorld) }

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"net"
 	"os"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -30,25 +29,15 @@ type Listener struct {
 	bell            *bell   // nil: the progress goroutine sleeps on the doorbell futex
 	probe           *uint64 // read by peers to test single copy (see probePeer)
 	ln              *net.UnixListener
-	mu              sync.Mutex
-	used            bool
+	once            mesh.Once // Connect or Close, once
 }
 
 // Listen validates the arguments, creates this rank's segment in
 // Options.Dir and starts listening on a Unix-domain socket beside it.
 func Listen(ctx context.Context, rank, worldSize int, opts Options) (*Listener, error) {
-	if worldSize < 1 {
-		return nil, fmt.Errorf("shm: world size %d, want >= 1", worldSize)
-	}
-	if rank < 0 || rank >= worldSize {
-		return nil, fmt.Errorf("shm: rank %d out of range [0, %d)", rank, worldSize)
-	}
-	if err := opts.validate(); err != nil {
-		return nil, err
-	}
-	peers, err := mesh.Peers(rank, worldSize, opts.Peers)
+	peers, err := mesh.CheckListen("shm", rank, worldSize, opts.validate, opts.Peers)
 	if err != nil {
-		return nil, fmt.Errorf("shm: rank %d: Options.Peers: %w", rank, err)
+		return nil, err
 	}
 	opts = opts.withDefaults(len(peers) + 1)
 	reclaimStale(opts.Dir, opts.Prefix)
@@ -91,12 +80,9 @@ func (l *Listener) Addr() string { return l.seg.path }
 // Close removes the segment and socket; needed only if Connect is never
 // called.
 func (l *Listener) Close() error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.used {
+	if !l.once.Use() {
 		return nil
 	}
-	l.used = true
 	l.ln.Close()
 	l.bell.unlink()
 	l.bell.close()
@@ -115,11 +101,7 @@ func (l *Listener) Close() error {
 // unusable. The segment and socket files are removed when Connect
 // returns, whether it succeeds or not.
 func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport, error) {
-	l.mu.Lock()
-	used := l.used
-	l.used = true
-	l.mu.Unlock()
-	if used {
+	if !l.once.Use() {
 		return nil, fmt.Errorf("shm: rank %d: Connect called on a used or closed listener", l.rank)
 	}
 	ok := false

@@ -12,72 +12,19 @@ import (
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 )
 
-// nearFar splits rank's peers into those on its host (two ranks per host)
-// and the others. Both are non-nil.
-func nearFar(rank, worldSize int) (near, far []int) {
-	near, far = []int{}, []int{}
-	for r := range worldSize {
-		switch {
-		case r == rank:
-		case r/2 == rank/2:
-			near = append(near, r)
-		default:
-			far = append(far, r)
-		}
-	}
-	return near, far
-}
-
 // peersWorld gives every rank two transports, one connecting the ranks of
 // its host and one the others (Options.Peers), combined by package route.
-func peersWorld(tb testing.TB, n int) transporttest.World {
-	// Ranks on other hosts exist from a world of three; with fewer, the
-	// second part would serve nobody (and route would not own it).
-	parts := make([][]*Transport, 1, 2)
-	if n > 2 {
-		parts = parts[:2]
-	}
-	for i := range parts {
-		ts, errs := connectWorld(tb, n, func(r int) Options {
-			near, far := nearFar(r, n)
-			return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20, Peers: [][]int{near, far}[i]}
-		})
-		for r, err := range errs {
-			if err != nil {
-				tb.Fatalf("part %d, rank %d: %v", i, r, err)
-			}
-		}
-		parts[i] = ts
-	}
-	w := transporttest.World{Kill: func(r int) {
-		for _, ts := range parts {
-			ts[r].kill()
-		}
-	}}
-	for r := range n {
-		via := make([]transport.Transport, n)
-		for q := range n {
-			via[q] = parts[0][r]
-			if q/2 != r/2 {
-				via[q] = parts[1][r]
-			}
-		}
-		tr, err := route.New(via)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		w.Transports = append(w.Transports, tr)
-	}
-	return w
-}
+var peersWorld = transporttest.PeersWorld(func(tb testing.TB, n int, peers func(int) []int) ([]*Transport, []error) {
+	return connectWorld(tb, n, func(r int) Options {
+		return Options{Token: []byte("test-token"), Prefix: testPrefix, RingBytes: 1 << 20, Peers: peers(r)}
+	})
+}, (*Transport).kill, route.New)
 
 // TestConformancePeers runs the suite over transports that each connect a
 // subset of the world.
 func TestConformancePeers(t *testing.T) {
 	transporttest.Run(t, peersWorld, transporttest.Config{Worlds: []int{1, 2, 3, 4, 7}})
-	if files := leftovers(t); len(files) > 0 {
-		t.Errorf("files left in /dev/shm: %v", files)
-	}
+	checkLeftovers(t)
 }
 
 // TestPeers runs transporttest's checks of Options.Peers, and leaves no
@@ -97,9 +44,7 @@ func TestPeers(t *testing.T) {
 			return transporttest.Connected(tb, ts, errs)
 		},
 	})
-	if files := leftovers(t); len(files) > 0 {
-		t.Errorf("files left in /dev/shm: %v", files)
-	}
+	checkLeftovers(t)
 }
 
 // TestPeersSegmentSize: a segment holds rings for the peers only.
@@ -169,7 +114,5 @@ func TestPeersDisagree(t *testing.T) {
 	if errs[1] != nil {
 		t.Errorf("rank 1 (no peers): %v", errs[1])
 	}
-	if files := leftovers(t); len(files) > 0 {
-		t.Errorf("files left in /dev/shm: %v", files)
-	}
+	checkLeftovers(t)
 }

@@ -10,7 +10,6 @@ import (
 	"runtime"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -19,32 +18,14 @@ import (
 )
 
 func TestListenRejectsBadArguments(t *testing.T) {
-	ctx := context.Background()
-	tests := []struct {
-		name        string
-		rank, world int
-		opts        Options
-		want        string
-	}{
-		{"world-zero", 0, 0, Options{}, "shm: world size 0, want >= 1"},
-		{"rank-too-high", 3, 3, Options{}, "shm: rank 3 out of range [0, 3)"},
-		{"prefix", 0, 2, Options{Prefix: "a/b"}, `shm: Options.Prefix "a/b": want 1 to 64 letters`},
-		{"ring-not-power-of-two", 0, 2, Options{RingBytes: 100_000}, "shm: Options.RingBytes 100000: want a power of two in [65536, 1073741824]"},
-		{"ring-too-small", 0, 2, Options{RingBytes: 4096}, "shm: Options.RingBytes 4096: want a power of two"},
-		{"no-dir", 0, 2, Options{Dir: "/nonexistent-cohort-dir"}, "shm: create segment /nonexistent-cohort-dir/"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l, err := Listen(ctx, tc.rank, tc.world, tc.opts)
-			if err == nil {
-				l.Close()
-				t.Fatal("Listen succeeded")
-			}
-			if !strings.HasPrefix(err.Error(), tc.want) {
-				t.Fatalf("error %q, want prefix %q", err, tc.want)
-			}
-		})
-	}
+	transporttest.RunBadListen(t, Listen, []transporttest.BadListen[Options]{
+		{Name: "world-zero", Rank: 0, World: 0, Opts: Options{}, Want: "shm: world size 0, want >= 1"},
+		{Name: "rank-too-high", Rank: 3, World: 3, Opts: Options{}, Want: "shm: rank 3 out of range [0, 3)"},
+		{Name: "prefix", Rank: 0, World: 2, Opts: Options{Prefix: "a/b"}, Want: `shm: Options.Prefix "a/b": want 1 to 64 letters`},
+		{Name: "ring-not-power-of-two", Rank: 0, World: 2, Opts: Options{RingBytes: 100_000}, Want: "shm: Options.RingBytes 100000: want a power of two in [65536, 1073741824]"},
+		{Name: "ring-too-small", Rank: 0, World: 2, Opts: Options{RingBytes: 4096}, Want: "shm: Options.RingBytes 4096: want a power of two"},
+		{Name: "no-dir", Rank: 0, World: 2, Opts: Options{Dir: "/nonexistent-cohort-dir"}, Want: "shm: create segment /nonexistent-cohort-dir/"},
+	})
 }
 
 func TestListenerCloseRemovesFiles(t *testing.T) {
@@ -123,27 +104,11 @@ func TestWrongTokenRefused(t *testing.T) {
 	defer transporttest.CheckGoroutines(t, runtime.NumGoroutine())
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	ls := make([]*Listener, 2)
-	addrs := make([]string, 2)
-	for r, tok := range []string{"right", "wrong"} {
-		l, err := Listen(ctx, r, 2, Options{Token: []byte(tok), Prefix: testPrefix})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls[r], addrs[r] = l, l.Addr()
-	}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() {
-			tr, err := ls[r].Connect(ctx, addrs)
-			if tr != nil {
-				tr.Close()
-			}
-			errs[r] = err
-		})
-	}
-	wg.Wait()
+	toks := []string{"right", "wrong"}
+	ls := transporttest.ListenAll(t, ctx, 2, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, 2, Options{Token: []byte(toks[r]), Prefix: testPrefix})
+	})
+	errs := transporttest.ConnectErrors[*Transport](ctx, ls)
 	if !errors.Is(errs[1], transport.ErrAuth) {
 		t.Errorf("dialer: %v, want an error wrapping ErrAuth", errs[1])
 	}
@@ -165,16 +130,7 @@ func TestSmallRings(t *testing.T) {
 		ts, errs := connectWorld(tb, n, func(int) Options {
 			return Options{Prefix: testPrefix, RingBytes: minRing, Spin: -1}
 		})
-		for r, err := range errs {
-			if err != nil {
-				tb.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
-		for _, t := range ts {
-			w.Transports = append(w.Transports, t)
-		}
-		return w
+		return transporttest.WorldOf(tb, ts, errs, (*Transport).kill)
 	}
 	transporttest.Run(t, small, transporttest.Config{Worlds: []int{2, 3}, LargeBytes: 3<<20 + 7})
 }

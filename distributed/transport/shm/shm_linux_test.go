@@ -6,39 +6,20 @@ import (
 	"os"
 	"path/filepath"
 	"strconv"
-	"strings"
-	"sync"
 	"testing"
 	"time"
 
-	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 )
 
 const testPrefix = "cohort-test"
 
+// connectWorld sets up n ranks with opts, as separate processes would.
 func connectWorld(tb testing.TB, n int, opts func(rank int) Options) ([]*Transport, []error) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ls := make([]*Listener, n)
-	addrs := make([]string, n)
-	for r := range n {
-		l, err := Listen(ctx, r, n, opts(r))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ls[r] = l
-		addrs[r] = l.Addr()
-	}
-	ts := make([]*Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { ts[r], errs[r] = ls[r].Connect(ctx, addrs) })
-	}
-	wg.Wait()
-	return ts, errs
+	return transporttest.ConnectWorld[*Transport](tb, n, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, n, opts(r))
+	})
 }
 
 func newWorld(tb testing.TB, n int) transporttest.World { return worldWith(nil, nil)(tb, n) }
@@ -55,114 +36,65 @@ func worldWith(tweak func(*Options), check func(rank int, t *Transport) error) f
 			}
 			return o
 		})
-		for r, err := range errs {
-			if err != nil {
-				tb.Fatalf("rank %d: %v", r, err)
-			}
-		}
-		w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
 		for r, t := range ts {
-			if check != nil {
+			if check != nil && errs[r] == nil {
 				if err := check(r, t); err != nil {
-					tb.Fatalf("rank %d: %v", r, err)
+					errs[r] = err
 				}
 			}
-			w.Transports = append(w.Transports, t)
 		}
-		return w
+		return transporttest.WorldOf(tb, ts, errs, (*Transport).kill)
 	}
 }
 
 // leftovers lists this package's test files in /dev/shm.
 func leftovers(t *testing.T) []string {
-	t.Helper()
-	m, err := filepath.Glob(filepath.Join("/dev/shm", testPrefix+"-*"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	return m
+	return transporttest.Leftovers(t, filepath.Join("/dev/shm", testPrefix+"-*"))
 }
 
-func TestConformance(t *testing.T) {
-	transporttest.Run(t, newWorld, transporttest.Config{})
+// checkLeftovers fails t if any of this package's test files is left in
+// /dev/shm.
+func checkLeftovers(t *testing.T) {
+	t.Helper()
 	if files := leftovers(t); len(files) > 0 {
 		t.Errorf("files left in /dev/shm: %v", files)
 	}
 }
 
-func procSetup(ctx context.Context, rank, world int, exchange func(string) ([]string, error)) (transport.Transport, error) {
+func TestConformance(t *testing.T) {
+	transporttest.Run(t, newWorld, transporttest.Config{})
+	checkLeftovers(t)
+}
+
+// procSetup listens with the ring size and spin of the environment, for
+// benchmark experiments.
+var procSetup = transporttest.ListenSetup[*Transport](func(ctx context.Context, rank, world int) (*Listener, error) {
 	opts := Options{Token: []byte("process-token"), Prefix: testPrefix}
-	// Ring size for benchmark experiments.
 	if v, err := strconv.ParseInt(os.Getenv("COHORT_SHM_TEST_RING_BYTES"), 10, 64); err == nil {
 		opts.RingBytes = v
 	}
 	if v, err := time.ParseDuration(os.Getenv("COHORT_SHM_TEST_SPIN")); err == nil {
 		opts.Spin = v
 	}
-	l, err := Listen(ctx, rank, world, opts)
-	if err != nil {
-		return nil, err
-	}
-	addrs, err := exchange(l.Addr())
-	if err != nil {
-		l.Close()
-		return nil, err
-	}
-	return l.Connect(ctx, addrs)
-}
+	return Listen(ctx, rank, world, opts)
+})
 
 // TestHelperProcess is the body of the child processes of the tests below.
 func TestHelperProcess(t *testing.T) { transporttest.HelperProcess(procSetup) }
 
-func TestProcessesExchange(t *testing.T) {
-	for _, world := range []int{2, 3} {
-		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioExchange, false, 60*time.Second) {
-				if res.Line != "ok" {
-					t.Errorf("rank %d: %s", r, res.Line)
-				}
-			}
-		})
-	}
-}
+// TestProcessesExchange: ranks in separate processes exchange messages
+// of every size.
+func TestProcessesExchange(t *testing.T) { procTests.Exchange(t) }
 
 // TestProcessesKill9: SIGKILL one rank in the middle of large transfers;
 // every survivor must get an error naming it within 5 s, and no file is
 // left behind.
-func TestProcessesKill9(t *testing.T) {
-	for _, world := range []int{2, 3} {
-		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
-			victim := world - 1
-			for r, res := range transporttest.RunProcesses(t, "TestHelperProcess", world, transporttest.ScenarioTransfer, true, 5*time.Second) {
-				want := fmt.Sprintf("peer-error %d ", victim)
-				if !strings.HasPrefix(res.Line, want) {
-					t.Errorf("rank %d reported %q, want an error naming rank %d", r, res.Line, victim)
-					continue
-				}
-				t.Logf("rank %d after %v: %s", r, res.At.Round(time.Millisecond), res.Line)
-			}
-			if files := leftovers(t); len(files) > 0 {
-				t.Errorf("files left in /dev/shm: %v", files)
-			}
-		})
-	}
-}
+func TestProcessesKill9(t *testing.T) { procTests.Kill9(t) }
 
-func BenchmarkPingPong4KiB(b *testing.B) {
-	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
-}
+var procTests = transporttest.ProcessTests{AfterKill: checkLeftovers}
 
-func BenchmarkExchange4KiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
-}
-
-func BenchmarkThroughput16MiB(b *testing.B) {
-	transporttest.Throughput(b, newWorld(b, 2), 16<<20)
-}
-
-func BenchmarkExchange16MiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 16<<20)
-}
+// BenchmarkTransport runs transporttest's benchmarks.
+func BenchmarkTransport(b *testing.B) { transporttest.Benchmarks(b, newWorld) }
 
 // BenchmarkProcesses measures between two real processes; run with
 // -benchtime=1x.
@@ -192,9 +124,7 @@ func TestConformanceFutexDoorbell(t *testing.T) {
 		return nil
 	})
 	transporttest.Run(t, newFutexWorld, transporttest.Config{})
-	if files := leftovers(t); len(files) > 0 {
-		t.Errorf("files left in /dev/shm: %v", files)
-	}
+	checkLeftovers(t)
 }
 
 // TestBellSleep: the doorbell FIFO's sleep ends at its deadline when no

@@ -378,8 +378,9 @@ func (l *link) readFailed(err error) {
 // woken: a receiver that is waiting anyway spends its own CPU, and the
 // message is in as soon as it arrives (no thread wake-up in between).
 // Frames for other receivers met on the way are delivered as the reader
-// goroutine would.
-func (l *link) pollFor(w *demux.Pending, budget time.Duration) {
+// goroutine would. It stops early when ctx ends, so that a cancelled
+// receive returns at once rather than after the budget.
+func (l *link) pollFor(ctx context.Context, w *demux.Pending, budget time.Duration) {
 	deadline := time.Now().Add(budget)
 	for i := 0; !w.Done(); i++ {
 		var err error
@@ -392,7 +393,7 @@ func (l *link) pollFor(w *demux.Pending, budget time.Duration) {
 			return
 		}
 		if i%16 == 15 {
-			if time.Now().After(deadline) {
+			if ctx.Err() != nil || time.Now().After(deadline) {
 				return
 			}
 			runtime.Gosched() // let this process's other goroutines run

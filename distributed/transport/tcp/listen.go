@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 	"net"
-	"sync"
 
 	"github.com/cohortml/cohort/distributed/transport/internal/demux"
 	"github.com/cohortml/cohort/distributed/transport/internal/handshake"
@@ -20,8 +19,7 @@ type Listener struct {
 	opts            Options
 	peers           []int // ascending
 	ln              *net.TCPListener
-	mu              sync.Mutex
-	used            bool
+	once            mesh.Once
 }
 
 // Listen validates the arguments and starts listening on addr ("host:port";
@@ -29,20 +27,11 @@ type Listener struct {
 // reach: Addr reports the address as bound, and an unspecified host
 // ("" or "0.0.0.0") is reported as such.
 func Listen(ctx context.Context, rank, worldSize int, addr string, opts Options) (*Listener, error) {
-	if worldSize < 1 {
-		return nil, fmt.Errorf("tcp: world size %d, want >= 1", worldSize)
-	}
-	if rank < 0 || rank >= worldSize {
-		return nil, fmt.Errorf("tcp: rank %d out of range [0, %d)", rank, worldSize)
-	}
-	if err := opts.validate(); err != nil {
+	peers, err := mesh.CheckListen("tcp", rank, worldSize, opts.validate, opts.Peers)
+	if err != nil {
 		return nil, err
 	}
 	opts = opts.withDefaults()
-	peers, err := mesh.Peers(rank, worldSize, opts.Peers)
-	if err != nil {
-		return nil, fmt.Errorf("tcp: rank %d: Options.Peers: %w", rank, err)
-	}
 	lc := net.ListenConfig{KeepAliveConfig: keepAliveConfig(&opts)}
 	ln, err := lc.Listen(ctx, "tcp", addr)
 	if err != nil {
@@ -71,11 +60,7 @@ func (l *Listener) Close() error { return l.ln.Close() }
 // connections (wrong token, wrong world) are logged and waited past. The
 // listener is closed when Connect returns.
 func (l *Listener) Connect(ctx context.Context, peerAddrs []string) (*Transport, error) {
-	l.mu.Lock()
-	used := l.used
-	l.used = true
-	l.mu.Unlock()
-	if used {
+	if !l.once.Use() {
 		return nil, fmt.Errorf("tcp: rank %d: Connect called twice on one listener", l.rank)
 	}
 	defer l.ln.Close()

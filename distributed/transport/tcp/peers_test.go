@@ -12,64 +12,11 @@ import (
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 )
 
-// nearFar splits rank's peers into those on its host (two ranks per host)
-// and the others. Both are non-nil.
-func nearFar(rank, worldSize int) (near, far []int) {
-	near, far = []int{}, []int{}
-	for r := range worldSize {
-		switch {
-		case r == rank:
-		case r/2 == rank/2:
-			near = append(near, r)
-		default:
-			far = append(far, r)
-		}
-	}
-	return near, far
-}
-
 // peersWorld gives every rank two transports, one connecting the ranks of
 // its host and one the others (Options.Peers), combined by package route.
-func peersWorld(tb testing.TB, n int) transporttest.World {
-	// Ranks on other hosts exist from a world of three; with fewer, the
-	// second part would serve nobody (and route would not own it).
-	parts := make([][]*Transport, 1, 2)
-	if n > 2 {
-		parts = parts[:2]
-	}
-	for i := range parts {
-		ts, errs := connectWorld(tb, n, func(r int) Options {
-			near, far := nearFar(r, n)
-			return Options{Token: []byte("test-token"), Peers: [][]int{near, far}[i]}
-		})
-		for r, err := range errs {
-			if err != nil {
-				tb.Fatalf("part %d, rank %d: %v", i, r, err)
-			}
-		}
-		parts[i] = ts
-	}
-	w := transporttest.World{Kill: func(r int) {
-		for _, ts := range parts {
-			ts[r].kill()
-		}
-	}}
-	for r := range n {
-		via := make([]transport.Transport, n)
-		for q := range n {
-			via[q] = parts[0][r]
-			if q/2 != r/2 {
-				via[q] = parts[1][r]
-			}
-		}
-		tr, err := route.New(via)
-		if err != nil {
-			tb.Fatal(err)
-		}
-		w.Transports = append(w.Transports, tr)
-	}
-	return w
-}
+var peersWorld = transporttest.PeersWorld(func(tb testing.TB, n int, peers func(int) []int) ([]*Transport, []error) {
+	return connectWorld(tb, n, func(r int) Options { return Options{Token: []byte("test-token"), Peers: peers(r)} })
+}, (*Transport).kill, route.New)
 
 // TestConformancePeers runs the suite over transports that each connect a
 // subset of the world.

@@ -8,42 +8,26 @@ import (
 	"net"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
+	"github.com/cohortml/cohort/distributed/internal/logtest"
 	"github.com/cohortml/cohort/distributed/transport"
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 	"github.com/cohortml/cohort/distributed/wire"
 )
 
 func TestListenRejectsBadArguments(t *testing.T) {
-	ctx := context.Background()
-	tests := []struct {
-		name        string
-		rank, world int
-		opts        Options
-		want        string
-	}{
-		{"world-zero", 0, 0, Options{}, "tcp: world size 0, want >= 1"},
-		{"rank-negative", -1, 2, Options{}, "tcp: rank -1 out of range [0, 2)"},
-		{"rank-too-high", 2, 2, Options{}, "tcp: rank 2 out of range [0, 2)"},
-		{"chunk-negative", 0, 2, Options{ChunkBytes: -1}, "tcp: Options.ChunkBytes -1 out of range"},
-		{"chunk-huge", 0, 2, Options{ChunkBytes: 1 << 40}, "tcp: Options.ChunkBytes 1099511627776 out of range"},
-		{"timeout-negative", 0, 2, Options{HandshakeTimeout: -time.Second}, "tcp: Options.HandshakeTimeout -1s is negative"},
-	}
-	for _, tc := range tests {
-		t.Run(tc.name, func(t *testing.T) {
-			l, err := Listen(ctx, tc.rank, tc.world, "127.0.0.1:0", tc.opts)
-			if err == nil {
-				l.Close()
-				t.Fatal("Listen succeeded")
-			}
-			if !strings.HasPrefix(err.Error(), tc.want) {
-				t.Fatalf("error %q, want prefix %q", err, tc.want)
-			}
-		})
-	}
+	transporttest.RunBadListen(t, func(ctx context.Context, rank, world int, o Options) (*Listener, error) {
+		return Listen(ctx, rank, world, "127.0.0.1:0", o)
+	}, []transporttest.BadListen[Options]{
+		{Name: "world-zero", Rank: 0, World: 0, Opts: Options{}, Want: "tcp: world size 0, want >= 1"},
+		{Name: "rank-negative", Rank: -1, World: 2, Opts: Options{}, Want: "tcp: rank -1 out of range [0, 2)"},
+		{Name: "rank-too-high", Rank: 2, World: 2, Opts: Options{}, Want: "tcp: rank 2 out of range [0, 2)"},
+		{Name: "chunk-negative", Rank: 0, World: 2, Opts: Options{ChunkBytes: -1}, Want: "tcp: Options.ChunkBytes -1 out of range"},
+		{Name: "chunk-huge", Rank: 0, World: 2, Opts: Options{ChunkBytes: 1 << 40}, Want: "tcp: Options.ChunkBytes 1099511627776 out of range"},
+		{Name: "timeout-negative", Rank: 0, World: 2, Opts: Options{HandshakeTimeout: -time.Second}, Want: "tcp: Options.HandshakeTimeout -1s is negative"},
+	})
 }
 
 func TestConnectRejectsBadAddresses(t *testing.T) {
@@ -67,51 +51,17 @@ func TestConnectRejectsBadAddresses(t *testing.T) {
 	}
 }
 
-// logBuffer collects log records for assertions.
-type logBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *logBuffer) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *logBuffer) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 func TestWrongTokenRefused(t *testing.T) {
 	defer transporttest.CheckGoroutines(t, runtime.NumGoroutine())
-	var logs logBuffer
+	var logs logtest.Buffer
 	logger := slog.New(slog.NewTextHandler(&logs, nil))
 	ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
 	defer cancel()
-	ls := make([]*Listener, 2)
-	addrs := make([]string, 2)
-	for r, tok := range []string{"right", "wrong"} {
-		l, err := Listen(ctx, r, 2, "127.0.0.1:0", Options{Token: []byte(tok), Logger: logger})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls[r], addrs[r] = l, l.Addr()
-	}
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() {
-			tr, err := ls[r].Connect(ctx, addrs)
-			if tr != nil {
-				tr.Close()
-			}
-			errs[r] = err
-		})
-	}
-	wg.Wait()
+	toks := []string{"right", "wrong"}
+	ls := transporttest.ListenAll(t, ctx, 2, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, 2, "127.0.0.1:0", Options{Token: []byte(toks[r]), Logger: logger})
+	})
+	errs := transporttest.ConnectErrors[*Transport](ctx, ls)
 	// Rank 1 dials rank 0 and is refused at once.
 	if !errors.Is(errs[1], transport.ErrAuth) {
 		t.Errorf("dialer: %v, want an error wrapping ErrAuth", errs[1])
@@ -147,34 +97,22 @@ func TestConnectTimeoutNamesMissingRanks(t *testing.T) {
 func TestStrayConnectionDuringSetup(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
 	defer cancel()
-	ls := make([]*Listener, 2)
-	addrs := make([]string, 2)
-	for r := range 2 {
-		l, err := Listen(ctx, r, 2, "127.0.0.1:0", Options{})
-		if err != nil {
-			t.Fatal(err)
-		}
-		ls[r], addrs[r] = l, l.Addr()
-	}
+	ls := transporttest.ListenAll(t, ctx, 2, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, 2, "127.0.0.1:0", Options{})
+	})
 	// Garbage and a big bogus length reach rank 0 before rank 1 does.
 	for _, junk := range [][]byte{
 		[]byte("GET / HTTP/1.1\r\n\r\n................"),
 		wire.Header{Kind: wire.KindHello, Length: 1<<32 - 1}.Append(nil),
 	} {
-		c, err := net.Dial("tcp", addrs[0])
+		c, err := net.Dial("tcp", ls[0].Addr())
 		if err != nil {
 			t.Fatal(err)
 		}
 		defer c.Close()
 		c.Write(junk)
 	}
-	ts := make([]*Transport, 2)
-	errs := make([]error, 2)
-	var wg sync.WaitGroup
-	for r := range 2 {
-		wg.Go(func() { ts[r], errs[r] = ls[r].Connect(ctx, addrs) })
-	}
-	wg.Wait()
+	ts, errs := transporttest.ConnectAll[*Transport](ctx, ls)
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"sync"
 	"testing"
 	"time"
 
@@ -12,30 +11,13 @@ import (
 	"github.com/cohortml/cohort/distributed/transport/transporttest"
 )
 
-// connectWorld sets up n ranks on loopback with opts, each in its own
-// goroutine as separate processes would.
+// connectWorld sets up n ranks on loopback with opts, as separate
+// processes would.
 func connectWorld(tb testing.TB, n int, opts func(rank int) Options) ([]*Transport, []error) {
 	tb.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	ls := make([]*Listener, n)
-	addrs := make([]string, n)
-	for r := range n {
-		l, err := Listen(ctx, r, n, "127.0.0.1:0", opts(r))
-		if err != nil {
-			tb.Fatal(err)
-		}
-		ls[r] = l
-		addrs[r] = l.Addr()
-	}
-	ts := make([]*Transport, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Go(func() { ts[r], errs[r] = ls[r].Connect(ctx, addrs) })
-	}
-	wg.Wait()
-	return ts, errs
+	return transporttest.ConnectWorld[*Transport](tb, n, func(ctx context.Context, r int) (*Listener, error) {
+		return Listen(ctx, r, n, "127.0.0.1:0", opts(r))
+	})
 }
 
 func newWorld(tb testing.TB, n int) transporttest.World {
@@ -50,16 +32,7 @@ func worldWith(o Options) func(tb testing.TB, n int) transporttest.World {
 func connectWith(tb testing.TB, n int, o Options) transporttest.World {
 	o.Token = []byte("test-token")
 	ts, errs := connectWorld(tb, n, func(int) Options { return o })
-	for r, err := range errs {
-		if err != nil {
-			tb.Fatalf("rank %d: %v", r, err)
-		}
-	}
-	w := transporttest.World{Kill: func(r int) { ts[r].kill() }}
-	for _, t := range ts {
-		w.Transports = append(w.Transports, t)
-	}
-	return w
+	return transporttest.WorldOf(tb, ts, errs, (*Transport).kill)
 }
 
 func TestConformance(t *testing.T) {
@@ -78,24 +51,11 @@ func TestConformancePolling(t *testing.T) {
 	}
 }
 
-func BenchmarkPingPong4KiB(b *testing.B) {
-	transporttest.PingPong(b, newWorld(b, 2), 4<<10)
-}
-
-func BenchmarkExchange4KiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 4<<10)
-}
+// BenchmarkTransport runs transporttest's benchmarks.
+func BenchmarkTransport(b *testing.B) { transporttest.Benchmarks(b, newWorld) }
 
 func BenchmarkExchange4KiBPolling(b *testing.B) {
 	transporttest.Exchange(b, worldWith(Options{Spin: 50 * time.Microsecond})(b, 2), 4<<10)
-}
-
-func BenchmarkThroughput16MiB(b *testing.B) {
-	transporttest.Throughput(b, newWorld(b, 2), 16<<20)
-}
-
-func BenchmarkExchange16MiB(b *testing.B) {
-	transporttest.Exchange(b, newWorld(b, 2), 16<<20)
 }
 
 // BenchmarkProcesses measures between two real processes; run with

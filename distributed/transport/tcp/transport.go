@@ -30,12 +30,17 @@ func (t *Transport) Rank() int { return t.rank }
 // Size returns the world size.
 func (t *Transport) Size() int { return len(t.links) }
 
-func (t *Transport) check(op string, r int) error {
+// check fails a call (op, with peer r and tag) to a rank out of range or
+// not a peer, then one on a closed transport.
+func (t *Transport) check(op string, r int, tag transport.Tag) error {
 	if r < 0 || r >= len(t.links) {
 		return fmt.Errorf("tcp: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, len(t.links))
 	}
 	if r != t.rank && t.links[r] == nil {
 		return fmt.Errorf("tcp: rank %d: %s rank %d: not a peer of this transport (Options.Peers)", t.rank, op, r)
+	}
+	if t.closed.Load() {
+		return fmt.Errorf("tcp: rank %d: %s rank %d (%v): %w", t.rank, op, r, tag, transport.ErrClosed)
 	}
 	return nil
 }
@@ -47,11 +52,8 @@ func (t *Transport) check(op string, r int) error {
 // between frames (the peer's matching Recv fails), or, if the frame
 // could not complete, the link to the peer is broken.
 func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byte) error {
-	if err := t.check("send to", to); err != nil {
+	if err := t.check("send to", to, tag); err != nil {
 		return err
-	}
-	if t.closed.Load() {
-		return fmt.Errorf("tcp: rank %d: send to rank %d (%v): %w", t.rank, to, tag, transport.ErrClosed)
 	}
 	if to == t.rank {
 		m := t.self.Begin(tag, len(p))
@@ -70,11 +72,8 @@ func (t *Transport) Send(ctx context.Context, to int, tag transport.Tag, p []byt
 // Recv receives the next message from rank from under tag into p; see
 // transport.Transport. A Recv cancelled by ctx consumes no message.
 func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []byte) error {
-	if err := t.check("recv from", from); err != nil {
+	if err := t.check("recv from", from, tag); err != nil {
 		return err
-	}
-	if t.closed.Load() {
-		return fmt.Errorf("tcp: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, transport.ErrClosed)
 	}
 	box := t.self
 	if from != t.rank {
@@ -83,7 +82,7 @@ func (t *Transport) Recv(ctx context.Context, from int, tag transport.Tag, p []b
 	w, err := box.Post(tag, p)
 	if w != nil {
 		if budget, ok := t.pollBudget(ctx, len(p)); ok && from != t.rank {
-			t.links[from].pollFor(w, budget)
+			t.links[from].pollFor(ctx, w, budget)
 		}
 		err = w.Wait(ctx)
 	}

@@ -8,47 +8,44 @@ import (
 	"github.com/cohortml/cohort/distributed/transport"
 )
 
+// Benchmarks runs the shared benchmarks as sub-benchmarks of b, each
+// over a world of two ranks that newWorld builds and b closes:
+// PingPong4KiB, Exchange4KiB, Throughput16MiB and Exchange16MiB.
+func Benchmarks(b *testing.B, newWorld Factory) {
+	for _, bm := range []struct {
+		name string
+		run  func(*testing.B, World, int)
+		size int
+	}{
+		{"PingPong4KiB", PingPong, 4 << 10},
+		{"Exchange4KiB", Exchange, 4 << 10},
+		{"Throughput16MiB", Throughput, 16 << 20},
+		{"Exchange16MiB", Exchange, 16 << 20},
+	} {
+		b.Run(bm.name, func(b *testing.B) {
+			w := newWorld(b, 2)
+			b.Cleanup(func() {
+				for _, tr := range w.Transports {
+					tr.Close()
+				}
+			})
+			bm.run(b, w, bm.size)
+		})
+	}
+}
+
 // The benchmarks below use b.N rather than b.Loop: the peer goroutine has
 // to know in advance how many messages to expect.
 
 // PingPong measures the round trip of a size-byte message between ranks 0
 // and 1 of w: rank 0 sends, rank 1 echoes. It reports µs/roundtrip.
 func PingPong(b *testing.B, w World, size int) {
-	ctx := context.Background()
-	t0, t1 := w.Transports[0], w.Transports[1]
-	tag := transport.Tag{Group: 100}
-	n := b.N
-	echoed := make(chan error, 1)
-	go func() {
-		p := make([]byte, size)
-		for range n {
-			if err := t1.Recv(ctx, 0, tag, p); err != nil {
-				echoed <- err
-				return
-			}
-			if err := t1.Send(ctx, 0, tag, p); err != nil {
-				echoed <- err
-				return
-			}
+	rounds(b, w, size, transport.Tag{Group: 100}, 2, "µs/roundtrip", func(ctx context.Context, t1 transport.Transport, tag transport.Tag, _, in []byte) error {
+		if err := t1.Recv(ctx, 0, tag, in); err != nil {
+			return err
 		}
-		echoed <- nil
-	}()
-	out, in := make([]byte, size), make([]byte, size)
-	b.SetBytes(int64(2 * size))
-	b.ResetTimer()
-	for range n {
-		if err := t0.Send(ctx, 1, tag, out); err != nil {
-			b.Fatal(err)
-		}
-		if err := t0.Recv(ctx, 1, tag, in); err != nil {
-			b.Fatal(err)
-		}
-	}
-	b.StopTimer()
-	if err := <-echoed; err != nil {
-		b.Fatal(err)
-	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/roundtrip")
+		return t1.Send(ctx, 0, tag, in)
+	})
 }
 
 // Throughput measures a one-way stream of size-byte messages from rank 0
@@ -93,28 +90,36 @@ func Throughput(b *testing.B, w World, size int) {
 // other and then receiving the other's, as one step of a two-rank
 // all-reduce does. It reports µs/exchange.
 func Exchange(b *testing.B, w World, size int) {
+	rounds(b, w, size, transport.Tag{Group: 104}, 1, "µs/exchange", func(ctx context.Context, t1 transport.Transport, tag transport.Tag, out, in []byte) error {
+		if err := t1.Send(ctx, 0, tag, out); err != nil {
+			return err
+		}
+		return t1.Recv(ctx, 0, tag, in)
+	})
+}
+
+// rounds times b.N rounds in each of which rank 0 of w sends a size-byte
+// message to rank 1 under tag, then receives one from it, while rank 1
+// runs its half of the round, peer, in a goroutine of its own (with
+// buffers out and in of size bytes). Each round counts size·copies bytes;
+// the time per round is reported in unit.
+func rounds(b *testing.B, w World, size int, tag transport.Tag, copies int64, unit string, peer func(ctx context.Context, t1 transport.Transport, tag transport.Tag, out, in []byte) error) {
 	ctx := context.Background()
-	tag := transport.Tag{Group: 104}
+	t0, t1 := w.Transports[0], w.Transports[1]
 	n := b.N
 	done := make(chan error, 1)
 	go func() {
-		t1 := w.Transports[1]
 		out, in := make([]byte, size), make([]byte, size)
 		for range n {
-			if err := t1.Send(ctx, 0, tag, out); err != nil {
-				done <- err
-				return
-			}
-			if err := t1.Recv(ctx, 0, tag, in); err != nil {
+			if err := peer(ctx, t1, tag, out, in); err != nil {
 				done <- err
 				return
 			}
 		}
 		done <- nil
 	}()
-	t0 := w.Transports[0]
 	out, in := make([]byte, size), make([]byte, size)
-	b.SetBytes(int64(size))
+	b.SetBytes(copies * int64(size))
 	b.ResetTimer()
 	for range n {
 		if err := t0.Send(ctx, 1, tag, out); err != nil {
@@ -128,7 +133,7 @@ func Exchange(b *testing.B, w World, size int) {
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), "µs/exchange")
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), unit)
 }
 
 // ProcessBenchmarks runs between child processes of the test binary: the

@@ -141,28 +141,10 @@ func HelperProcess(setup ProcSetup) {
 func oneLine(err error) string { return strings.ReplaceAll(err.Error(), "\n", " | ") }
 
 func childExchange(ctx context.Context, tr transport.Transport) error {
-	sizes := []int{0, 1, 4096, 1<<20 + 1, 16<<20 + 3}
-	r, n := tr.Rank(), tr.Size()
-	for to := range n {
-		for k, size := range sizes {
-			tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(to)}
-			if err := tr.Send(ctx, to, tag, Pattern(size, seedOf(r, to, k))); err != nil {
-				return err
-			}
-		}
+	if err := exchangeAll(ctx, tr, []int{0, 1, 4096, 1<<20 + 1, 16<<20 + 3}); err != nil {
+		return err
 	}
-	for from := range n {
-		for k := len(sizes) - 1; k >= 0; k-- {
-			p := make([]byte, sizes[k])
-			tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(r)}
-			if err := tr.Recv(ctx, from, tag, p); err != nil {
-				return err
-			}
-			if err := checkPayload(p, seedOf(from, r, k)); err != nil {
-				return fmt.Errorf("from rank %d message %d: %v", from, k, err)
-			}
-		}
-	}
+	n := tr.Size()
 	// A last round so no rank closes while others still receive.
 	for to := range n {
 		if err := tr.Send(ctx, to, transport.Tag{Group: 2}, nil); err != nil {
@@ -267,24 +249,25 @@ func childBench(ctx context.Context, tr transport.Transport, scenario string) (s
 		}
 	case ScenarioStream:
 		ack := transport.Tag{Group: 51}
-		for range warm {
-			if r == 0 {
-				if err := tr.Send(ctx, peer, tag, out); err != nil {
-					return "", err
+		// stream sends k messages from rank 0, received by rank 1.
+		stream := func(k int) error {
+			for range k {
+				if r == 0 {
+					if err := tr.Send(ctx, peer, tag, out); err != nil {
+						return err
+					}
+				} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
+					return err
 				}
-			} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
-				return "", err
 			}
+			return nil
+		}
+		if err := stream(warm); err != nil {
+			return "", err
 		}
 		start := time.Now()
-		for range iters {
-			if r == 0 {
-				if err := tr.Send(ctx, peer, tag, out); err != nil {
-					return "", err
-				}
-			} else if err := tr.Recv(ctx, peer, tag, in); err != nil {
-				return "", err
-			}
+		if err := stream(iters); err != nil {
+			return "", err
 		}
 		if r == 1 {
 			return "", tr.Send(ctx, peer, ack, nil)
@@ -528,4 +511,70 @@ func runProcesses(t testing.TB, helperTest string, world int, scenario string, k
 		results[r] = ProcResult{Line: l, At: time.Since(start)}
 	}
 	return results
+}
+
+// ProcessTests are the real-process tests of a transport: its package's
+// TestProcessesExchange and TestProcessesKill9 call Exchange and Kill9,
+// with a TestHelperProcess that calls HelperProcess.
+type ProcessTests struct {
+	// Worlds lists the world sizes of Exchange, a subtest each
+	// ("world=3"); nil means {2, 3}.
+	Worlds []int
+	// KillWorlds lists those of Kill9; nil means {2, 3}.
+	KillWorlds []int
+	// Via, if not nil, names the part ("tcp", "shm") through which rank
+	// reaches victim: the survivor's error must come from it.
+	Via func(rank, victim int) string
+	// AfterKill, if not nil, runs at the end of each Kill9 subtest (a
+	// check that nothing is left behind).
+	AfterKill func(t *testing.T)
+}
+
+func worldsOr(worlds []int) []int {
+	if worlds == nil {
+		return []int{2, 3}
+	}
+	return worlds
+}
+
+// Exchange runs ScenarioExchange between real processes: every rank must
+// report ok within 60 s.
+func (p ProcessTests) Exchange(t *testing.T) {
+	for _, world := range worldsOr(p.Worlds) {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			for r, res := range RunProcesses(t, "TestHelperProcess", world, ScenarioExchange, false, 60*time.Second) {
+				if res.Line != "ok" {
+					t.Errorf("rank %d: %s", r, res.Line)
+				}
+			}
+		})
+	}
+}
+
+// Kill9 runs ScenarioTransfer between real processes and kills the last
+// rank with SIGKILL in the middle of large transfers: every survivor must
+// report an error naming it (from the part Via names) within 5 s.
+func (p ProcessTests) Kill9(t *testing.T) {
+	for _, world := range worldsOr(p.KillWorlds) {
+		t.Run(fmt.Sprintf("world=%d", world), func(t *testing.T) {
+			victim := world - 1
+			for r, res := range RunProcesses(t, "TestHelperProcess", world, ScenarioTransfer, true, 5*time.Second) {
+				want, via := fmt.Sprintf("peer-error %d ", victim), ""
+				if p.Via != nil {
+					via = p.Via(r, victim)
+				}
+				if !strings.HasPrefix(res.Line, want) || via != "" && !strings.Contains(res.Line, via+": ") {
+					t.Errorf("rank %d reported %q, want a %s error naming rank %d", r, res.Line, via, victim)
+					continue
+				}
+				if via != "" {
+					via = " (" + via + ")"
+				}
+				t.Logf("rank %d%s after %v: %s", r, via, res.At.Round(time.Millisecond), res.Line)
+			}
+			if p.AfterKill != nil {
+				p.AfterKill(t)
+			}
+		})
+	}
 }

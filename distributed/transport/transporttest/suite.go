@@ -66,18 +66,17 @@ const testTimeout = 60 * time.Second
 // Run runs the conformance suite as subtests of t.
 func Run(t *testing.T, newWorld Factory, cfg Config) {
 	s := &suite{newWorld: newWorld, cfg: cfg}
-	t.Run("exchange", s.exchange)
-	t.Run("order", s.order)
-	t.Run("independent-tags", s.independentTags)
-	t.Run("concurrent-senders", s.concurrentSenders)
-	t.Run("zero-length", s.zeroLength)
-	t.Run("large", s.large)
-	t.Run("length-mismatch", s.lengthMismatch)
-	t.Run("invalid-rank", s.invalidRank)
-	t.Run("close", s.close)
-	t.Run("cancel", s.cancel)
-	t.Run("peer-close", s.peerClose)
-	t.Run("peer-death", s.peerDeath)
+	for _, c := range []struct {
+		name string
+		run  func(*testing.T)
+	}{
+		{"exchange", s.exchange}, {"order", s.order}, {"independent-tags", s.independentTags},
+		{"concurrent-senders", s.concurrentSenders}, {"zero-length", s.zeroLength}, {"large", s.large},
+		{"length-mismatch", s.lengthMismatch}, {"invalid-rank", s.invalidRank}, {"close", s.close},
+		{"cancel", s.cancel}, {"peer-close", s.peerClose}, {"peer-death", s.peerDeath},
+	} {
+		t.Run(c.name, c.run)
+	}
 }
 
 type suite struct {
@@ -202,6 +201,35 @@ func ctxT(t testing.TB) context.Context {
 
 func seedOf(from, to, k int) uint64 { return uint64(from)<<40 | uint64(to)<<20 | uint64(k) }
 
+// exchangeAll sends tr's rank a message of each size in sizes to every
+// rank, itself included, under its own tag, before receiving any; then
+// receives every rank's in reverse tag order (to exercise queueing) and
+// checks them.
+func exchangeAll(ctx context.Context, tr transport.Transport, sizes []int) error {
+	r, n := tr.Rank(), tr.Size()
+	for to := range n {
+		for k, size := range sizes {
+			tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(to)}
+			if err := tr.Send(ctx, to, tag, Pattern(size, seedOf(r, to, k))); err != nil {
+				return err
+			}
+		}
+	}
+	for from := range n {
+		for k := len(sizes) - 1; k >= 0; k-- {
+			p := make([]byte, sizes[k])
+			tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(r)}
+			if err := tr.Recv(ctx, from, tag, p); err != nil {
+				return err
+			}
+			if err := checkPayload(p, seedOf(from, r, k)); err != nil {
+				return fmt.Errorf("from rank %d message %d: %v", from, k, err)
+			}
+		}
+	}
+	return nil
+}
+
 // exchange: every rank sends several messages of different sizes to every
 // rank, itself included, before receiving any, then checks them all.
 func (s *suite) exchange(t *testing.T) {
@@ -211,29 +239,7 @@ func (s *suite) exchange(t *testing.T) {
 			w := s.world(t, n)
 			ctx := ctxT(t)
 			eachRank(t, n, func(r int) error {
-				tr := w.Transports[r]
-				for to := range n {
-					for k, size := range sizes {
-						tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(to)}
-						if err := tr.Send(ctx, to, tag, Pattern(size, seedOf(r, to, k))); err != nil {
-							return err
-						}
-					}
-				}
-				// Receive in reverse tag order to exercise queueing.
-				for from := range n {
-					for k := len(sizes) - 1; k >= 0; k-- {
-						p := make([]byte, sizes[k])
-						tag := transport.Tag{Group: 1, Seq: uint64(k), Step: uint32(r)}
-						if err := tr.Recv(ctx, from, tag, p); err != nil {
-							return err
-						}
-						if err := checkPayload(p, seedOf(from, r, k)); err != nil {
-							return fmt.Errorf("from rank %d message %d: %v", from, k, err)
-						}
-					}
-				}
-				return nil
+				return exchangeAll(ctx, w.Transports[r], sizes)
 			})
 		})
 	}
@@ -395,34 +401,33 @@ func (s *suite) zeroLength(t *testing.T) {
 func (s *suite) large(t *testing.T) {
 	size := s.cfg.large()
 	payload := Pattern(size, 77)
+	// pair gives each case a world of two, a context and its own tag.
+	pair := func(t *testing.T, seq uint64) (World, context.Context, transport.Tag) {
+		return s.world(t, 2), ctxT(t), transport.Tag{Group: 7, Seq: seq}
+	}
+	check := func(t *testing.T, p []byte) {
+		if !bytes.Equal(p, payload) {
+			t.Fatal(checkPayload(p, 77))
+		}
+	}
 	t.Run("recv-first", func(t *testing.T) {
-		w := s.world(t, 2)
-		ctx := ctxT(t)
-		tag := transport.Tag{Group: 7, Seq: 1}
+		w, ctx, tag := pair(t, 1)
 		done := make(chan error, 1)
 		p := make([]byte, size)
 		go func() { done <- w.Transports[1].Recv(ctx, 0, tag, p) }()
 		must(t, w.Transports[0].Send(ctx, 1, tag, payload))
 		must(t, <-done)
-		if !bytes.Equal(p, payload) {
-			t.Fatal(checkPayload(p, 77))
-		}
+		check(t, p)
 	})
 	t.Run("send-first", func(t *testing.T) {
-		w := s.world(t, 2)
-		ctx := ctxT(t)
-		tag := transport.Tag{Group: 7, Seq: 2}
+		w, ctx, tag := pair(t, 2)
 		must(t, w.Transports[0].Send(ctx, 1, tag, payload))
 		p := make([]byte, size)
 		must(t, w.Transports[1].Recv(ctx, 0, tag, p))
-		if !bytes.Equal(p, payload) {
-			t.Fatal(checkPayload(p, 77))
-		}
+		check(t, p)
 	})
 	t.Run("both-ways", func(t *testing.T) {
-		w := s.world(t, 2)
-		ctx := ctxT(t)
-		tag := transport.Tag{Group: 7, Seq: 3}
+		w, ctx, tag := pair(t, 3)
 		eachRank(t, 2, func(r int) error {
 			tr := w.Transports[r]
 			for k := range 2 {
@@ -543,13 +548,8 @@ func (s *suite) close(t *testing.T) {
 	start := time.Now()
 	must(t, tr.Close())
 	for range pending {
-		select {
-		case err := <-done:
-			if !errors.Is(err, transport.ErrClosed) {
-				t.Errorf("pending Recv returned %v, want ErrClosed", err)
-			}
-		case <-time.After(5 * time.Second):
-			t.Fatal("pending Recv still blocked 5 s after Close")
+		if err := within(t, done, 5*time.Second, "pending Recv still blocked 5 s after Close"); !errors.Is(err, transport.ErrClosed) {
+			t.Errorf("pending Recv returned %v, want ErrClosed", err)
 		}
 	}
 	if d := time.Since(start); d > 2*time.Second {
@@ -580,13 +580,8 @@ func (s *suite) cancel(t *testing.T) {
 	time.Sleep(10 * time.Millisecond)
 	start := time.Now()
 	cancel()
-	select {
-	case err := <-done:
-		if !errors.Is(err, context.Canceled) {
-			t.Errorf("cancelled Recv returned %v, want context.Canceled", err)
-		}
-	case <-time.After(5 * time.Second):
-		t.Fatal("cancelled Recv still blocked after 5 s")
+	if err := within(t, done, 5*time.Second, "cancelled Recv still blocked after 5 s"); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled Recv returned %v, want context.Canceled", err)
 	}
 	if d := time.Since(start); d > time.Second {
 		t.Errorf("cancelled Recv took %v to return", d)
@@ -642,12 +637,8 @@ func (s *suite) peerDeath(t *testing.T) {
 			start := time.Now()
 			w.Kill(dead)
 			for range dead {
-				select {
-				case err := <-done:
-					checkPeerError(t, err, dead)
-				case <-time.After(s.cfg.deathTimeout()):
-					t.Fatalf("receive from killed rank %d still blocked after %v", dead, s.cfg.deathTimeout())
-				}
+				err := within(t, done, s.cfg.deathTimeout(), fmt.Sprintf("receive from killed rank %d still blocked after %v", dead, s.cfg.deathTimeout()))
+				checkPeerError(t, err, dead)
 			}
 			t.Logf("death of rank %d reported after %v", dead, time.Since(start))
 			for r := range dead {
@@ -661,6 +652,19 @@ func (s *suite) peerDeath(t *testing.T) {
 				must(t, checkPayload(p, 13))
 			}
 		})
+	}
+}
+
+// within returns the error a call running in the background delivers on
+// done, and fails t with blocked if none comes within d.
+func within(t *testing.T, done <-chan error, d time.Duration, blocked string) error {
+	t.Helper()
+	select {
+	case err := <-done:
+		return err
+	case <-time.After(d):
+		t.Fatal(blocked)
+		return nil
 	}
 }
 

@@ -50,6 +50,43 @@ type result struct {
 	err  error
 }
 
+// Once marks a listener used: its Connect (or, for shm, its Close) may
+// run once. The zero value is unused.
+type Once struct {
+	mu   sync.Mutex
+	used bool
+}
+
+// Use marks it used and reports whether it was unused until then.
+func (o *Once) Use() bool {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	first := !o.used
+	o.used = true
+	return first
+}
+
+// CheckListen checks the arguments of a transport's Listen, in this
+// order: worldSize >= 1, rank in [0, worldSize), validate (the
+// transport's own options), then the peer list peers (see Peers), which
+// it returns checked. Its errors start with name ("tcp: …").
+func CheckListen(name string, rank, worldSize int, validate func() error, peers []int) ([]int, error) {
+	if worldSize < 1 {
+		return nil, fmt.Errorf("%s: world size %d, want >= 1", name, worldSize)
+	}
+	if rank < 0 || rank >= worldSize {
+		return nil, fmt.Errorf("%s: rank %d out of range [0, %d)", name, rank, worldSize)
+	}
+	if err := validate(); err != nil {
+		return nil, err
+	}
+	ps, err := Peers(rank, worldSize, peers)
+	if err != nil {
+		return nil, fmt.Errorf("%s: rank %d: Options.Peers: %w", name, rank, err)
+	}
+	return ps, nil
+}
+
 // Peers validates a peer list given for rank in a world of worldSize and
 // returns it sorted (a copy): nil stands for every other rank, and an
 // empty list for none. A rank out of range, this rank itself or a

@@ -62,39 +62,28 @@ func main() {
 	}
 }
 
-// envInt reads an integer variable the launcher must have set.
-func envInt(name string) (int, error) {
-	v := os.Getenv(name)
-	n, err := strconv.Atoi(v)
-	if err != nil {
-		return 0, fmt.Errorf("%s=%q: %w", name, v, err)
+// envInts reads integer variables the launcher must have set.
+func envInts(names ...string) ([]int, error) {
+	ns := make([]int, len(names))
+	for i, name := range names {
+		v := os.Getenv(name)
+		n, err := strconv.Atoi(v)
+		if err != nil {
+			return nil, fmt.Errorf("%s=%q: %w", name, v, err)
+		}
+		ns[i] = n
 	}
-	return n, nil
+	return ns, nil
 }
 
 // join connects to the job and checks the launcher's variables against the
 // group it got.
 func join(ctx context.Context, world int) (distributed.ProcessGroup, error) {
-	rank, err := envInt("RANK")
+	v, err := envInts("RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "NODE_RANK")
 	if err != nil {
 		return nil, err
 	}
-	size, err := envInt("WORLD_SIZE")
-	if err != nil {
-		return nil, err
-	}
-	local, err := envInt("LOCAL_RANK")
-	if err != nil {
-		return nil, err
-	}
-	localSize, err := envInt("LOCAL_WORLD_SIZE")
-	if err != nil {
-		return nil, err
-	}
-	node, err := envInt("NODE_RANK")
-	if err != nil {
-		return nil, err
-	}
+	rank, size, local, localSize, node := v[0], v[1], v[2], v[3], v[4]
 	if world > 0 && size != world {
 		return nil, fmt.Errorf("WORLD_SIZE=%d, want %d", size, world)
 	}

@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"context"
@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/cohortml/cohort/cmd/cohort/internal/collbench"
+	"github.com/cohortml/cohort/bench/collbench"
 	"github.com/cohortml/cohort/plan"
 )
 
@@ -46,8 +46,9 @@ its figures then come from --base (default local).
 flags:
 `
 
-// planFit is `cohort plan fit`.
-func planFit(args []string, stdout, stderr io.Writer) int {
+// Fit runs `cohort plan fit` with args; exe is the cohort executable whose
+// `bench OP` it runs (unused when every class reads saved results).
+func Fit(exe string, args []string, stdout, stderr io.Writer) int {
 	fs := flag.NewFlagSet("cohort plan fit", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	fs.Usage = func() {
@@ -108,10 +109,6 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 			return fail(fmt.Errorf("--ops: %q: want allreduce, allgather, reducescatter or broadcast", op))
 		}
 	}
-	exe, err := os.Executable()
-	if err != nil {
-		return fail(err)
-	}
 	// class returns one link class's fit: from the saved files, or from
 	// benchmark runs over transport, or nil when neither is given.
 	class := func(label, transport, files string) (*plan.ClassFit, error) {
@@ -152,7 +149,7 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 				res = append(res, rs...)
 			}
 			if save != "" {
-				if err := appendResults(save, res); err != nil {
+				if err := collbench.AppendJSON(save, res); err != nil {
 					return nil, err
 				}
 			}
@@ -215,19 +212,4 @@ func planFit(args []string, stdout, stderr io.Writer) int {
 		return fail(err)
 	}
 	return 0
-}
-
-func appendResults(path string, res []collbench.Result) error {
-	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(f)
-	for _, r := range res {
-		if err := enc.Encode(r); err != nil {
-			f.Close()
-			return err
-		}
-	}
-	return f.Close()
 }

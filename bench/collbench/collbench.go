@@ -119,21 +119,19 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 	}
 	cfg := Config{Op: op, World: *world, Transport: *transport, Backend: *backend, Budget: *budget, Repeats: *repeats, Timeout: *timeout, Profile: *profile, Threads: *threads, Algo: *algo}
 	var err error
-	if *segment != "0" {
-		seg, err := ParseSizes(*segment)
-		if err != nil || len(seg) != 1 {
-			fmt.Fprintf(stderr, "cohort bench %s: bad --segment %q\n", op, *segment)
+	for _, f := range []struct {
+		name, value string
+		to          *int64
+	}{{"segment", *segment, &cfg.SegmentBytes}, {"inline", *inline, &cfg.InlineBytes}} {
+		if f.value == "0" { // the default
+			continue
+		}
+		n, err := ParseSizes(f.value)
+		if err != nil || len(n) != 1 {
+			fmt.Fprintf(stderr, "cohort bench %s: bad --%s %q\n", op, f.name, f.value)
 			return 2
 		}
-		cfg.SegmentBytes = seg[0]
-	}
-	if *inline != "0" {
-		in, err := ParseSizes(*inline)
-		if err != nil || len(in) != 1 {
-			fmt.Fprintf(stderr, "cohort bench %s: bad --inline %q\n", op, *inline)
-			return 2
-		}
-		cfg.InlineBytes = in[0]
+		*f.to = n[0]
 	}
 	if cfg.Sizes, err = ParseSizes(*sizes); err != nil {
 		fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
@@ -172,7 +170,7 @@ func Main(op string, self []string, args []string, stdout, stderr io.Writer) int
 		all = append(all, res...)
 	}
 	if *jsonOut != "" {
-		if err := appendJSON(*jsonOut, all); err != nil {
+		if err := AppendJSON(*jsonOut, all); err != nil {
 			fmt.Fprintf(stderr, "cohort bench %s: %v\n", op, err)
 			return 1
 		}
@@ -665,7 +663,9 @@ func startProfile(prefix string) (stop func(), err error) {
 	return func() { pprof.StopCPUProfile(); f.Close() }, nil
 }
 
-func appendJSON(path string, res []Result) error {
+// AppendJSON appends res to the file at path as JSON lines (what --json
+// writes and ReadSaved reads), creating it if needed.
+func AppendJSON(path string, res []Result) error {
 	f, err := os.OpenFile(path, os.O_APPEND|os.O_CREATE|os.O_WRONLY, 0o644)
 	if err != nil {
 		return err

@@ -125,16 +125,7 @@ func TestSpawn(t *testing.T) {
 				t.Setenv(workerEnv, op)
 				cfg := Config{Op: op, World: 2, Transport: transport, Sizes: []int64{4096, 1 << 20},
 					Budget: 20 * time.Millisecond, Repeats: 1, Timeout: time.Minute}
-				var stderr bytes.Buffer
-				res, err := Spawn(context.Background(), cfg, []string{os.Args[0]}, &stderr)
-				if err != nil {
-					t.Fatalf("%v\n%s", err, stderr.String())
-				}
-				for _, r := range res {
-					if !r.OK || r.Iters < 10 || r.TimeS <= 0 || r.World != 2 {
-						t.Errorf("bad result %+v", r)
-					}
-				}
+				res := spawnOK(t, cfg, "")
 				var out bytes.Buffer
 				PrintTable(&out, cfg, res)
 				line := Summary(cfg, res)
@@ -159,16 +150,25 @@ func TestSpawnMPI(t *testing.T) {
 	t.Setenv(workerEnv, "allreduce")
 	cfg := Config{Op: "allreduce", World: 2, Backend: "mpi", Transport: "auto", Sizes: []int64{4096, 1 << 20},
 		Budget: 20 * time.Millisecond, Repeats: 1, Timeout: time.Minute}
+	spawnOK(t, cfg, "mpi")
+}
+
+// spawnOK runs cfg's workers as copies of this test binary and checks
+// that every result is a checked, timed run of at least 10 iterations at
+// world 2 (over transport, unless it is "").
+func spawnOK(t *testing.T, cfg Config, transport string) []Result {
+	t.Helper()
 	var stderr bytes.Buffer
 	res, err := Spawn(context.Background(), cfg, []string{os.Args[0]}, &stderr)
 	if err != nil {
 		t.Fatalf("%v\n%s", err, stderr.String())
 	}
 	for _, r := range res {
-		if !r.OK || r.Iters < 10 || r.TimeS <= 0 || r.World != 2 || r.Transport != "mpi" {
+		if !r.OK || r.Iters < 10 || r.TimeS <= 0 || r.World != 2 || (transport != "" && r.Transport != transport) {
 			t.Errorf("bad result %+v", r)
 		}
 	}
+	return res
 }
 
 func TestReadSaved(t *testing.T) {

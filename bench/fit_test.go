@@ -1,4 +1,4 @@
-package main
+package bench
 
 import (
 	"bytes"
@@ -26,7 +26,7 @@ func TestPlanFitSaved(t *testing.T) {
 	}
 	out := filepath.Join(dir, "fabric.json")
 	var stdout, stderr bytes.Buffer
-	if code := planFit([]string{"--intra", "", "--inter", "tcp", "--inter-results", res, "--name", "t", "-o", out}, &stdout, &stderr); code != 0 {
+	if code := Fit("", []string{"--intra", "", "--inter", "tcp", "--inter-results", res, "--name", "t", "-o", out}, &stdout, &stderr); code != 0 {
 		t.Fatalf("exit %d: %s", code, stderr.String())
 	}
 	if !strings.Contains(stderr.String(), "inter tcp allreduce: alpha 50.000 us bandwidth 1.25e+08 B/s") {
@@ -46,13 +46,13 @@ func TestPlanFitSaved(t *testing.T) {
 
 	// A file without the class's transport is an error naming it.
 	stderr.Reset()
-	if code := planFit([]string{"--intra", "", "--inter", "ib", "--inter-results", res}, &stdout, &stderr); code != 1 ||
+	if code := Fit("", []string{"--intra", "", "--inter", "ib", "--inter-results", res}, &stdout, &stderr); code != 1 ||
 		!strings.Contains(stderr.String(), `of transport "ib"`) {
 		t.Errorf("exit %d, stderr %q; want 1 and the transport named", code, stderr.String())
 	}
 	// --stat checks its value.
 	stderr.Reset()
-	if code := planFit([]string{"--stat", "mean", "--inter-results", res}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "--stat") {
+	if code := Fit("", []string{"--stat", "mean", "--inter-results", res}, &stdout, &stderr); code != 1 || !strings.Contains(stderr.String(), "--stat") {
 		t.Errorf("exit %d, stderr %q", code, stderr.String())
 	}
 }
