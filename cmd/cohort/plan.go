@@ -91,7 +91,10 @@ the median time from a pass's end to the end of the receive waiting for
 its output, less the fastest; with the baseline's trace beside the run's
 (DIR/baseline, which cohort bench pipeline --trace writes), the passes'
 time side by side against alone gives side_by_side, and the curve then
-holds a rank's rate alone.
+holds a rank's rate alone. With --device the run's figures replace the
+device's: profile the microbatches of the pipelines to be predicted
+last (sends of 1 MiB and more wait for the sender's next pause, so their
+hand-offs are far longer).
 
 flags:
 `
