@@ -57,7 +57,8 @@ unit F, B and W costs). The lines before report the measured bubble,
 for receives and sends, the step-end sync, time outside Step); and the
 bubble the simulator gives for the measured per-rank pass costs beside
 the one measured. --trace DIR writes each rank's per-action timeline of
-the timed steps (cohort trace merge DIR puts them on one).
+the timed steps (cohort trace merge DIR puts them on one), and the
+baseline's in DIR/baseline.
 
 The measured bubble is given twice: over all stages (1 − Σ compute /
 Σ time in Step), and of the busiest stage (1 − its compute / its time in
@@ -200,6 +201,9 @@ func Pipeline(self, args []string) int {
 func runPipelineBench(w io.Writer, s pipeSpec, scheds []*pipeline.Schedule, self []string) error {
 	base := s
 	base.schedule, base.virtual, base.trace = "1f1b", 1, ""
+	if s.trace != "" {
+		base.trace = filepath.Join(s.trace, "baseline") // the passes alone (cohort plan profile's side-by-side factor)
+	}
 	specs := make([]pipeSpec, len(scheds))
 	for j, sched := range scheds {
 		specs[j] = s

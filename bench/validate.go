@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"flag"
@@ -31,7 +32,8 @@ runs, the training state's bytes per rank, then the worst errors and
 whether the layout the planner ranks first at each world size is the
 measured best. Without --device it first profiles this machine (two
 traced two-stage GPT-mini pipeline runs, microbatches of 4 and 32
-sequences, as cohort plan profile reads them); --dry-run prints the
+sequences, as cohort plan profile reads them, with the hand-off latency
+and the side-by-side factor of two ranks from the first); --dry-run prints the
 predictions and the commands without running them. Tensor parallelism
 (tp = ranks, and dp 2 × tp 2 at 4 ranks, 32 sequences per replica) is
 timed by examples/gpt under cohort run: --gpt names its executable, or
@@ -283,6 +285,19 @@ func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer)
 		if err != nil {
 			return nil, err
 		}
+		handoff, sb, err := MeasurePipeline(tdir)
+		if err != nil {
+			return nil, err
+		}
+		// the curve is a rank's rate alone; the side-by-side factor
+		// charges the ranks computing at once
+		ms.Rate *= sb.Ratio
+		if run.microbatches == 8 { // the validated pipelines' messages, and most passes side by side
+			dev.HandoffSeconds = math.Round(handoff*1e6) / 1e6
+			plan.AddSideBySide(dev, sb.Ranks, sb.Factor)
+		}
+		fmt.Fprintf(stderr, "cohort plan validate: profiled microbatches of %d: hand-off %.0f µs beyond the fastest; passes %.3f× their time alone, %.0f%% of it side by side: factor %.3f at %d ranks\n",
+			run.batch/run.microbatches, handoff*1e6, sb.Ratio, 100*sb.Overlap, sb.Factor, sb.Ranks)
 		outside, err := OutsideSeconds(tdir)
 		if err != nil {
 			return nil, err
@@ -481,4 +496,80 @@ func OutsideSeconds(path string) ([]float64, error) {
 		return nil, fmt.Errorf("%s: no step spans with pipeline spans inside", path)
 	}
 	return out, nil
+}
+
+// PipelineSpans reads the compute and p2p spans of a pipeline run's trace
+// on one clock: a merged trace file as it is, a trace directory's rank
+// files merged (trace.Merge aligns their clocks). Start is in seconds.
+func PipelineSpans(path string) ([]plan.Span, error) {
+	st, err := os.Stat(path)
+	if err != nil {
+		return nil, err
+	}
+	var events []trace.Event
+	if st.IsDir() {
+		var b bytes.Buffer
+		if _, err := trace.Merge(path, &b); err != nil {
+			return nil, err
+		}
+		events, err = trace.Read(&b, path)
+	} else {
+		var f *os.File
+		if f, err = os.Open(path); err != nil {
+			return nil, err
+		}
+		events, err = trace.Read(f, path)
+		f.Close()
+	}
+	if err != nil {
+		return nil, err
+	}
+	var spans []plan.Span
+	for _, e := range events {
+		if e.Ph == "X" && (e.Cat == trace.Compute || e.Cat == trace.P2P) && e.Dur != nil && e.PID != nil && e.TS != nil {
+			spans = append(spans, plan.Span{Rank: *e.PID, Name: e.Name, Seconds: *e.Dur / 1e6, Start: *e.TS / 1e6, Track: e.Cat})
+		}
+	}
+	return spans, nil
+}
+
+// BaselineDir returns where cohort bench pipeline --trace wrote the
+// one-rank baseline's trace beside the pipelined run's trace at path (a
+// trace directory or a file in it): DIR/baseline, if it is there.
+func BaselineDir(path string) (string, bool) {
+	dir := path
+	if st, err := os.Stat(path); err == nil && !st.IsDir() {
+		dir = filepath.Dir(path)
+	}
+	b := filepath.Join(dir, "baseline")
+	st, err := os.Stat(b)
+	return b, err == nil && st.IsDir()
+}
+
+// MeasurePipeline reads what a pipeline run's trace at path says beyond
+// its passes' rate: the hand-off latency (plan.MeasureHandoff) and, when
+// the baseline's trace is beside it, the side-by-side factor of its
+// ranks with the ratio of the pipelined passes' time to their time alone
+// (plan.MeasureSideBySide; without a baseline, ratio and factor 1 and
+// Ranks 0), by which the rate measured on the pipeline is raised to a
+// rank's alone.
+func MeasurePipeline(path string) (handoff float64, sb plan.SideBySide, err error) {
+	spans, err := PipelineSpans(path)
+	if err != nil {
+		return 0, sb, err
+	}
+	if handoff, _, err = plan.MeasureHandoff(spans); err != nil {
+		return 0, sb, err
+	}
+	sb.Ratio, sb.Factor = 1, 1
+	if b, ok := BaselineDir(path); ok {
+		alone, err := PipelineSpans(b)
+		if err != nil {
+			return 0, sb, err
+		}
+		if sb, err = plan.MeasureSideBySide(spans, alone); err != nil {
+			return 0, sb, err
+		}
+	}
+	return handoff, sb, nil
 }

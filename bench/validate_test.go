@@ -5,6 +5,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -72,3 +73,56 @@ func TestOutsideSeconds(t *testing.T) {
 		t.Errorf("ComputeSpans of an empty directory: %v, want an error naming rank-*.json", err)
 	}
 }
+
+// TestMeasurePipeline reads a two-rank pipeline's trace directory whose
+// files start 1 ms apart (the merge aligns them) with the baseline's
+// beside it: rank 1 waits 0.1 ms and 0.6 ms past the end of rank 0's F0
+// and F1 (median 0.35 ms, 0.25 ms beyond the fastest); one microbatch's
+// passes take 30 ms alone and 35 ms over the two ranks.
+func TestMeasurePipeline(t *testing.T) {
+	dir := t.TempDir()
+	head := func(rank int, unixUS int64) string {
+		return `[{"name":"cohort_clock","ph":"M","pid":` + itoa(rank) + `,"tid":0,"args":{"unix_us":` + itoa(int(unixUS)) + `}}`
+	}
+	span := func(rank int, cat, name string, ts, dur float64) string {
+		return `,{"name":"` + name + `","cat":"` + cat + `","ph":"X","ts":` + ftoa(ts) + `,"dur":` + ftoa(dur) + `,"pid":` + itoa(rank) + `,"tid":0}`
+	}
+	// rank 1's clock starts 1000 µs after rank 0's: its ts are 1000 less
+	rank0 := head(0, 1_000_000) + span(0, "compute", "F0", 0, 6000) + span(0, "compute", "F1", 6000, 6000) +
+		span(0, "compute", "B0", 30000, 12000) + "]"
+	rank1 := head(1, 1_001_000) + span(1, "p2p", "recvA0<0", 0, 5100) + span(1, "compute", "F0", 5100, 5000) +
+		span(1, "p2p", "recvA1<0", 10100, 1500) + span(1, "compute", "B0", 11600, 12000) + "]"
+	base := head(0, 900_000) + span(0, "compute", "F0", 0, 10000) + span(0, "compute", "B0", 10000, 20000) + "]"
+	for name, body := range map[string]string{"rank-0.json": rank0, "rank-1.json": rank1, "baseline/rank-0.json": base} {
+		p := filepath.Join(dir, name)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	handoff, sb, err := MeasurePipeline(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if math.Abs(handoff-0.00025) > 1e-9 {
+		t.Errorf("hand-off %v s, want 0.00025", handoff)
+	}
+	if sb.Ranks != 2 || math.Abs(sb.Ratio-35.0/30) > 1e-9 {
+		t.Errorf("side by side %+v: want 2 ranks, ratio 35/30", sb)
+	}
+	if !(sb.Overlap > 0 && sb.Factor > sb.Ratio) {
+		t.Errorf("side by side %+v: want some overlap and a factor above the ratio", sb)
+	}
+	// without the baseline: the hand-off alone, ratio and factor 1
+	if err := os.RemoveAll(filepath.Join(dir, "baseline")); err != nil {
+		t.Fatal(err)
+	}
+	if _, sb, err := MeasurePipeline(dir); err != nil || sb.Ratio != 1 || sb.Factor != 1 || sb.Ranks != 0 {
+		t.Errorf("without a baseline: %+v, %v; want ratio and factor 1, no ranks", sb, err)
+	}
+}
+
+func itoa(n int) string     { return strconv.Itoa(n) }
+func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }

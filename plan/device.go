@@ -30,6 +30,22 @@ type Device struct {
 	// profile): it then covers the elementwise work and the attention
 	// products too, which are not priced apart.
 	WholeLayer bool `json:"whole_layer,omitempty"`
+	// SideBySide says how much longer a rank computes when other ranks of
+	// its node compute at the same time (memory bandwidth and shared
+	// caches, or SMT siblings, shared between them): a rank's compute
+	// takes Factor times its time alone (the curve's) with Ranks ranks of
+	// the node computing at once. Between points, and from (1 rank, 1),
+	// the factor is interpolated linearly in ranks, beyond the last held.
+	// Measured by cohort plan profile (MeasureSideBySide); none: 1.
+	SideBySide []SideBySidePoint `json:"side_by_side,omitempty"`
+	// HandoffSeconds is the time from the end of a pipeline stage's pass
+	// to the end of the next stage's receive of its output, when that
+	// stage is waiting for it, beyond the fabric's point-to-point time:
+	// waking the receiving rank and the executor's bookkeeping. It is
+	// charged on every hand-off on a pipeline's critical path and on
+	// every message step of the step-end synchronisation. Measured by
+	// cohort plan profile (MeasureHandoff); 0: the fabric's time alone.
+	HandoffSeconds float64 `json:"handoff_seconds,omitempty"`
 	// Source says where the figures come from.
 	Source string `json:"source,omitempty"`
 }
@@ -42,6 +58,12 @@ type EfficiencyPoint struct {
 	// and loss reach, as a fraction of the blocks' at this point (their
 	// microbatch): measured by cohort plan profile; 0 means 1.
 	Head float64 `json:"head,omitempty"`
+}
+
+// SideBySidePoint is one point of Device.SideBySide.
+type SideBySidePoint struct {
+	Ranks  int     `json:"ranks"`
+	Factor float64 `json:"factor"`
 }
 
 // Validate names the first unusable field.
@@ -80,7 +102,53 @@ func (d *Device) Validate() error {
 			return bad(fmt.Sprintf("efficiency[%d].flops", i), p.FLOPs, "points in increasing order of flops")
 		}
 	}
+	for i, p := range d.SideBySide {
+		if p.Ranks < 2 || (i > 0 && p.Ranks <= d.SideBySide[i-1].Ranks) {
+			return bad(fmt.Sprintf("side_by_side[%d].ranks", i), p.Ranks, "at least 2, in increasing order")
+		}
+		if !(p.Factor > 0) || math.IsInf(p.Factor, 0) {
+			return bad(fmt.Sprintf("side_by_side[%d].factor", i), p.Factor, "> 0")
+		}
+	}
+	if !(d.HandoffSeconds >= 0) || math.IsInf(d.HandoffSeconds, 0) {
+		return bad("handoff_seconds", d.HandoffSeconds, "seconds ≥ 0")
+	}
 	return nil
+}
+
+// SideBySideFactor returns how many times its time alone a rank's
+// compute takes while ranks ranks of its node compute at once (see
+// SideBySide): 1 for one rank or a device without the figures.
+func (d *Device) SideBySideFactor(ranks int) float64 { return d.sideBySide(float64(ranks)) }
+
+// sideBySide is SideBySideFactor at a fractional count of busy ranks.
+func (d *Device) sideBySide(ranks float64) float64 {
+	if ranks <= 1 || len(d.SideBySide) == 0 {
+		return 1
+	}
+	lo := SideBySidePoint{Ranks: 1, Factor: 1}
+	for _, p := range d.SideBySide {
+		if ranks <= float64(p.Ranks) {
+			x := (ranks - float64(lo.Ranks)) / float64(p.Ranks-lo.Ranks)
+			return lo.Factor + x*(p.Factor-lo.Factor)
+		}
+		lo = p
+	}
+	return lo.Factor
+}
+
+// AddSideBySide records factor as the device's side-by-side factor at
+// ranks ranks, replacing a point there.
+func AddSideBySide(d *Device, ranks int, factor float64) {
+	var pts []SideBySidePoint
+	for _, p := range d.SideBySide {
+		if p.Ranks != ranks {
+			pts = append(pts, p)
+		}
+	}
+	pts = append(pts, SideBySidePoint{Ranks: ranks, Factor: math.Round(factor*1e4) / 1e4})
+	sort.Slice(pts, func(i, j int) bool { return pts[i].Ranks < pts[j].Ranks })
+	d.SideBySide = pts
 }
 
 // Peak returns the peak FLOP/s for dtype, or an error naming what the

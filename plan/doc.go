@@ -49,7 +49,18 @@
 //     over the vocabulary run at about half the blocks' rate, which made
 //     the last stage, the busiest, look cheaper than it is). A node with
 //     more ranks than cores (Cluster.Cores) shares them: every rank's
-//     compute and optimizer step take ranks/cores times as long;
+//     compute and optimizer step take ranks/cores times as long. Ranks
+//     computing at once on a node slow each other (memory bandwidth,
+//     shared caches, SMT siblings): on a device with side_by_side
+//     (Device.SideBySide, measured by cohort plan profile from a
+//     pipeline's passes against the same passes of its one-rank
+//     baseline, the slowdown charged to the share of time they ran side
+//     by side: MeasureSideBySide) the curve is a rank's rate alone and
+//     each rank's compute takes the factor for the node's ranks that
+//     compute beside it times as long: all its busy ranks (its ranks, or
+//     its cores when oversubscribed) for data parallelism's equal
+//     replicas, fewer beside a pipeline's busiest rank, whose cheaper
+//     neighbours compute for only their share of its time;
 //   - tensor parallelism (package tp, Megatron's f and g): two all-reduces
 //     of the block's output per block forward and two backward (two more
 //     with recomputation), on the critical path;
@@ -58,7 +69,17 @@
 //     distributed, which this package does not, so the bubble is modelled
 //     analytically: (p−1)/v of a microbatch for GPipe, 1F1B and
 //     interleaved 1F1B, less for ZB-H1), plus one transfer per stage
-//     boundary forward and backward on the critical path;
+//     boundary forward and backward on the critical path, and for 1F1B
+//     the steady state's round trips (2(p−1) hand-offs per p
+//     microbatches) where the busiest rank's lead does not hide them; a
+//     hand-off is the fabric's message plus, on a device that has it,
+//     the measured hand-off latency (Device.HandoffSeconds: the median
+//     time from a pass's end to the end of the receive waiting for its
+//     output, less the fastest, MeasureHandoff). The step ends as
+//     package pipeline's does: an all-reduce of the tied embedding's
+//     gradient between the first and the last stage, and a broadcast of
+//     the loss to every stage (⌈log₂ p⌉ rounds), each message step
+//     paying the hand-off latency too;
 //   - data parallelism: package layout's one all-reduce of the gradients
 //     after the pipeline's step (with pp or tp > 1), not overlapped; ddp's
 //     bucketed all-reduce (25 MiB buckets) overlapped with the last

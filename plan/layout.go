@@ -61,6 +61,15 @@ func (c Cluster) share() float64 {
 	return float64(c.ProcsPerNode) / float64(c.Cores)
 }
 
+// busy returns how many ranks of a node compute at once: every rank, or
+// every core when the node is oversubscribed.
+func (c Cluster) busy() int {
+	if c.Cores > 0 && c.ProcsPerNode > c.Cores {
+		return c.Cores
+	}
+	return c.ProcsPerNode
+}
+
 // Ranks returns Nodes·ProcsPerNode.
 func (c Cluster) Ranks() int { return c.Nodes * c.ProcsPerNode }
 
@@ -309,7 +318,7 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 	pr := m.precision()
 	peak, _ := e.Device.Peak(pr.dtype)
 	tpGroup := Group{PerNode: l.TP, Nodes: 1}
-	share := e.Cluster.share()
+	share := e.Cluster.share() // the node's cores shared; ranks side by side: sideBySide
 	layer := func(c Cost) (f, bw, w, tp float64) {
 		f = share * e.passTime(c, c.F, c.AttnF, peak, 1)
 		bw = share * e.passTime(c, c.B, c.AttnB, peak, 2)
@@ -331,7 +340,9 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 			r.act += c.ActBytes
 			r.unitBytes = max(r.unitBytes, c.Params)
 		}
-		return []rankCost{r}
+		out := []rankCost{r}
+		e.sideBySide(out)
+		return out
 	}
 	blk := m.blockCost(b, l.TP)
 	bf, bb, bw, btp := layer(blk)
@@ -381,7 +392,40 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 		last.params -= int64(m.DModel) * int64(m.Vocab) / int64(l.TP) // one copy when both ends share a rank
 	}
 	last.headAct = head.ActBytes
+	e.sideBySide(out)
 	return out
+}
+
+// sideBySide slows each pipeline rank's compute by the device's
+// side-by-side factor (Device.SideBySide) for the ranks of its node that
+// compute while it does: the node's busy ranks (Cluster.busy) when the
+// others keep computing as long as it does (data parallelism's equal
+// replicas), fewer in a pipeline, where a rank cheaper than r computes
+// beside r for only its share of r's time: 1 + (busy − 1)·s ranks, s the
+// mean over the other pipeline ranks of min(1, their compute / r's).
+func (e *Env) sideBySide(out []rankCost) {
+	busy := e.Cluster.busy()
+	if busy <= 1 || len(e.Device.SideBySide) == 0 {
+		return
+	}
+	t := make([]float64, len(out))
+	for i, r := range out {
+		t[i] = r.f + r.b + r.w
+	}
+	for i := range out {
+		s := 1.0
+		if len(out) > 1 && t[i] > 0 {
+			s = 0
+			for j := range out {
+				if j != i {
+					s += min(1, t[j]/t[i])
+				}
+			}
+			s /= float64(len(out) - 1)
+		}
+		k := e.Device.sideBySide(1 + float64(busy-1)*s)
+		out[i].f, out[i].b, out[i].w = k*out[i].f, k*out[i].b, k*out[i].w
+	}
 }
 
 // StageCost is one pipeline rank's seconds for one microbatch (all its
@@ -401,6 +445,15 @@ func (c StageCost) total() float64 { return c.F + c.B + c.W }
 // to the critical path forward and backward. With equal ranks and free
 // communication this is (m + (p−1)/v)·(F+B+W), pipeline.IdealBubble's
 // makespan.
+//
+// 1F1B with m ≥ p is also bounded by its steady state: each microbatch's
+// round trip from the first rank to the last and back makes 2(p−1)
+// hand-offs while p microbatches are in flight, so a microbatch takes at
+// least (Σ rank times + 2(p−1)·comm)/p; that bound, over m microbatches,
+// the fill and the 2(p−2) hand-offs the round trips leave out, is charged
+// when it is the larger. Latency thus costs 1F1B on every microbatch
+// unless the busiest rank's lead over the others hides it (as the
+// simulator finds: with equal ranks, 2(p−1)·m/p + 2(p−2) hand-offs).
 func Makespan(schedule string, virtual, microbatches int, ranks []StageCost, comm float64) float64 {
 	busiest := 0
 	for i, r := range ranks {
@@ -424,7 +477,16 @@ func Makespan(schedule string, virtual, microbatches int, ranks []StageCost, com
 		}
 	}
 	v := float64(max(virtual, 1))
-	return float64(microbatches)*ranks[busiest].total() + fill/v + 2*(float64(p)*v-1)*comm
+	span := float64(microbatches)*ranks[busiest].total() + fill/v + 2*(float64(p)*v-1)*comm
+	if schedule == "1f1b" && microbatches >= p {
+		sum := 0.0
+		for _, r := range ranks {
+			sum += r.total()
+		}
+		period := max(ranks[busiest].total(), (sum+2*float64(p-1)*comm)/float64(p))
+		span = max(span, float64(microbatches)*period+fill+2*float64(p-2)*comm)
+	}
+	return span
 }
 
 // InFlight returns how many microbatch-chunks pipeline rank i holds
@@ -467,10 +529,12 @@ func (e *Env) predict(l Layout) Prediction {
 	t.TP = mb * top.tp
 	if l.PP > 1 {
 		interPP := l.TP*l.PP > e.Cluster.ProcsPerNode || e.Cluster.ProcsPerNode%(l.TP*l.PP) != 0
-		c := f.P2PTime(interPP, float64(int64(b)*int64(m.Seq)*int64(m.DModel)*pr.act))
+		// a hand-off: the fabric's message and the measured wake-up
+		c := f.P2PTime(interPP, float64(int64(b)*int64(m.Seq)*int64(m.DModel)*pr.act)) + e.Device.HandoffSeconds
 		span := Makespan(l.Schedule, l.Virtual, l.Microbatches, stages, c)
 		t.PP = 2 * float64(l.PP*l.Virtual-1) * c
 		t.Bubble = max(0, span-t.Compute-t.TP-t.PP)
+		t.PP += e.stepSync(l, interPP)
 	}
 
 	// Data parallelism: the DP group's placement (stride tp·pp).
@@ -569,6 +633,28 @@ func (e *Env) predict(l Layout) Prediction {
 	pred.FLOPsPerRank = m.TrainFLOPs() / t.Step / float64(e.Cluster.Ranks())
 	pred.Fits = mem.Total <= e.memLimit()
 	return pred
+}
+
+// stepSync prices the synchronisation a pipeline's Step ends with
+// (package pipeline): with tied embeddings, an all-reduce of the tied
+// weights' gradient (the embedding's share of each tensor-parallel rank)
+// between the first and the last stage's ranks, then a broadcast of the
+// loss (8 bytes) from the last stage to every pipeline rank, a binomial
+// tree of ⌈log₂ p⌉ rounds. Every message step also pays the device's
+// measured hand-off (Device.HandoffSeconds): a ring all-reduce of two
+// ranks makes two.
+func (e *Env) stepSync(l Layout, inter bool) float64 {
+	m, f, h := e.Model, e.Fabric, e.Device.HandoffSeconds
+	g := Group{PerNode: 2, Nodes: 1}
+	if inter {
+		g = Group{PerNode: 1, Nodes: 2}
+	}
+	t := 0.0
+	if m.Kind != "mlp" && m.tied() {
+		t += f.AllReduceTime(g, float64(int64(m.Vocab)*int64(m.DModel)/int64(l.TP)*m.precision().grad)) + 2*h
+	}
+	rounds := math.Ceil(math.Log2(float64(l.PP)))
+	return t + rounds*(f.P2PTime(inter, 8)+h)
 }
 
 // overlapped returns the exposed part of total seconds of communication

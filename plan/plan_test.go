@@ -20,6 +20,9 @@ import (
 //	plan model=NAME nodes=N procs=P [device=] [fabric=] [mem=MiB] [top=K] [explain=K]
 //	scale model=NAME procs=P nodes=(N,…) [device=] [fabric=]
 //	profile model=NAME microbatch=B (input: "rank name seconds" per span)
+//	handoff (input: "rank track name start seconds" per span)
+//	sidebyside (input: "p|a rank track name start seconds": pipelined or alone)
+//	predict procs=P [cores=C] dp=D pp=P schedule=S microbatches=M [batch=B] (input: a device)
 //
 // A plan or scale whose input is not empty reads the model from it.
 func TestTranscripts(t *testing.T) {
@@ -94,6 +97,12 @@ func run(t *testing.T, d *datadriven.TestData) (string, error) {
 		}
 		for _, f := range []float64{1e8, 1e9, 3e9, 1e10, 1e11, 1e12, 1e13} {
 			fmt.Fprintf(&b, "efficiency at %.0e FLOPs: %.3f\n", f, dev.Fraction(f))
+		}
+		if len(dev.SideBySide) > 0 || dev.HandoffSeconds > 0 {
+			for _, r := range []int{1, 2, 3, 4, 8} {
+				fmt.Fprintf(&b, "side by side, %d ranks: %.3f\n", r, dev.SideBySideFactor(r))
+			}
+			fmt.Fprintf(&b, "hand-off %.0f µs\n", 1e6*dev.HandoffSeconds)
 		}
 	case "fabric":
 		var f *plan.Fabric
@@ -185,6 +194,60 @@ func run(t *testing.T, d *datadriven.TestData) (string, error) {
 		half.GEMM, half.Rate = ms.GEMM/4, ms.Rate/2
 		plan.AddMeasurement(dev, "fp32", half)
 		fmt.Fprintf(&b, "device: peak %.4g, curve %v (with a point at a quarter of the size and half the rate)\n", dev.PeakFLOPs["fp32"], dev.Efficiency)
+	case "handoff", "sidebyside":
+		// input: "rank track name start seconds" per span; for
+		// sidebyside each line begins with p (pipelined) or a (alone)
+		var spans, alone []plan.Span
+		for _, line := range strings.Split(strings.TrimSpace(d.Input), "\n") {
+			f := strings.Fields(line)
+			set := "p"
+			if d.Cmd == "sidebyside" {
+				set, f = f[0], f[1:]
+			}
+			var s plan.Span
+			if _, err := fmt.Sscan(strings.Join(f, " "), &s.Rank, &s.Track, &s.Name, &s.Start, &s.Seconds); err != nil {
+				t.Fatalf("span %q: %v", line, err)
+			}
+			if set == "a" {
+				alone = append(alone, s)
+			} else {
+				spans = append(spans, s)
+			}
+		}
+		if d.Cmd == "handoff" {
+			h, n, err := plan.MeasureHandoff(spans)
+			if err != nil {
+				return "", err
+			}
+			fmt.Fprintf(&b, "hand-off %.0f µs beyond the fastest, of %d\n", 1e6*h, n)
+			break
+		}
+		sb, err := plan.MeasureSideBySide(spans, alone)
+		if err != nil {
+			return "", err
+		}
+		fmt.Fprintf(&b, "%d ranks: ratio %.3f overlap %.3f factor %.3f\n", sb.Ranks, sb.Ratio, sb.Overlap, sb.Factor)
+	case "predict":
+		// predict procs=P [cores=C] dp= pp= schedule= microbatches=
+		// (input: a device): GPT-mini's breakdown on the local fabric
+		dev, err := plan.ParseDevice([]byte(d.Input))
+		if err != nil {
+			return "", err
+		}
+		m, _ := plan.NamedModel("gpt")
+		fab, _ := plan.BuiltinFabric("local")
+		atoi := func(k, def string) int { n, _ := strconv.Atoi(arg(d, k, def)); return n }
+		dp, pp := atoi("dp", "1"), atoi("pp", "1")
+		m.GlobalBatch = atoi("batch", "32")
+		c := plan.Cluster{Nodes: 1, ProcsPerNode: atoi("procs", "1"), Cores: atoi("cores", "0")}
+		l := plan.Layout{DP: dp, PP: pp, TP: 1, Shard: "none", Microbatches: atoi("microbatches", "1"), Schedule: arg(d, "schedule", "none"), Virtual: 1}
+		p, err := plan.Predict(&plan.Env{Model: m, Device: dev, Fabric: fab, Cluster: c}, l)
+		if err != nil {
+			return "", err
+		}
+		tm := p.Times
+		fmt.Fprintf(&b, "%v: step %.2f ms = compute %.2f + bubble %.2f + pp %.2f + dp %.2f + optimizer %.2f; tokens/s %.0f\n",
+			l, 1e3*tm.Step, 1e3*tm.Compute, 1e3*tm.Bubble, 1e3*tm.PP, 1e3*tm.DP, 1e3*tm.Optimizer, p.TokensPerSec)
 	default:
 		t.Fatalf("unknown command %q", d.Cmd)
 	}

@@ -16,7 +16,14 @@ type Span struct {
 	Rank    int
 	Name    string
 	Seconds float64
+	// Start is when the span began, in seconds on a clock common to the
+	// ranks (a merged trace's); Track its track, "" for "compute".
+	// MeasureHandoff and MeasureSideBySide need them; Measure does not.
+	Start float64
+	Track string
 }
+
+func (s Span) end() float64 { return s.Start + s.Seconds }
 
 // Measurement is the rate whole layers reached in a profiled run.
 type Measurement struct {
@@ -209,4 +216,162 @@ func MeasureOptimizer(m *Model, outside []float64) (float64, error) {
 		rate = min(rate, float64(r.params*(2*pr.param+pr.grad+2*pr.opt))/outside[i])
 	}
 	return rate, nil
+}
+
+// MeasureHandoff returns the hand-off latency of a pipeline run's trace
+// beyond the transfer itself: the median hand-off less the fastest (which
+// is the message's transfer, what the fabric prices, with a receiver
+// already running). A hand-off is,
+// for every receive a rank waited for (a "p2p" span, recvA3<0 or
+// recvG3<1, with "/s5" after it when ranks hold several stages), the time
+// from the end of the producing pass on the peer (F3 of the stage before
+// for an activation, B3 or I3 of the stage after for a gradient; the last
+// one to end before the receive did) to the end of the receive, counted
+// when the pass ended while the receiver waited. spans must hold the
+// compute and p2p spans of every rank on one clock. n is how many
+// hand-offs were found.
+func MeasureHandoff(spans []Span) (seconds float64, n int, err error) {
+	type key struct {
+		rank int
+		name string
+	}
+	ends := map[key][]float64{}
+	for _, s := range spans {
+		if s.Track == "" || s.Track == "compute" {
+			k := key{s.Rank, s.Name}
+			ends[k] = append(ends[k], s.end())
+		}
+	}
+	for _, e := range ends {
+		sort.Float64s(e)
+	}
+	// lastBefore returns the latest end of rank's pass name at or before t.
+	lastBefore := func(rank int, name string, t float64) (float64, bool) {
+		e := ends[key{rank, name}]
+		i := sort.SearchFloat64s(e, t+1e-9)
+		if i == 0 {
+			return 0, false
+		}
+		return e[i-1], true
+	}
+	var hand []float64
+	for _, s := range spans {
+		if s.Track != "p2p" {
+			continue
+		}
+		grad := strings.HasPrefix(s.Name, "recvG")
+		if !grad && !strings.HasPrefix(s.Name, "recvA") {
+			continue
+		}
+		body, stagePart, virtual := strings.Cut(s.Name[5:], "/s")
+		mbPart, peerPart, ok := strings.Cut(body, "<")
+		mb, err1 := strconv.Atoi(mbPart)
+		peer, err2 := strconv.Atoi(peerPart)
+		if !ok || err1 != nil || err2 != nil {
+			return 0, 0, fmt.Errorf("plan: profile: receive span %q of rank %d: want recvA3<0 or recvG3<1", s.Name, s.Rank)
+		}
+		suffix := ""
+		if virtual {
+			stage, err := strconv.Atoi(stagePart)
+			if err != nil {
+				return 0, 0, fmt.Errorf("plan: profile: receive span %q of rank %d: bad stage", s.Name, s.Rank)
+			}
+			if grad {
+				stage++
+			} else {
+				stage--
+			}
+			suffix = fmt.Sprintf("/s%d", stage)
+		}
+		names := []string{fmt.Sprintf("F%d%s", mb, suffix)}
+		if grad {
+			names = []string{fmt.Sprintf("B%d%s", mb, suffix), fmt.Sprintf("I%d%s", mb, suffix)}
+		}
+		for _, name := range names {
+			if t, ok := lastBefore(peer, name, s.end()); ok && t >= s.Start {
+				hand = append(hand, s.end()-t)
+			}
+		}
+	}
+	if len(hand) == 0 {
+		return 0, 0, fmt.Errorf("plan: profile: no receive waited for a pass to end: want the compute and p2p spans of every rank of a pipeline run on one clock (cohort bench pipeline --trace DIR)")
+	}
+	sort.Float64s(hand)
+	return median(hand) - hand[0], len(hand), nil
+}
+
+// SideBySide is what MeasureSideBySide found.
+type SideBySide struct {
+	// Ranks is the ranks of the pipelined run; Ratio the time its passes
+	// took, per microbatch summed over its stages, over the time the same
+	// passes took on one rank alone; Overlap the share of the pipelined
+	// passes' time during which another rank computed too.
+	Ranks          int
+	Ratio, Overlap float64
+	// Factor is how many times its time alone a pass takes while Ranks
+	// ranks compute at once, 1 + (Ratio − 1)/Overlap: the slowdown
+	// charged in proportion to the overlap.
+	Factor float64
+}
+
+// MeasureSideBySide compares a pipelined run's compute passes with those
+// of the same model and microbatches on one rank alone (cohort bench
+// pipeline --trace DIR writes the baseline's in DIR/baseline): per
+// microbatch, the sum over (stage, pass kind) of the median pass time,
+// pipelined against alone, at least 1. The pipelined spans must be on one clock (for
+// the overlap).
+func MeasureSideBySide(pipelined, alone []Span) (SideBySide, error) {
+	perMicrobatch := func(spans []Span) (float64, int) {
+		durs := map[string][]float64{}
+		ranks := 0
+		for _, s := range spans {
+			if (s.Track != "" && s.Track != "compute") || s.Name == "" || !strings.ContainsRune("FBIW", rune(s.Name[0])) {
+				continue
+			}
+			_, stage, _ := strings.Cut(s.Name, "/s")
+			k := fmt.Sprintf("%d/%s/%c", s.Rank, stage, s.Name[0])
+			durs[k] = append(durs[k], s.Seconds)
+			ranks = max(ranks, s.Rank+1)
+		}
+		sum := 0.0
+		for _, d := range durs {
+			sum += median(d)
+		}
+		return sum, ranks
+	}
+	p, ranks := perMicrobatch(pipelined)
+	a, aranks := perMicrobatch(alone)
+	if !(p > 0) || !(a > 0) || aranks != 1 || ranks < 2 {
+		return SideBySide{}, fmt.Errorf("plan: profile: side by side: want compute passes of a pipeline of 2 or more ranks (%d) and of one rank alone (%d)", ranks, aranks)
+	}
+	// overlap: per rank, the compute intervals of the other ranks merged
+	var busy, shared float64
+	for _, s := range pipelined {
+		if (s.Track != "" && s.Track != "compute") || s.Name == "" || !strings.ContainsRune("FBIW", rune(s.Name[0])) {
+			continue
+		}
+		busy += s.Seconds
+		var iv [][2]float64
+		for _, o := range pipelined {
+			if o.Rank != s.Rank && (o.Track == "" || o.Track == "compute") && o.Start < s.end() && o.end() > s.Start {
+				iv = append(iv, [2]float64{max(o.Start, s.Start), min(o.end(), s.end())})
+			}
+		}
+		sort.Slice(iv, func(i, j int) bool { return iv[i][0] < iv[j][0] })
+		reach := math.Inf(-1)
+		for _, x := range iv {
+			if x[1] > reach {
+				shared += x[1] - max(x[0], reach)
+				reach = x[1]
+			}
+		}
+	}
+	// Ranks do not speed each other up: a ratio below 1 is the load of
+	// other processes on the baseline's run, and counts as none.
+	sb := SideBySide{Ranks: ranks, Ratio: max(1, p/a), Overlap: shared / busy}
+	if !(sb.Overlap > 0) {
+		return SideBySide{}, fmt.Errorf("plan: profile: side by side: no pass of one rank overlaps another's: want the spans on one clock (a merged trace, or the trace directory)")
+	}
+	sb.Factor = 1 + (sb.Ratio-1)/sb.Overlap
+	return sb, nil
 }

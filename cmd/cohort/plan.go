@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"strings"
@@ -83,7 +84,15 @@ size is not measured (--memory-bytes). The bandwidth prices only the
 optimizer step, since the measured curve covers the layers' elementwise
 work: it is measured as the rate of each step's work outside the
 pipeline (AdamW, clipping, the batch) per byte AdamW moves, unless
---memory-bandwidth gives it.
+--memory-bandwidth gives it. The hand-off latency (handoff_seconds) is
+the median time from a pass's end to the end of the receive waiting for
+its output, less the fastest; with the baseline's trace beside the run's
+(DIR/baseline, which cohort bench pipeline --trace writes), the passes'
+time side by side against alone gives side_by_side, and the curve then
+holds a rank's rate alone. With --device the run's figures replace the
+device's: profile the microbatches of the pipelines to be predicted
+last (sends of 1 MiB and more wait for the sender's next pause, so their
+hand-offs are far longer).
 
 flags:
 `
@@ -161,6 +170,19 @@ func planProfile(args []string, stdout, stderr io.Writer) int {
 			}
 			dev.Source = "cohort plan profile: fp32 rates of whole layers, and memory_bandwidth as the rate of the step outside the pipeline, measured from pipeline traces; memory_bytes from a flag, not measured"
 		}
+	}
+	// The hand-off latency and, with the baseline's trace beside the
+	// run's, the side-by-side factor; the rate is then a rank's alone.
+	if handoff, sb, err := bench.MeasurePipeline(fs.Arg(0)); err != nil {
+		fmt.Fprintf(stderr, "cohort plan profile: no hand-off or side-by-side figures: %v\n", err)
+	} else {
+		dev.HandoffSeconds = math.Round(handoff*1e6) / 1e6
+		ms.Rate *= sb.Ratio
+		if sb.Ranks > 1 {
+			plan.AddSideBySide(dev, sb.Ranks, sb.Factor)
+		}
+		fmt.Fprintf(stderr, "cohort plan profile: hand-off %.0f µs beyond the fastest; passes %.3f× their time alone, %.0f%% of it side by side: factor %.3f at %d ranks\n",
+			handoff*1e6, sb.Ratio, 100*sb.Overlap, sb.Factor, sb.Ranks)
 	}
 	plan.AddMeasurement(dev, "fp32", ms)
 	if err := dev.Validate(); err != nil {
