@@ -586,7 +586,7 @@ func testJoinCase(t *testing.T, w Wrapper, wl workload, world int, clip bool) {
 		defer m.Close()
 		j := m.(Joiner)
 		r := pg.Rank()
-		err = j.Join(ctx, func() error {
+		err := j.Join(ctx, func() error {
 			for s := range stepsOf(r) {
 				fwd, loss := wl.batch(mod, s, r*globalBatch/world, (r+1)*globalBatch/world)
 				out, err := m.Call(ctx, fwd)
