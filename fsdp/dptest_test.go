@@ -59,6 +59,7 @@ func TestConformance(t *testing.T) {
 func conformance(name string, fo Options) dptest.Wrapper {
 	return dptest.Wrapper{Name: name,
 		Wrap: func(ctx context.Context, mod nn.Module, units []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
+			fo := fo // each rank its own copy: the ranks wrap at once
 			fo.FindUnusedParameters = o.FindUnusedParameters
 			fo.Optimizer = func(shard []nn.NamedParameter) (optim.Optimizer, error) {
 				vars := make([]*autograd.Var, len(shard))

@@ -44,6 +44,7 @@ func (m dpModel) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error
 func conformance(name string, zo Options) dptest.Wrapper {
 	return dptest.Wrapper{Name: name,
 		Wrap: func(ctx context.Context, mod nn.Module, _ []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
+			zo := zo // each rank its own copy: the ranks wrap at once
 			zo.FindUnusedParameters = o.FindUnusedParameters
 			zo.Optimizer = func(shard []nn.NamedParameter) (optim.Optimizer, error) { return o.Optimizer(Vars(shard)) }
 			m, err := Wrap(ctx, mod, pg, zo)
