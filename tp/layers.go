@@ -165,19 +165,14 @@ func (a *Attention) Forward(ctx context.Context, x *autograd.Var) *autograd.Var 
 	if len(s) != 3 {
 		panic(fmt.Sprintf("tp: Attention: input shape %v, want [B, T, d]", s))
 	}
-	B, T := s[0], s[1]
-	dl := a.QKV.Weight.Value.Dim(0) / 3 // local width: NHead·hd
-	H := a.NHead
-	hd := dl / H
+	dl := a.QKV.Weight.Value.Dim(0) / 3                             // local width: NHead·hd
 	qkv := autograd.Linear(Copy(ctx, a.comm, x), a.QKV.Weight, nil) // [B, T, 3·dl]
 	if a.QKV.Bias != nil {
 		qkv = autograd.Add(qkv, keyBiasZeroGrad(a.QKV.Bias, dl))
 	}
-	heads := autograd.Permute(autograd.Reshape(qkv, B, T, 3, H, hd), 2, 0, 3, 1, 4)
-	q, k, v := autograd.Select(heads, 0, 0), autograd.Select(heads, 0, 1), autograd.Select(heads, 0, 2)
-	y := autograd.Attention(q, k, v, true)
-	y = autograd.Reshape(autograd.Permute(y, 0, 2, 1, 3), B, T, dl)
-	return a.Proj.Forward(ctx, y)
+	// the fused kernel the unsharded layer runs (nn.CausalSelfAttention):
+	// this rank's heads straight from its slice of the projection
+	return a.Proj.Forward(ctx, autograd.AttentionQKV(qkv, a.NHead, true))
 }
 
 // keyBiasZeroGrad passes the local qkv bias through and zeroes the key
