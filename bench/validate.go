@@ -3,8 +3,6 @@ package bench
 import (
 	"bytes"
 	"context"
-	"errors"
-	"flag"
 	"fmt"
 	"io"
 	"math"
@@ -16,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/cohortml/cohort/internal/cli"
 	"github.com/cohortml/cohort/obs/trace"
 	"github.com/cohortml/cohort/plan"
 )
@@ -59,12 +58,7 @@ type validateRun struct {
 // predictions against benchmark runs of exe (the cohort executable, whose
 // `bench train` and `bench pipeline` it runs) on this machine.
 func Validate(exe string, args []string, stdout, stderr io.Writer) int {
-	fs := flag.NewFlagSet("cohort plan validate", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	fs.Usage = func() {
-		fmt.Fprint(stderr, validateUsage)
-		fs.PrintDefaults()
-	}
+	fs := cli.NewFlagSet("cohort plan validate", validateUsage, stderr)
 	var (
 		device, fabric, ranksFlag, gpt string
 		steps                          int
@@ -78,11 +72,8 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 	fs.StringVar(&gpt, "gpt", "./examples/gpt", "examples/gpt's executable, or its Go package (built once), for the tensor-parallel runs; \"\": none")
 	fs.BoolVar(&dry, "dry-run", false, "print the predictions and commands, run nothing")
 	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "bound on each run")
-	if err := fs.Parse(args); err != nil {
-		if errors.Is(err, flag.ErrHelp) {
-			return 0
-		}
-		return 2
+	if status, ok := cli.Parse(fs, args); !ok {
+		return status
 	}
 	fail := func(err error) int {
 		fmt.Fprintln(stderr, "cohort plan validate:", err)
