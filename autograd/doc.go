@@ -74,7 +74,11 @@
 //
 // Record wraps a value computed outside this package with a BackwardFunc,
 // which is how tensor-parallel layers or pipeline boundaries become
-// differentiable.
+// differentiable. RecordOwned does the same for an op that manages its
+// storage as the built-in ones do: it may work in place on a gradient the
+// engine tells it is private, hand its gradients over with their
+// ownership, and own its output, so that its activations and gradients
+// are recycled like theirs.
 //
 // # Errors
 //

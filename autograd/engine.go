@@ -61,6 +61,61 @@ func Record(op string, value *tensor.Tensor, inputs []*Var, backward BackwardFun
 	})
 }
 
+// InputGrad is one input's gradient as an OwnedBackwardFunc returns it.
+// Owned says the op hands T's storage over: nothing else references T (a
+// fresh tensor, or the incoming gradient itself when the function was told
+// it is private), so the engine may keep it, add into it in place and
+// recycle it.
+type InputGrad struct {
+	T     *tensor.Tensor
+	Owned bool
+}
+
+// OwnedBackwardFunc is a BackwardFunc that knows whose storage it reads
+// and returns. private says grad is the op's alone: nothing else reads it
+// after the call unless the op returns it, so the op may write over it
+// and return it as Owned (for one input at most). When grad is not
+// private the op must not modify it. The engine recycles a private grad
+// the op did not return.
+type OwnedBackwardFunc func(grad *tensor.Tensor, private bool) []InputGrad
+
+// RecordOwned is Record for a custom op that manages its storage the way
+// the built-in ops do, so that a model made of such ops reuses its
+// activations and gradients from step to step (see tensor.Empty): its
+// backward may work in place on a private gradient and hand its
+// gradients over with their ownership. ownsValue says value is storage
+// the op allocated for itself (not a view of an input, not kept by the
+// op), which Transient then lets Backward recycle.
+func RecordOwned(op string, value *tensor.Tensor, ownsValue bool, inputs []*Var, backward OwnedBackwardFunc) *Var {
+	v := record(op, value, inputs, func(g *tensor.Tensor, s *sink) {
+		private := s.gradPrivate()
+		gs := backward(g, private)
+		if len(gs) != len(inputs) {
+			panic(fmt.Sprintf("autograd: %s backward returned %d gradients for %d inputs", op, len(gs), len(inputs)))
+		}
+		passed := false
+		for i, gi := range gs {
+			switch {
+			case gi.T == nil:
+			case gi.T == g && gi.Owned:
+				if !private || passed {
+					panic(fmt.Sprintf("autograd: %s backward returned its gradient as owned for input %d, but it is not the op's to hand over", op, i))
+				}
+				passed = true
+				if s.need(i) {
+					s.pass(i, g)
+				}
+			default:
+				s.add(i, gi.T, gi.Owned)
+			}
+		}
+	})
+	if ownsValue && v.node != nil {
+		v.node.own = value
+	}
+	return v
+}
+
 // OnBackward returns a Var with v's value whose backward calls f, then
 // passes the gradient on to v unchanged. It marks a point in the graph
 // (a sharded wrapper's unit boundary, where the unit's parameters are
@@ -449,10 +504,10 @@ func (s *sink) pass(i int, t *tensor.Tensor) {
 // v's node (after all its consumers), the storage of its value may be
 // reused for later tensors. It holds for the ops that compute their output
 // into storage of their own (Linear and its fused forms, LayerNorm,
-// AttentionQKV, Add, Embedding); for others, and for leaves, it does
-// nothing. A container
-// calls it for the intermediate outputs it never returns (nn.Sequential,
-// between fused layers). Reading v.Value after Backward is then an error.
+// AttentionQKV, Add, GELUTanh, Embedding, and custom ops recorded with
+// RecordOwned that say so); for others, and for leaves, it does nothing.
+// A container calls it for the intermediate outputs it never returns
+// (nn.Sequential, between fused layers). Reading v.Value after Backward is then an error.
 func Transient(v *Var) {
 	if v != nil && v.node != nil {
 		v.node.transient = true

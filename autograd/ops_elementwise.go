@@ -256,9 +256,14 @@ func GELU(x *Var) *Var {
 // recomputed from x; nothing else is kept.
 func GELUTanh(x *Var) *Var {
 	xv := x.Value
-	return record("GELUTanh", tensor.GELUTanh(xv), []*Var{x}, func(g *tensor.Tensor, s *sink) {
+	y := tensor.GELUTanh(xv)
+	v := record("GELUTanh", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
 		s.add(0, tensor.GELUTanhBackward(g, xv), true)
 	})
+	if v.node != nil {
+		v.node.own = y // fresh storage, not read by the backward
+	}
+	return v
 }
 
 // SiLU returns x·sigmoid(x).

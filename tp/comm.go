@@ -76,22 +76,25 @@ func (c *Comm) allReduce(ctx context.Context, op string, t *tensor.Tensor) {
 }
 
 // gatherLast concatenates every rank's x [..., k] along the last dimension
-// in rank order: [..., Size()·k].
+// in rank order: [..., Size()·k], a new contiguous tensor.
 func (c *Comm) gatherLast(ctx context.Context, op string, x *tensor.Tensor) *tensor.Tensor {
 	n := c.Size()
 	if n == 1 {
-		return x.Contiguous()
+		return x.Clone()
 	}
 	shape := x.Shape()
 	k := shape[len(shape)-1]
 	rows := x.Len() / max(k, 1)
-	out := tensor.New(n, rows, k)
+	out := tensor.Empty(n, rows, k) // the all-gather writes it whole
 	in := x.Contiguous()
 	c.run(op, func() distributed.Work {
 		return c.pg.AllGather(ctx, distributed.FromTensor(out), distributed.FromTensor(in))
 	})
 	outShape := append(append([]int(nil), shape[:len(shape)-1]...), n*k)
-	return out.Permute(1, 0, 2).Contiguous().Reshape(outShape...)
+	y := tensor.Empty(rows, n, k)
+	y.CopyFrom(out.Permute(1, 0, 2))
+	tensor.Recycle(out)
+	return y.Reshape(outShape...)
 }
 
 // chunkLast returns this rank's chunk of the last dimension of x, a new
@@ -102,36 +105,65 @@ func (c *Comm) chunkLast(op string, x *tensor.Tensor) *tensor.Tensor {
 		panic(fmt.Sprintf("tp: %s: last dimension of shape %v does not split across %d ranks", op, x.Shape(), n))
 	}
 	k := x.Dim(-1) / n
-	return x.Narrow(-1, c.Rank()*k, k).Contiguous()
+	return clone(x.Narrow(-1, c.Rank()*k, k))
 }
 
 // Copy is Megatron's f: the identity forward, and an all-reduce (sum) of
 // the gradient backward. It goes in front of a layer whose parameters are
 // split and whose input is replicated, so that every rank's input gradient
-// becomes the sum of the shards' contributions.
+// becomes the sum of the shards' contributions. The all-reduce runs in
+// place on the incoming gradient when that is private to the op (see
+// autograd.RecordOwned), on a copy otherwise.
 func Copy(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
 	if c.Size() == 1 {
 		return x
 	}
-	return autograd.Record("tp.Copy", x.Value, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
-		g = g.Clone()
+	return autograd.RecordOwned("tp.Copy", x.Value, false, []*autograd.Var{x}, func(g *tensor.Tensor, private bool) []autograd.InputGrad {
+		if !private || !g.IsContiguous() {
+			g = clone(g)
+		}
 		c.allReduce(ctx, "Copy backward all-reduce", g)
-		return []*tensor.Tensor{g}
+		return []autograd.InputGrad{{T: g, Owned: true}}
 	})
 }
 
 // Reduce is Megatron's g, the conjugate of Copy: an all-reduce (sum)
 // forward and the identity backward. It joins the partial outputs of a
-// layer whose input features are split.
+// layer whose input features are split. Its output is storage of its own
+// (autograd.Transient applies).
 func Reduce(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
 	if c.Size() == 1 {
 		return x
 	}
-	y := x.Value.Clone()
+	y := clone(x.Value)
 	c.allReduce(ctx, "Reduce all-reduce", y)
-	return autograd.Record("tp.Reduce", y, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
-		return []*tensor.Tensor{g}
-	})
+	return autograd.RecordOwned("tp.Reduce", y, true, []*autograd.Var{x}, passGrad)
+}
+
+// reduceOwned is Reduce for an x whose value is the fresh output of an op
+// that nothing but this Reduce reads (and that is not marked Transient):
+// the all-reduce runs in place on that storage, which becomes the output's
+// own.
+func reduceOwned(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
+	if c.Size() == 1 || !x.Value.IsContiguous() {
+		return Reduce(ctx, c, x)
+	}
+	y := x.Value
+	c.allReduce(ctx, "Reduce all-reduce", y)
+	return autograd.RecordOwned("tp.Reduce", y, true, []*autograd.Var{x}, passGrad)
+}
+
+// passGrad is the backward of an identity: the gradient goes on as it
+// came, with its ownership.
+func passGrad(g *tensor.Tensor, private bool) []autograd.InputGrad {
+	return []autograd.InputGrad{{T: g, Owned: private}}
+}
+
+// clone returns a contiguous copy of t in storage from tensor.EmptyOn.
+func clone(t *tensor.Tensor) *tensor.Tensor {
+	y := tensor.EmptyOn(t.Device(), t.Shape()...)
+	y.CopyFrom(t)
+	return y
 }
 
 // Gather concatenates every rank's x [..., k] along the last dimension, in
@@ -142,8 +174,8 @@ func Gather(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
 		return x
 	}
 	y := c.gatherLast(ctx, "Gather all-gather", x.Value)
-	return autograd.Record("tp.Gather", y, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
-		return []*tensor.Tensor{c.chunkLast("Gather backward", g)}
+	return autograd.RecordOwned("tp.Gather", y, true, []*autograd.Var{x}, func(g *tensor.Tensor, _ bool) []autograd.InputGrad {
+		return []autograd.InputGrad{{T: c.chunkLast("Gather backward", g), Owned: true}}
 	})
 }
 
@@ -155,7 +187,7 @@ func Split(ctx context.Context, c *Comm, x *autograd.Var) *autograd.Var {
 		return x
 	}
 	y := c.chunkLast("Split", x.Value)
-	return autograd.Record("tp.Split", y, []*autograd.Var{x}, func(g *tensor.Tensor) []*tensor.Tensor {
-		return []*tensor.Tensor{c.gatherLast(ctx, "Split backward all-gather", g)}
+	return autograd.RecordOwned("tp.Split", y, true, []*autograd.Var{x}, func(g *tensor.Tensor, _ bool) []autograd.InputGrad {
+		return []autograd.InputGrad{{T: c.gatherLast(ctx, "Split backward all-gather", g), Owned: true}}
 	})
 }

@@ -96,14 +96,41 @@ func (g *GPT) Forward(ctx context.Context, idx []int64, B, T int) (*autograd.Var
 	if T <= 0 || T > g.Config.Ctx || B <= 0 || len(idx) != B*T {
 		panic(fmt.Sprintf("tp: GPT.Forward: %d ids for batch %d × length %d (context %d)", len(idx), B, T, g.Config.Ctx))
 	}
-	h := autograd.Add(g.Wte.Lookup(ctx, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
-	for _, b := range g.Blocks {
+	h := embed(ctx, g.Wte, g.Wpe, idx, B, T)
+	h = forwardBlocks(ctx, g.Blocks, h)
+	return head(ctx, g.comm, g.LNF, g.Wte, h), g.comm.Err()
+}
+
+// embed returns wte[idx] + wpe[0:T], [B, T, D], replicated, as models.GPT
+// does, marked Transient: read only by the first block.
+func embed(ctx context.Context, wte *VocabEmbedding, wpe *autograd.Var, idx []int64, B, T int) *autograd.Var {
+	e := wte.Lookup(ctx, idx, B, T)
+	autograd.Transient(e) // read only by the add
+	h := autograd.Add(e, autograd.Narrow(wpe, 0, 0, T))
+	autograd.Transient(h)
+	return h
+}
+
+// forwardBlocks applies blocks to h, marking each block's output
+// Transient but the last's.
+func forwardBlocks(ctx context.Context, blocks []*Block, h *autograd.Var) *autograd.Var {
+	for i, b := range blocks {
+		if i > 0 {
+			autograd.Transient(h) // read only by this block
+		}
 		h = b.Forward(ctx, h)
 	}
-	// The head shares wte: this rank's vocabulary rows give its logit
-	// columns.
-	logits := autograd.Linear(Copy(ctx, g.comm, g.LNF.Forward(h)), g.Wte.Weight, nil)
-	return logits, g.comm.Err()
+	return h
+}
+
+// head returns the vocabulary-parallel logits LN_f(h) @ wte_rᵀ: the head
+// shares wte, so this rank's vocabulary rows give its logit columns. h is
+// marked Transient (read only by the head).
+func head(ctx context.Context, c *Comm, lnf *nn.LayerNorm, wte *VocabEmbedding, h *autograd.Var) *autograd.Var {
+	autograd.Transient(h)
+	x := lnf.Forward(h)
+	autograd.Transient(x) // read only by the projection
+	return autograd.Linear(Copy(ctx, c, x), wte.Weight, nil)
 }
 
 // Loss returns the mean cross-entropy (replicated) of the

@@ -52,6 +52,7 @@ func newColumn(c *Comm, full *nn.Linear, gatherOutput bool, blocks int) (*Column
 func (l *ColumnParallelLinear) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
 	y := autograd.Linear(Copy(ctx, l.comm, x), l.Weight, l.Bias)
 	if l.GatherOutput {
+		autograd.Transient(y) // read only by the gather
 		y = Gather(ctx, l.comm, y)
 	}
 	return y
@@ -104,9 +105,13 @@ func NewRowParallelLinear(c *Comm, full *nn.Linear, inputIsParallel bool) (*RowP
 func (l *RowParallelLinear) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
 	if !l.InputIsParallel {
 		x = Split(ctx, l.comm, x)
+		autograd.Transient(x) // read only by the product
 	}
-	y := Reduce(ctx, l.comm, autograd.Linear(x, l.Weight, nil))
+	// The partial product is read by nothing but the all-reduce, which
+	// sums it in place.
+	y := reduceOwned(ctx, l.comm, autograd.Linear(x, l.Weight, nil))
 	if l.Bias != nil {
+		autograd.Transient(y) // read only by the bias add
 		y = autograd.Add(y, l.Bias)
 	}
 	return y
@@ -168,11 +173,15 @@ func (a *Attention) Forward(ctx context.Context, x *autograd.Var) *autograd.Var 
 	dl := a.QKV.Weight.Value.Dim(0) / 3                             // local width: NHead·hd
 	qkv := autograd.Linear(Copy(ctx, a.comm, x), a.QKV.Weight, nil) // [B, T, 3·dl]
 	if a.QKV.Bias != nil {
+		autograd.Transient(qkv) // read only by the bias add
 		qkv = autograd.Add(qkv, keyBiasZeroGrad(a.QKV.Bias, dl))
 	}
+	autograd.Transient(qkv) // read only by the attention
 	// the fused kernel the unsharded layer runs (nn.CausalSelfAttention):
 	// this rank's heads straight from its slice of the projection
-	return a.Proj.Forward(ctx, autograd.AttentionQKV(qkv, a.NHead, true))
+	h := autograd.AttentionQKV(qkv, a.NHead, true)
+	autograd.Transient(h) // read only by the projection
+	return a.Proj.Forward(ctx, h)
 }
 
 // keyBiasZeroGrad passes the local qkv bias through and zeroes the key
@@ -219,7 +228,11 @@ func NewMLP(c *Comm, full *nn.MLP) (*MLP, error) {
 
 // Forward applies the MLP to the replicated x; the output is replicated.
 func (m *MLP) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
-	return m.Proj.Forward(ctx, autograd.GELUTanh(m.FC.Forward(ctx, x)))
+	h := m.FC.Forward(ctx, x)
+	autograd.Transient(h) // read only by the activation
+	h = autograd.GELUTanh(h)
+	autograd.Transient(h) // read only by the projection
+	return m.Proj.Forward(ctx, h)
 }
 
 func (m *MLP) Shards() []Shard                      { return childShards(child{"fc", m.FC}, child{"proj", m.Proj}) }
@@ -259,9 +272,20 @@ func cloneLayerNorm(l *nn.LayerNorm) *nn.LayerNorm {
 }
 
 // Forward applies the block to the replicated x [B, T, d].
+// Every intermediate is Transient, as in nn.Block: read only by the next
+// ops here, so Backward hands its storage on to the next step.
 func (b *Block) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
-	x = autograd.Add(x, b.Attn.Forward(ctx, b.LN1.Forward(x)))
-	return autograd.Add(x, b.MLP.Forward(ctx, b.LN2.Forward(x)))
+	h := b.LN1.Forward(x)
+	autograd.Transient(h)
+	h = b.Attn.Forward(ctx, h)
+	autograd.Transient(h)
+	x = autograd.Add(x, h)
+	autograd.Transient(x) // read only by LN2 and the residual add below
+	h = b.LN2.Forward(x)
+	autograd.Transient(h)
+	h = b.MLP.Forward(ctx, h)
+	autograd.Transient(h)
+	return autograd.Add(x, h)
 }
 
 func (b *Block) Shards() []Shard {

@@ -144,18 +144,16 @@ func (s *GPTStage) Forward(mb int, in *autograd.Var) (*autograd.Var, error) {
 	n := s.b * s.t
 	h := in
 	if s.First {
-		ids := s.idx[mb*n : (mb+1)*n]
-		h = autograd.Add(s.Wte.Lookup(ctx, ids, s.b, s.t), autograd.Narrow(s.Wpe, 0, 0, s.t))
+		h = embed(ctx, s.Wte, s.Wpe, s.idx[mb*n:(mb+1)*n], s.b, s.t)
 	} else if in == nil {
 		return nil, fmt.Errorf("tp: GPT stage [%d, %d): no input", s.Lo, s.Hi)
 	}
-	for _, b := range s.Blocks {
-		h = b.Forward(ctx, h)
-	}
+	h = forwardBlocks(ctx, s.Blocks, h)
 	if !s.Last {
 		return h, s.comm.Err()
 	}
-	logits := autograd.Linear(Copy(ctx, s.comm, s.LNF.Forward(h)), s.Wte.Weight, nil)
+	logits := head(ctx, s.comm, s.LNF, s.Wte, h)
+	autograd.Transient(logits) // read only by the loss
 	Vl := logits.Value.Dim(-1)
 	loss := CrossEntropy(ctx, s.comm, autograd.Reshape(logits, -1, Vl), s.targets[mb*n:(mb+1)*n])
 	return loss, s.comm.Err()

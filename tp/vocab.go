@@ -39,7 +39,9 @@ func NewVocabEmbedding(c *Comm, full *tensor.Tensor) (*VocabEmbedding, error) {
 // Lookup returns the rows idx shaped shape + [D] (shape defaults to
 // [len(idx)]), replicated. An id outside [0, V) panics.
 func (e *VocabEmbedding) Lookup(ctx context.Context, idx []int64, shape ...int) *autograd.Var {
-	return Reduce(ctx, e.comm, maskedEmbedding(e.Weight, idx, e.Start, e.comm.Size(), shape))
+	// The masked rows are read by nothing but the all-reduce, which sums
+	// them in place.
+	return reduceOwned(ctx, e.comm, maskedEmbedding(e.Weight, idx, e.Start, e.comm.Size(), shape))
 }
 
 func (e *VocabEmbedding) Shards() []Shard {
@@ -74,13 +76,19 @@ func maskedEmbedding(w *autograd.Var, idx []int64, start, n int, shape []int) *a
 			local = append(local, l)
 		}
 	}
-	y := tensor.New(len(idx), D)
+	// Every row is written: this rank's rows of the table, zeros for the
+	// others.
+	y := tensor.Empty(len(idx), D)
 	yd, wd := y.Data(), w.Value.Contiguous().Data()
+	next := 0
 	for j, i := range pos {
+		clear(yd[next*D : i*D])
 		copy(yd[i*D:(i+1)*D], wd[int(local[j])*D:])
+		next = i + 1
 	}
+	clear(yd[next*D:])
 	outShape := append(append([]int(nil), shape...), D)
-	return autograd.Record("tp.VocabEmbedding", y.Reshape(outShape...), []*autograd.Var{w}, func(g *tensor.Tensor) []*tensor.Tensor {
+	return autograd.RecordOwned("tp.VocabEmbedding", y.Reshape(outShape...), false, []*autograd.Var{w}, func(g *tensor.Tensor, _ bool) []autograd.InputGrad {
 		gd := g.Contiguous().Data()
 		dw := tensor.New(Vl, D)
 		dd := dw.Data()
@@ -90,7 +98,7 @@ func maskedEmbedding(w *autograd.Var, idx []int64, start, n int, shape []int) *a
 				row[k] += v
 			}
 		}
-		return []*tensor.Tensor{dw}
+		return []autograd.InputGrad{{T: dw, Owned: true}}
 	})
 }
 
@@ -113,7 +121,7 @@ func CrossEntropy(ctx context.Context, c *Comm, logits *autograd.Var, target []i
 	x := lv.Contiguous().Data()
 
 	// Row maxima, all-reduced.
-	m := tensor.New(N)
+	m := tensor.Empty(N) // written whole
 	md := m.Data()
 	for i := range N {
 		mx := float32(math.Inf(-1))
@@ -127,7 +135,7 @@ func CrossEntropy(ctx context.Context, c *Comm, logits *autograd.Var, target []i
 	}
 
 	// Sums of exp(x − max) and the target logits, all-reduced together.
-	prob := tensor.New(N, Vl)
+	prob := tensor.Empty(N, Vl) // written whole; the gradient is written over it
 	pd := prob.Data()
 	sums := make([]float64, 2*N)
 	for i := range N {
@@ -159,11 +167,15 @@ func CrossEntropy(ctx context.Context, c *Comm, logits *autograd.Var, target []i
 			pd[i*Vl+j] = float32(float64(pd[i*Vl+j]) * inv)
 		}
 	}
+	tensor.Recycle(m)
 	y := tensor.Scalar(float32(total / float64(N)))
 	tgt := append([]int64(nil), target...)
-	return autograd.Record("tp.CrossEntropy", y, []*autograd.Var{logits}, func(g *tensor.Tensor) []*tensor.Tensor {
+	return autograd.RecordOwned("tp.CrossEntropy", y, false, []*autograd.Var{logits}, func(g *tensor.Tensor, _ bool) []autograd.InputGrad {
 		gi := float64(g.Item()) / float64(N)
-		dx := tensor.New(N, Vl)
+		// The probabilities are read by this alone, which runs once (a
+		// graph is differentiated once): the gradient is written over
+		// them, each element after its read.
+		dx := prob
 		dd := dx.Data()
 		for i := range N {
 			l := tgt[i] - int64(start)
@@ -175,6 +187,6 @@ func CrossEntropy(ctx context.Context, c *Comm, logits *autograd.Var, target []i
 				dd[i*Vl+j] = float32(gi * (float64(pd[i*Vl+j]) - q))
 			}
 		}
-		return []*tensor.Tensor{dx}
+		return []autograd.InputGrad{{T: dx, Owned: true}}
 	})
 }
