@@ -258,6 +258,10 @@ func GELUTanh(x *Var) *Var {
 	xv := x.Value
 	y := tensor.GELUTanh(xv)
 	v := record("GELUTanh", y, []*Var{x}, func(g *tensor.Tensor, s *sink) {
+		if s.gradPrivate() && g.IsContiguous() && xv.IsContiguous() {
+			s.pass(0, tensor.GELUTanhBackwardInto(g, g, xv)) // in place, handed on
+			return
+		}
 		s.add(0, tensor.GELUTanhBackward(g, xv), true)
 	})
 	if v.node != nil {

@@ -26,7 +26,7 @@ var mathKernels = sync.OnceValue(func() vec.Math {
 
 // GELUTanhBackward returns dy·GELU-tanh′(x) for same-shaped dy and x.
 func GELUTanhBackward(dy, x *Tensor) *Tensor {
-	return GELUTanhBackwardInto(NewOn(x.Device(), x.shape...), dy, x)
+	return GELUTanhBackwardInto(EmptyOn(x.Device(), x.shape...), dy, x) // written whole
 }
 
 // GELUTanhBackwardInto writes dy·GELU-tanh′(x) into dst (contiguous, x's

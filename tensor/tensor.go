@@ -146,7 +146,7 @@ func (t *Tensor) Contiguous() *Tensor {
 	if t.IsContiguous() {
 		return t
 	}
-	out := NewOn(t.Device(), t.shape...)
+	out := EmptyOn(t.Device(), t.shape...) // written whole by the copy
 	out.CopyFrom(t)
 	return out
 }

@@ -229,7 +229,7 @@ func BroadcastShapes(a, b []int) ([]int, bool) {
 
 // Clone returns a contiguous copy of t that shares nothing with it.
 func (t *Tensor) Clone() *Tensor {
-	out := NewOn(t.Device(), t.shape...)
+	out := EmptyOn(t.Device(), t.shape...) // written whole by the copy
 	out.CopyFrom(t)
 	return out
 }

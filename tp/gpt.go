@@ -104,9 +104,8 @@ func (g *GPT) Forward(ctx context.Context, idx []int64, B, T int) (*autograd.Var
 // embed returns wte[idx] + wpe[0:T], [B, T, D], replicated, as models.GPT
 // does, marked Transient: read only by the first block.
 func embed(ctx context.Context, wte *VocabEmbedding, wpe *autograd.Var, idx []int64, B, T int) *autograd.Var {
-	e := wte.Lookup(ctx, idx, B, T)
-	autograd.Transient(e) // read only by the add
-	h := autograd.Add(e, autograd.Narrow(wpe, 0, 0, T))
+	// The looked-up rows are read by nothing but the add.
+	h := sumInto("tp.AddPosition", wte.Lookup(ctx, idx, B, T), autograd.Narrow(wpe, 0, 0, T))
 	autograd.Transient(h)
 	return h
 }

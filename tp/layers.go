@@ -107,14 +107,26 @@ func (l *RowParallelLinear) Forward(ctx context.Context, x *autograd.Var) *autog
 		x = Split(ctx, l.comm, x)
 		autograd.Transient(x) // read only by the product
 	}
-	// The partial product is read by nothing but the all-reduce, which
-	// sums it in place.
+	return l.forwardAdd(ctx, x, nil)
+}
+
+// forwardAdd is Forward on this rank's x [..., in/n] plus r (replicated,
+// [..., out]; nil for none): the partial product is all-reduced in place
+// and the bias and r are added into it, (Reduce(x·Wᵀ) + b) + r.
+func (l *RowParallelLinear) forwardAdd(ctx context.Context, x, r *autograd.Var) *autograd.Var {
+	// The partial product is read by nothing but the all-reduce.
 	y := reduceOwned(ctx, l.comm, autograd.Linear(x, l.Weight, nil))
+	var terms []*autograd.Var
 	if l.Bias != nil {
-		autograd.Transient(y) // read only by the bias add
-		y = autograd.Add(y, l.Bias)
+		terms = append(terms, l.Bias)
 	}
-	return y
+	if r != nil {
+		terms = append(terms, r)
+	}
+	if len(terms) == 0 {
+		return y
+	}
+	return sumInto("tp.RowParallelAdd", y, terms...)
 }
 
 func (l *RowParallelLinear) Shards() []Shard {
@@ -166,6 +178,13 @@ func NewAttention(c *Comm, full *nn.CausalSelfAttention) (*Attention, error) {
 // Forward applies attention to the replicated x [B, T, d]; the output
 // [B, T, d] is replicated.
 func (a *Attention) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
+	return a.Proj.Forward(ctx, a.heads(ctx, x))
+}
+
+// heads returns this rank's heads' outputs [B, T, NHead·hd]: attention
+// before the output projection, marked Transient (read only by the
+// projection).
+func (a *Attention) heads(ctx context.Context, x *autograd.Var) *autograd.Var {
 	s := x.Value.Shape()
 	if len(s) != 3 {
 		panic(fmt.Sprintf("tp: Attention: input shape %v, want [B, T, d]", s))
@@ -173,15 +192,14 @@ func (a *Attention) Forward(ctx context.Context, x *autograd.Var) *autograd.Var 
 	dl := a.QKV.Weight.Value.Dim(0) / 3                             // local width: NHead·hd
 	qkv := autograd.Linear(Copy(ctx, a.comm, x), a.QKV.Weight, nil) // [B, T, 3·dl]
 	if a.QKV.Bias != nil {
-		autograd.Transient(qkv) // read only by the bias add
-		qkv = autograd.Add(qkv, keyBiasZeroGrad(a.QKV.Bias, dl))
+		qkv = sumInto("tp.AddBias", qkv, keyBiasZeroGrad(a.QKV.Bias, dl))
 	}
 	autograd.Transient(qkv) // read only by the attention
 	// the fused kernel the unsharded layer runs (nn.CausalSelfAttention):
 	// this rank's heads straight from its slice of the projection
 	h := autograd.AttentionQKV(qkv, a.NHead, true)
-	autograd.Transient(h) // read only by the projection
-	return a.Proj.Forward(ctx, h)
+	autograd.Transient(h)
+	return h
 }
 
 // keyBiasZeroGrad passes the local qkv bias through and zeroes the key
@@ -228,11 +246,17 @@ func NewMLP(c *Comm, full *nn.MLP) (*MLP, error) {
 
 // Forward applies the MLP to the replicated x; the output is replicated.
 func (m *MLP) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
+	return m.Proj.Forward(ctx, m.hidden(ctx, x))
+}
+
+// hidden returns this rank's hidden features GELU(FC(x)), marked
+// Transient (read only by the projection).
+func (m *MLP) hidden(ctx context.Context, x *autograd.Var) *autograd.Var {
 	h := m.FC.Forward(ctx, x)
 	autograd.Transient(h) // read only by the activation
 	h = autograd.GELUTanh(h)
-	autograd.Transient(h) // read only by the projection
-	return m.Proj.Forward(ctx, h)
+	autograd.Transient(h)
+	return h
 }
 
 func (m *MLP) Shards() []Shard                      { return childShards(child{"fc", m.FC}, child{"proj", m.Proj}) }
@@ -272,20 +296,19 @@ func cloneLayerNorm(l *nn.LayerNorm) *nn.LayerNorm {
 }
 
 // Forward applies the block to the replicated x [B, T, d].
-// Every intermediate is Transient, as in nn.Block: read only by the next
-// ops here, so Backward hands its storage on to the next step.
+// Each residual add goes into the all-reduced output of the projection
+// before it (with the bias: (Reduce(h·Wᵀ) + b) + x, the sums of
+// Attention.Forward and MLP.Forward followed by an add). Every
+// intermediate is Transient, as in nn.Block: read only by the next ops
+// here, so Backward hands its storage on to the next step.
 func (b *Block) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
 	h := b.LN1.Forward(x)
 	autograd.Transient(h)
-	h = b.Attn.Forward(ctx, h)
-	autograd.Transient(h)
-	x = autograd.Add(x, h)
+	x = b.Attn.Proj.forwardAdd(ctx, b.Attn.heads(ctx, h), x)
 	autograd.Transient(x) // read only by LN2 and the residual add below
 	h = b.LN2.Forward(x)
 	autograd.Transient(h)
-	h = b.MLP.Forward(ctx, h)
-	autograd.Transient(h)
-	return autograd.Add(x, h)
+	return b.MLP.Proj.forwardAdd(ctx, b.MLP.hidden(ctx, h), x)
 }
 
 func (b *Block) Shards() []Shard {

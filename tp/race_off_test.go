@@ -1,0 +1,5 @@
+//go:build !race
+
+package tp_test
+
+const raceEnabled = false
