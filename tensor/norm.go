@@ -290,7 +290,8 @@ func layerNormBackwardRows(gd, xd, wd []float32, dx *Tensor, add bool, mean, rst
 	// the same as on one thread).
 	rows := len(mean)
 	blocks := (rows + lnBlockRows - 1) / lnBlockRows
-	part := make([]float32, 2*D*blocks) // block k: dw at 2Dk, db at 2Dk+D
+	part := scratch(2 * D * blocks) // block k: dw at 2Dk, db at 2Dk+D
+	defer freeScratch(part)
 	parallelRanges(blocks, max(1, elementwiseMin/(D*lnBlockRows)), 1, func(lo, hi int) {
 		var scratch []float32
 		if add {
