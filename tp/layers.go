@@ -51,7 +51,7 @@ func newColumn(c *Comm, full *nn.Linear, gatherOutput bool, blocks int) (*Column
 // Forward applies the layer to the replicated x [..., in].
 func (l *ColumnParallelLinear) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
 	y := autograd.Linear(Copy(ctx, l.comm, x), l.Weight, l.Bias)
-	if l.GatherOutput {
+	if l.GatherOutput && l.comm.Size() > 1 {
 		autograd.Transient(y) // read only by the gather
 		y = Gather(ctx, l.comm, y)
 	}
@@ -103,7 +103,7 @@ func NewRowParallelLinear(c *Comm, full *nn.Linear, inputIsParallel bool) (*RowP
 // Forward applies the layer to x: [..., in/n] when InputIsParallel, else
 // the replicated [..., in]. The output [..., out] is replicated.
 func (l *RowParallelLinear) Forward(ctx context.Context, x *autograd.Var) *autograd.Var {
-	if !l.InputIsParallel {
+	if !l.InputIsParallel && l.comm.Size() > 1 {
 		x = Split(ctx, l.comm, x)
 		autograd.Transient(x) // read only by the product
 	}
