@@ -1,0 +1,231 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"math/rand/v2"
+	"os"
+	"slices"
+	"strconv"
+	"sync"
+	"time"
+
+	"github.com/cohortml/cohort/autograd"
+	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/rendezvous"
+	"github.com/cohortml/cohort/internal/cli"
+	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/models"
+	"github.com/cohortml/cohort/plan"
+	"github.com/cohortml/cohort/recipe"
+	"github.com/cohortml/cohort/tp"
+)
+
+// smallCollectiveBytes separates the loss's small all-reduces (a few
+// floats a token) from the activation all-reduces (a token's width).
+const smallCollectiveBytes = 64 << 10
+
+// tpProfileResult is what rank 0 of a tensor-parallel profile run reports.
+type tpProfileResult struct {
+	Compute    float64 `json:"compute_s"`      // median per step: forward and backward outside the collectives
+	Collective float64 `json:"collective_s"`   // median activation all-reduce, as its caller waits
+	Small      float64 `json:"small_s"`        // median small all-reduce
+	Bytes      int64   `json:"bytes"`          // the activation all-reduces' size
+	SmallBytes int64   `json:"small_bytes"`    // the small ones' mean size
+	PerStep    int     `json:"per_step"`       // activation all-reduces per step
+	SmallStep  int     `json:"small_per_step"` // small ones per step
+}
+
+// profileTP runs a tensor-parallel GPT-mini of tp ranks (microbatch of
+// batch sequences, every rank a worker process started as `exe plan
+// tp-worker` through the launcher, as cohort run starts examples/gpt) and
+// returns what rank 0 measured.
+func profileTP(ctx context.Context, exe string, tpRanks, batch, steps int) (plan.TPRun, tpProfileResult, error) {
+	var r tpProfileResult
+	cfg := launch.Config{NProcPerNode: tpRanks, Program: exe, Args: []string{"plan", "tp-worker"}, Env: os.Environ(), Stdout: os.Stderr, Stderr: os.Stderr}
+	err := spawn(ctx, cfg, func(file string) []string {
+		return []string{"--tp", strconv.Itoa(tpRanks), "--batch", strconv.Itoa(batch), "--steps", strconv.Itoa(steps), "--result", file}
+	}, &r)
+	if err != nil {
+		return plan.TPRun{}, r, fmt.Errorf("tensor-parallel profile, tp %d: %w", tpRanks, err)
+	}
+	return plan.TPRun{ComputeSeconds: r.Compute, CollectiveSeconds: r.Collective, SmallSeconds: r.Small,
+		CollectiveBytes: r.Bytes, SmallBytes: r.SmallBytes}, r, nil
+}
+
+// TPWorker is one rank of profileTP (`cohort plan tp-worker`, started by
+// the launcher): it trains a tensor-parallel GPT-mini on random tokens
+// (AdamW, clipping, as examples/gpt does) and times each step's forward
+// and backward and, through its process group, every collective from its
+// start to the end of its wait.
+func TPWorker(args []string) int {
+	fs := cli.NewFlagSet("cohort plan tp-worker", "usage: cohort plan tp-worker --tp N --batch B --steps S --result FILE (started by cohort plan validate)\n\nflags:\n", os.Stderr)
+	var tpRanks, batch, steps int
+	var result string
+	fs.IntVar(&tpRanks, "tp", 2, "tensor-parallel ranks (the world)")
+	fs.IntVar(&batch, "batch", 32, "sequences of 64 tokens per step")
+	fs.IntVar(&steps, "steps", 10, "timed steps (after 3 untimed)")
+	fs.StringVar(&result, "result", "", "where rank 0 writes its JSON result")
+	if status, ok := cli.Parse(fs, args); !ok {
+		return status
+	}
+	if err := tpWorker(context.Background(), tpRanks, batch, steps, result); err != nil {
+		fmt.Fprintln(os.Stderr, "cohort plan tp-worker:", err)
+		return 1
+	}
+	return 0
+}
+
+func tpWorker(ctx context.Context, tpRanks, batch, steps int, result string) error {
+	info, err := rendezvous.FromEnv(os.Getenv)
+	if err != nil {
+		return err
+	}
+	if info.WorldSize != tpRanks {
+		return fmt.Errorf("the environment says world %d, --tp %d", info.WorldSize, tpRanks)
+	}
+	pg, err := distributed.InitFromInfo(ctx, info, distributed.Options{})
+	if err != nil {
+		return err
+	}
+	defer pg.Close()
+	rec := &collRecorder{}
+	full, err := models.NewGPT(rand.New(rand.NewPCG(0, 0)), models.GPTMini())
+	if err != nil {
+		return err
+	}
+	g, err := tp.NewGPT(timedGroup{pg, rec}, full)
+	if err != nil {
+		return err
+	}
+	var params []*autograd.Var
+	for _, p := range g.NamedParameters() {
+		params = append(params, p.Param)
+	}
+	opt, err := recipe.NewAdamW(params)
+	if err != nil {
+		return err
+	}
+	T := full.Config.Ctx
+	rng := rand.New(rand.NewPCG(1, 2))
+	idx, tgt := make([]int64, batch*T), make([]int64, batch*T)
+	var compute []float64
+	for step := range 3 + steps {
+		for i := range idx {
+			idx[i], tgt[i] = rng.Int64N(int64(full.Config.Vocab)), rng.Int64N(int64(full.Config.Vocab))
+		}
+		rec.reset()
+		t0 := time.Now()
+		logits, err := g.Forward(ctx, idx, batch, T)
+		if err != nil {
+			return err
+		}
+		loss, err := g.Loss(ctx, logits, tgt)
+		if err != nil {
+			return err
+		}
+		if err := g.Backward(loss); err != nil {
+			return err
+		}
+		wall := time.Since(t0).Seconds()
+		calls := rec.take()
+		if _, err := g.ClipGradNorm(ctx, recipe.ClipNorm); err != nil {
+			return err
+		}
+		opt.Step()
+		opt.ZeroGrad()
+		if step < 3 {
+			continue
+		}
+		in := 0.0
+		for _, c := range calls {
+			in += c.seconds
+		}
+		compute = append(compute, wall-in)
+		rec.keep(calls)
+	}
+	if pg.Rank() != 0 || result == "" {
+		return nil
+	}
+	r := tpProfileResult{Compute: median(compute)}
+	var big, small []float64
+	var smallBytes int64
+	for _, c := range rec.kept {
+		if c.bytes >= smallCollectiveBytes {
+			big = append(big, c.seconds)
+			r.Bytes = c.bytes
+		} else {
+			small = append(small, c.seconds)
+			smallBytes += c.bytes
+		}
+	}
+	if len(big) == 0 {
+		return fmt.Errorf("no activation all-reduce of %d bytes or more was timed", smallCollectiveBytes)
+	}
+	r.Collective, r.PerStep = median(big), len(big)/steps
+	if len(small) > 0 {
+		r.Small, r.SmallBytes, r.SmallStep = median(small), smallBytes/int64(len(small)), len(small)/steps
+	}
+	b, err := json.Marshal(r)
+	if err != nil {
+		return err
+	}
+	return os.WriteFile(result, b, 0o644)
+}
+
+// collCall is one collective as its caller saw it.
+type collCall struct {
+	bytes   int64
+	seconds float64
+}
+
+// collRecorder keeps the collectives of the current step and those of
+// the timed steps; the process group's calls and the step's loop share
+// it, so it locks.
+type collRecorder struct {
+	mu   sync.Mutex
+	cur  []collCall
+	kept []collCall
+}
+
+func (r *collRecorder) add(c collCall) { r.mu.Lock(); r.cur = append(r.cur, c); r.mu.Unlock() }
+func (r *collRecorder) reset()         { r.mu.Lock(); r.cur = r.cur[:0]; r.mu.Unlock() }
+func (r *collRecorder) take() []collCall {
+	r.mu.Lock()
+	defer r.mu.Unlock()
+	return slices.Clone(r.cur)
+}
+func (r *collRecorder) keep(cs []collCall) { r.kept = append(r.kept, cs...) }
+
+// timedGroup is a process group whose all-reduces and all-gathers report
+// their time from the call to the end of the wait (tp waits for each at
+// once).
+type timedGroup struct {
+	distributed.ProcessGroup
+	rec *collRecorder
+}
+
+func (g timedGroup) AllReduce(ctx context.Context, buf distributed.Buffer, op distributed.ReduceOp) distributed.Work {
+	start := time.Now()
+	return &timedWork{Work: g.ProcessGroup.AllReduce(ctx, buf, op), start: start, bytes: int64(len(buf.Bytes())), rec: g.rec}
+}
+
+func (g timedGroup) AllGather(ctx context.Context, out, in distributed.Buffer) distributed.Work {
+	start := time.Now()
+	return &timedWork{Work: g.ProcessGroup.AllGather(ctx, out, in), start: start, bytes: int64(len(out.Bytes())), rec: g.rec}
+}
+
+type timedWork struct {
+	distributed.Work
+	start time.Time
+	bytes int64
+	rec   *collRecorder
+	once  sync.Once
+}
+
+func (w *timedWork) Wait() error {
+	err := w.Work.Wait()
+	w.once.Do(func() { w.rec.add(collCall{bytes: w.bytes, seconds: time.Since(w.start).Seconds()}) })
+	return err
+}
