@@ -263,7 +263,7 @@ func validate(args []string, ve validateEnv) int {
 			samples[i] = append(samples[i], x)
 			if rounds > 1 {
 				fmt.Fprintf(stderr, "cohort plan validate: round %d/%d: %s predicted tokens/s %.0f measured %.0f error %+.1f%% load %.2f\n",
-					round+1, rounds, r.label(cores), x.pred, x.measured, 100*(x.pred-x.measured)/x.measured, x.load)
+					round+1, rounds, strings.TrimPrefix(r.label(cores), "validate: "), x.pred, x.measured, 100*(x.pred-x.measured)/x.measured, x.load)
 			}
 		}
 	}
