@@ -90,14 +90,30 @@ func tpWorker(ctx context.Context, tpRanks, batch, steps int, result string) err
 		return err
 	}
 	defer pg.Close()
-	rec := &collRecorder{}
-	full, err := models.NewGPT(rand.New(rand.NewPCG(0, 0)), models.GPTMini())
+	r, err := measureTP(ctx, pg, batch, steps)
+	if err != nil || pg.Rank() != 0 || result == "" {
+		return err
+	}
+	b, err := json.Marshal(r)
 	if err != nil {
 		return err
 	}
+	return os.WriteFile(result, b, 0o644)
+}
+
+// measureTP trains a tensor-parallel GPT-mini over pg's ranks for 3
+// untimed and steps timed steps of batch sequences and returns this
+// rank's timings.
+func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps int) (tpProfileResult, error) {
+	var r tpProfileResult
+	rec := &collRecorder{}
+	full, err := models.NewGPT(rand.New(rand.NewPCG(0, 0)), models.GPTMini())
+	if err != nil {
+		return r, err
+	}
 	g, err := tp.NewGPT(timedGroup{pg, rec}, full)
 	if err != nil {
-		return err
+		return r, err
 	}
 	var params []*autograd.Var
 	for _, p := range g.NamedParameters() {
@@ -105,7 +121,7 @@ func tpWorker(ctx context.Context, tpRanks, batch, steps int, result string) err
 	}
 	opt, err := recipe.NewAdamW(params)
 	if err != nil {
-		return err
+		return r, err
 	}
 	T := full.Config.Ctx
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -119,19 +135,19 @@ func tpWorker(ctx context.Context, tpRanks, batch, steps int, result string) err
 		t0 := time.Now()
 		logits, err := g.Forward(ctx, idx, batch, T)
 		if err != nil {
-			return err
+			return r, err
 		}
 		loss, err := g.Loss(ctx, logits, tgt)
 		if err != nil {
-			return err
+			return r, err
 		}
 		if err := g.Backward(loss); err != nil {
-			return err
+			return r, err
 		}
 		wall := time.Since(t0).Seconds()
 		calls := rec.take()
 		if _, err := g.ClipGradNorm(ctx, recipe.ClipNorm); err != nil {
-			return err
+			return r, err
 		}
 		opt.Step()
 		opt.ZeroGrad()
@@ -145,10 +161,7 @@ func tpWorker(ctx context.Context, tpRanks, batch, steps int, result string) err
 		compute = append(compute, wall-in)
 		rec.keep(calls)
 	}
-	if pg.Rank() != 0 || result == "" {
-		return nil
-	}
-	r := tpProfileResult{Compute: median(compute)}
+	r.Compute = median(compute)
 	var big, small []float64
 	var smallBytes int64
 	for _, c := range rec.kept {
@@ -161,17 +174,13 @@ func tpWorker(ctx context.Context, tpRanks, batch, steps int, result string) err
 		}
 	}
 	if len(big) == 0 {
-		return fmt.Errorf("no activation all-reduce of %d bytes or more was timed", smallCollectiveBytes)
+		return r, fmt.Errorf("no activation all-reduce of %d bytes or more was timed", smallCollectiveBytes)
 	}
 	r.Collective, r.PerStep = median(big), len(big)/steps
 	if len(small) > 0 {
 		r.Small, r.SmallBytes, r.SmallStep = median(small), smallBytes/int64(len(small)), len(small)/steps
 	}
-	b, err := json.Marshal(r)
-	if err != nil {
-		return err
-	}
-	return os.WriteFile(result, b, 0o644)
+	return r, nil
 }
 
 // collCall is one collective as its caller saw it.
