@@ -11,15 +11,14 @@ import (
 	"sync"
 	"time"
 
-	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/internal/cli"
 	"github.com/cohortml/cohort/launch"
+	"github.com/cohortml/cohort/layout"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/plan"
 	"github.com/cohortml/cohort/recipe"
-	"github.com/cohortml/cohort/tp"
 )
 
 // smallCollectiveBytes separates the loss's small all-reduces (a few
@@ -101,9 +100,13 @@ func tpWorker(ctx context.Context, tpRanks, batch, steps int, result string) err
 	return os.WriteFile(result, b, 0o644)
 }
 
-// measureTP trains a tensor-parallel GPT-mini over pg's ranks for 3
-// untimed and steps timed steps of batch sequences and returns this
-// rank's timings.
+// measureTP trains GPT-mini over pg's ranks as examples/gpt does with
+// -tp: package layout's trainer of dp 1 × pp 1 × tp ranks (its mesh, its
+// tensor-parallel stages, the pipeline executor of one stage), AdamW and
+// clipping; 3 untimed and steps timed steps of batch sequences of
+// random tokens. It returns this rank's timings: each step's Step, the
+// collectives of every group of two or more ranks within it, timed from
+// their call to the end of their wait.
 func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps int) (tpProfileResult, error) {
 	var r tpProfileResult
 	rec := &collRecorder{}
@@ -111,15 +114,12 @@ func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps in
 	if err != nil {
 		return r, err
 	}
-	g, err := tp.NewGPT(timedGroup{pg, rec}, full)
+	cfg := layout.Config{DP: 1, PP: 1, TP: pg.Size(), Microbatches: 1, Schedule: "1f1b", Batch: batch, SeqLen: full.Config.Ctx}
+	g, err := layout.Build(ctx, timedGroup{pg, rec}, cfg, full)
 	if err != nil {
 		return r, err
 	}
-	var params []*autograd.Var
-	for _, p := range g.NamedParameters() {
-		params = append(params, p.Param)
-	}
-	opt, err := recipe.NewAdamW(params)
+	opt, err := recipe.NewAdamW(g.Parameters())
 	if err != nil {
 		return r, err
 	}
@@ -133,15 +133,7 @@ func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps in
 		}
 		rec.reset()
 		t0 := time.Now()
-		logits, err := g.Forward(ctx, idx, batch, T)
-		if err != nil {
-			return r, err
-		}
-		loss, err := g.Loss(ctx, logits, tgt)
-		if err != nil {
-			return r, err
-		}
-		if err := g.Backward(loss); err != nil {
+		if _, err := g.Step(ctx, idx, tgt); err != nil {
 			return r, err
 		}
 		wall := time.Since(t0).Seconds()
@@ -217,12 +209,32 @@ type timedGroup struct {
 
 func (g timedGroup) AllReduce(ctx context.Context, buf distributed.Buffer, op distributed.ReduceOp) distributed.Work {
 	start := time.Now()
-	return &timedWork{Work: g.ProcessGroup.AllReduce(ctx, buf, op), start: start, bytes: int64(len(buf.Bytes())), rec: g.rec}
+	return g.record(g.ProcessGroup.AllReduce(ctx, buf, op), start, len(buf.Bytes()))
 }
 
 func (g timedGroup) AllGather(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	start := time.Now()
-	return &timedWork{Work: g.ProcessGroup.AllGather(ctx, out, in), start: start, bytes: int64(len(out.Bytes())), rec: g.rec}
+	return g.record(g.ProcessGroup.AllGather(ctx, out, in), start, len(out.Bytes()))
+}
+
+// NewGroup times the subgroup's collectives too (package layout's mesh
+// makes its groups so).
+func (g timedGroup) NewGroup(ctx context.Context, ranks []int) (distributed.ProcessGroup, error) {
+	sub, err := distributed.NewGroup(ctx, g.ProcessGroup, ranks)
+	if err != nil || sub == nil {
+		return sub, err
+	}
+	return timedGroup{sub, g.rec}, nil
+}
+
+// SendsBuffered is the group's (pipeline.Options.SendsBuffered).
+func (g timedGroup) SendsBuffered() bool { return distributed.SendsBuffered(g.ProcessGroup) }
+
+func (g timedGroup) record(w distributed.Work, start time.Time, bytes int) distributed.Work {
+	if g.Size() < 2 {
+		return w
+	}
+	return &timedWork{Work: w, start: start, bytes: int64(bytes), rec: g.rec}
 }
 
 type timedWork struct {
