@@ -27,9 +27,9 @@ const smallCollectiveBytes = 64 << 10
 
 // tpProfileResult is what rank 0 of a tensor-parallel profile run reports.
 type tpProfileResult struct {
-	Compute    float64 `json:"compute_s"`      // median per step: forward and backward outside the collectives
-	Collective float64 `json:"collective_s"`   // median activation all-reduce, as its caller waits
-	Small      float64 `json:"small_s"`        // median small all-reduce
+	Compute    float64 `json:"compute_s"`      // mean per step: forward and backward outside the collectives
+	Collective float64 `json:"collective_s"`   // mean activation all-reduce, as its caller waits
+	Small      float64 `json:"small_s"`        // mean small all-reduce
 	Bytes      int64   `json:"bytes"`          // the activation all-reduces' size
 	SmallBytes int64   `json:"small_bytes"`    // the small ones' mean size
 	PerStep    int     `json:"per_step"`       // activation all-reduces per step
@@ -153,7 +153,9 @@ func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps in
 		compute = append(compute, wall-in)
 		rec.keep(calls)
 	}
-	r.Compute = median(compute)
+	// means, not medians: a step's throughput pays for its slow steps
+	// and its long waits (a peer descheduled), which a median leaves out
+	r.Compute = mean(compute)
 	var big, small []float64
 	var smallBytes int64
 	for _, c := range rec.kept {
@@ -168,9 +170,9 @@ func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps in
 	if len(big) == 0 {
 		return r, fmt.Errorf("no activation all-reduce of %d bytes or more was timed", smallCollectiveBytes)
 	}
-	r.Collective, r.PerStep = median(big), len(big)/steps
+	r.Collective, r.PerStep = mean(big), len(big)/steps
 	if len(small) > 0 {
-		r.Small, r.SmallBytes, r.SmallStep = median(small), smallBytes/int64(len(small)), len(small)/steps
+		r.Small, r.SmallBytes, r.SmallStep = mean(small), smallBytes/int64(len(small)), len(small)/steps
 	}
 	return r, nil
 }
@@ -249,4 +251,12 @@ func (w *timedWork) Wait() error {
 	err := w.Work.Wait()
 	w.once.Do(func() { w.rec.add(collCall{bytes: w.bytes, seconds: time.Since(w.start).Seconds()}) })
 	return err
+}
+
+func mean(xs []float64) float64 {
+	t := 0.0
+	for _, x := range xs {
+		t += x
+	}
+	return t / float64(len(xs))
 }

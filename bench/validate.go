@@ -477,7 +477,7 @@ func profileHere(exe string, o profileOptions, stderr io.Writer) (*plan.Device, 
 			return nil, err
 		}
 		plan.AddTP(dev, pt)
-		fmt.Fprintf(stderr, "cohort plan validate: profiled tp %d: forward+backward %.1f ms outside collectives (%.3f× the curve's); %d activation all-reduces of %d bytes a step, median %.0f µs (%.0f µs beyond the fabric); %d small, median %.0f µs\n",
+		fmt.Fprintf(stderr, "cohort plan validate: profiled tp %d: forward+backward %.1f ms outside collectives (%.3f× the curve's); %d activation all-reduces of %d bytes a step, mean %.0f µs (%.0f µs beyond the fabric); %d small, mean %.0f µs\n",
 			t, r.Compute*1e3, pt.Compute, r.PerStep, r.Bytes, r.Collective*1e6, pt.CollectiveSeconds*1e6, r.SmallStep, r.Small*1e6)
 	}
 	return dev, dev.Validate()

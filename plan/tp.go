@@ -13,7 +13,7 @@ type TPRun struct {
 	// ComputeSeconds is the forward and backward's time outside the
 	// collectives, per step.
 	ComputeSeconds float64
-	// CollectiveSeconds is the median time of an activation all-reduce
+	// CollectiveSeconds is the mean time of an activation all-reduce
 	// (CollectiveBytes each); SmallSeconds that of the loss's small
 	// all-reduces (SmallBytes each, their mean size).
 	CollectiveSeconds, SmallSeconds float64
