@@ -833,20 +833,21 @@ func (backend) Conv2dBackward(dx, dw, db, dy, y, x, w *tensor.Tensor, stride, pa
 	}
 }
 
-func poolArgs(pre []arg, x *tensor.Tensor, oh, ow, kernel, stride, padding int) ([]arg, kernels.Problem) {
-	xs := x.Shape()
-	pr := kernels.Problem{Planes: xs[0] * xs[1], H: xs[2], W: xs[3], OH: oh, OW: ow}
-	return append(pre, i32(pr.Planes), i32(pr.H), i32(pr.W), i32(oh), i32(ow), i32(kernel), i32(stride), i32(padding)), pr
+// pool launches the pooling kernel name with pre ahead of the arguments
+// the pooling kernels share: x's planes and size, the output size (y's)
+// and the window.
+func (s *state) pool(op, name string, pre []arg, x, y *tensor.Tensor, kernel, stride, padding int) {
+	xs, ys := x.Shape(), y.Shape()
+	pr := kernels.Problem{Planes: xs[0] * xs[1], H: xs[2], W: xs[3], OH: ys[2], OW: ys[3]}
+	s.launch(op, name, pr, append(pre, i32(pr.Planes), i32(pr.H), i32(pr.W), i32(pr.OH), i32(pr.OW), i32(kernel), i32(stride), i32(padding))...)
 }
 
 func (backend) MaxPool2d(y, x *tensor.Tensor, kernel, stride, padding int) {
 	const op = "MaxPool2d"
 	contig(op, y, x)
 	s := stOf(y)
-	ys := y.Shape()
 	argmax := s.scratch(op, max(y.Len(), 1))
-	a, pr := poolArgs([]arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, ys[2], ys[3], kernel, stride, padding)
-	s.launch(op, "maxpool_fwd", pr, a...)
+	s.pool(op, "maxpool_fwd", []arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, y, kernel, stride, padding)
 }
 
 // MaxPool2dBackward finds the maxima again from x (the seam keeps no
@@ -855,29 +856,22 @@ func (backend) MaxPool2dBackward(dx, dy, x *tensor.Tensor, kernel, stride, paddi
 	const op = "MaxPool2dBackward"
 	contig(op, dx, dy, x)
 	s := stOf(dx)
-	ys := dy.Shape()
-	y := s.scratch(op, ys...)
+	y := s.scratch(op, dy.Shape()...)
 	argmax := s.scratch(op, max(y.Len(), 1))
-	a, pr := poolArgs([]arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, ys[2], ys[3], kernel, stride, padding)
-	s.launch(op, "maxpool_fwd", pr, a...)
-	a, pr = poolArgs([]arg{ptr(p(dx)), ptr(p(dy)), ptr(p(argmax))}, x, ys[2], ys[3], kernel, stride, padding)
-	s.launch(op, "maxpool_bwd", pr, a...)
+	s.pool(op, "maxpool_fwd", []arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, y, kernel, stride, padding)
+	s.pool(op, "maxpool_bwd", []arg{ptr(p(dx)), ptr(p(dy)), ptr(p(argmax))}, x, dy, kernel, stride, padding)
 }
 
 func (backend) AvgPool2d(y, x *tensor.Tensor, kernel, stride, padding int) {
 	const op = "AvgPool2d"
 	contig(op, y, x)
-	ys := y.Shape()
-	a, pr := poolArgs([]arg{ptr(p(y)), ptr(p(x))}, x, ys[2], ys[3], kernel, stride, padding)
-	stOf(y).launch(op, "avgpool_fwd", pr, a...)
+	stOf(y).pool(op, "avgpool_fwd", []arg{ptr(p(y)), ptr(p(x))}, x, y, kernel, stride, padding)
 }
 
 func (backend) AvgPool2dBackward(dx, dy *tensor.Tensor, kernel, stride, padding int) {
 	const op = "AvgPool2dBackward"
 	contig(op, dx, dy)
-	ys := dy.Shape()
-	a, pr := poolArgs([]arg{ptr(p(dx)), ptr(p(dy))}, dx, ys[2], ys[3], kernel, stride, padding)
-	stOf(dx).launch(op, "avgpool_bwd", pr, a...)
+	stOf(dx).pool(op, "avgpool_bwd", []arg{ptr(p(dx)), ptr(p(dy))}, dx, dy, kernel, stride, padding)
 }
 
 // IndexRows is the embedding kernel with B = len(idx), T = 1 and a zero
