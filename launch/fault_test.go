@@ -39,14 +39,21 @@ func startRun(t *testing.T, cfg Config, ready *launchtest.Output) (errc <-chan e
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	go func() { ch <- Run(ctx, cfg) }()
+	waitReady(t, ready, ch)
+	return ch, time.Now()
+}
+
+// waitReady waits up to 30 s for ready to match, failing t with the
+// output so far when Run returns (on errc) first or the time runs out.
+func waitReady(t *testing.T, ready *launchtest.Output, errc <-chan error) {
+	t.Helper()
 	select {
 	case <-ready.Hit():
-	case err := <-ch:
+	case err := <-errc:
 		t.Fatalf("Run returned before the workers were ready: %v\n%s", err, ready.String())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("workers not ready:\n%s", ready.String())
 	}
-	return ch, time.Now()
 }
 
 // rankPID returns the pid rank printed ("[rank N] pid P").
@@ -271,7 +278,7 @@ func TestFaultTimeoutMissingRank(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command(bin)
 			cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(tc.rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-				"MASTER_PORT="+strconv.Itoa(freePort(t)), "COHORT_TIMEOUT=5s", "COHORT_RENDEZVOUS=torchrun",
+				"MASTER_PORT="+strconv.Itoa(launchtest.FreePort(t)), "COHORT_TIMEOUT=5s", "COHORT_RENDEZVOUS=torchrun",
 				"COHORT_STORE_ADDR=", "COHORT_TOKEN=", "COHORT_RUN_ID=", "COHORT_PROGRESS=off")
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
@@ -354,7 +361,7 @@ func TestFaultStoreFlood(t *testing.T) {
 		}
 		t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
 	}
-	port := freePort(t)
+	port := launchtest.FreePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), floodAgentEnv+"="+strconv.Itoa(port)+" "+workerBin)

@@ -1,18 +1,33 @@
 // Package launchtest holds what the tests of programs run as real
-// processes share: building them, and watching their output.
+// processes share: building them, watching their output, and a free port
+// for their rendezvous.
 package launchtest
 
 import (
 	"bytes"
 	"context"
 	"fmt"
+	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
+
+// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago (the
+// kernel's pick for port 0), failing t when none can be had.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
 
 // Build compiles pkgs (import paths, or directories relative to the
 // working directory) into dir, each binary named after its package's
