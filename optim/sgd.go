@@ -15,6 +15,12 @@ type SGDOptions struct {
 	Maximize  bool    // ascend instead of descend
 }
 
+// scalars lists the options as StateDict saves them.
+func (o *SGDOptions) scalars() []optionScalar {
+	return []optionScalar{{key: "momentum", num: &o.Momentum}, {key: "dampening", num: &o.Dampening},
+		{key: "nesterov", flag: &o.Nesterov}, {key: "maximize", flag: &o.Maximize}}
+}
+
 func (o SGDOptions) validate(op string) error {
 	if err := checkHyper(op, "momentum", o.Momentum); err != nil {
 		return err
@@ -158,10 +164,7 @@ func (s *SGD) StateDict() *StateDict {
 		}
 		s.putTensor(sd, i, "momentum_buffer", buf)
 	}
-	sd.Scalars["momentum"] = s.opts.Momentum
-	sd.Scalars["dampening"] = s.opts.Dampening
-	sd.Scalars["nesterov"] = boolScalar(s.opts.Nesterov)
-	sd.Scalars["maximize"] = boolScalar(s.opts.Maximize)
+	putOptions(sd, s.opts.scalars())
 	return sd
 }
 
@@ -173,12 +176,8 @@ func (s *SGD) LoadStateDict(sd *StateDict) error {
 	if err := s.checkLoad(own, sd); err != nil {
 		return err
 	}
-	o := SGDOptions{Momentum: sd.Scalars["momentum"], Dampening: sd.Scalars["dampening"]}
-	var err error
-	if o.Nesterov, err = scalarBool(op, sd, "nesterov"); err != nil {
-		return err
-	}
-	if o.Maximize, err = scalarBool(op, sd, "maximize"); err != nil {
+	var o SGDOptions
+	if err := loadOptions(op, sd, o.scalars()); err != nil {
 		return err
 	}
 	if err := o.validate(op); err != nil {

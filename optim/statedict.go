@@ -148,6 +148,42 @@ func boolScalar(v bool) float64 {
 	return 0
 }
 
+// optionScalar ties an option to its StateDict scalar: a number, or a
+// flag saved as 0 or 1.
+type optionScalar struct {
+	key  string
+	num  *float64
+	flag *bool
+}
+
+// putOptions saves the options into sd's scalars.
+func putOptions(sd *StateDict, opts []optionScalar) {
+	for _, o := range opts {
+		if o.flag != nil {
+			sd.Scalars[o.key] = boolScalar(*o.flag)
+		} else {
+			sd.Scalars[o.key] = *o.num
+		}
+	}
+}
+
+// loadOptions reads the options back from sd's scalars, in order; a flag
+// that is neither 0 nor 1 is an error.
+func loadOptions(op string, sd *StateDict, opts []optionScalar) error {
+	for _, o := range opts {
+		if o.flag == nil {
+			*o.num = sd.Scalars[o.key]
+			continue
+		}
+		v, err := scalarBool(op, sd, o.key)
+		if err != nil {
+			return err
+		}
+		*o.flag = v
+	}
+	return nil
+}
+
 // scalarBool decodes a flag, rejecting anything but 0 and 1.
 func scalarBool(op string, sd *StateDict, key string) (bool, error) {
 	switch v := sd.Scalars[key]; v {
