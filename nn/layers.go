@@ -188,11 +188,16 @@ type Flatten struct{ stateless }
 
 func (Flatten) Forward(x *autograd.Var) *autograd.Var { return autograd.Flatten(x) }
 
-// MaxPool2d takes the maximum of Kernel×Kernel windows.
-type MaxPool2d struct {
+// Pool2d is a pooling layer's window: Kernel×Kernel, Stride apart, over
+// the input padded by Padding on each side. MaxPool2d and AvgPool2d are
+// Pool2d with their Forward.
+type Pool2d struct {
 	stateless
 	Kernel, Stride, Padding int
 }
+
+// MaxPool2d takes the maximum of Kernel×Kernel windows.
+type MaxPool2d Pool2d
 
 // NewMaxPool2d returns k×k max pooling with stride k (PyTorch's default).
 func NewMaxPool2d(k int) *MaxPool2d { return &MaxPool2d{Kernel: k, Stride: k} }
@@ -202,10 +207,7 @@ func (p *MaxPool2d) Forward(x *autograd.Var) *autograd.Var {
 }
 
 // AvgPool2d takes the mean of Kernel×Kernel windows.
-type AvgPool2d struct {
-	stateless
-	Kernel, Stride, Padding int
-}
+type AvgPool2d Pool2d
 
 // NewAvgPool2d returns k×k average pooling with stride k.
 func NewAvgPool2d(k int) *AvgPool2d { return &AvgPool2d{Kernel: k, Stride: k} }
