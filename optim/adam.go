@@ -26,6 +26,14 @@ func (o *AdamOptions) scalars() []optionScalar {
 		{key: "amsgrad", flag: &o.AMSGrad}, {key: "maximize", flag: &o.Maximize}}
 }
 
+func (o *AdamOptions) sameBuffers(op string, was AdamOptions) error {
+	if o.AMSGrad != was.AMSGrad {
+		return invalid(op, "key \"amsgrad\" = %v, but this optimizer was built with amsgrad %v (buffers differ)",
+			boolScalar(o.AMSGrad), was.AMSGrad)
+	}
+	return nil
+}
+
 func (o AdamOptions) validate(op string) error {
 	if err := checkBeta(op, "beta1", o.Beta1); err != nil {
 		return err
@@ -220,23 +228,5 @@ func (a *Adam) StateDict() *StateDict {
 // LoadStateDict restores a state saved by StateDict from an optimizer of
 // the same kind, parameter layout and AMSGrad setting.
 func (a *Adam) LoadStateDict(sd *StateDict) error {
-	op := a.name + ".LoadStateDict"
-	own := a.StateDict()
-	if err := a.checkLoad(own, sd); err != nil {
-		return err
-	}
-	var o AdamOptions
-	if err := loadOptions(op, sd, o.scalars()); err != nil {
-		return err
-	}
-	if err := o.validate(op); err != nil {
-		return err
-	}
-	if o.AMSGrad != a.opts.AMSGrad {
-		return invalid(op, "key \"amsgrad\" = %v, but this optimizer was built with amsgrad %v (buffers differ)",
-			sd.Scalars["amsgrad"], a.opts.AMSGrad)
-	}
-	a.applyLoad(own, sd)
-	a.opts = o
-	return nil
+	return loadStateDict(&a.base, &a.opts, a.StateDict(), sd)
 }

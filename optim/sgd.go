@@ -21,6 +21,14 @@ func (o *SGDOptions) scalars() []optionScalar {
 		{key: "nesterov", flag: &o.Nesterov}, {key: "maximize", flag: &o.Maximize}}
 }
 
+func (o *SGDOptions) sameBuffers(op string, was SGDOptions) error {
+	if (o.Momentum == 0) != (was.Momentum == 0) {
+		return invalid(op, "key \"momentum\" = %v, but this optimizer was built with momentum %v (buffers differ)",
+			o.Momentum, was.Momentum)
+	}
+	return nil
+}
+
 func (o SGDOptions) validate(op string) error {
 	if err := checkHyper(op, "momentum", o.Momentum); err != nil {
 		return err
@@ -171,23 +179,5 @@ func (s *SGD) StateDict() *StateDict {
 // LoadStateDict restores a state saved by StateDict from an SGD with the
 // same parameter layout and the same Momentum being zero or not.
 func (s *SGD) LoadStateDict(sd *StateDict) error {
-	const op = "SGD.LoadStateDict"
-	own := s.StateDict()
-	if err := s.checkLoad(own, sd); err != nil {
-		return err
-	}
-	var o SGDOptions
-	if err := loadOptions(op, sd, o.scalars()); err != nil {
-		return err
-	}
-	if err := o.validate(op); err != nil {
-		return err
-	}
-	if (o.Momentum == 0) != (s.opts.Momentum == 0) {
-		return invalid(op, "key \"momentum\" = %v, but this optimizer was built with momentum %v (buffers differ)",
-			o.Momentum, s.opts.Momentum)
-	}
-	s.applyLoad(own, sd)
-	s.opts = o
-	return nil
+	return loadStateDict(&s.base, &s.opts, s.StateDict(), sd)
 }

@@ -167,6 +167,39 @@ func putOptions(sd *StateDict, opts []optionScalar) {
 	}
 }
 
+// options is an optimizer's options as its state dict holds them.
+type options[O any] interface {
+	*O
+	scalars() []optionScalar
+	validate(op string) error
+	// sameBuffers is an error when these options, loaded into an
+	// optimizer built with was, would need buffers it does not have.
+	sameBuffers(op string, was O) error
+}
+
+// loadStateDict is an optimizer's LoadStateDict: it checks sd against own
+// (the optimizer's StateDict), reads and validates the options, checks
+// that they keep the buffers, then restores the state and *opts.
+func loadStateDict[O any, P options[O]](b *base, opts P, own, sd *StateDict) error {
+	op := b.name + ".LoadStateDict"
+	if err := b.checkLoad(own, sd); err != nil {
+		return err
+	}
+	var o O
+	if err := loadOptions(op, sd, P(&o).scalars()); err != nil {
+		return err
+	}
+	if err := P(&o).validate(op); err != nil {
+		return err
+	}
+	if err := P(&o).sameBuffers(op, *opts); err != nil {
+		return err
+	}
+	b.applyLoad(own, sd)
+	*opts = o
+	return nil
+}
+
 // loadOptions reads the options back from sd's scalars, in order; a flag
 // that is neither 0 nor 1 is an error.
 func loadOptions(op string, sd *StateDict, opts []optionScalar) error {
