@@ -618,8 +618,7 @@ func (backend) CrossEntropyBackward(prob, g *tensor.Tensor, target []int64, o te
 	if len(id) > 0 {
 		ones := s.scratch(op, len(id), 1)
 		backend{}.Fill(ones, -(1 - eps))
-		ob, sb, ib := s.uploadI32(op, order), s.uploadI32(op, start), s.uploadI32(op, id)
-		s.launch(op, "embedding_bwd_wte", kernels.Problem{Segments: len(id)}, ptr(p(prob)), ptr(p(ones)), ptr(ob.at(0)), ptr(sb.at(0)), ptr(ib.at(0)), i32(len(id)), i32(1))
+		s.addSegments(op, prob, ones, order, start, id, 1)
 	}
 	if eps != 0 { // q's uniform part, ε/C from every element
 		n := n64(prob)
@@ -878,10 +877,8 @@ func (backend) AvgPool2dBackward(dx, dy *tensor.Tensor, kernel, stride, padding 
 // position table (x + 0 is x).
 func (backend) IndexRows(dst, w *tensor.Tensor, idx []int64) {
 	const op = "IndexRows"
-	contig(op, dst, w)
-	s := stOf(dst)
-	D := w.Shape()[1]
-	if len(idx) == 0 || D == 0 {
+	s, D := rowOp(op, len(idx), dst, w, w)
+	if s == nil {
 		return
 	}
 	zero := s.scratch(op, D)
@@ -912,13 +909,29 @@ func segments(idx []int64) (order, start, id []int32) {
 
 func (backend) IndexAddRows(dst *tensor.Tensor, idx []int64, src *tensor.Tensor) {
 	const op = "IndexAddRows"
-	contig(op, dst, src)
-	s := stOf(dst)
-	D := dst.Shape()[1]
-	if len(idx) == 0 || D == 0 {
+	s, D := rowOp(op, len(idx), dst, src, dst)
+	if s == nil {
 		return
 	}
 	order, start, id := segments(idx)
+	s.addSegments(op, dst, src, order, start, id, D)
+}
+
+// rowOp begins IndexRows or IndexAddRows over n rows: dst and src must be
+// contiguous, D is table's row width, and s is dst's stream, nil when
+// there is nothing to do.
+func rowOp(op string, n int, dst, src, table *tensor.Tensor) (s *state, D int) {
+	contig(op, dst, src)
+	D = table.Shape()[1]
+	if n == 0 || D == 0 {
+		return nil, D
+	}
+	return stOf(dst), D
+}
+
+// addSegments queues the embedding gradient's segment kernel: row id[g]
+// of dst (D wide) gains the rows order[start[g]:start[g+1]] of src.
+func (s *state) addSegments(op string, dst, src *tensor.Tensor, order, start, id []int32, D int) {
 	ob, sb, ib := s.uploadI32(op, order), s.uploadI32(op, start), s.uploadI32(op, id)
 	s.launch(op, "embedding_bwd_wte", kernels.Problem{Segments: len(id)}, ptr(p(dst)), ptr(p(src)), ptr(ob.at(0)), ptr(sb.at(0)), ptr(ib.at(0)), i32(len(id)), i32(D))
 }
