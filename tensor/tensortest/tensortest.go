@@ -35,20 +35,32 @@ func ForEachIndex(shape []int, f func(idx []int)) {
 // value as fmt.Sprint prints it) containing every fragment.
 func MustPanic(t testing.TB, f func(), fragments ...string) {
 	t.Helper()
+	if !CheckPanic(t, "", f, fragments...) {
+		t.Fatalf("no panic, want one mentioning %q", fragments)
+	}
+}
+
+// CheckPanic runs f and reports whether it panicked. A panic message (the
+// panic value as fmt.Sprint prints it) that lacks one of fragments is an
+// error of t, which prefix begins.
+func CheckPanic(t testing.TB, prefix string, f func(), fragments ...string) (panicked bool) {
+	t.Helper()
 	defer func() {
 		t.Helper()
 		r := recover()
 		if r == nil {
-			t.Fatalf("no panic, want one mentioning %q", fragments)
+			return
 		}
+		panicked = true
 		msg := fmt.Sprint(r)
 		for _, f := range fragments {
 			if !strings.Contains(msg, f) {
-				t.Errorf("panic %q does not mention %q", msg, f)
+				t.Errorf("%spanic %q does not mention %q", prefix, msg, f)
 			}
 		}
 	}()
 	f()
+	return false
 }
 
 // L2Diff returns ‖got − want‖ and ‖want‖ (in float64).
