@@ -26,13 +26,7 @@ func (o *AdamOptions) scalars() []optionScalar {
 		{key: "amsgrad", flag: &o.AMSGrad}, {key: "maximize", flag: &o.Maximize}}
 }
 
-func (o *AdamOptions) sameBuffers(op string, was AdamOptions) error {
-	if o.AMSGrad != was.AMSGrad {
-		return invalid(op, "key \"amsgrad\" = %v, but this optimizer was built with amsgrad %v (buffers differ)",
-			boolScalar(o.AMSGrad), was.AMSGrad)
-	}
-	return nil
-}
+func (o *AdamOptions) buffers() (string, any, bool) { return "amsgrad", o.AMSGrad, o.AMSGrad }
 
 func (o AdamOptions) validate(op string) error {
 	if err := checkBeta(op, "beta1", o.Beta1); err != nil {

@@ -21,13 +21,7 @@ func (o *SGDOptions) scalars() []optionScalar {
 		{key: "nesterov", flag: &o.Nesterov}, {key: "maximize", flag: &o.Maximize}}
 }
 
-func (o *SGDOptions) sameBuffers(op string, was SGDOptions) error {
-	if (o.Momentum == 0) != (was.Momentum == 0) {
-		return invalid(op, "key \"momentum\" = %v, but this optimizer was built with momentum %v (buffers differ)",
-			o.Momentum, was.Momentum)
-	}
-	return nil
-}
+func (o *SGDOptions) buffers() (string, any, bool) { return "momentum", o.Momentum, o.Momentum != 0 }
 
 func (o SGDOptions) validate(op string) error {
 	if err := checkHyper(op, "momentum", o.Momentum); err != nil {

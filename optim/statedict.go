@@ -172,14 +172,15 @@ type options[O any] interface {
 	*O
 	scalars() []optionScalar
 	validate(op string) error
-	// sameBuffers is an error when these options, loaded into an
-	// optimizer built with was, would need buffers it does not have.
-	sameBuffers(op string, was O) error
+	// buffers names the option that decides which buffers the optimizer
+	// keeps: its key, its value, and whether it asks for the optional
+	// buffers (AMSGrad's maximum, SGD's momentum).
+	buffers() (key string, value any, on bool)
 }
 
 // loadStateDict is an optimizer's LoadStateDict: it checks sd against own
 // (the optimizer's StateDict), reads and validates the options, checks
-// that they keep the buffers, then restores the state and *opts.
+// that they ask for the buffers opts has, then restores the state and *opts.
 func loadStateDict[O any, P options[O]](b *base, opts P, own, sd *StateDict) error {
 	op := b.name + ".LoadStateDict"
 	if err := b.checkLoad(own, sd); err != nil {
@@ -192,8 +193,9 @@ func loadStateDict[O any, P options[O]](b *base, opts P, own, sd *StateDict) err
 	if err := P(&o).validate(op); err != nil {
 		return err
 	}
-	if err := P(&o).sameBuffers(op, *opts); err != nil {
-		return err
+	key, _, on := P(&o).buffers()
+	if _, built, was := opts.buffers(); on != was {
+		return invalid(op, "key %q = %v, but this optimizer was built with %s %v (buffers differ)", key, sd.Scalars[key], key, built)
 	}
 	b.applyLoad(own, sd)
 	*opts = o
