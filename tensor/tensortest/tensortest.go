@@ -1,12 +1,13 @@
 // Package tensortest holds the test helpers that the tests of the core
 // packages (tensor, autograd) share: walking every index of a shape,
-// checking that a call panics with the expected message, and the relative
-// difference of two sets of values.
+// checking that a call panics with the expected message, random inputs,
+// and the relative difference of two sets of values.
 package tensortest
 
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -61,6 +62,15 @@ func CheckPanic(t testing.TB, prefix string, f func(), fragments ...string) (pan
 	}()
 	f()
 	return false
+}
+
+// Randn returns n draws of rng's standard normal, as float32.
+func Randn(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
 }
 
 // L2Diff returns ‖got − want‖ and ‖want‖ (in float64).
