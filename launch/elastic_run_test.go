@@ -70,9 +70,7 @@ func elasticConfig(t *testing.T, endpoint string, min, max, maxRestarts int, arg
 	return cfg
 }
 
-func endpoint(t *testing.T) string {
-	return net.JoinHostPort("127.0.0.1", strconv.Itoa(launchtest.FreePort(t)))
-}
+func endpoint(t *testing.T) string { return net.JoinHostPort("127.0.0.1", strconv.Itoa(freePort(t))) }
 
 // waitOutput waits up to d until pattern has matched n times in out.
 func waitOutput(t *testing.T, what string, out *launchtest.Output, pattern string, n int, d time.Duration) {

@@ -278,7 +278,7 @@ func TestFaultTimeoutMissingRank(t *testing.T) {
 			t.Parallel()
 			cmd := exec.Command(bin)
 			cmd.Env = append(os.Environ(), "RANK="+strconv.Itoa(tc.rank), "WORLD_SIZE=2", "MASTER_ADDR=127.0.0.1",
-				"MASTER_PORT="+strconv.Itoa(launchtest.FreePort(t)), "COHORT_TIMEOUT=5s", "COHORT_RENDEZVOUS=torchrun",
+				"MASTER_PORT="+strconv.Itoa(freePort(t)), "COHORT_TIMEOUT=5s", "COHORT_RENDEZVOUS=torchrun",
 				"COHORT_STORE_ADDR=", "COHORT_TOKEN=", "COHORT_RUN_ID=", "COHORT_PROGRESS=off")
 			var stderr strings.Builder
 			cmd.Stderr = &stderr
@@ -361,7 +361,7 @@ func TestFaultStoreFlood(t *testing.T) {
 		}
 		t.Cleanup(func() { syscall.Setrlimit(syscall.RLIMIT_NOFILE, &lim) })
 	}
-	port := launchtest.FreePort(t)
+	port := freePort(t)
 	addr := net.JoinHostPort("127.0.0.1", strconv.Itoa(port))
 	cmd := exec.Command(os.Args[0], "-test.run=^$")
 	cmd.Env = append(os.Environ(), floodAgentEnv+"="+strconv.Itoa(port)+" "+workerBin)

@@ -6,6 +6,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -371,7 +372,7 @@ func runModule(t *testing.T, module, file, src string) (error, time.Duration) {
 // TestRunMultiNode runs two launchers as two nodes of one job on this
 // host: four workers pass a barrier through node 0's store.
 func TestRunMultiNode(t *testing.T) {
-	port := launchtest.FreePort(t)
+	port := freePort(t)
 	results := runNodes(t, port, "barrier-ok", func(node int) Config {
 		cfg := testConfig(2, "streams")
 		cfg.NNodes, cfg.NodeRank = 2, node
@@ -397,7 +398,7 @@ func TestRunMultiNode(t *testing.T) {
 // TestRunMultiNodeFailure: a worker failing on node 1 stops node 0's
 // workers too.
 func TestRunMultiNodeFailure(t *testing.T) {
-	port := launchtest.FreePort(t)
+	port := freePort(t)
 	results := runNodes(t, port, "failure", func(node int) Config {
 		cfg := testConfig(2, "exit", "3", "3") // rank 3 lives on node 1
 		cfg.NNodes, cfg.NodeRank = 2, node
@@ -447,6 +448,16 @@ func runNodes(t *testing.T, port int, name string, config func(node int) Config)
 	return results
 }
 
+func freePort(t *testing.T) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
 func TestRunConfigErrors(t *testing.T) {
 	tests := []struct {
 		name string
@@ -478,7 +489,7 @@ func TestRunConfigErrors(t *testing.T) {
 // told the rank is taken. The workers wait for a signal, so the job is
 // still running when the second claim arrives; the test then cancels it.
 func TestRunNodeRankTaken(t *testing.T) {
-	port := launchtest.FreePort(t)
+	port := freePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -557,7 +568,7 @@ func TestPumpLongAndUnterminatedLines(t *testing.T) {
 // node stops it promptly.
 func TestRunSignalDuringJoin(t *testing.T) {
 	cfg := testConfig(1, "streams")
-	cfg.NNodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort, cfg.Token = 2, 0, "127.0.0.1", launchtest.FreePort(t), "t"
+	cfg.NNodes, cfg.NodeRank, cfg.MasterAddr, cfg.MasterPort, cfg.Token = 2, 0, "127.0.0.1", freePort(t), "t"
 	sigs := make(chan os.Signal, 1)
 	cfg.Signals = sigs
 	sigs <- syscall.SIGTERM

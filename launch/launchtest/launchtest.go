@@ -1,13 +1,12 @@
 // Package launchtest holds what the tests of programs run as real
-// processes share: building and starting them, watching their output,
-// and a free port for their rendezvous.
+// processes share: building and starting them, and watching their
+// output.
 package launchtest
 
 import (
 	"bytes"
 	"context"
 	"fmt"
-	"net"
 	"os/exec"
 	"path/filepath"
 	"regexp"
@@ -16,18 +15,6 @@ import (
 	"testing"
 	"time"
 )
-
-// FreePort returns a TCP port of 127.0.0.1 that was free a moment ago (the
-// kernel's pick for port 0), failing t when none can be had.
-func FreePort(t testing.TB) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
-}
 
 // Start starts cmd and waits for it in the background: the channel it
 // returns closes once cmd has exited, after exited (when not nil) has had
