@@ -226,9 +226,7 @@ func genKernelBF16(e *emitter, mr, nv int) {
 		offs[v] = 64 * v
 	}
 	e.prefetchC(mr, offs...)
-	for i := 0; i < nacc; i++ {
-		e.i("VPXORD %s, %s, %s", z(i), z(i), z(i))
-	}
+	e.zero512(nacc)
 	aStep, bStep := mr*4, nv*64 // bytes per pair of k
 	step := func(ao, bo int) {
 		for v := 0; v < nv; v++ {
@@ -255,7 +253,7 @@ func genKernelBF16(e *emitter, mr, nv int) {
 		e.i("ADDQ $%d, BX", bStep)
 	})
 	zreg := func(f func(int) int) func(int) string { return func(i int) string { return z(f(i)) } }
-	e.store512(name, mr, nv, func(r, v int) string { return z(acc(r, v)) }, zreg(breg), zreg(bc), offAlpha, offBeta, offMask, false)
+	e.store512(mr, nv, func(r, v int) string { return z(acc(r, v)) }, zreg(breg), zreg(bc), offAlpha, offBeta, offMask, false)
 }
 
 // emitRoundBF16 emits the integer round-to-nearest-even of the 16 floats
