@@ -27,6 +27,16 @@
 	SHLQ $2, SI \
 	MOVQ rows+56(FP), R10
 
+// COPYARGS(DST, SRC) loads a copy's dst, dstStride, src and srcStride (see
+// asmgen's emitter.copyArgs).
+#define COPYARGS(DST, SRC) \
+	MOVQ dst+0(FP), DST \
+	MOVQ dstStride+8(FP), R13 \
+	SHLQ $2, R13 \
+	MOVQ src+16(FP), SRC \
+	MOVQ srcStride+24(FP), R9 \
+	SHLQ $2, R9
+
 // MASKS32(LOAD, STORE) loads two 32-bit lane masks into K1-K4 (see asmgen's
 // emitter.masks32).
 #define MASKS32(LOAD, STORE) \
@@ -38,6 +48,13 @@
 	KMOVW AX, K3 \
 	SHRL $16, AX \
 	KMOVW AX, K4
+
+// PACKTARGS loads a transposing copy's first six arguments (see asmgen's
+// emitter.packTStart).
+#define PACKTARGS \
+	COPYARGS(DX, R8) \
+	MOVQ rows+32(FP), R12 \
+	MOVQ cols+40(FP), R14
 
 // STORE14X32(ALPHA, BETA, NMASK) stores an 14×32 AVX-512 kernel's tile and returns, given
 // the frame offsets of those arguments (see asmgen's emitter.store512).

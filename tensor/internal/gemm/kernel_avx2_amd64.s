@@ -1006,14 +1006,7 @@ kernelAVX2x6x16c_done:
 
 // func packT8(dst *float32, dstStride int, src *float32, srcStride int, rows, cols int, masks *int32)
 TEXT ·packT8(SB), NOSPLIT, $0-56
-	MOVQ dst+0(FP), DX
-	MOVQ dstStride+8(FP), R13
-	SHLQ $2, R13
-	MOVQ src+16(FP), R8
-	MOVQ srcStride+24(FP), R9
-	SHLQ $2, R9
-	MOVQ rows+32(FP), R12
-	MOVQ cols+40(FP), R14
+	PACKTARGS
 	MOVQ masks+48(FP), BX
 packT8_chunk:
 	TESTQ R14, R14
@@ -1175,12 +1168,7 @@ packT8_end:
 
 // func packCopy16(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask *int32)
 TEXT ·packCopy16(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ dstStride+8(FP), R13
-	SHLQ $2, R13
-	MOVQ src+16(FP), SI
-	MOVQ srcStride+24(FP), R9
-	SHLQ $2, R9
+	COPYARGS(DI, SI)
 	MOVQ cols+32(FP), CX
 	MOVQ loadMask+40(FP), AX
 	VMOVDQU (AX), Y12

@@ -3214,14 +3214,7 @@ kernelAVX512x14x32c_store:
 
 // func packT16(dst *float32, dstStride int, src *float32, srcStride int, rows, cols, width int)
 TEXT ·packT16(SB), NOSPLIT, $0-56
-	MOVQ dst+0(FP), DX
-	MOVQ dstStride+8(FP), R13
-	SHLQ $2, R13
-	MOVQ src+16(FP), R8
-	MOVQ srcStride+24(FP), R9
-	SHLQ $2, R9
-	MOVQ rows+32(FP), R12
-	MOVQ cols+40(FP), R14
+	PACKTARGS
 	MOVQ width+48(FP), CX
 	MOVL $1, AX
 	SHLL CX, AX
@@ -3473,12 +3466,7 @@ packT16_end:
 
 // func packCopy32(dst *float32, dstStride int, src *float32, srcStride int, cols int, loadMask, storeMask uint32)
 TEXT ·packCopy32(SB), NOSPLIT, $0-48
-	MOVQ dst+0(FP), DI
-	MOVQ dstStride+8(FP), R13
-	SHLQ $2, R13
-	MOVQ src+16(FP), SI
-	MOVQ srcStride+24(FP), R9
-	SHLQ $2, R9
+	COPYARGS(DI, SI)
 	MOVQ cols+32(FP), CX
 	MASKS32(loadMask+40(FP), storeMask+44(FP))
 	UNROLL4(packCopy32_tail, packCopy32_loop)

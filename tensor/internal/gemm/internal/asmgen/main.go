@@ -8,7 +8,8 @@
 //
 //	go generate ./tensor/internal/gemm
 //
-// and commit the .s files it writes next to the package.
+// and commit the .s files it writes next to the package, with
+// kernel_amd64.h: the blocks that more than one of them emits, as macros.
 package main
 
 import (
@@ -45,7 +46,7 @@ func main() {
 		return out
 	}
 	emit()
-	m.shared = map[string]bool{}
+	m.defs, m.shared = map[string]string{}, map[string]bool{}
 	for name, users := range m.users {
 		m.shared[name] = len(users) > 1
 	}
@@ -172,12 +173,15 @@ func (e *emitter) prefetchC(mr int, offs ...int) {
 // transposing and strided copies start with: dst and src into the
 // registers named, their strides as byte strides into R13 and R9.
 func (e *emitter) copyArgs(dst, src string) {
-	e.i("MOVQ dst+0(FP), %s", dst)
-	e.i("MOVQ dstStride+8(FP), R13")
-	e.i("SHLQ $2, R13")
-	e.i("MOVQ src+16(FP), %s", src)
-	e.i("MOVQ srcStride+24(FP), R9")
-	e.i("SHLQ $2, R9")
+	doc := "COPYARGS(DST, SRC) loads a copy's dst, dstStride, src and srcStride (see\nasmgen's emitter.copyArgs)."
+	e.macro("COPYARGS", []string{"DST", "SRC"}, []string{dst, src}, doc, func(e *emitter, p []string) {
+		e.i("MOVQ dst+0(FP), %s", p[0])
+		e.i("MOVQ dstStride+8(FP), R13")
+		e.i("SHLQ $2, R13")
+		e.i("MOVQ src+16(FP), %s", p[1])
+		e.i("MOVQ srcStride+24(FP), R9")
+		e.i("SHLQ $2, R9")
+	})
 }
 
 // masks32 loads the 32-bit lane masks at load and store (frame operands)
@@ -859,9 +863,11 @@ func genPackT16(e *emitter) {
 // (into R12) and cols (into R14).
 func (e *emitter) packTStart(name, params string) {
 	e.fn(name, params, 56)
-	e.copyArgs("DX", "R8")
-	e.i("MOVQ rows+32(FP), R12")
-	e.i("MOVQ cols+40(FP), R14")
+	e.macro("PACKTARGS", nil, nil, "PACKTARGS loads a transposing copy's first six arguments (see asmgen's\nemitter.packTStart).", func(e *emitter, _ []string) {
+		e.copyArgs("DX", "R8")
+		e.i("MOVQ rows+32(FP), R12")
+		e.i("MOVQ cols+40(FP), R14")
+	})
 }
 
 // packTLoop emits the loop of a transposing copy over chunks of n
