@@ -128,10 +128,10 @@ func (e *emitter) macro(name string, params, args []string, doc string, body fun
 	e.i("%s", call(args))
 }
 
-// args loads a kernel's arguments: k (named k) into CX, A into AX (with
-// lda, when A is read in place, as a byte stride in R12 and AX + 3·R12 in
-// R13), B into BX, C into DI, ldc as a byte stride into SI and rows into
-// R10.
+// args loads a kernel's arguments: k (whose name is k) into CX, A into
+// AX (with lda, when A is read in place, as a byte stride in R12 and
+// AX + 3·R12 in R13), B into BX, C into DI, ldc as a byte stride into SI
+// and rows into R10.
 func (e *emitter) args(k string, inPlaceA bool, offB, offC, offLdc, offRows int) {
 	name := map[bool]string{false: "ARGS", true: "ARGSLDA"}[inPlaceA]
 	e.macro(name, []string{"K"}, []string{k}, name+"(K) loads a kernel's arguments, k named K (see asmgen's emitter.args).", func(e *emitter, p []string) {
@@ -139,6 +139,7 @@ func (e *emitter) args(k string, inPlaceA bool, offB, offC, offLdc, offRows int)
 	})
 }
 
+// argsBody is args' block, k's name being k.
 func (e *emitter) argsBody(k string, inPlaceA bool, offB, offC, offLdc, offRows int) {
 	e.i("MOVQ %s+0(FP), CX", k)
 	e.i("MOVQ a+8(FP), AX")
