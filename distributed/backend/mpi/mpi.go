@@ -672,9 +672,8 @@ func (g *mpiGroup) Reduce(ctx context.Context, buf distributed.Buffer, root int,
 
 func (g *mpiGroup) AllGather(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	err := g.checkBufs("allgather", out, in)
-	if err == nil && out.Len() != g.size*in.Len() {
-		err = fmt.Errorf("distributed: allgather: output has %d elements, want %d = %d ranks × %d input elements",
-			out.Len(), g.size*in.Len(), g.size, in.Len())
+	if err == nil {
+		err = distributed.CheckParts("allgather", g.size, out, "output", in, "input")
 	}
 	inPlace := false
 	if err == nil {
@@ -693,9 +692,8 @@ func (g *mpiGroup) AllGather(ctx context.Context, out, in distributed.Buffer) di
 
 func (g *mpiGroup) ReduceScatter(ctx context.Context, out, in distributed.Buffer, op distributed.ReduceOp) distributed.Work {
 	err := firstErr(g.checkBufs("reducescatter", out, in), distributed.CheckReduceOp("reducescatter", op))
-	if err == nil && in.Len() != g.size*out.Len() {
-		err = fmt.Errorf("distributed: reducescatter: input has %d elements, want %d = %d ranks × %d output elements",
-			in.Len(), g.size*out.Len(), g.size, out.Len())
+	if err == nil {
+		err = distributed.CheckParts("reducescatter", g.size, in, "input", out, "output")
 	}
 	o := &mpiOp{kind: collective.ReduceScatter, fn: "MPI_Ireduce_scatter_block", err: err}
 	n := out.Len()
@@ -707,12 +705,8 @@ func (g *mpiGroup) ReduceScatter(ctx context.Context, out, in distributed.Buffer
 
 func (g *mpiGroup) AllToAll(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	err := g.checkBufs("alltoall", out, in)
-	switch {
-	case err != nil:
-	case in.Len() != out.Len():
-		err = fmt.Errorf("distributed: alltoall: input has %d elements but output %d", in.Len(), out.Len())
-	case in.Len()%g.size != 0:
-		err = fmt.Errorf("distributed: alltoall: %d elements do not split into %d equal chunks", in.Len(), g.size)
+	if err == nil {
+		err = distributed.CheckSplit("alltoall", out, in, g.size)
 	}
 	o := &mpiOp{kind: collective.AllToAll, fn: "MPI_Ialltoall", err: err}
 	o.start = func(o *mpiOp) int32 {
@@ -722,17 +716,7 @@ func (g *mpiGroup) AllToAll(ctx context.Context, out, in distributed.Buffer) dis
 }
 
 func (g *mpiGroup) Gather(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	err := distributed.CheckRoot("gather", root, g.size)
-	if err == nil && g.rank == root {
-		err = g.checkBufs("gather", out, in)
-		if err == nil && out.Len() != g.size*in.Len() {
-			err = fmt.Errorf("distributed: gather: root's output has %d elements, want %d = %d ranks × %d input elements",
-				out.Len(), g.size*in.Len(), g.size, in.Len())
-		}
-	} else if err == nil {
-		err = g.checkBufs("gather", in)
-		out = distributed.Buffer{}
-	}
+	out, err := distributed.CheckRooted("gather", root, g.rank, g.size, out, in, true, g.checkBufs)
 	o := &mpiOp{kind: collective.Gather, fn: "MPI_Igather", err: err}
 	o.start = func(o *mpiOp) int32 {
 		return g.p.lib.Igather(o.data(in), o.data(out), in.Len(), g.dtype(in.DType), root, g.comm, &o.r.Req)
@@ -741,17 +725,7 @@ func (g *mpiGroup) Gather(ctx context.Context, out, in distributed.Buffer, root 
 }
 
 func (g *mpiGroup) Scatter(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	err := distributed.CheckRoot("scatter", root, g.size)
-	if err == nil && g.rank == root {
-		err = g.checkBufs("scatter", out, in)
-		if err == nil && in.Len() != g.size*out.Len() {
-			err = fmt.Errorf("distributed: scatter: root's input has %d elements, want %d = %d ranks × %d output elements",
-				in.Len(), g.size*out.Len(), g.size, out.Len())
-		}
-	} else if err == nil {
-		err = g.checkBufs("scatter", out)
-		in = distributed.Buffer{}
-	}
+	in, err := distributed.CheckRooted("scatter", root, g.rank, g.size, out, in, false, g.checkBufs)
 	o := &mpiOp{kind: collective.Scatter, fn: "MPI_Iscatter", err: err}
 	o.start = func(o *mpiOp) int32 {
 		return g.p.lib.Iscatter(o.data(in), o.data(out), out.Len(), g.dtype(out.DType), root, g.comm, &o.r.Req)
