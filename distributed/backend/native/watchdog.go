@@ -142,8 +142,8 @@ func (w *watchdog) check(reported *uint64) {
 		// is the oldest unfinished entry; scan back from the newest.
 		for i := f.n; i > 0 && f.n-(i-1) <= flightRingSize; i-- {
 			e := &f.ring[(i-1)%flightRingSize]
-			if e.state == flight.Running {
-				slot, started = i, e.started
+			if e.State == flight.Running {
+				slot, started = i, e.Started
 				break
 			}
 		}
