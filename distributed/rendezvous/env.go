@@ -310,12 +310,13 @@ func (e env) torchrun() (Info, error) {
 
 func (e env) openMPI() (Info, error) {
 	const who = "mpirun sets it for every process"
-	var in Info
 	v := vars{e: e}
-	in.Rank = v.need("OMPI_COMM_WORLD_RANK", 0, who)
-	in.WorldSize = v.need("OMPI_COMM_WORLD_SIZE", 1, who)
-	in.LocalRank = v.need("OMPI_COMM_WORLD_LOCAL_RANK", 0, who)
-	in.LocalWorldSize = v.need("OMPI_COMM_WORLD_LOCAL_SIZE", 1, who)
+	in := Info{
+		Rank:           v.need("OMPI_COMM_WORLD_RANK", 0, who),
+		WorldSize:      v.need("OMPI_COMM_WORLD_SIZE", 1, who),
+		LocalRank:      v.need("OMPI_COMM_WORLD_LOCAL_RANK", 0, who),
+		LocalWorldSize: v.need("OMPI_COMM_WORLD_LOCAL_SIZE", 1, who),
+	}
 	if v.err != nil {
 		return in, v.err
 	}
