@@ -304,18 +304,12 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 // Stage1, every parameter's Grad holds the full average). The collectives
 // of the step are all issued even after an error, so no rank hangs.
 func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
-	if err := m.core.Usable("Backward"); err != nil {
+	if err := m.core.BeginBackward("zero: Backward: no Forward through the Model since the last Backward"); err != nil {
 		return err
-	}
-	if !m.red.Armed() {
-		return errors.New("zero: Backward: no Forward through the Model since the last Backward")
 	}
 	m.ctx = ctx
 	autograd.Backward(loss)
-	if !m.red.Armed() {
-		return m.core.TakeErr()
-	}
-	return m.finish()
+	return m.core.EndBackward(m.finish)
 }
 
 // onReady runs from autograd when parameter i's gradient is final.

@@ -61,6 +61,29 @@ func (c *Core) Usable(op string) error {
 	return nil
 }
 
+// BeginBackward checks that a sharded wrapper's Backward may run: the
+// wrapper is usable and a Call armed the reducer (else the error
+// notArmed).
+func (c *Core) BeginBackward(notArmed string) error {
+	if err := c.Usable("Backward"); err != nil {
+		return err
+	}
+	if !c.Red.Armed() {
+		return errors.New(notArmed)
+	}
+	return nil
+}
+
+// EndBackward ends Backward after autograd's pass: when the step completed
+// inside the last gradient hook it returns the error that hook kept, else
+// it completes the step with finish.
+func (c *Core) EndBackward(finish func() error) error {
+	if !c.Red.Armed() {
+		return c.TakeErr()
+	}
+	return finish()
+}
+
 // SetErr keeps err for the next call to report, unless one is kept.
 func (c *Core) SetErr(err error) {
 	if err != nil && c.hookErr == nil {
