@@ -43,7 +43,7 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	if m.join != nil {
 		return fmt.Errorf("ddp: Join: already inside Join")
 	}
-	if err := m.usable("Join"); err != nil {
+	if err := m.core.Usable("Join"); err != nil {
 		return err
 	}
 	m.join = &joinState{}
