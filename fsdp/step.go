@@ -246,11 +246,8 @@ func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (fl
 // otherwise nothing is communicated and nothing gathered is held between
 // steps. Call gathers the units as it reaches them.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.core.Usable("Step"); err != nil {
+	if err := m.core.BeginStep(); err != nil {
 		return err
-	}
-	if m.red.Armed() {
-		return errors.New("fsdp: Step: the backward pass was not finished with Backward")
 	}
 	m.dropGathered() // nothing is held between steps; drop a stale prefetch
 	m.settleGrads()

@@ -142,11 +142,8 @@ func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (fl
 // updates are elementwise: the bits equal one whole step). Every rank
 // must call it at the same point; it returns when every all-gather is done.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.core.Usable("Step"); err != nil {
+	if err := m.core.BeginStep(); err != nil {
 		return err
-	}
-	if m.red.Armed() {
-		return fmt.Errorf("zero: Step: the backward pass was not finished with Backward")
 	}
 	if m.join != nil {
 		if _, _, _, err := m.phase(ctx, phaseStep, 0, 0); err != nil {

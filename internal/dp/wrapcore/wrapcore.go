@@ -84,6 +84,18 @@ func (c *Core) EndBackward(finish func() error) error {
 	return finish()
 }
 
+// BeginStep checks that a sharded wrapper's Step may run: the wrapper is
+// usable and no backward pass is left unfinished.
+func (c *Core) BeginStep() error {
+	if err := c.Usable("Step"); err != nil {
+		return err
+	}
+	if c.Red.Armed() {
+		return fmt.Errorf("%s: Step: the backward pass was not finished with Backward", c.Pkg)
+	}
+	return nil
+}
+
 // SetErr keeps err for the next call to report, unless one is kept.
 func (c *Core) SetErr(err error) {
 	if err != nil && c.hookErr == nil {
