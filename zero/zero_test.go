@@ -88,6 +88,17 @@ func reference(t *testing.T, w workload, steps int) [][]float32 {
 	return dptest.Params(mod)
 }
 
+// wrapNew wraps a new model of w on pg, failing t on an error.
+func wrapNew(t testing.TB, ctx context.Context, w workload, pg distributed.ProcessGroup, o Options) (nn.Module, *Model) {
+	t.Helper()
+	mod := w.model()
+	m, err := Wrap(ctx, mod, pg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mod, m
+}
+
 // trainZero trains with zero on one rank; plainBackward uses
 // autograd.Backward instead of Model.Backward.
 func trainZero(ctx context.Context, w workload, pg distributed.ProcessGroup, o Options, steps int, plainBackward bool) ([][]float32, *Model, error) {

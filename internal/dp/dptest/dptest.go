@@ -1094,6 +1094,12 @@ func ClipStep(ctx context.Context, m Stepper, maxNorm float64) error {
 	if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
 		return err
 	}
+	return StepZero(ctx, m)
+}
+
+// StepZero steps m's optimizer and zeroes the gradient: the suite's
+// Model.Step for a sharded wrapper.
+func StepZero(ctx context.Context, m Stepper) error {
 	if err := m.Step(ctx); err != nil {
 		return err
 	}
