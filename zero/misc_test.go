@@ -275,22 +275,7 @@ func TestSGDWithSchedule(t *testing.T) {
 func TestReshardCheckpoint(t *testing.T) {
 	w := workloads()[1] // LeNet
 	run := func(m *Model, mod nn.Module, pg distributed.ProcessGroup, from, to int) error {
-		ctx := context.Background()
-		n, r := pg.Size(), pg.Rank()
-		for s := from; s < to; s++ {
-			fwd, loss := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
-			out, err := m.Call(ctx, fwd)
-			if err != nil {
-				return err
-			}
-			if err := m.Backward(ctx, loss(out)); err != nil {
-				return err
-			}
-			if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
-				return err
-			}
-		}
-		return nil
+		return trainSteps(context.Background(), w, m, mod, pg, from, to, false)
 	}
 	var saved []ShardedTensor
 	var mu sync.Mutex
