@@ -45,6 +45,12 @@ type Model interface {
 	Backward(ctx context.Context, loss *autograd.Var) error
 	// NoSync runs fn with gradient synchronisation off.
 	NoSync(fn func() error) error
+	Updater
+}
+
+// Updater is what every model under test (Model, StepModel) has besides
+// its forward and backward passes: the update and the full state.
+type Updater interface {
 	// ClipGradNorm clips the averaged gradient of the whole model to a
 	// 2-norm of maxNorm and returns the norm before clipping.
 	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
@@ -77,11 +83,7 @@ type StepModel interface {
 	// TrainStep runs the forward and backward passes of this rank's rows
 	// (B sequences of T tokens) and averages the gradients.
 	TrainStep(ctx context.Context, idx, tgt []int64, B, T int) error
-	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
-	Step(ctx context.Context) error
-	FullState(ctx context.Context) (map[string]*tensor.Tensor, error)
-	LoadFull(ctx context.Context, sd map[string]*tensor.Tensor) error
-	Close() error
+	Updater
 }
 
 // Wrapper is a data-parallel wrapper under test: Wrap for one that wraps
@@ -297,6 +299,21 @@ func fullSnapshot(ctx context.Context, m interface {
 	return out, nil
 }
 
+// checkFull fails t unless m's full state equals want (compare); what
+// names the check.
+func checkFull(t *testing.T, ctx context.Context, m interface {
+	FullState(context.Context) (map[string]*tensor.Tensor, error)
+}, rank int, what string, want map[string][]float32) {
+	t.Helper()
+	got, err := fullSnapshot(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compare(got, want); err != nil {
+		t.Errorf("rank %d: %s: %v", rank, what, err)
+	}
+}
+
 // compare reports the first tensor whose difference from want has a norm
 // above 5e-4 of want's (trajectories equal to float32 rounding: Adam
 // magnifies rounding in elements whose second moment is tiny).
@@ -466,13 +483,7 @@ func testNoSync(t *testing.T, w Wrapper) {
 				t.Fatal(err)
 			}
 		}
-		got, err := fullSnapshot(ctx, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := compare(got, want); err != nil {
-			t.Errorf("rank %d: NoSync accumulation vs one process: %v", pg.Rank(), err)
-		}
+		checkFull(t, ctx, m, pg.Rank(), "NoSync accumulation vs one process", want)
 	})
 }
 
@@ -610,13 +621,7 @@ func testJoinCase(t *testing.T, w Wrapper, wl workload, world int, clip bool) {
 		if err != nil {
 			t.Fatalf("rank %d: Join: %v", r, err)
 		}
-		got, err := fullSnapshot(ctx, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := compare(got, want); err != nil {
-			t.Errorf("rank %d: Join with uneven inputs vs one process: %v", r, err)
-		}
+		checkFull(t, ctx, m, r, "Join with uneven inputs vs one process", want)
 	})
 }
 
@@ -699,13 +704,7 @@ func loadSaved(t *testing.T, ctx context.Context, m interface {
 	if err := m.LoadFull(ctx, sd); err != nil {
 		t.Fatalf("rank %d: LoadFull: %v", rank, err)
 	}
-	got, err := fullSnapshot(ctx, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := compare(got, want); err != nil {
-		t.Errorf("rank %d: state round trip: %v", rank, err)
-	}
+	checkFull(t, ctx, m, rank, "state round trip", want)
 	return sd
 }
 
