@@ -425,28 +425,35 @@ func trainLoop(ctx context.Context, m interface {
 // at world 2, 3 elsewhere).
 func testEqual(t *testing.T, w Wrapper) {
 	for _, wl := range workloads() {
-		wants := map[int]map[string][]float32{}
-		for _, world := range []int{1, 2, 3, 4} {
-			steps := 3
-			if world == 2 {
-				steps = 20
-			}
-			if wants[steps] == nil {
-				wants[steps], _ = reference(t, wl, steps, full, 1)
-			}
-			want := wants[steps]
-			t.Run(fmt.Sprintf("%s/world=%d", wl.name, world), func(t *testing.T) {
-				w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-					got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
-					if err != nil {
-						t.Fatalf("rank %d: %v", pg.Rank(), err)
-					}
-					if err := compare(got, want); err != nil {
-						t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
-					}
-				})
-			})
+		equalWorlds(t, w, wl, train)
+	}
+}
+
+// equalWorlds is testEqual for one workload trained by train (a Model's
+// loop or a StepModel's).
+func equalWorlds(t *testing.T, w Wrapper, wl workload,
+	train func(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error)) {
+	wants := map[int]map[string][]float32{}
+	for _, world := range []int{1, 2, 3, 4} {
+		steps := 3
+		if world == 2 {
+			steps = 20
 		}
+		if wants[steps] == nil {
+			wants[steps], _ = reference(t, wl, steps, full, 1)
+		}
+		want := wants[steps]
+		t.Run(fmt.Sprintf("%s/world=%d", wl.name, world), func(t *testing.T) {
+			w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+				got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
+				if err != nil {
+					t.Fatalf("rank %d: %v", pg.Rank(), err)
+				}
+				if err := compare(got, want); err != nil {
+					t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
+				}
+			})
+		})
 	}
 }
 
@@ -769,26 +776,7 @@ var errBuild = errors.New("dptest: optimizer build failed")
 // pass of the suite's own.
 func runSteps(t *testing.T, w Wrapper) {
 	wl := gptWorkload()
-	t.Run("equal", func(t *testing.T) {
-		for _, world := range []int{1, 2, 3, 4} {
-			steps := 3
-			if world == 2 {
-				steps = 20
-			}
-			want, _ := reference(t, wl, steps, full, 1)
-			t.Run(fmt.Sprintf("gpt/world=%d", world), func(t *testing.T) {
-				w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-					got, _, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
-					if err != nil {
-						t.Fatalf("rank %d: %v", pg.Rank(), err)
-					}
-					if err := compare(got, want); err != nil {
-						t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
-					}
-				})
-			})
-		}
-	})
+	t.Run("equal", func(t *testing.T) { equalWorlds(t, w, wl, trainSteps) })
 	for _, c := range []string{"nosync", "unused", "frozen", "join"} {
 		t.Run(c, func(t *testing.T) { t.Skipf("%s trains whole steps: not supported", w.Name) })
 	}
