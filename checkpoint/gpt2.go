@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -118,13 +117,7 @@ func SaveGPT2(path string, m nn.Module, opts ...WriteOption) error {
 // Any other missing, unexpected or misshapen key fails the whole load with
 // an error wrapping ErrKeys that lists them, and then nothing is loaded.
 func LoadGPT2(path string, m nn.Module) error {
-	return readFile(path, func(f *os.File, size int64) error {
-		sf, err := NewFile(f, size)
-		if err != nil {
-			return err
-		}
-		return loadGPT2(sf, m)
-	})
+	return openFile(path, NewFile, func(sf *File) error { return loadGPT2(sf, m) })
 }
 
 func loadGPT2(sf *File, m nn.Module) error {

@@ -83,16 +83,8 @@ func saveEntries(path string, entries []Entry, metadata map[string]string, opts 
 // keys, unexpected keys and shape mismatches are all listed in one error
 // wrapping ErrKeys, and then nothing is loaded.
 func LoadModel(path string, m nn.Module, names NameMap) error {
-	return readFile(path, func(f *os.File, size int64) error {
-		sf, err := NewFile(f, size)
-		if err != nil {
-			return err
-		}
-		shapes := map[string][]int{}
-		for k, ti := range sf.Tensors {
-			shapes[k] = ti.Shape
-		}
-		return loadModule(m, names, shapes, func(key string, dst []float32) error {
+	return openFile(path, NewFile, func(sf *File) error {
+		return loadModule(m, names, sf.shapes(), func(key string, dst []float32) error {
 			return sf.ReadFloat32(key, 0, dst)
 		})
 	})
@@ -114,6 +106,18 @@ func readFile(path string, read func(f *os.File, size int64) error) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// openFile runs use on the file at path opened by open (NewFile,
+// OpenTorch); errors are readFile's.
+func openFile[F any](path string, open func(r io.ReaderAt, size int64) (F, error), use func(F) error) error {
+	return readFile(path, func(f *os.File, size int64) error {
+		x, err := open(f, size)
+		if err != nil {
+			return err
+		}
+		return use(x)
+	})
 }
 
 // loadModule loads m from a source that has tensors of the given shapes
