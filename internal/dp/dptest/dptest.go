@@ -68,6 +68,53 @@ type Joiner interface {
 	Join(ctx context.Context, body func() error) error
 }
 
+// ReplicaModel is a replicating wrapper's model (ddp's) as Replica
+// drives it.
+type ReplicaModel interface {
+	Call(ctx context.Context, forward func() *autograd.Var) (*autograd.Var, error)
+	Backward(ctx context.Context, loss *autograd.Var) error
+	NoSync(fn func() error) error
+	Join(ctx context.Context, body func() error) error
+	Close() error
+}
+
+// Replica adapts a ReplicaModel, the module it wraps and the optimizer
+// over that module's parameters to the suite's Model (and Joiner).
+type Replica struct {
+	ReplicaModel
+	Module nn.Module
+	Opt    optim.Optimizer
+}
+
+// Call runs f with every unit run in place.
+func (m Replica) Call(ctx context.Context, f Forward) (*autograd.Var, error) {
+	return m.ReplicaModel.Call(ctx, func() *autograd.Var {
+		return f(func(_ int, x *autograd.Var, g func(*autograd.Var) *autograd.Var) *autograd.Var { return g(x) })
+	})
+}
+
+// ClipGradNorm clips the module's (averaged, replicated) gradient.
+func (m Replica) ClipGradNorm(_ context.Context, maxNorm float64) (float64, error) {
+	return optim.ClipGradNorm(nn.Parameters(m.Module), maxNorm, 2)
+}
+
+// Step steps the optimizer and zeroes the gradients.
+func (m Replica) Step(context.Context) error {
+	m.Opt.Step()
+	m.Opt.ZeroGrad()
+	return nil
+}
+
+// FullState returns the module's state dict.
+func (m Replica) FullState(context.Context) (map[string]*tensor.Tensor, error) {
+	return nn.StateDict(m.Module), nil
+}
+
+// LoadFull loads sd into the module.
+func (m Replica) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error {
+	return nn.LoadStateDict(m.Module, sd)
+}
+
 // Options are what a test asks of Wrap.
 type Options struct {
 	// Optimizer builds the optimizer over the variables the wrapper steps.
@@ -429,10 +476,24 @@ func testEqual(t *testing.T, w Wrapper) {
 	}
 }
 
+// trainFunc trains wl for steps on this rank and returns the full state
+// and the norms ClipGradNorm returned (train, trainSteps).
+type trainFunc func(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error)
+
+// trainOne trains wl one step with train and returns the full state,
+// failing t on an error.
+func trainOne(t *testing.T, ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, train trainFunc) map[string][]float32 {
+	t.Helper()
+	saved, _, err := train(ctx, w, wl, pg, Options{}, 1)
+	if err != nil {
+		t.Fatalf("rank %d: %v", pg.Rank(), err)
+	}
+	return saved
+}
+
 // equalWorlds is testEqual for one workload trained by train (a Model's
 // loop or a StepModel's).
-func equalWorlds(t *testing.T, w Wrapper, wl workload,
-	train func(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error)) {
+func equalWorlds(t *testing.T, w Wrapper, wl workload, train trainFunc) {
 	wants := map[int]map[string][]float32{}
 	for _, world := range []int{1, 2, 3, 4} {
 		steps := 3
@@ -671,10 +732,7 @@ func testState(t *testing.T, w Wrapper) {
 			want, _ := reference(t, wl, 1, full, 1)
 			w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
-				saved, _, err := train(ctx, w, wl, pg, Options{}, 1)
-				if err != nil {
-					t.Fatalf("rank %d: %v", pg.Rank(), err)
-				}
+				saved := trainOne(t, ctx, w, wl, pg, train)
 				_, m := w.wrapNew(t, ctx, wl, 99, pg) // other initial values
 				defer m.Close()
 				sd := loadSaved(t, ctx, m, pg.Rank(), wl, saved, w.Device, want)
@@ -796,10 +854,7 @@ func runSteps(t *testing.T, w Wrapper) {
 		want, _ := reference(t, wl, 1, full, 1)
 		w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 			ctx := context.Background()
-			saved, _, err := trainSteps(ctx, w, wl, pg, Options{}, 1)
-			if err != nil {
-				t.Fatalf("rank %d: %v", pg.Rank(), err)
-			}
+			saved := trainOne(t, ctx, w, wl, pg, trainSteps)
 			B := globalBatch / world
 			m, err := w.WrapGPT(ctx, wl.model(99).(*models.GPT), pg, B, gptSeqLen, Options{Optimizer: adamW})
 			if err != nil {
