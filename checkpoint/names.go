@@ -36,13 +36,24 @@ func (f NameMap) apply(name string) string {
 // names are the same in both. The tied output head has no tensor of its
 // own in either.
 func GPTNames(name string) string {
-	switch {
-	case name == "wte", name == "wpe":
-		return "emb." + name + ".weight"
-	case strings.HasPrefix(name, "ln_f."):
-		return "head." + name
+	if s, ok := outerName(name, "emb.", "head."); ok {
+		return s
 	}
 	return name
+}
+
+// outerName names models.GPT's tensors outside the blocks in another
+// model's layout: the embeddings "wte" and "wpe" as emb + name +
+// ".weight", the final norm's "ln_f.*" as head + name. ok is false for
+// every other name.
+func outerName(name, emb, head string) (string, bool) {
+	switch {
+	case name == "wte", name == "wpe":
+		return emb + name + ".weight", true
+	case strings.HasPrefix(name, "ln_f."):
+		return head + name, true
+	}
+	return "", false
 }
 
 // ModuleEntries returns m's parameters and buffers as entries named by
