@@ -1,9 +1,9 @@
 // Package wrapcore is the part of the data-parallel wrappers (ddp, zero,
 // fsdp) that does not depend on what is sharded: the gradient hooks and
-// their lifetime, the error a hook leaves for the next call, NoSync,
-// finishing a step's reductions through the reducer, the wrap-time check
-// that every rank holds the same model (CheckSameModel) and the Join round
-// codec (DecodeJoinRound).
+// their lifetime, the error a hook leaves for the next call, NoSync, the
+// checks before Backward and Step, finishing a step's reductions through
+// the reducer, the wrap-time check that every rank holds the same model
+// (CheckSameModel) and the Join rounds (Round, DecodeJoinRound).
 package wrapcore
 
 import (
