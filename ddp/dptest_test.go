@@ -26,16 +26,9 @@ func TestConformanceOnDevice(t *testing.T) {
 }
 
 func wrapForSuite(ctx context.Context, mod nn.Module, _ []nn.Module, pg distributed.ProcessGroup, o dptest.Options) (dptest.Model, error) {
-	{
-		m, err := WrapModule(ctx, mod, pg, Options{FindUnusedParameters: o.FindUnusedParameters, GradientAsBucketView: true})
-		if err != nil {
-			return nil, err
-		}
-		opt, err := o.Optimizer(nn.Parameters(mod))
-		if err != nil {
-			m.Close()
-			return nil, err
-		}
-		return dptest.Replica{ReplicaModel: m, Module: mod, Opt: opt}, nil
+	m, err := WrapModule(ctx, mod, pg, Options{FindUnusedParameters: o.FindUnusedParameters, GradientAsBucketView: true})
+	if err != nil {
+		return nil, err
 	}
+	return dptest.NewReplica(m, mod, o)
 }

@@ -86,6 +86,17 @@ type Replica struct {
 	Opt    optim.Optimizer
 }
 
+// NewReplica returns m, a ReplicaModel wrapping mod, as a Replica with the
+// optimizer o asks for over mod's parameters; on an error it closes m.
+func NewReplica(m ReplicaModel, mod nn.Module, o Options) (Model, error) {
+	opt, err := o.Optimizer(nn.Parameters(mod))
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return Replica{ReplicaModel: m, Module: mod, Opt: opt}, nil
+}
+
 // Call runs f with every unit run in place.
 func (m Replica) Call(ctx context.Context, f Forward) (*autograd.Var, error) {
 	return m.ReplicaModel.Call(ctx, func() *autograd.Var {
