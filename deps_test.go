@@ -18,8 +18,9 @@ var importRules = []struct {
 	allow []string
 }{
 	// The device conformance suite also checks the optimizer kernels a
-	// backend provides (optim.DeviceKernels); it is imported by tests only.
-	{"github.com/cohortml/cohort/tensor/devicetest", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/optim"}},
+	// backend provides (optim.DeviceKernels) and shares tensortest's
+	// checks; it is imported by tests only.
+	{"github.com/cohortml/cohort/tensor/devicetest", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/tensor/tensortest", "github.com/cohortml/cohort/optim"}},
 	{"github.com/cohortml/cohort/tensor/...", []string{"github.com/cohortml/cohort/tensor/..."}},
 	{"github.com/cohortml/cohort/autograd", []string{"github.com/cohortml/cohort/tensor"}},
 	{"github.com/cohortml/cohort/nn", []string{"github.com/cohortml/cohort/tensor", "github.com/cohortml/cohort/autograd"}},

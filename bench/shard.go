@@ -9,7 +9,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
@@ -118,12 +117,7 @@ func printShardReport(w io.Writer, s trainSpec, r trainResult, asJSON bool) erro
 		"grad_bytes": sr.Memory.GradBytes, "buffer_bytes": sr.Memory.BufferBytes, "peak_rss_mib": float64(sr.PeakRSSBytes) / (1 << 20),
 		"allocs_per_step": sr.AllocsPerStep, "alloc_bytes_per_step": sr.AllocBytesPerStep, "gcs": sr.GCs,
 	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	return writeRecord(w, rec)
 }
 
 // shardResult is one rank's measurement.

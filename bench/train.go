@@ -357,6 +357,12 @@ func printTrainJSON(w io.Writer, s trainSpec, r trainResult) error {
 		rec["forward_ms"], rec["backward_ms"] = per(st.Forward), per(st.Backward)
 		rec["comm_ms"], rec["exposed_ms"], rec["hidden_frac"] = per(st.Comm), per(st.Exposed), st.HiddenFraction()
 	}
+	return writeRecord(w, rec)
+}
+
+// writeRecord writes rec as one line of JSON, the benchmarks' -json
+// output.
+func writeRecord(w io.Writer, rec map[string]any) error {
 	b, err := json.Marshal(rec)
 	if err != nil {
 		return err

@@ -2,7 +2,6 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"fmt"
 	"io"
 	"math/rand/v2"
@@ -146,10 +145,5 @@ func printTrainGPTJSON(w io.Writer, s trainSpec, r trainResult) error {
 		"data_frac": r.Data.Seconds() / r.Wall.Seconds(), "comm_ms": r.AllReduce.Seconds() * 1e3 / float64(s.steps),
 		"last_loss": r.LastLoss, "gemm": r.Gemm,
 	}
-	b, err := json.Marshal(rec)
-	if err != nil {
-		return err
-	}
-	_, err = fmt.Fprintf(w, "%s\n", b)
-	return err
+	return writeRecord(w, rec)
 }

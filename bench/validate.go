@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -19,7 +20,7 @@ import (
 	"github.com/cohortml/cohort/plan"
 )
 
-const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--gpt PROGRAM] [--dry-run]
+const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--rounds N] [--gpt PROGRAM] [--dry-run]
 
 Checks the predictions against runs on this machine: for every layout of
 GPT-mini that a benchmark measures at each world size in --ranks (data
@@ -32,9 +33,20 @@ whether the layout the planner ranks first at each world size is the
 measured best. Without --device it first profiles this machine (two
 traced two-stage GPT-mini pipeline runs, microbatches of 4 and 32
 sequences, as cohort plan profile reads them, with the hand-off latency
-and the side-by-side factor of two ranks from the first); --dry-run prints the
-predictions and the commands without running them. Tensor parallelism
-(tp = ranks, and dp 2 × tp 2 at 4 ranks, 32 sequences per replica) is
+and the side-by-side factor of two ranks from the first, and, for each
+tensor-parallel degree validated, a tensor-parallel run's compute and
+collectives against the curve and the fabric); --dry-run prints the
+predictions and the commands without running them.
+
+It does this --rounds times (default 3), each round profiling again and
+then running every layout again, so that a profile and the runs it
+predicts see the machine in the same state; it then prints, per layout,
+the median prediction, the median measurement with the measurements'
+range (their spread: the machine's noise), and the error of the medians
+(one round: the figures alone), and judges the pick on the medians. Each
+round's figures go to stderr as they come.
+
+Tensor parallelism (tp = ranks, and dp 2 × tp 2 at 4 ranks, 32 sequences per replica) is
 timed by examples/gpt under cohort run: --gpt names its executable, or
 its package, built once (default ./examples/gpt, from the module's
 root); it runs 2·--steps steps and the rate of the second half is
@@ -58,17 +70,112 @@ type validateRun struct {
 // predictions against benchmark runs of exe (the cohort executable, whose
 // `bench train` and `bench pipeline` it runs) on this machine.
 func Validate(exe string, args []string, stdout, stderr io.Writer) int {
+	return validate(args, validateEnv{
+		exe: exe,
+		exec: func(timeout time.Duration, args []string) (string, error) {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			defer cancel()
+			out, err := exec.CommandContext(ctx, exe, args...).CombinedOutput()
+			return string(out), err
+		},
+		profile: func(o profileOptions) (*plan.Device, error) { return profileHere(exe, o, stderr) },
+		load:    loadAverage,
+		cores:   runtime.NumCPU(),
+		stdout:  stdout, stderr: stderr,
+	})
+}
+
+// validateEnv is what validate does I/O with: the tests give it fakes.
+type validateEnv struct {
+	exe     string
+	exec    func(timeout time.Duration, args []string) (string, error) // runs `cohort ARGS`, its combined output
+	profile func(profileOptions) (*plan.Device, error)                 // profiles this machine as a device
+	load    func() (float64, bool)
+	cores   int
+	stdout  io.Writer
+	stderr  io.Writer
+}
+
+// profileOptions is what a round's profile measures: the pipelines' and,
+// for each degree in tp, a tensor-parallel run's figures priced with fab.
+type profileOptions struct {
+	steps   int
+	timeout time.Duration
+	tp      []int
+	fab     *plan.Fabric
+	cores   int
+}
+
+// validateSample is one round's prediction and measurement of a run.
+type validateSample struct {
+	pred, measured   float64 // tokens/s
+	predState, state float64 // optimizer state per rank, bytes (state 0: not measured)
+	load             float64 // the one-minute load average after the run (0: unknown)
+}
+
+// validateSummary is a run's samples over the rounds: the medians of the
+// predictions and of the measurements, the error of those medians, and
+// the spread of the measurements.
+type validateSummary struct {
+	Pred, Measured, Min, Max, Err float64
+	PredState, State, StateErr    float64
+	Load                          float64 // the highest load seen
+	Rounds                        int
+}
+
+// summarize returns the samples' summary (at least one sample).
+func summarize(xs []validateSample) validateSummary {
+	col := func(f func(validateSample) float64) []float64 {
+		out := make([]float64, len(xs))
+		for i, x := range xs {
+			out[i] = f(x)
+		}
+		return out
+	}
+	meas := col(func(x validateSample) float64 { return x.measured })
+	s := validateSummary{
+		Pred:      midpoint(col(func(x validateSample) float64 { return x.pred })),
+		Measured:  midpoint(meas),
+		Min:       slices.Min(meas),
+		Max:       slices.Max(meas),
+		PredState: midpoint(col(func(x validateSample) float64 { return x.predState })),
+		State:     midpoint(col(func(x validateSample) float64 { return x.state })),
+		Load:      slices.Max(col(func(x validateSample) float64 { return x.load })),
+		Rounds:    len(xs),
+	}
+	s.Err = (s.Pred - s.Measured) / s.Measured
+	if s.State > 0 {
+		s.StateErr = (s.PredState - s.State) / s.State
+	}
+	return s
+}
+
+// midpoint is the median of xs, the mean of the middle two for an even
+// count.
+func midpoint(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	n := len(s)
+	if n%2 == 1 {
+		return s[n/2]
+	}
+	return (s[n/2-1] + s[n/2]) / 2
+}
+
+func validate(args []string, ve validateEnv) int {
+	stdout, stderr := ve.stdout, ve.stderr
 	fs := cli.NewFlagSet("cohort plan validate", validateUsage, stderr)
 	var (
 		device, fabric, ranksFlag, gpt string
-		steps                          int
+		steps, rounds                  int
 		dry                            bool
 		timeout                        time.Duration
 	)
-	fs.StringVar(&device, "device", "", "this machine's device file (cohort plan profile); default: profile it first")
+	fs.StringVar(&device, "device", "", "this machine's device file (cohort plan profile); default: profile it first, every round")
 	fs.StringVar(&fabric, "fabric", "local", "the fabric between this machine's ranks")
 	fs.StringVar(&ranksFlag, "ranks", "1,2,4", "world sizes to run")
 	fs.IntVar(&steps, "steps", 20, "timed steps per run")
+	fs.IntVar(&rounds, "rounds", 3, "rounds: each profiles again (without --device) and runs every layout again")
 	fs.StringVar(&gpt, "gpt", "./examples/gpt", "examples/gpt's executable, or its Go package (built once), for the tensor-parallel runs; \"\": none")
 	fs.BoolVar(&dry, "dry-run", false, "print the predictions and commands, run nothing")
 	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "bound on each run")
@@ -79,17 +186,19 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "cohort plan validate:", err)
 		return 1
 	}
-	var dev *plan.Device
+	if rounds < 1 {
+		return fail(fmt.Errorf("--rounds %d: want at least 1", rounds))
+	}
+	if dry {
+		rounds = 1
+	}
+	var fixed *plan.Device
 	var err error
 	if device != "" {
-		if dev, err = plan.LoadDevice(device, os.ReadFile); err != nil {
+		if fixed, err = plan.LoadDevice(device, os.ReadFile); err != nil {
 			return fail(err)
 		}
-	} else if !dry {
-		if dev, err = profileHere(exe, steps, timeout, stderr); err != nil {
-			return fail(err)
-		}
-	} else {
+	} else if dry {
 		fmt.Fprintln(stderr, "cohort plan validate: --dry-run needs --device")
 		return 2
 	}
@@ -105,7 +214,7 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 		}
 		ranks = append(ranks, n)
 	}
-	cores := runtime.NumCPU()
+	cores := ve.cores
 	gptExe := gpt
 	if gpt != "" && !dry {
 		var cleanup func()
@@ -115,6 +224,116 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 		}
 		defer cleanup()
 	}
+	runs := validateRuns(ranks, steps, cores, gptExe)
+	var tpDegrees []int
+	for _, r := range runs {
+		if r.layout.TP > 1 && !slices.Contains(tpDegrees, r.layout.TP) {
+			tpDegrees = append(tpDegrees, r.layout.TP)
+		}
+	}
+	samples := make([][]validateSample, len(runs))
+	for round := range rounds {
+		dev := fixed
+		if dev == nil {
+			if dev, err = ve.profile(profileOptions{steps: steps, timeout: timeout, tp: tpDegrees, fab: fab, cores: cores}); err != nil {
+				return fail(err)
+			}
+		}
+		for i, r := range runs {
+			env := &plan.Env{Model: r.model, Device: dev, Fabric: fab, Cluster: plan.Cluster{Nodes: 1, ProcsPerNode: r.ranks, Cores: cores}}
+			pred, err := plan.Predict(env, r.layout)
+			if err != nil {
+				return fail(err)
+			}
+			if dry {
+				fmt.Fprintf(stdout, "%s predicted tokens/s %.0f  # cohort %s\n", r.label(cores), pred.TokensPerSec, strings.Join(r.args, " "))
+				continue
+			}
+			out, err := ve.exec(timeout, r.args)
+			if err != nil {
+				return fail(fmt.Errorf("cohort %s: %w\n%s", strings.Join(r.args, " "), err, tail(out, 2000)))
+			}
+			x := validateSample{pred: pred.TokensPerSec, predState: float64(pred.Memory.Optimizer)}
+			if x.measured, x.state, err = parseBench(out, r.bench); err != nil {
+				return fail(fmt.Errorf("cohort %s: %w", strings.Join(r.args, " "), err))
+			}
+			if l, ok := ve.load(); ok {
+				x.load = l
+			}
+			samples[i] = append(samples[i], x)
+			if rounds > 1 {
+				fmt.Fprintf(stderr, "cohort plan validate: round %d/%d: %s predicted tokens/s %.0f measured %.0f error %+.1f%% load %.2f\n",
+					round+1, rounds, strings.TrimPrefix(r.label(cores), "validate: "), x.pred, x.measured, 100*(x.pred-x.measured)/x.measured, x.load)
+			}
+		}
+	}
+	if dry {
+		return 0
+	}
+	sums := make([]validateSummary, len(runs))
+	worstTok, worstMem := 0.0, 0.0
+	for i, r := range runs {
+		s := summarize(samples[i])
+		sums[i] = s
+		if math.Abs(s.Err) > math.Abs(worstTok) {
+			worstTok = s.Err
+		}
+		line := fmt.Sprintf("%s predicted tokens/s %.0f measured %.0f", r.label(cores), s.Pred, s.Measured)
+		if s.Rounds > 1 {
+			// medians over the rounds, and the measurements' spread
+			line += fmt.Sprintf(" (%.0f–%.0f over %d rounds)", s.Min, s.Max, s.Rounds)
+		}
+		line += fmt.Sprintf(" error %+.1f%%", 100*s.Err)
+		if s.Load > 0 {
+			line += fmt.Sprintf(" load %.2f", s.Load) // the machine's other work: a load above the cores disturbs the figure
+		}
+		if s.State > 0 {
+			// bench train's state-bytes/rank is the optimizer state
+			if math.Abs(s.StateErr) > math.Abs(worstMem) {
+				worstMem = s.StateErr
+			}
+			line += fmt.Sprintf(" optimizer-state/rank predicted %.2f measured %.2f MiB error %+.1f%%", s.PredState/(1<<20), s.State/(1<<20), 100*s.StateErr)
+		}
+		fmt.Fprintln(stdout, line)
+	}
+	of := ""
+	if rounds > 1 {
+		of = " (of medians)"
+	}
+	fmt.Fprintf(stdout, "validate: worst tokens/s error%s %+.1f%% (aim 15%%), worst optimizer-state error %+.1f%% (aim 10%%)\n", of, 100*worstTok, 100*worstMem)
+	for _, n := range ranks {
+		bestPred, bestMeas := -1, -1
+		for i, r := range runs {
+			if r.ranks != n {
+				continue
+			}
+			if bestPred < 0 || sums[i].Pred > sums[bestPred].Pred {
+				bestPred = i
+			}
+			if bestMeas < 0 || sums[i].Measured > sums[bestMeas].Measured {
+				bestMeas = i
+			}
+		}
+		if bestPred < 0 {
+			continue
+		}
+		fmt.Fprintf(stdout, "validate: %d ranks: the planner picks %v (measured %.0f), the measured best is %v (%.0f): within %.1f%%\n",
+			n, runs[bestPred].layout, sums[bestPred].Measured, runs[bestMeas].layout, sums[bestMeas].Measured, 100*(1-sums[bestPred].Measured/sums[bestMeas].Measured))
+	}
+	return 0
+}
+
+// label is the start of a run's result line.
+func (r validateRun) label(cores int) string {
+	if r.ranks > cores {
+		return fmt.Sprintf("validate: %v (oversubscribed: %d ranks on %d cores)", r.layout, r.ranks, cores)
+	}
+	return fmt.Sprintf("validate: %v", r.layout)
+}
+
+// validateRuns lists the benchmark runs at each world size in ranks, with
+// steps timed steps each; gptExe "" leaves out tensor parallelism.
+func validateRuns(ranks []int, steps, cores int, gptExe string) []validateRun {
 	var runs []validateRun
 	st := strconv.Itoa(steps)
 	for _, n := range ranks {
@@ -167,88 +386,21 @@ func Validate(exe string, args []string, stdout, stderr io.Writer) int {
 				args:   args})
 		}
 	}
-	type outcome struct {
-		run                 validateRun
-		pred                *plan.Prediction
-		measured, stateMeas float64
-	}
-	var outs []outcome
-	worstTok, worstMem := 0.0, 0.0
-	for _, r := range runs {
-		env := &plan.Env{Model: r.model, Device: dev, Fabric: fab, Cluster: plan.Cluster{Nodes: 1, ProcsPerNode: r.ranks, Cores: cores}}
-		pred, err := plan.Predict(env, r.layout)
-		if err != nil {
-			return fail(err)
-		}
-		line := fmt.Sprintf("validate: %v predicted tokens/s %.0f", r.layout, pred.TokensPerSec)
-		if r.ranks > cores {
-			line = fmt.Sprintf("validate: %v (oversubscribed: %d ranks on %d cores) predicted tokens/s %.0f", r.layout, r.ranks, cores, pred.TokensPerSec)
-		}
-		if dry {
-			fmt.Fprintf(stdout, "%s  # cohort %s\n", line, strings.Join(r.args, " "))
-			continue
-		}
-		ctx, cancel := context.WithTimeout(context.Background(), timeout)
-		outb, err := exec.CommandContext(ctx, exe, r.args...).CombinedOutput()
-		cancel()
-		if err != nil {
-			return fail(fmt.Errorf("cohort %s: %w\n%s", strings.Join(r.args, " "), err, tail(string(outb), 2000)))
-		}
-		o := outcome{run: r, pred: pred}
-		if o.measured, o.stateMeas, err = parseBench(string(outb), r.bench); err != nil {
-			return fail(fmt.Errorf("cohort %s: %w", strings.Join(r.args, " "), err))
-		}
-		rel := (pred.TokensPerSec - o.measured) / o.measured
-		if math.Abs(rel) > math.Abs(worstTok) {
-			worstTok = rel
-		}
-		line += fmt.Sprintf(" measured %.0f error %+.1f%%", o.measured, 100*rel)
-		if l, ok := loadAverage(); ok {
-			line += fmt.Sprintf(" load %.2f", l) // the machine's other work: a load above the cores disturbs the figure
-		}
-		if o.stateMeas > 0 {
-			// bench train's state-bytes/rank is the optimizer state
-			mrel := (float64(pred.Memory.Optimizer) - o.stateMeas) / o.stateMeas
-			if math.Abs(mrel) > math.Abs(worstMem) {
-				worstMem = mrel
-			}
-			line += fmt.Sprintf(" optimizer-state/rank predicted %.2f measured %.2f MiB error %+.1f%%", float64(pred.Memory.Optimizer)/(1<<20), o.stateMeas/(1<<20), 100*mrel)
-		}
-		fmt.Fprintln(stdout, line)
-		outs = append(outs, o)
-	}
-	if dry {
-		return 0
-	}
-	fmt.Fprintf(stdout, "validate: worst tokens/s error %+.1f%% (aim 15%%), worst optimizer-state error %+.1f%% (aim 10%%)\n", 100*worstTok, 100*worstMem)
-	for _, n := range ranks {
-		var bestPred, bestMeas *outcome
-		for i := range outs {
-			o := &outs[i]
-			if o.run.ranks != n {
-				continue
-			}
-			if bestPred == nil || o.pred.TokensPerSec > bestPred.pred.TokensPerSec {
-				bestPred = o
-			}
-			if bestMeas == nil || o.measured > bestMeas.measured {
-				bestMeas = o
-			}
-		}
-		if bestPred == nil {
-			continue
-		}
-		fmt.Fprintf(stdout, "validate: %d ranks: the planner picks %v (measured %.0f), the measured best is %v (%.0f): within %.1f%%\n",
-			n, bestPred.run.layout, bestPred.measured, bestMeas.run.layout, bestMeas.measured, 100*(1-bestPred.measured/bestMeas.measured))
-	}
-	return 0
+	return runs
 }
 
 // profileHere measures this machine as a device, as cohort plan profile
 // does, from two traced GPT-mini pipeline runs of two stages: microbatches
 // of 4 sequences (the validated pipelines') and of 32 (the data-parallel
 // runs').
-func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer) (*plan.Device, error) {
+//
+// For each tensor-parallel degree in o.tp it then runs a tensor-parallel
+// GPT-mini of that many ranks (32 sequences a step, as the validated
+// runs) and records what tensor parallelism pays beyond the curve and the
+// fabric o.fab (plan.MeasureTP): the sharded layers' compute against the
+// curve's, and each activation all-reduce's time beyond the fabric's.
+func profileHere(exe string, o profileOptions, stderr io.Writer) (*plan.Device, error) {
+	steps, timeout := o.steps, o.timeout
 	m, _ := plan.NamedModel("gpt")
 	dev := &plan.Device{Name: "this-machine", MemoryBytes: 8 << 30,
 		Source: "cohort plan validate: fp32 rates of whole layers, and memory_bandwidth as the rate of the step outside the pipeline (AdamW, clipping, the batch), measured from traced pipeline runs; memory_bytes not measured"}
@@ -307,6 +459,27 @@ func profileHere(exe string, steps int, timeout time.Duration, stderr io.Writer)
 		plan.AddMeasurement(dev, "fp32", ms)
 	}
 	dev.MemoryBandwidth = min(rates[0], rates[1])
+	if err := dev.Validate(); err != nil {
+		return nil, err
+	}
+	for _, t := range o.tp {
+		ctx, cancel := context.WithTimeout(context.Background(), timeout)
+		run, r, err := profileTP(ctx, exe, t, 32, max(steps/2, 5))
+		cancel()
+		if err != nil {
+			return nil, err
+		}
+		tpModel, _ := plan.NamedModel("gpt")
+		tpModel.GlobalBatch = 32
+		env := &plan.Env{Model: tpModel, Device: dev, Fabric: o.fab, Cluster: plan.Cluster{Nodes: 1, ProcsPerNode: t, Cores: o.cores}}
+		pt, err := plan.MeasureTP(env, plan.Layout{DP: 1, PP: 1, TP: t, Shard: "none", Microbatches: 1, Schedule: "none", Virtual: 1}, run)
+		if err != nil {
+			return nil, err
+		}
+		plan.AddTP(dev, pt)
+		fmt.Fprintf(stderr, "cohort plan validate: profiled tp %d: forward+backward %.1f ms outside collectives (%.3f× the curve's); %d activation all-reduces of %d bytes a step, mean %.0f µs (%.0f µs beyond the fabric); %d small, mean %.0f µs\n",
+			t, r.Compute*1e3, pt.Compute, r.PerStep, r.Bytes, r.Collective*1e6, pt.CollectiveSeconds*1e6, r.SmallStep, r.Small*1e6)
+	}
 	return dev, dev.Validate()
 }
 

@@ -1,6 +1,8 @@
 package bench
 
 import (
+	"errors"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -8,6 +10,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/cohortml/cohort/plan"
 )
@@ -126,3 +129,136 @@ func TestMeasurePipeline(t *testing.T) {
 
 func itoa(n int) string     { return strconv.Itoa(n) }
 func ftoa(f float64) string { return strconv.FormatFloat(f, 'f', -1, 64) }
+
+func TestSummarize(t *testing.T) {
+	for _, tc := range []struct {
+		name                       string
+		pred, meas                 []float64
+		wantPred, wantMeas, lo, hi float64
+	}{
+		{"one", []float64{110}, []float64{100}, 110, 100, 100, 100},
+		{"three", []float64{120, 100, 110}, []float64{300, 100, 200}, 110, 200, 100, 300},
+		{"four", []float64{1, 2, 3, 4}, []float64{10, 40, 20, 30}, 2.5, 25, 10, 40},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var xs []validateSample
+			for i := range tc.pred {
+				xs = append(xs, validateSample{pred: tc.pred[i], measured: tc.meas[i], load: float64(i)})
+			}
+			s := summarize(xs)
+			if s.Pred != tc.wantPred || s.Measured != tc.wantMeas || s.Min != tc.lo || s.Max != tc.hi || s.Rounds != len(xs) {
+				t.Fatalf("summarize = %+v, want medians %v / %v, range %v–%v", s, tc.wantPred, tc.wantMeas, tc.lo, tc.hi)
+			}
+			if want := (tc.wantPred - tc.wantMeas) / tc.wantMeas; math.Abs(s.Err-want) > 1e-12 {
+				t.Errorf("error %v, want the error of the medians %v", s.Err, want)
+			}
+			if s.Load != float64(len(xs)-1) || s.State != 0 || s.StateErr != 0 {
+				t.Errorf("load %v state %v (error %v): want the highest load and no state", s.Load, s.State, s.StateErr)
+			}
+		})
+	}
+}
+
+// fakeValidate runs validate with args against fakes: bench train gives
+// samplesPerSec[round] (× 64 tokens), examples/gpt tokens[round], the
+// profile a100-80gb; it returns stdout, the exit status and the profile
+// calls' options.
+func fakeValidate(t *testing.T, args []string, samplesPerSec, tokens []float64) (string, int, []profileOptions) {
+	t.Helper()
+	var out, errb strings.Builder
+	var profiles []profileOptions
+	seen := map[string]int{} // a command's round: how often it ran before
+	ve := validateEnv{
+		exec: func(_ time.Duration, args []string) (string, error) {
+			k := strings.Join(args, " ")
+			round := seen[k]
+			seen[k]++
+			switch {
+			case args[0] == "bench" && args[1] == "train":
+				return "train: gpt world 1 shard none samples/s " + ftoa(samplesPerSec[round]) + " state-bytes/rank 4096\n", nil
+			case args[0] == "bench" && args[1] == "pipeline":
+				return "pipeline: schedule x stages 2 microbatches 8 batch 32 tokens/s 5000\n", nil
+			case args[0] == "run":
+				return "[rank 0] step 40: train loss 3.6738, mean of steps 21–40 3.8054, " + ftoa(tokens[round]) + " tokens/s\n", nil
+			}
+			return "", errors.New("unexpected command")
+		},
+		profile: func(o profileOptions) (*plan.Device, error) {
+			profiles = append(profiles, o)
+			return plan.BuiltinDevice("a100-80gb")
+		},
+		load:   func() (float64, bool) { return 1.5, true },
+		cores:  2,
+		stdout: &out, stderr: &errb,
+	}
+	status := validate(args, ve)
+	if status != 0 {
+		t.Logf("stderr: %s", errb.String())
+	}
+	return out.String(), status, profiles
+}
+
+func TestValidateRounds(t *testing.T) {
+	m, _ := plan.NamedModel("gpt")
+	m.GlobalBatch = 32
+	dev, _ := plan.BuiltinDevice("a100-80gb")
+	fab, _ := plan.BuiltinFabric("local")
+	p, err := plan.Predict(&plan.Env{Model: m, Device: dev, Fabric: fab, Cluster: plan.Cluster{Nodes: 1, ProcsPerNode: 1, Cores: 2}},
+		plan.Layout{DP: 1, PP: 1, TP: 1, Shard: "none", Microbatches: 1, Schedule: "none", Virtual: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	pred := strconv.FormatFloat(p.TokensPerSec, 'f', 0, 64)
+
+	t.Run("rounds=3", func(t *testing.T) {
+		out, status, profiles := fakeValidate(t, []string{"--ranks", "1", "--gpt", "", "--fabric", "local"}, []float64{300, 100, 200}, nil)
+		if status != 0 || len(profiles) != 3 {
+			t.Fatalf("status %d, %d profiles: want 0 and one profile a round (3 by default)", status, len(profiles))
+		}
+		want := "validate: dp 1 pp 1 tp 1 shard none microbatches 1 schedule none predicted tokens/s " + pred +
+			" measured 12800 (6400–19200 over 3 rounds) error " + fmt.Sprintf("%+.1f%%", 100*(p.TokensPerSec-12800)/12800) + " load 1.50"
+		if !strings.Contains(out, want+" optimizer-state/rank") {
+			t.Errorf("output\n%s\nwant a line starting\n%s", out, want)
+		}
+		if !strings.Contains(out, "worst tokens/s error (of medians)") || !strings.Contains(out, "validate: 1 ranks: the planner picks") {
+			t.Errorf("output\n%s\nwant the worst error of medians and the pick", out)
+		}
+	})
+	t.Run("rounds=1", func(t *testing.T) {
+		// one round: the format of a single run, no spread
+		out, status, profiles := fakeValidate(t, []string{"--ranks", "1", "--gpt", "", "--rounds", "1"}, []float64{200}, nil)
+		if status != 0 || len(profiles) != 1 {
+			t.Fatalf("status %d, %d profiles: want 0 and 1", status, len(profiles))
+		}
+		want := "validate: dp 1 pp 1 tp 1 shard none microbatches 1 schedule none predicted tokens/s " + pred + " measured 12800 error "
+		if !strings.Contains(out, want) || strings.Contains(out, "rounds") || strings.Contains(out, "of medians") {
+			t.Errorf("output\n%s\nwant %q and no spread", out, want)
+		}
+	})
+	t.Run("device", func(t *testing.T) {
+		// --device: no profile; the rounds still run every layout again
+		out, status, profiles := fakeValidate(t, []string{"--ranks", "1", "--gpt", "", "--rounds", "2", "--device", "a100-80gb"}, []float64{100, 300}, nil)
+		if status != 0 || len(profiles) != 0 || !strings.Contains(out, "measured 12800 (6400–19200 over 2 rounds)") {
+			t.Errorf("status %d, %d profiles, output\n%s\nwant 0, none, and the median of 2 rounds 12800", status, len(profiles), out)
+		}
+	})
+	t.Run("tp", func(t *testing.T) {
+		// a tensor-parallel run at 2 ranks: the profile is asked for tp 2
+		exe := filepath.Join(t.TempDir(), "gpt")
+		if err := os.WriteFile(exe, []byte("#!/bin/sh\n"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		out, status, profiles := fakeValidate(t, []string{"--ranks", "2", "--gpt", exe, "--rounds", "3"}, []float64{100, 100, 100}, []float64{9000, 7000, 8000})
+		if status != 0 || len(profiles) != 3 || !slices.Equal(profiles[0].tp, []int{2}) {
+			t.Fatalf("status %d, profiles %+v: want 0 and 3 profiles for tp [2]", status, profiles)
+		}
+		if !strings.Contains(out, "tp 2 shard none microbatches 1 schedule none predicted tokens/s ") || !strings.Contains(out, "measured 8000 (7000–9000 over 3 rounds)") {
+			t.Errorf("output\n%s\nwant tp 2's median 8000 over 7000–9000", out)
+		}
+	})
+	t.Run("bad", func(t *testing.T) {
+		if _, status, _ := fakeValidate(t, []string{"--rounds", "0", "--gpt", ""}, nil, nil); status != 1 {
+			t.Errorf("--rounds 0: status %d, want 1", status)
+		}
+	})
+}

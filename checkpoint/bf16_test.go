@@ -69,11 +69,7 @@ func TestWriteBF16(t *testing.T) {
 		}
 	}
 	// Read back: each value widened exactly from its bits.
-	f, err := NewFile(bytes.NewReader(raw), int64(len(raw)))
-	if err != nil {
-		t.Fatal(err)
-	}
-	got, err := f.Tensor("w")
+	got, err := openBytes(t, raw).Tensor("w")
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -3,7 +3,6 @@ package checkpoint
 import (
 	"errors"
 	"fmt"
-	"os"
 	"regexp"
 	"slices"
 	"strings"
@@ -20,22 +19,18 @@ import (
 // "transformer.ln_f.*". The names alone do not make a GPT-2 file: its
 // projections are stored transposed (see SaveGPT2).
 func GPT2Names(name string) string {
-	switch {
-	case name == "wte", name == "wpe":
-		return "transformer." + name + ".weight"
-	case strings.HasPrefix(name, "ln_f."):
-		return "transformer." + name
-	case strings.HasPrefix(name, "h."):
-		rest := name[2:]
-		i := strings.IndexByte(rest, '.')
-		if i < 0 {
-			return name
-		}
-		layer, sub := rest[:i], rest[i+1:]
-		for _, r := range gpt2Sublayers {
-			if s, ok := strings.CutPrefix(sub, r[0]); ok {
-				return "transformer.h." + layer + "." + r[1] + s
-			}
+	if s, ok := outerName(name, "transformer.", "transformer."); ok {
+		return s
+	}
+	rest, ok := strings.CutPrefix(name, "h.")
+	i := strings.IndexByte(rest, '.')
+	if !ok || i < 0 {
+		return name
+	}
+	layer, sub := rest[:i], rest[i+1:]
+	for _, r := range gpt2Sublayers {
+		if s, ok := strings.CutPrefix(sub, r[0]); ok {
+			return "transformer.h." + layer + "." + r[1] + s
 		}
 	}
 	return name
@@ -118,13 +113,7 @@ func SaveGPT2(path string, m nn.Module, opts ...WriteOption) error {
 // Any other missing, unexpected or misshapen key fails the whole load with
 // an error wrapping ErrKeys that lists them, and then nothing is loaded.
 func LoadGPT2(path string, m nn.Module) error {
-	return readFile(path, func(f *os.File, size int64) error {
-		sf, err := NewFile(f, size)
-		if err != nil {
-			return err
-		}
-		return loadGPT2(sf, m)
-	})
+	return openFile(path, NewFile, func(sf *File) error { return loadGPT2(sf, m) })
 }
 
 func loadGPT2(sf *File, m nn.Module) error {

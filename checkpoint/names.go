@@ -36,13 +36,24 @@ func (f NameMap) apply(name string) string {
 // names are the same in both. The tied output head has no tensor of its
 // own in either.
 func GPTNames(name string) string {
-	switch {
-	case name == "wte", name == "wpe":
-		return "emb." + name + ".weight"
-	case strings.HasPrefix(name, "ln_f."):
-		return "head." + name
+	if s, ok := outerName(name, "emb.", "head."); ok {
+		return s
 	}
 	return name
+}
+
+// outerName names models.GPT's tensors outside the blocks in another
+// model's layout: the embeddings "wte" and "wpe" as emb + name +
+// ".weight", the final norm's "ln_f.*" as head + name. ok is false for
+// every other name.
+func outerName(name, emb, head string) (string, bool) {
+	switch {
+	case name == "wte", name == "wpe":
+		return emb + name + ".weight", true
+	case strings.HasPrefix(name, "ln_f."):
+		return head + name, true
+	}
+	return "", false
 }
 
 // ModuleEntries returns m's parameters and buffers as entries named by
@@ -83,16 +94,8 @@ func saveEntries(path string, entries []Entry, metadata map[string]string, opts 
 // keys, unexpected keys and shape mismatches are all listed in one error
 // wrapping ErrKeys, and then nothing is loaded.
 func LoadModel(path string, m nn.Module, names NameMap) error {
-	return readFile(path, func(f *os.File, size int64) error {
-		sf, err := NewFile(f, size)
-		if err != nil {
-			return err
-		}
-		shapes := map[string][]int{}
-		for k, ti := range sf.Tensors {
-			shapes[k] = ti.Shape
-		}
-		return loadModule(m, names, shapes, func(key string, dst []float32) error {
+	return openFile(path, NewFile, func(sf *File) error {
+		return loadModule(m, names, sf.shapes(), func(key string, dst []float32) error {
 			return sf.ReadFloat32(key, 0, dst)
 		})
 	})
@@ -114,6 +117,18 @@ func readFile(path string, read func(f *os.File, size int64) error) error {
 		return fmt.Errorf("%s: %w", path, err)
 	}
 	return nil
+}
+
+// openFile runs use on the file at path opened by open (NewFile,
+// OpenTorch); errors are readFile's.
+func openFile[F any](path string, open func(r io.ReaderAt, size int64) (F, error), use func(F) error) error {
+	return readFile(path, func(f *os.File, size int64) error {
+		x, err := open(f, size)
+		if err != nil {
+			return err
+		}
+		return use(x)
+	})
 }
 
 // loadModule loads m from a source that has tensors of the given shapes

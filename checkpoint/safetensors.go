@@ -498,6 +498,15 @@ func NewFile(r io.ReaderAt, size int64) (*File, error) {
 	return &File{Header: *h, r: r}, nil
 }
 
+// shapes returns every tensor's shape by name.
+func (f *File) shapes() map[string][]int {
+	out := make(map[string][]int, len(f.Tensors))
+	for k, ti := range f.Tensors {
+		out[k] = ti.Shape
+	}
+	return out
+}
+
 // Tensor returns the named tensor converted to float32 (integers and
 // booleans by value, F16/BF16/F64 by rounding).
 func (f *File) Tensor(name string) (*tensor.Tensor, error) {

@@ -76,10 +76,7 @@ func TestRoundTrip(t *testing.T) {
 			if _, err := Write(&b, tc.entries, tc.meta); err != nil {
 				t.Fatal(err)
 			}
-			f, err := NewFile(bytes.NewReader(b.Bytes()), int64(b.Len()))
-			if err != nil {
-				t.Fatal(err)
-			}
+			f := openBytes(t, b.Bytes())
 			if len(f.Metadata) != len(tc.meta) {
 				t.Errorf("metadata %v, want %v", f.Metadata, tc.meta)
 			}
@@ -136,11 +133,7 @@ func TestReadDTypes(t *testing.T) {
 		t.Run(string(tc.dtype), func(t *testing.T) {
 			h := `{"x":{"dtype":"` + string(tc.dtype) + `","shape":[` + strconv.Itoa(len(tc.want)) + `],"data_offsets":[0,` + strconv.Itoa(len(tc.data)) + `]}}`
 			file := encodeRaw(h, tc.data)
-			f, err := NewFile(bytes.NewReader(file), int64(len(file)))
-			if err != nil {
-				t.Fatal(err)
-			}
-			got, err := f.Tensor("x")
+			got, err := openBytes(t, file).Tensor("x")
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -216,4 +209,14 @@ func TestWriteRejects(t *testing.T) {
 			}
 		})
 	}
+}
+
+// openBytes opens the safetensors file raw, failing t on an error.
+func openBytes(t *testing.T, raw []byte) *File {
+	t.Helper()
+	f, err := NewFile(bytes.NewReader(raw), int64(len(raw)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return f
 }

@@ -12,47 +12,65 @@ import (
 // rebuilders and the storage classes of torchStorages are refused, so
 // nothing is ever called by name. Every length is bounded by the bytes
 // left; the stack and memo grow at most by one entry per opcode.
-func unpickle(data []byte) (any, error) {
+func unpickle(data []byte) (out any, err error) {
 	var (
 		stack []any
 		marks []int
 		memo  = map[uint32]any{}
 		pos   int
 	)
-	need := func(n int) ([]byte, error) {
+	// The readers below stop the run on malformed input by panicking with
+	// a pickleError, which unpickle returns; any other panic goes on.
+	defer func() {
+		if r := recover(); r != nil {
+			pe, ok := r.(pickleError)
+			if !ok {
+				panic(r)
+			}
+			out, err = nil, pe.err
+		}
+	}()
+	need := func(n int) []byte {
 		if n < 0 || n > len(data)-pos {
-			return nil, torchErr("data.pkl: %d bytes wanted at byte %d of %d", n, pos, len(data))
+			panic(pickleError{torchErr("data.pkl: %d bytes wanted at byte %d of %d", n, pos, len(data))})
 		}
 		b := data[pos : pos+n]
 		pos += n
-		return b, nil
+		return b
 	}
-	pop := func() (any, error) {
+	le := func(n int) uint64 { // an n-byte little-endian unsigned integer
+		var x uint64
+		for i, c := range need(n) {
+			x |= uint64(c) << (8 * i)
+		}
+		return x
+	}
+	pop := func() any {
 		if len(stack) == 0 || (len(marks) > 0 && len(stack) == marks[len(marks)-1]) {
-			return nil, torchErr("data.pkl: stack underflow at byte %d", pos)
+			panic(pickleError{torchErr("data.pkl: stack underflow at byte %d", pos)})
 		}
 		v := stack[len(stack)-1]
 		stack = stack[:len(stack)-1]
-		return v, nil
+		return v
 	}
-	popMark := func() ([]any, error) {
+	popMark := func() []any {
 		if len(marks) == 0 {
-			return nil, torchErr("data.pkl: no mark at byte %d", pos)
+			panic(pickleError{torchErr("data.pkl: no mark at byte %d", pos)})
 		}
 		m := marks[len(marks)-1]
 		marks = marks[:len(marks)-1]
 		items := append([]any(nil), stack[m:]...)
 		stack = stack[:m]
-		return items, nil
+		return items
 	}
-	line := func() (string, error) {
+	line := func() string {
 		i := strings.IndexByte(string(data[pos:]), '\n')
 		if i < 0 {
-			return "", torchErr("data.pkl: unterminated line at byte %d", pos)
+			panic(pickleError{torchErr("data.pkl: unterminated line at byte %d", pos)})
 		}
 		s := string(data[pos : pos+i])
 		pos += i + 1
-		return s, nil
+		return s
 	}
 	for {
 		if pos >= len(data) {
@@ -62,42 +80,23 @@ func unpickle(data []byte) (any, error) {
 		pos++
 		switch op {
 		case 0x80: // PROTO
-			b, err := need(1)
-			if err != nil {
-				return nil, err
-			}
-			if b[0] < 2 || b[0] > 5 {
-				return nil, torchErr("data.pkl: pickle protocol %d", b[0])
+			if p := need(1)[0]; p < 2 || p > 5 {
+				return nil, torchErr("data.pkl: pickle protocol %d", p)
 			}
 		case 0x95: // FRAME
-			if _, err := need(8); err != nil {
-				return nil, err
-			}
+			need(8)
 		case '.': // STOP
-			v, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			return v, nil
+			return pop(), nil
 		case '(': // MARK
 			marks = append(marks, len(stack))
 		case ')': // EMPTY_TUPLE
 			stack = append(stack, []any{})
 		case 't': // TUPLE
-			items, err := popMark()
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, items)
+			stack = append(stack, popMark())
 		case 0x85, 0x86, 0x87: // TUPLE1, TUPLE2, TUPLE3
-			n := int(op - 0x84)
-			items := make([]any, n)
-			for i := n - 1; i >= 0; i-- {
-				v, err := pop()
-				if err != nil {
-					return nil, err
-				}
-				items[i] = v
+			items := make([]any, int(op-0x84))
+			for i := len(items) - 1; i >= 0; i-- {
+				items[i] = pop()
 			}
 			stack = append(stack, items)
 		case '}': // EMPTY_DICT
@@ -107,20 +106,10 @@ func unpickle(data []byte) (any, error) {
 		case 's', 'u': // SETITEM, SETITEMS
 			var kv []any
 			if op == 's' {
-				v, err := pop()
-				if err != nil {
-					return nil, err
-				}
-				k, err := pop()
-				if err != nil {
-					return nil, err
-				}
-				kv = []any{k, v}
+				v := pop()
+				kv = []any{pop(), v}
 			} else {
-				var err error
-				if kv, err = popMark(); err != nil {
-					return nil, err
-				}
+				kv = popMark()
 			}
 			if len(stack) == 0 || len(kv)%2 != 0 {
 				return nil, torchErr("data.pkl: SETITEM(S) without a dict or with an odd item count at byte %d", pos)
@@ -144,16 +133,9 @@ func unpickle(data []byte) (any, error) {
 		case 'a', 'e': // APPEND, APPENDS
 			var items []any
 			if op == 'a' {
-				v, err := pop()
-				if err != nil {
-					return nil, err
-				}
-				items = []any{v}
+				items = []any{pop()}
 			} else {
-				var err error
-				if items, err = popMark(); err != nil {
-					return nil, err
-				}
+				items = popMark()
 			}
 			if len(stack) == 0 {
 				return nil, torchErr("data.pkl: APPEND without a list at byte %d", pos)
@@ -164,22 +146,12 @@ func unpickle(data []byte) (any, error) {
 			}
 			*l = append(*l, items...)
 		case 'q', 'r', 0x94: // BINPUT, LONG_BINPUT, MEMOIZE
-			var idx uint32
+			idx := uint32(len(memo))
 			switch op {
 			case 'q':
-				b, err := need(1)
-				if err != nil {
-					return nil, err
-				}
-				idx = uint32(b[0])
+				idx = uint32(le(1))
 			case 'r':
-				b, err := need(4)
-				if err != nil {
-					return nil, err
-				}
-				idx = binary.LittleEndian.Uint32(b)
-			default:
-				idx = uint32(len(memo))
+				idx = uint32(le(4))
 			}
 			if len(stack) == 0 {
 				return nil, torchErr("data.pkl: memo put on an empty stack at byte %d", pos)
@@ -188,17 +160,9 @@ func unpickle(data []byte) (any, error) {
 		case 'h', 'j': // BINGET, LONG_BINGET
 			var idx uint32
 			if op == 'h' {
-				b, err := need(1)
-				if err != nil {
-					return nil, err
-				}
-				idx = uint32(b[0])
+				idx = uint32(le(1))
 			} else {
-				b, err := need(4)
-				if err != nil {
-					return nil, err
-				}
-				idx = binary.LittleEndian.Uint32(b)
+				idx = uint32(le(4))
 			}
 			v, ok := memo[idx]
 			if !ok {
@@ -206,24 +170,11 @@ func unpickle(data []byte) (any, error) {
 			}
 			stack = append(stack, v)
 		case 'c': // GLOBAL
-			mod, err := line()
-			if err != nil {
-				return nil, err
-			}
-			name, err := line()
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, pyGlobal{mod, name})
+			mod := line()
+			stack = append(stack, pyGlobal{mod, line()})
 		case 0x93: // STACK_GLOBAL
-			n, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			m, err := pop()
-			if err != nil {
-				return nil, err
-			}
+			n := pop()
+			m := pop()
 			ms, ok1 := m.(string)
 			ns, ok2 := n.(string)
 			if !ok1 || !ok2 {
@@ -234,62 +185,28 @@ func unpickle(data []byte) (any, error) {
 			var n uint64
 			switch op {
 			case 'X':
-				b, err := need(4)
-				if err != nil {
-					return nil, err
-				}
-				n = uint64(binary.LittleEndian.Uint32(b))
+				n = le(4)
 			case 0x8c:
-				b, err := need(1)
-				if err != nil {
-					return nil, err
-				}
-				n = uint64(b[0])
+				n = le(1)
 			default:
-				b, err := need(8)
-				if err != nil {
-					return nil, err
-				}
-				n = binary.LittleEndian.Uint64(b)
+				n = le(8)
 			}
 			if n > uint64(len(data)) {
 				return nil, torchErr("data.pkl: string of %d bytes at byte %d", n, pos)
 			}
-			b, err := need(int(n))
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, string(b))
+			stack = append(stack, string(need(int(n))))
 		case 'J': // BININT
-			b, err := need(4)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, int64(int32(binary.LittleEndian.Uint32(b))))
+			stack = append(stack, int64(int32(le(4))))
 		case 'K': // BININT1
-			b, err := need(1)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, int64(b[0]))
+			stack = append(stack, int64(le(1)))
 		case 'M': // BININT2
-			b, err := need(2)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, int64(binary.LittleEndian.Uint16(b)))
+			stack = append(stack, int64(le(2)))
 		case 0x8a: // LONG1
-			b, err := need(1)
-			if err != nil {
-				return nil, err
+			n := need(1)[0]
+			if n > 8 {
+				return nil, torchErr("data.pkl: %d-byte integer at byte %d", n, pos)
 			}
-			if b[0] > 8 {
-				return nil, torchErr("data.pkl: %d-byte integer at byte %d", b[0], pos)
-			}
-			v, err := need(int(b[0]))
-			if err != nil {
-				return nil, err
-			}
+			v := need(int(n))
 			var x int64
 			for i := len(v) - 1; i >= 0; i-- {
 				x = x<<8 | int64(v[i])
@@ -299,43 +216,26 @@ func unpickle(data []byte) (any, error) {
 			}
 			stack = append(stack, x)
 		case 'G': // BINFLOAT
-			b, err := need(8)
-			if err != nil {
-				return nil, err
-			}
-			stack = append(stack, math.Float64frombits(binary.BigEndian.Uint64(b)))
+			stack = append(stack, math.Float64frombits(binary.BigEndian.Uint64(need(8))))
 		case 'N':
 			stack = append(stack, nil)
 		case 0x88, 0x89: // NEWTRUE, NEWFALSE
 			stack = append(stack, op == 0x88)
 		case 'Q': // BINPERSID
-			v, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			s, err := persistentStorage(v)
+			s, err := persistentStorage(pop())
 			if err != nil {
 				return nil, err
 			}
 			stack = append(stack, s)
 		case 'R': // REDUCE
-			args, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			fn, err := pop()
-			if err != nil {
-				return nil, err
-			}
-			v, err := reduce(fn, args)
+			args := pop()
+			v, err := reduce(pop(), args)
 			if err != nil {
 				return nil, err
 			}
 			stack = append(stack, v)
 		case 'b': // BUILD: the OrderedDict's _metadata; tensors' state
-			if _, err := pop(); err != nil {
-				return nil, err
-			}
+			pop()
 			if len(stack) == 0 {
 				return nil, torchErr("data.pkl: BUILD on an empty stack at byte %d", pos)
 			}
@@ -344,6 +244,10 @@ func unpickle(data []byte) (any, error) {
 		}
 	}
 }
+
+// pickleError carries the error of malformed pickle input from the
+// readers inside unpickle (a panic) to its return.
+type pickleError struct{ err error }
 
 // persistentStorage decodes a storage's persistent id
 // ("storage", torch.<T>Storage, key, location, numel).

@@ -71,6 +71,15 @@ type TorchFile struct {
 	size    int64 // of the file
 }
 
+// shapes returns every tensor's shape by name.
+func (f *TorchFile) shapes() map[string][]int {
+	out := make(map[string][]int, len(f.Tensors))
+	for k, t := range f.Tensors {
+		out[k] = t.Shape
+	}
+	return out
+}
+
 type pyGlobal struct{ module, name string }
 
 type pyDict struct {
@@ -234,16 +243,8 @@ func (f *TorchFile) ReadFloat32(name string, dst []float32) error {
 // unless all match. float32, bfloat16, float16 and float64 tensors load,
 // converted to float32 (bfloat16 and float16 exactly).
 func LoadTorch(path string, m nn.Module, names NameMap) error {
-	return readFile(path, func(fd *os.File, size int64) error {
-		tf, err := OpenTorch(fd, size)
-		if err != nil {
-			return err
-		}
-		shapes := map[string][]int{}
-		for k, t := range tf.Tensors {
-			shapes[k] = t.Shape
-		}
-		return loadModule(m, names, shapes, tf.ReadFloat32)
+	return openFile(path, OpenTorch, func(tf *TorchFile) error {
+		return loadModule(m, names, tf.shapes(), tf.ReadFloat32)
 	})
 }
 

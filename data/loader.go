@@ -75,7 +75,7 @@ type Loader struct {
 	opts  Options
 	epoch int
 	pos   int
-	busy  bool
+	loop  loopGuard
 	bufs  []*Batch // reused across epochs; Prefetch+1 with workers, else 1
 
 	fpOK    bool // fp holds the plan fingerprint of fpEpoch
@@ -159,6 +159,23 @@ func (l *Loader) fingerprint(epoch int) uint64 {
 	return l.fp
 }
 
+// loopGuard lets one Batches loop of a loader run at a time.
+type loopGuard struct{ busy bool }
+
+// enter starts a loop; when one is running already it yields an error
+// with msg instead and returns false.
+func (g *loopGuard) enter(yield func(*Batch, error) bool, msg string) bool {
+	if g.busy {
+		yield(nil, errors.New(msg))
+		return false
+	}
+	g.busy = true
+	return true
+}
+
+// exit ends the loop enter started.
+func (g *loopGuard) exit() { g.busy = false }
+
 // Batches iterates over the remaining batches of the current epoch (all of
 // them after SetEpoch). When the last batch has been consumed the loader
 // moves to the next epoch, so ranging over Batches once per epoch walks
@@ -171,12 +188,10 @@ func (l *Loader) fingerprint(epoch int) uint64 {
 // workers; Batches returns only after they have exited.
 func (l *Loader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
-		if l.busy {
-			yield(nil, errors.New("data: loader: Batches is already running (a Loader serves one loop at a time)"))
+		if !l.loop.enter(yield, "data: loader: Batches is already running (a Loader serves one loop at a time)") {
 			return
 		}
-		l.busy = true
-		defer func() { l.busy = false }()
+		defer l.loop.exit()
 		plan := l.bs.Batches(l.epoch)
 		if l.pos > len(plan) {
 			yield(nil, fmt.Errorf("data: loader: position %d beyond the %d batches of epoch %d", l.pos, len(plan), l.epoch))

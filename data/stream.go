@@ -23,7 +23,7 @@ type StreamLoader struct {
 	opts      Options
 	epoch     int
 	pos       int
-	busy      bool
+	loop      loopGuard
 	bufs      []*Batch
 }
 
@@ -69,12 +69,10 @@ func (l *StreamLoader) Restore(s State) error {
 // epoch.
 func (l *StreamLoader) Batches(ctx context.Context) iter.Seq2[*Batch, error] {
 	return func(yield func(*Batch, error) bool) {
-		if l.busy {
-			yield(nil, errors.New("data: stream loader: Batches is already running"))
+		if !l.loop.enter(yield, "data: stream loader: Batches is already running") {
 			return
 		}
-		l.busy = true
-		defer func() { l.busy = false }()
+		defer l.loop.exit()
 		n := max(l.opts.Prefetch, 1) + 1
 		for len(l.bufs) < n {
 			l.bufs = append(l.bufs, &Batch{})

@@ -11,6 +11,7 @@ import (
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -100,7 +101,7 @@ func (c trainCfg) reference(t *testing.T) [][]float32 {
 		opt.Step()
 		opt.ZeroGrad()
 	}
-	return snapshot(net)
+	return dptest.Params(net)
 }
 
 // rank trains one DDP rank and returns its final parameters.
@@ -144,7 +145,7 @@ func (c trainCfg) rank(pg distributed.ProcessGroup) ([][]float32, *Model, error)
 	} else {
 		err = train()
 	}
-	return snapshot(net), m, err
+	return dptest.Params(net), m, err
 }
 
 // run trains all ranks and checks them against the reference.
@@ -167,7 +168,7 @@ func (c trainCfg) run(t *testing.T) []*Model {
 		}
 	}
 	moved := 0.0
-	init := snapshot(c.net(100))
+	init := dptest.Params(c.net(100))
 	for r := range got {
 		for i := range want {
 			for j := range want[i] {

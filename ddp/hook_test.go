@@ -7,6 +7,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 )
 
 // gradsAfterOneStep wraps an MLP on every rank with o, runs one
@@ -125,7 +126,7 @@ func TestPowerSGDTraining(t *testing.T) {
 						t.Fatalf("rank %d: %v", r, err)
 					}
 				}
-				init := snapshot(c.net(100))
+				init := dptest.Params(c.net(100))
 				moved := 0.0
 				for r := range got {
 					for i := range got[r] {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"fmt"
 
-	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/internal/dp/wrapcore"
 )
 
@@ -16,21 +15,11 @@ type joinState struct {
 
 // round runs one join round with this rank's state.
 func (m *Model) round(ctx context.Context, state int64) (wrapcore.JoinRound, error) {
-	v := make([]int64, m.world)
-	v[m.rank] = state
-	if err := m.pg.AllReduce(ctx, distributed.I64(v), distributed.Sum).Wait(); err != nil {
-		m.join.broken = true
-		return wrapcore.JoinRound{}, fmt.Errorf("ddp: Join: round all-reduce: %w", err)
-	}
-	r, err := wrapcore.DecodeJoinRound("ddp", v)
-	if err != nil {
-		m.join.broken = true
-		return wrapcore.JoinRound{}, err
-	}
+	r, err := wrapcore.Round(ctx, "ddp", m.pg, state, &m.join.broken)
 	if len(r.Active) > 0 {
 		m.join.lastActive = r.Active
 	}
-	return r, nil
+	return r, err
 }
 
 // Join runs body, the training loop of this rank, in uneven-input mode,
@@ -54,7 +43,7 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 	if m.join != nil {
 		return fmt.Errorf("ddp: Join: already inside Join")
 	}
-	if err := m.usable("Join"); err != nil {
+	if err := m.core.Usable("Join"); err != nil {
 		return err
 	}
 	m.join = &joinState{}

@@ -32,9 +32,8 @@ type Model struct {
 
 	params  []nn.NamedParameter
 	buffers []nn.NamedBuffer
-	tracked []int // indices of the parameters that require grad
-	removes []func()
-	closed  bool
+	tracked []int         // indices of the parameters that require grad
+	core    wrapcore.Core // hooks, their error, NoSync
 
 	// Buckets. Invariant: flat has plan.Len() elements; in view mode
 	// views[p] is the Grad parameter p should have.
@@ -50,11 +49,9 @@ type Model struct {
 	identity bool
 
 	// The current step.
-	noSync  bool
 	shadow  bool
 	divisor int
 	ctx     context.Context // the step's context, from Forward or Backward
-	hookErr error
 	bufFlat []float32
 
 	join *joinState
@@ -140,9 +137,8 @@ func WrapModule(ctx context.Context, model nn.Module, pg distributed.ProcessGrou
 	if m.red, err = reducer.New(len(m.params), buckets, (*reducerIO)(m), false); err != nil {
 		return nil, fmt.Errorf("ddp: Wrap: %w", err)
 	}
-	for _, i := range m.tracked {
-		m.removes = append(m.removes, m.params[i].Param.OnGradReady(func(*autograd.Var) { m.onReady(i) }))
-	}
+	m.core = wrapcore.Core{Pkg: "ddp", Params: m.params, Red: m.red}
+	m.core.Hook(m.onReady)
 	return m, nil
 }
 
@@ -173,39 +169,13 @@ func (m *Model) Size() int { return m.world }
 
 // Close removes the gradient hooks; the module and its gradients stay
 // usable. Close is idempotent.
-func (m *Model) Close() error {
-	if m.closed {
-		return nil
-	}
-	for _, rm := range m.removes {
-		rm()
-	}
-	m.removes, m.closed = nil, true
-	return nil
-}
-
-func (m *Model) usable(op string) error {
-	if m.closed {
-		return fmt.Errorf("ddp: %s: model is closed", op)
-	}
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
-		m.red.Disarm()
-		return err
-	}
-	return nil
-}
+func (m *Model) Close() error { return m.core.Close() }
 
 // NoSync runs fn with gradient synchronisation off: the forward and
 // backward passes fn runs through this Model communicate nothing and
 // gradients accumulate locally; the next synchronised Backward averages
 // the accumulated sums. Every rank must use NoSync for the same steps.
-func (m *Model) NoSync(fn func() error) error {
-	prev := m.noSync
-	m.noSync = true
-	defer func() { m.noSync = prev }()
-	return fn()
-}
+func (m *Model) NoSync(fn func() error) error { return m.core.NoSync(fn) }
 
 // Forward runs the wrapped Layer's forward pass on x; see Call.
 func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, error) {
@@ -230,16 +200,16 @@ func (m *Model) Forward(ctx context.Context, x *autograd.Var) (*autograd.Var, er
 // When some parameter receives none, only Backward can finish the step;
 // the next Call then fails, naming the missing Backward.
 func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autograd.Var, error) {
-	if err := m.usable("Forward"); err != nil {
+	if err := m.core.Usable("Forward"); err != nil {
 		return nil, err
 	}
 	if m.red.InFlight() {
 		return nil, fmt.Errorf("ddp: Forward: the previous backward pass was not finished with Backward (some parameter received no gradient, so it could not complete on its own)")
 	}
-	r := wrapcore.JoinRound{Authority: 0, Syncing: !m.noSync}
+	r := wrapcore.JoinRound{Authority: 0, Syncing: !m.core.Syncless}
 	if m.join != nil {
 		state := int64(wrapcore.JoinSyncing)
-		if m.noSync {
+		if m.core.Syncless {
 			state = wrapcore.JoinNoSync
 		}
 		var err error
@@ -288,7 +258,7 @@ func (m *Model) beginStep(r wrapcore.JoinRound, shadow bool) {
 // received no gradient; the collectives of the step are still all issued,
 // so the other ranks do not hang.
 func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
-	if err := m.usable("Backward"); err != nil {
+	if err := m.core.Usable("Backward"); err != nil {
 		return err
 	}
 	if !m.red.Armed() {
@@ -301,11 +271,7 @@ func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
 	m.cur.backward = time.Since(t0)
 	if !m.red.Armed() { // completed inside the last gradient hook
 		m.stats.Backward += m.cur.backward
-		if err := m.hookErr; err != nil {
-			m.hookErr = nil
-			return err
-		}
-		return nil
+		return m.core.TakeErr()
 	}
 	m.cur.backwardEnd = time.Now()
 	return m.finishStep(ctx) // issues the step's collectives even after a hook error

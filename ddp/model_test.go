@@ -11,6 +11,7 @@ import (
 
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
@@ -120,7 +121,7 @@ func TestBatchNormReplicasStayEqual(t *testing.T) {
 			opt.Step()
 			opt.ZeroGrad()
 		}
-		got[pg.Rank()] = snapshot(net)
+		got[pg.Rank()] = dptest.Params(net)
 		return nil
 	})
 	sameReplicas(t, errs, got)
@@ -183,7 +184,7 @@ func TestUnusedParameters(t *testing.T) {
 				opt.Step()
 				opt.ZeroGrad()
 			}
-			got[r] = snapshot(net)
+			got[r] = dptest.Params(net)
 			return nil
 		})
 		sameReplicas(t, errs, got)
@@ -265,7 +266,7 @@ func TestWrapBroadcasts(t *testing.T) {
 			return err
 		}
 		mu.Lock()
-		params[pg.Rank()], bufs[pg.Rank()] = snapshot(net), snapshotBuffers(net)
+		params[pg.Rank()], bufs[pg.Rank()] = dptest.Params(net), snapshotBuffers(net)
 		mu.Unlock()
 		return nil
 	})
@@ -276,7 +277,7 @@ func TestWrapBroadcasts(t *testing.T) {
 	}
 	want := newBNNet(0, 4, 5, 3)
 	for r := 0; r < world; r++ {
-		for i, p := range snapshot(want) {
+		for i, p := range dptest.Params(want) {
 			if !slices.Equal(params[r][i], p) {
 				t.Fatalf("rank %d parameter %d is not rank 0's", r, i)
 			}
@@ -410,7 +411,7 @@ func TestGradReplaced(t *testing.T) {
 				}
 			}
 		}
-		got[r] = snapshot(net)
+		got[r] = dptest.Params(net)
 		return nil
 	})
 	for r, err := range errs {

@@ -116,15 +116,6 @@ func withUnused(n *testNet, seed uint64) *testNet {
 	return n
 }
 
-// snapshot copies every parameter's value.
-func snapshot(m nn.Module) [][]float32 {
-	var out [][]float32
-	for _, np := range m.NamedParameters() {
-		out = append(out, append([]float32(nil), np.Param.Value.Data()...))
-	}
-	return out
-}
-
 func snapshotBuffers(m nn.Module) [][]float32 {
 	var out [][]float32
 	for _, nb := range m.NamedBuffers() {

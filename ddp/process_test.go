@@ -8,6 +8,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/internal/proctest"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
@@ -141,7 +142,7 @@ func compareRanks(t *testing.T, c trainCfg, got [][][]float32) {
 		c.accum = 1
 	}
 	want := c.reference(t)
-	init := snapshot(c.net(100))
+	init := dptest.Params(c.net(100))
 	moved, worst := 0.0, 0.0
 	for r := range got {
 		if len(got[r]) != len(want) {

@@ -99,14 +99,10 @@ func (m *Model) onReady(i int) {
 	case errors.Is(err, reducer.ErrTwice):
 		err = fmt.Errorf("ddp: parameter %q received its gradient twice in one step (two Backward calls after one Forward?)", m.params[i].Name)
 	}
-	if err != nil && m.hookErr == nil {
-		m.hookErr = err
-	}
+	m.core.SetErr(err)
 	if m.red.Armed() && m.red.Syncing() && m.red.AllStarted() {
 		m.cur.backwardEnd = time.Now()
-		if err := m.finishStep(m.ctx); err != nil && m.hookErr == nil {
-			m.hookErr = err
-		}
+		m.core.SetErr(m.finishStep(m.ctx))
 	}
 }
 
@@ -251,9 +247,7 @@ func (m *Model) finishStep(ctx context.Context) error {
 	for _, i := range unusedIdx {
 		unused = append(unused, fmt.Sprintf("%q", m.params[i].Name))
 	}
-	if takeErr != nil && m.hookErr == nil {
-		m.hookErr = takeErr // reported after the step, like a hook's
-	}
+	m.core.SetErr(takeErr) // reported after the step, like a hook's
 	if firstErr != nil {
 		return firstErr
 	}
@@ -267,8 +261,7 @@ func (m *Model) finishStep(ctx context.Context) error {
 		return err
 	}
 	m.step++
-	if err := m.hookErr; err != nil {
-		m.hookErr = nil
+	if err := m.core.TakeErr(); err != nil {
 		return err
 	}
 	if len(unused) > 0 && !m.o.FindUnusedParameters {

@@ -19,7 +19,7 @@ import (
 // memory corruption. Buffers are not compared: BatchNorm statistics are
 // per-rank by design.
 func (m *Model) VerifyReplicas(ctx context.Context) error {
-	if err := m.usable("VerifyReplicas"); err != nil {
+	if err := m.core.Usable("VerifyReplicas"); err != nil {
 		return err
 	}
 	if m.world == 1 {

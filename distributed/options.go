@@ -136,6 +136,16 @@ func (o WatchdogOptions) Resolved() (WatchdogOptions, bool) {
 	return o, true
 }
 
+// Tell logs d, rank's diagnosis of a stuck op, as o says (one Warn line)
+// and hands it to o.Report if set: what a backend's watchdog does with a
+// diagnosis it has claimed.
+func (o WatchdogOptions) Tell(rank int, d flight.Diagnosis) {
+	o.Log.Warn(fmt.Sprintf("distributed: watchdog: rank %d: %s", rank, d.Text))
+	if o.Report != nil {
+		o.Report(d)
+	}
+}
+
 // WatchdogFromEnv reads COHORT_WATCHDOG: a duration ("60s", "2m"), or
 // "0"/"off" to turn the watchdog off; unset means the default.
 func WatchdogFromEnv(getenv func(string) string) (WatchdogOptions, error) {

@@ -38,25 +38,30 @@ type tensorCollectives interface {
 // otherwise returns a failed Work. t must not be touched (on its device
 // too) until the Work is done.
 func AllReduceTensor(ctx context.Context, pg ProcessGroup, t *tensor.Tensor, op ReduceOp) Work {
-	if t.Device().IsCPU() {
-		return pg.AllReduce(ctx, FromTensor(t), op)
-	}
-	if err := deviceTensor("allreduce", pg, t); err != nil {
-		return DoneWork(err)
-	}
-	return pg.(tensorCollectives).AllReduceTensor(ctx, t, op)
+	return onTensor("allreduce", pg, t,
+		func(b Buffer) Work { return pg.AllReduce(ctx, b, op) },
+		func(d tensorCollectives) Work { return d.AllReduceTensor(ctx, t, op) })
 }
 
 // BroadcastTensor copies root's t into every rank's t, as AllReduceTensor
 // reduces.
 func BroadcastTensor(ctx context.Context, pg ProcessGroup, t *tensor.Tensor, root int) Work {
+	return onTensor("broadcast", pg, t,
+		func(b Buffer) Work { return pg.Broadcast(ctx, b, root) },
+		func(d tensorCollectives) Work { return d.BroadcastTensor(ctx, t, root) })
+}
+
+// onTensor runs collective op on t: host on t's elements when t is in
+// host memory, else device through pg's tensor methods once deviceTensor
+// has accepted t (a failed Work when it does not).
+func onTensor(op string, pg ProcessGroup, t *tensor.Tensor, host func(Buffer) Work, device func(tensorCollectives) Work) Work {
 	if t.Device().IsCPU() {
-		return pg.Broadcast(ctx, FromTensor(t), root)
+		return host(FromTensor(t))
 	}
-	if err := deviceTensor("broadcast", pg, t); err != nil {
+	if err := deviceTensor(op, pg, t); err != nil {
 		return DoneWork(err)
 	}
-	return pg.(tensorCollectives).BroadcastTensor(ctx, t, root)
+	return device(pg.(tensorCollectives))
 }
 
 // TakesDeviceTensors reports whether pg's backend runs collectives on

@@ -24,13 +24,7 @@ func (m dpModel) ClipGradNorm(ctx context.Context, maxNorm float64) (float64, er
 	return m.Model.ClipGradNorm(ctx, maxNorm, 2)
 }
 
-func (m dpModel) Step(ctx context.Context) error {
-	if err := m.Model.Step(ctx); err != nil {
-		return err
-	}
-	m.ZeroGrad()
-	return nil
-}
+func (m dpModel) Step(ctx context.Context) error { return dptest.StepZero(ctx, m.Model) }
 
 func (m dpModel) FullState(ctx context.Context) (map[string]*tensor.Tensor, error) {
 	return m.FullStateDict(ctx)

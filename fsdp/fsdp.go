@@ -194,10 +194,7 @@ func Wrap(ctx context.Context, model nn.Module, units []nn.Module, pg distribute
 	if m.red, err = reducer.New(len(m.params), buckets, (*reducerIO)(m), true); err != nil {
 		return nil, fmt.Errorf("fsdp: Wrap: %w", err)
 	}
-	if m.opt, err = o.Optimizer(slices.Clone(m.shard)); err != nil {
-		return nil, fmt.Errorf("fsdp: Wrap: building the shard optimizer: %w", err)
-	}
-	if err := m.checkOptimizer(); err != nil {
+	if m.opt, err = shard.BuildOptimizer("fsdp", o.Optimizer, m.params, m.shapes, m.shard, m.rank, ""); err != nil {
 		return nil, err
 	}
 	for i, np := range m.params { // release the full values
@@ -292,33 +289,6 @@ func (m *Model) shardParams(ctx context.Context) error {
 func (m *Model) local(pc shard.Piece) int {
 	lo, _ := m.plan.Buckets[pc.Bucket].ShardRange(m.rank)
 	return m.plan.ShardOffset(pc.Bucket) + pc.Flat - lo
-}
-
-// checkOptimizer makes sure the optimizer steps exactly this rank's pieces.
-func (m *Model) checkOptimizer() error {
-	saved := make([]*tensor.Tensor, len(m.params))
-	for i, np := range m.params {
-		saved[i] = np.Param.Grad
-		np.Param.Grad = tensor.Full(1, m.shapes[i]...)
-	}
-	for _, s := range m.shard {
-		s.Param.Grad.Fill(1)
-	}
-	m.opt.ZeroGrad()
-	var err error
-	for i, np := range m.params {
-		if err == nil && slices.Contains(np.Param.Grad.Data(), 0) {
-			err = fmt.Errorf("fsdp: Wrap: the optimizer was built on the full parameters (it zeroes the gradient of %q); build it from the shard parameters Options.Optimizer receives", np.Name)
-		}
-		np.Param.Grad = saved[i]
-	}
-	for _, s := range m.shard {
-		if err == nil && slices.ContainsFunc(s.Param.Grad.Data(), func(x float32) bool { return x != 0 }) {
-			err = fmt.Errorf("fsdp: Wrap: the optimizer does not cover this rank's shard of %q (rank %d)", s.Name, m.rank)
-		}
-		s.Param.Grad.Fill(0)
-	}
-	return err
 }
 
 // placeholder returns a tensor of the given shape backed by one element

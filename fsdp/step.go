@@ -109,19 +109,13 @@ func (m *Model) Call(ctx context.Context, forward func(u *Units) *autograd.Var) 
 // step, completes the reduce-scatter of every unit's gradients: this
 // rank's shard variables then hold their averaged gradient pieces.
 func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
-	if err := m.core.Usable("Backward"); err != nil {
+	if err := m.core.BeginBackward("fsdp: Backward: no Call since the last Backward"); err != nil {
 		return err
-	}
-	if !m.red.Armed() {
-		return errors.New("fsdp: Backward: no Call since the last Backward")
 	}
 	m.ctx = ctx
 	autograd.Backward(loss)
 	m.dropGathered() // parameters that received no gradient kept them
-	if !m.red.Armed() {
-		return m.core.TakeErr()
-	}
-	return m.finish()
+	return m.core.EndBackward(m.finish)
 }
 
 // onReady runs from autograd when parameter i's gradient is final.
@@ -201,26 +195,16 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	b := m.plan.Buckets[k]
 	at := m.plan.ShardOffset(k)
 	out := m.shardGrad[at : at+b.Shard]
-	in := m.scratch[k]
-	if in == nil {
-		in = m.bufs.Get(b.End - b.Start)
-	}
+	in := m.scratch[k] // nil: none taken, zeros
 	m.scratch[k] = nil
 	for _, i := range b.Params { // the step's full gradients are dropped
 		m.params[i].Param.Grad, m.views[i] = nil, nil
 	}
 	dst := m.plan.ReduceDst(k, out, m.gradUnset) // added to out afterwards unless the same
-	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
+	h := wrapcore.Reduction{Pkg: "fsdp", Op: "reduce-scatter", Bucket: k, N: b.End - b.Start, After: func() {
 		wrapcore.Accumulate(out, dst)
 	}}
-	if m.world == 1 {
-		copy(dst, in)
-		m.bufs.PutAfter(in, nil)
-	} else {
-		h.Work = m.pg.ReduceScatter(m.stepCtx(), distributed.F32(dst), distributed.F32(in), distributed.Avg)
-		m.bufs.PutAfter(in, distributed.Completion(h.Work))
-	}
-	return h
+	return m.bufs.ReduceScatter(m.stepCtx(), m.pg, h, dst, in, b.End-b.Start)
 }
 
 // Agree implements reducer.IO (fsdp never rebuilds its buckets).
@@ -262,11 +246,8 @@ func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (fl
 // otherwise nothing is communicated and nothing gathered is held between
 // steps. Call gathers the units as it reaches them.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.core.Usable("Step"); err != nil {
+	if err := m.core.BeginStep(); err != nil {
 		return err
-	}
-	if m.red.Armed() {
-		return errors.New("fsdp: Step: the backward pass was not finished with Backward")
 	}
 	m.dropGathered() // nothing is held between steps; drop a stale prefetch
 	m.settleGrads()

@@ -115,7 +115,11 @@
 // Config.GracePeriod, 30 s by default as Kubernetes'
 // terminationGracePeriodSeconds, before SIGKILL; the *SignalError lists
 // how each ended and what it recorded in its error file ("stopped by
-// SIGTERM after step 37; checkpoint saved in DIR"). Before Run
+// SIGTERM after step 37; checkpoint saved in DIR"). A worker that stopped
+// itself after a signal sent to it alone (exit 130 or 143) is a failure
+// too, but its peers are stopping after the same step and saving: they get
+// the grace period before SIGTERM (a second signal would stop them at once
+// and could cut their save short), then another before SIGKILL. Before Run
 // returns every worker's process group is killed, so no process the
 // workers started is left behind; on Linux the workers also get SIGKILL
 // if the launcher itself dies (parent-death signal). A worker's first

@@ -279,18 +279,7 @@ func (x *elastic) loop(ctx context.Context) error {
 				w := a.workers[ev.local]
 				a.log.Info("launch: worker exited", "rank", w.rank, "pid", w.pid, "status", ev.status.String())
 			}
-			for _, act := range x.m.handle(*ev) {
-				switch act.kind {
-				case actSignal:
-					a.signalAll(act.sig)
-				case actKill:
-					a.killAll()
-				case actArm:
-					x.stopDeadline = time.Now().Add(c.GracePeriod)
-				case actFinish:
-					x.generationEnded()
-				}
-			}
+			x.act(x.m.handle(*ev))
 		}
 		done, err := x.step(ctx)
 		if done {
@@ -312,13 +301,19 @@ func (x *elastic) stopWorkers(why string) {
 		return
 	}
 	x.a.log.Info("launch: stopping workers", "why", why)
-	for _, act := range x.m.handle(event{kind: evRemote, msg: why}) {
+	x.act(x.m.handle(event{kind: evRemote, msg: why})) // signal and arm, or finish when no worker was left
+}
+
+// act carries out the monitor's actions on the running generation: stop
+// its workers, arm the grace period, end the generation.
+func (x *elastic) act(acts []action) {
+	for _, act := range acts {
 		switch act.kind {
-		case actSignal:
-			x.a.signalAll(act.sig)
+		case actSignal, actKill:
+			x.a.signalWorkers(act)
 		case actArm:
 			x.stopDeadline = time.Now().Add(x.a.cfg.GracePeriod)
-		case actFinish: // no worker was left
+		case actFinish:
 			x.generationEnded()
 		}
 	}

@@ -39,14 +39,21 @@ func startRun(t *testing.T, cfg Config, ready *launchtest.Output) (errc <-chan e
 	ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
 	t.Cleanup(cancel)
 	go func() { ch <- Run(ctx, cfg) }()
+	waitReady(t, ready, ch)
+	return ch, time.Now()
+}
+
+// waitReady waits up to 30 s for ready to match, failing t with the
+// output so far when Run returns (on errc) first or the time runs out.
+func waitReady(t *testing.T, ready *launchtest.Output, errc <-chan error) {
+	t.Helper()
 	select {
 	case <-ready.Hit():
-	case err := <-ch:
+	case err := <-errc:
 		t.Fatalf("Run returned before the workers were ready: %v\n%s", err, ready.String())
 	case <-time.After(30 * time.Second):
 		t.Fatalf("workers not ready:\n%s", ready.String())
 	}
-	return ch, time.Now()
 }
 
 // rankPID returns the pid rank printed ("[rank N] pid P").

@@ -14,6 +14,8 @@ import (
 //
 //	running  ──worker fails / signal / cancel / remote failure──▶ stopping
 //	running  ──last worker exits 0──▶ done
+//	running  ──worker stopped itself after a signal (exit 130/143)──▶ stopping (nothing sent)
+//	stopping ──grace expires (nothing sent yet)──▶ stopping (SIGTERM sent)
 //	stopping ──grace expires or second signal──▶ stopping (SIGKILL sent)
 //	stopping ──last worker exits──▶ done, or running again (restart)
 //
@@ -21,6 +23,13 @@ import (
 // workers that failed in the generation, the one whose failure began
 // first is blamed (see blame), so a worker stopped by a signal is named
 // rather than the peers that exited before it because it left.
+//
+// A worker that exits 130 or 143 stopped itself after a signal
+// (distributed.Stopper): its peers learn of the stop through the store and
+// stop after the same step, saving a checkpoint. SIGTERM to them then would
+// be a second signal, which stops them at once and may cut their save
+// short, so the monitor only arms the grace timer and sends SIGTERM when it
+// runs out (then SIGKILL after another grace period).
 //
 // Invariant: alive counts the workers of the current generation that have
 // not been reported exited; 0 <= alive <= len(exited).
@@ -97,6 +106,7 @@ type monitor struct {
 	restarts  int       // generations restarted so far
 	restart   bool      // the current stop ends in a restart
 	killed    bool      // SIGKILL already sent this generation
+	waiting   bool      // stopping without having signalled: the workers stop themselves
 	policy    RestartPolicy
 	describe  func(local int, st ExitStatus) *WorkerError
 }
@@ -113,7 +123,7 @@ func (m *monitor) startGeneration(n int) {
 	m.exited = make([]bool, n)
 	m.alive = n
 	m.cause, m.failure, m.failed, m.signal, m.remote = causeNone, nil, nil, nil, ""
-	m.restart, m.killed = false, false
+	m.restart, m.killed, m.waiting = false, false, false
 }
 
 // handle applies one event and returns the actions to carry out, in order.
@@ -148,6 +158,14 @@ func (m *monitor) running(ev event) []action {
 		var acts []action
 		if !m.restart {
 			acts = append(acts, action{kind: actPublish})
+		}
+		if sig, ok := ev.status.exitSignal(); ok && !m.restart && (sig == syscall.SIGINT || sig == syscall.SIGTERM) {
+			// A stop by signal: the peers are stopping after the same step.
+			m.phase, m.waiting = phaseStopping, true
+			if m.alive == 0 {
+				return append(acts, m.finish()...)
+			}
+			return append(acts, action{kind: actArm})
 		}
 		return append(acts, m.stop(syscall.SIGTERM)...)
 	case evSignal:
@@ -187,8 +205,19 @@ func (m *monitor) stopping(ev event) []action {
 			return m.finish()
 		}
 	case evGrace:
+		if m.waiting {
+			// The workers did not stop by themselves: ask them.
+			m.waiting = false
+			return []action{{kind: actSignal, sig: syscall.SIGTERM}, {kind: actArm}}
+		}
 		return m.kill()
 	case evSignal:
+		if m.waiting && m.cause == causeFailure {
+			// The first signal the launcher itself received: forward it
+			// (the workers are stopping anyway; this is their first).
+			m.waiting = false
+			return []action{{kind: actSignal, sig: ev.sig}, {kind: actArm}}
+		}
 		// A second signal while stopping: stop waiting politely.
 		if m.cause != causeSignal {
 			m.cause, m.signal = causeSignal, ev.sig

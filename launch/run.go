@@ -232,6 +232,16 @@ func (a *agent) killAll() {
 	}
 }
 
+// signalWorkers carries out a monitor's actSignal (act.sig to every
+// worker's process group) or actKill (SIGKILL to each).
+func (a *agent) signalWorkers(act action) {
+	if act.kind == actKill {
+		a.killAll()
+		return
+	}
+	a.signalAll(act.sig)
+}
+
 func (a *agent) signalAll(sig os.Signal) {
 	s, ok := sig.(syscall.Signal)
 	if !ok {
@@ -554,10 +564,8 @@ func (a *agent) supervise(ctx context.Context) error {
 		}
 		for _, act := range m.handle(ev) {
 			switch act.kind {
-			case actSignal:
-				a.signalAll(act.sig)
-			case actKill:
-				a.killAll()
+			case actSignal, actKill:
+				a.signalWorkers(act)
 			case actArm:
 				stopGrace()
 				grace = time.NewTimer(c.GracePeriod)

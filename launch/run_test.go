@@ -286,13 +286,7 @@ func TestRunSignalForwarded(t *testing.T) {
 		err, _ := run(t, cfg)
 		errc <- err
 	}()
-	select {
-	case <-stdout.Hit():
-	case err := <-errc:
-		t.Fatalf("Run returned before the workers were ready: %v\n%s", err, stdout.String())
-	case <-time.After(30 * time.Second):
-		t.Fatalf("workers not ready:\n%s", stdout.String())
-	}
+	waitReady(t, stdout, errc)
 	sigs <- syscall.SIGINT
 	err := <-errc
 	var se *SignalError

@@ -76,27 +76,23 @@ func buildErrors(t *testing.T, world int, cfg models.GPTConfig, layoutOf func(ra
 // some ranks' layout is invalid, all get an error naming the other ranks.
 func TestRanksDisagree(t *testing.T) {
 	for _, tc := range []struct {
-		name string
-		cfg  func(rank int) layout.Config
-		want []string // by rank
+		name         string
+		odd          int // the rank whose config has microbatches (the others 2)
+		microbatches int
+		want         []string // by rank
 	}{
-		{"microbatches", func(r int) layout.Config {
-			c := layout.Config{PP: 2, Microbatches: 2, Batch: 4, SeqLen: 8}
-			if r == 1 {
-				c.Microbatches = 4
-			}
-			return c
-		}, []string{"rank(s) 1 have another", "rank(s) 0 have another"}},
-		{"invalid-on-one-rank", func(r int) layout.Config {
-			c := layout.Config{PP: 2, Microbatches: 2, Batch: 4, SeqLen: 8}
-			if r == 0 {
-				c.Microbatches = 3
-			}
-			return c
-		}, []string{"3 microbatches do not divide", "invalid on rank(s) 0"}},
+		{"microbatches", 1, 4, []string{"rank(s) 1 have another", "rank(s) 0 have another"}},
+		{"invalid-on-one-rank", 0, 3, []string{"3 microbatches do not divide", "invalid on rank(s) 0"}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			for r, err := range buildErrors(t, 2, models.GPTMini(), tc.cfg) {
+			cfg := func(r int) layout.Config {
+				c := layout.Config{PP: 2, Microbatches: 2, Batch: 4, SeqLen: 8}
+				if r == tc.odd {
+					c.Microbatches = tc.microbatches
+				}
+				return c
+			}
+			for r, err := range buildErrors(t, 2, models.GPTMini(), cfg) {
 				if err == nil || !strings.Contains(err.Error(), tc.want[r]) {
 					t.Errorf("rank %d: error %v, want one containing %q", r, err, tc.want[r])
 				}

@@ -63,15 +63,9 @@ func NewLinear(rng *rand.Rand, in, out int, bias bool) *Linear {
 // Forward applies the layer to x [..., in].
 func (l *Linear) Forward(x *autograd.Var) *autograd.Var { return autograd.Linear(x, l.Weight, l.Bias) }
 
-func (l *Linear) NamedParameters() []NamedParameter {
-	ps := []NamedParameter{{"weight", l.Weight}}
-	if l.Bias != nil {
-		ps = append(ps, NamedParameter{"bias", l.Bias})
-	}
-	return ps
-}
-func (l *Linear) NamedBuffers() []NamedBuffer { return nil }
-func (l *Linear) SetTraining(bool)            {}
+func (l *Linear) NamedParameters() []NamedParameter { return weightBias(l.Weight, l.Bias) }
+func (l *Linear) NamedBuffers() []NamedBuffer       { return nil }
+func (l *Linear) SetTraining(bool)                  {}
 
 // Conv2dOptions configures NewConv2d. The zero value is stride 1, no
 // padding, with bias.
@@ -108,15 +102,9 @@ func (c *Conv2d) Forward(x *autograd.Var) *autograd.Var {
 	return autograd.Conv2d(x, c.Weight, c.Bias, c.Stride, c.Padding)
 }
 
-func (c *Conv2d) NamedParameters() []NamedParameter {
-	ps := []NamedParameter{{"weight", c.Weight}}
-	if c.Bias != nil {
-		ps = append(ps, NamedParameter{"bias", c.Bias})
-	}
-	return ps
-}
-func (c *Conv2d) NamedBuffers() []NamedBuffer { return nil }
-func (c *Conv2d) SetTraining(bool)            {}
+func (c *Conv2d) NamedParameters() []NamedParameter { return weightBias(c.Weight, c.Bias) }
+func (c *Conv2d) NamedBuffers() []NamedBuffer       { return nil }
+func (c *Conv2d) SetTraining(bool)                  {}
 
 // Embedding is a lookup table Weight [num, dim], initialised N(0, 1) as in
 // PyTorch. Parameter: "weight". It is a Module but not a Layer: its input
@@ -142,6 +130,15 @@ func (e *Embedding) Lookup(idx []int64, shape ...int) *autograd.Var {
 func (e *Embedding) NamedParameters() []NamedParameter { return []NamedParameter{{"weight", e.Weight}} }
 func (e *Embedding) NamedBuffers() []NamedBuffer       { return nil }
 func (e *Embedding) SetTraining(bool)                  {}
+
+// weightBias names a layer's weight and, when it has one, its bias.
+func weightBias(w, b *autograd.Var) []NamedParameter {
+	ps := []NamedParameter{{"weight", w}}
+	if b != nil {
+		ps = append(ps, NamedParameter{"bias", b})
+	}
+	return ps
+}
 
 // stateless provides the Module methods of layers without parameters.
 type stateless struct{}
@@ -188,11 +185,16 @@ type Flatten struct{ stateless }
 
 func (Flatten) Forward(x *autograd.Var) *autograd.Var { return autograd.Flatten(x) }
 
-// MaxPool2d takes the maximum of Kernel×Kernel windows.
-type MaxPool2d struct {
+// Pool2d is a pooling layer's window: Kernel×Kernel, Stride apart, over
+// the input padded by Padding on each side. MaxPool2d and AvgPool2d are
+// Pool2d with their Forward.
+type Pool2d struct {
 	stateless
 	Kernel, Stride, Padding int
 }
+
+// MaxPool2d takes the maximum of Kernel×Kernel windows.
+type MaxPool2d Pool2d
 
 // NewMaxPool2d returns k×k max pooling with stride k (PyTorch's default).
 func NewMaxPool2d(k int) *MaxPool2d { return &MaxPool2d{Kernel: k, Stride: k} }
@@ -202,10 +204,7 @@ func (p *MaxPool2d) Forward(x *autograd.Var) *autograd.Var {
 }
 
 // AvgPool2d takes the mean of Kernel×Kernel windows.
-type AvgPool2d struct {
-	stateless
-	Kernel, Stride, Padding int
-}
+type AvgPool2d Pool2d
 
 // NewAvgPool2d returns k×k average pooling with stride k.
 func NewAvgPool2d(k int) *AvgPool2d { return &AvgPool2d{Kernel: k, Stride: k} }

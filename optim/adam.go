@@ -20,6 +20,14 @@ type AdamOptions struct {
 // AdamDefaults returns PyTorch's defaults: betas (0.9, 0.999), eps 1e-8.
 func AdamDefaults() AdamOptions { return AdamOptions{Beta1: 0.9, Beta2: 0.999, Eps: 1e-8} }
 
+// scalars lists the options as StateDict saves them.
+func (o *AdamOptions) scalars() []optionScalar {
+	return []optionScalar{{key: "beta1", num: &o.Beta1}, {key: "beta2", num: &o.Beta2}, {key: "eps", num: &o.Eps},
+		{key: "amsgrad", flag: &o.AMSGrad}, {key: "maximize", flag: &o.Maximize}}
+}
+
+func (o *AdamOptions) buffers() (string, any, bool) { return "amsgrad", o.AMSGrad, o.AMSGrad }
+
 func (o AdamOptions) validate(op string) error {
 	if err := checkBeta(op, "beta1", o.Beta1); err != nil {
 		return err
@@ -207,38 +215,12 @@ func (a *Adam) StateDict() *StateDict {
 			a.putTensor(sd, i, "max_exp_avg_sq", s.MaxExpAvgSq)
 		}
 	}
-	sd.Scalars["beta1"] = a.opts.Beta1
-	sd.Scalars["beta2"] = a.opts.Beta2
-	sd.Scalars["eps"] = a.opts.Eps
-	sd.Scalars["amsgrad"] = boolScalar(a.opts.AMSGrad)
-	sd.Scalars["maximize"] = boolScalar(a.opts.Maximize)
+	putOptions(sd, a.opts.scalars())
 	return sd
 }
 
 // LoadStateDict restores a state saved by StateDict from an optimizer of
 // the same kind, parameter layout and AMSGrad setting.
 func (a *Adam) LoadStateDict(sd *StateDict) error {
-	op := a.name + ".LoadStateDict"
-	own := a.StateDict()
-	if err := a.checkLoad(own, sd); err != nil {
-		return err
-	}
-	o := AdamOptions{Beta1: sd.Scalars["beta1"], Beta2: sd.Scalars["beta2"], Eps: sd.Scalars["eps"]}
-	var err error
-	if o.AMSGrad, err = scalarBool(op, sd, "amsgrad"); err != nil {
-		return err
-	}
-	if o.Maximize, err = scalarBool(op, sd, "maximize"); err != nil {
-		return err
-	}
-	if err := o.validate(op); err != nil {
-		return err
-	}
-	if o.AMSGrad != a.opts.AMSGrad {
-		return invalid(op, "key \"amsgrad\" = %v, but this optimizer was built with amsgrad %v (buffers differ)",
-			sd.Scalars["amsgrad"], a.opts.AMSGrad)
-	}
-	a.applyLoad(own, sd)
-	a.opts = o
-	return nil
+	return loadStateDict(&a.base, &a.opts, a.StateDict(), sd)
 }

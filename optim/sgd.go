@@ -15,6 +15,14 @@ type SGDOptions struct {
 	Maximize  bool    // ascend instead of descend
 }
 
+// scalars lists the options as StateDict saves them.
+func (o *SGDOptions) scalars() []optionScalar {
+	return []optionScalar{{key: "momentum", num: &o.Momentum}, {key: "dampening", num: &o.Dampening},
+		{key: "nesterov", flag: &o.Nesterov}, {key: "maximize", flag: &o.Maximize}}
+}
+
+func (o *SGDOptions) buffers() (string, any, bool) { return "momentum", o.Momentum, o.Momentum != 0 }
+
 func (o SGDOptions) validate(op string) error {
 	if err := checkHyper(op, "momentum", o.Momentum); err != nil {
 		return err
@@ -158,37 +166,12 @@ func (s *SGD) StateDict() *StateDict {
 		}
 		s.putTensor(sd, i, "momentum_buffer", buf)
 	}
-	sd.Scalars["momentum"] = s.opts.Momentum
-	sd.Scalars["dampening"] = s.opts.Dampening
-	sd.Scalars["nesterov"] = boolScalar(s.opts.Nesterov)
-	sd.Scalars["maximize"] = boolScalar(s.opts.Maximize)
+	putOptions(sd, s.opts.scalars())
 	return sd
 }
 
 // LoadStateDict restores a state saved by StateDict from an SGD with the
 // same parameter layout and the same Momentum being zero or not.
 func (s *SGD) LoadStateDict(sd *StateDict) error {
-	const op = "SGD.LoadStateDict"
-	own := s.StateDict()
-	if err := s.checkLoad(own, sd); err != nil {
-		return err
-	}
-	o := SGDOptions{Momentum: sd.Scalars["momentum"], Dampening: sd.Scalars["dampening"]}
-	var err error
-	if o.Nesterov, err = scalarBool(op, sd, "nesterov"); err != nil {
-		return err
-	}
-	if o.Maximize, err = scalarBool(op, sd, "maximize"); err != nil {
-		return err
-	}
-	if err := o.validate(op); err != nil {
-		return err
-	}
-	if (o.Momentum == 0) != (s.opts.Momentum == 0) {
-		return invalid(op, "key \"momentum\" = %v, but this optimizer was built with momentum %v (buffers differ)",
-			o.Momentum, s.opts.Momentum)
-	}
-	s.applyLoad(own, sd)
-	s.opts = o
-	return nil
+	return loadStateDict(&s.base, &s.opts, s.StateDict(), sd)
 }

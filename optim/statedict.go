@@ -148,6 +148,77 @@ func boolScalar(v bool) float64 {
 	return 0
 }
 
+// optionScalar ties an option to its StateDict scalar: a number, or a
+// flag saved as 0 or 1.
+type optionScalar struct {
+	key  string
+	num  *float64
+	flag *bool
+}
+
+// putOptions saves the options into sd's scalars.
+func putOptions(sd *StateDict, opts []optionScalar) {
+	for _, o := range opts {
+		if o.flag != nil {
+			sd.Scalars[o.key] = boolScalar(*o.flag)
+		} else {
+			sd.Scalars[o.key] = *o.num
+		}
+	}
+}
+
+// options is an optimizer's options as its state dict holds them.
+type options[O any] interface {
+	*O
+	scalars() []optionScalar
+	validate(op string) error
+	// buffers names the option that decides which buffers the optimizer
+	// keeps: its key, its value, and whether it asks for the optional
+	// buffers (AMSGrad's maximum, SGD's momentum).
+	buffers() (key string, value any, on bool)
+}
+
+// loadStateDict is an optimizer's LoadStateDict: it checks sd against own
+// (the optimizer's StateDict), reads and validates the options, checks
+// that they ask for the buffers opts has, then restores the state and *opts.
+func loadStateDict[O any, P options[O]](b *base, opts P, own, sd *StateDict) error {
+	op := b.name + ".LoadStateDict"
+	if err := b.checkLoad(own, sd); err != nil {
+		return err
+	}
+	var o O
+	if err := loadOptions(op, sd, P(&o).scalars()); err != nil {
+		return err
+	}
+	if err := P(&o).validate(op); err != nil {
+		return err
+	}
+	key, _, on := P(&o).buffers()
+	if _, built, was := opts.buffers(); on != was {
+		return invalid(op, "key %q = %v, but this optimizer was built with %s %v (buffers differ)", key, sd.Scalars[key], key, built)
+	}
+	b.applyLoad(own, sd)
+	*opts = o
+	return nil
+}
+
+// loadOptions reads the options back from sd's scalars, in order; a flag
+// that is neither 0 nor 1 is an error.
+func loadOptions(op string, sd *StateDict, opts []optionScalar) error {
+	for _, o := range opts {
+		if o.flag == nil {
+			*o.num = sd.Scalars[o.key]
+			continue
+		}
+		v, err := scalarBool(op, sd, o.key)
+		if err != nil {
+			return err
+		}
+		*o.flag = v
+	}
+	return nil
+}
+
 // scalarBool decodes a flag, rejecting anything but 0 and 1.
 func scalarBool(op string, sd *StateDict, key string) (bool, error) {
 	switch v := sd.Scalars[key]; v {

@@ -151,6 +151,22 @@ type Stats struct {
 	RecvWait, SendWait, Sync             time.Duration
 }
 
+// pass returns the time and the count of the passes of compute kind k,
+// or nils for another kind.
+func (s *Stats) pass(k Kind) (*time.Duration, *int) {
+	switch k {
+	case Forward:
+		return &s.Forward, &s.NForward
+	case Backward:
+		return &s.Backward, &s.NBackward
+	case BackwardInput:
+		return &s.Input, &s.NInput
+	case BackwardWeight:
+		return &s.Weight, &s.NWeight
+	}
+	return nil, nil
+}
+
 // Sub returns s − o, the timings between two snapshots.
 func (s Stats) Sub(o Stats) Stats {
 	return Stats{Steps: s.Steps - o.Steps, Wall: s.Wall - o.Wall, Compute: s.Compute - o.Compute,
@@ -373,19 +389,9 @@ func (p *Pipeline) Step(ctx context.Context) (loss float64, err error) {
 		if a.Kind.IsCompute() {
 			d := time.Since(t0) - (st.wait - wait0)
 			stats.Compute += d
-			switch a.Kind {
-			case Forward:
-				stats.Forward += d
-				stats.NForward++
-			case Backward:
-				stats.Backward += d
-				stats.NBackward++
-			case BackwardInput:
-				stats.Input += d
-				stats.NInput++
-			case BackwardWeight:
-				stats.Weight += d
-				stats.NWeight++
+			if t, n := stats.pass(a.Kind); t != nil {
+				*t += d
+				*n++
 			}
 			if stage, ok := p.lastBackward[i]; ok && p.opts.StageDone != nil {
 				p.opts.StageDone(stage)

@@ -46,6 +46,13 @@ type Device struct {
 	// every message step of the step-end synchronisation. Measured by
 	// cohort plan profile (MeasureHandoff); 0: the fabric's time alone.
 	HandoffSeconds float64 `json:"handoff_seconds,omitempty"`
+	// TensorParallel is what tensor parallelism pays on this device beyond
+	// the curve and the fabric, per tensor-parallel degree, measured by
+	// cohort plan profile from a tensor-parallel run (MeasureTP). Between
+	// points, and from (1 rank: 1, 0 s), figures are interpolated
+	// linearly in ranks, beyond the last held; none: the curve and the
+	// fabric alone.
+	TensorParallel []TPPoint `json:"tensor_parallel,omitempty"`
 	// Source says where the figures come from.
 	Source string `json:"source,omitempty"`
 }
@@ -58,6 +65,25 @@ type EfficiencyPoint struct {
 	// and loss reach, as a fraction of the blocks' at this point (their
 	// microbatch): measured by cohort plan profile; 0 means 1.
 	Head float64 `json:"head,omitempty"`
+}
+
+// TPPoint is one point of Device.TensorParallel: a rank of a
+// tensor-parallel group of Ranks ranks.
+type TPPoint struct {
+	Ranks int `json:"ranks"`
+	// Compute is the sharded layers' compute time (forward and backward,
+	// outside the collectives) over the time the curve gives their FLOPs:
+	// narrower products run slower per FLOP, and the LayerNorms, residual
+	// additions and the loss's elementwise work are replicated, not split.
+	Compute float64 `json:"compute"`
+	// CollectiveSeconds is how much longer each of the activation
+	// all-reduces (Megatron's f and g) takes, as its caller waits for it,
+	// than the fabric's time for its size: waking the peer, and the peer
+	// arriving late.
+	CollectiveSeconds float64 `json:"collective_seconds"`
+	// SmallSeconds is the same for the loss's small all-reduces (the
+	// vocabulary-parallel cross-entropy's row maxima and sums).
+	SmallSeconds float64 `json:"small_seconds,omitempty"`
 }
 
 // SideBySidePoint is one point of Device.SideBySide.
@@ -113,6 +139,20 @@ func (d *Device) Validate() error {
 	if !(d.HandoffSeconds >= 0) || math.IsInf(d.HandoffSeconds, 0) {
 		return bad("handoff_seconds", d.HandoffSeconds, "seconds ≥ 0")
 	}
+	for i, p := range d.TensorParallel {
+		if p.Ranks < 2 || (i > 0 && p.Ranks <= d.TensorParallel[i-1].Ranks) {
+			return bad(fmt.Sprintf("tensor_parallel[%d].ranks", i), p.Ranks, "at least 2, in increasing order")
+		}
+		if !(p.Compute > 0) || math.IsInf(p.Compute, 0) {
+			return bad(fmt.Sprintf("tensor_parallel[%d].compute", i), p.Compute, "> 0")
+		}
+		if !(p.CollectiveSeconds >= 0) || math.IsInf(p.CollectiveSeconds, 0) {
+			return bad(fmt.Sprintf("tensor_parallel[%d].collective_seconds", i), p.CollectiveSeconds, "seconds ≥ 0")
+		}
+		if !(p.SmallSeconds >= 0) || math.IsInf(p.SmallSeconds, 0) {
+			return bad(fmt.Sprintf("tensor_parallel[%d].small_seconds", i), p.SmallSeconds, "seconds ≥ 0")
+		}
+	}
 	return nil
 }
 
@@ -135,6 +175,44 @@ func (d *Device) sideBySide(ranks float64) float64 {
 		lo = p
 	}
 	return lo.Factor
+}
+
+// TP returns the device's tensor-parallel figures at ranks ranks (see
+// TensorParallel): for 1 rank, or a device without them, compute 1 and no
+// extra seconds.
+func (d *Device) TP(ranks int) TPPoint {
+	lo := TPPoint{Ranks: 1, Compute: 1}
+	if ranks <= 1 || len(d.TensorParallel) == 0 {
+		return lo
+	}
+	for _, p := range d.TensorParallel {
+		if ranks <= p.Ranks {
+			x := float64(ranks-lo.Ranks) / float64(p.Ranks-lo.Ranks)
+			return TPPoint{Ranks: ranks, Compute: lo.Compute + x*(p.Compute-lo.Compute),
+				CollectiveSeconds: lo.CollectiveSeconds + x*(p.CollectiveSeconds-lo.CollectiveSeconds),
+				SmallSeconds:      lo.SmallSeconds + x*(p.SmallSeconds-lo.SmallSeconds)}
+		}
+		lo = p
+	}
+	lo.Ranks = ranks
+	return lo
+}
+
+// AddTP records p as the device's tensor-parallel figures at p.Ranks,
+// replacing a point there.
+func AddTP(d *Device, p TPPoint) {
+	var pts []TPPoint
+	for _, q := range d.TensorParallel {
+		if q.Ranks != p.Ranks {
+			pts = append(pts, q)
+		}
+	}
+	p.Compute = math.Round(p.Compute*1e4) / 1e4
+	p.CollectiveSeconds = math.Round(p.CollectiveSeconds*1e7) / 1e7
+	p.SmallSeconds = math.Round(p.SmallSeconds*1e7) / 1e7
+	pts = append(pts, p)
+	sort.Slice(pts, func(i, j int) bool { return pts[i].Ranks < pts[j].Ranks })
+	d.TensorParallel = pts
 }
 
 // AddSideBySide records factor as the device's side-by-side factor at

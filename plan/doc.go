@@ -28,7 +28,12 @@
 //     FabricFromFits (`cohort plan fit`): least squares on the relative
 //     error of time = α·steps + bytes·factor/β with the ring terms the
 //     cost functions charge (RingTerms), per collective and link class,
-//     so that the fabric gives back the measured times.
+//     so that the fabric gives back the measured times. Where one line is
+//     off by more than 25 % somewhere, the fit tries a second β for the
+//     bytes of a buffer past a break size (each sample size that leaves
+//     two sizes on either side) and keeps the best when it halves the
+//     squared residuals: Link.Beyond (messages past the caches; older
+//     fabric files have none and price every byte at one β).
 //
 // # The step
 //
@@ -61,9 +66,29 @@
 //     its cores when oversubscribed) for data parallelism's equal
 //     replicas, fewer beside a pipeline's busiest rank, whose cheaper
 //     neighbours compute for only their share of its time;
-//   - tensor parallelism (package tp, Megatron's f and g): two all-reduces
-//     of the block's output per block forward and two backward (two more
-//     with recomputation), on the critical path;
+//   - tensor parallelism (package tp, Megatron's f and g), on the
+//     critical path, as cohort's tp runs it: per block two all-reduces of
+//     the microbatch's activations forward (attention's and the MLP's g)
+//     and two backward (their f; two more with recomputation), one
+//     forward after the vocabulary-parallel embedding and one backward
+//     for the f before the vocabulary-parallel head: 4L + 2 a microbatch;
+//     the vocabulary-parallel cross-entropy's two small all-reduces (the
+//     rows' maxima, 4 bytes a token; their sums and target logits, 16)
+//     a microbatch, and the gradient norm's (8 bytes) a step. Each is
+//     the fabric's all-reduce for its size plus, on a device measured
+//     here, the time a tensor-parallel run's collectives took beyond it
+//     as their callers waited (TPPoint.CollectiveSeconds for the
+//     activations', SmallSeconds for the small ones: waking the peer and
+//     the peer arriving late); the sharded layers' compute is the
+//     curve's time for their FLOPs (every product divided by tp) times
+//     TPPoint.Compute, the measured compute outside the collectives over
+//     that time (narrower products run slower per FLOP; LayerNorms,
+//     residual additions and the loss's elementwise work are replicated,
+//     not divided). The figures are Device.TensorParallel, per tp degree,
+//     measured by cohort plan validate's profile from a tensor-parallel
+//     GPT-mini's steps (MeasureTP): they follow package tp as it gets
+//     faster, and a device without them (the A100's, the H100's) is the
+//     curve and the fabric alone;
 //   - pipeline (package pipeline): Makespan, checked against
 //     pipeline.Simulate in the tests (package pipeline imports
 //     distributed, which this package does not, so the bubble is modelled

@@ -27,11 +27,39 @@ type Fabric struct {
 	Source      string                      `json:"source,omitempty"`
 }
 
-// Link is one α–β pair.
+// Link is one α–β pair, and optionally a second β for the bytes of a
+// collective beyond a size (Beyond).
 type Link struct {
 	Transport string   `json:"transport,omitempty"` // nvlink, shm, ib, tcp: documentation
 	Alpha     *float64 `json:"alpha"`               // seconds per message step
 	Bandwidth *float64 `json:"bandwidth"`           // bytes/s per rank, one direction
+	// Beyond, where set, prices the bytes of a collective's buffer past
+	// Beyond.Bytes at Beyond.Bandwidth instead (messages that no longer
+	// fit the caches move slower): a buffer of n bytes moves
+	// min(n, B)/β + max(0, n − B)/β₂ per byte of the ring's factor. A
+	// fabric without it (older files) prices every byte at Bandwidth.
+	Beyond *Segment `json:"beyond,omitempty"`
+}
+
+// Segment is the second β of a Link.
+type Segment struct {
+	Bytes     float64 `json:"bytes"`     // the break: a collective's buffer size
+	Bandwidth float64 `json:"bandwidth"` // bytes/s for the bytes past it
+}
+
+// cost is a link's figures, resolved.
+type cost struct {
+	alpha, beta float64
+	brk, beta2  float64 // brk 0: one β
+}
+
+// perByte returns the seconds to move a buffer of bytes once at the
+// link's bandwidth(s).
+func (c cost) perByte(bytes float64) float64 {
+	if c.brk <= 0 || bytes <= c.brk {
+		return bytes / c.beta
+	}
+	return c.brk/c.beta + (bytes-c.brk)/c.beta2
 }
 
 // Collective names the collectives a Fabric can price.
@@ -60,6 +88,10 @@ func (f *Fabric) Validate() error {
 			return fmt.Errorf("plan: fabric %s: %s.bandwidth is missing: want bytes/s > 0", f.Name, field)
 		case !(*l.Bandwidth > 0) || math.IsInf(*l.Bandwidth, 0):
 			return fmt.Errorf("plan: fabric %s: %s.bandwidth is %v: want bytes/s > 0", f.Name, field, *l.Bandwidth)
+		case l.Beyond != nil && (!(l.Beyond.Bytes > 0) || math.IsInf(l.Beyond.Bytes, 0)):
+			return fmt.Errorf("plan: fabric %s: %s.beyond.bytes is %v: want bytes > 0", f.Name, field, l.Beyond.Bytes)
+		case l.Beyond != nil && (!(l.Beyond.Bandwidth > 0) || math.IsInf(l.Beyond.Bandwidth, 0)):
+			return fmt.Errorf("plan: fabric %s: %s.beyond.bandwidth is %v: want bytes/s > 0", f.Name, field, l.Beyond.Bandwidth)
 		}
 		return nil
 	}
@@ -108,8 +140,8 @@ func BuiltinFabric(name string) (*Fabric, error) {
 	return ParseFabric(data)
 }
 
-// link returns α and β for op over a link class.
-func (f *Fabric) link(op string, inter bool) (alpha, beta float64) {
+// link returns the figures for op over a link class.
+func (f *Fabric) link(op string, inter bool) cost {
 	class, l := "intra", f.Intra
 	if inter {
 		class, l = "inter", f.Inter
@@ -117,7 +149,11 @@ func (f *Fabric) link(op string, inter bool) (alpha, beta float64) {
 	if o := f.Collectives[op][class]; o != nil {
 		l = o
 	}
-	return *l.Alpha, *l.Bandwidth
+	c := cost{alpha: *l.Alpha, beta: *l.Bandwidth}
+	if l.Beyond != nil {
+		c.brk, c.beta2 = l.Beyond.Bytes, l.Beyond.Bandwidth
+	}
+	return c
 }
 
 // Group is where the ranks of a process group sit: PerNode of them on each
@@ -129,12 +165,12 @@ func (g Group) Size() int { return g.PerNode * g.Nodes }
 
 // ring returns the time of a flat ring over n ranks: steps message steps
 // each moving bytes·frac.
-func ringTime(alpha, beta float64, n int, bytes float64, passes float64) float64 {
+func ringTime(c cost, n int, bytes float64, passes float64) float64 {
 	if n <= 1 || bytes <= 0 {
 		return 0
 	}
 	fn := float64(n)
-	return passes * ((fn-1)/fn*bytes/beta + (fn-1)*alpha)
+	return passes * ((fn-1)/fn*c.perByte(bytes) + (fn-1)*c.alpha)
 }
 
 // AllReduceTime prices a ring all-reduce of bytes over g:
@@ -145,14 +181,12 @@ func ringTime(alpha, beta float64, n int, bytes float64, passes float64) float64
 // node.
 func (f *Fabric) AllReduceTime(g Group, bytes float64) float64 {
 	if g.Nodes <= 1 {
-		a, b := f.link(AllReduce, false)
-		return ringTime(a, b, g.PerNode, bytes, 2)
+		return ringTime(f.link(AllReduce, false), g.PerNode, bytes, 2)
 	}
-	ai, bi := f.link(AllReduce, false)
-	ae, be := f.link(AllReduce, true)
-	return ringTime(ai, bi, g.PerNode, bytes, 1) +
-		ringTime(ae, be, g.Nodes, bytes/float64(g.PerNode), 2) +
-		ringTime(ai, bi, g.PerNode, bytes, 1)
+	ci, ce := f.link(AllReduce, false), f.link(AllReduce, true)
+	return ringTime(ci, g.PerNode, bytes, 1) +
+		ringTime(ce, g.Nodes, bytes/float64(g.PerNode), 2) +
+		ringTime(ci, g.PerNode, bytes, 1)
 }
 
 // AllGatherTime prices a ring all-gather whose result is bytes (each rank
@@ -169,16 +203,14 @@ func (f *Fabric) ReduceScatterTime(g Group, bytes float64) float64 {
 
 func (f *Fabric) halfRing(op string, g Group, bytes float64) float64 {
 	if g.Nodes <= 1 {
-		a, b := f.link(op, false)
-		return ringTime(a, b, g.PerNode, bytes, 1)
+		return ringTime(f.link(op, false), g.PerNode, bytes, 1)
 	}
-	ai, bi := f.link(op, false)
-	ae, be := f.link(op, true)
-	return ringTime(ae, be, g.Nodes, bytes/float64(g.PerNode), 1) + ringTime(ai, bi, g.PerNode, bytes, 1)
+	return ringTime(f.link(op, true), g.Nodes, bytes/float64(g.PerNode), 1) + ringTime(f.link(op, false), g.PerNode, bytes, 1)
 }
 
-// P2PTime prices one point-to-point message: α + bytes/β.
+// P2PTime prices one point-to-point message: α + bytes/β (the bytes past
+// a second β's break at that β).
 func (f *Fabric) P2PTime(inter bool, bytes float64) float64 {
-	a, b := f.link(P2P, inter)
-	return a + bytes/b
+	c := f.link(P2P, inter)
+	return c.alpha + c.perByte(bytes)
 }

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -63,6 +64,10 @@ type LinkFit struct {
 	// AlphaClamped: the unconstrained fit's α was negative (the small
 	// sizes ran faster than the large ones' line predicts) and α is 0.
 	AlphaClamped bool
+	// Break and Bandwidth2, where Break > 0: a second β for the bytes of
+	// a buffer past Break (Link.Beyond), which the fit chose because one
+	// line left the large sizes far off (see FitLink).
+	Break, Bandwidth2 float64
 }
 
 // FitLink fits α and β to samples of one collective on one link class
@@ -124,14 +129,132 @@ func FitLink(samples []Sample) (LinkFit, error) {
 		return LinkFit{}, fmt.Errorf("plan: fit: %s: the times do not grow with the bytes (fitted 1/β = %g): measure larger sizes", op, gamma)
 	}
 	f.Alpha, f.Bandwidth = alpha, 1/gamma
-	for i, sm := range samples {
-		r := (alpha*s[i] + x[i]*gamma - sm.Seconds) / sm.Seconds
+	f.residuals(s, x)
+	if two, ok := fitTwo(f, s, x); ok {
+		return two, nil
+	}
+	return f, nil
+}
+
+// residuals sets f's residuals for samples with steps s and ring bytes x
+// (bytes·factor).
+func (f *LinkFit) residuals(s, x []float64) {
+	c := cost{alpha: f.Alpha, beta: f.Bandwidth, brk: f.Break, beta2: f.Bandwidth2}
+	f.Residuals, f.Worst = nil, 0
+	for i, sm := range f.Samples {
+		factor := x[i] / sm.Bytes
+		r := (f.Alpha*s[i] + factor*c.perByte(sm.Bytes) - sm.Seconds) / sm.Seconds
 		f.Residuals = append(f.Residuals, r)
 		if math.Abs(r) > math.Abs(f.Worst) {
 			f.Worst = r
 		}
 	}
-	return f, nil
+}
+
+// Two segments: a second β is worth its parameter only when one line is
+// off by more than twoSegmentWorst somewhere and two cut the sum of
+// squared relative residuals to at most twoSegmentGain of one line's.
+const (
+	twoSegmentWorst = 0.25
+	twoSegmentGain  = 0.5
+)
+
+// fitTwo tries a second β beyond each sample size that leaves at least
+// two distinct sizes at or below it and two above (the same weighted
+// least squares with unknowns α, 1/β and 1/β₂, α ≥ 0), and returns the
+// best when it beats the line one by the margins above.
+func fitTwo(one LinkFit, s, x []float64) (LinkFit, bool) {
+	if math.Abs(one.Worst) <= twoSegmentWorst {
+		return one, false
+	}
+	ssr := func(f LinkFit) float64 {
+		t := 0.0
+		for _, r := range f.Residuals {
+			t += r * r
+		}
+		return t
+	}
+	var sizes []float64
+	for _, sm := range one.Samples {
+		if !slices.Contains(sizes, sm.Bytes) {
+			sizes = append(sizes, sm.Bytes)
+		}
+	}
+	sort.Float64s(sizes)
+	best, bestSSR := one, twoSegmentGain*ssr(one)
+	found := false
+	for k := 1; k+2 < len(sizes); k++ {
+		brk := sizes[k]
+		// features: steps, ring bytes up to the break, ring bytes past it
+		var a [3][3]float64
+		var b [3]float64
+		for i, sm := range one.Samples {
+			factor := x[i] / sm.Bytes
+			v := [3]float64{s[i], factor * min(sm.Bytes, brk), factor * max(0, sm.Bytes-brk)}
+			w := 1 / (sm.Seconds * sm.Seconds)
+			for p := range 3 {
+				for q := range 3 {
+					a[p][q] += w * v[p] * v[q]
+				}
+				b[p] += w * v[p] * sm.Seconds
+			}
+		}
+		sol, ok := solve3(a, b)
+		clamped := false
+		if ok && sol[0] < 0 {
+			// α = 0: the two γ alone
+			det := a[1][1]*a[2][2] - a[1][2]*a[2][1]
+			if !(det > 0) {
+				continue
+			}
+			sol = [3]float64{0, (b[1]*a[2][2] - a[1][2]*b[2]) / det, (a[1][1]*b[2] - a[2][1]*b[1]) / det}
+			clamped = true
+		}
+		if !ok || !(sol[1] > 0) || !(sol[2] > 0) {
+			continue
+		}
+		f := LinkFit{Op: one.Op, Samples: one.Samples, Alpha: sol[0], Bandwidth: 1 / sol[1], AlphaClamped: clamped,
+			Break: brk, Bandwidth2: 1 / sol[2]}
+		f.residuals(s, x)
+		if v := ssr(f); v < bestSSR {
+			best, bestSSR, found = f, v, true
+		}
+	}
+	return best, found
+}
+
+// solve3 solves a·v = b by Gaussian elimination with partial pivoting.
+func solve3(a [3][3]float64, b [3]float64) ([3]float64, bool) {
+	scale := math.Max(math.Abs(a[0][0]), math.Max(math.Abs(a[1][1]), math.Abs(a[2][2])))
+	for c := range 3 {
+		p := c
+		for r := c + 1; r < 3; r++ {
+			if math.Abs(a[r][c]) > math.Abs(a[p][c]) {
+				p = r
+			}
+		}
+		if !(math.Abs(a[p][c]) > 1e-12*scale) {
+			return [3]float64{}, false
+		}
+		a[c], a[p] = a[p], a[c]
+		b[c], b[p] = b[p], b[c]
+		for r := c + 1; r < 3; r++ {
+			m := a[r][c] / a[c][c]
+			for q := c; q < 3; q++ {
+				a[r][q] -= m * a[c][q]
+			}
+			b[r] -= m * b[c]
+		}
+	}
+	var v [3]float64
+	for r := 2; r >= 0; r-- {
+		t := b[r]
+		for q := r + 1; q < 3; q++ {
+			t -= a[r][q] * v[q]
+		}
+		v[r] = t / a[r][r]
+	}
+	return v, true
 }
 
 // FitClass fits every collective found in samples (one link class, e.g.
@@ -226,8 +349,12 @@ func FabricFromFits(name string, intra, inter *ClassFit, base *Fabric) (*Fabric,
 			if lf.Op != main.Op {
 				f.setOverride(lf.Op, c.class, newLink(c.fit.Transport, lf))
 			}
-			parts = append(parts, fmt.Sprintf("%s α %.3g s β %.3g B/s (%d sizes, worst residual %+.1f%%)",
-				lf.Op, lf.Alpha, lf.Bandwidth, len(lf.Samples), 100*lf.Worst))
+			beyond := ""
+			if lf.Break > 0 {
+				beyond = fmt.Sprintf(", beyond %s β %.3g B/s", sizeName(lf.Break), lf.Bandwidth2)
+			}
+			parts = append(parts, fmt.Sprintf("%s α %.3g s β %.3g B/s%s (%d sizes, worst residual %+.1f%%)",
+				lf.Op, lf.Alpha, lf.Bandwidth, beyond, len(lf.Samples), 100*lf.Worst))
 		}
 		src = append(src, fmt.Sprintf("%s (%s) fitted to cohort bench on %s ranks: %s", c.class, c.fit.Transport, worlds(c.fit.Fits), strings.Join(parts, "; ")))
 	}
@@ -242,7 +369,11 @@ func FabricFromFits(name string, intra, inter *ClassFit, base *Fabric) (*Fabric,
 // carry no more.
 func newLink(transport string, lf LinkFit) *Link {
 	a, b := round4(lf.Alpha), round4(lf.Bandwidth)
-	return &Link{Transport: transport, Alpha: &a, Bandwidth: &b}
+	l := &Link{Transport: transport, Alpha: &a, Bandwidth: &b}
+	if lf.Break > 0 {
+		l.Beyond = &Segment{Bytes: lf.Break, Bandwidth: round4(lf.Bandwidth2)}
+	}
+	return l
 }
 
 func round4(v float64) float64 {
@@ -259,6 +390,9 @@ func (f LinkFit) Report(class, transport string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s %s %s: alpha %.3f us bandwidth %.4g B/s (%.3g Gbit/s) worst residual %+.1f%%",
 		class, transport, f.Op, 1e6*f.Alpha, f.Bandwidth, 8*f.Bandwidth/1e9, 100*f.Worst)
+	if f.Break > 0 {
+		fmt.Fprintf(&b, " beyond %s bandwidth %.4g B/s", sizeName(f.Break), f.Bandwidth2)
+	}
 	if f.AlphaClamped {
 		b.WriteString(" (alpha clamped to 0)")
 	}

@@ -191,3 +191,62 @@ func runFit(d *datadriven.TestData) (string, error) {
 	b.WriteString("\n")
 	return b.String(), nil
 }
+
+// Times that run slower past 1 MiB (β₂ a tenth of β) leave one line far
+// off at the large sizes; the fit finds the break and both β, the fabric
+// it builds keeps them (beyond) and prices every sample as measured, and
+// the same fabric without beyond, as an older file, is one line.
+func TestFitLinkTwoSegments(t *testing.T) {
+	const alpha, bandwidth, brk, bandwidth2 = 2e-6, 1e10, 1 << 20, 1e9
+	var ss []plan.Sample
+	for _, b := range fitSizes {
+		steps, factor, _ := plan.RingTerms(plan.AllReduce, 2)
+		sec := alpha*steps + factor*(min(b, brk)/bandwidth+max(0, b-brk)/bandwidth2)
+		ss = append(ss, plan.Sample{Op: plan.AllReduce, World: 2, Bytes: b, Seconds: sec})
+	}
+	f, err := plan.FitLink(ss)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.Break != brk || math.Abs(f.Alpha/alpha-1) > 1e-6 || math.Abs(f.Bandwidth/bandwidth-1) > 1e-6 || math.Abs(f.Bandwidth2/bandwidth2-1) > 1e-6 || math.Abs(f.Worst) > 1e-6 {
+		t.Fatalf("fit %+v: want α %g β %g, beyond %d bytes β %g, exact", f, alpha, bandwidth, brk, bandwidth2)
+	}
+	fab, err := plan.FabricFromFits("t", &plan.ClassFit{Transport: "shm", Fits: []plan.LinkFit{f}}, &plan.ClassFit{Transport: "tcp", Fits: []plan.LinkFit{f}}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if fab.Intra.Beyond == nil || fab.Intra.Beyond.Bytes != brk {
+		t.Fatalf("fabric intra %+v: want beyond at %d bytes", fab.Intra, brk)
+	}
+	for _, s := range ss {
+		if got, _ := fab.Predict(s, false); math.Abs(got/s.Seconds-1) > 1e-3 {
+			t.Errorf("%g bytes: fabric prices %g s, sample %g s", s.Bytes, got, s.Seconds)
+		}
+	}
+	b, _ := json.Marshal(fab)
+	old := strings.ReplaceAll(string(b), fmt.Sprintf(`,"beyond":{"bytes":%d,"bandwidth":1000000000}`, brk), "")
+	if old == string(b) {
+		t.Fatalf("fabric JSON %s: no beyond to remove", b)
+	}
+	line, err := plan.ParseFabric([]byte(old))
+	if err != nil {
+		t.Fatal(err)
+	}
+	big := plan.Sample{Op: plan.AllReduce, World: 2, Bytes: 64 << 20}
+	got, _ := line.Predict(big, false)
+	if want := 2*alpha + float64(big.Bytes)/bandwidth; math.Abs(got/want-1) > 1e-3 {
+		t.Errorf("without beyond: %g s for 64 MiB, want one line's %g s", got, want)
+	}
+	// one line that fits: no second β
+	if f, _ := plan.FitLink(synthetic(t, plan.AllReduce, 2, alpha, bandwidth, fitSizes, []float64{0.1, -0.1})); f.Break != 0 {
+		t.Errorf("a line within 10%%: fit %+v, want no break", f)
+	}
+	for field, js := range map[string]string{
+		"intra.beyond.bytes":     `{"name":"x","intra":{"alpha":0,"bandwidth":1,"beyond":{"bytes":0,"bandwidth":1}},"inter":{"alpha":0,"bandwidth":1}}`,
+		"inter.beyond.bandwidth": `{"name":"x","intra":{"alpha":0,"bandwidth":1},"inter":{"alpha":0,"bandwidth":1,"beyond":{"bytes":10,"bandwidth":-1}}}`,
+	} {
+		if _, err := plan.ParseFabric([]byte(js)); err == nil || !strings.Contains(err.Error(), field) {
+			t.Errorf("%s: error %v, want one naming %s", js, err, field)
+		}
+	}
+}

@@ -319,15 +319,22 @@ func (e *Env) ranks(l Layout, b int) []rankCost {
 	peak, _ := e.Device.Peak(pr.dtype)
 	tpGroup := Group{PerNode: l.TP, Nodes: 1}
 	share := e.Cluster.share() // the node's cores shared; ranks side by side: sideBySide
+	// what tensor parallelism pays here beyond the curve and the fabric
+	// (Device.TensorParallel): 1 and 0 s without measured figures
+	tpx := e.Device.TP(l.TP)
 	layer := func(c Cost) (f, bw, w, tp float64) {
-		f = share * e.passTime(c, c.F, c.AttnF, peak, 1)
-		bw = share * e.passTime(c, c.B, c.AttnB, peak, 2)
-		w = share * e.passTime(c, c.W, 0, peak, 0)
-		ar := e.Fabric.AllReduceTime(tpGroup, float64(c.TPBytes))
+		k := share * tpx.Compute
+		f = k * e.passTime(c, c.F, c.AttnF, peak, 1)
+		bw = k * e.passTime(c, c.B, c.AttnB, peak, 2)
+		w = k * e.passTime(c, c.W, 0, peak, 0)
+		ar := e.Fabric.AllReduceTime(tpGroup, float64(c.TPBytes)) + tpx.CollectiveSeconds
 		tp = float64(c.TPForward+c.TPBackward) * ar
 		if m.Recompute {
 			bw += f
 			tp += float64(c.TPForward) * ar
+		}
+		for _, n := range c.TPSmallBytes {
+			tp += e.Fabric.AllReduceTime(tpGroup, float64(n)) + tpx.SmallSeconds
 		}
 		return
 	}
@@ -527,6 +534,10 @@ func (e *Env) predict(l Layout) Prediction {
 	top := rs[busiest]
 	t.Compute = mb * (top.f + top.b + top.w)
 	t.TP = mb * top.tp
+	if l.TP > 1 {
+		// the gradient norm's all-reduce (one float64) once a step
+		t.TP += f.AllReduceTime(Group{PerNode: l.TP, Nodes: 1}, 8) + e.Device.TP(l.TP).SmallSeconds
+	}
 	if l.PP > 1 {
 		interPP := l.TP*l.PP > e.Cluster.ProcsPerNode || e.Cluster.ProcsPerNode%(l.TP*l.PP) != 0
 		// a hand-off: the fabric's message and the measured wake-up

@@ -198,6 +198,10 @@ type Cost struct {
 	// layer's critical path; TPForward and TPBackward count them.
 	TPBytes               int64
 	TPForward, TPBackward int
+	// TPSmallBytes are the sizes of the layer's small tensor-parallel
+	// all-reduces on the critical path (the vocabulary-parallel loss's
+	// row maxima and sums), once per microbatch.
+	TPSmallBytes []int64
 }
 
 // costs returns the per-layer cost of m's repeated block (or the MLP's
@@ -244,8 +248,18 @@ func (m *Model) headCost(b, t int) Cost {
 	// The final LayerNorm and the output projection: its own weights, or,
 	// tied, the last stage's copy of the token embedding (its gradient
 	// summed with the first stage's).
-	return Cost{F: gemm, B: gemm, W: gemm, GEMM: gemm, ActBytes: logits, WorkBytes: logits,
+	c := Cost{F: gemm, B: gemm, W: gemm, GEMM: gemm, ActBytes: logits, WorkBytes: logits,
 		Params: int64(2*h + h*v/float64(t))}
+	if t > 1 {
+		// Megatron's f before the vocabulary-parallel projection: its
+		// input's gradient all-reduced backward; the vocabulary-parallel
+		// cross-entropy all-reduces the rows' maxima (4 bytes a token)
+		// and their sums of exponentials with the target logits (16).
+		c.TPBytes = int64(bs * h * float64(m.precision().act))
+		c.TPBackward = 1
+		c.TPSmallBytes = []int64{int64(bs * 4), int64(bs * 16)}
+	}
+	return c
 }
 
 // embedCost is the token and position embeddings (first stage); with

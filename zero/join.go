@@ -66,21 +66,11 @@ func (m *Model) Join(ctx context.Context, body func() error) error {
 
 // round runs one join round with this rank's state.
 func (m *Model) round(ctx context.Context, state int64) (wrapcore.JoinRound, error) {
-	v := make([]int64, m.world)
-	v[m.rank] = state
-	if err := m.pg.AllReduce(ctx, distributed.I64(v), distributed.Sum).Wait(); err != nil {
-		m.join.broken = true
-		return wrapcore.JoinRound{}, fmt.Errorf("zero: Join: round all-reduce: %w", err)
-	}
-	r, err := wrapcore.DecodeJoinRound("zero", v)
-	if err != nil {
-		m.join.broken = true
-		return wrapcore.JoinRound{}, fmt.Errorf("zero: %w", err)
-	}
+	r, err := wrapcore.Round(ctx, "zero", m.pg, state, &m.join.broken)
 	if len(r.Active) > 0 {
 		m.join.active = len(r.Active)
 	}
-	return r, nil
+	return r, err
 }
 
 // phase runs one phase all-reduce: a training rank announces kind (with

@@ -105,13 +105,9 @@ func TestJoinErrors(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			distributedtest.Run(t, 2, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
-				mod := w.model()
-				m, err := Wrap(ctx, mod, pg, Options{Optimizer: adamW})
-				if err != nil {
-					t.Fatal(err)
-				}
+				mod, m := wrapNew(t, ctx, w, pg, Options{Optimizer: adamW})
 				defer m.Close()
-				err = m.Join(ctx, func() error { return tc.body(ctx, m, mod, pg.Rank()) })
+				err := m.Join(ctx, func() error { return tc.body(ctx, m, mod, pg.Rank()) })
 				if want := tc.want(pg.Rank()); err == nil || !strings.Contains(err.Error(), want) {
 					t.Errorf("rank %d: Join: %v, want an error containing %q", pg.Rank(), err, want)
 				}

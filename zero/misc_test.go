@@ -85,21 +85,17 @@ func TestWrapErrors(t *testing.T) {
 			return err
 		}, Want: "fsdp"},
 		{Name: "backward without call", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := dptest.SmallNet(1, 5)
-			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
+			m, net, x, err := wrapSmall(ctx, pg)
 			if err != nil {
 				return err
 			}
-			x := autograd.NewVar(randTensor(2, 4), false)
 			return m.Backward(ctx, autograd.CrossEntropy(net.Forward(x), []int64{0, 1}, autograd.CrossEntropyOptions{}))
 		}, Want: "no Forward"},
 		{Name: "unused parameter", World: 2, Wrap: func(ctx context.Context, pg distributed.ProcessGroup) error {
-			net := dptest.SmallNet(1, 5)
-			m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
+			m, net, x, err := wrapSmall(ctx, pg)
 			if err != nil {
 				return err
 			}
-			x := autograd.NewVar(randTensor(2, 4), false)
 			out, err := m.Call(ctx, func() *autograd.Var { return net.Layers[0].Forward(x) })
 			if err != nil {
 				return err
@@ -107,6 +103,14 @@ func TestWrapErrors(t *testing.T) {
 			return m.Backward(ctx, autograd.Sum(out))
 		}, Want: `received no gradient in this step: "2.weight", "2.bias"`},
 	})
+}
+
+// wrapSmall wraps the error cases' net (dptest.SmallNet) on pg, and
+// returns a batch of two inputs for it.
+func wrapSmall(ctx context.Context, pg distributed.ProcessGroup) (*Model, *nn.Sequential, *autograd.Var, error) {
+	net := dptest.SmallNet(1, 5)
+	m, err := Wrap(ctx, net, pg, Options{Optimizer: adamW})
+	return m, net, autograd.NewVar(randTensor(2, 4), false), err
 }
 
 func randTensor(shape ...int) *tensor.Tensor {
@@ -238,11 +242,7 @@ func TestSGDWithSchedule(t *testing.T) {
 	want := dptest.Params(mod)
 	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
 		ctx := context.Background()
-		mod := w.model()
-		m, err := Wrap(ctx, mod, pg, Options{Optimizer: sgd})
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod, m := wrapNew(t, ctx, w, pg, Options{Optimizer: sgd})
 		sc, err := optim.NewScheduler(m.Optimizer(), sched)
 		if err != nil {
 			t.Fatal(err)
@@ -275,31 +275,12 @@ func TestSGDWithSchedule(t *testing.T) {
 func TestReshardCheckpoint(t *testing.T) {
 	w := workloads()[1] // LeNet
 	run := func(m *Model, mod nn.Module, pg distributed.ProcessGroup, from, to int) error {
-		ctx := context.Background()
-		n, r := pg.Size(), pg.Rank()
-		for s := from; s < to; s++ {
-			fwd, loss := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
-			out, err := m.Call(ctx, fwd)
-			if err != nil {
-				return err
-			}
-			if err := m.Backward(ctx, loss(out)); err != nil {
-				return err
-			}
-			if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
-				return err
-			}
-		}
-		return nil
+		return trainSteps(context.Background(), w, m, mod, pg, from, to, false)
 	}
 	var saved []ShardedTensor
 	var mu sync.Mutex
 	distributedtest.Run(t, 3, func(t *testing.T, pg distributed.ProcessGroup) {
-		mod := w.model()
-		m, err := Wrap(context.Background(), mod, pg, Options{Optimizer: adamW})
-		if err != nil {
-			t.Fatal(err)
-		}
+		mod, m := wrapNew(t, context.Background(), w, pg, Options{Optimizer: adamW})
 		if err := run(m, mod, pg, 0, 2); err != nil {
 			t.Fatal(err)
 		}

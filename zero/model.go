@@ -9,6 +9,7 @@ import (
 	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/internal/dp/reducer"
+	"github.com/cohortml/cohort/internal/dp/shard"
 	"github.com/cohortml/cohort/internal/dp/wrapcore"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
@@ -122,10 +123,7 @@ func Wrap(ctx context.Context, model nn.Module, pg distributed.ProcessGroup, o O
 	if m.red, err = reducer.New(len(m.params), buckets, (*reducerIO)(m), true); err != nil {
 		return nil, fmt.Errorf("zero: Wrap: %w", err)
 	}
-	if m.opt, err = o.Optimizer(slices.Clone(m.shard)); err != nil {
-		return nil, fmt.Errorf("zero: Wrap: building the shard optimizer: %w", err)
-	}
-	if err := m.checkOptimizer(); err != nil {
+	if m.opt, err = shard.BuildOptimizer("zero", o.Optimizer, m.params, m.shapes(), m.shard, m.rank, "; build it from every shard parameter Options.Optimizer receives"); err != nil {
 		return nil, err
 	}
 	m.core = wrapcore.Core{Pkg: "zero", Params: m.params, Red: m.red}
@@ -195,35 +193,6 @@ func (m *Model) gradOf(pc Piece) []float32 {
 	lo, _ := b.ShardRange(m.rank)
 	at := m.plan.ShardOffset(pc.Bucket) + pc.Flat - lo
 	return m.shardGrad[at : at+pc.Len]
-}
-
-// checkOptimizer makes sure the optimizer steps exactly this rank's shard:
-// it marks every gradient, lets the optimizer zero its own, and looks at
-// what was zeroed.
-func (m *Model) checkOptimizer() error {
-	saved := make([]*tensor.Tensor, len(m.params))
-	for i, np := range m.params {
-		saved[i] = np.Param.Grad
-		np.Param.Grad = tensor.Full(1, np.Param.Value.Shape()...)
-	}
-	for _, s := range m.shard {
-		s.Param.Grad.Fill(1)
-	}
-	m.opt.ZeroGrad()
-	var err error
-	for i, np := range m.params {
-		if err == nil && slices.Contains(np.Param.Grad.Data(), 0) {
-			err = fmt.Errorf("zero: Wrap: the optimizer was built on the full parameters (it zeroes the gradient of %q); build it from the shard parameters Options.Optimizer receives", np.Name)
-		}
-		m.params[i].Param.Grad = saved[i]
-	}
-	for _, s := range m.shard {
-		if err == nil && slices.ContainsFunc(s.Param.Grad.Data(), func(x float32) bool { return x != 0 }) {
-			err = fmt.Errorf("zero: Wrap: the optimizer does not cover this rank's shard of %q (rank %d); build it from every shard parameter Options.Optimizer receives", s.Name, m.rank)
-		}
-		s.Param.Grad.Fill(0)
-	}
-	return err
 }
 
 // broadcast copies rank 0's buffers and (with params) flat parameters to
@@ -335,18 +304,12 @@ func (m *Model) Call(ctx context.Context, forward func() *autograd.Var) (*autogr
 // Stage1, every parameter's Grad holds the full average). The collectives
 // of the step are all issued even after an error, so no rank hangs.
 func (m *Model) Backward(ctx context.Context, loss *autograd.Var) error {
-	if err := m.core.Usable("Backward"); err != nil {
+	if err := m.core.BeginBackward("zero: Backward: no Forward through the Model since the last Backward"); err != nil {
 		return err
-	}
-	if !m.red.Armed() {
-		return errors.New("zero: Backward: no Forward through the Model since the last Backward")
 	}
 	m.ctx = ctx
 	autograd.Backward(loss)
-	if !m.red.Armed() {
-		return m.core.TakeErr()
-	}
-	return m.finish()
+	return m.core.EndBackward(m.finish)
 }
 
 // onReady runs from autograd when parameter i's gradient is final.

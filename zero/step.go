@@ -71,26 +71,16 @@ func (io *reducerIO) Start(k int) reducer.Handle {
 	}
 	at := m.plan.ShardOffset(k)
 	out := m.shardGrad[at : at+b.Shard]
-	in := m.scratch[k]
-	if in == nil { // a bucket without parameters taken (shadow): zeros
-		in = m.bufs.Get(b.End - b.Start)
-	}
+	in := m.scratch[k] // nil: a bucket without parameters taken (shadow), zeros
 	m.scratch[k] = nil
 	dst := m.plan.ReduceDst(k, out, m.gradUnset) // added to out afterwards unless the same
-	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: len(in), After: func() {
+	h := wrapcore.Reduction{Pkg: "zero", Op: "reduce-scatter", Bucket: k, N: b.End - b.Start, After: func() {
 		for _, i := range b.Params { // the step's full gradients are gone
 			m.params[i].Param.Grad, m.views[i] = nil, nil
 		}
 		wrapcore.Accumulate(out, dst)
 	}}
-	if m.world == 1 {
-		copy(dst, in)
-		m.bufs.PutAfter(in, nil)
-	} else {
-		h.Work = m.pg.ReduceScatter(ctx, distributed.F32(dst), distributed.F32(in), distributed.Avg)
-		m.bufs.PutAfter(in, distributed.Completion(h.Work))
-	}
-	return h
+	return m.bufs.ReduceScatter(ctx, m.pg, h, dst, in, b.End-b.Start)
 }
 
 // Agree implements reducer.IO; zero never rebuilds its buckets (the
@@ -152,11 +142,8 @@ func (m *Model) ClipGradNorm(ctx context.Context, maxNorm, normType float64) (fl
 // updates are elementwise: the bits equal one whole step). Every rank
 // must call it at the same point; it returns when every all-gather is done.
 func (m *Model) Step(ctx context.Context) error {
-	if err := m.core.Usable("Step"); err != nil {
+	if err := m.core.BeginStep(); err != nil {
 		return err
-	}
-	if m.red.Armed() {
-		return fmt.Errorf("zero: Step: the backward pass was not finished with Backward")
 	}
 	if m.join != nil {
 		if _, _, _, err := m.phase(ctx, phaseStep, 0, 0); err != nil {

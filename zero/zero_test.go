@@ -88,6 +88,17 @@ func reference(t *testing.T, w workload, steps int) [][]float32 {
 	return dptest.Params(mod)
 }
 
+// wrapNew wraps a new model of w on pg, failing t on an error.
+func wrapNew(t testing.TB, ctx context.Context, w workload, pg distributed.ProcessGroup, o Options) (nn.Module, *Model) {
+	t.Helper()
+	mod := w.model()
+	m, err := Wrap(ctx, mod, pg, o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return mod, m
+}
+
 // trainZero trains with zero on one rank; plainBackward uses
 // autograd.Backward instead of Model.Backward.
 func trainZero(ctx context.Context, w workload, pg distributed.ProcessGroup, o Options, steps int, plainBackward bool) ([][]float32, *Model, error) {
@@ -97,21 +108,30 @@ func trainZero(ctx context.Context, w workload, pg distributed.ProcessGroup, o O
 	if err != nil {
 		return nil, nil, err
 	}
+	if err := trainSteps(ctx, w, m, mod, pg, 0, steps, plainBackward); err != nil {
+		return nil, nil, err
+	}
+	return dptest.Params(mod), m, nil
+}
+
+// trainSteps trains m, wrapping mod, through steps [from, to) of w on this
+// rank's rows of the global batch, clipping every step.
+func trainSteps(ctx context.Context, w workload, m *Model, mod nn.Module, pg distributed.ProcessGroup, from, to int, plainBackward bool) error {
 	n, r := pg.Size(), pg.Rank()
-	for s := range steps {
+	for s := from; s < to; s++ {
 		fwd, loss := w.batch(mod, s, r*globalBatch/n, (r+1)*globalBatch/n)
 		out, err := m.Call(ctx, fwd)
 		if err != nil {
-			return nil, nil, err
+			return err
 		}
 		if plainBackward {
 			autograd.Backward(loss(out))
 		} else if err := m.Backward(ctx, loss(out)); err != nil {
-			return nil, nil, err
+			return err
 		}
 		if err := dptest.ClipStep(ctx, m, maxNorm); err != nil {
-			return nil, nil, err
+			return err
 		}
 	}
-	return dptest.Params(mod), m, nil
+	return nil
 }

@@ -51,6 +51,9 @@ func runPlan(args []string) int {
 	if len(args) > 0 && args[0] == "profile" {
 		return planProfile(args[1:], os.Stdout, os.Stderr)
 	}
+	if len(args) > 0 && args[0] == "tp-worker" { // a rank of validate's tensor-parallel profile
+		return bench.TPWorker(args[1:])
+	}
 	if len(args) > 0 && (args[0] == "fit" || args[0] == "validate") {
 		exe, err := os.Executable()
 		if err != nil {

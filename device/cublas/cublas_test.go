@@ -12,10 +12,8 @@ import (
 	"github.com/cohortml/cohort/device/internal/libfind"
 )
 
-func load(t *testing.T) *cublas.Lib {
-	t.Helper()
-	return cudatest.Load(t, "cuBLAS", cublas.Load, cublas.ErrNotFound)
-}
+// load loads cuBLAS or skips, naming what is missing.
+var load = cudatest.Loader("cuBLAS", cublas.Load, cublas.ErrNotFound)
 
 func TestLoadAndBind(t *testing.T) {
 	l := load(t)

@@ -9,6 +9,7 @@ import (
 	"github.com/cohortml/cohort/device/cublas"
 	"github.com/cohortml/cohort/device/cuda"
 	"github.com/cohortml/cohort/device/cuda/cudatest"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // The tests named GPU need a device; they skip with the reason elsewhere.
@@ -59,14 +60,6 @@ func relErr(got []float32, want []float64) float64 {
 	return math.Sqrt(num / den)
 }
 
-func randn(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	return x
-}
-
 func TestGPUSgemm(t *testing.T) {
 	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(1, 2))
@@ -82,7 +75,7 @@ func TestGPUSgemm(t *testing.T) {
 			if s.transB {
 				ldb = s.k
 			}
-			a, b, cc := randn(rng, s.m*s.k), randn(rng, s.k*s.n), randn(rng, s.m*s.n)
+			a, b, cc := tensortest.Randn(rng, s.m*s.k), tensortest.Randn(rng, s.k*s.n), tensortest.Randn(rng, s.m*s.n)
 			want := ref(s.transA, s.transB, s.m, s.n, s.k, 1.5, a, lda, b, ldb, 0.5, cc, s.n)
 			da, db, dc := cudatest.Upload(t, c, a), cudatest.Upload(t, c, b), cudatest.Upload(t, c, cc)
 			if err := h.Sgemm(cublas.Gemm{TransA: s.transA, TransB: s.transB, M: s.m, N: s.n, K: s.k, Alpha: 1.5, Beta: 0.5,
@@ -100,7 +93,7 @@ func TestGPUSgemmStridedBatched(t *testing.T) {
 	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(3, 4))
 	const batch, m, n, k = 5, 33, 17, 65
-	a, b := randn(rng, batch*m*k), randn(rng, batch*k*n)
+	a, b := tensortest.Randn(rng, batch*m*k), tensortest.Randn(rng, batch*k*n)
 	cc := make([]float32, batch*m*n)
 	da, db, dc := cudatest.Upload(t, c, a), cudatest.Upload(t, c, b), cudatest.Upload(t, c, cc)
 	if err := h.Sgemm(cublas.Gemm{M: m, N: n, K: k, Alpha: 1, A: da, LDA: k, B: db, LDB: n, C: dc, LDC: n,
@@ -126,7 +119,7 @@ func TestGPUGemmExBF16(t *testing.T) {
 	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(5, 6))
 	const m, n, k = 128, 96, 512
-	a, b := randn(rng, m*k), randn(rng, k*n)
+	a, b := tensortest.Randn(rng, m*k), tensortest.Randn(rng, k*n)
 	// The reference uses the bf16-rounded inputs: what remains is the
 	// accumulation error, fp32 over k = 512 terms.
 	ah, bh := make([]uint16, m*k), make([]uint16, k*n)
@@ -156,7 +149,7 @@ func TestGPUTF32(t *testing.T) {
 	c, h := openGPU(t)
 	rng := rand.New(rand.NewPCG(7, 8))
 	const m, n, k = 64, 64, 4096
-	a, b := randn(rng, m*k), randn(rng, k*n)
+	a, b := tensortest.Randn(rng, m*k), tensortest.Randn(rng, k*n)
 	want := ref(false, false, m, n, k, 1, a, k, b, n, 0, make([]float32, m*n), n)
 	da, db, dc := cudatest.Upload(t, c, a), cudatest.Upload(t, c, b), cudatest.Upload(t, c, make([]float32, m*n))
 	errs := map[bool]float64{}

@@ -11,10 +11,7 @@ import (
 )
 
 // loadDriver opens the real libcuda.so.1 or skips, naming what is missing.
-func loadDriver(t *testing.T) *cuda.Driver {
-	t.Helper()
-	return cudatest.Load(t, "the NVIDIA driver library", cuda.Load, cuda.ErrNotFound)
-}
+var loadDriver = cudatest.Loader("the NVIDIA driver library", cuda.Load, cuda.ErrNotFound)
 
 func TestDriverLoads(t *testing.T) {
 	d := loadDriver(t)

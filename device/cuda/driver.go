@@ -26,49 +26,51 @@ type Driver struct {
 
 // funcs are the driver entry points, by address.
 type funcs struct {
-	getErrorName, getErrorString, init, driverGetVersion         uintptr
-	deviceGetCount, deviceGet, deviceGetName, deviceGetAttribute uintptr
-	deviceTotalMem, primaryCtxRetain, primaryCtxRelease          uintptr
-	ctxSetCurrent, ctxSynchronize                                uintptr
-	memAlloc, memFree, memGetInfo, memAllocHost, memFreeHost     uintptr
-	memsetD8, memsetD32, memsetD8Async, memsetD32Async           uintptr
-	memcpyHtoD, memcpyDtoH, memcpyDtoD                           uintptr
-	memcpyHtoDAsync, memcpyDtoHAsync, memcpyDtoDAsync            uintptr
-	streamCreate, streamDestroy, streamSynchronize, streamQuery  uintptr
-	streamWaitEvent                                              uintptr
-	eventCreate, eventDestroy, eventRecord, eventSynchronize     uintptr
-	eventQuery, eventElapsedTime                                 uintptr
-	moduleLoadDataEx, moduleUnload, moduleGetFunction            uintptr
-	funcSetAttribute, funcGetAttribute, launchKernel             uintptr
-}
-
-func (f *funcs) table() map[string]*uintptr {
-	return map[string]*uintptr{
-		"cuGetErrorName": &f.getErrorName, "cuGetErrorString": &f.getErrorString,
-		"cuInit": &f.init, "cuDriverGetVersion": &f.driverGetVersion,
-		"cuDeviceGetCount": &f.deviceGetCount, "cuDeviceGet": &f.deviceGet,
-		"cuDeviceGetName": &f.deviceGetName, "cuDeviceGetAttribute": &f.deviceGetAttribute,
-		"cuDeviceTotalMem_v2": &f.deviceTotalMem, "cuDevicePrimaryCtxRetain": &f.primaryCtxRetain,
-		"cuDevicePrimaryCtxRelease_v2": &f.primaryCtxRelease,
-		"cuCtxSetCurrent":              &f.ctxSetCurrent, "cuCtxSynchronize": &f.ctxSynchronize,
-		"cuMemAlloc_v2": &f.memAlloc, "cuMemFree_v2": &f.memFree, "cuMemGetInfo_v2": &f.memGetInfo,
-		"cuMemAllocHost_v2": &f.memAllocHost, "cuMemFreeHost": &f.memFreeHost,
-		"cuMemsetD8_v2": &f.memsetD8, "cuMemsetD32_v2": &f.memsetD32,
-		"cuMemsetD8Async": &f.memsetD8Async, "cuMemsetD32Async": &f.memsetD32Async,
-		"cuMemcpyHtoD_v2": &f.memcpyHtoD, "cuMemcpyDtoH_v2": &f.memcpyDtoH, "cuMemcpyDtoD_v2": &f.memcpyDtoD,
-		"cuMemcpyHtoDAsync_v2": &f.memcpyHtoDAsync, "cuMemcpyDtoHAsync_v2": &f.memcpyDtoHAsync,
-		"cuMemcpyDtoDAsync_v2": &f.memcpyDtoDAsync,
-		"cuStreamCreate":       &f.streamCreate, "cuStreamDestroy_v2": &f.streamDestroy,
-		"cuStreamSynchronize": &f.streamSynchronize, "cuStreamQuery": &f.streamQuery,
-		"cuStreamWaitEvent": &f.streamWaitEvent,
-		"cuEventCreate":     &f.eventCreate, "cuEventDestroy_v2": &f.eventDestroy,
-		"cuEventRecord": &f.eventRecord, "cuEventSynchronize": &f.eventSynchronize,
-		"cuEventQuery": &f.eventQuery, "cuEventElapsedTime": &f.eventElapsedTime,
-		"cuModuleLoadDataEx": &f.moduleLoadDataEx, "cuModuleUnload": &f.moduleUnload,
-		"cuModuleGetFunction": &f.moduleGetFunction,
-		"cuFuncSetAttribute":  &f.funcSetAttribute, "cuFuncGetAttribute": &f.funcGetAttribute,
-		"cuLaunchKernel": &f.launchKernel,
-	}
+	getErrorName       uintptr `sym:"cuGetErrorName"`
+	getErrorString     uintptr `sym:"cuGetErrorString"`
+	init               uintptr `sym:"cuInit"`
+	driverGetVersion   uintptr `sym:"cuDriverGetVersion"`
+	deviceGetCount     uintptr `sym:"cuDeviceGetCount"`
+	deviceGet          uintptr `sym:"cuDeviceGet"`
+	deviceGetName      uintptr `sym:"cuDeviceGetName"`
+	deviceGetAttribute uintptr `sym:"cuDeviceGetAttribute"`
+	deviceTotalMem     uintptr `sym:"cuDeviceTotalMem_v2"`
+	primaryCtxRetain   uintptr `sym:"cuDevicePrimaryCtxRetain"`
+	primaryCtxRelease  uintptr `sym:"cuDevicePrimaryCtxRelease_v2"`
+	ctxSetCurrent      uintptr `sym:"cuCtxSetCurrent"`
+	ctxSynchronize     uintptr `sym:"cuCtxSynchronize"`
+	memAlloc           uintptr `sym:"cuMemAlloc_v2"`
+	memFree            uintptr `sym:"cuMemFree_v2"`
+	memGetInfo         uintptr `sym:"cuMemGetInfo_v2"`
+	memAllocHost       uintptr `sym:"cuMemAllocHost_v2"`
+	memFreeHost        uintptr `sym:"cuMemFreeHost"`
+	memsetD8           uintptr `sym:"cuMemsetD8_v2"`
+	memsetD32          uintptr `sym:"cuMemsetD32_v2"`
+	memsetD8Async      uintptr `sym:"cuMemsetD8Async"`
+	memsetD32Async     uintptr `sym:"cuMemsetD32Async"`
+	memcpyHtoD         uintptr `sym:"cuMemcpyHtoD_v2"`
+	memcpyDtoH         uintptr `sym:"cuMemcpyDtoH_v2"`
+	memcpyDtoD         uintptr `sym:"cuMemcpyDtoD_v2"`
+	memcpyHtoDAsync    uintptr `sym:"cuMemcpyHtoDAsync_v2"`
+	memcpyDtoHAsync    uintptr `sym:"cuMemcpyDtoHAsync_v2"`
+	memcpyDtoDAsync    uintptr `sym:"cuMemcpyDtoDAsync_v2"`
+	streamCreate       uintptr `sym:"cuStreamCreate"`
+	streamDestroy      uintptr `sym:"cuStreamDestroy_v2"`
+	streamSynchronize  uintptr `sym:"cuStreamSynchronize"`
+	streamQuery        uintptr `sym:"cuStreamQuery"`
+	streamWaitEvent    uintptr `sym:"cuStreamWaitEvent"`
+	eventCreate        uintptr `sym:"cuEventCreate"`
+	eventDestroy       uintptr `sym:"cuEventDestroy_v2"`
+	eventRecord        uintptr `sym:"cuEventRecord"`
+	eventSynchronize   uintptr `sym:"cuEventSynchronize"`
+	eventQuery         uintptr `sym:"cuEventQuery"`
+	eventElapsedTime   uintptr `sym:"cuEventElapsedTime"`
+	moduleLoadDataEx   uintptr `sym:"cuModuleLoadDataEx"`
+	moduleUnload       uintptr `sym:"cuModuleUnload"`
+	moduleGetFunction  uintptr `sym:"cuModuleGetFunction"`
+	funcSetAttribute   uintptr `sym:"cuFuncSetAttribute"`
+	funcGetAttribute   uintptr `sym:"cuFuncGetAttribute"`
+	launchKernel       uintptr `sym:"cuLaunchKernel"`
 }
 
 // Load opens the driver library, with the environment read by os.Getenv,
@@ -77,12 +79,9 @@ func Load() (*Driver, error) { return LoadEnv(libfind.FromEnv(os.Getenv)) }
 
 // LoadEnv is Load with the environment given.
 func LoadEnv(env libfind.Env) (*Driver, error) {
-	h, name, err := env.Open("cuda", Spec, ErrNotFound)
-	if err != nil {
-		return nil, err
-	}
-	d := &Driver{Path: libfind.Resolve(name)}
-	if err := libfind.Symbols("cuda", d.Path, h, d.f.table()); err != nil {
+	d := &Driver{}
+	var err error
+	if _, d.Path, err = env.Load("cuda", Spec, ErrNotFound, libfind.Table(&d.f)); err != nil {
 		return nil, err
 	}
 	var v int32

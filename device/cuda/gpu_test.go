@@ -48,10 +48,7 @@ func TestGPUCopyRoundTrip(t *testing.T) {
 		if err := c.CopyDtoD(b, a, int64(4*n)); err != nil {
 			t.Fatal(err)
 		}
-		got := make([]float32, n)
-		if err := cuda.FromDevice(c, got, b); err != nil {
-			t.Fatal(err)
-		}
+		got := cudatest.Download[float32](t, c, b, n)
 		for i := range src {
 			if got[i] != src[i] {
 				t.Fatalf("n=%d: got[%d] = %v, want %v", n, i, got[i], src[i])

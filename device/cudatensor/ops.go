@@ -618,8 +618,7 @@ func (backend) CrossEntropyBackward(prob, g *tensor.Tensor, target []int64, o te
 	if len(id) > 0 {
 		ones := s.scratch(op, len(id), 1)
 		backend{}.Fill(ones, -(1 - eps))
-		ob, sb, ib := s.uploadI32(op, order), s.uploadI32(op, start), s.uploadI32(op, id)
-		s.launch(op, "embedding_bwd_wte", kernels.Problem{Segments: len(id)}, ptr(p(prob)), ptr(p(ones)), ptr(ob.at(0)), ptr(sb.at(0)), ptr(ib.at(0)), i32(len(id)), i32(1))
+		s.addSegments(op, prob, ones, order, start, id, 1)
 	}
 	if eps != 0 { // q's uniform part, ε/C from every element
 		n := n64(prob)
@@ -833,20 +832,21 @@ func (backend) Conv2dBackward(dx, dw, db, dy, y, x, w *tensor.Tensor, stride, pa
 	}
 }
 
-func poolArgs(pre []arg, x *tensor.Tensor, oh, ow, kernel, stride, padding int) ([]arg, kernels.Problem) {
-	xs := x.Shape()
-	pr := kernels.Problem{Planes: xs[0] * xs[1], H: xs[2], W: xs[3], OH: oh, OW: ow}
-	return append(pre, i32(pr.Planes), i32(pr.H), i32(pr.W), i32(oh), i32(ow), i32(kernel), i32(stride), i32(padding)), pr
+// pool launches the pooling kernel name with pre ahead of the arguments
+// the pooling kernels share: x's planes and size, the output size (y's)
+// and the window.
+func (s *state) pool(op, name string, pre []arg, x, y *tensor.Tensor, kernel, stride, padding int) {
+	xs, ys := x.Shape(), y.Shape()
+	pr := kernels.Problem{Planes: xs[0] * xs[1], H: xs[2], W: xs[3], OH: ys[2], OW: ys[3]}
+	s.launch(op, name, pr, append(pre, i32(pr.Planes), i32(pr.H), i32(pr.W), i32(pr.OH), i32(pr.OW), i32(kernel), i32(stride), i32(padding))...)
 }
 
 func (backend) MaxPool2d(y, x *tensor.Tensor, kernel, stride, padding int) {
 	const op = "MaxPool2d"
 	contig(op, y, x)
 	s := stOf(y)
-	ys := y.Shape()
 	argmax := s.scratch(op, max(y.Len(), 1))
-	a, pr := poolArgs([]arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, ys[2], ys[3], kernel, stride, padding)
-	s.launch(op, "maxpool_fwd", pr, a...)
+	s.pool(op, "maxpool_fwd", []arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, y, kernel, stride, padding)
 }
 
 // MaxPool2dBackward finds the maxima again from x (the seam keeps no
@@ -855,39 +855,30 @@ func (backend) MaxPool2dBackward(dx, dy, x *tensor.Tensor, kernel, stride, paddi
 	const op = "MaxPool2dBackward"
 	contig(op, dx, dy, x)
 	s := stOf(dx)
-	ys := dy.Shape()
-	y := s.scratch(op, ys...)
+	y := s.scratch(op, dy.Shape()...)
 	argmax := s.scratch(op, max(y.Len(), 1))
-	a, pr := poolArgs([]arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, ys[2], ys[3], kernel, stride, padding)
-	s.launch(op, "maxpool_fwd", pr, a...)
-	a, pr = poolArgs([]arg{ptr(p(dx)), ptr(p(dy)), ptr(p(argmax))}, x, ys[2], ys[3], kernel, stride, padding)
-	s.launch(op, "maxpool_bwd", pr, a...)
+	s.pool(op, "maxpool_fwd", []arg{ptr(p(y)), ptr(p(argmax)), ptr(p(x))}, x, y, kernel, stride, padding)
+	s.pool(op, "maxpool_bwd", []arg{ptr(p(dx)), ptr(p(dy)), ptr(p(argmax))}, x, dy, kernel, stride, padding)
 }
 
 func (backend) AvgPool2d(y, x *tensor.Tensor, kernel, stride, padding int) {
 	const op = "AvgPool2d"
 	contig(op, y, x)
-	ys := y.Shape()
-	a, pr := poolArgs([]arg{ptr(p(y)), ptr(p(x))}, x, ys[2], ys[3], kernel, stride, padding)
-	stOf(y).launch(op, "avgpool_fwd", pr, a...)
+	stOf(y).pool(op, "avgpool_fwd", []arg{ptr(p(y)), ptr(p(x))}, x, y, kernel, stride, padding)
 }
 
 func (backend) AvgPool2dBackward(dx, dy *tensor.Tensor, kernel, stride, padding int) {
 	const op = "AvgPool2dBackward"
 	contig(op, dx, dy)
-	ys := dy.Shape()
-	a, pr := poolArgs([]arg{ptr(p(dx)), ptr(p(dy))}, dx, ys[2], ys[3], kernel, stride, padding)
-	stOf(dx).launch(op, "avgpool_bwd", pr, a...)
+	stOf(dx).pool(op, "avgpool_bwd", []arg{ptr(p(dx)), ptr(p(dy))}, dx, dy, kernel, stride, padding)
 }
 
 // IndexRows is the embedding kernel with B = len(idx), T = 1 and a zero
 // position table (x + 0 is x).
 func (backend) IndexRows(dst, w *tensor.Tensor, idx []int64) {
 	const op = "IndexRows"
-	contig(op, dst, w)
-	s := stOf(dst)
-	D := w.Shape()[1]
-	if len(idx) == 0 || D == 0 {
+	s, D := rowOp(op, len(idx), dst, w, w)
+	if s == nil {
 		return
 	}
 	zero := s.scratch(op, D)
@@ -918,13 +909,29 @@ func segments(idx []int64) (order, start, id []int32) {
 
 func (backend) IndexAddRows(dst *tensor.Tensor, idx []int64, src *tensor.Tensor) {
 	const op = "IndexAddRows"
-	contig(op, dst, src)
-	s := stOf(dst)
-	D := dst.Shape()[1]
-	if len(idx) == 0 || D == 0 {
+	s, D := rowOp(op, len(idx), dst, src, dst)
+	if s == nil {
 		return
 	}
 	order, start, id := segments(idx)
+	s.addSegments(op, dst, src, order, start, id, D)
+}
+
+// rowOp begins IndexRows or IndexAddRows over n rows: dst and src must be
+// contiguous, D is table's row width, and s is dst's stream, nil when
+// there is nothing to do.
+func rowOp(op string, n int, dst, src, table *tensor.Tensor) (s *state, D int) {
+	contig(op, dst, src)
+	D = table.Shape()[1]
+	if n == 0 || D == 0 {
+		return nil, D
+	}
+	return stOf(dst), D
+}
+
+// addSegments queues the embedding gradient's segment kernel: row id[g]
+// of dst (D wide) gains the rows order[start[g]:start[g+1]] of src.
+func (s *state) addSegments(op string, dst, src *tensor.Tensor, order, start, id []int32, D int) {
 	ob, sb, ib := s.uploadI32(op, order), s.uploadI32(op, start), s.uploadI32(op, id)
 	s.launch(op, "embedding_bwd_wte", kernels.Problem{Segments: len(id)}, ptr(p(dst)), ptr(p(src)), ptr(ob.at(0)), ptr(sb.at(0)), ptr(ib.at(0)), i32(len(id)), i32(D))
 }

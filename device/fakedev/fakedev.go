@@ -334,36 +334,27 @@ func (d *Device) runAll() {
 
 // Queued is the number of operations waiting on s.
 func (d *Device) Queued(s alloc.Stream) int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.stream(s).queue)
+	return locked(d, func() int { return len(d.stream(s).queue) })
 }
 
 // Used is the number of bytes allocated; Allocations the number of live
 // allocations; Events the number of live events.
-func (d *Device) Used() int64 {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return d.used
-}
+func (d *Device) Used() int64 { return locked(d, func() int64 { return d.used }) }
 
 // Allocations is the number of live allocations.
-func (d *Device) Allocations() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.allocs)
-}
+func (d *Device) Allocations() int { return locked(d, func() int { return len(d.allocs) }) }
 
 // Events is the number of events not destroyed.
-func (d *Device) Events() int {
-	d.mu.Lock()
-	defer d.mu.Unlock()
-	return len(d.events)
-}
+func (d *Device) Events() int { return locked(d, func() int { return len(d.events) }) }
 
 // Violations returns the uses that found memory owned by another tag.
 func (d *Device) Violations() []string {
+	return locked(d, func() []string { return append([]string(nil), d.violations...) })
+}
+
+// locked returns read() of d's state, read under d's lock.
+func locked[T any](d *Device, read func() T) T {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return append([]string(nil), d.violations...)
+	return read()
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/cohortml/cohort/device/kernels"
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // Each test runs kernels on the emulator and compares them with their CPU
@@ -17,14 +18,6 @@ import (
 
 const u = 1.0 / 256 // bf16's unit roundoff, 2⁻⁸
 
-func randn(rng *rand.Rand, n int) []float32 {
-	x := make([]float32, n)
-	for i := range x {
-		x[i] = float32(rng.NormFloat64())
-	}
-	return x
-}
-
 func newRNG(t *testing.T) *rand.Rand {
 	return rand.New(rand.NewPCG(uint64(len(t.Name())), 38))
 }
@@ -32,7 +25,7 @@ func newRNG(t *testing.T) *rand.Rand {
 func TestEmuElementwise(t *testing.T) {
 	rng := newRNG(t)
 	const n = 1000
-	a, b := randn(rng, n), randn(rng, n)
+	a, b := tensortest.Randn(rng, n), tensortest.Randn(rng, n)
 	p := kernels.Problem{N: n}
 	want := make([]float32, n)
 	for i := range want {
@@ -82,7 +75,7 @@ func TestEmuElementwise(t *testing.T) {
 func TestEmuGELU(t *testing.T) {
 	rng := newRNG(t)
 	const n = 777
-	x, dy := randn(rng, n), randn(rng, n)
+	x, dy := tensortest.Randn(rng, n), tensortest.Randn(rng, n)
 	for i := range x {
 		x[i] *= 3
 	}
@@ -104,7 +97,7 @@ func TestEmuGELU(t *testing.T) {
 func TestEmuBias(t *testing.T) {
 	rng := newRNG(t)
 	const rows, cols = 19, 45
-	x, bias := randn(rng, rows*cols), randn(rng, cols)
+	x, bias := tensortest.Randn(rng, rows*cols), tensortest.Randn(rng, cols)
 	out := make([]float32, rows*cols)
 	launch(t, "bias_add_f32", kernels.Problem{Rows: rows, Cols: cols}, out, x, bias, rows, cols)
 	for i := range out {
@@ -133,7 +126,7 @@ func TestEmuBias(t *testing.T) {
 func TestEmuLayerNorm(t *testing.T) {
 	rng := newRNG(t)
 	const rows, D = 37, 100
-	x, w, b, dy := randn(rng, rows*D), randn(rng, D), randn(rng, D), randn(rng, rows*D)
+	x, w, b, dy := tensortest.Randn(rng, rows*D), tensortest.Randn(rng, D), tensortest.Randn(rng, D), tensortest.Randn(rng, rows*D)
 	tx := tensor.FromSlice(x, rows, D)
 	tw, tb := tensor.FromSlice(w, D), tensor.FromSlice(b, D)
 	wantY, wantMean, wantRstd := tensor.LayerNorm(tx, tw, tb, 1e-5)
@@ -169,7 +162,7 @@ func TestEmuLayerNorm(t *testing.T) {
 func TestEmuSoftmax(t *testing.T) {
 	rng := newRNG(t)
 	const rows, cols = 7, 300
-	x, dy := randn(rng, rows*cols), randn(rng, rows*cols)
+	x, dy := tensortest.Randn(rng, rows*cols), tensortest.Randn(rng, rows*cols)
 	wantY := tensor.Softmax(tensor.FromSlice(x, rows, cols), -1)
 	wantDx := tensor.SoftmaxBackward(wantY, tensor.FromSlice(dy, rows, cols), -1)
 	p := kernels.Problem{Rows: rows, Cols: cols}
@@ -196,7 +189,7 @@ func TestEmuAttention(t *testing.T) {
 			rng := newRNG(t)
 			B, T, H, hd := tc.B, tc.T, tc.H, tc.hd
 			d := H * hd
-			qkv, dy := randn(rng, B*T*3*d), randn(rng, B*T*d)
+			qkv, dy := tensortest.Randn(rng, B*T*3*d), tensortest.Randn(rng, B*T*d)
 			tq := tensor.FromSlice(qkv, B, T, 3*d)
 			wantY, probs := tensor.AttentionQKV(tq, H, tc.causal)
 			wantD := tensor.AttentionQKVBackward(tensor.FromSlice(dy, B, T, d), tq, probs, H, tc.causal)
@@ -230,7 +223,7 @@ func TestEmuAttention(t *testing.T) {
 func TestEmuEmbedding(t *testing.T) {
 	rng := newRNG(t)
 	const B, T, D, V = 3, 7, 40, 11
-	wte, wpe, dout := randn(rng, V*D), randn(rng, T*D), randn(rng, B*T*D)
+	wte, wpe, dout := tensortest.Randn(rng, V*D), tensortest.Randn(rng, T*D), tensortest.Randn(rng, B*T*D)
 	idx := make([]int64, B*T)
 	for i := range idx {
 		idx[i] = int64(rng.IntN(V - 2)) // ids V-2, V-1 unused
@@ -263,7 +256,7 @@ func TestEmuEmbedding(t *testing.T) {
 		}
 	}
 	segStart = append(segStart, int32(len(order)))
-	dwte := randn(rng, V*D)
+	dwte := tensortest.Randn(rng, V*D)
 	want := tensor.FromSlice(append([]float32(nil), dwte...), V, D)
 	tensor.IndexAddRows(want, idx, tensor.FromSlice(dout, B*T, D))
 	launch(t, "embedding_bwd_wte", kernels.Problem{Segments: len(segID)}, dwte, dout, order, segStart, segID, len(segID), D)
@@ -319,7 +312,7 @@ func classifierRef(x []float32, targets []int64, rows, V int, ignore int64) (los
 func TestEmuClassifier(t *testing.T) {
 	rng := newRNG(t)
 	const rows, V, ignore = 5, 300, -100
-	x := randn(rng, rows*V)
+	x := tensortest.Randn(rng, rows*V)
 	for i := range x {
 		x[i] *= 2
 	}
@@ -348,7 +341,7 @@ func TestEmuClassifier(t *testing.T) {
 func TestEmuReduce(t *testing.T) {
 	rng := newRNG(t)
 	const n = 5000
-	x := randn(rng, n)
+	x := tensortest.Randn(rng, n)
 	var sum, sumsq float64
 	for _, v := range x {
 		sum += float64(v)
@@ -387,12 +380,12 @@ func TestEmuOptim(t *testing.T) {
 		{LR: 3e-4, WeightDecay: 0.01, Beta1: 0.8, Beta2: 0.999, Eps: 1e-6, AMSGrad: true},
 		{LR: 1e-2, Beta1: 0.9, Beta2: 0.99, Eps: 1e-8, Maximize: true},
 	} {
-		param := randn(rng, n)
+		param := tensortest.Randn(rng, n)
 		cpu := append([]float32(nil), param...)
 		st := optim.NewAdamState(n, h.AMSGrad)
 		m, v, vmax := make([]float32, n), make([]float32, n), make([]float32, n)
 		for step := int64(1); step <= 3; step++ {
-			grad := randn(rng, n)
+			grad := tensortest.Randn(rng, n)
 			optim.AdamUpdate(cpu, grad, st, h, step)
 			s := kernels.NewAdamScalars(h.LR, h.WeightDecay, h.Beta1, h.Beta2, h.Eps, step, h.Decoupled, h.AMSGrad, h.Maximize)
 			launch(t, "adam_step_f32", kernels.Problem{N: n}, param, grad, m, v, vmax, n,
@@ -407,11 +400,11 @@ func TestEmuOptim(t *testing.T) {
 		{LR: 0.05, Momentum: 0.9, Nesterov: true},
 		{LR: 0.01, WeightDecay: 0.5, Maximize: true},
 	} {
-		param := randn(rng, n)
+		param := tensortest.Randn(rng, n)
 		cpu := append([]float32(nil), param...)
 		buf, cbuf := make([]float32, n), make([]float32, n)
 		for step := int64(1); step <= 3; step++ {
-			grad := randn(rng, n)
+			grad := tensortest.Randn(rng, n)
 			optim.SGDUpdate(cpu, grad, cbuf, h, step)
 			s := kernels.NewSGDScalars(h.LR, h.WeightDecay, h.Momentum, h.Dampening, h.Nesterov, h.Maximize, step)
 			launch(t, "sgd_step_f32", kernels.Problem{N: n}, param, grad, buf, n,
@@ -429,7 +422,7 @@ func TestEmuConv(t *testing.T) {
 	const N, C, H, W, K, stride, pad = 3, 2, 7, 6, 3, 2, 1
 	const OH, OW = (H+2*pad-K)/stride + 1, (W+2*pad-K)/stride + 1
 	const n0, nb, L = 1, 2, OH * OW
-	x := randn(rng, N*C*H*W)
+	x := tensortest.Randn(rng, N*C*H*W)
 	p := kernels.Problem{C: C, NB: nb, H: H, W: W, KH: K, KW: K, OH: OH, OW: OW}
 	col := make([]float32, C*K*K*nb*L)
 	launch(t, "im2col_f32", p, col, x, n0, nb, C, H, W, K, K, stride, pad, OH, OW)
@@ -463,8 +456,8 @@ func TestEmuConv(t *testing.T) {
 	})
 	// col2im is im2col's adjoint: ⟨im2col(x), g⟩ = ⟨x, col2im(g)⟩, and it
 	// adds, in the CPU's order, onto what dx holds.
-	g := randn(rng, len(col))
-	dx := randn(rng, N*C*H*W)
+	g := tensortest.Randn(rng, len(col))
+	dx := tensortest.Randn(rng, N*C*H*W)
 	before := append([]float32(nil), dx...)
 	launch(t, "col2im_f32", p, dx, g, n0, nb, C, H, W, K, K, stride, pad, OH, OW)
 	want := append([]float32(nil), before...)
@@ -479,7 +472,7 @@ func TestEmuConv(t *testing.T) {
 func TestEmuPool(t *testing.T) {
 	rng := newRNG(t)
 	const N, C, H, W, k, s, pad = 2, 3, 9, 8, 3, 2, 1
-	x := randn(rng, N*C*H*W)
+	x := tensortest.Randn(rng, N*C*H*W)
 	tx := tensor.FromSlice(x, N, C, H, W)
 	wantY, wantArg := tensor.MaxPool2d(tx, k, s, pad)
 	OH, OW := wantY.Dim(2), wantY.Dim(3)
@@ -492,7 +485,7 @@ func TestEmuPool(t *testing.T) {
 			t.Fatalf("maxpool_fwd argmax[%d] = %d, want %d", i, arg[i], wantArg[i])
 		}
 	}
-	dy := randn(rng, len(y))
+	dy := tensortest.Randn(rng, len(y))
 	dx := make([]float32, len(x))
 	launch(t, "maxpool_bwd", p, dx, dy, arg, N*C, H, W, OH, OW, k, s, pad)
 	checkBits(t, "maxpool_bwd", dx, tensor.MaxPool2dBackward(tensor.FromSlice(dy, N, C, OH, OW), wantArg, tx.Shape()).Data())
@@ -536,7 +529,7 @@ func TestEmuCast(t *testing.T) {
 func TestEmuBF16Twins(t *testing.T) {
 	rng := newRNG(t)
 	const n = 300
-	a, b := bf16s(randn(rng, n)), bf16s(randn(rng, n))
+	a, b := bf16s(tensortest.Randn(rng, n)), bf16s(tensortest.Randn(rng, n))
 	fa, fb := widen(a), widen(b)
 	p := kernels.Problem{N: n}
 	same := func(name string, got []bf16, want []float32) {
@@ -582,7 +575,7 @@ func TestEmuBF16Twins(t *testing.T) {
 	}
 	{
 		const C, H, W, K, OH, OW = 2, 5, 6, 3, 3, 4 // stride 1, pad 0 on [1, 2, 5, 6]
-		x := bf16s(randn(rng, C*H*W))
+		x := bf16s(tensortest.Randn(rng, C*H*W))
 		cp := kernels.Problem{C: C, NB: 1, H: H, W: W, KH: K, KW: K, OH: OH, OW: OW}
 		got, want := make([]bf16, C*K*K*OH*OW), make([]float32, C*K*K*OH*OW)
 		launch(t, "im2col_bf16", cp, got, x, 0, 1, C, H, W, K, K, 1, 0, OH, OW)
@@ -607,7 +600,7 @@ func TestEmuBF16Twins(t *testing.T) {
 	}
 	{
 		s := kernels.NewAdamScalars(1e-3, 0.1, 0.9, 0.95, 1e-8, 2, true, false, false)
-		param, m, v := randn(rng, n), randn(rng, n), randn(rng, n)
+		param, m, v := tensortest.Randn(rng, n), tensortest.Randn(rng, n), tensortest.Randn(rng, n)
 		for i := range v {
 			v[i] *= v[i]
 		}
@@ -616,7 +609,7 @@ func TestEmuBF16Twins(t *testing.T) {
 		launch(t, "adam_step_f32", p, fparam, fa, fm, fv, []float32{}, n, s.Sign, s.Decay, s.L2, s.B1, s.C1, s.B2, s.C2, s.BC2Sqrt, s.Eps, s.StepSize, s.HasL2, s.AMSGrad)
 		checkBits(t, "adam_step_bf16", param, fparam)
 		g := kernels.NewSGDScalars(0.1, 1e-4, 0.9, 0, true, false, 2)
-		buf, fbuf := randn(rng, n), []float32(nil)
+		buf, fbuf := tensortest.Randn(rng, n), []float32(nil)
 		fbuf = append(fbuf, buf...)
 		launch(t, "sgd_step_bf16", p, param, a, buf, n, g.Sign, g.WD, g.Mom, g.Damp, g.LR, g.HasWD, g.Momentum, g.Nesterov, g.First)
 		launch(t, "sgd_step_f32", p, fparam, fa, fbuf, n, g.Sign, g.WD, g.Mom, g.Damp, g.LR, g.HasWD, g.Momentum, g.Nesterov, g.First)

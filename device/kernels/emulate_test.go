@@ -14,6 +14,7 @@ import (
 	"testing"
 
 	"github.com/cohortml/cohort/device/kernels"
+	"github.com/cohortml/cohort/tensor"
 	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
@@ -213,14 +214,12 @@ func launch(t *testing.T, name string, p kernels.Problem, args ...any) {
 	}
 }
 
-// toBF16 rounds to nearest even (NaN kept), as the kernels' round_bf16.
+// toBF16 rounds to nearest even (NaN kept), as the kernels' round_bf16:
+// the CPU's rounding, tensor.ToBFloat16.
 func toBF16(x float32) bf16 {
-	u := math.Float32bits(x)
-	if u&0x7fffffff > 0x7f800000 {
-		return bf16(u>>16 | 0x40)
-	}
-	u += 0x7fff + (u>>16)&1
-	return bf16(u >> 16)
+	var b [1]uint16
+	tensor.ToBFloat16(b[:], []float32{x})
+	return bf16(b[0])
 }
 
 func (b bf16) f32() float32 { return math.Float32frombits(uint32(b) << 16) }

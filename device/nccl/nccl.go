@@ -80,29 +80,30 @@ type Lib struct {
 	Version int    // ncclGetVersion: 22703 is NCCL 2.27.3
 
 	f funcs
-	// commInitRank takes the unique id by value (128 bytes on the stack
-	// on amd64, by reference on arm64): purego lays the struct out.
-	commInitRank func(comm *Comm, nranks int32, id UniqueID, rank int32) int32
 }
 
 type funcs struct {
-	getVersion, getUniqueID, getErrorString, getLastError  uintptr
-	commAbort, commDestroy, commGetAsyncError              uintptr
-	commCount, commUserRank                                uintptr
-	allReduce, broadcast, reduce, allGather, reduceScatter uintptr
-	send, recv, groupStart, groupEnd                       uintptr
-}
-
-func (f *funcs) table() map[string]*uintptr {
-	return map[string]*uintptr{
-		"ncclGetVersion": &f.getVersion, "ncclGetUniqueId": &f.getUniqueID,
-		"ncclGetErrorString": &f.getErrorString, "ncclGetLastError": &f.getLastError,
-		"ncclCommAbort": &f.commAbort, "ncclCommDestroy": &f.commDestroy,
-		"ncclCommGetAsyncError": &f.commGetAsyncError, "ncclCommCount": &f.commCount, "ncclCommUserRank": &f.commUserRank,
-		"ncclAllReduce": &f.allReduce, "ncclBroadcast": &f.broadcast, "ncclReduce": &f.reduce,
-		"ncclAllGather": &f.allGather, "ncclReduceScatter": &f.reduceScatter,
-		"ncclSend": &f.send, "ncclRecv": &f.recv, "ncclGroupStart": &f.groupStart, "ncclGroupEnd": &f.groupEnd,
-	}
+	getVersion        uintptr `sym:"ncclGetVersion"`
+	getUniqueID       uintptr `sym:"ncclGetUniqueId"`
+	getErrorString    uintptr `sym:"ncclGetErrorString"`
+	getLastError      uintptr `sym:"ncclGetLastError"`
+	commAbort         uintptr `sym:"ncclCommAbort"`
+	commDestroy       uintptr `sym:"ncclCommDestroy"`
+	commGetAsyncError uintptr `sym:"ncclCommGetAsyncError"`
+	commCount         uintptr `sym:"ncclCommCount"`
+	commUserRank      uintptr `sym:"ncclCommUserRank"`
+	allReduce         uintptr `sym:"ncclAllReduce"`
+	broadcast         uintptr `sym:"ncclBroadcast"`
+	reduce            uintptr `sym:"ncclReduce"`
+	allGather         uintptr `sym:"ncclAllGather"`
+	reduceScatter     uintptr `sym:"ncclReduceScatter"`
+	send              uintptr `sym:"ncclSend"`
+	recv              uintptr `sym:"ncclRecv"`
+	groupStart        uintptr `sym:"ncclGroupStart"`
+	groupEnd          uintptr `sym:"ncclGroupEnd"`
+	// commInitRank takes the unique id by value (128 bytes on the stack
+	// on amd64, by reference on arm64): purego lays the struct out.
+	commInitRank func(comm *Comm, nranks int32, id UniqueID, rank int32) int32
 }
 
 // Load opens NCCL with the environment read by os.Getenv.
@@ -110,19 +111,17 @@ func Load() (*Lib, error) { return LoadEnv(libfind.FromEnv(os.Getenv)) }
 
 // LoadEnv is Load with the environment given.
 func LoadEnv(env libfind.Env) (*Lib, error) {
-	h, name, err := env.Open("nccl", Spec, ErrNotFound)
+	l := &Lib{}
+	h, path, err := env.Load("nccl", Spec, ErrNotFound, libfind.Table(&l.f))
 	if err != nil {
 		return nil, err
 	}
-	l := &Lib{Path: libfind.Resolve(name)}
-	if err := libfind.Symbols("nccl", l.Path, h, l.f.table()); err != nil {
-		return nil, err
-	}
+	l.Path = path
 	sym, err := purego.Dlsym(h, "ncclCommInitRank")
 	if err != nil {
 		return nil, fmt.Errorf("nccl: %s: symbol ncclCommInitRank not found: %v", l.Path, err)
 	}
-	purego.RegisterFunc(&l.commInitRank, sym)
+	purego.RegisterFunc(&l.f.commInitRank, sym)
 	var v int32
 	if err := l.call("ncclGetVersion", l.f.getVersion, uintptr(unsafe.Pointer(&v))); err != nil {
 		return nil, err
@@ -178,7 +177,7 @@ func (l *Lib) GetUniqueID() (UniqueID, error) {
 // current CUDA device; it blocks until every rank has joined.
 func (l *Lib) CommInitRank(nranks, rank int, id UniqueID) (Comm, error) {
 	var c Comm
-	r := l.commInitRank(&c, int32(nranks), id, int32(rank))
+	r := l.f.commInitRank(&c, int32(nranks), id, int32(rank))
 	if err := l.result("ncclCommInitRank", 0, r); err != nil {
 		return 0, err
 	}

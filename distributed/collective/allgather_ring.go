@@ -17,25 +17,16 @@ func allGatherRing(b *builder) {
 	right, left := mod(r+1, n), mod(r-1, n)
 	segs := ceilDiv(count, b.seg)
 	msg := func(step, k int) int { return step*segs + k }
-	first := make([]func(), segs)
-	for k := range segs {
-		first[k] = func() { b.send(right, msg(0, k), segment(part(r), b.seg, k)) }
-	}
+	first := b.ringFirst(right, segs, part(r))
 	var tasks []task
 	for s := range n - 1 {
 		for k := range segs {
 			g := segment(part(r-s-1), b.seg, k)
-			tasks = append(tasks, task{
-				seg:  k,
-				dst:  g,
-				uses: g,
-				recv: func() { b.recv(left, msg(s, k), g) },
-				rest: func() {
-					if s < n-2 {
-						b.send(right, msg(s+1, k), g)
-					}
-				},
-			})
+			tasks = append(tasks, b.ringTask(left, msg(s, k), k, g, g, func() {
+				if s < n-2 {
+					b.send(right, msg(s+1, k), g)
+				}
+			}))
 		}
 	}
 	emitSegmented(b, first, tasks)

@@ -26,10 +26,7 @@ func allReduceRing(b *builder) {
 	msg := func(step, k int) int { return step*segs + k }
 	part := func(i int) Region { return chunk(Out, count, n, mod(i, n)) }
 
-	first := make([]func(), segs)
-	for k := range segs {
-		first[k] = func() { b.send(right, msg(0, k), segment(part(r), b.seg, k)) }
-	}
+	first := b.ringFirst(right, segs, part(r))
 	var tasks []task
 	slot := 0
 	// Reduce-scatter: step s receives chunk r−s−1 and forwards it reduced.
@@ -42,19 +39,13 @@ func allReduceRing(b *builder) {
 			in := slots.sub((slot%(b.depth+1))*slotLen, g.Len)
 			slot++
 			last := s == n-2
-			tasks = append(tasks, task{
-				seg:  k,
-				dst:  in,
-				uses: g,
-				recv: func() { b.recv(left, msg(s, k), in) },
-				rest: func() {
-					b.reduce(g, in, g)
-					if last {
-						b.avg(g)
-					}
-					b.send(right, msg(s+1, k), g) // step n−1 is all-gather step 0
-				},
-			})
+			tasks = append(tasks, b.ringTask(left, msg(s, k), k, in, g, func() {
+				b.reduce(g, in, g)
+				if last {
+					b.avg(g)
+				}
+				b.send(right, msg(s+1, k), g) // step n−1 is all-gather step 0
+			}))
 		}
 	}
 	// All-gather: step s receives finished chunk r−s and passes it on.
@@ -64,17 +55,11 @@ func allReduceRing(b *builder) {
 			if g.Len == 0 {
 				continue
 			}
-			tasks = append(tasks, task{
-				seg:  k,
-				dst:  g,
-				uses: g,
-				recv: func() { b.recv(left, msg(n-1+s, k), g) },
-				rest: func() {
-					if s < n-2 {
-						b.send(right, msg(n+s, k), g)
-					}
-				},
-			})
+			tasks = append(tasks, b.ringTask(left, msg(n-1+s, k), k, g, g, func() {
+				if s < n-2 {
+					b.send(right, msg(n+s, k), g)
+				}
+			}))
 		}
 	}
 	emitSegmented(b, first, tasks)

@@ -303,6 +303,22 @@ type task struct {
 	seg  int // the segment the task moves (emitSegmented's order)
 }
 
+// ringTask is segment k's task in a step of a segmented ring: receive
+// message msg from rank left into dst, then rest, which works on uses.
+func (b *builder) ringTask(left, msg, k int, dst, uses Region, rest func()) task {
+	return task{seg: k, dst: dst, uses: uses, recv: func() { b.recv(left, msg, dst) }, rest: rest}
+}
+
+// ringFirst returns the first sends of a segmented ring for
+// emitSegmented: segment k of src to rank to, as message k (step 0).
+func (b *builder) ringFirst(to, segs int, src Region) []func() {
+	first := make([]func(), segs)
+	for k := range segs {
+		first[k] = func() { b.send(to, k, segment(src, b.seg, k)) }
+	}
+	return first
+}
+
 // emitSegmented emits a segmented plan: first[k] sends segment k of the
 // data a rank starts with, and each task receives a segment and works on
 // it (forwarding it, mostly), tasks listed step by step. Run by the

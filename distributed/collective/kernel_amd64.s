@@ -4,161 +4,85 @@
 // then 32, then one element at a time. The sums are the same IEEE
 // additions as the Go loop, so results are bit-identical to it.
 
+// ADDVEC is the body of the three adds, for elements of size bytes:
+// VMOV and VADD move and add a vector of them, N128 and N32 are how many
+// fill 128 and 32 bytes, and ONE adds one element at (SI) and (DX) into
+// (DI).
+#define ADDVEC(VMOV, VADD, N128, N32, size, ONE) \
+	MOVQ dst+0(FP), DI \
+	MOVQ a+8(FP), SI \
+	MOVQ b+16(FP), DX \
+	MOVQ n+24(FP), CX \
+loop128: \
+	CMPQ CX, $N128 \
+	JLT  loop32 \
+	VMOV (SI), Y0 \
+	VMOV 32(SI), Y1 \
+	VMOV 64(SI), Y2 \
+	VMOV 96(SI), Y3 \
+	VADD (DX), Y0, Y0 \
+	VADD 32(DX), Y1, Y1 \
+	VADD 64(DX), Y2, Y2 \
+	VADD 96(DX), Y3, Y3 \
+	VMOV Y0, (DI) \
+	VMOV Y1, 32(DI) \
+	VMOV Y2, 64(DI) \
+	VMOV Y3, 96(DI) \
+	ADDQ $128, SI \
+	ADDQ $128, DX \
+	ADDQ $128, DI \
+	SUBQ $N128, CX \
+	JMP  loop128 \
+loop32: \
+	CMPQ CX, $N32 \
+	JLT  tail \
+	VMOV (SI), Y0 \
+	VADD (DX), Y0, Y0 \
+	VMOV Y0, (DI) \
+	ADDQ $32, SI \
+	ADDQ $32, DX \
+	ADDQ $32, DI \
+	SUBQ $N32, CX \
+	JMP  loop32 \
+tail: \
+	CMPQ CX, $0 \
+	JEQ  done \
+	ONE \
+	ADDQ $size, SI \
+	ADDQ $size, DX \
+	ADDQ $size, DI \
+	DECQ CX \
+	JMP  tail \
+done: \
+	VZEROUPPER \
+	RET
+
+#define ONEF32 \
+	VMOVSS (SI), X0 \
+	VADDSS (DX), X0, X0 \
+	VMOVSS X0, (DI)
+
+#define ONEF64 \
+	VMOVSD (SI), X0 \
+	VADDSD (DX), X0, X0 \
+	VMOVSD X0, (DI)
+
+#define ONEI64 \
+	MOVQ (SI), AX \
+	ADDQ (DX), AX \
+	MOVQ AX, (DI)
+
 // func addF32AVX2(dst, a, b *float32, n int)
 TEXT ·addF32AVX2(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DX
-	MOVQ n+24(FP), CX
-f32loop128:
-	CMPQ CX, $32
-	JLT  f32loop32
-	VMOVUPS (SI), Y0
-	VMOVUPS 32(SI), Y1
-	VMOVUPS 64(SI), Y2
-	VMOVUPS 96(SI), Y3
-	VADDPS  (DX), Y0, Y0
-	VADDPS  32(DX), Y1, Y1
-	VADDPS  64(DX), Y2, Y2
-	VADDPS  96(DX), Y3, Y3
-	VMOVUPS Y0, (DI)
-	VMOVUPS Y1, 32(DI)
-	VMOVUPS Y2, 64(DI)
-	VMOVUPS Y3, 96(DI)
-	ADDQ $128, SI
-	ADDQ $128, DX
-	ADDQ $128, DI
-	SUBQ $32, CX
-	JMP  f32loop128
-f32loop32:
-	CMPQ CX, $8
-	JLT  f32tail
-	VMOVUPS (SI), Y0
-	VADDPS  (DX), Y0, Y0
-	VMOVUPS Y0, (DI)
-	ADDQ $32, SI
-	ADDQ $32, DX
-	ADDQ $32, DI
-	SUBQ $8, CX
-	JMP  f32loop32
-f32tail:
-	CMPQ CX, $0
-	JEQ  f32done
-	VMOVSS (SI), X0
-	VADDSS (DX), X0, X0
-	VMOVSS X0, (DI)
-	ADDQ $4, SI
-	ADDQ $4, DX
-	ADDQ $4, DI
-	DECQ CX
-	JMP  f32tail
-f32done:
-	VZEROUPPER
-	RET
+	ADDVEC(VMOVUPS, VADDPS, 32, 8, 4, ONEF32)
 
 // func addF64AVX2(dst, a, b *float64, n int)
 TEXT ·addF64AVX2(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DX
-	MOVQ n+24(FP), CX
-f64loop128:
-	CMPQ CX, $16
-	JLT  f64loop32
-	VMOVUPD (SI), Y0
-	VMOVUPD 32(SI), Y1
-	VMOVUPD 64(SI), Y2
-	VMOVUPD 96(SI), Y3
-	VADDPD  (DX), Y0, Y0
-	VADDPD  32(DX), Y1, Y1
-	VADDPD  64(DX), Y2, Y2
-	VADDPD  96(DX), Y3, Y3
-	VMOVUPD Y0, (DI)
-	VMOVUPD Y1, 32(DI)
-	VMOVUPD Y2, 64(DI)
-	VMOVUPD Y3, 96(DI)
-	ADDQ $128, SI
-	ADDQ $128, DX
-	ADDQ $128, DI
-	SUBQ $16, CX
-	JMP  f64loop128
-f64loop32:
-	CMPQ CX, $4
-	JLT  f64tail
-	VMOVUPD (SI), Y0
-	VADDPD  (DX), Y0, Y0
-	VMOVUPD Y0, (DI)
-	ADDQ $32, SI
-	ADDQ $32, DX
-	ADDQ $32, DI
-	SUBQ $4, CX
-	JMP  f64loop32
-f64tail:
-	CMPQ CX, $0
-	JEQ  f64done
-	VMOVSD (SI), X0
-	VADDSD (DX), X0, X0
-	VMOVSD X0, (DI)
-	ADDQ $8, SI
-	ADDQ $8, DX
-	ADDQ $8, DI
-	DECQ CX
-	JMP  f64tail
-f64done:
-	VZEROUPPER
-	RET
+	ADDVEC(VMOVUPD, VADDPD, 16, 4, 8, ONEF64)
 
 // func addI64AVX2(dst, a, b *int64, n int)
 TEXT ·addI64AVX2(SB), NOSPLIT, $0-32
-	MOVQ dst+0(FP), DI
-	MOVQ a+8(FP), SI
-	MOVQ b+16(FP), DX
-	MOVQ n+24(FP), CX
-i64loop128:
-	CMPQ CX, $16
-	JLT  i64loop32
-	VMOVDQU (SI), Y0
-	VMOVDQU 32(SI), Y1
-	VMOVDQU 64(SI), Y2
-	VMOVDQU 96(SI), Y3
-	VPADDQ  (DX), Y0, Y0
-	VPADDQ  32(DX), Y1, Y1
-	VPADDQ  64(DX), Y2, Y2
-	VPADDQ  96(DX), Y3, Y3
-	VMOVDQU Y0, (DI)
-	VMOVDQU Y1, 32(DI)
-	VMOVDQU Y2, 64(DI)
-	VMOVDQU Y3, 96(DI)
-	ADDQ $128, SI
-	ADDQ $128, DX
-	ADDQ $128, DI
-	SUBQ $16, CX
-	JMP  i64loop128
-i64loop32:
-	CMPQ CX, $4
-	JLT  i64tail
-	VMOVDQU (SI), Y0
-	VPADDQ  (DX), Y0, Y0
-	VMOVDQU Y0, (DI)
-	ADDQ $32, SI
-	ADDQ $32, DX
-	ADDQ $32, DI
-	SUBQ $4, CX
-	JMP  i64loop32
-i64tail:
-	CMPQ CX, $0
-	JEQ  i64done
-	MOVQ (SI), AX
-	ADDQ (DX), AX
-	MOVQ AX, (DI)
-	ADDQ $8, SI
-	ADDQ $8, DX
-	ADDQ $8, DI
-	DECQ CX
-	JMP  i64tail
-i64done:
-	VZEROUPPER
-	RET
+	ADDVEC(VMOVDQU, VPADDQ, 16, 4, 8, ONEI64)
 
 // Element-wise dst[i] = dst[i] / d with AVX2 (Avg's final step): the same
 // correctly rounded IEEE divisions as the Go loop, so bit-identical to it.

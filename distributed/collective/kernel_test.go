@@ -87,18 +87,17 @@ func check[T number](t *testing.T, a, b []T) {
 func BenchmarkSum(b *testing.B) {
 	for _, n := range []int{1 << 10, 64 << 10, 2 << 20} {
 		x, y := make([]float32, n), make([]float32, n)
-		b.Run(fmt.Sprintf("f32/n=%d/vector", n), func(b *testing.B) {
-			b.SetBytes(int64(4 * n))
-			for b.Loop() {
-				sumInto(x, x, y)
-			}
-		})
-		b.Run(fmt.Sprintf("f32/n=%d/scalar", n), func(b *testing.B) {
-			b.SetBytes(int64(4 * n))
-			for b.Loop() {
-				sumScalar(x, x, y)
-			}
-		})
+		for _, k := range []struct {
+			name string
+			sum  func(dst, a, b []float32)
+		}{{"vector", sumInto[float32]}, {"scalar", sumScalar[float32]}} {
+			b.Run(fmt.Sprintf("f32/n=%d/%s", n, k.name), func(b *testing.B) {
+				b.SetBytes(int64(4 * n))
+				for b.Loop() {
+					k.sum(x, x, y)
+				}
+			})
+		}
 	}
 }
 

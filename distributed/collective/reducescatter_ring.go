@@ -25,10 +25,7 @@ func reduceScatterRing(b *builder) {
 		acc[0], acc[1] = b.tmp(count), b.tmp(count)
 	}
 	msg := func(step, k int) int { return step*segs + k }
-	first := make([]func(), segs)
-	for k := range segs {
-		first[k] = func() { b.send(right, msg(0, k), segment(part(r-1), b.seg, k)) }
-	}
+	first := b.ringFirst(right, segs, part(r-1))
 	var tasks []task
 	slot := 0
 	for s := range n - 1 {
@@ -41,20 +38,14 @@ func reduceScatterRing(b *builder) {
 			d := segment(dst, b.seg, k)
 			in := slots.sub((slot%(b.depth+1))*slotLen, own.Len)
 			slot++
-			tasks = append(tasks, task{
-				seg:  k,
-				dst:  in,
-				uses: d,
-				recv: func() { b.recv(left, msg(s, k), in) },
-				rest: func() {
-					b.reduce(d, in, own)
-					if s < n-2 {
-						b.send(right, msg(s+1, k), d)
-					} else {
-						b.avg(d)
-					}
-				},
-			})
+			tasks = append(tasks, b.ringTask(left, msg(s, k), k, in, d, func() {
+				b.reduce(d, in, own)
+				if s < n-2 {
+					b.send(right, msg(s+1, k), d)
+				} else {
+					b.avg(d)
+				}
+			}))
 		}
 	}
 	emitSegmented(b, first, tasks)

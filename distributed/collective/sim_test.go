@@ -156,6 +156,21 @@ type simRecv struct {
 
 // complete finishes pending receive i and every earlier one from the same
 // peer; false if a message has not been sent yet.
+// operands reads a local step's sources (in order) and then finds its
+// destination, failing at the first bad region.
+func (sr *simRank) operands(dst Region, srcs ...Region) ([]sym, [][]sym, error) {
+	in := make([][]sym, len(srcs))
+	for i, r := range srcs {
+		v, err := sr.read(r)
+		if err != nil {
+			return nil, nil, err
+		}
+		in[i] = v
+	}
+	d, err := sr.region(dst)
+	return d, in, err
+}
+
 func (sr *simRank) complete(box map[simKey]simMsg, i int) (bool, error) {
 	peer := sr.pending[i].key.from
 	for j := 0; j <= i; j++ { // all there, or none taken
@@ -270,18 +285,11 @@ func runSim(ranks []*simRank, inOrder bool) error {
 						}
 					}
 				case StepReduce:
-					a, err := sr.read(s.Src)
+					dst, in, err := sr.operands(s.Dst, s.Src, s.Src2)
 					if err != nil {
 						return fail(err)
 					}
-					b, err := sr.read(s.Src2)
-					if err != nil {
-						return fail(err)
-					}
-					dst, err := sr.region(s.Dst)
-					if err != nil {
-						return fail(err)
-					}
+					a, b := in[0], in[1]
 					if len(a) != len(dst) || len(b) != len(dst) {
 						return fail(fmt.Errorf("length mismatch %d = %d ⊕ %d", len(dst), len(a), len(b)))
 					}
@@ -297,14 +305,11 @@ func runSim(ranks []*simRank, inOrder bool) error {
 					}
 					copy(dst, res)
 				case StepCopy:
-					src, err := sr.read(s.Src)
+					dst, in, err := sr.operands(s.Dst, s.Src)
 					if err != nil {
 						return fail(err)
 					}
-					dst, err := sr.region(s.Dst)
-					if err != nil {
-						return fail(err)
-					}
+					src := in[0]
 					if len(src) != len(dst) {
 						return fail(fmt.Errorf("copy length mismatch"))
 					}

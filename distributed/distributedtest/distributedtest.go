@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 
+	"net"
 	"runtime"
 	"runtime/debug"
 	"strings"
@@ -152,4 +153,15 @@ func Ranks(n int) []int {
 		r[i] = i
 	}
 	return r
+}
+
+// FreePort returns a TCP port on 127.0.0.1 that was free a moment ago.
+func FreePort(t testing.TB) int {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
 }

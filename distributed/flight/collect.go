@@ -66,6 +66,21 @@ func Survive(log *slog.Logger, rank int) {
 	}
 }
 
+// Every runs f at once and then every d until ctx is done: a watchdog's
+// loop.
+func Every(ctx context.Context, d time.Duration, f func()) {
+	t := time.NewTicker(d)
+	defer t.Stop()
+	for {
+		f()
+		select {
+		case <-ctx.Done():
+			return
+		case <-t.C:
+		}
+	}
+}
+
 // Setter writes one key of the job's store (store.Store is one).
 type Setter interface {
 	Set(ctx context.Context, key string, value []byte) error

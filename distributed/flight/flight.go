@@ -46,6 +46,21 @@ type Record struct {
 	Caller  string `json:"c,omitempty"` // the first function outside package distributed that issued it
 }
 
+// Start marks r running at now (Unix nanoseconds).
+func (r *Record) Start(now int64) { r.State, r.Started = Running, now }
+
+// End marks r done at now, or failed if err is not nil; an op that ended
+// without starting (failed while queued) is taken to have started then.
+func (r *Record) End(now int64, err error) {
+	r.State, r.Ended = Done, now
+	if err != nil {
+		r.State = Failed
+	}
+	if r.Started == 0 {
+		r.Started = now
+	}
+}
+
 // IsP2P reports whether r is a send or recv.
 func (r Record) IsP2P() bool { return r.Seq&P2P != 0 }
 

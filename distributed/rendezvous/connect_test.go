@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/cohortml/cohort/distributed/distributedtest"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/distributed/store/memstore"
 	"github.com/cohortml/cohort/distributed/store/tcpstore"
@@ -18,17 +19,6 @@ import (
 
 func quiet() rendezvous.Options {
 	return rendezvous.Options{Logger: slog.New(slog.DiscardHandler), ListenAddr: ""}
-}
-
-// freePort returns a port that was free a moment ago.
-func freePort(t *testing.T) int {
-	t.Helper()
-	ln, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	return ln.Addr().(*net.TCPAddr).Port
 }
 
 // launcherStore starts a store with token on loopback, as a launcher
@@ -67,7 +57,7 @@ func TestConnectSingleProcess(t *testing.T) {
 // retry until rank 0 serves, then all share one store.
 func TestConnectRanks(t *testing.T) {
 	const world = 3
-	port := freePort(t)
+	port := distributedtest.FreePort(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 	defer cancel()
 	var wg sync.WaitGroup
@@ -175,7 +165,7 @@ func TestConnectErrors(t *testing.T) {
 	}{
 		{"wrong-token-not-retried", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "COHORT_STORE_ADDR": srv.Addr().String(), "COHORT_TOKEN": "wrong"},
 			10 * time.Second, true, []string{"refused"}, tcpstore.ErrAuth},
-		{"no-rank-0", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": fmt.Sprint(freePort(t))},
+		{"no-rank-0", map[string]string{"RANK": "1", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": fmt.Sprint(distributedtest.FreePort(t))},
 			300 * time.Millisecond, false, []string{"rank 1 of 2", "no store at 127.0.0.1:", "MASTER_ADDR/MASTER_PORT"}, context.DeadlineExceeded},
 		{"port-taken", map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": fmt.Sprint(busyPort)},
 			10 * time.Second, true, []string{"rank 0 cannot serve", fmt.Sprintf("MASTER_PORT=%d", busyPort)}, nil},

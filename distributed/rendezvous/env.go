@@ -135,6 +135,34 @@ func (e env) need(name string, min int, what string) (int, error) {
 	return n, nil
 }
 
+// vars reads a contract's int variables one a line, keeping the first
+// error: every read after it returns zero, and the caller checks err once
+// (so a contract reports the first bad variable, as it reads them).
+type vars struct {
+	e   env
+	err error
+}
+
+// opt returns intVar's n and ok.
+func (v *vars) opt(name string, min int) (int, bool) {
+	if v.err != nil {
+		return 0, false
+	}
+	n, ok, err := v.e.intVar(name, min)
+	v.err = err
+	return n, ok
+}
+
+// need returns env.need's n.
+func (v *vars) need(name string, min int, what string) int {
+	if v.err != nil {
+		return 0
+	}
+	n, err := v.e.need(name, min, what)
+	v.err = err
+	return n
+}
+
 // FromEnv reads this process's place in the job from the environment,
 // through getenv (os.Getenv in programs, a map in tests). It is the one
 // place the distributed environment contract is read.
@@ -237,20 +265,13 @@ func (e env) source() (Source, error) {
 func (e env) torchrun() (Info, error) {
 	const who = "torchrun, cohort run and Kubeflow set it for every worker"
 	var in Info
-	var err error
-	if in.Rank, err = e.need("RANK", 0, who); err != nil {
-		return in, err
-	}
-	if in.WorldSize, err = e.need("WORLD_SIZE", 1, fmt.Sprintf("RANK=%d is set, so WORLD_SIZE must be too (%s)", in.Rank, who)); err != nil {
-		return in, err
-	}
-	lr, hasLR, err := e.intVar("LOCAL_RANK", 0)
-	if err != nil {
-		return in, err
-	}
-	lws, hasLWS, err := e.intVar("LOCAL_WORLD_SIZE", 1)
-	if err != nil {
-		return in, err
+	v := vars{e: e}
+	in.Rank = v.need("RANK", 0, who)
+	in.WorldSize = v.need("WORLD_SIZE", 1, fmt.Sprintf("RANK=%d is set, so WORLD_SIZE must be too (%s)", in.Rank, who))
+	lr, hasLR := v.opt("LOCAL_RANK", 0)
+	lws, hasLWS := v.opt("LOCAL_WORLD_SIZE", 1)
+	if v.err != nil {
+		return in, v.err
 	}
 	switch {
 	case hasLR && !hasLWS:
@@ -262,13 +283,10 @@ func (e env) torchrun() (Info, error) {
 	}
 	in.LocalRank, in.LocalWorldSize = lr, lws
 
-	gr, hasGR, err := e.intVar("GROUP_RANK", 0)
-	if err != nil {
-		return in, err
-	}
-	nr, hasNR, err := e.intVar("NODE_RANK", 0)
-	if err != nil {
-		return in, err
+	gr, hasGR := v.opt("GROUP_RANK", 0)
+	nr, hasNR := v.opt("NODE_RANK", 0)
+	if v.err != nil {
+		return in, v.err
 	}
 	switch {
 	case hasGR && hasNR && gr != nr:
@@ -292,19 +310,15 @@ func (e env) torchrun() (Info, error) {
 
 func (e env) openMPI() (Info, error) {
 	const who = "mpirun sets it for every process"
-	var in Info
-	var err error
-	if in.Rank, err = e.need("OMPI_COMM_WORLD_RANK", 0, who); err != nil {
-		return in, err
+	v := vars{e: e}
+	in := Info{
+		Rank:           v.need("OMPI_COMM_WORLD_RANK", 0, who),
+		WorldSize:      v.need("OMPI_COMM_WORLD_SIZE", 1, who),
+		LocalRank:      v.need("OMPI_COMM_WORLD_LOCAL_RANK", 0, who),
+		LocalWorldSize: v.need("OMPI_COMM_WORLD_LOCAL_SIZE", 1, who),
 	}
-	if in.WorldSize, err = e.need("OMPI_COMM_WORLD_SIZE", 1, who); err != nil {
-		return in, err
-	}
-	if in.LocalRank, err = e.need("OMPI_COMM_WORLD_LOCAL_RANK", 0, who); err != nil {
-		return in, err
-	}
-	if in.LocalWorldSize, err = e.need("OMPI_COMM_WORLD_LOCAL_SIZE", 1, who); err != nil {
-		return in, err
+	if v.err != nil {
+		return in, v.err
 	}
 	in.NodeRank, in.NumNodes = -1, 0
 	if in.LocalWorldSize == in.WorldSize {
@@ -317,26 +331,23 @@ func (e env) openMPI() (Info, error) {
 func (e env) slurm() (Info, error) {
 	const who = "srun sets it for every task"
 	var in Info
-	var err error
-	if in.Rank, err = e.need("SLURM_PROCID", 0, who); err != nil {
-		return in, err
+	v := vars{e: e}
+	if in.Rank = v.need("SLURM_PROCID", 0, who); v.err != nil {
+		return in, v.err
 	}
 	name, _ := e.first("SLURM_STEP_NUM_TASKS", "SLURM_NTASKS", "SLURM_NPROCS")
 	if name == "" {
 		return in, envErr("SLURM_PROCID=%d is set but SLURM_NTASKS is not: %s", in.Rank, who)
 	}
-	if in.WorldSize, err = e.need(name, 1, who); err != nil {
-		return in, err
-	}
-	if in.LocalRank, err = e.need("SLURM_LOCALID", 0, who); err != nil {
-		return in, err
-	}
-	if in.NodeRank, err = e.need("SLURM_NODEID", 0, who); err != nil {
-		return in, err
+	in.WorldSize = v.need(name, 1, who)
+	in.LocalRank = v.need("SLURM_LOCALID", 0, who)
+	in.NodeRank = v.need("SLURM_NODEID", 0, who)
+	if v.err != nil {
+		return in, v.err
 	}
 	if name, _ := e.first("SLURM_STEP_NUM_NODES", "SLURM_NNODES", "SLURM_JOB_NUM_NODES"); name != "" {
-		if in.NumNodes, err = e.need(name, 1, who); err != nil {
-			return in, err
+		if in.NumNodes = v.need(name, 1, who); v.err != nil {
+			return in, v.err
 		}
 		if in.NodeRank >= in.NumNodes {
 			return in, envErr("SLURM_NODEID=%d but %s=%d: the node id must be < the node count", in.NodeRank, name, in.NumNodes)
@@ -353,8 +364,8 @@ func (e env) slurm() (Info, error) {
 			return in, envErr("SLURM_NODEID=%d but %s=%q lists only %d nodes", in.NodeRank, name, list, len(counts))
 		}
 		in.LocalWorldSize = counts[in.NodeRank]
-	} else if in.LocalWorldSize, err = e.need("SLURM_NTASKS_PER_NODE", 1, "srun sets SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE; one of them is needed for the local world size"); err != nil {
-		return in, err
+	} else if in.LocalWorldSize = v.need("SLURM_NTASKS_PER_NODE", 1, "srun sets SLURM_STEP_TASKS_PER_NODE or SLURM_TASKS_PER_NODE; one of them is needed for the local world size"); v.err != nil {
+		return in, v.err
 	}
 	if name, list := e.first("SLURM_STEP_NODELIST", "SLURM_JOB_NODELIST", "SLURM_NODELIST"); name != "" {
 		host, err := FirstNode(list)
@@ -383,12 +394,11 @@ func SlurmPort(jobID, stepID int) int {
 
 func (e env) indexedJob() (Info, error) {
 	var in Info
-	var err error
-	if in.Rank, err = e.need("JOB_COMPLETION_INDEX", 0, "Kubernetes sets it in Indexed Job pods"); err != nil {
-		return in, err
-	}
-	if in.WorldSize, err = e.need("WORLD_SIZE", 1, fmt.Sprintf("JOB_COMPLETION_INDEX=%d is set (an Indexed Job), so WORLD_SIZE must be set to the Job's completions", in.Rank)); err != nil {
-		return in, err
+	v := vars{e: e}
+	in.Rank = v.need("JOB_COMPLETION_INDEX", 0, "Kubernetes sets it in Indexed Job pods")
+	in.WorldSize = v.need("WORLD_SIZE", 1, fmt.Sprintf("JOB_COMPLETION_INDEX=%d is set (an Indexed Job), so WORLD_SIZE must be set to the Job's completions", in.Rank))
+	if v.err != nil {
+		return in, v.err
 	}
 	in.LocalRank, in.LocalWorldSize = 0, 1
 	in.NodeRank, in.NumNodes = in.Rank, in.WorldSize

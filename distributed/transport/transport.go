@@ -59,6 +59,24 @@ type PeerError struct {
 func (e *PeerError) Error() string { return fmt.Sprintf("transport: peer %d: %v", e.Peer, e.Err) }
 func (e *PeerError) Unwrap() error { return e.Err }
 
+// Check is the check an implementation makes of a Send or Recv of rank
+// self (op "send to" or "recv from") with rank r under tag: r must be a
+// rank of the world, peers[r] being this rank's connection to it, and
+// either self or one that peers holds (not the zero P); and the
+// transport must not be closed (ErrClosed). pkg prefixes the errors.
+func Check[P comparable](pkg string, self int, op string, r int, tag Tag, peers []P, closed bool) error {
+	var none P
+	switch {
+	case r < 0 || r >= len(peers):
+		return fmt.Errorf("%s: rank %d: %s rank %d: out of range [0, %d)", pkg, self, op, r, len(peers))
+	case r != self && peers[r] == none:
+		return fmt.Errorf("%s: rank %d: %s rank %d: not a peer of this transport (Options.Peers)", pkg, self, op, r)
+	case closed:
+		return fmt.Errorf("%s: rank %d: %s rank %d (%v): %w", pkg, self, op, r, tag, ErrClosed)
+	}
+	return nil
+}
+
 // ErrLength is wrapped by the error of a Recv whose buffer length differs
 // from the length of the message waiting under its tag. The message stays
 // queued. Every transport's such error also wraps a *LengthError.

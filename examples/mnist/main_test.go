@@ -56,7 +56,7 @@ func TestTrainLearns(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer m.Close()
-			opt, err := optim.NewSGD([]optim.Group{{Params: nn.Parameters(m), LR: 0.05}}, optim.SGDOptions{Momentum: 0.9})
+			opt, err := recipe.NewSGD(nn.Parameters(m), 0.05) // as main does
 			if err != nil {
 				t.Fatal(err)
 			}

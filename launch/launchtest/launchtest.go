@@ -1,5 +1,6 @@
 // Package launchtest holds what the tests of programs run as real
-// processes share: building them, and watching their output.
+// processes share: building and starting them, and watching their
+// output.
 package launchtest
 
 import (
@@ -11,8 +12,33 @@ import (
 	"regexp"
 	"strings"
 	"sync"
+	"testing"
 	"time"
 )
+
+// Start starts cmd and waits for it in the background: the channel it
+// returns closes once cmd has exited, after exited (when not nil) has had
+// Wait's error. A cmd still running when t ends is killed and reaped. A
+// failure to start fails t.
+func Start(t testing.TB, cmd *exec.Cmd, exited func(err error)) <-chan struct{} {
+	t.Helper()
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	done := make(chan struct{})
+	go func() {
+		err := cmd.Wait()
+		if exited != nil {
+			exited(err)
+		}
+		close(done)
+	}()
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		<-done
+	})
+	return done
+}
 
 // Build compiles pkgs (import paths, or directories relative to the
 // working directory) into dir, each binary named after its package's

@@ -1,6 +1,7 @@
 package launchtest
 
 import (
+	"errors"
 	"os"
 	"os/exec"
 	"regexp"
@@ -96,5 +97,28 @@ func TestOutputLinesNotify(t *testing.T) {
 	}
 	if writes != 2 {
 		t.Errorf("Notify called %d times for 2 writes", writes)
+	}
+}
+
+func TestStart(t *testing.T) {
+	var got error
+	done := Start(t, exec.Command("sh", "-c", "exit 3"), func(err error) { got = err })
+	select {
+	case <-done:
+	case <-time.After(30 * time.Second):
+		t.Fatal("sh did not exit within 30 s")
+	}
+	var ee *exec.ExitError
+	if !errors.As(got, &ee) || ee.ExitCode() != 3 {
+		t.Errorf("exited with %v, want exit status 3", got)
+	}
+	t.Run("killed at the end", func(t *testing.T) {
+		cmd := exec.Command("sleep", "30")
+		done = Start(t, cmd, nil)
+	})
+	select {
+	case <-done:
+	default:
+		t.Error("a command still running when its test ended was not killed and reaped")
 	}
 }

@@ -10,6 +10,7 @@ import (
 
 	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
+	"github.com/cohortml/cohort/tensor/tensortest"
 )
 
 // Options tunes Run. The zero value checks fp32 kernels at 1e-5.
@@ -204,21 +205,9 @@ func (s *suite) moves(t *testing.T) {
 // one of parts; what names f in the errors.
 func MustPanic(t testing.TB, what string, f func(), parts ...string) {
 	t.Helper()
-	defer func() {
-		t.Helper()
-		r := recover()
-		if r == nil {
-			t.Errorf("%s: no panic", what)
-			return
-		}
-		msg := fmt.Sprint(r)
-		for _, p := range parts {
-			if !strings.Contains(msg, p) {
-				t.Errorf("%s: panic %q does not mention %q", what, msg, p)
-			}
-		}
-	}()
-	f()
+	if !tensortest.CheckPanic(t, what+": ", f, parts...) {
+		t.Errorf("%s: no panic", what)
+	}
 }
 
 func (s *suite) hostAccessors(t *testing.T) {

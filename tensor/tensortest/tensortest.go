@@ -1,12 +1,13 @@
 // Package tensortest holds the test helpers that the tests of the core
 // packages (tensor, autograd) share: walking every index of a shape,
-// checking that a call panics with the expected message, and the relative
-// difference of two sets of values.
+// checking that a call panics with the expected message, random inputs,
+// and the relative difference of two sets of values.
 package tensortest
 
 import (
 	"fmt"
 	"math"
+	"math/rand/v2"
 	"strings"
 	"testing"
 )
@@ -35,20 +36,41 @@ func ForEachIndex(shape []int, f func(idx []int)) {
 // value as fmt.Sprint prints it) containing every fragment.
 func MustPanic(t testing.TB, f func(), fragments ...string) {
 	t.Helper()
+	if !CheckPanic(t, "", f, fragments...) {
+		t.Fatalf("no panic, want one mentioning %q", fragments)
+	}
+}
+
+// CheckPanic runs f and reports whether it panicked. A panic message (the
+// panic value as fmt.Sprint prints it) that lacks one of fragments is an
+// error of t, which prefix begins.
+func CheckPanic(t testing.TB, prefix string, f func(), fragments ...string) (panicked bool) {
+	t.Helper()
 	defer func() {
 		t.Helper()
 		r := recover()
 		if r == nil {
-			t.Fatalf("no panic, want one mentioning %q", fragments)
+			return
 		}
+		panicked = true
 		msg := fmt.Sprint(r)
 		for _, f := range fragments {
 			if !strings.Contains(msg, f) {
-				t.Errorf("panic %q does not mention %q", msg, f)
+				t.Errorf("%spanic %q does not mention %q", prefix, msg, f)
 			}
 		}
 	}()
 	f()
+	return false
+}
+
+// Randn returns n draws of rng's standard normal, as float32.
+func Randn(rng *rand.Rand, n int) []float32 {
+	x := make([]float32, n)
+	for i := range x {
+		x[i] = float32(rng.NormFloat64())
+	}
+	return x
 }
 
 // L2Diff returns ‖got − want‖ and ‖want‖ (in float64).

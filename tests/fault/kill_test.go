@@ -29,7 +29,7 @@ func build(t *testing.T, dir string) (cohort, mnist string) {
 type job struct {
 	cmd            *exec.Cmd
 	stdout, stderr bytes.Buffer
-	done           chan struct{}
+	done           <-chan struct{}
 	err            error
 }
 
@@ -39,16 +39,9 @@ func startJob(t *testing.T, cohort, mnist, dir string) *job {
 		"-limit", "2560", "-batch", "32", "-epochs", "2", "-seed", "5",
 		"-checkpoint-dir", filepath.Join(dir, "ckpt"), "-checkpoint-every", "10",
 		"-save", filepath.Join(dir, "final.safetensors")}
-	j := &job{cmd: exec.Command(cohort, args...), done: make(chan struct{})}
+	j := &job{cmd: exec.Command(cohort, args...)}
 	j.cmd.Stdout, j.cmd.Stderr = &j.stdout, &j.stderr
-	if err := j.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() { j.err = j.cmd.Wait(); close(j.done) }()
-	t.Cleanup(func() {
-		j.cmd.Process.Kill()
-		<-j.done
-	})
+	j.done = launchtest.Start(t, j.cmd, func(err error) { j.err = err })
 	return j
 }
 

@@ -77,27 +77,16 @@ func buildSignalBins(t *testing.T) (cohort, gpt string) {
 type proc struct {
 	cmd            *exec.Cmd
 	stdout, stderr *launchtest.Output
-	done           chan struct{}
+	done           <-chan struct{}
 	exited         time.Time
 }
 
 func startProc(t *testing.T, env []string, bin string, args ...string) *proc {
 	t.Helper()
-	p := &proc{cmd: exec.Command(bin, args...), stdout: &launchtest.Output{}, stderr: &launchtest.Output{}, done: make(chan struct{})}
+	p := &proc{cmd: exec.Command(bin, args...), stdout: &launchtest.Output{}, stderr: &launchtest.Output{}}
 	p.cmd.Env = append(os.Environ(), env...)
 	p.cmd.Stdout, p.cmd.Stderr = p.stdout, p.stderr
-	if err := p.cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	go func() {
-		p.cmd.Wait()
-		p.exited = time.Now()
-		close(p.done)
-	}()
-	t.Cleanup(func() {
-		p.cmd.Process.Kill()
-		<-p.done
-	})
+	p.done = launchtest.Start(t, p.cmd, func(error) { p.exited = time.Now() })
 	return p
 }
 

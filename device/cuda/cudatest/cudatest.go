@@ -48,15 +48,19 @@ func Load[L any](t testing.TB, what string, load func() (L, error), absent error
 	return l
 }
 
+// Loader is Load for one library: the function its package's tests call.
+func Loader[L any](what string, load func() (L, error), absent error) func(testing.TB) L {
+	return func(t testing.TB) L {
+		t.Helper()
+		return Load(t, what, load, absent)
+	}
+}
+
 // Alloc allocates n bytes of device memory, freed when t ends.
 func Alloc(t testing.TB, c *cuda.Context, n int64) cuda.DevicePtr {
 	t.Helper()
 	p, err := c.MemAlloc(n)
-	if err != nil {
-		t.Fatal(err)
-	}
-	release(t, func() error { return c.MemFree(p) })
-	return p
+	return keep(t, p, err, c.MemFree)
 }
 
 // Upload copies x to new device memory (see Alloc) and returns its address.
@@ -84,11 +88,18 @@ func Download[T cuda.Elem](t testing.TB, c *cuda.Context, p cuda.DevicePtr, n in
 func Stream(t testing.TB, c *cuda.Context) cuda.Stream {
 	t.Helper()
 	s, err := c.NewStream(true)
+	return keep(t, s, err, c.DestroyStream)
+}
+
+// keep returns v, made by a call that returned err, and has free(v)
+// called when t ends; err fails t.
+func keep[V any](t testing.TB, v V, err error, free func(V) error) V {
+	t.Helper()
 	if err != nil {
 		t.Fatal(err)
 	}
-	release(t, func() error { return c.DestroyStream(s) })
-	return s
+	release(t, func() error { return free(v) })
+	return v
 }
 
 // release has free called when t ends; an error from it fails t.

@@ -32,6 +32,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"reflect"
 	"slices"
 	"strings"
 	"unsafe"
@@ -264,6 +265,43 @@ func Symbols(pkg, lib string, h uintptr, syms map[string]*uintptr) error {
 		*at = p
 	}
 	return nil
+}
+
+// Table maps the symbol named by the `sym` tag of each field of the
+// struct fns points to onto that field's address: a library's functions
+// are named once, beside the uintptr fields that hold them. Fields without
+// a sym tag are left out. It panics when fns is not a pointer to a struct
+// or a tagged field is not a uintptr.
+func Table(fns any) map[string]*uintptr {
+	v := reflect.ValueOf(fns).Elem()
+	syms := make(map[string]*uintptr, v.NumField())
+	for i := range v.NumField() {
+		f := v.Type().Field(i)
+		name := f.Tag.Get("sym")
+		if name == "" {
+			continue
+		}
+		if f.Type.Kind() != reflect.Uintptr {
+			panic("libfind: " + v.Type().String() + "." + f.Name + ": a sym tag on a " + f.Type.String() + ", want uintptr")
+		}
+		syms[name] = (*uintptr)(v.Field(i).Addr().UnsafePointer())
+	}
+	return syms
+}
+
+// Load opens the library as Open does and resolves syms in it as Symbols
+// does, naming the library by the file it was mapped from (Resolve), which
+// it returns with the handle.
+func (e Env) Load(pkg string, s Spec, sentinel error, syms map[string]*uintptr) (handle uintptr, path string, err error) {
+	h, name, err := e.Open(pkg, s, sentinel)
+	if err != nil {
+		return 0, "", err
+	}
+	path = Resolve(name)
+	if err := Symbols(pkg, path, h, syms); err != nil {
+		return 0, "", err
+	}
+	return h, path, nil
 }
 
 func oneLine(s string) string { return strings.Join(strings.Fields(s), " ") }

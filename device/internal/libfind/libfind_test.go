@@ -1,6 +1,7 @@
 package libfind
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -79,4 +80,25 @@ func TestGoString(t *testing.T) {
 	if GoString(0) != "" {
 		t.Error("GoString(0) != \"\"")
 	}
+}
+
+func TestTable(t *testing.T) {
+	var f struct {
+		open  uintptr `sym:"libOpen"`
+		close uintptr `sym:"libClose_v2"`
+		typed func() int32
+	}
+	syms := Table(&f)
+	if len(syms) != 2 || syms["libOpen"] != &f.open || syms["libClose_v2"] != &f.close {
+		t.Errorf("Table = %v, want libOpen and libClose_v2 at the fields' addresses (and the untagged field left out)", syms)
+	}
+	defer func() {
+		if r := recover(); r == nil || !strings.Contains(fmt.Sprint(r), "wrong") {
+			t.Errorf("Table of a tagged int32 field: recovered %v, want a panic naming the field", r)
+		}
+	}()
+	var bad struct {
+		wrong int32 `sym:"libWrong"`
+	}
+	Table(&bad)
 }

@@ -41,6 +41,16 @@
 	const int row0 = blockIdx.x * ATT_WARPS, row = row0 + warp;    \
 	const long long seq = (long long)b * T * 3 * d
 
+// ATT_KV_TILES lays out the dynamic shared memory sm of the two kernels
+// that walk the keys a tile at a time (attention_fwd, attention_bwd_dq):
+// ld = hd + 1, the tiles Ks and Vs [ATT_TILE][ld], then the block's query
+// rows Qs [ATT_WARPS][hd]. The kernel's parameter hd must be in scope.
+#define ATT_KV_TILES(sm)                \
+	const int ld = hd + 1;          \
+	float* Ks = (sm);               \
+	float* Vs = Ks + ATT_TILE * ld; \
+	float* Qs = Vs + ATT_TILE * ld
+
 // att_accumulate adds Σ_jj w_jj·tile[jj] to a warp's output row acc, where
 // lane jj of the warp holds the weight w_jj of tile row jj (a probability
 // or a score gradient) and each lane owns the features lane, lane + 32, …
@@ -75,10 +85,7 @@ __device__ __forceinline__ void att_load_kv_X(float* Ks, float* Vs, const floatX
 extern "C" __global__ void attention_fwd_X(floatX* y, float* lse, const floatX* qkv, int B, int T, int H, int hd,
                                            float scale, int causal) {
 	extern __shared__ float sm[];
-	const int ld = hd + 1;
-	float* Ks = sm;                       // [ATT_TILE][ld]
-	float* Vs = Ks + ATT_TILE * ld;       // [ATT_TILE][ld]
-	float* Qs = Vs + ATT_TILE * ld;       // [ATT_WARPS][hd]
+	ATT_KV_TILES(sm);
 	ATT_WARP_ROW(i);
 	float* q = Qs + warp * hd;
 	for (int c = lane; c < hd; c += 32)
@@ -127,10 +134,7 @@ extern "C" __global__ void attention_bwd_dq_X(floatX* dqkv, float* delta, const 
                                               const floatX* qkv, const float* lse, int B, int T, int H, int hd,
                                               float scale, int causal) {
 	extern __shared__ float sm[];
-	const int ld = hd + 1;
-	float* Ks = sm;                       // [ATT_TILE][ld]
-	float* Vs = Ks + ATT_TILE * ld;       // [ATT_TILE][ld]
-	float* Qs = Vs + ATT_TILE * ld;       // [ATT_WARPS][hd]
+	ATT_KV_TILES(sm);
 	float* Gs = Qs + ATT_WARPS * hd;      // [ATT_WARPS][hd]: dy rows
 	ATT_WARP_ROW(i);
 	float* q = Qs + warp * hd;

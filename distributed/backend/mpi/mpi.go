@@ -283,6 +283,25 @@ func init() {
 	distributed.Register("mpi", distributed.Backend{Init: Init, OwnRendezvous: true})
 }
 
+// adopt makes c, a communicator just made, g's: MPI returns its errors
+// rather than aborting, and g's rank, size and tag bound are read from it.
+// It runs on the MPI thread (p.do).
+func (g *mpiGroup) adopt(c libmpi.Handle) (err error) {
+	l := g.p.lib
+	g.comm = c
+	if err := l.ErrorsReturn(c); err != nil {
+		return err
+	}
+	if g.rank, err = l.CommRank(c); err != nil {
+		return err
+	}
+	if g.size, err = l.CommSize(c); err != nil {
+		return err
+	}
+	g.tagUB, err = l.TagUpperBound(c)
+	return err
+}
+
 // Init is distributed.Init for this backend (registered as "mpi"): it
 // duplicates MPI_COMM_WORLD, initialising MPI first if no group has. Of
 // opts it reads only Rank and WorldSize, which, if WorldSize is set, must
@@ -300,18 +319,7 @@ func Init(ctx context.Context, opts distributed.Options) (distributed.ProcessGro
 		if err != nil {
 			return err
 		}
-		g.comm = c
-		if err := l.ErrorsReturn(c); err != nil {
-			return err
-		}
-		if g.rank, err = l.CommRank(c); err != nil {
-			return err
-		}
-		if g.size, err = l.CommSize(c); err != nil {
-			return err
-		}
-		g.tagUB, err = l.TagUpperBound(c)
-		return err
+		return g.adopt(c)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("distributed: Init: backend mpi: %w", err)
@@ -639,6 +647,12 @@ func (g *mpiGroup) reduction(o *mpiOp, op distributed.ReduceOp, in, out, result 
 	}
 }
 
+// startOp submits an op of kind, which MPI function fn starts (start; see
+// mpiOp), or which fails with err if that is not nil.
+func (g *mpiGroup) startOp(ctx context.Context, kind collective.Kind, fn string, err error, start func(o *mpiOp) int32) distributed.Work {
+	return g.submit(ctx, &mpiOp{kind: kind, fn: fn, err: err, start: start})
+}
+
 func (g *mpiGroup) AllReduce(ctx context.Context, buf distributed.Buffer, op distributed.ReduceOp) distributed.Work {
 	o := &mpiOp{kind: collective.AllReduce, fn: "MPI_Iallreduce", err: firstErr(g.checkBufs("allreduce", buf), distributed.CheckReduceOp("allreduce", op))}
 	n := buf.Len()
@@ -649,11 +663,9 @@ func (g *mpiGroup) AllReduce(ctx context.Context, buf distributed.Buffer, op dis
 }
 
 func (g *mpiGroup) Broadcast(ctx context.Context, buf distributed.Buffer, root int) distributed.Work {
-	o := &mpiOp{kind: collective.Broadcast, fn: "MPI_Ibcast", err: firstErr(g.checkBufs("broadcast", buf), distributed.CheckRoot("broadcast", root, g.size))}
-	o.start = func(o *mpiOp) int32 {
+	return g.startOp(ctx, collective.Broadcast, "MPI_Ibcast", firstErr(g.checkBufs("broadcast", buf), distributed.CheckRoot("broadcast", root, g.size)), func(o *mpiOp) int32 {
 		return g.p.lib.Ibcast(o.data(buf), buf.Len(), g.dtype(buf.DType), root, g.comm, &o.r.Req)
-	}
-	return g.submit(ctx, o)
+	})
 }
 
 func (g *mpiGroup) Reduce(ctx context.Context, buf distributed.Buffer, root int, op distributed.ReduceOp) distributed.Work {
@@ -672,9 +684,8 @@ func (g *mpiGroup) Reduce(ctx context.Context, buf distributed.Buffer, root int,
 
 func (g *mpiGroup) AllGather(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	err := g.checkBufs("allgather", out, in)
-	if err == nil && out.Len() != g.size*in.Len() {
-		err = fmt.Errorf("distributed: allgather: output has %d elements, want %d = %d ranks × %d input elements",
-			out.Len(), g.size*in.Len(), g.size, in.Len())
+	if err == nil {
+		err = distributed.CheckParts("allgather", g.size, out, "output", in, "input")
 	}
 	inPlace := false
 	if err == nil {
@@ -693,9 +704,8 @@ func (g *mpiGroup) AllGather(ctx context.Context, out, in distributed.Buffer) di
 
 func (g *mpiGroup) ReduceScatter(ctx context.Context, out, in distributed.Buffer, op distributed.ReduceOp) distributed.Work {
 	err := firstErr(g.checkBufs("reducescatter", out, in), distributed.CheckReduceOp("reducescatter", op))
-	if err == nil && in.Len() != g.size*out.Len() {
-		err = fmt.Errorf("distributed: reducescatter: input has %d elements, want %d = %d ranks × %d output elements",
-			in.Len(), g.size*out.Len(), g.size, out.Len())
+	if err == nil {
+		err = distributed.CheckParts("reducescatter", g.size, in, "input", out, "output")
 	}
 	o := &mpiOp{kind: collective.ReduceScatter, fn: "MPI_Ireduce_scatter_block", err: err}
 	n := out.Len()
@@ -707,56 +717,26 @@ func (g *mpiGroup) ReduceScatter(ctx context.Context, out, in distributed.Buffer
 
 func (g *mpiGroup) AllToAll(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	err := g.checkBufs("alltoall", out, in)
-	switch {
-	case err != nil:
-	case in.Len() != out.Len():
-		err = fmt.Errorf("distributed: alltoall: input has %d elements but output %d", in.Len(), out.Len())
-	case in.Len()%g.size != 0:
-		err = fmt.Errorf("distributed: alltoall: %d elements do not split into %d equal chunks", in.Len(), g.size)
+	if err == nil {
+		err = distributed.CheckSplit("alltoall", out, in, g.size)
 	}
-	o := &mpiOp{kind: collective.AllToAll, fn: "MPI_Ialltoall", err: err}
-	o.start = func(o *mpiOp) int32 {
+	return g.startOp(ctx, collective.AllToAll, "MPI_Ialltoall", err, func(o *mpiOp) int32 {
 		return g.p.lib.Ialltoall(o.data(in), o.data(out), in.Len()/g.size, g.dtype(in.DType), g.comm, &o.r.Req)
-	}
-	return g.submit(ctx, o)
+	})
 }
 
 func (g *mpiGroup) Gather(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	err := distributed.CheckRoot("gather", root, g.size)
-	if err == nil && g.rank == root {
-		err = g.checkBufs("gather", out, in)
-		if err == nil && out.Len() != g.size*in.Len() {
-			err = fmt.Errorf("distributed: gather: root's output has %d elements, want %d = %d ranks × %d input elements",
-				out.Len(), g.size*in.Len(), g.size, in.Len())
-		}
-	} else if err == nil {
-		err = g.checkBufs("gather", in)
-		out = distributed.Buffer{}
-	}
-	o := &mpiOp{kind: collective.Gather, fn: "MPI_Igather", err: err}
-	o.start = func(o *mpiOp) int32 {
+	out, err := distributed.CheckRooted("gather", root, g.rank, g.size, out, in, true, g.checkBufs)
+	return g.startOp(ctx, collective.Gather, "MPI_Igather", err, func(o *mpiOp) int32 {
 		return g.p.lib.Igather(o.data(in), o.data(out), in.Len(), g.dtype(in.DType), root, g.comm, &o.r.Req)
-	}
-	return g.submit(ctx, o)
+	})
 }
 
 func (g *mpiGroup) Scatter(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	err := distributed.CheckRoot("scatter", root, g.size)
-	if err == nil && g.rank == root {
-		err = g.checkBufs("scatter", out, in)
-		if err == nil && in.Len() != g.size*out.Len() {
-			err = fmt.Errorf("distributed: scatter: root's input has %d elements, want %d = %d ranks × %d output elements",
-				in.Len(), g.size*out.Len(), g.size, out.Len())
-		}
-	} else if err == nil {
-		err = g.checkBufs("scatter", out)
-		in = distributed.Buffer{}
-	}
-	o := &mpiOp{kind: collective.Scatter, fn: "MPI_Iscatter", err: err}
-	o.start = func(o *mpiOp) int32 {
+	in, err := distributed.CheckRooted("scatter", root, g.rank, g.size, out, in, false, g.checkBufs)
+	return g.startOp(ctx, collective.Scatter, "MPI_Iscatter", err, func(o *mpiOp) int32 {
 		return g.p.lib.Iscatter(o.data(in), o.data(out), out.Len(), g.dtype(out.DType), root, g.comm, &o.r.Req)
-	}
-	return g.submit(ctx, o)
+	})
 }
 
 // Send and Recv are MPI point-to-point messages with the given tag. Unlike
@@ -764,11 +744,9 @@ func (g *mpiGroup) Scatter(ctx context.Context, out, in distributed.Buffer, root
 // MPI matches it whenever the message comes, and only its Work (and the
 // Works after it) wait.
 func (g *mpiGroup) Send(ctx context.Context, buf distributed.Buffer, to int, tag int) distributed.Work {
-	o := &mpiOp{kind: collective.Send, fn: "MPI_Isend", err: firstErr(g.checkBufs("send", buf), g.checkPeer("send", to, tag))}
-	o.start = func(o *mpiOp) int32 {
+	return g.startOp(ctx, collective.Send, "MPI_Isend", firstErr(g.checkBufs("send", buf), g.checkPeer("send", to, tag)), func(o *mpiOp) int32 {
 		return g.p.lib.Isend(o.data(buf), buf.Len(), g.dtype(buf.DType), to, tag, g.comm, &o.r.Req)
-	}
-	return g.submit(ctx, o)
+	})
 }
 
 func (g *mpiGroup) Recv(ctx context.Context, buf distributed.Buffer, from int, tag int) distributed.Work {
@@ -790,9 +768,7 @@ func (g *mpiGroup) Recv(ctx context.Context, buf distributed.Buffer, from int, t
 }
 
 func (g *mpiGroup) Barrier(ctx context.Context) distributed.Work {
-	o := &mpiOp{kind: collective.Barrier, fn: "MPI_Ibarrier"}
-	o.start = func(o *mpiOp) int32 { return g.p.lib.Ibarrier(g.comm, &o.r.Req) }
-	return g.submit(ctx, o)
+	return g.startOp(ctx, collective.Barrier, "MPI_Ibarrier", nil, func(o *mpiOp) int32 { return g.p.lib.Ibarrier(g.comm, &o.r.Req) })
 }
 
 // NewGroup forms a subgroup with MPI_Comm_split: a collective call over g
@@ -841,18 +817,7 @@ func (g *mpiGroup) NewGroup(ctx context.Context, ranks []int) (distributed.Proce
 		if err != nil || key < 0 {
 			return err
 		}
-		child.comm = c
-		if err := l.ErrorsReturn(c); err != nil {
-			return err
-		}
-		if child.rank, err = l.CommRank(c); err != nil {
-			return err
-		}
-		if child.size, err = l.CommSize(c); err != nil {
-			return err
-		}
-		child.tagUB, err = l.TagUpperBound(c)
-		return err
+		return child.adopt(c)
 	})
 	if err != nil {
 		return nil, fmt.Errorf("distributed: NewGroup: %w", err)

@@ -41,12 +41,12 @@ type flightRecorder struct {
 	wd      *watchdog // set once by watch, before or while ops run; read under mu
 }
 
+// flightEntry is an op's record (Seq, State and the times; the rest is
+// filled in from call and pcs when a snapshot is taken).
 type flightEntry struct {
-	seq                    uint64
-	call                   collective.Call
-	state                  flight.State
-	queued, started, ended int64
-	pcs                    [flightFrames]uintptr
+	flight.Record
+	call collective.Call
+	pcs  [flightFrames]uintptr
 }
 
 // enqueue records a newly issued op; it runs under g.mu, after o.seq is
@@ -59,7 +59,7 @@ func (f *flightRecorder) enqueue(o *op) {
 	now := time.Now().UnixNano()
 	f.mu.Lock()
 	o.flightSlot = f.n
-	f.ring[f.n%flightRingSize] = flightEntry{seq: o.seq, call: o.call, state: flight.Queued, queued: now, pcs: pcs}
+	f.ring[f.n%flightRingSize] = flightEntry{Record: flight.Record{Seq: o.seq, State: flight.Queued, Queued: now}, call: o.call, pcs: pcs}
 	f.n++
 	f.mu.Unlock()
 	f.version.Add(1)
@@ -70,7 +70,7 @@ func (f *flightRecorder) start(o *op) {
 	now := time.Now().UnixNano()
 	f.mu.Lock()
 	if e := f.entry(o); e != nil {
-		e.state, e.started = flight.Running, now
+		e.Start(now)
 	}
 	f.mu.Unlock()
 	f.version.Add(1)
@@ -82,13 +82,7 @@ func (f *flightRecorder) end(o *op, err error) {
 	f.mu.Lock()
 	f.done++
 	if e := f.entry(o); e != nil {
-		e.state, e.ended = flight.Done, now
-		if err != nil {
-			e.state = flight.Failed
-		}
-		if e.started == 0 {
-			e.started = now
-		}
+		e.End(now, err)
 	}
 	f.mu.Unlock()
 	f.version.Add(1)
@@ -123,8 +117,9 @@ func (f *flightRecorder) snapshot(g *group, max int) flight.Snapshot {
 		case c.Kind == collective.Broadcast || c.Kind == collective.Reduce || c.Kind == collective.Gather || c.Kind == collective.Scatter:
 			peer = c.Root
 		}
-		s.Records[i] = flight.Record{Seq: e.seq, Kind: c.Kind.String(), Bytes: int64(c.Count) * int64(c.DType.Size()),
-			Peer: peer, State: e.state, Queued: e.queued, Started: e.started, Ended: e.ended, Caller: caller(e.pcs[:])}
+		r := e.Record
+		r.Kind, r.Bytes, r.Peer, r.Caller = c.Kind.String(), int64(c.Count)*int64(c.DType.Size()), peer, caller(e.pcs[:])
+		s.Records[i] = r
 	}
 	return s
 }

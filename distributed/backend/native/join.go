@@ -9,7 +9,6 @@ import (
 	"log/slog"
 	"os"
 	"slices"
-	"strings"
 	"sync"
 	"time"
 
@@ -159,11 +158,7 @@ func rankList(ranks []int) string {
 	if len(ranks) == 1 {
 		return fmt.Sprintf("rank %d", ranks[0])
 	}
-	s := make([]string, len(ranks))
-	for i, r := range ranks {
-		s[i] = fmt.Sprint(r)
-	}
-	return "ranks [" + strings.Join(s, " ") + "]"
+	return fmt.Sprintf("ranks %v", ranks)
 }
 
 func (o *config) logger() *slog.Logger {

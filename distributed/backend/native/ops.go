@@ -49,9 +49,8 @@ func (g *group) AllGather(ctx context.Context, out, in distributed.Buffer) distr
 	c := g.call(collective.AllGather, in.DType)
 	c.Count = in.Len()
 	err := distributed.CheckDTypes("allgather", out, in)
-	if err == nil && out.Len() != len(g.ranks)*in.Len() {
-		err = fmt.Errorf("distributed: allgather: output has %d elements, want %d = %d ranks × %d input elements",
-			out.Len(), len(g.ranks)*in.Len(), len(g.ranks), in.Len())
+	if err == nil {
+		err = distributed.CheckParts("allgather", len(g.ranks), out, "output", in, "input")
 	}
 	if err == nil {
 		_, err = distributed.AllGatherInPlace(out, in, g.rank)
@@ -63,9 +62,8 @@ func (g *group) ReduceScatter(ctx context.Context, out, in distributed.Buffer, o
 	c := g.call(collective.ReduceScatter, out.DType)
 	c.Op, c.Count = op, out.Len()
 	err := firstErr(distributed.CheckDTypes("reducescatter", out, in), distributed.CheckReduceOp("reducescatter", op))
-	if err == nil && in.Len() != len(g.ranks)*out.Len() {
-		err = fmt.Errorf("distributed: reducescatter: input has %d elements, want %d = %d ranks × %d output elements",
-			in.Len(), len(g.ranks)*out.Len(), len(g.ranks), out.Len())
+	if err == nil {
+		err = distributed.CheckParts("reducescatter", len(g.ranks), in, "input", out, "output")
 	}
 	return g.submit(ctx, c, in.Bytes(), out.Bytes(), err)
 }
@@ -75,12 +73,8 @@ func (g *group) AllToAll(ctx context.Context, out, in distributed.Buffer) distri
 	c := g.call(collective.AllToAll, in.DType)
 	c.Count = in.Len() / n
 	err := distributed.CheckDTypes("alltoall", out, in)
-	switch {
-	case err != nil:
-	case in.Len() != out.Len():
-		err = fmt.Errorf("distributed: alltoall: input has %d elements but output %d", in.Len(), out.Len())
-	case in.Len()%n != 0:
-		err = fmt.Errorf("distributed: alltoall: %d elements do not split into %d equal chunks", in.Len(), n)
+	if err == nil {
+		err = distributed.CheckSplit("alltoall", out, in, n)
 	}
 	return g.submit(ctx, c, in.Bytes(), out.Bytes(), err)
 }
@@ -88,38 +82,15 @@ func (g *group) AllToAll(ctx context.Context, out, in distributed.Buffer) distri
 func (g *group) Gather(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
 	c := g.call(collective.Gather, in.DType)
 	c.Count, c.Root = in.Len(), root
-	ob, err := g.checkRooted("gather", root, out, in, true)
-	return g.submit(ctx, c, in.Bytes(), ob, err)
+	whole, err := distributed.CheckRooted("gather", root, g.rank, len(g.ranks), out, in, true, distributed.CheckDTypes)
+	return g.submit(ctx, c, in.Bytes(), whole.Bytes(), err)
 }
 
 func (g *group) Scatter(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
 	c := g.call(collective.Scatter, out.DType)
 	c.Count, c.Root = out.Len(), root
-	ib, err := g.checkRooted("scatter", root, out, in, false)
-	return g.submit(ctx, c, ib, out.Bytes(), err)
-}
-
-// checkRooted checks the buffers of a gather (the root's output whole,
-// the world's inputs one after the other) or a scatter (the root's input
-// whole): on the root both, elsewhere only the part every rank has. It
-// returns the root's whole buffer's bytes (nil on other ranks).
-func (g *group) checkRooted(op string, root int, out, in distributed.Buffer, gather bool) ([]byte, error) {
-	whole, part, wholeName, partName := in, out, "input", "output"
-	if gather {
-		whole, part, wholeName, partName = out, in, "output", "input"
-	}
-	if err := distributed.CheckRoot(op, root, len(g.ranks)); err != nil {
-		return nil, err
-	}
-	if g.rank != root {
-		return nil, distributed.CheckDTypes(op, part)
-	}
-	err := distributed.CheckDTypes(op, out, in)
-	if err == nil && whole.Len() != len(g.ranks)*part.Len() {
-		err = fmt.Errorf("distributed: %s: root's %s has %d elements, want %d = %d ranks × %d %s elements",
-			op, wholeName, whole.Len(), len(g.ranks)*part.Len(), len(g.ranks), part.Len(), partName)
-	}
-	return whole.Bytes(), err
+	whole, err := distributed.CheckRooted("scatter", root, g.rank, len(g.ranks), out, in, false, distributed.CheckDTypes)
+	return g.submit(ctx, c, whole.Bytes(), out.Bytes(), err)
 }
 
 func (g *group) checkPeer(op string, peer, tag int) error {

@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
-	"net"
 	"os"
 	"os/exec"
 	"strconv"
@@ -18,6 +17,7 @@ import (
 	"time"
 
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/distributed/distributedtest"
 	"github.com/cohortml/cohort/distributed/grouptest"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 )
@@ -177,21 +177,11 @@ type child struct {
 	err    error
 }
 
-func freePort(t *testing.T) int {
-	t.Helper()
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // spawn starts world children running scenario over transport, with
 // extra added to each one's environment.
 func spawn(t *testing.T, world int, transport, scenario string, extra ...string) []*child {
 	t.Helper()
-	port := freePort(t)
+	port := distributedtest.FreePort(t)
 	children := make([]*child, world)
 	for r := range world {
 		children[r] = startChild(t, append(rankEnv(scenario, transport, r, world, port, "test-token"), extra...)...)
@@ -255,7 +245,7 @@ func TestRealProcessesTwoJobs(t *testing.T) {
 	if testing.Short() {
 		t.Skip("real-process tests skipped in -short mode")
 	}
-	port := freePort(t)
+	port := distributedtest.FreePort(t)
 	a0 := startChild(t, rankEnv("loop", "tcp", 0, 2, port, "")...)
 	time.Sleep(300 * time.Millisecond) // A's rank 0 serves the store first
 	b0 := startChild(t, rankEnv("loop", "tcp", 0, 2, port, "")...)

@@ -102,12 +102,10 @@ func (w *watchdog) poll() time.Duration {
 func (w *watchdog) loop() {
 	g := w.g
 	defer flight.Survive(w.opts.Log, g.me)
-	t := time.NewTicker(w.poll())
-	defer t.Stop()
 	var reported uint64 // the slot+1 of the last op diagnosed
 	var version uint64  // the ring's version last published
 	var last time.Time  // when it was published
-	for {
+	flight.Every(g.ctx, w.poll(), func() {
 		// The heartbeat follows the ring: a ring published only every
 		// tick was up to 15 s behind, and a rank stopped in between was
 		// described by an old ring (often the empty one of its first beat).
@@ -116,12 +114,7 @@ func (w *watchdog) loop() {
 			w.publish()
 		}
 		w.check(&reported)
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 // publish sets this rank's heartbeat (best effort: a store that is slow
@@ -142,8 +135,8 @@ func (w *watchdog) check(reported *uint64) {
 		// is the oldest unfinished entry; scan back from the newest.
 		for i := f.n; i > 0 && f.n-(i-1) <= flightRingSize; i-- {
 			e := &f.ring[(i-1)%flightRingSize]
-			if e.state == flight.Running {
-				slot, started = i, e.started
+			if e.State == flight.Running {
+				slot, started = i, e.Started
 				break
 			}
 		}
@@ -169,10 +162,7 @@ func (w *watchdog) check(reported *uint64) {
 		// failed for that reason, not for a store gone bad).
 		return
 	}
-	w.opts.Log.Warn(fmt.Sprintf("distributed: watchdog: rank %d: %s", g.me, d.Text))
-	if w.opts.Report != nil {
-		w.opts.Report(d)
-	}
+	w.opts.Tell(g.me, d)
 }
 
 // collect reads every other rank's last heartbeat, waiting at most a

@@ -46,7 +46,7 @@ func (f *recorder) start(o *op) {
 	now := time.Now().UnixNano()
 	f.mu.Lock()
 	if e := f.entry(o); e != nil {
-		e.State, e.Started = flight.Running, now
+		e.Start(now)
 	}
 	f.mu.Unlock()
 }
@@ -55,13 +55,7 @@ func (f *recorder) end(o *op, err error) {
 	now := time.Now().UnixNano()
 	f.mu.Lock()
 	if e := f.entry(o); e != nil {
-		e.State, e.Ended = flight.Done, now
-		if err != nil {
-			e.State = flight.Failed
-		}
-		if e.Started == 0 {
-			e.Started = now
-		}
+		e.End(now, err)
 	}
 	f.mu.Unlock()
 }

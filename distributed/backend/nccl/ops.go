@@ -1,6 +1,7 @@
 package nccl
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -58,6 +59,15 @@ func ncclOp(op distributed.ReduceOp, dt distributed.DType) (r nccl.RedOp, divide
 	return 0, false, fmt.Errorf("invalid reduce op %d", int(op))
 }
 
+// ifAny returns launch, or for an op of no elements (n 0) one that
+// launches nothing.
+func ifAny(n int, launch func(c Comm, in, out Ptr, s Stream) error) func(c Comm, in, out Ptr, s Stream) error {
+	if n == 0 {
+		return func(Comm, Ptr, Ptr, Stream) error { return nil }
+	}
+	return launch
+}
+
 func (g *group) checkRoot(root int) error {
 	if root < 0 || root >= g.Size() {
 		return fmt.Errorf("root %d out of range [0, %d)", root, g.Size())
@@ -84,12 +94,7 @@ func (g *group) AllReduce(ctx context.Context, buf distributed.Buffer, red distr
 	}
 	n := buf.Len()
 	o.in, o.out, o.inPlace, o.bytes = buf.Bytes(), buf.Bytes(), true, int64(len(buf.Bytes()))
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.AllReduce(in, out, n, dt, rop, s)
-	}
+	o.launch = ifAny(n, func(c Comm, in, out Ptr, s Stream) error { return c.AllReduce(in, out, n, dt, rop, s) })
 	if divide {
 		o.post = g.averager(buf)
 	}
@@ -170,12 +175,7 @@ func (g *group) BroadcastTensor(ctx context.Context, t *tensor.Tensor, root int)
 	dt, _ := ncclType(distributed.Float32)
 	n := t.Len()
 	o.bytes = 4 * int64(n)
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.Broadcast(in, out, n, dt, root, s)
-	}
+	o.launch = ifAny(n, func(c Comm, in, out Ptr, s Stream) error { return c.Broadcast(in, out, n, dt, root, s) })
 	return g.submit(ctx, o, err)
 }
 
@@ -187,12 +187,7 @@ func (g *group) Broadcast(ctx context.Context, buf distributed.Buffer, root int)
 	}
 	n := buf.Len()
 	o.in, o.out, o.inPlace, o.bytes = buf.Bytes(), buf.Bytes(), true, int64(len(buf.Bytes()))
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.Broadcast(in, out, n, dt, root, s)
-	}
+	o.launch = ifAny(n, func(c Comm, in, out Ptr, s Stream) error { return c.Broadcast(in, out, n, dt, root, s) })
 	return g.submit(ctx, o, err)
 }
 
@@ -214,12 +209,7 @@ func (g *group) Reduce(ctx context.Context, buf distributed.Buffer, root int, re
 			o.post = g.averager(buf)
 		}
 	}
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.Reduce(in, out, n, dt, rop, root, s)
-	}
+	o.launch = ifAny(n, func(c Comm, in, out Ptr, s Stream) error { return c.Reduce(in, out, n, dt, rop, root, s) })
 	return g.submit(ctx, o, err)
 }
 
@@ -231,27 +221,29 @@ func sameType(out, in distributed.Buffer) error {
 	return nil
 }
 
+// checkParts checks that out and in have one dtype and that whole, one of
+// them (named name in the error), holds part for every rank.
+func (g *group) checkParts(out, in distributed.Buffer, name string, whole, part distributed.Buffer) error {
+	if err := sameType(out, in); err != nil {
+		return err
+	}
+	if whole.Len() != g.Size()*part.Len() {
+		return fmt.Errorf("%s has %d elements, want %d·%d", name, whole.Len(), g.Size(), part.Len())
+	}
+	return nil
+}
+
 func (g *group) AllGather(ctx context.Context, out, in distributed.Buffer) distributed.Work {
 	o := &op{kind: collective.AllGather, peer: -1}
 	dt, err := ncclType(in.DType)
-	switch {
-	case sameType(out, in) != nil:
-		err = sameType(out, in)
-	case out.Len() != g.Size()*in.Len():
-		err = fmt.Errorf("output has %d elements, want %d·%d", out.Len(), g.Size(), in.Len())
-	default:
-		if _, e := distributed.AllGatherInPlace(out, in, g.rank); e != nil {
-			err = e
-		}
+	if e := g.checkParts(out, in, "output", out, in); e != nil {
+		err = e
+	} else if _, e := distributed.AllGatherInPlace(out, in, g.rank); e != nil {
+		err = e
 	}
 	n := in.Len()
 	o.in, o.out, o.outBytes, o.bytes = in.Bytes(), out.Bytes(), int64(len(out.Bytes())), int64(len(in.Bytes()))
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.AllGather(in, out, n, dt, s)
-	}
+	o.launch = ifAny(n, func(c Comm, in, out Ptr, s Stream) error { return c.AllGather(in, out, n, dt, s) })
 	return g.submit(ctx, o, err)
 }
 
@@ -259,25 +251,13 @@ func (g *group) ReduceScatter(ctx context.Context, out, in distributed.Buffer, r
 	o := &op{kind: collective.ReduceScatter, peer: -1}
 	dt, err := ncclType(in.DType)
 	rop, divide, err2 := ncclOp(red, in.DType)
-	switch {
-	case err2 != nil:
-		err = err2
-	case sameType(out, in) != nil:
-		err = sameType(out, in)
-	case in.Len() != g.Size()*out.Len():
-		err = fmt.Errorf("input has %d elements, want %d·%d", in.Len(), g.Size(), out.Len())
-	}
+	err = cmp.Or(err2, g.checkParts(out, in, "input", in, out), err)
 	n := out.Len()
 	o.in, o.out, o.outBytes, o.bytes = in.Bytes(), out.Bytes(), int64(len(out.Bytes())), int64(len(in.Bytes()))
 	if divide {
 		o.post = g.averager(out)
 	}
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.ReduceScatter(in, out, n, dt, rop, s)
-	}
+	o.launch = ifAny(n, func(c Comm, in, out Ptr, s Stream) error { return c.ReduceScatter(in, out, n, dt, rop, s) })
 	return g.submit(ctx, o, err)
 }
 
@@ -326,95 +306,81 @@ func (g *group) AllToAll(ctx context.Context, out, in distributed.Buffer) distri
 	chunk := len(in.Bytes()) / g.Size()
 	all := g.all()
 	o.in, o.out, o.outBytes, o.bytes = in.Bytes(), out.Bytes(), int64(len(out.Bytes())), int64(len(in.Bytes()))
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if chunk == 0 {
-			return nil
-		}
-		return exchange(c, in, out, chunk, dt, all, all, s)
-	}
+	o.launch = ifAny(chunk, func(c Comm, in, out Ptr, s Stream) error { return exchange(c, in, out, chunk, dt, all, all, s) })
 	return g.submit(ctx, o, err)
 }
 
 func (g *group) Gather(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	o := &op{kind: collective.Gather, peer: root}
-	dt, err := ncclType(in.DType)
-	if e := g.checkRoot(root); e != nil {
-		err = e
-	} else if g.rank == root {
-		if e := sameType(out, in); e != nil {
-			err = e
-		} else if out.Len() != g.Size()*in.Len() {
-			err = fmt.Errorf("output has %d elements, want %d·%d", out.Len(), g.Size(), in.Len())
-		}
-	}
-	chunk := len(in.Bytes())
-	var from []int
-	o.in, o.bytes = in.Bytes(), int64(chunk)
-	if g.rank == root {
-		o.out, o.outBytes, from = out.Bytes(), int64(len(out.Bytes())), g.all()
-	}
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if chunk == 0 {
-			return nil
-		}
-		// Every rank sends its chunk to root; root receives each rank's
-		// chunk at its place (its own included: NCCL sends to self).
-		if err := c.GroupStart(); err != nil {
-			return err
-		}
-		err := c.Send(in, chunk/dt.Size(), dt, root, s)
-		for _, j := range from {
-			if err == nil {
-				err = c.Recv(out+Ptr(j*chunk), chunk/dt.Size(), dt, j, s)
-			}
-		}
-		if e := c.GroupEnd(); err == nil {
-			err = e
-		}
-		return err
-	}
-	return g.submit(ctx, o, err)
+	return g.rooted(ctx, collective.Gather, out, in, root)
 }
 
 func (g *group) Scatter(ctx context.Context, out, in distributed.Buffer, root int) distributed.Work {
-	o := &op{kind: collective.Scatter, peer: root}
-	dt, err := ncclType(out.DType)
+	return g.rooted(ctx, collective.Scatter, out, in, root)
+}
+
+// rooted builds a gather (every rank's in to its place in the root's
+// out) or a scatter (chunk j of the root's in to rank j's out), the one
+// the mirror of the other: the root receives each rank's chunk or sends
+// each its own, itself included (NCCL sends to self), and every rank
+// sends or receives one chunk, all inside one NCCL group call.
+func (g *group) rooted(ctx context.Context, kind collective.Kind, out, in distributed.Buffer, root int) distributed.Work {
+	gather := kind == collective.Gather
+	part, whole, wholeName := out, in, "input"
+	if gather {
+		part, whole, wholeName = in, out, "output"
+	}
+	o := &op{kind: kind, peer: root}
+	dt, err := ncclType(part.DType)
 	if e := g.checkRoot(root); e != nil {
 		err = e
 	} else if g.rank == root {
-		if e := sameType(out, in); e != nil {
+		if e := g.checkParts(out, in, wholeName, whole, part); e != nil {
 			err = e
-		} else if in.Len() != g.Size()*out.Len() {
-			err = fmt.Errorf("input has %d elements, want %d·%d", in.Len(), g.Size(), out.Len())
 		}
 	}
-	chunk := len(out.Bytes())
-	var to []int
-	o.out, o.outBytes, o.bytes = out.Bytes(), int64(chunk), int64(chunk)
+	chunk := len(part.Bytes())
+	var peers []int // the root's: every rank
+	o.bytes = int64(chunk)
+	if gather {
+		o.in = in.Bytes()
+	} else {
+		o.out, o.outBytes = out.Bytes(), int64(chunk)
+	}
 	if g.rank == root {
-		o.in, to = in.Bytes(), g.all()
-	}
-	o.launch = func(c Comm, in, out Ptr, s Stream) error {
-		if chunk == 0 {
-			return nil
+		peers = g.all()
+		if gather {
+			o.out, o.outBytes = out.Bytes(), int64(len(out.Bytes()))
+		} else {
+			o.in = in.Bytes()
 		}
+	}
+	o.launch = ifAny(chunk, func(c Comm, in, out Ptr, s Stream) error {
 		if err := c.GroupStart(); err != nil {
 			return err
 		}
+		count := chunk / dt.Size()
 		var err error
-		for _, j := range to {
-			if err == nil {
-				err = c.Send(in+Ptr(j*chunk), chunk/dt.Size(), dt, j, s)
+		if gather {
+			err = c.Send(in, count, dt, root, s)
+		}
+		for _, j := range peers {
+			if err != nil {
+				break
+			}
+			if gather {
+				err = c.Recv(out+Ptr(j*chunk), count, dt, j, s)
+			} else {
+				err = c.Send(in+Ptr(j*chunk), count, dt, j, s)
 			}
 		}
-		if err == nil {
-			err = c.Recv(out, chunk/dt.Size(), dt, root, s)
+		if err == nil && !gather {
+			err = c.Recv(out, count, dt, root, s)
 		}
 		if e := c.GroupEnd(); err == nil {
 			err = e
 		}
 		return err
-	}
+	})
 	return g.submit(ctx, o, err)
 }
 
@@ -431,35 +397,19 @@ func (g *group) checkPeer(p int) error {
 func (g *group) Send(ctx context.Context, buf distributed.Buffer, to int, tag int) distributed.Work {
 	o := &op{kind: collective.Send, peer: to, tag: tag}
 	dt, err := ncclType(buf.DType)
-	if e := g.checkPeer(to); e != nil {
-		err = e
-	}
 	n := buf.Len()
 	o.in, o.bytes = buf.Bytes(), int64(len(buf.Bytes()))
-	o.launch = func(c Comm, in, _ Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.Send(in, n, dt, to, s)
-	}
-	return g.submit(ctx, o, err)
+	o.launch = ifAny(n, func(c Comm, in, _ Ptr, s Stream) error { return c.Send(in, n, dt, to, s) })
+	return g.submit(ctx, o, cmp.Or(g.checkPeer(to), err))
 }
 
 func (g *group) Recv(ctx context.Context, buf distributed.Buffer, from int, tag int) distributed.Work {
 	o := &op{kind: collective.Recv, peer: from, tag: tag}
 	dt, err := ncclType(buf.DType)
-	if e := g.checkPeer(from); e != nil {
-		err = e
-	}
 	n := buf.Len()
 	o.out, o.outBytes, o.bytes = buf.Bytes(), int64(len(buf.Bytes())), int64(len(buf.Bytes()))
-	o.launch = func(c Comm, _, out Ptr, s Stream) error {
-		if n == 0 {
-			return nil
-		}
-		return c.Recv(out, n, dt, from, s)
-	}
-	return g.submit(ctx, o, err)
+	o.launch = ifAny(n, func(c Comm, _, out Ptr, s Stream) error { return c.Recv(out, n, dt, from, s) })
+	return g.submit(ctx, o, cmp.Or(g.checkPeer(from), err))
 }
 
 // Barrier all-reduces one element, as PyTorch's NCCL barrier does.

@@ -5,13 +5,11 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/cohortml/cohort/autograd"
 	"github.com/cohortml/cohort/ddp"
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/internal/dp/dptest"
 	"github.com/cohortml/cohort/internal/fakebackend"
 	"github.com/cohortml/cohort/nn"
-	"github.com/cohortml/cohort/optim"
 	"github.com/cohortml/cohort/tensor"
 )
 
@@ -70,37 +68,6 @@ func TestTensorCollectivesFake(t *testing.T) {
 	}
 }
 
-// dpModel adapts ddp to the data-parallel conformance suite.
-type dpModel struct {
-	*ddp.Model
-	mod nn.Module
-	opt optim.Optimizer
-}
-
-func (m dpModel) Call(ctx context.Context, f dptest.Forward) (*autograd.Var, error) {
-	return m.Model.Call(ctx, func() *autograd.Var {
-		return f(func(_ int, x *autograd.Var, g func(*autograd.Var) *autograd.Var) *autograd.Var { return g(x) })
-	})
-}
-
-func (m dpModel) ClipGradNorm(_ context.Context, maxNorm float64) (float64, error) {
-	return optim.ClipGradNorm(nn.Parameters(m.mod), maxNorm, 2)
-}
-
-func (m dpModel) Step(context.Context) error {
-	m.opt.Step()
-	m.opt.ZeroGrad()
-	return nil
-}
-
-func (m dpModel) FullState(context.Context) (map[string]*tensor.Tensor, error) {
-	return nn.StateDict(m.mod), nil
-}
-
-func (m dpModel) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error {
-	return nn.LoadStateDict(m.mod, sd)
-}
-
 // TestDDPConformanceFake runs the data-parallel suite on ddp with every
 // rank's model on a fake device and the group of this backend over the
 // fake NCCL: the buckets are device tensors reduced in place by NCCL's
@@ -117,12 +84,7 @@ func TestDDPConformanceFake(t *testing.T) {
 			if err != nil {
 				return nil, err
 			}
-			opt, err := o.Optimizer(nn.Parameters(mod))
-			if err != nil {
-				m.Close()
-				return nil, err
-			}
-			return dpModel{m, mod, opt}, nil
+			return dptest.NewReplica(m, mod, o)
 		}})
 }
 

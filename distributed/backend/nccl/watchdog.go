@@ -66,18 +66,11 @@ func (w *watchdog) tick() time.Duration { return max(w.opts.Interval/4, 10*time.
 func (w *watchdog) loop() {
 	g := w.g
 	defer flight.Survive(w.opts.Log, g.me)
-	t := time.NewTicker(w.tick())
-	defer t.Stop()
 	var reported uint64
-	for {
+	flight.Every(g.ctx, w.tick(), func() {
 		w.publish()
 		w.check(&reported)
-		select {
-		case <-g.ctx.Done():
-			return
-		case <-t.C:
-		}
-	}
+	})
 }
 
 func (w *watchdog) snapshot(n int) flight.Snapshot {
@@ -108,8 +101,5 @@ func (w *watchdog) check(reported *uint64) {
 	if !flight.Claim(ctx, w.st, w.prefix, g.id, op.Seq, g.me) || g.ctx.Err() != nil {
 		return
 	}
-	w.opts.Log.Warn(fmt.Sprintf("distributed: watchdog: rank %d: %s", g.me, d.Text))
-	if w.opts.Report != nil {
-		w.opts.Report(d)
-	}
+	w.opts.Tell(g.me, d)
 }

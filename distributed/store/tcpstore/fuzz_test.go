@@ -40,41 +40,36 @@ func seedResponses() []*response {
 // must never panic, never allocate beyond the payload's size, and every
 // payload it accepts must re-encode to the same bytes.
 func FuzzDecodeRequest(f *testing.F) {
-	for _, r := range seedRequests() {
-		f.Add(encodeRequest(r)[frameHeaderBytes:])
-	}
-	f.Add([]byte{opWait, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff})
-	f.Add([]byte{opSet, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 0xff, 0xff, 0xff})
-	f.Fuzz(func(t *testing.T, p []byte) {
-		req, err := decodeRequest(p)
-		if err != nil {
-			if !errors.Is(err, errMalformed) {
-				t.Fatalf("decode error %v does not wrap errMalformed", err)
-			}
-			return
-		}
-		again := encodeRequest(req)[frameHeaderBytes:]
-		if !bytes.Equal(again, p) {
-			t.Fatalf("re-encoding changed the payload:\n in  %x\n out %x", p, again)
-		}
-	})
+	fuzzReencode(f, seedRequests(), encodeRequest, decodeRequest,
+		[]byte{opWait, 0, 0, 0, 0, 0, 0, 0, 1, 0xff, 0xff, 0xff, 0xff},
+		[]byte{opSet, 0, 0, 0, 0, 0, 0, 0, 1, 0x7f, 0xff, 0xff, 0xff})
 }
 
 // FuzzDecodeResponse does the same for the client's decoder.
 func FuzzDecodeResponse(f *testing.F) {
-	for _, r := range seedResponses() {
-		f.Add(encodeResponse(r)[frameHeaderBytes:])
+	fuzzReencode(f, seedResponses(), encodeResponse, decodeResponse,
+		[]byte{opCheck, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff})
+}
+
+// fuzzReencode fuzzes decode, seeded with the payloads of the encoded
+// seeds and with extra: a payload it refuses must be refused with
+// errMalformed, one it accepts must re-encode to the same bytes.
+func fuzzReencode[M any](f *testing.F, seeds []*M, encode func(*M) []byte, decode func([]byte) (*M, error), extra ...[]byte) {
+	for _, m := range seeds {
+		f.Add(encode(m)[frameHeaderBytes:])
 	}
-	f.Add([]byte{opCheck, 0, 0, 0, 0, 0, 0, 0, 1, 0, 0xff, 0xff, 0xff, 0xff})
+	for _, p := range extra {
+		f.Add(p)
+	}
 	f.Fuzz(func(t *testing.T, p []byte) {
-		resp, err := decodeResponse(p)
+		m, err := decode(p)
 		if err != nil {
 			if !errors.Is(err, errMalformed) {
 				t.Fatalf("decode error %v does not wrap errMalformed", err)
 			}
 			return
 		}
-		again := encodeResponse(resp)[frameHeaderBytes:]
+		again := encode(m)[frameHeaderBytes:]
 		if !bytes.Equal(again, p) {
 			t.Fatalf("re-encoding changed the payload:\n in  %x\n out %x", p, again)
 		}
@@ -120,24 +115,20 @@ func FuzzHandshakeDecoders(f *testing.F) {
 }
 
 func TestRoundTrip(t *testing.T) {
-	for _, r := range seedRequests() {
-		t.Run("request/"+opName(r.op), func(t *testing.T) {
-			got, err := decodeRequest(encodeRequest(r)[frameHeaderBytes:])
+	roundTrip(t, "request/", seedRequests(), func(r *request) byte { return r.op }, encodeRequest, decodeRequest, normReq)
+	roundTrip(t, "response/", seedResponses(), func(r *response) byte { return r.op }, encodeResponse, decodeResponse, normResp)
+}
+
+// roundTrip checks that each seed decodes from its encoding to itself
+// (after norm), in a subtest named prefix and the seed's op.
+func roundTrip[M, N any](t *testing.T, prefix string, seeds []*M, op func(*M) byte, encode func(*M) []byte, decode func([]byte) (*M, error), norm func(*M) N) {
+	for _, r := range seeds {
+		t.Run(prefix+opName(op(r)), func(t *testing.T) {
+			got, err := decode(encode(r)[frameHeaderBytes:])
 			if err != nil {
 				t.Fatal(err)
 			}
-			if !reflect.DeepEqual(normReq(got), normReq(r)) {
-				t.Fatalf("round trip: got %+v, want %+v", got, r)
-			}
-		})
-	}
-	for _, r := range seedResponses() {
-		t.Run("response/"+opName(r.op), func(t *testing.T) {
-			got, err := decodeResponse(encodeResponse(r)[frameHeaderBytes:])
-			if err != nil {
-				t.Fatal(err)
-			}
-			if !reflect.DeepEqual(normResp(got), normResp(r)) {
+			if !reflect.DeepEqual(norm(got), norm(r)) {
 				t.Fatalf("round trip: got %+v, want %+v", got, r)
 			}
 		})

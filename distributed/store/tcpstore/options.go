@@ -1,6 +1,7 @@
 package tcpstore
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -46,18 +47,10 @@ func (o Options) withDefaults() (Options, error) {
 	if err := o.validate(); err != nil {
 		return o, err
 	}
-	if o.MaxFrameBytes == 0 {
-		o.MaxFrameBytes = DefaultMaxFrameBytes
-	}
-	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = 10 * time.Second
-	}
-	if o.WriteTimeout == 0 {
-		o.WriteTimeout = 30 * time.Second
-	}
-	if o.MaxBlockedPerConn == 0 {
-		o.MaxBlockedPerConn = 1 << 16
-	}
+	o.MaxFrameBytes = cmp.Or(o.MaxFrameBytes, DefaultMaxFrameBytes)
+	o.HandshakeTimeout = cmp.Or(o.HandshakeTimeout, 10*time.Second)
+	o.WriteTimeout = cmp.Or(o.WriteTimeout, 30*time.Second)
+	o.MaxBlockedPerConn = cmp.Or(o.MaxBlockedPerConn, 1<<16)
 	if o.Logger == nil {
 		o.Logger = slog.Default()
 	}

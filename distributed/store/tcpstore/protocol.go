@@ -238,43 +238,40 @@ func (d *decoder) fail(format string, args ...any) {
 	}
 }
 
-func (d *decoder) u8(what string) byte {
+// take returns the next n bytes, or nil when fewer are left (failing d)
+// or d has already failed.
+func (d *decoder) take(n int, what string) []byte {
 	if d.err != nil {
-		return 0
+		return nil
 	}
-	if len(d.b) < 1 {
+	if len(d.b) < n {
 		d.fail("%s: truncated", what)
-		return 0
+		return nil
 	}
-	v := d.b[0]
-	d.b = d.b[1:]
+	v := d.b[:n]
+	d.b = d.b[n:]
 	return v
+}
+
+func (d *decoder) u8(what string) byte {
+	if v := d.take(1, what); v != nil {
+		return v[0]
+	}
+	return 0
 }
 
 func (d *decoder) u32(what string) uint32 {
-	if d.err != nil {
-		return 0
+	if v := d.take(4, what); v != nil {
+		return binary.BigEndian.Uint32(v)
 	}
-	if len(d.b) < 4 {
-		d.fail("%s: truncated", what)
-		return 0
-	}
-	v := binary.BigEndian.Uint32(d.b)
-	d.b = d.b[4:]
-	return v
+	return 0
 }
 
 func (d *decoder) u64(what string) uint64 {
-	if d.err != nil {
-		return 0
+	if v := d.take(8, what); v != nil {
+		return binary.BigEndian.Uint64(v)
 	}
-	if len(d.b) < 8 {
-		d.fail("%s: truncated", what)
-		return 0
-	}
-	v := binary.BigEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
+	return 0
 }
 
 func (d *decoder) bool(what string) bool {
@@ -328,10 +325,25 @@ func (d *decoder) keys(what string) []string {
 	return keys
 }
 
-func (d *decoder) end() {
+// end fails d if bytes are left, and returns its failure wrapped with
+// the message's op and id ("get request 7: …"); what is "request" or
+// "response".
+func (d *decoder) end(what string, op byte, id uint64) error {
 	if d.err == nil && len(d.b) != 0 {
 		d.fail("%d trailing bytes", len(d.b))
 	}
+	if d.err != nil {
+		return fmt.Errorf("%s %s %d: %w", opName(op), what, id, d.err)
+	}
+	return nil
+}
+
+// decoded returns m, or nil and err when decoding it failed.
+func decoded[M any](m *M, err error) (*M, error) {
+	if err != nil {
+		return nil, err
+	}
+	return m, nil
 }
 
 // decodeRequest parses a request payload (a frame without its length).
@@ -363,11 +375,7 @@ func decodeRequest(p []byte) (*request, error) {
 	default:
 		d.fail("unknown request op %d", req.op)
 	}
-	d.end()
-	if d.err != nil {
-		return nil, fmt.Errorf("%s request %d: %w", opName(req.op), req.id, d.err)
-	}
-	return req, nil
+	return decoded(req, d.end("request", req.op, req.id))
 }
 
 // decodeResponse parses a response payload.
@@ -403,9 +411,5 @@ func decodeResponse(p []byte) (*response, error) {
 	default:
 		d.fail("unknown status %d", resp.status)
 	}
-	d.end()
-	if d.err != nil {
-		return nil, fmt.Errorf("%s response %d: %w", opName(resp.op), resp.id, d.err)
-	}
-	return resp, nil
+	return decoded(resp, d.end("response", resp.op, resp.id))
 }

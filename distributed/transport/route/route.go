@@ -84,13 +84,7 @@ func (t *Transport) Via(r int) transport.Transport {
 }
 
 func (t *Transport) check(op string, r int, tag transport.Tag) error {
-	if r < 0 || r >= len(t.via) {
-		return fmt.Errorf("route: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, len(t.via))
-	}
-	if t.closed.Load() {
-		return fmt.Errorf("route: rank %d: %s rank %d (%v): %w", t.rank, op, r, tag, transport.ErrClosed)
-	}
-	return nil
+	return transport.Check("route", t.rank, op, r, tag, t.via, t.closed.Load())
 }
 
 // Send sends p to rank to under tag through the part that reaches it; see

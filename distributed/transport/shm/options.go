@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"regexp"
@@ -115,30 +116,18 @@ func (o *Options) validate() error {
 // withDefaults returns o with zero fields replaced by their defaults;
 // ranks is the number of ranks sharing memory.
 func (o Options) withDefaults(ranks int) Options {
-	if o.Dir == "" {
-		o.Dir = "/dev/shm"
-	}
-	if o.Prefix == "" {
-		o.Prefix = "cohort"
-	}
-	if o.RingBytes == 0 {
-		o.RingBytes = DefaultRingBytes
-	}
-	if o.MaxMessageBytes == 0 {
-		o.MaxMessageBytes = 64 << 30
-	}
+	o.Dir = cmp.Or(o.Dir, "/dev/shm")
+	o.Prefix = cmp.Or(o.Prefix, "cohort")
+	o.RingBytes = cmp.Or(o.RingBytes, DefaultRingBytes)
+	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, 64<<30)
 	cpus := o.CPUs
 	if cpus <= 0 {
 		cpus = runtime.NumCPU()
 	}
 	o.yield = o.yield || ranks > cpus
 	o.ranks, o.cpus = ranks, cpus
-	if o.RendezvousBytes == 0 {
-		o.RendezvousBytes = 2 << 20
-	}
-	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = 30 * time.Second
-	}
+	o.RendezvousBytes = cmp.Or(o.RendezvousBytes, 2<<20)
+	o.HandshakeTimeout = cmp.Or(o.HandshakeTimeout, 30*time.Second)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

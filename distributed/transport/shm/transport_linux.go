@@ -103,14 +103,8 @@ func (t *Transport) Rank() int { return t.rank }
 // Size returns the world size.
 func (t *Transport) Size() int { return t.size }
 
-func (t *Transport) check(op string, r int) error {
-	if r < 0 || r >= t.size {
-		return fmt.Errorf("shm: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, t.size)
-	}
-	if r != t.rank && t.peers[r] == nil {
-		return fmt.Errorf("shm: rank %d: %s rank %d: not a peer of this transport (Options.Peers)", t.rank, op, r)
-	}
-	return nil
+func (t *Transport) check(op string, r int, tag transport.Tag) error {
+	return transport.Check("shm", t.rank, op, r, tag, t.peers, t.closed.Load())
 }
 
 // Send copies p into the ring to rank to under tag. It returns once the
@@ -130,11 +124,8 @@ func (t *Transport) SendEager(ctx context.Context, to int, tag transport.Tag, p 
 }
 
 func (t *Transport) sendTo(ctx context.Context, to int, tag transport.Tag, p []byte, single bool) error {
-	if err := t.check("send to", to); err != nil {
+	if err := t.check("send to", to, tag); err != nil {
 		return err
-	}
-	if t.closed.Load() {
-		return fmt.Errorf("shm: rank %d: send to rank %d (%v): %w", t.rank, to, tag, transport.ErrClosed)
 	}
 	if to == t.rank {
 		t.self.Begin(tag, len(p)).Deliver(p)
@@ -184,11 +175,8 @@ type sink struct {
 const maxFoldUnit = 16
 
 func (t *Transport) recv(ctx context.Context, from int, tag transport.Tag, p []byte, sk sink) error {
-	if err := t.check("recv from", from); err != nil {
+	if err := t.check("recv from", from, tag); err != nil {
 		return err
-	}
-	if t.closed.Load() {
-		return fmt.Errorf("shm: rank %d: recv from rank %d (%v): %w", t.rank, from, tag, transport.ErrClosed)
 	}
 	var err error
 	folded := false // the message went through sk.fold

@@ -1,6 +1,7 @@
 package tcp
 
 import (
+	"cmp"
 	"fmt"
 	"log/slog"
 	"time"
@@ -88,21 +89,11 @@ func (o *Options) validate() error {
 
 // withDefaults returns o with zero fields replaced by their defaults.
 func (o Options) withDefaults() Options {
-	if o.ChunkBytes == 0 {
-		o.ChunkBytes = 1 << 20
-	}
-	if o.MaxMessageBytes == 0 {
-		o.MaxMessageBytes = 64 << 30
-	}
-	if o.HandshakeTimeout == 0 {
-		o.HandshakeTimeout = 30 * time.Second
-	}
-	if o.CloseTimeout == 0 {
-		o.CloseTimeout = 5 * time.Second
-	}
-	if o.Liveness == 0 {
-		o.Liveness = 15 * time.Second
-	}
+	o.ChunkBytes = cmp.Or(o.ChunkBytes, 1<<20)
+	o.MaxMessageBytes = cmp.Or(o.MaxMessageBytes, 64<<30)
+	o.HandshakeTimeout = cmp.Or(o.HandshakeTimeout, 30*time.Second)
+	o.CloseTimeout = cmp.Or(o.CloseTimeout, 5*time.Second)
+	o.Liveness = cmp.Or(o.Liveness, 15*time.Second)
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}

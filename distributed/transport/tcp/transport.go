@@ -33,16 +33,7 @@ func (t *Transport) Size() int { return len(t.links) }
 // check fails a call (op, with peer r and tag) to a rank out of range or
 // not a peer, then one on a closed transport.
 func (t *Transport) check(op string, r int, tag transport.Tag) error {
-	if r < 0 || r >= len(t.links) {
-		return fmt.Errorf("tcp: rank %d: %s rank %d: out of range [0, %d)", t.rank, op, r, len(t.links))
-	}
-	if r != t.rank && t.links[r] == nil {
-		return fmt.Errorf("tcp: rank %d: %s rank %d: not a peer of this transport (Options.Peers)", t.rank, op, r)
-	}
-	if t.closed.Load() {
-		return fmt.Errorf("tcp: rank %d: %s rank %d (%v): %w", t.rank, op, r, tag, transport.ErrClosed)
-	}
-	return nil
+	return transport.Check("tcp", t.rank, op, r, tag, t.links, t.closed.Load())
 }
 
 // Send sends p to rank to under tag. It returns once p is handed to the

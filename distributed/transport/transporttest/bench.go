@@ -57,33 +57,11 @@ func Throughput(b *testing.B, w World, size int) {
 	t0, t1 := w.Transports[0], w.Transports[1]
 	tag := transport.Tag{Group: 102}
 	ack := transport.Tag{Group: 103}
-	n := b.N
-	done := make(chan error, 1)
-	go func() {
-		p := make([]byte, size)
-		for range n {
-			if err := t1.Recv(ctx, 0, tag, p); err != nil {
-				done <- err
-				return
-			}
-		}
-		done <- t1.Send(ctx, 0, ack, nil)
-	}()
-	out := Pattern(size, 1)
+	p, out := make([]byte, size), Pattern(size, 1)
 	b.SetBytes(int64(size))
-	b.ResetTimer()
-	for range n {
-		if err := t0.Send(ctx, 1, tag, out); err != nil {
-			b.Fatal(err)
-		}
-	}
-	if err := t0.Recv(ctx, 1, ack, nil); err != nil {
-		b.Fatal(err)
-	}
-	b.StopTimer()
-	if err := <-done; err != nil {
-		b.Fatal(err)
-	}
+	twoSides(b, b.N,
+		func() error { return t0.Send(ctx, 1, tag, out) }, func() error { return t0.Recv(ctx, 1, ack, nil) },
+		func() error { return t1.Recv(ctx, 0, tag, p) }, func() error { return t1.Send(ctx, 0, ack, nil) })
 }
 
 // Exchange measures ranks 0 and 1 each sending a size-byte message to the
@@ -107,25 +85,45 @@ func rounds(b *testing.B, w World, size int, tag transport.Tag, copies int64, un
 	ctx := context.Background()
 	t0, t1 := w.Transports[0], w.Transports[1]
 	n := b.N
+	out0, in0 := make([]byte, size), make([]byte, size)
+	out1, in1 := make([]byte, size), make([]byte, size)
+	b.SetBytes(copies * int64(size))
+	twoSides(b, n, func() error {
+		if err := t0.Send(ctx, 1, tag, out0); err != nil {
+			return err
+		}
+		return t0.Recv(ctx, 1, tag, in0)
+	}, nil, func() error { return peer(ctx, t1, tag, out1, in1) }, nil)
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), unit)
+}
+
+// twoSides times n steps of rank 0, zero and then zeroLast once, while
+// rank 1 runs n steps of its own, one and then oneLast once, in a
+// goroutine; a last may be nil. The first error of either side fails b,
+// rank 1's once the clock has stopped.
+func twoSides(b *testing.B, n int, zero, zeroLast, one, oneLast func() error) {
 	done := make(chan error, 1)
 	go func() {
-		out, in := make([]byte, size), make([]byte, size)
 		for range n {
-			if err := peer(ctx, t1, tag, out, in); err != nil {
+			if err := one(); err != nil {
 				done <- err
 				return
 			}
 		}
+		if oneLast != nil {
+			done <- oneLast()
+			return
+		}
 		done <- nil
 	}()
-	out, in := make([]byte, size), make([]byte, size)
-	b.SetBytes(copies * int64(size))
 	b.ResetTimer()
 	for range n {
-		if err := t0.Send(ctx, 1, tag, out); err != nil {
+		if err := zero(); err != nil {
 			b.Fatal(err)
 		}
-		if err := t0.Recv(ctx, 1, tag, in); err != nil {
+	}
+	if zeroLast != nil {
+		if err := zeroLast(); err != nil {
 			b.Fatal(err)
 		}
 	}
@@ -133,7 +131,6 @@ func rounds(b *testing.B, w World, size int, tag transport.Tag, copies int64, un
 	if err := <-done; err != nil {
 		b.Fatal(err)
 	}
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/1e3/float64(n), unit)
 }
 
 // ProcessBenchmarks runs between child processes of the test binary: the

@@ -45,6 +45,12 @@ type Model interface {
 	Backward(ctx context.Context, loss *autograd.Var) error
 	// NoSync runs fn with gradient synchronisation off.
 	NoSync(fn func() error) error
+	Updater
+}
+
+// Updater is what every model under test (Model, StepModel) has besides
+// its forward and backward passes: the update and the full state.
+type Updater interface {
 	// ClipGradNorm clips the averaged gradient of the whole model to a
 	// 2-norm of maxNorm and returns the norm before clipping.
 	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
@@ -62,6 +68,64 @@ type Joiner interface {
 	Join(ctx context.Context, body func() error) error
 }
 
+// ReplicaModel is a replicating wrapper's model (ddp's) as Replica
+// drives it.
+type ReplicaModel interface {
+	Call(ctx context.Context, forward func() *autograd.Var) (*autograd.Var, error)
+	Backward(ctx context.Context, loss *autograd.Var) error
+	NoSync(fn func() error) error
+	Join(ctx context.Context, body func() error) error
+	Close() error
+}
+
+// Replica adapts a ReplicaModel, the module it wraps and the optimizer
+// over that module's parameters to the suite's Model (and Joiner).
+type Replica struct {
+	ReplicaModel
+	Module nn.Module
+	Opt    optim.Optimizer
+}
+
+// NewReplica returns m, a ReplicaModel wrapping mod, as a Replica with the
+// optimizer o asks for over mod's parameters; on an error it closes m.
+func NewReplica(m ReplicaModel, mod nn.Module, o Options) (Model, error) {
+	opt, err := o.Optimizer(nn.Parameters(mod))
+	if err != nil {
+		m.Close()
+		return nil, err
+	}
+	return Replica{ReplicaModel: m, Module: mod, Opt: opt}, nil
+}
+
+// Call runs f with every unit run in place.
+func (m Replica) Call(ctx context.Context, f Forward) (*autograd.Var, error) {
+	return m.ReplicaModel.Call(ctx, func() *autograd.Var {
+		return f(func(_ int, x *autograd.Var, g func(*autograd.Var) *autograd.Var) *autograd.Var { return g(x) })
+	})
+}
+
+// ClipGradNorm clips the module's (averaged, replicated) gradient.
+func (m Replica) ClipGradNorm(_ context.Context, maxNorm float64) (float64, error) {
+	return optim.ClipGradNorm(nn.Parameters(m.Module), maxNorm, 2)
+}
+
+// Step steps the optimizer and zeroes the gradients.
+func (m Replica) Step(context.Context) error {
+	m.Opt.Step()
+	m.Opt.ZeroGrad()
+	return nil
+}
+
+// FullState returns the module's state dict.
+func (m Replica) FullState(context.Context) (map[string]*tensor.Tensor, error) {
+	return nn.StateDict(m.Module), nil
+}
+
+// LoadFull loads sd into the module.
+func (m Replica) LoadFull(_ context.Context, sd map[string]*tensor.Tensor) error {
+	return nn.LoadStateDict(m.Module, sd)
+}
+
 // Options are what a test asks of Wrap.
 type Options struct {
 	// Optimizer builds the optimizer over the variables the wrapper steps.
@@ -77,11 +141,7 @@ type StepModel interface {
 	// TrainStep runs the forward and backward passes of this rank's rows
 	// (B sequences of T tokens) and averages the gradients.
 	TrainStep(ctx context.Context, idx, tgt []int64, B, T int) error
-	ClipGradNorm(ctx context.Context, maxNorm float64) (float64, error)
-	Step(ctx context.Context) error
-	FullState(ctx context.Context) (map[string]*tensor.Tensor, error)
-	LoadFull(ctx context.Context, sd map[string]*tensor.Tensor) error
-	Close() error
+	Updater
 }
 
 // Wrapper is a data-parallel wrapper under test: Wrap for one that wraps
@@ -297,6 +357,21 @@ func fullSnapshot(ctx context.Context, m interface {
 	return out, nil
 }
 
+// checkFull fails t unless m's full state equals want (compare); what
+// names the check.
+func checkFull(t *testing.T, ctx context.Context, m interface {
+	FullState(context.Context) (map[string]*tensor.Tensor, error)
+}, rank int, what string, want map[string][]float32) {
+	t.Helper()
+	got, err := fullSnapshot(ctx, m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := compare(got, want); err != nil {
+		t.Errorf("rank %d: %s: %v", rank, what, err)
+	}
+}
+
 // compare reports the first tensor whose difference from want has a norm
 // above 5e-4 of want's (trajectories equal to float32 rounding: Adam
 // magnifies rounding in elements whose second moment is tiny).
@@ -408,28 +483,49 @@ func trainLoop(ctx context.Context, m interface {
 // at world 2, 3 elsewhere).
 func testEqual(t *testing.T, w Wrapper) {
 	for _, wl := range workloads() {
-		wants := map[int]map[string][]float32{}
-		for _, world := range []int{1, 2, 3, 4} {
-			steps := 3
-			if world == 2 {
-				steps = 20
-			}
-			if wants[steps] == nil {
-				wants[steps], _ = reference(t, wl, steps, full, 1)
-			}
-			want := wants[steps]
-			t.Run(fmt.Sprintf("%s/world=%d", wl.name, world), func(t *testing.T) {
-				w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-					got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
-					if err != nil {
-						t.Fatalf("rank %d: %v", pg.Rank(), err)
-					}
-					if err := compare(got, want); err != nil {
-						t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
-					}
-				})
-			})
+		equalWorlds(t, w, wl, train)
+	}
+}
+
+// trainFunc trains wl for steps on this rank and returns the full state
+// and the norms ClipGradNorm returned (train, trainSteps).
+type trainFunc func(ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, o Options, steps int) (map[string][]float32, []float64, error)
+
+// trainOne trains wl one step with train and returns the full state,
+// failing t on an error.
+func trainOne(t *testing.T, ctx context.Context, w Wrapper, wl workload, pg distributed.ProcessGroup, train trainFunc) map[string][]float32 {
+	t.Helper()
+	saved, _, err := train(ctx, w, wl, pg, Options{}, 1)
+	if err != nil {
+		t.Fatalf("rank %d: %v", pg.Rank(), err)
+	}
+	return saved
+}
+
+// equalWorlds is testEqual for one workload trained by train (a Model's
+// loop or a StepModel's).
+func equalWorlds(t *testing.T, w Wrapper, wl workload, train trainFunc) {
+	wants := map[int]map[string][]float32{}
+	for _, world := range []int{1, 2, 3, 4} {
+		steps := 3
+		if world == 2 {
+			steps = 20
 		}
+		if wants[steps] == nil {
+			wants[steps], _ = reference(t, wl, steps, full, 1)
+		}
+		want := wants[steps]
+		t.Run(fmt.Sprintf("%s/world=%d", wl.name, world), func(t *testing.T) {
+			w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
+				got, _, err := train(context.Background(), w, wl, pg, Options{}, steps)
+				if err != nil {
+					t.Fatalf("rank %d: %v", pg.Rank(), err)
+				}
+				if err := compare(got, want); err != nil {
+					t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
+				}
+			})
+		})
 	}
 }
 
@@ -466,13 +562,7 @@ func testNoSync(t *testing.T, w Wrapper) {
 				t.Fatal(err)
 			}
 		}
-		got, err := fullSnapshot(ctx, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := compare(got, want); err != nil {
-			t.Errorf("rank %d: NoSync accumulation vs one process: %v", pg.Rank(), err)
-		}
+		checkFull(t, ctx, m, pg.Rank(), "NoSync accumulation vs one process", want)
 	})
 }
 
@@ -610,13 +700,7 @@ func testJoinCase(t *testing.T, w Wrapper, wl workload, world int, clip bool) {
 		if err != nil {
 			t.Fatalf("rank %d: Join: %v", r, err)
 		}
-		got, err := fullSnapshot(ctx, m)
-		if err != nil {
-			t.Fatal(err)
-		}
-		if err := compare(got, want); err != nil {
-			t.Errorf("rank %d: Join with uneven inputs vs one process: %v", r, err)
-		}
+		checkFull(t, ctx, m, r, "Join with uneven inputs vs one process", want)
 	})
 }
 
@@ -659,10 +743,7 @@ func testState(t *testing.T, w Wrapper) {
 			want, _ := reference(t, wl, 1, full, 1)
 			w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 				ctx := context.Background()
-				saved, _, err := train(ctx, w, wl, pg, Options{}, 1)
-				if err != nil {
-					t.Fatalf("rank %d: %v", pg.Rank(), err)
-				}
+				saved := trainOne(t, ctx, w, wl, pg, train)
 				_, m := w.wrapNew(t, ctx, wl, 99, pg) // other initial values
 				defer m.Close()
 				sd := loadSaved(t, ctx, m, pg.Rank(), wl, saved, w.Device, want)
@@ -699,13 +780,7 @@ func loadSaved(t *testing.T, ctx context.Context, m interface {
 	if err := m.LoadFull(ctx, sd); err != nil {
 		t.Fatalf("rank %d: LoadFull: %v", rank, err)
 	}
-	got, err := fullSnapshot(ctx, m)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := compare(got, want); err != nil {
-		t.Errorf("rank %d: state round trip: %v", rank, err)
-	}
+	checkFull(t, ctx, m, rank, "state round trip", want)
 	return sd
 }
 
@@ -770,26 +845,7 @@ var errBuild = errors.New("dptest: optimizer build failed")
 // pass of the suite's own.
 func runSteps(t *testing.T, w Wrapper) {
 	wl := gptWorkload()
-	t.Run("equal", func(t *testing.T) {
-		for _, world := range []int{1, 2, 3, 4} {
-			steps := 3
-			if world == 2 {
-				steps = 20
-			}
-			want, _ := reference(t, wl, steps, full, 1)
-			t.Run(fmt.Sprintf("gpt/world=%d", world), func(t *testing.T) {
-				w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
-					got, _, err := trainSteps(context.Background(), w, wl, pg, Options{}, steps)
-					if err != nil {
-						t.Fatalf("rank %d: %v", pg.Rank(), err)
-					}
-					if err := compare(got, want); err != nil {
-						t.Errorf("rank %d: %s vs one process: %v", pg.Rank(), w.Name, err)
-					}
-				})
-			})
-		}
-	})
+	t.Run("equal", func(t *testing.T) { equalWorlds(t, w, wl, trainSteps) })
 	for _, c := range []string{"nosync", "unused", "frozen", "join"} {
 		t.Run(c, func(t *testing.T) { t.Skipf("%s trains whole steps: not supported", w.Name) })
 	}
@@ -809,10 +865,7 @@ func runSteps(t *testing.T, w Wrapper) {
 		want, _ := reference(t, wl, 1, full, 1)
 		w.run(t, world, func(t *testing.T, pg distributed.ProcessGroup) {
 			ctx := context.Background()
-			saved, _, err := trainSteps(ctx, w, wl, pg, Options{}, 1)
-			if err != nil {
-				t.Fatalf("rank %d: %v", pg.Rank(), err)
-			}
+			saved := trainOne(t, ctx, w, wl, pg, trainSteps)
 			B := globalBatch / world
 			m, err := w.WrapGPT(ctx, wl.model(99).(*models.GPT), pg, B, gptSeqLen, Options{Optimizer: adamW})
 			if err != nil {
@@ -1094,6 +1147,12 @@ func ClipStep(ctx context.Context, m Stepper, maxNorm float64) error {
 	if _, err := m.ClipGradNorm(ctx, maxNorm, 2); err != nil {
 		return err
 	}
+	return StepZero(ctx, m)
+}
+
+// StepZero steps m's optimizer and zeroes the gradient: the suite's
+// Model.Step for a sharded wrapper.
+func StepZero(ctx context.Context, m Stepper) error {
 	if err := m.Step(ctx); err != nil {
 		return err
 	}

@@ -1,13 +1,56 @@
 package shard
 
 import (
+	"fmt"
+	"slices"
+
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/optim"
+	"github.com/cohortml/cohort/tensor"
 )
 
 // OptimizerFunc builds a sharded wrapper's optimizer over this rank's
 // shard variables (zero.Options.Optimizer, fsdp.Options.Optimizer).
 type OptimizerFunc func(shard []nn.NamedParameter) (optim.Optimizer, error)
+
+// BuildOptimizer builds a sharded wrapper's optimizer with build over
+// shard (this rank's pieces as Vars, their Grads allocated and zero) and
+// makes sure it steps exactly that shard: it marks every gradient of the
+// model's params (shapes[i] is parameter i's full shape) and of the
+// shard, lets the optimizer zero its own, and looks at what was zeroed.
+// pkg prefixes errors; uncovered ends the error for a piece of the shard
+// the optimizer leaves out. Every gradient is as it was afterwards.
+func BuildOptimizer(pkg string, build OptimizerFunc, params []nn.NamedParameter, shapes [][]int, shard []nn.NamedParameter, rank int, uncovered string) (optim.Optimizer, error) {
+	opt, err := build(slices.Clone(shard))
+	if err != nil {
+		return nil, fmt.Errorf("%s: Wrap: building the shard optimizer: %w", pkg, err)
+	}
+	saved := make([]*tensor.Tensor, len(params))
+	for i, np := range params {
+		saved[i] = np.Param.Grad
+		np.Param.Grad = tensor.Full(1, shapes[i]...)
+	}
+	for _, s := range shard {
+		s.Param.Grad.Fill(1)
+	}
+	opt.ZeroGrad()
+	for i, np := range params {
+		if err == nil && slices.Contains(np.Param.Grad.Data(), 0) {
+			err = fmt.Errorf("%s: Wrap: the optimizer was built on the full parameters (it zeroes the gradient of %q); build it from the shard parameters Options.Optimizer receives", pkg, np.Name)
+		}
+		np.Param.Grad = saved[i]
+	}
+	for _, s := range shard {
+		if err == nil && slices.ContainsFunc(s.Param.Grad.Data(), func(x float32) bool { return x != 0 }) {
+			err = fmt.Errorf("%s: Wrap: the optimizer does not cover this rank's shard of %q (rank %d)%s", pkg, s.Name, rank, uncovered)
+		}
+		s.Param.Grad.Fill(0)
+	}
+	if err != nil {
+		return nil, err
+	}
+	return opt, nil
+}
 
 // Memory is what one rank keeps resident for training, in bytes.
 type Memory struct {

@@ -83,13 +83,8 @@ func LoadShards(targets []ShardTarget, entries []ShardedTensor) error {
 // FullEntries turns a full state dict into sharded-state entries (each
 // tensor whole), for LoadShardedStateDict.
 func FullEntries(sd map[string]*tensor.Tensor) []ShardedTensor {
-	keys := make([]string, 0, len(sd))
-	for k := range sd {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
-	out := make([]ShardedTensor, 0, len(keys))
-	for _, k := range keys {
+	out := make([]ShardedTensor, 0, len(sd))
+	for _, k := range sortedTensorKeys(sd) {
 		t := sd[k].Contiguous()
 		out = append(out, ShardedTensor{Name: k, Shape: t.Shape(), Data: t.Data(), Replicated: true})
 	}

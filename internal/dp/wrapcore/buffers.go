@@ -1,7 +1,10 @@
 package wrapcore
 
 import (
+	"context"
 	"unsafe"
+
+	"github.com/cohortml/cohort/distributed"
 )
 
 // Buffers keeps the large float buffers of a step (full-gradient buckets,
@@ -88,6 +91,25 @@ func (b *Buffers) reclaim() {
 	}
 	clear(b.pending[len(keep):])
 	b.pending = keep
+}
+
+// ReduceScatter starts a sharded wrapper's reduce-scatter (average) of
+// in, a bucket's full gradient of n elements taken from b (nil: none was
+// taken, zeros), into dst, this rank's shard of it, and hands in back to
+// b once the collective is done. It returns h with its Work set (nil in a
+// group of one, which copies instead).
+func (b *Buffers) ReduceScatter(ctx context.Context, pg distributed.ProcessGroup, h Reduction, dst, in []float32, n int) Reduction {
+	if in == nil {
+		in = b.Get(n)
+	}
+	if pg.Size() == 1 {
+		copy(dst, in)
+		b.PutAfter(in, nil)
+	} else {
+		h.Work = pg.ReduceScatter(ctx, distributed.F32(dst), distributed.F32(in), distributed.Avg)
+		b.PutAfter(in, distributed.Completion(h.Work))
+	}
+	return h
 }
 
 // HeldBytes returns the bytes of the buffers kept for reuse (idle or

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 
+	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/internal/dp/reducer"
 )
 
@@ -66,6 +67,24 @@ func DecodeJoinRound(pkg string, states []int64) (JoinRound, error) {
 	r.Syncing = len(syncing) > 0
 	if len(r.Active) > 0 {
 		r.Authority = r.Active[0]
+	}
+	return r, nil
+}
+
+// Round runs one join round over pg with this rank's state: it sums the
+// state vector and decodes it (DecodeJoinRound). A failure sets *broken
+// (no further rounds); pkg prefixes errors.
+func Round(ctx context.Context, pkg string, pg distributed.ProcessGroup, state int64, broken *bool) (JoinRound, error) {
+	v := make([]int64, pg.Size())
+	v[pg.Rank()] = state
+	if err := pg.AllReduce(ctx, distributed.I64(v), distributed.Sum).Wait(); err != nil {
+		*broken = true
+		return JoinRound{}, fmt.Errorf("%s: Join: round all-reduce: %w", pkg, err)
+	}
+	r, err := DecodeJoinRound(pkg, v)
+	if err != nil {
+		*broken = true
+		return JoinRound{}, err
 	}
 	return r, nil
 }

@@ -1,9 +1,9 @@
 // Package wrapcore is the part of the data-parallel wrappers (ddp, zero,
 // fsdp) that does not depend on what is sharded: the gradient hooks and
-// their lifetime, the error a hook leaves for the next call, NoSync,
-// finishing a step's reductions through the reducer, the wrap-time check
-// that every rank holds the same model (CheckSameModel) and the Join round
-// codec (DecodeJoinRound).
+// their lifetime, the error a hook leaves for the next call, NoSync, the
+// checks before Backward and Step, finishing a step's reductions through
+// the reducer, the wrap-time check that every rank holds the same model
+// (CheckSameModel) and the Join rounds (Round, DecodeJoinRound).
 package wrapcore
 
 import (
@@ -57,6 +57,41 @@ func (c *Core) Usable(op string) error {
 	if err := c.TakeErr(); err != nil {
 		c.Red.Disarm()
 		return err
+	}
+	return nil
+}
+
+// BeginBackward checks that a sharded wrapper's Backward may run: the
+// wrapper is usable and a Call armed the reducer (else the error
+// notArmed).
+func (c *Core) BeginBackward(notArmed string) error {
+	if err := c.Usable("Backward"); err != nil {
+		return err
+	}
+	if !c.Red.Armed() {
+		return errors.New(notArmed)
+	}
+	return nil
+}
+
+// EndBackward ends Backward after autograd's pass: when the step completed
+// inside the last gradient hook it returns the error that hook kept, else
+// it completes the step with finish.
+func (c *Core) EndBackward(finish func() error) error {
+	if !c.Red.Armed() {
+		return c.TakeErr()
+	}
+	return finish()
+}
+
+// BeginStep checks that a sharded wrapper's Step may run: the wrapper is
+// usable and no backward pass is left unfinished.
+func (c *Core) BeginStep() error {
+	if err := c.Usable("Step"); err != nil {
+		return err
+	}
+	if c.Red.Armed() {
+		return fmt.Errorf("%s: Step: the backward pass was not finished with Backward", c.Pkg)
 	}
 	return nil
 }

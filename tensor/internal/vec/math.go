@@ -58,19 +58,25 @@ func (m Math) wide16(n int, f16, f8 func(off, n int)) int {
 	return done
 }
 
+// unary runs the element-wise kernels f16 and f8 (dst, src, n) over dst
+// and src as wide16 splits them when m runs the assembly, and returns
+// where the Go tail starts (0 when it does not).
+func (m Math) unary(dst, src []float32, f16, f8 func(dst, src *float32, n int)) int {
+	if !m.asm {
+		return 0
+	}
+	return m.wide16(len(dst),
+		func(o, k int) { f16(&dst[o], &src[o], k) },
+		func(o, k int) { f8(&dst[o], &src[o], k) })
+}
+
 // Asm reports whether m runs the assembly kernels.
 func (m Math) Asm() bool { return m.asm }
 
 // Exp writes exp(src[i]) into dst[i] for i < len(dst). dst may be src.
 func (m Math) Exp(dst, src []float32) {
 	src = src[:len(dst)]
-	n := 0
-	if m.asm {
-		n = m.wide16(len(dst),
-			func(o, k int) { expAVX512(&dst[o], &src[o], k) },
-			func(o, k int) { expAVX2(&dst[o], &src[o], k) })
-	}
-	for i := n; i < len(dst); i++ {
+	for i := m.unary(dst, src, expAVX512, expAVX2); i < len(dst); i++ {
 		dst[i] = exp32(src[i])
 	}
 }
@@ -105,13 +111,7 @@ func (m Math) ExpShiftSum(dst, src []float32, scale, shift float32) float32 {
 // may be src.
 func (m Math) GELUTanh(dst, src []float32) {
 	src = src[:len(dst)]
-	n := 0
-	if m.asm {
-		n = m.wide16(len(dst),
-			func(o, k int) { geluTanhAVX512(&dst[o], &src[o], k) },
-			func(o, k int) { geluTanhAVX2(&dst[o], &src[o], k) })
-	}
-	for i := n; i < len(dst); i++ {
+	for i := m.unary(dst, src, geluTanhAVX512, geluTanhAVX2); i < len(dst); i++ {
 		x := src[i]
 		dst[i] = x / (1 + exp32(x*(geluA+geluB*x*x)))
 	}

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"errors"
+	"fmt"
 	"testing"
 	"time"
 
@@ -38,23 +39,66 @@ func recvAsync(t *testing.T, b *Box, ctx context.Context, p []byte) <-chan error
 	}
 }
 
-func TestDirectDelivery(t *testing.T) {
-	b := New(1)
-	p := make([]byte, 6)
-	done := recvAsync(t, b, context.Background(), p)
-	m := b.Begin(tagA, 6)
-	if &m.dst[0] != &p[0] {
-		t.Fatal("message matched to a waiting receiver does not target its buffer")
-	}
-	write(t, m, []byte("abc"))
-	write(t, m, []byte("def"))
+// recvThenBegin starts a Recv into p (see recvAsync), then begins a
+// message of n bytes on the same tag, which the waiting receiver matches.
+func recvThenBegin(t *testing.T, b *Box, ctx context.Context, p []byte, n int) (<-chan error, *Msg) {
+	t.Helper()
+	done := recvAsync(t, b, ctx, p)
+	return done, b.Begin(tagA, n)
+}
+
+// beginWith begins a message of n bytes on tagA and writes its first
+// bytes, p.
+func beginWith(t *testing.T, b *Box, n int, p []byte) *Msg {
+	t.Helper()
+	m := b.Begin(tagA, n)
+	write(t, m, p)
+	return m
+}
+
+// deliver writes the rest of m and ends it, then checks that the
+// receive behind done succeeded with want in p.
+func deliver(t *testing.T, m *Msg, rest []byte, done <-chan error, p []byte, want string) {
+	t.Helper()
+	write(t, m, rest)
 	m.Done()
 	if err := <-done; err != nil {
 		t.Fatal(err)
 	}
-	if string(p) != "abcdef" {
+	if string(p) != want {
 		t.Fatalf("got %q", p)
 	}
+}
+
+// recvClaiming starts a Recv into p and returns its result channel once
+// the receiver has taken over m, a message begun before it.
+func recvClaiming(t *testing.T, b *Box, ctx context.Context, p []byte, m *Msg) <-chan error {
+	t.Helper()
+	done := make(chan error, 1)
+	go func() { done <- b.Recv(ctx, tagA, p) }()
+	for deadline := time.Now().Add(5 * time.Second); ; {
+		m.mu.Lock()
+		claimed := m.w != nil
+		m.mu.Unlock()
+		if claimed {
+			return done
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("receiver never claimed the message")
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
+func TestDirectDelivery(t *testing.T) {
+	b := New(1)
+	p := make([]byte, 6)
+	done, m := recvThenBegin(t, b, context.Background(), p, 6)
+	if &m.dst[0] != &p[0] {
+		t.Fatal("message matched to a waiting receiver does not target its buffer")
+	}
+	write(t, m, []byte("abc"))
+	deliver(t, m, []byte("def"), done, p, "abcdef")
 	if msgs, ws := b.Pending(); msgs != 0 || ws != 0 || len(b.streams) != 0 {
 		t.Fatalf("box not empty: %d msgs %d waiters %d streams", msgs, ws, len(b.streams))
 	}
@@ -62,40 +106,17 @@ func TestDirectDelivery(t *testing.T) {
 
 func TestClaimInProgress(t *testing.T) {
 	b := New(1)
-	m := b.Begin(tagA, 6)
-	write(t, m, []byte("abc"))
+	m := beginWith(t, b, 6, []byte("abc"))
 	p := make([]byte, 6)
-	done := make(chan error, 1)
-	go func() { done <- b.Recv(context.Background(), tagA, p) }()
-	// Wait until the receiver has taken the message over.
-	for deadline := time.Now().Add(5 * time.Second); ; {
-		m.mu.Lock()
-		claimed := m.w != nil
-		m.mu.Unlock()
-		if claimed {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatal("receiver never claimed the message")
-		}
-		time.Sleep(time.Millisecond)
-	}
-	write(t, m, []byte("def"))
-	m.Done()
-	if err := <-done; err != nil {
-		t.Fatal(err)
-	}
-	if string(p) != "abcdef" {
-		t.Fatalf("got %q", p)
-	}
+	done := recvClaiming(t, b, context.Background(), p, m)
+	deliver(t, m, []byte("def"), done, p, "abcdef")
 }
 
 func TestCancelMidMessageKeepsMessage(t *testing.T) {
 	b := New(1)
 	ctx, cancel := context.WithCancel(context.Background())
 	p := make([]byte, 6)
-	done := recvAsync(t, b, ctx, p)
-	m := b.Begin(tagA, 6)
+	done, m := recvThenBegin(t, b, ctx, p, 6)
 	write(t, m, []byte("abc"))
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -120,8 +141,7 @@ func TestCancelMidMessageKeepsMessage(t *testing.T) {
 func TestOrderPerTag(t *testing.T) {
 	b := New(1)
 	for i := range 5 {
-		m := b.Begin(tagA, 1)
-		write(t, m, []byte{byte(i)})
+		m := beginWith(t, b, 1, []byte{byte(i)})
 		m.Done()
 	}
 	for i := range 5 {
@@ -138,8 +158,7 @@ func TestOrderPerTag(t *testing.T) {
 func TestLengthMismatch(t *testing.T) {
 	t.Run("waiting", func(t *testing.T) {
 		b := New(1)
-		done := recvAsync(t, b, context.Background(), make([]byte, 3))
-		m := b.Begin(tagA, 4)
+		done, m := recvThenBegin(t, b, context.Background(), make([]byte, 3), 4)
 		write(t, m, []byte("abcd"))
 		m.Done()
 		err := <-done
@@ -153,8 +172,7 @@ func TestLengthMismatch(t *testing.T) {
 	})
 	t.Run("queued", func(t *testing.T) {
 		b := New(1)
-		m := b.Begin(tagA, 4)
-		write(t, m, []byte("abcd"))
+		m := beginWith(t, b, 4, []byte("abcd"))
 		m.Done()
 		if err := b.Recv(context.Background(), tagA, make([]byte, 5)); !errors.Is(err, transport.ErrLength) {
 			t.Fatalf("got %v", err)
@@ -164,8 +182,7 @@ func TestLengthMismatch(t *testing.T) {
 
 func TestFailKeepsCompleteMessages(t *testing.T) {
 	b := New(1)
-	m := b.Begin(tagA, 2)
-	write(t, m, []byte("ok"))
+	m := beginWith(t, b, 2, []byte("ok"))
 	m.Done()
 	other := transport.Tag{Group: 9}
 	done := make(chan error, 1)
@@ -193,8 +210,7 @@ func TestFailKeepsCompleteMessages(t *testing.T) {
 func TestAbort(t *testing.T) {
 	t.Run("matched", func(t *testing.T) {
 		b := New(1)
-		done := recvAsync(t, b, context.Background(), make([]byte, 4))
-		m := b.Begin(tagA, 4)
+		done, m := recvThenBegin(t, b, context.Background(), make([]byte, 4), 4)
 		write(t, m, []byte("ab"))
 		cause := errors.New("link broke")
 		m.Abort(cause)
@@ -204,8 +220,7 @@ func TestAbort(t *testing.T) {
 	})
 	t.Run("unclaimed", func(t *testing.T) {
 		b := New(1)
-		m := b.Begin(tagA, 4)
-		write(t, m, []byte("ab"))
+		m := beginWith(t, b, 4, []byte("ab"))
 		m.Abort(errors.New("link broke"))
 		if msgs, _ := b.Pending(); msgs != 0 {
 			t.Fatalf("aborted message still queued")
@@ -216,8 +231,7 @@ func TestAbort(t *testing.T) {
 func TestCloseDetachesMatchedReceiver(t *testing.T) {
 	b := New(1)
 	p := make([]byte, 4)
-	done := recvAsync(t, b, context.Background(), p)
-	m := b.Begin(tagA, 4)
+	done, m := recvThenBegin(t, b, context.Background(), p, 4)
 	write(t, m, []byte("ab"))
 	b.Close(transport.ErrClosed)
 	if err := <-done; !errors.Is(err, transport.ErrClosed) {
@@ -291,17 +305,7 @@ func TestChunkedPaths(t *testing.T) {
 	feed(chunkBytes + 10) // unclaimed: stored in two chunks
 	ctx, cancel := context.WithCancel(context.Background())
 	p1 := make([]byte, n)
-	done := make(chan error, 1)
-	go func() { done <- b.Recv(ctx, tagA, p1) }()
-	for {
-		m.mu.Lock()
-		claimed := m.w != nil
-		m.mu.Unlock()
-		if claimed {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	done := recvClaiming(t, b, ctx, p1, m)
 	feed(chunkBytes + 5000) // straight into p1
 	cancel()
 	if err := <-done; !errors.Is(err, context.Canceled) {
@@ -309,16 +313,7 @@ func TestChunkedPaths(t *testing.T) {
 	}
 	feed(2*chunkBytes + 7) // back into private chunks
 	p2 := make([]byte, n)
-	go func() { done <- b.Recv(context.Background(), tagA, p2) }()
-	for {
-		m.mu.Lock()
-		claimed := m.w != nil
-		m.mu.Unlock()
-		if claimed {
-			break
-		}
-		time.Sleep(time.Millisecond)
-	}
+	done = recvClaiming(t, b, context.Background(), p2, m)
 	feed(n)
 	m.Done()
 	if err := <-done; err != nil {
@@ -366,40 +361,40 @@ func TestLengthErrorPrefix(t *testing.T) {
 			t.Fatalf("message not kept: %v", err)
 		}
 	}
+	// headCompletes checks that the receive still waits with from bytes
+	// of long written, then writes up to to, which completes the length
+	// prefix: the receive fails and the message stays.
+	headCompletes := func(t *testing.T, b *Box, m *Msg, done <-chan error, from, to int) {
+		t.Helper()
+		notDone(t, done, fmt.Sprintf("after %d bytes", from))
+		write(t, m, long[from:to])
+		checkErr(t, <-done, 100, 3, head)
+		keeps(t, b, m, long[to:])
+	}
 
 	t.Run("waiting", func(t *testing.T) {
 		b := New(1)
-		done := recvAsync(t, b, context.Background(), make([]byte, 3))
-		m := b.Begin(tagA, len(long))
+		done, m := recvThenBegin(t, b, context.Background(), make([]byte, 3), len(long))
 		notDone(t, done, "after Begin")
 		write(t, m, long[:10])
-		notDone(t, done, "after 10 bytes")
-		write(t, m, long[10:70])
-		checkErr(t, <-done, 100, 3, head)
-		keeps(t, b, m, long[70:])
+		headCompletes(t, b, m, done, 10, 70)
 	})
 	t.Run("queued-partial", func(t *testing.T) {
 		b := New(1)
-		m := b.Begin(tagA, len(long))
-		write(t, m, long[:10])
+		m := beginWith(t, b, len(long), long[:10])
 		done := recvAsync(t, b, context.Background(), make([]byte, 3))
 		write(t, m, long[10:63])
-		notDone(t, done, "after 63 bytes")
-		write(t, m, long[63:64])
-		checkErr(t, <-done, 100, 3, head)
-		keeps(t, b, m, long[64:])
+		headCompletes(t, b, m, done, 63, 64)
 	})
 	t.Run("queued-head-in", func(t *testing.T) {
 		b := New(1)
-		m := b.Begin(tagA, len(long))
-		write(t, m, long[:80])
+		m := beginWith(t, b, len(long), long[:80])
 		checkErr(t, b.Recv(context.Background(), tagA, make([]byte, 3)), 100, 3, head)
 		keeps(t, b, m, long[80:])
 	})
 	t.Run("short-message", func(t *testing.T) {
 		b := New(1)
-		done := recvAsync(t, b, context.Background(), make([]byte, 3))
-		m := b.Begin(tagA, 5)
+		done, m := recvThenBegin(t, b, context.Background(), make([]byte, 3), 5)
 		write(t, m, []byte("abc"))
 		notDone(t, done, "after 3 of 5 bytes")
 		write(t, m, []byte("de"))
@@ -408,16 +403,14 @@ func TestLengthErrorPrefix(t *testing.T) {
 	})
 	t.Run("empty-message", func(t *testing.T) {
 		b := New(1)
-		done := recvAsync(t, b, context.Background(), make([]byte, 3))
-		m := b.Begin(tagA, 0)
+		done, m := recvThenBegin(t, b, context.Background(), make([]byte, 3), 0)
 		checkErr(t, <-done, 0, 3, []byte{})
 		m.Done()
 	})
 	t.Run("cancelled", func(t *testing.T) {
 		b := New(1)
 		ctx, cancel := context.WithCancel(context.Background())
-		m := b.Begin(tagA, len(long))
-		write(t, m, long[:10])
+		m := beginWith(t, b, len(long), long[:10])
 		done := recvAsync(t, b, ctx, make([]byte, 3))
 		cancel()
 		checkErr(t, <-done, 100, 3, long[:10])
@@ -428,16 +421,14 @@ func TestLengthErrorPrefix(t *testing.T) {
 	})
 	t.Run("aborted", func(t *testing.T) {
 		b := New(1)
-		done := recvAsync(t, b, context.Background(), make([]byte, 3))
-		m := b.Begin(tagA, len(long))
+		done, m := recvThenBegin(t, b, context.Background(), make([]byte, 3), len(long))
 		write(t, m, long[:10])
 		m.Abort(errors.New("peer gone"))
 		checkErr(t, <-done, 100, 3, long[:10])
 	})
 	t.Run("closed", func(t *testing.T) {
 		b := New(1)
-		done := recvAsync(t, b, context.Background(), make([]byte, 3))
-		m := b.Begin(tagA, len(long))
+		done, m := recvThenBegin(t, b, context.Background(), make([]byte, 3), len(long))
 		write(t, m, long[:10])
 		b.Close(transport.ErrClosed)
 		if err := <-done; !errors.Is(err, transport.ErrClosed) {

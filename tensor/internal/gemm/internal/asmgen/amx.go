@@ -153,8 +153,7 @@ const (
 // func amxBF16x32x32(k16 int, a *uint32, lda int, b *uint32, out *float32, cfg *byte)
 func genAMX(e *emitter) {
 	const name = "amxBF16x32x32"
-	e.c("func %s(k16 int, a *uint32, lda int, b *uint32, out *float32, cfg *byte)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-48\n", name))
+	e.fn(name, "k16 int, a *uint32, lda int, b *uint32, out *float32, cfg *byte", 48)
 	e.i("MOVQ cfg+40(FP), AX")
 	e.raw(ldtilecfg(regAX, 0), "LDTILECFG (AX)")
 	e.i("MOVQ k16+0(FP), CX")

@@ -117,8 +117,7 @@ func genCvtAVX2(e *emitter) {
 // and n: its comment and TEXT line, dst in DI, src in SI and n >> shift
 // (the loop's count of blocks) in CX.
 func (e *emitter) cvtStart(name, sig string, shift int) {
-	e.c("func %s(%s)", name, sig)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-24\n", name))
+	e.fn(name, sig, 24)
 	e.i("MOVQ dst+0(FP), DI")
 	e.i("MOVQ src+8(FP), SI")
 	e.i("MOVQ n+16(FP), CX")
@@ -174,21 +173,13 @@ func genWiden(e *emitter, name string, reg func(int) string, lanes int, store st
 // func packPairs(dst *uint32, src *uint16, ld, k2 int, loadMask, storeMask uint32, dstStep int)
 func genPackPairs(e *emitter) {
 	const name = "packPairs"
-	e.c("func packPairs(dst *uint32, src *uint16, ld, k2 int, loadMask, storeMask uint32, dstStep int)")
-	e.buf.WriteString("TEXT ·packPairs(SB), NOSPLIT, $0-48\n")
+	e.fn(name, "dst *uint32, src *uint16, ld, k2 int, loadMask, storeMask uint32, dstStep int", 48)
 	e.i("MOVQ dst+0(FP), DI")
 	e.i("MOVQ src+8(FP), SI")
 	e.i("MOVQ ld+16(FP), BX")
 	e.i("SHLQ $1, BX")
 	e.i("MOVQ k2+24(FP), CX")
-	e.i("MOVL loadMask+32(FP), AX")
-	e.i("KMOVW AX, K1")
-	e.i("SHRL $16, AX")
-	e.i("KMOVW AX, K2")
-	e.i("MOVL storeMask+36(FP), AX")
-	e.i("KMOVW AX, K3")
-	e.i("SHRL $16, AX")
-	e.i("KMOVW AX, K4")
+	e.masks32("loadMask+32(FP)", "storeMask+36(FP)")
 	e.i("MOVQ dstStep+40(FP), R8")
 	e.loopStart(name)
 	for v := 0; v < 2; v++ {
@@ -228,27 +219,14 @@ func genKernelBF16(e *emitter, mr, nv int) {
 	breg := func(v int) int { return nacc + v }
 	bc := func(r int) int { return nacc + nv + r%2 }
 	acc := func(r, v int) int { return r*nv + v }
-	e.c("func %s(k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64)", name)
-	e.buf.WriteString(fmt.Sprintf("TEXT ·%s(SB), NOSPLIT, $0-64\n", name))
-	e.i("MOVQ k2+0(FP), CX")
-	e.i("MOVQ a+8(FP), AX")
-	e.i("MOVQ b+16(FP), BX")
-	e.i("MOVQ c+24(FP), DI")
-	e.i("MOVQ ldc+32(FP), SI")
-	e.i("SHLQ $2, SI")
-	e.i("MOVQ rows+48(FP), R10")
-	e.i("MOVQ DI, R8")
-	for r := 0; r < mr; r++ {
-		for off := 0; off < nv*64; off += 64 {
-			e.i("PREFETCHT0 %d(R8)", off)
-		}
-		if r < mr-1 {
-			e.i("ADDQ SI, R8")
-		}
+	e.fn(name, "k2 int, a, b *uint32, c *float32, ldc int, alpha, beta float32, rows int, nmask uint64", 64)
+	e.args("k2", false, 16, 24, 32, 48)
+	offs := make([]int, nv)
+	for v := range offs {
+		offs[v] = 64 * v
 	}
-	for i := 0; i < nacc; i++ {
-		e.i("VPXORD %s, %s, %s", z(i), z(i), z(i))
-	}
+	e.prefetchC(mr, offs...)
+	e.zero512(nacc)
 	aStep, bStep := mr*4, nv*64 // bytes per pair of k
 	step := func(ao, bo int) {
 		for v := 0; v < nv; v++ {
@@ -262,79 +240,20 @@ func genKernelBF16(e *emitter, mr, nv int) {
 			}
 		}
 	}
-	e.i("MOVQ CX, DX")
-	e.i("SHRQ $%d, DX", log2(unroll))
-	e.i("ANDQ $%d, CX", unroll-1)
-	e.i("TESTQ DX, DX")
-	e.i("JZ %s_tail", name)
-	e.l(name + "_loop")
-	for u := 0; u < unroll; u++ {
-		step(u*aStep, u*bStep)
-		e.i("PREFETCHT0 %d(AX)", 1024+64*u)
-	}
-	e.i("ADDQ $%d, AX", unroll*aStep)
-	e.i("ADDQ $%d, BX", unroll*bStep)
-	e.i("DECQ DX")
-	e.i("JNZ %s_loop", name)
-	e.l(name + "_tail")
-	e.i("TESTQ CX, CX")
-	e.i("JZ %s_store", name)
-	e.l(name + "_tailloop")
-	step(0, 0)
-	e.i("ADDQ $%d, AX", aStep)
-	e.i("ADDQ $%d, BX", bStep)
-	e.i("DECQ CX")
-	e.i("JNZ %s_tailloop", name)
-
-	e.l(name + "_store")
-	e.i("CMPL alpha+%d(FP), $0x3f800000", offAlpha)
-	e.i("JEQ %s_alpha1", name)
-	e.i("VBROADCASTSS alpha+%d(FP), %s", offAlpha, z(breg(0)))
-	for i := 0; i < nacc; i++ {
-		e.i("VMULPS %s, %s, %s", z(breg(0)), z(i), z(i))
-	}
-	e.l(name + "_alpha1")
-	e.i("MOVQ nmask+%d(FP), R9", offMask)
-	for v := 0; v < nv; v++ {
-		e.i("KMOVW R9, K%d", v+1)
-		if v < nv-1 {
-			e.i("SHRQ $16, R9")
+	e.unrolled(name, unroll, "store", func() {
+		for u := 0; u < unroll; u++ {
+			step(u*aStep, u*bStep)
+			e.i("PREFETCHT0 %d(AX)", 1024+64*u)
 		}
-	}
-	e.i("MOVL beta+%d(FP), R11", offBeta)
-	e.i("ANDL $0x7fffffff, R11")
-	e.i("JZ %s_nobeta", name)
-	e.i("VBROADCASTSS beta+%d(FP), %s", offBeta, z(breg(0)))
-	for r := 0; r < mr; r++ {
-		if r > 0 {
-			e.i("CMPQ R10, $%d", r)
-			e.i("JLE %s_done", name)
-		}
-		for v := 0; v < nv; v++ {
-			e.i("VFMADD231PS %d(DI), %s, K%d, %s", 64*v, z(breg(0)), v+1, z(acc(r, v)))
-			e.i("VMOVUPS %s, K%d, %d(DI)", z(acc(r, v)), v+1, 64*v)
-		}
-		if r < mr-1 {
-			e.i("ADDQ SI, DI")
-		}
-	}
-	e.i("JMP %s_done", name)
-	e.l(name + "_nobeta")
-	for r := 0; r < mr; r++ {
-		if r > 0 {
-			e.i("CMPQ R10, $%d", r)
-			e.i("JLE %s_done", name)
-		}
-		for v := 0; v < nv; v++ {
-			e.i("VMOVUPS %s, K%d, %d(DI)", z(acc(r, v)), v+1, 64*v)
-		}
-		if r < mr-1 {
-			e.i("ADDQ SI, DI")
-		}
-	}
-	e.l(name + "_done")
-	e.i("VZEROUPPER")
-	e.i("RET")
+		e.i("ADDQ $%d, AX", unroll*aStep)
+		e.i("ADDQ $%d, BX", unroll*bStep)
+	}, func() {
+		step(0, 0)
+		e.i("ADDQ $%d, AX", aStep)
+		e.i("ADDQ $%d, BX", bStep)
+	})
+	zreg := func(f func(int) int) func(int) string { return func(i int) string { return z(f(i)) } }
+	e.store512(mr, nv, func(r, v int) string { return z(acc(r, v)) }, zreg(breg), zreg(bc), offAlpha, offBeta, offMask, false)
 }
 
 // emitRoundBF16 emits the integer round-to-nearest-even of the 16 floats
