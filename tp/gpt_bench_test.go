@@ -59,6 +59,31 @@ func (r *gptRank) step(ctx context.Context) error {
 	return r.m.Backward(loss)
 }
 
+// stepAll runs n steps on every rank, each on its own goroutine; a rank
+// that fails closes its group so that its peers fail fast. It returns the
+// first rank's error, naming the rank.
+func stepAll(ctx context.Context, ranks []*gptRank, pgs []distributed.ProcessGroup, n int) error {
+	errs := make([]error, len(ranks))
+	var wg sync.WaitGroup
+	for r := range ranks {
+		wg.Go(func() {
+			for range n {
+				if errs[r] = ranks[r].step(ctx); errs[r] != nil {
+					pgs[r].Close()
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			return fmt.Errorf("rank %d: %w", r, err)
+		}
+	}
+	return nil
+}
+
 // inprocGroups returns world native groups over an in-process mesh.
 func inprocGroups(tb testing.TB, world int) []distributed.ProcessGroup {
 	mesh := inproc.NewMesh(world)
@@ -92,33 +117,12 @@ func BenchmarkGPTMiniStep(b *testing.B) {
 				ranks[r] = newGPTRank(b, pg, B, T)
 			}
 			// One warm-up step: the free lists fill, the heap grows.
-			steps := func(n int) error {
-				errs := make([]error, world)
-				var wg sync.WaitGroup
-				for r := range ranks {
-					wg.Go(func() {
-						for range n {
-							if errs[r] = ranks[r].step(ctx); errs[r] != nil {
-								pgs[r].Close() // the peer fails fast
-								return
-							}
-						}
-					})
-				}
-				wg.Wait()
-				for _, err := range errs {
-					if err != nil {
-						return err
-					}
-				}
-				return nil
-			}
-			if err := steps(1); err != nil {
+			if err := stepAll(ctx, ranks, pgs, 1); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportAllocs()
 			b.ResetTimer()
-			if err := steps(b.N); err != nil {
+			if err := stepAll(ctx, ranks, pgs, b.N); err != nil {
 				b.Fatal(err)
 			}
 			b.ReportMetric(float64(B*T*b.N)/b.Elapsed().Seconds(), "tokens/s")
@@ -154,23 +158,8 @@ func TestGPTStepReusesMemory(t *testing.T) {
 	}
 	allocated := func(n int) uint64 {
 		before := allocatedOutside("cohort/distributed/")
-		errs := make([]error, world)
-		var wg sync.WaitGroup
-		for r := range ranks {
-			wg.Go(func() {
-				for range n {
-					if errs[r] = ranks[r].step(ctx); errs[r] != nil {
-						pgs[r].Close()
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("rank %d: %v", r, err)
-			}
+		if err := stepAll(ctx, ranks, pgs, n); err != nil {
+			t.Fatal(err)
 		}
 		return (allocatedOutside("cohort/distributed/") - before) / uint64(n)
 	}
