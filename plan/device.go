@@ -101,14 +101,14 @@ func (d *Device) Validate() error {
 		return bad("peak_flops", "missing", "FLOP/s per dtype, e.g. {\"bf16\": 312e12}")
 	}
 	for _, k := range sortedKeys(d.PeakFLOPs) {
-		if v := d.PeakFLOPs[k]; !(v > 0) || math.IsInf(v, 0) {
+		if v := d.PeakFLOPs[k]; !positive(v) {
 			return bad("peak_flops."+k, v, "FLOP/s > 0")
 		}
 	}
 	if d.MemoryBytes <= 0 {
 		return bad("memory_bytes", d.MemoryBytes, "bytes > 0")
 	}
-	if !(d.MemoryBandwidth > 0) || math.IsInf(d.MemoryBandwidth, 0) {
+	if !positive(d.MemoryBandwidth) {
 		return bad("memory_bandwidth", d.MemoryBandwidth, "bytes/s > 0")
 	}
 	if len(d.Efficiency) == 0 {
@@ -132,24 +132,24 @@ func (d *Device) Validate() error {
 		if p.Ranks < 2 || (i > 0 && p.Ranks <= d.SideBySide[i-1].Ranks) {
 			return bad(fmt.Sprintf("side_by_side[%d].ranks", i), p.Ranks, "at least 2, in increasing order")
 		}
-		if !(p.Factor > 0) || math.IsInf(p.Factor, 0) {
+		if !positive(p.Factor) {
 			return bad(fmt.Sprintf("side_by_side[%d].factor", i), p.Factor, "> 0")
 		}
 	}
-	if !(d.HandoffSeconds >= 0) || math.IsInf(d.HandoffSeconds, 0) {
+	if !nonNegative(d.HandoffSeconds) {
 		return bad("handoff_seconds", d.HandoffSeconds, "seconds ≥ 0")
 	}
 	for i, p := range d.TensorParallel {
 		if p.Ranks < 2 || (i > 0 && p.Ranks <= d.TensorParallel[i-1].Ranks) {
 			return bad(fmt.Sprintf("tensor_parallel[%d].ranks", i), p.Ranks, "at least 2, in increasing order")
 		}
-		if !(p.Compute > 0) || math.IsInf(p.Compute, 0) {
+		if !positive(p.Compute) {
 			return bad(fmt.Sprintf("tensor_parallel[%d].compute", i), p.Compute, "> 0")
 		}
-		if !(p.CollectiveSeconds >= 0) || math.IsInf(p.CollectiveSeconds, 0) {
+		if !nonNegative(p.CollectiveSeconds) {
 			return bad(fmt.Sprintf("tensor_parallel[%d].collective_seconds", i), p.CollectiveSeconds, "seconds ≥ 0")
 		}
-		if !(p.SmallSeconds >= 0) || math.IsInf(p.SmallSeconds, 0) {
+		if !nonNegative(p.SmallSeconds) {
 			return bad(fmt.Sprintf("tensor_parallel[%d].small_seconds", i), p.SmallSeconds, "seconds ≥ 0")
 		}
 	}
@@ -324,3 +324,9 @@ func sortedKeys[V any](m map[string]V) []string {
 	sort.Strings(keys)
 	return keys
 }
+
+// positive reports whether v is a finite number above 0 (not NaN).
+func positive(v float64) bool { return v > 0 && !math.IsInf(v, 0) }
+
+// nonNegative reports whether v is a finite number at or above 0 (not NaN).
+func nonNegative(v float64) bool { return v >= 0 && !math.IsInf(v, 0) }

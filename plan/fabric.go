@@ -2,7 +2,6 @@ package plan
 
 import (
 	"fmt"
-	"math"
 	"strings"
 )
 
@@ -82,15 +81,15 @@ func (f *Fabric) Validate() error {
 		switch {
 		case l.Alpha == nil:
 			return fmt.Errorf("plan: fabric %s: %s.alpha is missing: want seconds >= 0", f.Name, field)
-		case *l.Alpha < 0 || math.IsNaN(*l.Alpha) || math.IsInf(*l.Alpha, 0):
+		case !nonNegative(*l.Alpha):
 			return fmt.Errorf("plan: fabric %s: %s.alpha is %v: want seconds >= 0", f.Name, field, *l.Alpha)
 		case l.Bandwidth == nil:
 			return fmt.Errorf("plan: fabric %s: %s.bandwidth is missing: want bytes/s > 0", f.Name, field)
-		case !(*l.Bandwidth > 0) || math.IsInf(*l.Bandwidth, 0):
+		case !positive(*l.Bandwidth):
 			return fmt.Errorf("plan: fabric %s: %s.bandwidth is %v: want bytes/s > 0", f.Name, field, *l.Bandwidth)
-		case l.Beyond != nil && (!(l.Beyond.Bytes > 0) || math.IsInf(l.Beyond.Bytes, 0)):
+		case l.Beyond != nil && !positive(l.Beyond.Bytes):
 			return fmt.Errorf("plan: fabric %s: %s.beyond.bytes is %v: want bytes > 0", f.Name, field, l.Beyond.Bytes)
-		case l.Beyond != nil && (!(l.Beyond.Bandwidth > 0) || math.IsInf(l.Beyond.Bandwidth, 0)):
+		case l.Beyond != nil && !positive(l.Beyond.Bandwidth):
 			return fmt.Errorf("plan: fabric %s: %s.beyond.bandwidth is %v: want bytes/s > 0", f.Name, field, l.Beyond.Bandwidth)
 		}
 		return nil

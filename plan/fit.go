@@ -96,7 +96,7 @@ func FitLink(samples []Sample) (LinkFit, error) {
 		if o != op {
 			return LinkFit{}, fmt.Errorf("plan: fit: samples of %s and %s together: fit one collective at a time", samples[0].Op, sm.Op)
 		}
-		if !(sm.Bytes > 0) || !(sm.Seconds > 0) || math.IsInf(sm.Bytes, 0) || math.IsInf(sm.Seconds, 0) {
+		if !positive(sm.Bytes) || !positive(sm.Seconds) {
 			return LinkFit{}, fmt.Errorf("plan: fit: %s sample %d: %v bytes in %v s: want both > 0", op, i, sm.Bytes, sm.Seconds)
 		}
 		steps, factor, err := RingTerms(sm.Op, sm.World)
