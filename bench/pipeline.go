@@ -6,6 +6,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/cohortml/cohort/internal/warmheap"
 	"io"
 	"math"
 	"math/rand/v2"
@@ -88,13 +89,15 @@ type pipeSpec struct {
 	trace        string
 	profile      string // directory for CPU profiles and execution traces of the timed steps (and allocation profiles)
 	rounds       int
+	fitHeap      bool // fit each worker's heap in the warm-up (warmheap.Loop)
 }
 
 func (s pipeSpec) workerArgs(stages int, result string) []string {
 	return []string{"--schedule", s.schedule, "--stages", strconv.Itoa(stages), "--virtual", strconv.Itoa(s.virtual),
 		"--microbatches", strconv.Itoa(s.microbatches), "--batch", strconv.Itoa(s.batch),
 		"--steps", strconv.Itoa(s.steps), "--warmup", strconv.Itoa(s.warmup),
-		"--threads", strconv.Itoa(s.threads), "--gomaxprocs", strconv.Itoa(s.gomaxprocs), "--transport", s.transport, "--trace", s.trace, "--profile", s.profile, "--rounds", "1", "--worker", "--result", result}
+		"--threads", strconv.Itoa(s.threads), "--gomaxprocs", strconv.Itoa(s.gomaxprocs), "--transport", s.transport, "--trace", s.trace, "--profile", s.profile, "--rounds", "1",
+		"--fit-heap=" + strconv.FormatBool(s.fitHeap), "--worker", "--result", result}
 }
 
 // pipeResult is what rank 0 of a run reports.
@@ -133,6 +136,7 @@ func Pipeline(self, args []string) int {
 	fs.IntVar(&s.batch, "batch", 32, "sequences of 64 tokens per step")
 	fs.IntVar(&s.steps, "steps", 30, "timed steps")
 	fs.IntVar(&s.warmup, "warmup", 5, "untimed steps first")
+	fs.BoolVar(&s.fitHeap, "fit-heap", true, "in the warm-up, fit each worker's collector goal to its step and touch the heap's growth once, so that the timed steps find their memory mapped (see internal/warmheap); GOGC or GOMEMLIMIT set: the goal is left alone")
 	fs.IntVar(&s.rounds, "rounds", 1, "rounds of baseline then pipelined run, alternating; the medians are reported")
 	fs.IntVar(&s.threads, "threads", 1, "GEMM threads per worker (COHORT_NUM_THREADS)")
 	fs.IntVar(&s.gomaxprocs, "gomaxprocs", 0, "GOMAXPROCS of each worker; 0: --threads, so that a 1-thread rank, baseline included, runs Go (its collector too) on one thread")
@@ -414,8 +418,18 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 	var before pipeline.Stats
 	var outside time.Duration
 	stopProfile := func() {}
+	var heap *warmheap.Loop
+	if s.fitHeap {
+		heap = warmheap.NewLoop(warmheap.Options{})
+	}
+	fitted := func(d warmheap.Decision, ok bool) {
+		if ok {
+			fmt.Fprintf(os.Stderr, "pipeline: rank %d %s\n", rank, d)
+		}
+	}
 	for step := range s.warmup + s.steps {
 		if step == s.warmup {
+			fitted(heap.Finish())
 			if err := pg.Barrier(ctx).Wait(); err != nil {
 				return err
 			}
@@ -452,6 +466,9 @@ func pipeWorker(ctx context.Context, s pipeSpec, sched *pipeline.Schedule, resul
 		opt.Step()
 		outside += t1.Sub(t0) + time.Since(t2)
 		sp.End()
+		if step < s.warmup {
+			fitted(heap.Step())
+		}
 	}
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		return err

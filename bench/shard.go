@@ -11,6 +11,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/cohortml/cohort/internal/warmheap"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -41,6 +42,9 @@ type shardSpec struct {
 	// CPUProfile, if set, is where this rank writes a CPU profile of the
 	// timed steps.
 	CPUProfile string
+	// FitHeap fits the collector's goal to the step during the warm-up
+	// (warmheap.Loop), so that the timed steps find their memory mapped.
+	FitHeap bool
 }
 
 const (
@@ -80,7 +84,7 @@ func (s trainSpec) validateShard() error {
 // shardSpec is the sharded-training configuration of a `cohort bench
 // train --shard` run.
 func (s trainSpec) shardSpec() shardSpec {
-	return shardSpec{Model: s.model, Shard: s.shard, Warmup: s.warmup, Steps: s.steps}
+	return shardSpec{Model: s.model, Shard: s.shard, Warmup: s.warmup, Steps: s.steps, FitHeap: s.fitHeap}
 }
 
 // shardWorkerRun is trainWorker's run function under --shard: it returns
@@ -141,6 +145,9 @@ type shardResult struct {
 	// on this rank; waiting for the other ranks counts in the phase that
 	// waits.
 	Phases [numPhases]time.Duration
+	// Heap is what fitting the heap in the warm-up chose (shardSpec.FitHeap;
+	// "" when it did not run).
+	Heap string
 }
 
 // The phases of a benchmark step: making the batch, forward with the
@@ -201,6 +208,9 @@ func printShardTrain(w io.Writer, s shardSpec, world int, r shardResult) {
 	fmt.Fprintf(w, "train: %s, %d params, world %d, shard %s, batch %d per rank, %d warm-up + %d timed steps, wall %.2f s, cpu %.2f s, last loss %.4f, gradient bytes/rank %d, reused buffer bytes/rank %d\n",
 		s.Model, r.Params, world, s.Shard, s.batch(), s.Warmup, s.Steps, r.Wall.Seconds(), r.CPU.Seconds(), r.LastLoss, r.Memory.GradBytes, r.Memory.BufferBytes)
 	fmt.Fprintf(w, "train: rank 0 heap allocations per step %.0f (%.1f MiB), %d GCs\n", r.AllocsPerStep, r.AllocBytesPerStep/(1<<20), r.GCs)
+	if r.Heap != "" {
+		fmt.Fprintf(w, "train: rank 0 %s\n", r.Heap)
+	}
 	fmt.Fprintf(w, "train: rank 0 per step (ms):")
 	for i, d := range r.Phases {
 		fmt.Fprintf(w, " %s %.2f", phaseNames[i], d.Seconds()*1e3)
@@ -358,10 +368,20 @@ func shardTrainRun(ctx context.Context, s shardSpec, pg distributed.ProcessGroup
 		step = shardStep(ctx, m, func(b shardBatch) (*autograd.Var, error) { return m.Call(ctx, b.units) }, batch, phases)
 		memory = m.Memory
 	}
+	var heap *warmheap.Loop
+	if s.FitHeap {
+		heap = warmheap.NewLoop(warmheap.Options{})
+	}
 	for i := range s.Warmup {
 		if _, err := step(i); err != nil {
 			return res, err
 		}
+		if d, ok := heap.Step(); ok {
+			res.Heap = d.String()
+		}
+	}
+	if d, ok := heap.Finish(); ok {
+		res.Heap = d.String()
 	}
 	if err := pg.Barrier(ctx).Wait(); err != nil {
 		return res, fmt.Errorf("barrier after warm-up: %w", err)

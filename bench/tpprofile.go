@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/cohortml/cohort/internal/warmheap"
 	"math/rand/v2"
 	"os"
 	"slices"
@@ -127,7 +128,11 @@ func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps in
 	rng := rand.New(rand.NewPCG(1, 2))
 	idx, tgt := make([]int64, batch*T), make([]int64, batch*T)
 	var compute []float64
+	heap := warmheap.NewLoop(warmheap.Options{}) // as examples/gpt's loop does
 	for step := range 3 + steps {
+		if step == 3 {
+			heap.Finish()
+		}
 		for i := range idx {
 			idx[i], tgt[i] = rng.Int64N(int64(full.Config.Vocab)), rng.Int64N(int64(full.Config.Vocab))
 		}
@@ -144,6 +149,7 @@ func measureTP(ctx context.Context, pg distributed.ProcessGroup, batch, steps in
 		opt.Step()
 		opt.ZeroGrad()
 		if step < 3 {
+			heap.Step()
 			continue
 		}
 		in := 0.0

@@ -53,7 +53,9 @@ the rate of the first 100 timed steps (of all of them when fewer), where
 a step slowed by fresh memory shows. Before it, rank 0's minor page
 faults per timed step, and what --fit-heap chose: after the warm-up the
 collector's goal is sized to the step where fresh pages are dear
-(internal/warmheap), unless GOGC or GOMEMLIMIT is set.
+(internal/warmheap), unless GOGC or GOMEMLIMIT is set, and the growth
+the goal allows is touched once. --shard runs fit their heap in the
+warm-up too.
 COHORT_PAGE_FAULT_COST=9us charges every minor fault that long (busy
 waiting after each step), to show on a machine with cheap faults what a
 step costs where they are dear.
@@ -233,7 +235,7 @@ func parseBenchTrain(args []string, stderr io.Writer) (cmd benchTrainCmd, code i
 	fs.StringVar(&s.cpuprofile, "cpuprofile", "", "write a CPU profile of the timed steps to this file (rank r > 0 appends .r)")
 	fs.StringVar(&s.dtype, "dtype", "fp32", "fp32, or bf16: bfloat16 autocast (matrix products in bfloat16 with float32 accumulation, float32 master weights and gradients)")
 	fs.StringVar(&s.shard, "shard", "", "none, zero1, zero2 or fsdp: train the sharded-training workload (AdamW, clipping) under ddp or a sharded wrapper")
-	fs.BoolVar(&s.fitHeap, "fit-heap", true, "after the warm-up, size the collector's goal to the step where fresh pages are dear (see internal/warmheap); GOGC or GOMEMLIMIT set: left alone")
+	fs.BoolVar(&s.fitHeap, "fit-heap", true, "after the warm-up, size the collector's goal to the step where fresh pages are dear (see internal/warmheap), and touch the heap's growth once; GOGC or GOMEMLIMIT set: the goal is left alone")
 	fs.BoolVar(&cmd.worker, "worker", false, "internal: run as one rank of the job")
 	fs.BoolVar(&cmd.asJSON, "json", false, "print the result as one JSON object instead of text")
 	fs.StringVar(&cmd.result, "result", "", "internal: where rank 0 writes its result")

@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"fmt"
+	"github.com/cohortml/cohort/internal/warmheap"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -133,6 +134,9 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 	var lossSum float64        // this rank's losses since the last log line
 	var evalTime time.Duration // spent in intermediate validations and checkpoints
 	first := step + 1
+	// The heap is fitted to the step after the first few (fresh pages
+	// are dear on some machines: internal/warmheap).
+	heap := warmheap.NewLoop(warmheap.Options{})
 	start, logStart := time.Now(), time.Now()
 	for step < c.steps {
 		step++
@@ -159,6 +163,7 @@ func train(ctx context.Context, c config, pg distributed.ProcessGroup, out io.Wr
 		timer.Done(obs.Step{Step: step - 1, Epoch: epoch, Loss: loss, Samples: tokens / world})
 		lossSum += loss
 		cv.train[step] = loss
+		heap.Step()
 
 		if step%c.logEvery == 0 || step == c.steps {
 			n := min((step-1)%c.logEvery+1, step-first+1)

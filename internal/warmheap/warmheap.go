@@ -23,6 +23,12 @@ const (
 	// worthSteps: Fit changes the goal only when the faults ahead would
 	// cost more than this many steps.
 	worthSteps = 4
+	// prefaultSteps: where the goal stays, Fit still touches the growth
+	// ahead of the heap once when its faults would cost more than this
+	// many steps. They are paid either way, the heap growing to its goal
+	// whatever Fit does; touched at once they are paid before the steps
+	// that count (and, with transparent huge pages, 2 MiB at a fault).
+	prefaultSteps = 1
 )
 
 // Warmup measures the steps of a warm-up: call Step after each, then Fit.
@@ -51,7 +57,8 @@ func (w *Warmup) Step() {
 // Options are what Fit may not measure itself.
 type Options struct {
 	// Keep leaves the collector's settings alone (the user set GOGC or
-	// GOMEMLIMIT): Fit only measures.
+	// GOMEMLIMIT): Fit measures, and may touch the growth the user's goal
+	// allows ahead of the heap, but changes no setting.
 	Keep bool
 	// ExtraFaultCost is added to the measured cost of a fresh page (Tax's
 	// cost, so that Fit acts as it would on a machine with that cost).
@@ -60,26 +67,33 @@ type Options struct {
 
 // Decision is what Fit measured and chose.
 type Decision struct {
-	Steps          int           // warm-up steps measured
-	StepBytes      uint64        // bytes allocated per step
-	StepTime       time.Duration // the fastest step: the warm-up's include their faults
-	LiveBytes      uint64        // live heap after a full collection
-	GCTime         time.Duration // that collection's CPU time (wall time would count other processes' share of a busy machine)
-	FaultCost      time.Duration // a fresh page's first touch (with ExtraFaultCost)
-	AheadCost      time.Duration // faults the default goal still had ahead, at FaultCost
-	Percent        int           // the GC percent now in force
-	HeadroomBytes  uint64        // the chosen growth above the live heap; 0: unchanged
-	PrefaultedTime time.Duration // time spent touching the headroom
+	Steps           int           // warm-up steps measured
+	StepBytes       uint64        // bytes allocated per step
+	StepTime        time.Duration // the fastest step: the warm-up's include their faults
+	LiveBytes       uint64        // live heap after a full collection
+	GCTime          time.Duration // that collection's CPU time (wall time would count other processes' share of a busy machine)
+	FaultCost       time.Duration // a fresh page's first touch (with ExtraFaultCost)
+	AheadCost       time.Duration // faults the default goal still had ahead, at FaultCost
+	Percent         int           // the GC percent now in force
+	HeadroomBytes   uint64        // the growth above the live heap that Percent allows, touched ahead; 0: none
+	Lowered         bool          // Percent was lowered to allow only HeadroomBytes (else it is the percent in force)
+	PrefaultedBytes uint64        // of the growth, what was not mapped yet and was touched
+	PrefaultedTime  time.Duration // time spent touching the headroom
 }
 
 func (d Decision) String() string {
+	if d.HeadroomBytes > 0 && !d.Lowered {
+		return fmt.Sprintf("heap: GOGC %d kept, its growth of %.1f MiB touched ahead (garbage %.0f KiB/step, live %.0f MiB, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps; prefault of %.1f MiB %.0f ms)",
+			d.Percent, float64(d.HeadroomBytes)/(1<<20), float64(d.StepBytes)/1024, float64(d.LiveBytes)/(1<<20),
+			us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime), float64(d.PrefaultedBytes)/(1<<20), ms(d.PrefaultedTime))
+	}
 	if d.HeadroomBytes == 0 {
 		return fmt.Sprintf("heap: GOGC %d kept (garbage %.0f KiB/step, live %.0f MiB, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps)",
 			d.Percent, float64(d.StepBytes)/1024, float64(d.LiveBytes)/(1<<20), us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime))
 	}
-	return fmt.Sprintf("heap: GOGC %d (headroom %.1f MiB: garbage %.0f KiB/step, live %.0f MiB, full GC %.2f ms CPU, step %.2f ms, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps; prefault %.0f ms)",
+	return fmt.Sprintf("heap: GOGC %d (headroom %.1f MiB: garbage %.0f KiB/step, live %.0f MiB, full GC %.2f ms CPU, step %.2f ms, fresh page %.1f µs, faults ahead %.0f ms = %.1f steps; prefault of %.1f MiB %.0f ms)",
 		d.Percent, float64(d.HeadroomBytes)/(1<<20), float64(d.StepBytes)/1024, float64(d.LiveBytes)/(1<<20), ms(d.GCTime), ms(d.StepTime),
-		us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime), ms(d.PrefaultedTime))
+		us(d.FaultCost), ms(d.AheadCost), stepsOf(d.AheadCost, d.StepTime), float64(d.PrefaultedBytes)/(1<<20), ms(d.PrefaultedTime))
 }
 
 func us(d time.Duration) float64 { return d.Seconds() * 1e6 }
@@ -112,14 +126,26 @@ func (w *Warmup) Fit(o Options) Decision {
 		return d
 	}
 	d.AheadCost = time.Duration(float64(d.LiveBytes) * float64(percent) / 100 / pageSize * float64(d.FaultCost))
-	plan := Plan(d.StepBytes, d.StepTime, d.LiveBytes, d.GCTime, d.FaultCost, percent)
-	if o.Keep || plan.Percent >= percent {
+	plan := Plan(d.StepBytes, d.StepTime, d.LiveBytes, d.GCTime, d.FaultCost, percent, o.Keep)
+	if plan.HeadroomBytes == 0 {
 		return d
 	}
-	debug.SetGCPercent(plan.Percent)
+	if plan.Percent < percent {
+		debug.SetGCPercent(plan.Percent)
+		d.Lowered = true
+	}
+	// The heap already holds some of the growth mapped (the warm-up's
+	// garbage, collected): only the rest is fresh. Under a memory limit
+	// the goal is the lower of the two: touch no more than fits below it,
+	// less a tenth for what is not heap.
+	goal := int64(d.LiveBytes + plan.HeadroomBytes)
+	if limit := debug.SetMemoryLimit(-1); limit < math.MaxInt64 {
+		goal = min(goal, int64(float64(limit)*0.9))
+	}
 	d.Percent, d.HeadroomBytes = plan.Percent, plan.HeadroomBytes
+	d.PrefaultedBytes = uint64(max(goal-int64(mappedHeapBytes()), 0))
 	t := time.Now()
-	Prefault(plan.HeadroomBytes)
+	Prefault(d.PrefaultedBytes)
 	d.PrefaultedTime = time.Since(t)
 	return d
 }
@@ -127,7 +153,7 @@ func (w *Warmup) Fit(o Options) Decision {
 // Choice is Plan's answer.
 type Choice struct {
 	Percent       int    // GC percent; the current one where nothing is worth changing
-	HeadroomBytes uint64 // heap growth above the live heap that Percent allows; 0: unchanged
+	HeadroomBytes uint64 // heap growth above the live heap that Percent allows, to touch once; 0: none
 }
 
 // Plan is Fit's choice from its measurements, pure: for a step of
@@ -136,22 +162,30 @@ type Choice struct {
 // the collector at percent. It lowers the goal when the faults ahead
 // (live·percent/100 bytes of fresh pages) cost more than worthSteps
 // steps, to live + max(k·stepBytes, MinHeadroomBytes), where k steps take
-// gcTime/gcShare.
-func Plan(stepBytes uint64, stepTime time.Duration, liveBytes uint64, gcTime, faultCost time.Duration, percent int) Choice {
-	keep := Choice{Percent: percent}
+// gcTime/gcShare. Where it keeps the percent (lowering would not lower
+// it, or keep: the collector is the user's) but the faults ahead still
+// cost more than prefaultSteps steps, its answer is that percent with the
+// growth it allows, live·percent/100, as the headroom to touch ahead; a
+// zero headroom is no change at all.
+func Plan(stepBytes uint64, stepTime time.Duration, liveBytes uint64, gcTime, faultCost time.Duration, percent int, keep bool) Choice {
+	same := Choice{Percent: percent}
 	if percent <= 0 || liveBytes == 0 || stepTime <= 0 {
-		return keep
+		return same
 	}
 	ahead := float64(liveBytes) * float64(percent) / 100 / pageSize * float64(faultCost)
-	if ahead <= worthSteps*float64(stepTime) {
-		return keep
+	if ahead <= prefaultSteps*float64(stepTime) {
+		return same
+	}
+	touch := Choice{Percent: percent, HeadroomBytes: uint64(percent) * liveBytes / 100}
+	if keep || ahead <= worthSteps*float64(stepTime) {
+		return touch
 	}
 	k := math.Ceil(float64(gcTime) / (gcShare * float64(stepTime)))
 	head := max(uint64(k)*stepBytes, MinHeadroomBytes)
 	p := int(math.Ceil(100 * float64(head) / float64(liveBytes)))
 	p = max(p, 1)
 	if p >= percent {
-		return keep
+		return touch
 	}
 	return Choice{Percent: p, HeadroomBytes: uint64(p) * liveBytes / 100}
 }
@@ -249,4 +283,12 @@ func readMetric(name string) uint64 {
 }
 
 func allocBytes() uint64 { return readMetric(heapMetrics[0]) }
-func liveBytes() uint64  { return readMetric(heapMetrics[1]) }
+
+// mappedHeapBytes is the heap's memory that is mapped: its objects, free
+// and unused spans, less what was returned to the system.
+func mappedHeapBytes() uint64 {
+	var ms runtime.MemStats
+	runtime.ReadMemStats(&ms)
+	return ms.HeapSys - ms.HeapReleased
+}
+func liveBytes() uint64 { return readMetric(heapMetrics[1]) }
