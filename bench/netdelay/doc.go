@@ -23,7 +23,10 @@
 // A peer's half-close reaches the other peer --delay later, after the
 // bytes before it; an error on either side (a reset, a failed write)
 // resets both connections at once. Each relayed connection ends when both
-// directions have ended, and every goroutine of it with it.
+// directions have ended, and every goroutine of it with it. The relay
+// completes a client's handshake before it dials the destination, so a
+// destination that refuses shows to the client as a reset just after
+// connecting rather than as a refused connection.
 //
 // The relay copies every byte through user space twice (read and write),
 // so at high rates it needs CPU of its own: plan_netns.sh reports its CPU

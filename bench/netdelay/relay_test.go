@@ -340,3 +340,27 @@ func TestRelayValidate(t *testing.T) {
 		})
 	}
 }
+
+// The command refuses bad flags (2), and serves until its context ends (0).
+func TestRun(t *testing.T) {
+	ended, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, tc := range []struct {
+		name string
+		args []string
+		want int
+	}{
+		{"queue-under-chunk", []string{"--queue", "10", "--chunk", "100"}, 2},
+		{"negative-delay", []string{"--delay", "-1ms"}, 2},
+		{"arguments", []string{"extra"}, 2},
+		{"unknown-flag", []string{"--rate", "1gbit"}, 2},
+		{"serves", []string{"--listen", "127.0.0.1:0", "--delay", "1ms"}, 0},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var out bytes.Buffer
+			if got := run(ended, tc.args, &out); got != tc.want {
+				t.Errorf("run(%q) = %d, want %d; output:\n%s", tc.args, got, tc.want, out.String())
+			}
+		})
+	}
+}
