@@ -269,14 +269,8 @@ func shardWorkload(s shardSpec, rank int) (nn.Module, []nn.Module, func(step int
 			}
 			return shardBatch{
 				plain: func() *autograd.Var { return g.Forward(idx, B, shardSeqLen) },
-				units: func(u *fsdp.Units) *autograd.Var {
-					h := autograd.Add(autograd.Embedding(g.Wte, idx, B, shardSeqLen), autograd.Narrow(g.Wpe, 0, 0, shardSeqLen))
-					for i, b := range g.Blocks {
-						h = u.Run(i, h, b.Forward)
-					}
-					return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
-				},
-				loss: func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) },
+				units: func(u *fsdp.Units) *autograd.Var { return g.ForwardThrough(idx, B, shardSeqLen, u.Run) },
+				loss:  func(out *autograd.Var) *autograd.Var { return g.Loss(out, tgt) },
 			}
 		}, nil
 	}

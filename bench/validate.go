@@ -3,6 +3,7 @@ package bench
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"fmt"
 	"io"
 	"math"
@@ -20,7 +21,8 @@ import (
 	"github.com/cohortml/cohort/plan"
 )
 
-const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--rounds N] [--gpt PROGRAM] [--dry-run]
+const validateUsage = `usage: cohort plan validate [--device FILE] [--fabric NAME|FILE] [--ranks 1,2,4] [--steps N] [--rounds N] [--gpt PROGRAM]
+                            [--save-devices DIR] [--dry-run]
 
 Checks the predictions against runs on this machine: for every layout of
 GPT-mini that a benchmark measures at each world size in --ranks (data
@@ -35,8 +37,9 @@ traced two-stage GPT-mini pipeline runs, microbatches of 4 and 32
 sequences, as cohort plan profile reads them, with the hand-off latency
 and the side-by-side factor of two ranks from the first, and, for each
 tensor-parallel degree validated, a tensor-parallel run's compute and
-collectives against the curve and the fabric); --dry-run prints the
-predictions and the commands without running them.
+collectives against the curve and the fabric; --save-devices writes each
+round's as DIR/device-round-N.json, for cohort plan --device … --explain);
+--dry-run prints the predictions and the commands without running them.
 
 It does this --rounds times (default 3), each round profiling again and
 then running every layout again, so that a profile and the runs it
@@ -166,10 +169,10 @@ func validate(args []string, ve validateEnv) int {
 	stdout, stderr := ve.stdout, ve.stderr
 	fs := cli.NewFlagSet("cohort plan validate", validateUsage, stderr)
 	var (
-		device, fabric, ranksFlag, gpt string
-		steps, rounds                  int
-		dry                            bool
-		timeout                        time.Duration
+		device, fabric, ranksFlag, gpt, saveDir string
+		steps, rounds                           int
+		dry                                     bool
+		timeout                                 time.Duration
 	)
 	fs.StringVar(&device, "device", "", "this machine's device file (cohort plan profile); default: profile it first, every round")
 	fs.StringVar(&fabric, "fabric", "local", "the fabric between this machine's ranks")
@@ -177,6 +180,7 @@ func validate(args []string, ve validateEnv) int {
 	fs.IntVar(&steps, "steps", 20, "timed steps per run")
 	fs.IntVar(&rounds, "rounds", 3, "rounds: each profiles again (without --device) and runs every layout again")
 	fs.StringVar(&gpt, "gpt", "./examples/gpt", "examples/gpt's executable, or its Go package (built once), for the tensor-parallel runs; \"\": none")
+	fs.StringVar(&saveDir, "save-devices", "", "write each round's profiled device to this directory (device-round-N.json)")
 	fs.BoolVar(&dry, "dry-run", false, "print the predictions and commands, run nothing")
 	fs.DurationVar(&timeout, "timeout", 10*time.Minute, "bound on each run")
 	if status, ok := cli.Parse(fs, args); !ok {
@@ -237,6 +241,11 @@ func validate(args []string, ve validateEnv) int {
 		if dev == nil {
 			if dev, err = ve.profile(profileOptions{steps: steps, timeout: timeout, tp: tpDegrees, fab: fab, cores: cores}); err != nil {
 				return fail(err)
+			}
+			if saveDir != "" {
+				if err := saveDevice(filepath.Join(saveDir, fmt.Sprintf("device-round-%d.json", round+1)), dev); err != nil {
+					return fail(err)
+				}
 			}
 		}
 		for i, r := range runs {
@@ -321,6 +330,18 @@ func validate(args []string, ve validateEnv) int {
 			n, runs[bestPred].layout, sums[bestPred].Measured, runs[bestMeas].layout, sums[bestMeas].Measured, 100*(1-sums[bestPred].Measured/sums[bestMeas].Measured))
 	}
 	return 0
+}
+
+// saveDevice writes dev to path as indented JSON, making its directory.
+func saveDevice(path string, dev *plan.Device) error {
+	b, err := json.MarshalIndent(dev, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(path), 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(path, append(b, '\n'), 0o644)
 }
 
 // label is the start of a run's result line.

@@ -256,6 +256,23 @@ func TestValidateRounds(t *testing.T) {
 			t.Errorf("output\n%s\nwant tp 2's median 8000 over 7000–9000", out)
 		}
 	})
+	t.Run("save-devices", func(t *testing.T) {
+		// each round's profiled device, written as a file plan loads
+		dir := filepath.Join(t.TempDir(), "devices")
+		_, status, profiles := fakeValidate(t, []string{"--ranks", "1", "--gpt", "", "--rounds", "2", "--save-devices", dir}, []float64{100, 300}, nil)
+		if status != 0 || len(profiles) != 2 {
+			t.Fatalf("status %d, %d profiles: want 0 and 2", status, len(profiles))
+		}
+		for _, n := range []string{"device-round-1.json", "device-round-2.json"} {
+			d, err := plan.LoadDevice(filepath.Join(dir, n), os.ReadFile)
+			if err != nil {
+				t.Fatalf("%s: %v", n, err)
+			}
+			if d.Name == "" || len(d.Efficiency) == 0 {
+				t.Errorf("%s: device %+v: want the profiled device", n, d)
+			}
+		}
+	})
 	t.Run("bad", func(t *testing.T) {
 		if _, status, _ := fakeValidate(t, []string{"--rounds", "0", "--gpt", ""}, nil, nil); status != 1 {
 			t.Errorf("--rounds 0: status %d, want 1", status)

@@ -23,6 +23,12 @@
 //	}
 //	sd, err := m.FullStateDict(ctx)                // nn state-dict keys, every rank
 //
+// A GPT's forward through its blocks as units is GPT.ForwardThrough:
+// m.Call(ctx, func(u *fsdp.Units) *autograd.Var { return g.ForwardThrough(idx, B, T, u.Run) }).
+// It marks the outputs between blocks transient (autograd.Transient), as
+// GPT.Forward does, so that a steady step reuses their storage; a forward
+// written by hand should do the same.
+//
 // # Layout and communication
 //
 // Each unit's trainable parameters form one bucket of a zero.Plan, the

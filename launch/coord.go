@@ -96,27 +96,46 @@ func join(ctx context.Context, st store.Store, c *Config, runID string) (string,
 }
 
 // publishFailure records msg as the job's first failure (a later one
-// leaves the first in place). It is bounded by timeout.
-func publishFailure(st store.Store, node int, msg string, timeout time.Duration) error {
+// leaves the first in place); stop says the failure is a stop after a
+// signal (a worker exited 130 or 143: every rank is stopping after the
+// same step and saving), which the other nodes wait for instead of
+// signalling their workers. It is bounded by timeout.
+func publishFailure(st store.Store, node int, msg string, stop bool, timeout time.Duration) error {
 	ctx, cancel := context.WithTimeout(context.Background(), timeout)
 	defer cancel()
-	_, err := st.CompareAndSwap(ctx, failedKey, nil, []byte(fmt.Sprintf("node %d: %s", node, msg)))
+	kind := failedKind
+	if stop {
+		kind = stoppingKind
+	}
+	_, err := st.CompareAndSwap(ctx, failedKey, nil, []byte(fmt.Sprintf("%s\nnode %d: %s", kind, node, msg)))
 	return err
 }
 
+// The first line of the failure key's value: what the failure is.
+const (
+	failedKind   = "failed"
+	stoppingKind = "stopping"
+)
+
 // watchFailure blocks until some node publishes a failure (returning its
-// message) or the store is lost (returning why); it returns "" when ctx
-// ends first.
-func watchFailure(ctx context.Context, st store.Store) string {
+// message, and whether it is a stop after a signal) or the store is lost
+// (returning why); it returns "" when ctx ends first.
+func watchFailure(ctx context.Context, st store.Store) (msg string, stop bool) {
 	v, err := st.Get(ctx, failedKey)
 	switch {
 	case ctx.Err() != nil:
-		return ""
+		return "", false
 	case err != nil:
-		return fmt.Sprintf("lost the job's store: %v", err)
-	default:
-		return string(v)
+		return fmt.Sprintf("lost the job's store: %v", err), false
 	}
+	kind, rest, ok := strings.Cut(string(v), "\n")
+	switch {
+	case ok && kind == stoppingKind:
+		return rest, true
+	case ok && kind == failedKind:
+		return rest, false
+	}
+	return string(v), false
 }
 
 // exitBarrier records this node's outcome and waits (bounded) for every

@@ -81,7 +81,11 @@
 // The launchers of a multi-node job coordinate through the same store:
 // each claims its node rank (two launchers with one --node-rank are an
 // error), all check they run the same --nproc-per-node, the first
-// failure anywhere is published so every node stops its workers, and an
+// failure anywhere is published so every node stops its workers (a
+// worker's stop after a signal, exit 130 or 143, is published as a stop:
+// the other nodes' workers are stopping after the same step and saving,
+// so their launchers wait for them, within the grace period, instead of
+// signalling them), and an
 // exit barrier keeps node 0's store up until every node is done (bounded
 // by Config.ExitBarrierTimeout). Multi-node jobs need COHORT_TOKEN set to
 // the same secret on every node.

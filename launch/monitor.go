@@ -15,6 +15,7 @@ import (
 //	running  ──worker fails / signal / cancel / remote failure──▶ stopping
 //	running  ──last worker exits 0──▶ done
 //	running  ──worker stopped itself after a signal (exit 130/143)──▶ stopping (nothing sent)
+//	running  ──another node's worker did (its published stop)──▶ stopping (nothing sent)
 //	stopping ──grace expires (nothing sent yet)──▶ stopping (SIGTERM sent)
 //	stopping ──grace expires or second signal──▶ stopping (SIGKILL sent)
 //	stopping ──last worker exits──▶ done, or running again (restart)
@@ -29,7 +30,9 @@ import (
 // stop after the same step, saving a checkpoint. SIGTERM to them then would
 // be a second signal, which stops them at once and may cut their save
 // short, so the monitor only arms the grace timer and sends SIGTERM when it
-// runs out (then SIGKILL after another grace period).
+// runs out (then SIGKILL after another grace period). It publishes the
+// failure as a stop, and the other nodes' monitors do the same for their
+// workers when they learn of it.
 //
 // Invariant: alive counts the workers of the current generation that have
 // not been reported exited; 0 <= alive <= len(exited).
@@ -62,6 +65,7 @@ type event struct {
 	status ExitStatus // evExit
 	sig    os.Signal  // evSignal
 	msg    string     // evRemote
+	stop   bool       // evRemote: the other node's workers stop by themselves after a signal
 }
 
 type actionKind int
@@ -78,6 +82,7 @@ const (
 type action struct {
 	kind actionKind
 	sig  os.Signal
+	stop bool // actPublish: the failure is a stop after a signal
 }
 
 // stopCause says why the workers are being stopped.
@@ -155,11 +160,13 @@ func (m *monitor) running(ev event) []action {
 		m.failure.Restarts = m.restarts
 		m.failed = append(m.failed, m.failure)
 		m.restart = m.policy != nil && m.policy(m.failure, m.restarts)
+		sig, ok := ev.status.exitSignal()
+		stop := ok && !m.restart && (sig == syscall.SIGINT || sig == syscall.SIGTERM)
 		var acts []action
 		if !m.restart {
-			acts = append(acts, action{kind: actPublish})
+			acts = append(acts, action{kind: actPublish, stop: stop})
 		}
-		if sig, ok := ev.status.exitSignal(); ok && !m.restart && (sig == syscall.SIGINT || sig == syscall.SIGTERM) {
+		if stop {
 			// A stop by signal: the peers are stopping after the same step.
 			m.phase, m.waiting = phaseStopping, true
 			if m.alive == 0 {
@@ -176,6 +183,15 @@ func (m *monitor) running(ev event) []action {
 		return m.stop(syscall.SIGTERM)
 	case evRemote:
 		m.cause, m.remote = causeRemote, ev.msg
+		if ev.stop {
+			// Another node's worker stopped itself after a signal: every
+			// rank is stopping after the same step, these too.
+			m.phase, m.waiting = phaseStopping, true
+			if m.alive == 0 {
+				return m.finish()
+			}
+			return []action{{kind: actArm}}
+		}
 		return m.stop(syscall.SIGTERM)
 	}
 	return nil
@@ -212,7 +228,7 @@ func (m *monitor) stopping(ev event) []action {
 		}
 		return m.kill()
 	case evSignal:
-		if m.waiting && m.cause == causeFailure {
+		if m.waiting && (m.cause == causeFailure || m.cause == causeRemote) {
 			// The first signal the launcher itself received: forward it
 			// (the workers are stopping anyway; this is their first).
 			m.waiting = false

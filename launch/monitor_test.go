@@ -80,28 +80,28 @@ func TestMonitor(t *testing.T) {
 		{
 			name: "signal-stop-waits-for-its-peers", workers: 3,
 			events:  []event{exit(1, 130), exit(0, 130), exit(2, 130)},
-			want:    []string{"publish arm", "", "finish"},
+			want:    []string{"publish(stop) arm", "", "finish"},
 			outcome: "rank 1 (local rank 1 on node 0, pid 101) exited with code 130",
 			phase:   phaseDone,
 		},
 		{
 			name: "signal-stop-alone", workers: 1,
 			events:  []event{exit(0, 143)},
-			want:    []string{"publish finish"},
+			want:    []string{"publish(stop) finish"},
 			outcome: "rank 0",
 			phase:   phaseDone,
 		},
 		{
 			name: "signal-stop-grace-then-sigterm-then-kill", workers: 2,
 			events:  []event{exit(1, 143), {kind: evGrace}, {kind: evGrace}, {kind: evGrace}, killed(0, syscall.SIGKILL)},
-			want:    []string{"publish arm", "signal(terminated) arm", "kill", "", "finish"},
+			want:    []string{"publish(stop) arm", "signal(terminated) arm", "kill", "", "finish"},
 			outcome: "rank 1",
 			phase:   phaseDone,
 		},
 		{
 			name: "signal-stop-then-launcher-signal-forwarded", workers: 2,
 			events:  []event{exit(1, 130), {kind: evSignal, sig: syscall.SIGINT}, {kind: evSignal, sig: syscall.SIGINT}, exit(0, 130)},
-			want:    []string{"publish arm", "signal(interrupt) arm", "kill", "finish"},
+			want:    []string{"publish(stop) arm", "signal(interrupt) arm", "kill", "finish"},
 			outcome: "stopped by signal interrupt",
 			phase:   phaseDone,
 		},
@@ -130,6 +130,29 @@ func TestMonitor(t *testing.T) {
 			events:  []event{{kind: evRemote, msg: "node 1: rank 3 exited with code 3"}, exit(0, 143), exit(1, 143)},
 			want:    []string{"signal(terminated) arm", "", "finish"},
 			outcome: "stopped: node 1: rank 3 exited with code 3",
+			phase:   phaseDone,
+		},
+		{
+			// another node's worker stopped itself after a signal: these
+			// stop after the same step by themselves, nothing is sent
+			name: "remote-stop-waits", workers: 2,
+			events:  []event{{kind: evRemote, msg: "node 1: rank 3 exited with code 143", stop: true}, exit(0, 143), exit(1, 143)},
+			want:    []string{"arm", "", "finish"},
+			outcome: "stopped: node 1: rank 3 exited with code 143",
+			phase:   phaseDone,
+		},
+		{
+			name: "remote-stop-grace-then-sigterm-then-kill", workers: 2,
+			events:  []event{{kind: evRemote, msg: "node 1: rank 3 exited with code 130", stop: true}, {kind: evGrace}, {kind: evGrace}, killed(0, syscall.SIGKILL), killed(1, syscall.SIGKILL)},
+			want:    []string{"arm", "signal(terminated) arm", "kill", "", "finish"},
+			outcome: "stopped: node 1: rank 3 exited with code 130",
+			phase:   phaseDone,
+		},
+		{
+			name: "remote-stop-then-launcher-signal-forwarded", workers: 1,
+			events:  []event{{kind: evRemote, msg: "node 1: rank 1 exited with code 130", stop: true}, {kind: evSignal, sig: syscall.SIGINT}, {kind: evSignal, sig: syscall.SIGINT}, killed(0, syscall.SIGKILL)},
+			want:    []string{"arm", "signal(interrupt) arm", "kill", "finish"},
+			outcome: "stopped by signal interrupt",
 			phase:   phaseDone,
 		},
 		{
@@ -216,7 +239,11 @@ func formatActions(acts []action) string {
 		case actArm:
 			parts = append(parts, "arm")
 		case actPublish:
-			parts = append(parts, "publish")
+			if a.stop {
+				parts = append(parts, "publish(stop)")
+			} else {
+				parts = append(parts, "publish")
+			}
 		case actRestart:
 			parts = append(parts, "restart")
 		case actFinish:

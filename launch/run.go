@@ -268,8 +268,8 @@ func (a *agent) startWatch() {
 	st, events := a.st, a.events
 	go func() {
 		defer close(a.watchDone)
-		if msg := watchFailure(ctx, st); msg != "" {
-			events <- event{kind: evRemote, msg: msg}
+		if msg, stop := watchFailure(ctx, st); msg != "" {
+			events <- event{kind: evRemote, msg: msg, stop: stop}
 		}
 	}()
 }
@@ -571,7 +571,7 @@ func (a *agent) supervise(ctx context.Context) error {
 				grace = time.NewTimer(c.GracePeriod)
 				graceC = grace.C
 			case actPublish:
-				if err := publishFailure(a.st, c.NodeRank, m.failure.summary(), 5*time.Second); err != nil {
+				if err := publishFailure(a.st, c.NodeRank, m.failure.summary(), act.stop, 5*time.Second); err != nil {
 					a.log.Warn("launch: could not tell the other nodes about the failure", "err", err)
 				}
 			case actRestart:

@@ -422,6 +422,37 @@ func TestRunMultiNodeFailure(t *testing.T) {
 	}
 }
 
+// TestRunMultiNodeStop: a worker on node 1 stops itself after a signal
+// (exit 143); every other worker, on both nodes, stops after its step by
+// itself and saves. Neither launcher sends them a signal, which would cut
+// the save short: node 0 learns of the stop as a stop, not a failure.
+func TestRunMultiNodeStop(t *testing.T) {
+	port := freePort(t)
+	results := runNodes(t, port, "stop", func(node int) Config {
+		cfg := testConfig(2, "stop", "3") // rank 3 lives on node 1
+		cfg.NNodes, cfg.NodeRank = 2, node
+		cfg.MasterAddr, cfg.MasterPort = "127.0.0.1", port
+		cfg.Token = "multi-node-secret"
+		cfg.GracePeriod = 20 * time.Second // the saves take a second
+		return cfg
+	})
+	var re *RemoteError
+	if !errors.As(results[0].err, &re) || !strings.Contains(re.Msg, "node 1: rank 3") {
+		t.Errorf("node 0: Run = %v; want a *RemoteError naming node 1's rank 3", results[0].err)
+	}
+	for node, r := range results {
+		if strings.Contains(r.out, "before saving") {
+			t.Errorf("node %d: a worker was signalled while saving:\n%s", node, r.out)
+		}
+		if want := 2 - node; strings.Count(r.out, "saved") != want {
+			t.Errorf("node %d: %d workers saved, want %d:\n%s", node, strings.Count(r.out, "saved"), want, r.out)
+		}
+		if r.took > 15*time.Second {
+			t.Errorf("node %d took %v; want under 15 s", node, r.took)
+		}
+	}
+}
+
 type nodeResult struct {
 	err  error
 	out  string

@@ -43,6 +43,25 @@ func (g *GPT) Head(h *autograd.Var) *autograd.Var {
 	return autograd.Linear(x, g.Wte, nil)
 }
 
+// ForwardThrough is Forward with every block run through run(i, h,
+// block i's forward): a sharded wrapper's hook around each block
+// (fsdp.Units.Run gathers the block's parameters before it and releases
+// them after). run returns the block's output or a value sharing its
+// storage (a marker of the wrapper); the outputs between blocks are
+// transient as in Forward, so that a steady step reuses their storage.
+func (g *GPT) ForwardThrough(idx []int64, B, T int, run func(i int, h *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var) *autograd.Var {
+	h := g.Embed(idx, B, T)
+	autograd.Transient(h) // read only by the first block
+	for i, b := range g.Blocks {
+		h = run(i, h, func(x *autograd.Var) *autograd.Var {
+			y := b.Forward(x)
+			autograd.Transient(y) // read only by the next block or the head, through run's value
+			return y
+		})
+	}
+	return g.Head(h)
+}
+
 // GPTStage is the part of a GPT that one pipeline stage runs: blocks
 // [Lo, Hi), preceded by the embeddings on the first stage and followed by
 // the final LayerNorm, the tied head and the loss on the last. It holds

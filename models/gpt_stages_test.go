@@ -53,6 +53,47 @@ func TestGPTStagesMatchForward(t *testing.T) {
 	}
 }
 
+// ForwardThrough gives Forward's logits and gradients, running every
+// block once, in order, through its hook.
+func TestGPTForwardThrough(t *testing.T) {
+	cfg := GPTConfig{Vocab: 32, Ctx: 8, NLayer: 3, D: 16, NHead: 2}
+	const B, T = 2, 8
+	rng := rand.New(rand.NewPCG(5, 6))
+	idx, tgt := make([]int64, B*T), make([]int64, B*T)
+	for i := range idx {
+		idx[i], tgt[i] = int64(rng.IntN(cfg.Vocab)), int64(rng.IntN(cfg.Vocab))
+	}
+	ref, _ := NewGPT(rand.New(rand.NewPCG(7, 7)), cfg)
+	want := ref.Forward(idx, B, T)
+	wantLogits := want.Value.Clone()
+	autograd.Backward(ref.Loss(want, tgt))
+	g, _ := NewGPT(rand.New(rand.NewPCG(7, 7)), cfg)
+	var order []int
+	got := g.ForwardThrough(idx, B, T, func(i int, h *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var {
+		order = append(order, i)
+		return f(h)
+	})
+	if len(order) != cfg.NLayer || order[0] != 0 || order[1] != 1 || order[2] != 2 {
+		t.Fatalf("blocks run in order %v, want 0 1 2", order)
+	}
+	a, b := got.Value.Data(), wantLogits.Data()
+	for i := range a {
+		if a[i] != b[i] {
+			t.Fatalf("logits[%d] = %v, want Forward's %v", i, a[i], b[i])
+		}
+	}
+	autograd.Backward(g.Loss(got, tgt))
+	wp := ref.NamedParameters()
+	for i, p := range g.NamedParameters() {
+		a, b := p.Param.Grad.Data(), wp[i].Param.Grad.Data()
+		for j := range a {
+			if a[j] != b[j] {
+				t.Fatalf("%s grad[%d] = %v, want Forward's %v", p.Name, j, a[j], b[j])
+			}
+		}
+	}
+}
+
 func TestGPTStageErrors(t *testing.T) {
 	g, _ := NewGPT(rand.New(rand.NewPCG(1, 1)), GPTConfig{Vocab: 8, Ctx: 4, NLayer: 2, D: 8, NHead: 2})
 	if _, err := g.NewStage(1, 3, false, true); err == nil {
@@ -96,6 +137,9 @@ func TestGPTStepReusesMemory(t *testing.T) {
 		step func()
 	}{
 		{"Forward", func() { autograd.Backward(g.Loss(g.Forward(idx, B, T), tgt)) }},
+		{"ForwardThrough", func() {
+			autograd.Backward(g.Loss(g.ForwardThrough(idx, B, T, func(_ int, h *autograd.Var, f func(*autograd.Var) *autograd.Var) *autograd.Var { return f(h) }), tgt))
+		}},
 		{"stages", func() {
 			for mb := range M {
 				autograd.Backward(forwardStages(t, stages, mb))

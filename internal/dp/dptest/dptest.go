@@ -1086,13 +1086,7 @@ func GPTUnits(mod nn.Module) []nn.Module {
 // GPTForward is g's forward pass over B sequences of T ids with each block
 // run as a unit.
 func GPTForward(g *models.GPT, idx []int64, B, T int) Forward {
-	return func(run RunUnit) *autograd.Var {
-		h := autograd.Add(autograd.Embedding(g.Wte, idx, B, T), autograd.Narrow(g.Wpe, 0, 0, T))
-		for i, b := range g.Blocks {
-			h = run(i, h, b.Forward)
-		}
-		return autograd.Linear(g.LNF.Forward(h), g.Wte, nil)
-	}
+	return func(run RunUnit) *autograd.Var { return g.ForwardThrough(idx, B, T, run) }
 }
 
 // Synced is a replicated data-parallel model (ddp's) as SideReference

@@ -148,6 +148,23 @@ func main() {
 		fmt.Println("waiting")
 		sig := <-ch
 		fmt.Printf("got %v\n", sig)
+	case "stop":
+		// rank arg(2) stops at once as after a signal (exit 143); the
+		// others, as if they learnt of the stop through the job, finish
+		// their step and save (a second), then exit 143 too, unless a
+		// signal comes first
+		if info.Rank == arg(2) {
+			os.Exit(143)
+		}
+		ch := make(chan os.Signal, 1)
+		signal.Notify(ch, syscall.SIGINT, syscall.SIGTERM)
+		select {
+		case sig := <-ch:
+			fmt.Printf("got %v before saving\n", sig)
+		case <-time.After(time.Second):
+			fmt.Println("saved")
+		}
+		os.Exit(143)
 	case "restart":
 		fmt.Printf("restart %d\n", info.RestartCount)
 		if info.Rank == 1 && info.RestartCount == 0 {
