@@ -22,6 +22,7 @@ import (
 	"github.com/cohortml/cohort/distributed"
 	"github.com/cohortml/cohort/distributed/rendezvous"
 	"github.com/cohortml/cohort/internal/cli"
+	"github.com/cohortml/cohort/internal/warmheap"
 	"github.com/cohortml/cohort/launch"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs/progress"
@@ -400,7 +401,7 @@ func trainWorker(ctx context.Context, s trainSpec, resultFile string) error {
 	if err := os.Setenv("COHORT_NUM_THREADS", strconv.Itoa(s.threads)); err != nil {
 		return err
 	}
-	s.keepGC = os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != ""
+	s.keepGC = warmheap.UserCollector()
 	if v := os.Getenv("COHORT_PAGE_FAULT_COST"); v != "" {
 		d, err := time.ParseDuration(v)
 		if err != nil || d < 0 {

@@ -168,11 +168,7 @@ func (m *monitor) running(ev event) []action {
 		}
 		if stop {
 			// A stop by signal: the peers are stopping after the same step.
-			m.phase, m.waiting = phaseStopping, true
-			if m.alive == 0 {
-				return append(acts, m.finish()...)
-			}
-			return append(acts, action{kind: actArm})
+			return append(acts, m.await()...)
 		}
 		return append(acts, m.stop(syscall.SIGTERM)...)
 	case evSignal:
@@ -186,15 +182,22 @@ func (m *monitor) running(ev event) []action {
 		if ev.stop {
 			// Another node's worker stopped itself after a signal: every
 			// rank is stopping after the same step, these too.
-			m.phase, m.waiting = phaseStopping, true
-			if m.alive == 0 {
-				return m.finish()
-			}
-			return []action{{kind: actArm}}
+			return m.await()
 		}
 		return m.stop(syscall.SIGTERM)
 	}
 	return nil
+}
+
+// await lets the workers stop by themselves (they stop after the same
+// step as a peer that got a signal): it only arms the grace timer, or
+// finishes at once if none is left.
+func (m *monitor) await() []action {
+	m.phase, m.waiting = phaseStopping, true
+	if m.alive == 0 {
+		return m.finish()
+	}
+	return []action{{kind: actArm}}
 }
 
 // stop asks every worker to exit, or finishes at once if none is left.
@@ -228,7 +231,7 @@ func (m *monitor) stopping(ev event) []action {
 		}
 		return m.kill()
 	case evSignal:
-		if m.waiting && (m.cause == causeFailure || m.cause == causeRemote) {
+		if m.waiting {
 			// The first signal the launcher itself received: forward it
 			// (the workers are stopping anyway; this is their first).
 			m.waiting = false

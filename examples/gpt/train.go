@@ -3,7 +3,6 @@ package main
 import (
 	"context"
 	"fmt"
-	"github.com/cohortml/cohort/internal/warmheap"
 	"io"
 	"math/rand/v2"
 	"os"
@@ -14,6 +13,7 @@ import (
 	"github.com/cohortml/cohort/datasets"
 	"github.com/cohortml/cohort/device/cudatensor"
 	"github.com/cohortml/cohort/distributed"
+	"github.com/cohortml/cohort/internal/warmheap"
 	"github.com/cohortml/cohort/models"
 	"github.com/cohortml/cohort/nn"
 	"github.com/cohortml/cohort/obs"

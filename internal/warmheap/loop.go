@@ -25,11 +25,13 @@ func NewLoop(o Options) *Loop {
 	if os.Getenv("COHORT_FIT_HEAP") == "0" {
 		return nil
 	}
-	if os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" {
-		o.Keep = true
-	}
+	o.Keep = o.Keep || UserCollector()
 	return &Loop{opts: o}
 }
+
+// UserCollector reports whether the user set the collector's goal (GOGC
+// or GOMEMLIMIT in the environment): Options.Keep then.
+func UserCollector() bool { return os.Getenv("GOGC") != "" || os.Getenv("GOMEMLIMIT") != "" }
 
 // Step follows a step. On the step that fits it returns Fit's decision and
 // true; otherwise false.

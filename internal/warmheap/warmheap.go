@@ -283,6 +283,7 @@ func readMetric(name string) uint64 {
 }
 
 func allocBytes() uint64 { return readMetric(heapMetrics[0]) }
+func liveBytes() uint64  { return readMetric(heapMetrics[1]) }
 
 // mappedHeapBytes is the heap's memory that is mapped: its objects, free
 // and unused spans, less what was returned to the system.
@@ -291,4 +292,3 @@ func mappedHeapBytes() uint64 {
 	runtime.ReadMemStats(&ms)
 	return ms.HeapSys - ms.HeapReleased
 }
-func liveBytes() uint64 { return readMetric(heapMetrics[1]) }
